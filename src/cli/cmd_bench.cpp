@@ -1,0 +1,129 @@
+// kvsieve bench: prefill (pp) and decode (tg) throughput at a context depth, like llama-bench.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <random>
+
+#include "cli/commands.h"
+#include "kernels/cpu_features.h"
+#include "kernels/dot.h"
+#include "kernels/parallel.h"
+#include "model/llama_model.h"
+#include "util/error.h"
+
+namespace kvsieve::cli {
+
+namespace {
+struct BenchOpts {
+    std::string model;
+    int n_prompt = 512, n_gen = 64, reps = 3, threads = 0;
+    int64_t depth = 0;
+    double bandwidth_gbs = 22.0;
+    uint64_t seed = 42;
+};
+
+double now_s() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+struct Stat {
+    double mean = 0, sd = 0;
+};
+Stat stats(const std::vector<double>& v) {
+    Stat s;
+    for (double x : v) s.mean += x;
+    s.mean /= v.size();
+    for (double x : v) s.sd += (x - s.mean) * (x - s.mean);
+    s.sd = v.size() > 1 ? std::sqrt(s.sd / (v.size() - 1)) : 0;
+    return s;
+}
+
+void run(const BenchOpts& o) {
+    require(o.n_prompt >= 0 && o.n_gen >= 0 && o.depth >= 0, "-p, -n and -d must be ≥ 0");
+    require(o.reps >= 1, "-r must be ≥ 1, got ", o.reps);
+    require(o.bandwidth_gbs > 0, "--bandwidth-gbs must be positive");
+    set_num_threads(o.threads);
+    LlamaModel model(o.model);
+    const ModelConfig& c = model.config();
+    const int64_t n_ctx = o.depth + std::max(o.n_prompt, o.n_gen) + 1;
+    DenseKVCache cache = model.make_cache(n_ctx);
+    std::mt19937 rng(static_cast<uint32_t>(o.seed));
+    std::uniform_int_distribution<int32_t> tok(3, c.n_vocab - 1);
+    auto random_tokens = [&](int64_t n) {
+        std::vector<int32_t> t(n);
+        for (auto& x : t) x = tok(rng);
+        return t;
+    };
+    std::vector<float> logits;
+    // Fill the context to the requested depth once; each repetition rolls back to it.
+    if (o.depth > 0) {
+        std::fprintf(stderr, "filling context to depth %ld...\n", static_cast<long>(o.depth));
+        for (int64_t done = 0; done < o.depth;) {
+            const int64_t n = std::min<int64_t>(512, o.depth - done);
+            model.forward(random_tokens(n), cache, logits);
+            done += n;
+        }
+    }
+    const double gib = static_cast<double>(model.file().file_size()) / (1 << 30);
+    std::printf("model: %s | %s | %.2f GiB | threads %d | kernels %s\n", o.model.c_str(), c.summary().c_str(), gib,
+                num_threads(), dot_kernels().isa);
+    std::printf("| test | t/s | ms/token |\n|---|---|---|\n");
+    auto report = [&](const std::string& name, const std::vector<double>& tps) {
+        const Stat s = stats(tps);
+        std::printf("| %s | %.2f ± %.2f | %.2f |\n", name.c_str(), s.mean, s.sd, 1e3 / s.mean);
+        std::fflush(stdout);
+        return s;
+    };
+    const std::string at = o.depth > 0 ? " @ d" + std::to_string(o.depth) : "";
+    if (o.n_prompt > 0) {
+        std::vector<double> tps;
+        for (int r = 0; r <= o.reps; ++r) {  // repetition 0 is a warm-up
+            cache.set_n_tokens(o.depth);
+            const auto toks = random_tokens(o.n_prompt);
+            const double t0 = now_s();
+            model.forward(toks, cache, logits);
+            if (r > 0) tps.push_back(o.n_prompt / (now_s() - t0));
+        }
+        report("pp" + std::to_string(o.n_prompt) + at, tps);
+    }
+    if (o.n_gen > 0) {
+        std::vector<double> tps;
+        for (int r = 0; r <= o.reps; ++r) {
+            cache.set_n_tokens(o.depth);
+            int32_t next = tok(rng);
+            const double t0 = now_s();
+            for (int i = 0; i < o.n_gen; ++i) {
+                model.forward({next}, cache, logits);
+                next = tok(rng);
+            }
+            if (r > 0) tps.push_back(o.n_gen / (now_s() - t0));
+        }
+        const Stat s = report("tg" + std::to_string(o.n_gen) + at, tps);
+        // Bytes one decode step reads: every weight matrix once + the KV cache (float32 K and V) so far.
+        const double avg_depth = o.depth + (o.n_gen - 1) / 2.0;
+        const double kv_bytes = avg_depth * 2.0 * c.n_layer * c.n_head_kv * c.head_dim * sizeof(float);
+        const double bytes = static_cast<double>(model.weight_bytes_per_token()) + kv_bytes;
+        const double gbs = bytes * s.mean / 1e9;
+        std::printf("decode reads %.1f MB/token (weights %.1f MB, KV %.1f MB) = %.1f GB/s, %.0f%% of %.1f GB/s\n",
+                    bytes / 1e6, model.weight_bytes_per_token() / 1e6, kv_bytes / 1e6, gbs,
+                    100.0 * gbs / o.bandwidth_gbs, o.bandwidth_gbs);
+    }
+}
+}  // namespace
+
+void add_bench(CLI::App& app) {
+    auto* cmd = app.add_subcommand("bench", "measure prefill (pp) and decode (tg) tokens/s at a context depth");
+    auto o = std::make_shared<BenchOpts>();
+    cmd->add_option("-m,--model", o->model, "GGUF model file")->required()->check(CLI::ExistingFile);
+    cmd->add_option("-p,--n-prompt", o->n_prompt, "prompt tokens for the prefill test (0: skip)")->capture_default_str();
+    cmd->add_option("-n,--n-gen", o->n_gen, "tokens for the decode test (0: skip)")->capture_default_str();
+    cmd->add_option("-d,--depth", o->depth, "context depth before each test, in tokens")->capture_default_str();
+    cmd->add_option("-r,--repetitions", o->reps, "timed repetitions (after one warm-up)")->capture_default_str();
+    cmd->add_option("-t,--threads", o->threads, "threads (0: all cores)")->capture_default_str();
+    cmd->add_option("--bandwidth-gbs", o->bandwidth_gbs, "memory bandwidth to compare decode against, GB/s")
+        ->capture_default_str();
+    cmd->add_option("--seed", o->seed, "seed of the random token ids")->capture_default_str();
+    cmd->callback([o] { run(*o); });
+}
+
+}  // namespace kvsieve::cli

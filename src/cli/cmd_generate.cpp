@@ -1,0 +1,105 @@
+// kvsieve generate: prefill the prompt in one batch, then decode token by token, streaming text.
+#include <chrono>
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "kernels/parallel.h"
+#include "model/llama_model.h"
+#include "model/sampler.h"
+#include "text/tokenizer.h"
+#include "util/error.h"
+
+namespace kvsieve::cli {
+
+namespace {
+struct GenerateOpts {
+    std::string model, prompt;
+    int n_predict = 128;
+    int64_t n_ctx = 0;
+    int threads = 0;
+    SamplerParams sp;
+    bool ids = false;
+    bool no_bos = false;
+    bool quiet = false;
+};
+
+double now_s() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void run(const GenerateOpts& o) {
+    o.sp.validate();
+    require(o.n_predict >= 0, "-n must be ≥ 0, got ", o.n_predict);
+    require(o.n_ctx >= 0, "-c must be ≥ 0, got ", o.n_ctx);
+    set_num_threads(o.threads);
+    LlamaModel model(o.model);
+    const auto tok = Tokenizer::from_gguf(model.file());
+    const ModelConfig& c = model.config();
+    const int64_t n_ctx = o.n_ctx > 0 ? o.n_ctx : std::min<int64_t>(c.n_ctx_train, 4096);
+
+    std::vector<int32_t> prompt = tok->encode(o.prompt, !o.no_bos, true);
+    require(!prompt.empty(), "the prompt is empty (and the model adds no BOS token)");
+    require(static_cast<int64_t>(prompt.size()) <= n_ctx, "the prompt has ", prompt.size(),
+            " tokens, longer than the context of ", n_ctx, " (-c)");
+    const int64_t n_gen = std::min<int64_t>(o.n_predict, n_ctx - static_cast<int64_t>(prompt.size()));
+    if (!o.quiet) std::fprintf(stderr, "model: %s\n", c.summary().c_str());
+
+    DenseKVCache cache = model.make_cache(n_ctx);
+    Sampler sampler(o.sp);
+    std::vector<float> logits;
+    std::vector<int32_t> out;
+
+    if (!o.ids) {
+        std::fputs(o.prompt.c_str(), stdout);
+        std::fflush(stdout);
+    }
+    const double t0 = now_s();
+    model.forward(prompt, cache, logits);
+    const double t1 = now_s();
+    for (int64_t i = 0; i < n_gen; ++i) {
+        const int32_t next = sampler.sample(logits.data(), c.n_vocab);
+        out.push_back(next);
+        if (tok->is_eog(next)) break;
+        if (!o.ids) {
+            std::fputs(tok->token_to_piece(next).c_str(), stdout);
+            std::fflush(stdout);
+        }
+        if (i + 1 < n_gen) model.forward({next}, cache, logits);
+    }
+    const double t2 = now_s();
+    if (o.ids) {
+        std::string line;
+        for (size_t i = 0; i < out.size(); ++i) line += (i ? " " : "") + std::to_string(out[i]);
+        std::printf("%s\n", line.c_str());
+    } else {
+        std::printf("\n");
+    }
+    if (!o.quiet) {
+        const double n_dec = out.size() > 1 ? static_cast<double>(out.size() - 1) : 0;
+        std::fprintf(stderr, "prefill: %zu tokens in %.1f ms (%.1f t/s); decode: %zu tokens in %.1f ms (%.1f t/s)\n",
+                     prompt.size(), 1e3 * (t1 - t0), prompt.size() / (t1 - t0), out.size(), 1e3 * (t2 - t1),
+                     n_dec > 0 ? n_dec / (t2 - t1) : 0.0);
+    }
+}
+}  // namespace
+
+void add_generate(CLI::App& app) {
+    auto* cmd = app.add_subcommand("generate", "generate text from a prompt");
+    auto o = std::make_shared<GenerateOpts>();
+    cmd->add_option("-m,--model", o->model, "GGUF model file")->required()->check(CLI::ExistingFile);
+    cmd->add_option("-p,--prompt", o->prompt, "prompt text")->required();
+    cmd->add_option("-n,--n-predict", o->n_predict, "tokens to generate")->capture_default_str();
+    cmd->add_option("-c,--ctx-size", o->n_ctx, "context size in tokens (0: the model's, at most 4096)")->capture_default_str();
+    cmd->add_option("-t,--threads", o->threads, "threads (0: all cores)")->capture_default_str();
+    cmd->add_option("--temp", o->sp.temp, "temperature; 0 is greedy")->capture_default_str();
+    cmd->add_option("--top-k", o->sp.top_k, "top-k sampling (0: off)")->capture_default_str();
+    cmd->add_option("--top-p", o->sp.top_p, "top-p sampling (1: off)")->capture_default_str();
+    cmd->add_option("--min-p", o->sp.min_p, "min-p sampling (0: off)")->capture_default_str();
+    cmd->add_option("--seed", o->sp.seed, "random seed")->capture_default_str();
+    cmd->add_flag("--ids", o->ids, "print the generated token ids (one line) instead of text");
+    cmd->add_flag("--no-bos", o->no_bos, "do not add BOS to the prompt");
+    cmd->add_flag("-q,--quiet", o->quiet, "no model summary or timings on stderr");
+    cmd->callback([o] { run(*o); });
+}
+
+}  // namespace kvsieve::cli

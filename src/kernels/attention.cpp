@@ -1,0 +1,132 @@
+#include "kernels/attention.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "kernels/dot.h"
+
+namespace kvsieve {
+namespace {
+
+/// In-place softmax of s[0..n) (max-subtracted); returns nothing, s sums to 1.
+void softmax_inplace(float* s, int64_t n) {
+    float m = -INFINITY;
+    for (int64_t j = 0; j < n; ++j) m = std::max(m, s[j]);
+    double sum = 0;
+    for (int64_t j = 0; j < n; ++j) {
+        s[j] = std::exp(s[j] - m);
+        sum += s[j];
+    }
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int64_t j = 0; j < n; ++j) s[j] *= inv;
+}
+
+void attention_small_t(const float* q, int64_t T, int64_t pos0, const float* k, const float* v, int64_t ld_kv,
+                       const AttnShape& s, float* out) {
+    const DotKernels& dk = dot_kernels();
+    const int G = s.n_head / s.n_head_kv, d = s.head_dim;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+#pragma omp parallel
+    {
+        std::vector<float> sc;
+#pragma omp for collapse(2) schedule(static)
+        for (int64_t t = 0; t < T; ++t)
+            for (int g = 0; g < s.n_head_kv; ++g) {
+                const int64_t n = pos0 + t + 1;
+                sc.resize(static_cast<size_t>(n) * G);
+                const float* kg = k + g * d;
+                const float* vg = v + g * d;
+                for (int64_t j = 0; j < n; ++j) {
+                    const float* kj = kg + j * ld_kv;
+                    for (int i = 0; i < G; ++i)
+                        sc[i * n + j] = dk.f32(q + (t * s.n_head + g * G + i) * d, kj, d) * scale;
+                }
+                for (int i = 0; i < G; ++i) {
+                    float* p = sc.data() + i * n;
+                    softmax_inplace(p, n);
+                    float* o = out + (t * s.n_head + g * G + i) * d;
+                    std::fill(o, o + d, 0.0f);
+                    for (int64_t j = 0; j < n; ++j) {
+                        const float pj = p[j];
+                        const float* vj = vg + j * ld_kv;
+                        for (int c = 0; c < d; ++c) o[c] += pj * vj[c];
+                    }
+                }
+            }
+    }
+}
+
+void attention_blocked(const float* q, int64_t T, int64_t pos0, const float* k, const float* v, int64_t ld_kv,
+                       const AttnShape& s, float* out) {
+    const int G = s.n_head / s.n_head_kv, d = s.head_dim;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+    constexpr int64_t kBlock = 128;  // queries per SGEMM block
+    const int64_t n_blocks = (T + kBlock - 1) / kBlock;
+    const int64_t ldq = static_cast<int64_t>(s.n_head) * d;
+#pragma omp parallel
+    {
+        std::vector<float> S;
+#pragma omp for collapse(2) schedule(dynamic)
+        for (int h = 0; h < s.n_head; ++h)
+            for (int64_t b = 0; b < n_blocks; ++b) {
+                const int64_t t0 = b * kBlock, nt = std::min(kBlock, T - t0);
+                const int64_t n = pos0 + t0 + nt;  // keys visible to the last query of the block
+                S.resize(static_cast<size_t>(nt * n));
+                const float* qh = q + t0 * ldq + h * d;
+                const float* kg = k + (h / G) * d;
+                const float* vg = v + (h / G) * d;
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(nt), static_cast<int>(n), d,
+                            scale, qh, static_cast<int>(ldq), kg, static_cast<int>(ld_kv), 0.0f, S.data(),
+                            static_cast<int>(n));
+                for (int64_t i = 0; i < nt; ++i) {
+                    float* row = S.data() + i * n;
+                    const int64_t visible = pos0 + t0 + i + 1;
+                    softmax_inplace(row, visible);
+                    std::fill(row + visible, row + n, 0.0f);
+                }
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(nt), d, static_cast<int>(n),
+                            1.0f, S.data(), static_cast<int>(n), vg, static_cast<int>(ld_kv), 0.0f,
+                            out + t0 * ldq + h * d, static_cast<int>(ldq));
+            }
+    }
+}
+
+}  // namespace
+
+void attention_dense_causal(const float* q, int64_t T, int64_t pos0, const float* k, const float* v, int64_t ld_kv,
+                            const AttnShape& s, float* out) {
+    if (T < 8)
+        attention_small_t(q, T, pos0, k, v, ld_kv, s, out);
+    else
+        attention_blocked(q, T, pos0, k, v, ld_kv, s, out);
+}
+
+void attention_reference(const float* q, int64_t T, int64_t pos0, const float* k, const float* v, int64_t ld_kv,
+                         const AttnShape& s, float* out) {
+    const int G = s.n_head / s.n_head_kv, d = s.head_dim;
+    for (int64_t t = 0; t < T; ++t)
+        for (int h = 0; h < s.n_head; ++h) {
+            const int64_t n = pos0 + t + 1;
+            std::vector<double> p(n);
+            const float* qh = q + (t * s.n_head + h) * d;
+            double m = -INFINITY;
+            for (int64_t j = 0; j < n; ++j) {
+                double dot = 0;
+                for (int c = 0; c < d; ++c) dot += double(qh[c]) * k[j * ld_kv + (h / G) * d + c];
+                p[j] = dot / std::sqrt(double(d));
+                m = std::max(m, p[j]);
+            }
+            double sum = 0;
+            for (auto& x : p) sum += (x = std::exp(x - m));
+            for (int c = 0; c < d; ++c) {
+                double o = 0;
+                for (int64_t j = 0; j < n; ++j) o += p[j] / sum * v[j * ld_kv + (h / G) * d + c];
+                out[(t * s.n_head + h) * d + c] = static_cast<float>(o);
+            }
+        }
+}
+
+}  // namespace kvsieve

@@ -1,0 +1,29 @@
+#pragma once
+// Softmax attention kernels over a dense (contiguous) key/value store.
+#include <cstdint>
+
+namespace kvsieve {
+
+/// Geometry of grouped-query attention: Hq query heads share Hkv KV heads (group G = Hq/Hkv;
+/// query head h reads KV head h / G), head dimension d.
+struct AttnShape {
+    int n_head = 0;     ///< Hq
+    int n_head_kv = 0;  ///< Hkv
+    int head_dim = 0;   ///< d
+};
+
+/// Causal attention of T queries against a dense cache whose entry j holds position j.
+///   q:   [T][Hq][d] float32, query t has position pos0 + t and sees entries 0 … pos0 + t.
+///   k,v: [≥ pos0+T][ld_kv] float32 (keys after RoPE), KV head g at offset g·d of each row.
+///   out: [T][Hq][d] float32.
+/// o = softmax(q·kᵀ / √d) · v per query head (Vaswani et al. 2017, eq. 1), F32 accumulation. Decode-sized T
+/// runs a per-(token, KV head) loop reading each key once for the whole GQA group; larger T runs blocked
+/// SGEMMs per query head.
+void attention_dense_causal(const float* q, int64_t T, int64_t pos0, const float* k, const float* v, int64_t ld_kv,
+                            const AttnShape& s, float* out);
+
+/// Plain scalar reference of the same computation (for tests).
+void attention_reference(const float* q, int64_t T, int64_t pos0, const float* k, const float* v, int64_t ld_kv,
+                         const AttnShape& s, float* out);
+
+}  // namespace kvsieve

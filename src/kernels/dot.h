@@ -1,0 +1,37 @@
+#pragma once
+// Dot products of one weight row with one activation vector, per weight type and instruction set.
+// The scalar set is the readable reference; AVX2 and AVX-512 sets are chosen at run time
+// (kernels/cpu_features.h) and tested against it.
+#include <cstdint>
+
+#include "kernels/quant.h"
+
+namespace kvsieve {
+
+/// One instruction set's kernels. n counts weights; nb counts blocks (32 for Q8_0/Q4_0, 256 for K-quants).
+/// Q8_0 rows are dotted with activations quantized to Q8_0 (integer products, as ggml does); every other
+/// type with float32 activations. Each returns the float32 sum.
+struct DotKernels {
+    const char* isa;
+    float (*f32)(const float* w, const float* x, int64_t n);
+    float (*f16)(const uint16_t* w, const float* x, int64_t n);
+    float (*bf16)(const uint16_t* w, const float* x, int64_t n);
+    float (*q8_0)(const BlockQ8_0* w, const BlockQ8_0* xq, int64_t nb);
+    float (*q4_0)(const BlockQ4_0* w, const float* x, int64_t nb);
+    float (*q4_k)(const BlockQ4K* w, const float* x, int64_t nb);
+    float (*q6_k)(const BlockQ6K* w, const float* x, int64_t nb);
+    /// Row conversion used when a weight panel is dequantized for a prefill GEMM.
+    void (*dequant_row)(TensorType t, const void* src, float* dst, int64_t n);
+    /// Quantizes activations for Q8_0 weights (same rounding as quantize_row_q8_0).
+    void (*quantize_q8_0)(const float* x, BlockQ8_0* y, int64_t n);
+};
+
+const DotKernels& dot_kernels_scalar();
+const DotKernels& dot_kernels_avx2();
+const DotKernels& dot_kernels_avx512();
+
+/// The fastest set this CPU runs (AVX-512 with VNNI, else AVX2+FMA+F16C, else scalar). The environment
+/// variable KVSIEVE_ISA=scalar|avx2|avx512 forces one (an unsupported choice throws Error).
+const DotKernels& dot_kernels();
+
+}  // namespace kvsieve

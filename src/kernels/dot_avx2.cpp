@@ -1,0 +1,85 @@
+// AVX2 + FMA + F16C kernels. Compiled with those flags; only called after cpu_features checks.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels/dot.h"
+
+namespace kvsieve {
+namespace avx2 {
+#include "kernels/dot_generic.inc"
+
+static inline float hsum(__m256 a) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_hadd_ps(s, s);
+    s = _mm_hadd_ps(s, s);
+    return _mm_cvtss_f32(s);
+}
+
+static float dot_f32(const float* w, const float* x, int64_t n) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8), _mm256_loadu_ps(x + i + 8), a1);
+    }
+    float s = hsum(_mm256_add_ps(a0, a1));
+    for (; i < n; ++i) s += w[i] * x[i];
+    return s;
+}
+
+static float dot_f16(const uint16_t* w, const float* x, int64_t n) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i)));
+        const __m256 w1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i + 8)));
+        a0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + i), a0);
+        a1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + i + 8), a1);
+    }
+    float s = hsum(_mm256_add_ps(a0, a1));
+    for (; i < n; ++i) s += fp16_to_fp32(w[i]) * x[i];
+    return s;
+}
+
+// int8 · int8 of one 32-value block: maddubs(|w|, x·sign(w)) → int16 pairs, madd with 1 → int32 lanes.
+static inline __m256 block_dot_q8(const BlockQ8_0& w, const BlockQ8_0& x) {
+    const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs));
+    const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs));
+    const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(xq, wq));
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+}
+
+static float dot_q8_0(const BlockQ8_0* w, const BlockQ8_0* xq, int64_t nb) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        a0 = _mm256_fmadd_ps(_mm256_set1_ps(fp16_to_fp32(w[b].d) * fp16_to_fp32(xq[b].d)),
+                             block_dot_q8(w[b], xq[b]), a0);
+        a1 = _mm256_fmadd_ps(_mm256_set1_ps(fp16_to_fp32(w[b + 1].d) * fp16_to_fp32(xq[b + 1].d)),
+                             block_dot_q8(w[b + 1], xq[b + 1]), a1);
+    }
+    for (; b < nb; ++b)
+        a0 = _mm256_fmadd_ps(_mm256_set1_ps(fp16_to_fp32(w[b].d) * fp16_to_fp32(xq[b].d)),
+                             block_dot_q8(w[b], xq[b]), a0);
+    return hsum(_mm256_add_ps(a0, a1));
+}
+
+static void dequant_row(TensorType t, const void* src, float* dst, int64_t n) {
+    if (t != TensorType::F16) return g_dequant_row_blocks(t, src, dst, n);
+    const auto* s = static_cast<const uint16_t*>(src);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
+    for (; i < n; ++i) dst[i] = fp16_to_fp32(s[i]);
+}
+}  // namespace avx2
+
+const DotKernels& dot_kernels_avx2() {
+    static const DotKernels k = {"avx2",         avx2::dot_f32,    avx2::dot_f16,    avx2::g_dot_bf16,
+                                 avx2::dot_q8_0, avx2::g_dot_q4_0, avx2::g_dot_q4_k, avx2::g_dot_q6_k,
+                                 avx2::dequant_row, quantize_row_q8_0};
+    return k;
+}
+
+}  // namespace kvsieve

@@ -1,0 +1,24 @@
+// Scalar reference kernels (no instruction-set assumptions beyond x86-64 baseline / any CPU).
+#include <cstring>
+
+#include "kernels/dot.h"
+
+namespace kvsieve {
+namespace scalar {
+#include "kernels/dot_generic.inc"
+
+static float dot_f16(const uint16_t* w, const float* x, int64_t n) {
+    float s = 0;
+    for (int64_t i = 0; i < n; ++i) s += fp16_to_fp32(w[i]) * x[i];
+    return s;
+}
+}  // namespace scalar
+
+const DotKernels& dot_kernels_scalar() {
+    static const DotKernels k = {"scalar",         scalar::g_dot_f32,  scalar::dot_f16,  scalar::g_dot_bf16,
+                                 scalar::g_dot_q8_0, scalar::g_dot_q4_0, scalar::g_dot_q4_k, scalar::g_dot_q6_k,
+                                 dequantize_row,   quantize_row_q8_0};
+    return k;
+}
+
+}  // namespace kvsieve

@@ -1,0 +1,99 @@
+#include "kernels/matmul.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "kernels/dot.h"
+#include "util/error.h"
+
+namespace kvsieve {
+namespace {
+
+/// Activations in the form a weight type's dot kernel expects.
+struct PreparedX {
+    const float* f32 = nullptr;  // [T][cols]
+    std::vector<BlockQ8_0> q8;   // [T][cols/32] for Q8_0 weights
+    int64_t q8_stride = 0;
+};
+
+PreparedX prepare(const DotKernels& k, const WeightMatrix& W, const float* X, int64_t T) {
+    PreparedX p;
+    p.f32 = X;
+    if (W.type == TensorType::Q8_0) {
+        p.q8_stride = W.cols / QK8_0;
+        p.q8.resize(static_cast<size_t>(T * p.q8_stride));
+        for (int64_t t = 0; t < T; ++t) k.quantize_q8_0(X + t * W.cols, p.q8.data() + t * p.q8_stride, W.cols);
+    }
+    return p;
+}
+
+inline float dot_row(const DotKernels& k, const WeightMatrix& W, int64_t r, const PreparedX& p, int64_t t) {
+    const uint8_t* w = W.row(r);
+    const float* x = p.f32 + t * W.cols;
+    switch (W.type) {
+        case TensorType::F32: return k.f32(reinterpret_cast<const float*>(w), x, W.cols);
+        case TensorType::F16: return k.f16(reinterpret_cast<const uint16_t*>(w), x, W.cols);
+        case TensorType::BF16: return k.bf16(reinterpret_cast<const uint16_t*>(w), x, W.cols);
+        case TensorType::Q8_0:
+            return k.q8_0(reinterpret_cast<const BlockQ8_0*>(w), p.q8.data() + t * p.q8_stride, W.cols / QK8_0);
+        case TensorType::Q4_0: return k.q4_0(reinterpret_cast<const BlockQ4_0*>(w), x, W.cols / QK8_0);
+        case TensorType::Q4_K: return k.q4_k(reinterpret_cast<const BlockQ4K*>(w), x, W.cols / QK_K);
+        case TensorType::Q6_K: return k.q6_k(reinterpret_cast<const BlockQ6K*>(w), x, W.cols / QK_K);
+    }
+    return 0;
+}
+
+void gemv(const DotKernels& k, const WeightMatrix& W, const float* X, int64_t T, float* Y, int64_t ldy) {
+    const PreparedX p = prepare(k, W, X, T);
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < W.rows; ++r)
+        for (int64_t t = 0; t < T; ++t) Y[t * ldy + r] = dot_row(k, W, r, p, t);
+}
+
+void gemm_panels(const DotKernels& k, const WeightMatrix& W, const float* X, int64_t T, float* Y, int64_t ldy) {
+    if (W.type == TensorType::F32) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(T), static_cast<int>(W.rows),
+                    static_cast<int>(W.cols), 1.0f, X, static_cast<int>(W.cols),
+                    reinterpret_cast<const float*>(W.data), static_cast<int>(W.row_bytes / sizeof(float)), 0.0f,
+                    Y, static_cast<int>(ldy));
+        return;
+    }
+    // Panels of about 2M weights (8 MB of float32) keep the scratch bounded for any matrix size.
+    const int64_t panel = std::clamp<int64_t>((int64_t{1} << 21) / W.cols, 16, W.rows);
+    thread_local std::vector<float> buf;
+    buf.resize(static_cast<size_t>(panel * W.cols));
+    for (int64_t r0 = 0; r0 < W.rows; r0 += panel) {
+        const int64_t n = std::min(panel, W.rows - r0);
+        float* b = buf.data();
+#pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < n; ++r) k.dequant_row(W.type, W.row(r0 + r), b + r * W.cols, W.cols);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(T), static_cast<int>(n),
+                    static_cast<int>(W.cols), 1.0f, X, static_cast<int>(W.cols), b, static_cast<int>(W.cols), 0.0f,
+                    Y + r0, static_cast<int>(ldy));
+    }
+}
+
+}  // namespace
+
+void matmul(const WeightMatrix& W, const float* X, int64_t T, float* Y, int64_t ldy) {
+    if (ldy < 0) ldy = W.rows;
+    require(ldy >= W.rows, "matmul: output stride ", ldy, " is smaller than the ", W.rows, " rows of ", W.name);
+    const DotKernels& k = dot_kernels();
+    if (T >= kGemmMinTokens || (W.type == TensorType::F32 && T > 1))
+        gemm_panels(k, W, X, T, Y, ldy);
+    else
+        gemv(k, W, X, T, Y, ldy);
+}
+
+void matmul_reference(const WeightMatrix& W, const float* X, int64_t T, float* Y) {
+    gemv(dot_kernels_scalar(), W, X, T, Y, W.rows);
+}
+
+void dequantize_weight_row(const WeightMatrix& W, int64_t r, float* dst) {
+    dot_kernels().dequant_row(W.type, W.row(r), dst, W.cols);
+}
+
+}  // namespace kvsieve

@@ -1,0 +1,41 @@
+#pragma once
+// Matrix products with weight matrices of any supported type.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "kernels/tensor_types.h"
+
+namespace kvsieve {
+
+/// A read-only view of a 2-D weight tensor: `rows` rows of `cols` weights of `type`, each row
+/// `row_bytes` apart (GGUF ne = [cols, rows]; a linear layer maps cols inputs to rows outputs).
+struct WeightMatrix {
+    TensorType type = TensorType::F32;
+    int64_t rows = 0;
+    int64_t cols = 0;
+    size_t row_bytes = 0;
+    const uint8_t* data = nullptr;
+    std::string name;
+
+    const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }
+    size_t nbytes() const { return row_bytes * static_cast<size_t>(rows); }
+};
+
+/// Y[t][r] = Σ_c W[r][c] · X[t][c] for t < T (X: [T][cols] row-major, Y: [T][rows] row-major; ldy ≥ rows
+/// is Y's row stride). Small T: threaded GEMV over rows with the type's dot kernel, every weight read once
+/// for all T vectors (Q8_0 weights see activations quantized to Q8_0). Large T: row panels of W are
+/// dequantized to float32 into a bounded scratch buffer and multiplied with OpenBLAS SGEMM; F32 weights
+/// go to SGEMM directly. Never holds a dequantized copy of more than one panel.
+void matmul(const WeightMatrix& W, const float* X, int64_t T, float* Y, int64_t ldy = -1);
+
+/// Same product through the scalar reference kernels only (for tests).
+void matmul_reference(const WeightMatrix& W, const float* X, int64_t T, float* Y);
+
+/// Number of tokens from which matmul switches from GEMV to panel SGEMM.
+constexpr int64_t kGemmMinTokens = 32;
+
+/// Dequantizes row r of W into dst[cols] (float32).
+void dequantize_weight_row(const WeightMatrix& W, int64_t r, float* dst);
+
+}  // namespace kvsieve

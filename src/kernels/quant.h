@@ -1,0 +1,129 @@
+#pragma once
+// Block formats of the quantized weight types (ggml layout, bit-exact with GGUF files) and their scalar
+// reference dequantisation / quantisation. Every fast kernel is tested against these.
+#include <cstdint>
+
+#include "kernels/fp16.h"
+#include "kernels/tensor_types.h"
+
+namespace kvsieve {
+
+constexpr int QK8_0 = 32;  ///< weights per Q8_0 / Q4_0 block
+constexpr int QK_K = 256;  ///< weights per K-quant super-block
+
+/// Q8_0: x_j = d · q_j, q_j int8, d binary16. 34 bytes per 32 weights.
+struct BlockQ8_0 {
+    uint16_t d;
+    int8_t qs[QK8_0];
+};
+static_assert(sizeof(BlockQ8_0) == 34);
+
+/// Q4_0: x_j = d · (nibble_j − 8); qs[j] holds weight j (low nibble) and j+16 (high). 18 bytes per 32.
+struct BlockQ4_0 {
+    uint16_t d;
+    uint8_t qs[QK8_0 / 2];
+};
+static_assert(sizeof(BlockQ4_0) == 18);
+
+/// Q4_K: 8 sub-blocks of 32 with 6-bit scales and mins packed in `scales`;
+/// x = d·sc_j·q − dmin·m_j, q a 4-bit value. 144 bytes per 256 weights.
+struct BlockQ4K {
+    uint16_t d;
+    uint16_t dmin;
+    uint8_t scales[12];
+    uint8_t qs[QK_K / 2];
+};
+static_assert(sizeof(BlockQ4K) == 144);
+
+/// Q6_K: 16 sub-blocks of 16 with int8 scales; 6-bit values (low 4 bits in ql, high 2 in qh), offset −32.
+/// x = d · sc_j · (q − 32). 210 bytes per 256 weights.
+struct BlockQ6K {
+    uint8_t ql[QK_K / 2];
+    uint8_t qh[QK_K / 4];
+    int8_t scales[QK_K / 16];
+    uint16_t d;
+};
+static_assert(sizeof(BlockQ6K) == 210);
+
+/// Unpacks the 6-bit scale and min of sub-block j (0..7) of a Q4_K block.
+inline void q4k_scale_min(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+/// Scalar reference: 32 floats from one Q8_0 block.
+inline void dequant_block_q8_0(const BlockQ8_0* b, float* y) {
+    const float d = fp16_to_fp32(b->d);
+    for (int j = 0; j < QK8_0; ++j) y[j] = d * b->qs[j];
+}
+/// Scalar reference: 32 floats from one Q4_0 block.
+inline void dequant_block_q4_0(const BlockQ4_0* b, float* y) {
+    const float d = fp16_to_fp32(b->d);
+    for (int j = 0; j < QK8_0 / 2; ++j) {
+        y[j] = d * ((b->qs[j] & 0xF) - 8);
+        y[j + QK8_0 / 2] = d * ((b->qs[j] >> 4) - 8);
+    }
+}
+/// Scalar reference: 256 floats from one Q4_K block.
+inline void dequant_block_q4_k(const BlockQ4K* b, float* y) {
+    const float d = fp16_to_fp32(b->d), dmin = fp16_to_fp32(b->dmin);
+    const uint8_t* q = b->qs;
+    for (int is = 0; is < 8; is += 2) {
+        uint8_t sc, m;
+        q4k_scale_min(is, b->scales, &sc, &m);
+        const float d1 = d * sc, m1 = dmin * m;
+        q4k_scale_min(is + 1, b->scales, &sc, &m);
+        const float d2 = d * sc, m2 = dmin * m;
+        for (int l = 0; l < 32; ++l) y[l] = d1 * (q[l] & 0xF) - m1;
+        for (int l = 0; l < 32; ++l) y[32 + l] = d2 * (q[l] >> 4) - m2;
+        q += 32;
+        y += 64;
+    }
+}
+/// Scalar reference: 256 floats from one Q6_K block.
+inline void dequant_block_q6_k(const BlockQ6K* b, float* y) {
+    const float d = fp16_to_fp32(b->d);
+    const uint8_t* ql = b->ql;
+    const uint8_t* qh = b->qh;
+    const int8_t* sc = b->scales;
+    for (int n = 0; n < QK_K; n += 128) {
+        for (int l = 0; l < 32; ++l) {
+            const int is = l / 16;
+            const int q1 = static_cast<int8_t>((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+            const int q2 = static_cast<int8_t>((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+            const int q3 = static_cast<int8_t>((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+            const int q4 = static_cast<int8_t>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+            y[l] = d * sc[is] * q1;
+            y[l + 32] = d * sc[is + 2] * q2;
+            y[l + 64] = d * sc[is + 4] * q3;
+            y[l + 96] = d * sc[is + 6] * q4;
+        }
+        y += 128;
+        ql += 64;
+        qh += 32;
+        sc += 8;
+    }
+}
+
+/// Scalar reference: n floats (n a multiple of the block size) from a row of type t.
+/// Throws Error for unsupported types.
+void dequantize_row(TensorType t, const void* src, float* dst, int64_t n);
+
+/// Quantizes n floats (multiple of 32) to Q8_0 like ggml: d = max|x|/127 (stored as binary16),
+/// q = round-half-even(x/d).
+void quantize_row_q8_0(const float* x, BlockQ8_0* y, int64_t n);
+/// Quantizes n floats (multiple of 32) to Q4_0 like ggml's reference: d = max/−8 of the signed value of
+/// largest magnitude, q = clamp(round(x/d) + 8, 0, 15).
+void quantize_row_q4_0(const float* x, BlockQ4_0* y, int64_t n);
+/// Converts n floats to binary16 / bfloat16 (round to nearest even).
+void quantize_row_f16(const float* x, uint16_t* y, int64_t n);
+void quantize_row_bf16(const float* x, uint16_t* y, int64_t n);
+/// Quantizes n floats into `dst` of type t (F32, F16, BF16, Q8_0, Q4_0); throws Error for K-quants.
+void quantize_row(TensorType t, const float* x, void* dst, int64_t n);
+
+}  // namespace kvsieve

@@ -1,0 +1,65 @@
+#include "model/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "util/error.h"
+
+namespace kvsieve {
+
+void SamplerParams::validate() const {
+    require(std::isfinite(temp) && temp >= 0, "--temp must be ≥ 0, got ", temp);
+    require(top_p > 0 && top_p <= 1, "--top-p must be in (0, 1], got ", top_p);
+    require(min_p >= 0 && min_p <= 1, "--min-p must be in [0, 1], got ", min_p);
+}
+
+int32_t argmax(const float* logits, int n) {
+    int32_t best = 0;
+    for (int i = 1; i < n; ++i)
+        if (logits[i] > logits[best]) best = i;
+    return best;
+}
+
+Sampler::Sampler(const SamplerParams& p) : p_(p), rng_(p.seed) { p_.validate(); }
+
+int32_t Sampler::sample(const float* logits, int n_vocab) {
+    if (p_.temp <= 0) return argmax(logits, n_vocab);
+    cand_.resize(n_vocab);
+    for (int i = 0; i < n_vocab; ++i) cand_[i] = {logits[i], i};
+    auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+    size_t n = cand_.size();
+    if (p_.top_k > 0 && static_cast<size_t>(p_.top_k) < n) {
+        std::partial_sort(cand_.begin(), cand_.begin() + p_.top_k, cand_.end(), by_logit);
+        n = p_.top_k;
+    } else {
+        std::sort(cand_.begin(), cand_.end(), by_logit);
+    }
+    // Softmax at temperature 1 for top-p / min-p (as llama.cpp's chain does before temperature).
+    std::vector<double> prob(n);
+    double sum = 0;
+    for (size_t i = 0; i < n; ++i) sum += (prob[i] = std::exp(double(cand_[i].first) - cand_[0].first));
+    for (auto& q : prob) q /= sum;
+    if (p_.top_p < 1) {
+        double cum = 0;
+        size_t keep = n;
+        for (size_t i = 0; i < n; ++i) {
+            cum += prob[i];
+            if (cum >= p_.top_p) {
+                keep = i + 1;
+                break;
+            }
+        }
+        n = keep;
+    }
+    if (p_.min_p > 0) {
+        size_t keep = 1;
+        while (keep < n && prob[keep] >= p_.min_p * prob[0]) ++keep;
+        n = keep;
+    }
+    std::vector<double> w(n);
+    for (size_t i = 0; i < n; ++i) w[i] = std::exp((double(cand_[i].first) - cand_[0].first) / p_.temp);
+    std::discrete_distribution<size_t> dist(w.begin(), w.end());
+    return cand_[dist(rng_)].second;
+}
+
+}  // namespace kvsieve

@@ -1,0 +1,37 @@
+#pragma once
+// Choosing the next token from logits: greedy or temperature sampling with top-k, top-p and min-p.
+#include <cstdint>
+#include <random>
+#include <vector>
+
+namespace kvsieve {
+
+/// Sampling settings with llama.cpp's meaning and defaults. temp ≤ 0 means greedy (argmax, lowest id on ties).
+struct SamplerParams {
+    float temp = 0.8f;
+    int top_k = 40;       ///< keep the k most likely tokens (≤ 0: all)
+    float top_p = 0.95f;  ///< keep the smallest set whose probability mass reaches p (1: off)
+    float min_p = 0.05f;  ///< drop tokens whose probability is below min_p × the top probability (0: off)
+    uint64_t seed = 0xdeadbeef;
+
+    /// Throws Error naming the first out-of-range value (temp < 0, top_p ∉ (0,1], min_p ∉ [0,1]).
+    void validate() const;
+};
+
+/// Applies top-k → top-p → min-p to the softmax of logits / temp, then draws from what remains
+/// (the order llama.cpp's default chain uses). Deterministic for a given seed.
+class Sampler {
+public:
+    explicit Sampler(const SamplerParams& p);
+    int32_t sample(const float* logits, int n_vocab);
+
+private:
+    SamplerParams p_;
+    std::mt19937_64 rng_;
+    std::vector<std::pair<float, int32_t>> cand_;
+};
+
+/// Index of the largest logit (lowest index on ties).
+int32_t argmax(const float* logits, int n);
+
+}  // namespace kvsieve

@@ -1,0 +1,174 @@
+// Fast kernels against the scalar references and against float64 products of dequantized weights.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "io/gguf.h"
+#include "kernels/attention.h"
+#include "kernels/cpu_features.h"
+#include "kernels/dot.h"
+#include "kernels/matmul.h"
+#include "kernels/quant.h"
+#include "test_util.h"
+
+namespace kvsieve {
+namespace {
+
+std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> d(0.0f, scale);
+    std::vector<float> v(n);
+    for (auto& x : v) x = d(rng);
+    return v;
+}
+
+/// A weight matrix of `type` holding random values, with its storage.
+struct OwnedMatrix {
+    std::vector<uint8_t> bytes;
+    WeightMatrix m;
+};
+OwnedMatrix make_matrix(TensorType type, int64_t rows, int64_t cols, uint32_t seed) {
+    OwnedMatrix o;
+    const auto f = randn(rows * cols, seed, 0.05f);
+    o.m.type = type;
+    o.m.rows = rows;
+    o.m.cols = cols;
+    o.m.row_bytes = row_bytes(type, cols);
+    o.bytes.resize(o.m.row_bytes * rows);
+    for (int64_t r = 0; r < rows; ++r) quantize_row(type, f.data() + r * cols, o.bytes.data() + r * o.m.row_bytes, cols);
+    o.m.data = o.bytes.data();
+    o.m.name = "test";
+    return o;
+}
+
+/// Y = X · Wᵀ in float64 from the scalar dequantisation.
+std::vector<double> exact_product(const WeightMatrix& W, const std::vector<float>& X, int64_t T) {
+    std::vector<double> Y(T * W.rows);
+    std::vector<float> row(W.cols);
+    for (int64_t r = 0; r < W.rows; ++r) {
+        dequantize_row(W.type, W.row(r), row.data(), W.cols);
+        for (int64_t t = 0; t < T; ++t) {
+            double s = 0;
+            for (int64_t c = 0; c < W.cols; ++c) s += double(row[c]) * X[t * W.cols + c];
+            Y[t * W.rows + r] = s;
+        }
+    }
+    return Y;
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<double>& b) {
+    double m = 0;
+    for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+    return m;
+}
+
+std::vector<const DotKernels*> available_kernel_sets() {
+    std::vector<const DotKernels*> k{&dot_kernels_scalar()};
+    if (cpu_features().has_avx2_set()) k.push_back(&dot_kernels_avx2());
+    if (cpu_features().has_avx512_set()) k.push_back(&dot_kernels_avx512());
+    return k;
+}
+
+TEST(Kernels, EveryInstructionSetMatchesScalarDots) {
+    const int64_t n = 512 + 32;  // not a multiple of 64, exercising tails of the float kernels
+    const auto x = randn(n, 1);
+    const auto wf = randn(n, 2);
+    std::vector<uint16_t> h(n), bf(n);
+    quantize_row_f16(wf.data(), h.data(), n);
+    quantize_row_bf16(wf.data(), bf.data(), n);
+    std::vector<BlockQ8_0> wq(n / 32), xq(n / 32);
+    quantize_row_q8_0(wf.data(), wq.data(), n);
+    quantize_row_q8_0(x.data(), xq.data(), n);
+    std::vector<BlockQ4_0> w4(n / 32);
+    quantize_row_q4_0(wf.data(), w4.data(), n);
+    const DotKernels& ref = dot_kernels_scalar();
+    for (const DotKernels* k : available_kernel_sets()) {
+        SCOPED_TRACE(k->isa);
+        EXPECT_NEAR(k->f32(wf.data(), x.data(), n), ref.f32(wf.data(), x.data(), n), 1e-3);
+        EXPECT_NEAR(k->f16(h.data(), x.data(), n), ref.f16(h.data(), x.data(), n), 1e-3);
+        EXPECT_NEAR(k->bf16(bf.data(), x.data(), n), ref.bf16(bf.data(), x.data(), n), 1e-3);
+        EXPECT_NEAR(k->q8_0(wq.data(), xq.data(), n / 32), ref.q8_0(wq.data(), xq.data(), n / 32), 1e-3);
+        EXPECT_NEAR(k->q4_0(w4.data(), x.data(), n / 32), ref.q4_0(w4.data(), x.data(), n / 32), 1e-3);
+        std::vector<float> a(n), b(n);
+        k->dequant_row(TensorType::F16, h.data(), a.data(), n);
+        ref.dequant_row(TensorType::F16, h.data(), b.data(), n);
+        EXPECT_EQ(a, b);
+    }
+}
+
+TEST(Kernels, KQuantDotsMatchScalarOnRealBlocks) {
+    // Q4_K and Q6_K blocks of a file written by llama.cpp's quantizer.
+    GGUFFile f(test::model_path("tiny-qwen3-q4_k_m.gguf"));
+    const auto* q4 = f.find_tensor("blk.0.attn_q.weight");
+    const auto* q6 = f.find_tensor("token_embd.weight");
+    ASSERT_EQ(q4->type, 12u);
+    ASSERT_EQ(q6->type, 14u);
+    const int64_t n = 256;
+    const auto x = randn(n, 3);
+    const DotKernels& ref = dot_kernels_scalar();
+    for (const DotKernels* k : available_kernel_sets()) {
+        SCOPED_TRACE(k->isa);
+        for (int r = 0; r < 8; ++r) {
+            const auto* b4 = reinterpret_cast<const BlockQ4K*>(q4->data) + r;
+            const auto* b6 = reinterpret_cast<const BlockQ6K*>(q6->data) + r;
+            EXPECT_NEAR(k->q4_k(b4, x.data(), 1), ref.q4_k(b4, x.data(), 1), 1e-4);
+            EXPECT_NEAR(k->q6_k(b6, x.data(), 1), ref.q6_k(b6, x.data(), 1), 1e-4);
+        }
+    }
+}
+
+TEST(Kernels, MatmulGemvAndGemmPathsMatchExactProduct) {
+    for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0}) {
+        SCOPED_TRACE(type_name(t));
+        const auto W = make_matrix(t, 96, 256, 7);
+        for (int64_t T : {int64_t{1}, int64_t{3}, kGemmMinTokens + 5}) {
+            SCOPED_TRACE(T);
+            const auto X = randn(T * 256, 11);
+            std::vector<float> Y(T * 96), Yref(T * 96);
+            matmul(W.m, X.data(), T, Y.data());
+            const auto exact = exact_product(W.m, X, T);
+            // Q8_0 GEMV quantizes activations (≈ 0.4% relative error per block); the rest is float rounding.
+            const double tol = (t == TensorType::Q8_0 && T < kGemmMinTokens) ? 2e-2 : 1e-4;
+            EXPECT_LE(max_abs_diff(Y, exact), tol);
+            if (T < kGemmMinTokens && t != TensorType::F32) {
+                matmul_reference(W.m, X.data(), T, Yref.data());
+                double m = 0;
+                for (size_t i = 0; i < Y.size(); ++i) m = std::max(m, double(std::fabs(Y[i] - Yref[i])));
+                EXPECT_LE(m, 1e-4);
+            }
+        }
+    }
+}
+
+TEST(Kernels, OutputStrideLeavesOtherColumnsAlone) {
+    const auto W = make_matrix(TensorType::F16, 16, 64, 5);
+    const auto X = randn(2 * 64, 6);
+    std::vector<float> Y(2 * 20, -7.0f);
+    matmul(W.m, X.data(), 2, Y.data(), 20);
+    const auto exact = exact_product(W.m, X, 2);
+    for (int t = 0; t < 2; ++t) {
+        for (int r = 0; r < 16; ++r) EXPECT_NEAR(Y[t * 20 + r], exact[t * 16 + r], 1e-4);
+        for (int r = 16; r < 20; ++r) EXPECT_EQ(Y[t * 20 + r], -7.0f);
+    }
+}
+
+TEST(Kernels, AttentionMatchesReference) {
+    const AttnShape s{8, 2, 32};
+    for (auto [T, pos0] : std::vector<std::pair<int64_t, int64_t>>{{1, 0}, {1, 37}, {5, 3}, {50, 10}, {300, 0}}) {
+        SCOPED_TRACE(testing::Message() << "T=" << T << " pos0=" << pos0);
+        const int64_t n = pos0 + T, ld = 2 * 32;
+        const auto q = randn(T * 8 * 32, 21);
+        const auto k = randn(n * ld, 22);
+        const auto v = randn(n * ld, 23);
+        std::vector<float> out(T * 8 * 32), ref(T * 8 * 32);
+        attention_dense_causal(q.data(), T, pos0, k.data(), v.data(), ld, s, out.data());
+        attention_reference(q.data(), T, pos0, k.data(), v.data(), ld, s, ref.data());
+        double m = 0;
+        for (size_t i = 0; i < out.size(); ++i) m = std::max(m, double(std::fabs(out[i] - ref[i])));
+        EXPECT_LE(m, 1e-5);
+    }
+}
+
+}  // namespace
+}  // namespace kvsieve
