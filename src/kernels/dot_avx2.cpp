@@ -5,6 +5,9 @@
 
 #include "kernels/dot.h"
 
+// Block scales are converted with F16C here (the scalar table lookup is not inlined).
+#define KVSIEVE_HALF(h) _cvtsh_ss(h)
+
 namespace kvsieve {
 namespace avx2 {
 #include "kernels/dot_generic.inc"
@@ -54,13 +57,13 @@ static float dot_q8_0(const BlockQ8_0* w, const BlockQ8_0* xq, int64_t nb) {
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
-        a0 = _mm256_fmadd_ps(_mm256_set1_ps(fp16_to_fp32(w[b].d) * fp16_to_fp32(xq[b].d)),
+        a0 = _mm256_fmadd_ps(_mm256_set1_ps(KVSIEVE_HALF(w[b].d) * KVSIEVE_HALF(xq[b].d)),
                              block_dot_q8(w[b], xq[b]), a0);
-        a1 = _mm256_fmadd_ps(_mm256_set1_ps(fp16_to_fp32(w[b + 1].d) * fp16_to_fp32(xq[b + 1].d)),
+        a1 = _mm256_fmadd_ps(_mm256_set1_ps(KVSIEVE_HALF(w[b + 1].d) * KVSIEVE_HALF(xq[b + 1].d)),
                              block_dot_q8(w[b + 1], xq[b + 1]), a1);
     }
     for (; b < nb; ++b)
-        a0 = _mm256_fmadd_ps(_mm256_set1_ps(fp16_to_fp32(w[b].d) * fp16_to_fp32(xq[b].d)),
+        a0 = _mm256_fmadd_ps(_mm256_set1_ps(KVSIEVE_HALF(w[b].d) * KVSIEVE_HALF(xq[b].d)),
                              block_dot_q8(w[b], xq[b]), a0);
     return hsum(_mm256_add_ps(a0, a1));
 }

@@ -1,6 +1,5 @@
 #include "kernels/fp16.h"
 
-#include <array>
 #include <cmath>
 
 namespace kvsieve {
@@ -32,18 +31,9 @@ float half_bits_to_float(uint16_t h) {
     return f;
 }
 
-const std::array<float, 65536>& table() {
-    static const std::array<float, 65536> t = [] {
-        std::array<float, 65536> a{};
-        for (uint32_t i = 0; i < 65536; ++i) a[i] = half_bits_to_float(static_cast<uint16_t>(i));
-        return a;
-    }();
-    return t;
-}
-
 }  // namespace
 
-float fp16_to_fp32(uint16_t h) { return table()[h]; }
+float fp16_to_fp32_special(uint16_t h) { return half_bits_to_float(h); }
 
 uint16_t fp32_to_fp16(float f) {
     uint32_t x;

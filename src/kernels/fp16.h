@@ -5,8 +5,18 @@
 
 namespace kvsieve {
 
-/// IEEE 754 binary16 → float32 through a 65,536-entry table (exact).
-float fp16_to_fp32(uint16_t h);
+/// IEEE 754 binary16 → float32 for zeros, subnormals, infinities and NaN (exact).
+float fp16_to_fp32_special(uint16_t h);
+
+/// IEEE 754 binary16 → float32 (exact): normal numbers by rebiasing the exponent inline, the rest out of line.
+inline float fp16_to_fp32(uint16_t h) {
+    const uint32_t em = h & 0x7fffu;
+    if (em < 0x0400u || em >= 0x7c00u) return fp16_to_fp32_special(h);
+    const uint32_t bits = (static_cast<uint32_t>(h & 0x8000u) << 16) | ((em << 13) + ((127u - 15u) << 23));
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+}
 /// float32 → IEEE binary16, round to nearest even; overflow gives ±inf, NaN stays NaN.
 uint16_t fp32_to_fp16(float f);
 

@@ -1,0 +1,65 @@
+// Micro-benchmarks of the matmul kernels: GEMV (decode) bytes/s per weight type and instruction set, and
+// panel-SGEMM (prefill) FLOP/s. Run: build/bin/kvsieve_bench_kernels [--benchmark_filter=...]
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <vector>
+
+#include "kernels/matmul.h"
+#include "kernels/parallel.h"
+#include "kernels/quant.h"
+
+namespace kvsieve {
+namespace {
+
+struct Mat {
+    std::vector<uint8_t> bytes;
+    WeightMatrix m;
+};
+
+Mat make(TensorType t, int64_t rows, int64_t cols) {
+    Mat o;
+    std::mt19937 rng(1);
+    std::normal_distribution<float> d(0, 0.02f);
+    std::vector<float> row(cols);
+    o.m = {t, rows, cols, row_bytes(t, cols), nullptr, "bench"};
+    o.bytes.resize(o.m.row_bytes * rows);
+    for (int64_t r = 0; r < rows; ++r) {
+        for (auto& v : row) v = d(rng);
+        quantize_row(t, row.data(), o.bytes.data() + r * o.m.row_bytes, cols);
+    }
+    o.m.data = o.bytes.data();
+    return o;
+}
+
+// args: type, rows, cols, tokens, threads
+void BM_Matmul(benchmark::State& st) {
+    const auto t = static_cast<TensorType>(st.range(0));
+    const int64_t rows = st.range(1), cols = st.range(2), T = st.range(3);
+    set_num_threads(static_cast<int>(st.range(4)));
+    const Mat W = make(t, rows, cols);
+    std::vector<float> X(T * cols, 0.5f), Y(T * rows);
+    for (auto _ : st) {
+        matmul(W.m, X.data(), T, Y.data());
+        benchmark::DoNotOptimize(Y.data());
+    }
+    st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * static_cast<int64_t>(W.m.nbytes()));
+    st.counters["GFLOP/s"] = benchmark::Counter(2.0 * rows * cols * T * st.iterations(), benchmark::Counter::kIsRate,
+                                                benchmark::Counter::kIs1000);
+    st.SetLabel(type_name(t));
+}
+
+void args(benchmark::internal::Benchmark* b) {
+    for (TensorType t : {TensorType::F16, TensorType::Q8_0, TensorType::F32, TensorType::BF16, TensorType::Q4_0})
+        for (int th : {1, 2}) {
+            b->Args({static_cast<int64_t>(t), 3072, 1024, 1, th});   // ffn_up of qwen3-0.6b, decode
+            b->Args({static_cast<int64_t>(t), 16384, 1024, 1, th});  // a slice of the output matrix, decode
+        }
+    for (TensorType t : {TensorType::F16, TensorType::Q8_0}) b->Args({static_cast<int64_t>(t), 3072, 1024, 512, 2});
+}
+BENCHMARK(BM_Matmul)->Apply(args)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+}  // namespace kvsieve
+
+BENCHMARK_MAIN();
