@@ -17,6 +17,9 @@ struct DotKernels {
     float (*f16)(const uint16_t* w, const float* x, int64_t n);
     float (*bf16)(const uint16_t* w, const float* x, int64_t n);
     float (*q8_0)(const BlockQ8_0* w, const BlockQ8_0* xq, int64_t nb);
+    /// Q8_0 in the split layout (kernels/repack.h): wq int8 [32·nb], wd binary16 [nb]; activations
+    /// xq int8 [32·nb] (64-byte aligned), xd float32 [nb] (their binary16-rounded scales).
+    float (*q8_0_split)(const int8_t* wq, const uint16_t* wd, const int8_t* xq, const float* xd, int64_t nb);
     float (*q4_0)(const BlockQ4_0* w, const float* x, int64_t nb);
     float (*q4_k)(const BlockQ4K* w, const float* x, int64_t nb);
     float (*q6_k)(const BlockQ6K* w, const float* x, int64_t nb);

@@ -10,7 +10,6 @@
 
 namespace kvsieve {
 namespace avx2 {
-#include "kernels/dot_generic.inc"
 
 static inline float hsum(__m256 a) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
@@ -31,10 +30,14 @@ static float dot_f32(const float* w, const float* x, int64_t n) {
     return s;
 }
 
+static float isa_dot_f32(const float* w, const float* x, int64_t n) { return dot_f32(w, x, n); }
+#include "kernels/dot_generic.inc"
+
 static float dot_f16(const uint16_t* w, const float* x, int64_t n) {
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
+        _mm_prefetch(reinterpret_cast<const char*>(w + i) + 2048, _MM_HINT_T0);
         const __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i)));
         const __m256 w1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i + 8)));
         a0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + i), a0);
@@ -80,7 +83,7 @@ static void dequant_row(TensorType t, const void* src, float* dst, int64_t n) {
 
 const DotKernels& dot_kernels_avx2() {
     static const DotKernels k = {"avx2",         avx2::dot_f32,    avx2::dot_f16,    avx2::g_dot_bf16,
-                                 avx2::dot_q8_0, avx2::g_dot_q4_0, avx2::g_dot_q4_k, avx2::g_dot_q6_k,
+                                 avx2::dot_q8_0, avx2::g_dot_q8_0_split, avx2::g_dot_q4_0, avx2::g_dot_q4_k, avx2::g_dot_q6_k,
                                  avx2::dequant_row, quantize_row_q8_0};
     return k;
 }

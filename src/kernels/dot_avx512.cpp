@@ -10,7 +10,6 @@
 
 namespace kvsieve {
 namespace avx512 {
-#include "kernels/dot_generic.inc"
 
 static float dot_f32(const float* w, const float* x, int64_t n) {
     __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
@@ -25,12 +24,15 @@ static float dot_f32(const float* w, const float* x, int64_t n) {
     return s;
 }
 
+static float isa_dot_f32(const float* w, const float* x, int64_t n) { return dot_f32(w, x, n); }
+#include "kernels/dot_generic.inc"
+
 static float dot_f16(const uint16_t* w, const float* x, int64_t n) {
     __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
     int64_t i = 0;
     for (; i + 64 <= n; i += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(w + i) + 1024, _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(w + i) + 1088, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(w + i) + 2048, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(w + i) + 2112, _MM_HINT_T0);
         const __m512 w0 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i)));
         const __m512 w1 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i + 16)));
         const __m512 w2 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i + 32)));
@@ -63,9 +65,9 @@ static float dot_q8_0(const BlockQ8_0* w, const BlockQ8_0* xq, int64_t nb) {
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
     int64_t b = 0;
     for (; b + 4 <= nb; b += 4) {
-        _mm_prefetch(reinterpret_cast<const char*>(w + b) + 1024, _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(w + b) + 1088, _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(w + b) + 1152, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(w + b) + 2048, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(w + b) + 2112, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(w + b) + 2176, _MM_HINT_T0);
         a0 = _mm256_fmadd_ps(_mm256_set1_ps(KVSIEVE_HALF(w[b].d) * KVSIEVE_HALF(xq[b].d)), block_dot_q8(w[b], xq[b]), a0);
         a1 = _mm256_fmadd_ps(_mm256_set1_ps(KVSIEVE_HALF(w[b + 1].d) * KVSIEVE_HALF(xq[b + 1].d)),
                              block_dot_q8(w[b + 1], xq[b + 1]), a1);
@@ -83,6 +85,37 @@ static float dot_q8_0(const BlockQ8_0* w, const BlockQ8_0* xq, int64_t nb) {
     return _mm_cvtss_f32(s);
 }
 
+// Split-layout Q8_0: two blocks per 512-bit load; sixteen block scales per step, spread to the two
+// 8-lane halves of each pair with one permute.
+static float dot_q8_0_split(const int8_t* wq, const uint16_t* wd, const int8_t* xq, const float* xd, int64_t nb) {
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    const __m512i zero = _mm512_setzero_si512();
+    int64_t b = 0;
+    for (; b + 16 <= nb; b += 16) {
+        const __m512 sc = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wd + b))),
+                                        _mm512_loadu_ps(xd + b));
+        __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+        const __m512i two = _mm512_set1_epi32(2);
+        for (int p = 0; p < 8; ++p, idx = _mm512_add_epi32(idx, two)) {
+            const int8_t* wp = wq + (b + 2 * p) * QK8_0;
+            _mm_prefetch(reinterpret_cast<const char*>(wp) + 4096, _MM_HINT_T0);
+            const __m512i w = _mm512_loadu_si512(wp);
+            const __m512i x = _mm512_loadu_si512(xq + (b + 2 * p) * QK8_0);
+            const __mmask64 neg = _mm512_movepi8_mask(w);
+            const __m512i sx = _mm512_mask_sub_epi8(x, neg, zero, x);
+            const __m512i dot = _mm512_dpbusd_epi32(zero, _mm512_abs_epi8(w), sx);
+            const __m512 s = _mm512_permutexvar_ps(idx, sc);
+            if (p & 1)
+                acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), s, acc1);
+            else
+                acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), s, acc0);
+        }
+    }
+    float s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    if (b < nb) s += g_dot_q8_0_split(wq + b * QK8_0, wd + b, xq + b * QK8_0, xd + b, nb - b);
+    return s;
+}
+
 static void dequant_row(TensorType t, const void* src, float* dst, int64_t n) {
     if (t != TensorType::F16) return g_dequant_row_blocks(t, src, dst, n);
     const auto* s = static_cast<const uint16_t*>(src);
@@ -95,7 +128,7 @@ static void dequant_row(TensorType t, const void* src, float* dst, int64_t n) {
 
 const DotKernels& dot_kernels_avx512() {
     static const DotKernels k = {"avx512",         avx512::dot_f32,    avx512::dot_f16,    avx512::g_dot_bf16,
-                                 avx512::dot_q8_0, avx512::g_dot_q4_0, avx512::g_dot_q4_k, avx512::g_dot_q6_k,
+                                 avx512::dot_q8_0, avx512::dot_q8_0_split, avx512::g_dot_q4_0, avx512::g_dot_q4_k, avx512::g_dot_q6_k,
                                  avx512::dequant_row, quantize_row_q8_0};
     return k;
 }

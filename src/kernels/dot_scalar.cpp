@@ -5,6 +5,11 @@
 
 namespace kvsieve {
 namespace scalar {
+static float isa_dot_f32(const float* w, const float* x, int64_t n) {
+    float s = 0;
+    for (int64_t i = 0; i < n; ++i) s += w[i] * x[i];
+    return s;
+}
 #include "kernels/dot_generic.inc"
 
 static float dot_f16(const uint16_t* w, const float* x, int64_t n) {
@@ -16,7 +21,7 @@ static float dot_f16(const uint16_t* w, const float* x, int64_t n) {
 
 const DotKernels& dot_kernels_scalar() {
     static const DotKernels k = {"scalar",         scalar::g_dot_f32,  scalar::dot_f16,  scalar::g_dot_bf16,
-                                 scalar::g_dot_q8_0, scalar::g_dot_q4_0, scalar::g_dot_q4_k, scalar::g_dot_q6_k,
+                                 scalar::g_dot_q8_0, scalar::g_dot_q8_0_split, scalar::g_dot_q4_0, scalar::g_dot_q4_k, scalar::g_dot_q6_k,
                                  dequantize_row,   quantize_row_q8_0};
     return k;
 }

@@ -4,9 +4,11 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "kernels/dot.h"
+#include "kernels/repack.h"
 #include "util/error.h"
 
 namespace kvsieve {
@@ -17,6 +19,8 @@ struct PreparedX {
     const float* f32 = nullptr;  // [T][cols]
     std::vector<BlockQ8_0> q8;   // [T][cols/32] for Q8_0 weights
     int64_t q8_stride = 0;
+    AlignedBuffer split_q;       // [T][cols] int8 for split-layout Q8_0 weights
+    std::vector<float> split_d;  // [T][cols/32]
 };
 
 PreparedX prepare(const DotKernels& k, const WeightMatrix& W, const float* X, int64_t T) {
@@ -26,6 +30,14 @@ PreparedX prepare(const DotKernels& k, const WeightMatrix& W, const float* X, in
         p.q8_stride = W.cols / QK8_0;
         p.q8.resize(static_cast<size_t>(T * p.q8_stride));
         for (int64_t t = 0; t < T; ++t) k.quantize_q8_0(X + t * W.cols, p.q8.data() + t * p.q8_stride, W.cols);
+        if (W.layout == RowLayout::kSplitQ8) {
+            p.split_q = AlignedBuffer(static_cast<size_t>(T * W.cols));
+            p.split_d.resize(p.q8.size());
+            for (size_t b = 0; b < p.q8.size(); ++b) {
+                std::memcpy(p.split_q.data() + b * QK8_0, p.q8[b].qs, QK8_0);
+                p.split_d[b] = fp16_to_fp32(p.q8[b].d);
+            }
+        }
     }
     return p;
 }
@@ -38,6 +50,10 @@ inline float dot_row(const DotKernels& k, const WeightMatrix& W, int64_t r, cons
         case TensorType::F16: return k.f16(reinterpret_cast<const uint16_t*>(w), x, W.cols);
         case TensorType::BF16: return k.bf16(reinterpret_cast<const uint16_t*>(w), x, W.cols);
         case TensorType::Q8_0:
+            if (W.layout == RowLayout::kSplitQ8)
+                return k.q8_0_split(reinterpret_cast<const int8_t*>(w), reinterpret_cast<const uint16_t*>(w + W.cols),
+                                    reinterpret_cast<const int8_t*>(p.split_q.data()) + t * W.cols,
+                                    p.split_d.data() + t * p.q8_stride, W.cols / QK8_0);
             return k.q8_0(reinterpret_cast<const BlockQ8_0*>(w), p.q8.data() + t * p.q8_stride, W.cols / QK8_0);
         case TensorType::Q4_0: return k.q4_0(reinterpret_cast<const BlockQ4_0*>(w), x, W.cols / QK8_0);
         case TensorType::Q4_K: return k.q4_k(reinterpret_cast<const BlockQ4K*>(w), x, W.cols / QK_K);
@@ -51,6 +67,20 @@ void gemv(const DotKernels& k, const WeightMatrix& W, const float* X, int64_t T,
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < W.rows; ++r)
         for (int64_t t = 0; t < T; ++t) Y[t * ldy + r] = dot_row(k, W, r, p, t);
+}
+
+/// One row of W as float32, whatever its layout.
+inline void dequant_weight_row(const DotKernels& k, const WeightMatrix& W, int64_t r, float* dst) {
+    if (W.layout == RowLayout::kSplitQ8) {
+        const int8_t* q = split_q8_quants(W, r);
+        const uint16_t* d = split_q8_scales(W, r);
+        for (int64_t b = 0; b < W.cols / QK8_0; ++b) {
+            const float s = fp16_to_fp32(d[b]);
+            for (int j = 0; j < QK8_0; ++j) dst[b * QK8_0 + j] = s * q[b * QK8_0 + j];
+        }
+        return;
+    }
+    k.dequant_row(W.type, W.row(r), dst, W.cols);
 }
 
 void gemm_panels(const DotKernels& k, const WeightMatrix& W, const float* X, int64_t T, float* Y, int64_t ldy) {
@@ -69,7 +99,7 @@ void gemm_panels(const DotKernels& k, const WeightMatrix& W, const float* X, int
         const int64_t n = std::min(panel, W.rows - r0);
         float* b = buf.data();
 #pragma omp parallel for schedule(static)
-        for (int64_t r = 0; r < n; ++r) k.dequant_row(W.type, W.row(r0 + r), b + r * W.cols, W.cols);
+        for (int64_t r = 0; r < n; ++r) dequant_weight_row(k, W, r0 + r, b + r * W.cols);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(T), static_cast<int>(n),
                     static_cast<int>(W.cols), 1.0f, X, static_cast<int>(W.cols), b, static_cast<int>(W.cols), 0.0f,
                     Y + r0, static_cast<int>(ldy));
@@ -92,8 +122,6 @@ void matmul_reference(const WeightMatrix& W, const float* X, int64_t T, float* Y
     gemv(dot_kernels_scalar(), W, X, T, Y, W.rows);
 }
 
-void dequantize_weight_row(const WeightMatrix& W, int64_t r, float* dst) {
-    dot_kernels().dequant_row(W.type, W.row(r), dst, W.cols);
-}
+void dequantize_weight_row(const WeightMatrix& W, int64_t r, float* dst) { dequant_weight_row(dot_kernels(), W, r, dst); }
 
 }  // namespace kvsieve

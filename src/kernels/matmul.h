@@ -8,6 +8,10 @@
 
 namespace kvsieve {
 
+/// How the bytes of a row are laid out: as in GGUF (interleaved blocks), or Q8_0 re-laid with quants first
+/// and scales after (kernels/repack.h).
+enum class RowLayout { kGGUF, kSplitQ8 };
+
 /// A read-only view of a 2-D weight tensor: `rows` rows of `cols` weights of `type`, each row
 /// `row_bytes` apart (GGUF ne = [cols, rows]; a linear layer maps cols inputs to rows outputs).
 struct WeightMatrix {
@@ -17,6 +21,7 @@ struct WeightMatrix {
     size_t row_bytes = 0;
     const uint8_t* data = nullptr;
     std::string name;
+    RowLayout layout = RowLayout::kGGUF;
 
     const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }
     size_t nbytes() const { return row_bytes * static_cast<size_t>(rows); }

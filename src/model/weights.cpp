@@ -29,7 +29,7 @@ const GGUFTensorInfo& get(const GGUFFile& f, const std::string& name, std::initi
     return *t;
 }
 
-WeightMatrix matrix(const GGUFFile& f, const std::string& name, int64_t rows, int64_t cols) {
+WeightMatrix matrix(const GGUFFile& f, const std::string& name, int64_t rows, int64_t cols, ModelWeights& w) {
     const GGUFTensorInfo& t = get(f, name, {cols, rows});
     WeightMatrix m;
     m.type = static_cast<TensorType>(t.type);
@@ -38,6 +38,11 @@ WeightMatrix matrix(const GGUFFile& f, const std::string& name, int64_t rows, in
     m.row_bytes = row_bytes(m.type, cols);
     m.data = t.data;
     m.name = name;
+    if (m.type == TensorType::Q8_0) {
+        auto buf = std::make_shared<AlignedBuffer>();
+        m = repack_q8_0_split(m, *buf);
+        w.owned.push_back(std::move(buf));
+    }
     return m;
 }
 
@@ -53,10 +58,10 @@ std::vector<float> vec(const GGUFFile& f, const std::string& name, int64_t n) {
 ModelWeights ModelWeights::from_gguf(const GGUFFile& f, const ModelConfig& c) {
     ModelWeights w;
     const int64_t D = c.n_embd, q_dim = int64_t(c.n_head) * c.head_dim, kv_dim = int64_t(c.n_head_kv) * c.head_dim;
-    w.tok_embd = matrix(f, "token_embd.weight", c.n_vocab, D);
+    w.tok_embd = matrix(f, "token_embd.weight", c.n_vocab, D, w);
     w.output_norm = vec(f, "output_norm.weight", D);
     if (f.find_tensor("output.weight")) {
-        w.output = matrix(f, "output.weight", c.n_vocab, D);
+        w.output = matrix(f, "output.weight", c.n_vocab, D, w);
     } else {
         w.output = w.tok_embd;
         w.tied_output = true;
@@ -68,10 +73,10 @@ ModelWeights ModelWeights::from_gguf(const GGUFFile& f, const ModelConfig& c) {
         LayerWeights& L = w.layers[l];
         L.attn_norm = vec(f, p + "attn_norm.weight", D);
         L.ffn_norm = vec(f, p + "ffn_norm.weight", D);
-        L.wq = matrix(f, p + "attn_q.weight", q_dim, D);
-        L.wk = matrix(f, p + "attn_k.weight", kv_dim, D);
-        L.wv = matrix(f, p + "attn_v.weight", kv_dim, D);
-        L.wo = matrix(f, p + "attn_output.weight", D, q_dim);
+        L.wq = matrix(f, p + "attn_q.weight", q_dim, D, w);
+        L.wk = matrix(f, p + "attn_k.weight", kv_dim, D, w);
+        L.wv = matrix(f, p + "attn_v.weight", kv_dim, D, w);
+        L.wo = matrix(f, p + "attn_output.weight", D, q_dim, w);
         if (c.qkv_bias) {
             L.bq = vec(f, p + "attn_q.bias", q_dim);
             L.bk = vec(f, p + "attn_k.bias", kv_dim);
@@ -81,9 +86,9 @@ ModelWeights ModelWeights::from_gguf(const GGUFFile& f, const ModelConfig& c) {
             L.q_norm = vec(f, p + "attn_q_norm.weight", c.head_dim);
             L.k_norm = vec(f, p + "attn_k_norm.weight", c.head_dim);
         }
-        L.w_gate = matrix(f, p + "ffn_gate.weight", c.n_ff, D);
-        L.w_up = matrix(f, p + "ffn_up.weight", c.n_ff, D);
-        L.w_down = matrix(f, p + "ffn_down.weight", D, c.n_ff);
+        L.w_gate = matrix(f, p + "ffn_gate.weight", c.n_ff, D, w);
+        L.w_up = matrix(f, p + "ffn_up.weight", c.n_ff, D, w);
+        L.w_down = matrix(f, p + "ffn_down.weight", D, c.n_ff, w);
     }
     return w;
 }

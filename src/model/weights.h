@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kernels/matmul.h"
+#include "kernels/repack.h"
 #include "model/config.h"
 
 namespace kvsieve {
@@ -29,6 +30,9 @@ struct ModelWeights {
     std::vector<float> rope_freqs;   ///< Llama 3.1 frequency factors [n_rot/2]; empty if absent
     std::vector<LayerWeights> layers;
     bool tied_output = false;
+    /// Q8_0 matrices are re-laid at load into the split layout (kernels/repack.h) for the GEMV kernels;
+    /// these buffers hold them (the same size as the file's Q8_0 data).
+    std::vector<std::shared_ptr<AlignedBuffer>> owned;
 
     /// Binds every tensor the config needs; throws Error naming a missing tensor, a wrong shape
     /// ("tensor 'blk.0.attn_q.weight' has shape [256, 128], expected [256, 256]") or an unsupported type.
