@@ -99,7 +99,7 @@ TEST(Cli, SynthWritesALoadableModelAndBenchRunsIt) {
     EXPECT_EQ(r.status, 0) << r.err;
     EXPECT_NE(r.out.find("pp16 @ d8"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("tg4 @ d8"), std::string::npos) << r.out;
-    EXPECT_NE(r.out.find("of 22.0 GB/s"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("streaming read measured in this run"), std::string::npos) << r.out;
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "io/gguf.h"
@@ -10,6 +11,7 @@
 #include "kernels/dot.h"
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
+#include "kernels/repack.h"
 #include "test_util.h"
 
 namespace kvsieve {
@@ -139,6 +141,40 @@ TEST(Kernels, MatmulGemvAndGemmPathsMatchExactProduct) {
             }
         }
     }
+}
+
+TEST(Kernels, SplitQ8LayoutGivesTheSameProducts) {
+    const auto W = make_matrix(TensorType::Q8_0, 80, 512 + 64, 9);  // 18 blocks: one 16-block step + a tail
+    AlignedBuffer buf;
+    const WeightMatrix S = repack_q8_0_split(W.m, buf);
+    EXPECT_EQ(S.layout, RowLayout::kSplitQ8);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(S.data) % 64, 0u);
+    EXPECT_EQ(S.row_bytes % 64, 0u);
+    for (int64_t T : {int64_t{1}, int64_t{2}, kGemmMinTokens}) {
+        const auto X = randn(T * W.m.cols, 12);
+        std::vector<float> a(T * 80), b(T * 80);
+        matmul(W.m, X.data(), T, a.data());
+        matmul(S, X.data(), T, b.data());
+        for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-4) << "T=" << T << " i=" << i;
+    }
+    std::vector<float> r1(W.m.cols), r2(W.m.cols);
+    dequantize_weight_row(W.m, 5, r1.data());
+    dequantize_weight_row(S, 5, r2.data());
+    EXPECT_EQ(r1, r2);
+    // Every instruction set's split kernel equals the scalar one on one row.
+    const auto x = randn(W.m.cols, 13);
+    std::vector<BlockQ8_0> xq(W.m.cols / 32);
+    quantize_row_q8_0(x.data(), xq.data(), W.m.cols);
+    AlignedBuffer q(W.m.cols);
+    std::vector<float> d(xq.size());
+    for (size_t i = 0; i < xq.size(); ++i) {
+        std::memcpy(q.data() + i * 32, xq[i].qs, 32);
+        d[i] = fp16_to_fp32(xq[i].d);
+    }
+    const auto* qs = reinterpret_cast<const int8_t*>(q.data());
+    const float want = dot_kernels_scalar().q8_0_split(split_q8_quants(S, 3), split_q8_scales(S, 3), qs, d.data(), 18);
+    for (const DotKernels* k : available_kernel_sets())
+        EXPECT_NEAR(k->q8_0_split(split_q8_quants(S, 3), split_q8_scales(S, 3), qs, d.data(), 18), want, 1e-4) << k->isa;
 }
 
 TEST(Kernels, OutputStrideLeavesOtherColumnsAlone) {
