@@ -10,5 +10,6 @@ void add_convert(CLI::App& app);
 void add_bench(CLI::App& app);
 void add_synth(CLI::App& app);
 void add_inspect(CLI::App& app);
+void add_quantize(CLI::App& app);
 
 }  // namespace kvsieve::cli

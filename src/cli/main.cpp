@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
     kvsieve::cli::add_bench(app);
     kvsieve::cli::add_synth(app);
     kvsieve::cli::add_inspect(app);
+    kvsieve::cli::add_quantize(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

@@ -84,7 +84,7 @@ static void dequant_row(TensorType t, const void* src, float* dst, int64_t n) {
 const DotKernels& dot_kernels_avx2() {
     static const DotKernels k = {"avx2",         avx2::dot_f32,    avx2::dot_f16,    avx2::g_dot_bf16,
                                  avx2::dot_q8_0, avx2::g_dot_q8_0_split, avx2::g_dot_q4_0, avx2::g_dot_q4_k, avx2::g_dot_q6_k,
-                                 avx2::dequant_row, quantize_row_q8_0};
+                                 avx2::dequant_row, quantize_row_q8_0_activations};
     return k;
 }
 

@@ -129,7 +129,7 @@ static void dequant_row(TensorType t, const void* src, float* dst, int64_t n) {
 const DotKernels& dot_kernels_avx512() {
     static const DotKernels k = {"avx512",         avx512::dot_f32,    avx512::dot_f16,    avx512::g_dot_bf16,
                                  avx512::dot_q8_0, avx512::dot_q8_0_split, avx512::g_dot_q4_0, avx512::g_dot_q4_k, avx512::g_dot_q6_k,
-                                 avx512::dequant_row, quantize_row_q8_0};
+                                 avx512::dequant_row, quantize_row_q8_0_activations};
     return k;
 }
 

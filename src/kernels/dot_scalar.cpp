@@ -22,7 +22,7 @@ static float dot_f16(const uint16_t* w, const float* x, int64_t n) {
 const DotKernels& dot_kernels_scalar() {
     static const DotKernels k = {"scalar",         scalar::g_dot_f32,  scalar::dot_f16,  scalar::g_dot_bf16,
                                  scalar::g_dot_q8_0, scalar::g_dot_q8_0_split, scalar::g_dot_q4_0, scalar::g_dot_q4_k, scalar::g_dot_q6_k,
-                                 dequantize_row,   quantize_row_q8_0};
+                                 dequantize_row,   quantize_row_q8_0_activations};
     return k;
 }
 

@@ -46,7 +46,9 @@ void dequantize_row(TensorType t, const void* src, float* dst, int64_t n) {
     fail("cannot dequantize tensors of type ", type_name(t));
 }
 
-void quantize_row_q8_0(const float* x, BlockQ8_0* y, int64_t n) {
+namespace {
+template <class Round>
+void quantize_q8_0_with(const float* x, BlockQ8_0* y, int64_t n, Round round) {
     for (int64_t b = 0; b < n / QK8_0; ++b) {
         const float* xb = x + b * QK8_0;
         float amax = 0;
@@ -54,8 +56,17 @@ void quantize_row_q8_0(const float* x, BlockQ8_0* y, int64_t n) {
         const float d = amax / 127.0f;
         const float id = d != 0 ? 1.0f / d : 0.0f;
         y[b].d = fp32_to_fp16(d);
-        for (int j = 0; j < QK8_0; ++j) y[b].qs[j] = static_cast<int8_t>(std::nearbyint(xb[j] * id));
+        for (int j = 0; j < QK8_0; ++j) y[b].qs[j] = static_cast<int8_t>(round(xb[j] * id));
     }
+}
+}  // namespace
+
+void quantize_row_q8_0(const float* x, BlockQ8_0* y, int64_t n) {
+    quantize_q8_0_with(x, y, n, [](float v) { return std::round(v); });
+}
+
+void quantize_row_q8_0_activations(const float* x, BlockQ8_0* y, int64_t n) {
+    quantize_q8_0_with(x, y, n, [](float v) { return std::nearbyint(v); });
 }
 
 void quantize_row_q4_0(const float* x, BlockQ4_0* y, int64_t n) {

@@ -114,9 +114,11 @@ inline void dequant_block_q6_k(const BlockQ6K* b, float* y) {
 /// Throws Error for unsupported types.
 void dequantize_row(TensorType t, const void* src, float* dst, int64_t n);
 
-/// Quantizes n floats (multiple of 32) to Q8_0 like ggml: d = max|x|/127 (stored as binary16),
-/// q = round-half-even(x/d).
+/// Quantizes n floats (multiple of 32) to Q8_0 like ggml's reference quantizer (llama-quantize):
+/// d = max|x|/127 (stored as binary16), q = round-half-away-from-zero(x/d).
 void quantize_row_q8_0(const float* x, BlockQ8_0* y, int64_t n);
+/// The same with ties to even, as ggml's SIMD path quantizes activations before Q8_0 dot products.
+void quantize_row_q8_0_activations(const float* x, BlockQ8_0* y, int64_t n);
 /// Quantizes n floats (multiple of 32) to Q4_0 like ggml's reference: d = max/−8 of the signed value of
 /// largest magnitude, q = clamp(round(x/d) + 8, 0, 15).
 void quantize_row_q4_0(const float* x, BlockQ4_0* y, int64_t n);

@@ -1,0 +1,28 @@
+// kvsieve quantize IN.gguf OUT.gguf --type f16|bf16|q8_0|q4_0
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "kernels/parallel.h"
+#include "model/quantize.h"
+
+namespace kvsieve::cli {
+
+void add_quantize(CLI::App& app) {
+    auto* cmd = app.add_subcommand("quantize", "convert the weight matrices of a GGUF model to another type");
+    struct Opts {
+        std::string in, out, type;
+        int threads = 0;
+    };
+    auto o = std::make_shared<Opts>();
+    cmd->add_option("input", o->in, "GGUF model")->required()->check(CLI::ExistingFile);
+    cmd->add_option("output", o->out, "GGUF file to write")->required();
+    cmd->add_option("--type", o->type, "f32, f16, bf16, q8_0 or q4_0")->required();
+    cmd->add_option("-t,--threads", o->threads, "threads (0: all cores)");
+    cmd->callback([o] {
+        set_num_threads(o->threads);
+        quantize_model(o->in, o->out, parse_type(o->type));
+        std::fprintf(stderr, "wrote %s\n", o->out.c_str());
+    });
+}
+
+}  // namespace kvsieve::cli
