@@ -74,6 +74,7 @@ void run(const GenerateOpts& o) {
     } else {
         std::printf("\n");
     }
+    std::fflush(stdout);
     if (!o.quiet) {
         const double n_dec = out.size() > 1 ? static_cast<double>(out.size() - 1) : 0;
         std::fprintf(stderr, "prefill: %zu tokens in %.1f ms (%.1f t/s); decode: %zu tokens in %.1f ms (%.1f t/s)\n",
