@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "kernels/attention.h"
 #include "util/error.h"
 
 namespace kvsieve {
@@ -22,6 +23,12 @@ void DenseKVCache::write(int layer, int64_t pos, int64_t T, const float* k, cons
             " do not fit in a context of ", n_ctx_);
     std::memcpy(k_[layer].data() + pos * row_, k, sizeof(float) * T * row_);
     std::memcpy(v_[layer].data() + pos * row_, v, sizeof(float) * T * row_);
+}
+
+void DenseKVCache::attend(const LayerInputs& in, float* out) {
+    write(in.layer, in.pos0, in.T, in.k, in.v);
+    attention_dense_causal(in.q, in.T, in.pos0, keys(in.layer), values(in.layer), row_, {in.n_head, in.n_head_kv, in.head_dim},
+                           out);
 }
 
 uint64_t DenseKVCache::bytes() const { return 2ull * n_layer_ * n_ctx_ * row_ * sizeof(float); }

@@ -2,6 +2,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "cli/cache_options.h"
 #include "cli/commands.h"
 #include "kernels/parallel.h"
 #include "model/llama_model.h"
@@ -21,6 +22,7 @@ struct GenerateOpts {
     bool ids = false;
     bool no_bos = false;
     bool quiet = false;
+    CacheOptions cache;
 };
 
 double now_s() {
@@ -44,7 +46,7 @@ void run(const GenerateOpts& o) {
     const int64_t n_gen = std::min<int64_t>(o.n_predict, n_ctx - static_cast<int64_t>(prompt.size()));
     if (!o.quiet) std::fprintf(stderr, "model: %s\n", c.summary().c_str());
 
-    DenseKVCache cache = model.make_cache(n_ctx);
+    std::unique_ptr<KVCache> cache = o.cache.make_cache(model, n_ctx);
     Sampler sampler(o.sp);
     std::vector<float> logits;
     std::vector<int32_t> out;
@@ -54,7 +56,7 @@ void run(const GenerateOpts& o) {
         std::fflush(stdout);
     }
     const double t0 = now_s();
-    model.forward(prompt, cache, logits);
+    o.cache.prefill(model, *cache, prompt, logits);
     const double t1 = now_s();
     for (int64_t i = 0; i < n_gen; ++i) {
         const int32_t next = sampler.sample(logits.data(), c.n_vocab);
@@ -64,7 +66,7 @@ void run(const GenerateOpts& o) {
             std::fputs(tok->token_to_piece(next).c_str(), stdout);
             std::fflush(stdout);
         }
-        if (i + 1 < n_gen) model.forward({next}, cache, logits);
+        if (i + 1 < n_gen) model.forward({next}, *cache, logits);
     }
     const double t2 = now_s();
     if (o.ids) {
@@ -80,7 +82,9 @@ void run(const GenerateOpts& o) {
         std::fprintf(stderr, "prefill: %zu tokens in %.1f ms (%.1f t/s); decode: %zu tokens in %.1f ms (%.1f t/s)\n",
                      prompt.size(), 1e3 * (t1 - t0), prompt.size() / (t1 - t0), out.size(), 1e3 * (t2 - t1),
                      n_dec > 0 ? n_dec / (t2 - t1) : 0.0);
+        std::fputs(cache->stats().table().c_str(), stderr);
     }
+    o.cache.write_stats(cache->stats());
 }
 }  // namespace
 
@@ -100,6 +104,7 @@ void add_generate(CLI::App& app) {
     cmd->add_flag("--ids", o->ids, "print the generated token ids (one line) instead of text");
     cmd->add_flag("--no-bos", o->no_bos, "do not add BOS to the prompt");
     cmd->add_flag("-q,--quiet", o->quiet, "no model summary or timings on stderr");
+    o->cache.add_to(cmd);
     cmd->callback([o] { run(*o); });
 }
 

@@ -96,6 +96,34 @@ void attention_blocked(const float* q, int64_t T, int64_t pos0, const float* k, 
 
 }  // namespace
 
+void attention_prefill_group(const float* q, int64_t ldq, int G, int d, int64_t T, const float* k, const float* v,
+                             int64_t n_prefix, float* out, int64_t ldo, KeyStat stat, float* stat_out) {
+    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+    const int64_t n = n_prefix + T;
+    constexpr int64_t kBlock = 128;
+    if (stat != KeyStat::kNone) std::fill(stat_out, stat_out + G * n, 0.0f);
+    std::vector<float> S;
+    for (int g = 0; g < G; ++g)
+        for (int64_t t0 = 0; t0 < T; t0 += kBlock) {
+            const int64_t nt = std::min(kBlock, T - t0), nk = n_prefix + t0 + nt;
+            S.resize(static_cast<size_t>(nt * nk));
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(nt), static_cast<int>(nk), d, scale,
+                        q + t0 * ldq + g * d, static_cast<int>(ldq), k, d, 0.0f, S.data(), static_cast<int>(nk));
+            for (int64_t i = 0; i < nt; ++i) {
+                float* row = S.data() + i * nk;
+                const int64_t visible = n_prefix + t0 + i + 1;
+                softmax_inplace(row, visible);
+                std::fill(row + visible, row + nk, 0.0f);
+                if (stat == KeyStat::kSum)
+                    for (int64_t j = 0; j < visible; ++j) stat_out[g * n + j] += row[j];
+                else if (stat == KeyStat::kLast && t0 + i == T - 1)
+                    for (int64_t j = 0; j < visible; ++j) stat_out[g * n + j] = row[j];
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(nt), d, static_cast<int>(nk), 1.0f,
+                        S.data(), static_cast<int>(nk), v, d, 0.0f, out + t0 * ldo + g * d, static_cast<int>(ldo));
+        }
+}
+
 void attention_dense_causal(const float* q, int64_t T, int64_t pos0, const float* k, const float* v, int64_t ld_kv,
                             const AttnShape& s, float* out) {
     if (T < 8)

@@ -22,6 +22,17 @@ struct AttnShape {
 void attention_dense_causal(const float* q, int64_t T, int64_t pos0, const float* k, const float* v, int64_t ld_kv,
                             const AttnShape& s, float* out);
 
+/// What attention_prefill_group reports per key besides the output.
+enum class KeyStat { kNone, kSum, kLast };
+
+/// Causal attention of T queries — the G query heads of one KV group — over n = n_prefix + T keys of that
+/// KV head: the first n_prefix keys (already cached) are visible to every query, key n_prefix + t to queries
+/// t' ≥ t. q: query t of group head g at q + t·ldq + g·d; k, v: [n][d] float32; out likewise with ldo.
+/// stat_out [G][n] (if stat ≠ kNone): per key, Σ over the T queries of its softmax weight (kSum), or the last
+/// query's weight (kLast). Blocked SGEMMs of 128 queries, single-threaded (callers run heads in parallel).
+void attention_prefill_group(const float* q, int64_t ldq, int G, int d, int64_t T, const float* k, const float* v,
+                             int64_t n_prefix, float* out, int64_t ldo, KeyStat stat, float* stat_out);
+
 /// Plain scalar reference of the same computation (for tests).
 void attention_reference(const float* q, int64_t T, int64_t pos0, const float* k, const float* v, int64_t ld_kv,
                          const AttnShape& s, float* out);

@@ -27,6 +27,11 @@ struct DotKernels {
     void (*dequant_row)(TensorType t, const void* src, float* dst, int64_t n);
     /// Quantizes activations for Q8_0 weights (same rounding as quantize_row_q8_0).
     void (*quantize_q8_0)(const float* x, BlockQ8_0* y, int64_t n);
+    /// Online-softmax attention step over n ≤ 16 cached rows k, v (F32, F16 or BF16; row length d ≤ 256) for
+    /// G queries q [G][d]: updates the running max m[G], normaliser l[G] and unnormalised output o[G][d].
+    /// When s_out is set the scaled scores are also stored at s_out[g·s_stride + j].
+    void (*attend_rows)(TensorType kv, const void* k, const void* v, int n, int d, const float* q, int G, float scale,
+                        float* m, float* l, float* o, float* s_out, int64_t s_stride);
 };
 
 const DotKernels& dot_kernels_scalar();

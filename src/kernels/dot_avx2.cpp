@@ -1,6 +1,8 @@
 // AVX2 + FMA + F16C kernels. Compiled with those flags; only called after cpu_features checks.
 #include <immintrin.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "kernels/dot.h"
@@ -79,12 +81,13 @@ static void dequant_row(TensorType t, const void* src, float* dst, int64_t n) {
         _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
     for (; i < n; ++i) dst[i] = fp16_to_fp32(s[i]);
 }
+#include "kernels/attention_generic.inc"
 }  // namespace avx2
 
 const DotKernels& dot_kernels_avx2() {
     static const DotKernels k = {"avx2",         avx2::dot_f32,    avx2::dot_f16,    avx2::g_dot_bf16,
                                  avx2::dot_q8_0, avx2::g_dot_q8_0_split, avx2::g_dot_q4_0, avx2::g_dot_q4_k, avx2::g_dot_q6_k,
-                                 avx2::dequant_row, quantize_row_q8_0_activations};
+                                 avx2::dequant_row, quantize_row_q8_0_activations, avx2::attend_rows};
     return k;
 }
 

@@ -1,6 +1,8 @@
 // AVX-512 (F, BW, VL, DQ, VNNI) kernels. Compiled with those flags; only called after cpu_features checks.
 #include <immintrin.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "kernels/dot.h"
@@ -124,12 +126,13 @@ static void dequant_row(TensorType t, const void* src, float* dst, int64_t n) {
         _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i))));
     for (; i < n; ++i) dst[i] = fp16_to_fp32(s[i]);
 }
+#include "kernels/attention_generic.inc"
 }  // namespace avx512
 
 const DotKernels& dot_kernels_avx512() {
     static const DotKernels k = {"avx512",         avx512::dot_f32,    avx512::dot_f16,    avx512::g_dot_bf16,
                                  avx512::dot_q8_0, avx512::dot_q8_0_split, avx512::g_dot_q4_0, avx512::g_dot_q4_k, avx512::g_dot_q6_k,
-                                 avx512::dequant_row, quantize_row_q8_0_activations};
+                                 avx512::dequant_row, quantize_row_q8_0_activations, avx512::attend_rows};
     return k;
 }
 

@@ -1,4 +1,6 @@
 // Scalar reference kernels (no instruction-set assumptions beyond x86-64 baseline / any CPU).
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "kernels/dot.h"
@@ -12,6 +14,9 @@ static float isa_dot_f32(const float* w, const float* x, int64_t n) {
 }
 #include "kernels/dot_generic.inc"
 
+static void dequant_row(TensorType t, const void* src, float* dst, int64_t n) { dequantize_row(t, src, dst, n); }
+#include "kernels/attention_generic.inc"
+
 static float dot_f16(const uint16_t* w, const float* x, int64_t n) {
     float s = 0;
     for (int64_t i = 0; i < n; ++i) s += fp16_to_fp32(w[i]) * x[i];
@@ -22,7 +27,7 @@ static float dot_f16(const uint16_t* w, const float* x, int64_t n) {
 const DotKernels& dot_kernels_scalar() {
     static const DotKernels k = {"scalar",         scalar::g_dot_f32,  scalar::dot_f16,  scalar::g_dot_bf16,
                                  scalar::g_dot_q8_0, scalar::g_dot_q8_0_split, scalar::g_dot_q4_0, scalar::g_dot_q4_k, scalar::g_dot_q6_k,
-                                 dequantize_row,   quantize_row_q8_0_activations};
+                                 dequantize_row,   quantize_row_q8_0_activations, scalar::attend_rows};
     return k;
 }
 

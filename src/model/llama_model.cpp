@@ -2,7 +2,6 @@
 
 #include <cmath>
 
-#include "kernels/attention.h"
 #include "kernels/matmul.h"
 #include "util/error.h"
 
@@ -45,7 +44,7 @@ void add_bias(float* x, const std::vector<float>& b, int64_t T) {
 }
 }  // namespace
 
-void LlamaModel::forward(const std::vector<int32_t>& tokens, DenseKVCache& cache, std::vector<float>& logits,
+void LlamaModel::forward(const std::vector<int32_t>& tokens, SequenceCache& cache, std::vector<float>& logits,
                          bool all_logits) const {
     const ModelConfig& c = cfg_;
     const int64_t T = static_cast<int64_t>(tokens.size());
@@ -56,7 +55,7 @@ void LlamaModel::forward(const std::vector<int32_t>& tokens, DenseKVCache& cache
     const int64_t D = c.n_embd, d = c.head_dim, q_dim = int64_t(c.n_head) * d, kv_dim = int64_t(c.n_head_kv) * d;
 
     std::vector<float> x(T * D), xn(T * D), q(T * q_dim), k(T * kv_dim), v(T * kv_dim), att(T * q_dim);
-    std::vector<float> g(T * c.n_ff), u(T * c.n_ff), tmp(T * D);
+    std::vector<float> g(T * c.n_ff), u(T * c.n_ff), tmp(T * D), q_pre(T * q_dim), k_pre(T * kv_dim);
 
     for (int64_t t = 0; t < T; ++t) {
         require(tokens[t] >= 0 && tokens[t] < c.n_vocab, "token id ", tokens[t], " is outside the vocabulary of ",
@@ -64,7 +63,6 @@ void LlamaModel::forward(const std::vector<int32_t>& tokens, DenseKVCache& cache
         dequantize_weight_row(w_.tok_embd, tokens[t], x.data() + t * D);
     }
     const Rope::Table rt = rope_->table(pos0, T);
-    const AttnShape shape{c.n_head, c.n_head_kv, c.head_dim};
 
     for (int l = 0; l < c.n_layer; ++l) {
         const LayerWeights& L = w_.layers[l];
@@ -81,11 +79,25 @@ void LlamaModel::forward(const std::vector<int32_t>& tokens, DenseKVCache& cache
             rms_norm(q.data(), L.q_norm.data(), q.data(), T * c.n_head, d, c.rms_eps);
             rms_norm(k.data(), L.k_norm.data(), k.data(), T * c.n_head_kv, d, c.rms_eps);
         }
+        q_pre = q;
+        k_pre = k;
         rope_->apply(rt, q.data(), c.n_head);
         rope_->apply(rt, k.data(), c.n_head_kv);
-        cache.write(l, pos0, T, k.data(), v.data());
-        attention_dense_causal(q.data(), T, pos0, cache.keys(l), cache.values(l), cache.row_stride(), shape,
-                               att.data());
+        LayerInputs in;
+        in.layer = l;
+        in.pos0 = pos0;
+        in.T = T;
+        in.n_head = c.n_head;
+        in.n_head_kv = c.n_head_kv;
+        in.head_dim = c.head_dim;
+        in.hidden_dim = c.n_embd;
+        in.hidden = xn.data();
+        in.q_pre = q_pre.data();
+        in.k_pre = k_pre.data();
+        in.q = q.data();
+        in.k = k.data();
+        in.v = v.data();
+        cache.attend(in, att.data());
         matmul(L.wo, att.data(), T, tmp.data());
         for (int64_t i = 0; i < T * D; ++i) x[i] += tmp[i];
 
@@ -96,7 +108,7 @@ void LlamaModel::forward(const std::vector<int32_t>& tokens, DenseKVCache& cache
         matmul(L.w_down, g.data(), T, tmp.data());
         for (int64_t i = 0; i < T * D; ++i) x[i] += tmp[i];
     }
-    cache.set_n_tokens(pos0 + T);
+    cache.finish_step(pos0, T);
 
     const int64_t n_out = all_logits ? T : 1;
     const float* last = x.data() + (T - n_out) * D;

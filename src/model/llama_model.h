@@ -33,10 +33,10 @@ public:
     /// A cache with room for n_ctx positions.
     DenseKVCache make_cache(int64_t n_ctx) const;
 
-    /// Runs T = tokens.size() tokens at positions cache.n_tokens() … + T − 1 in one batch, appending their
-    /// keys and values to the cache. logits becomes [T][n_vocab] (all_logits) or [n_vocab] for the last
-    /// token; raw logits (no softmax). Throws Error for an out-of-vocabulary id or a full cache.
-    void forward(const std::vector<int32_t>& tokens, DenseKVCache& cache, std::vector<float>& logits,
+    /// Runs T = tokens.size() tokens at positions cache.n_tokens() … + T − 1 in one batch, handing each
+    /// layer's keys and values to the cache. logits becomes [T][n_vocab] (all_logits) or [n_vocab] for the
+    /// last token; raw logits (no softmax). Throws Error for an out-of-vocabulary id or a full cache.
+    void forward(const std::vector<int32_t>& tokens, SequenceCache& cache, std::vector<float>& logits,
                  bool all_logits = false) const;
 
     /// Bytes of weights read by one decode step (every matrix once, plus one embedding row).

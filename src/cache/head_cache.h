@@ -1,0 +1,49 @@
+#pragma once
+// The cache of one (layer, KV head): sink tokens, the local window ring and the ragged global region.
+#include <cstdint>
+#include <functional>
+
+#include "cache/page_store.h"
+
+namespace kvsieve {
+
+/// Entries of one KV head in three regions (DESIGN §3):
+///   sinks  — the first s entries written, always kept;
+///   window — a ring of the w most recent entries, always kept;
+///   global — entries kept beyond the window; its length differs per head.
+/// An entry leaving a full window is offered to `admit(position, score)`: kept in global if true, dropped
+/// (its slot reused) if false. With w = 0 a new entry goes straight to global (the policy may then drop it).
+class HeadCache {
+public:
+    using Admit = std::function<bool(int32_t pos, float score)>;
+
+    HeadCache(KVPool* pool, int sinks, int window);
+
+    /// Adds an entry (float32 k, v [d]) at position pos with a score. Throws KVBudgetExhausted if a page is
+    /// needed and none is left.
+    void append(const float* k, const float* v, int32_t pos, float score, const Admit& admit);
+
+    PageStore& sinks() { return sinks_; }
+    PageStore& window() { return window_; }
+    PageStore& global() { return global_; }
+    const PageStore& sinks() const { return sinks_; }
+    const PageStore& window() const { return window_; }
+    const PageStore& global() const { return global_; }
+    /// The three stores, in the order attention reads them.
+    const PageStore* region(int r) const { return r == 0 ? &sinks_ : r == 1 ? &global_ : &window_; }
+    PageStore* region(int r) { return r == 0 ? &sinks_ : r == 1 ? &global_ : &window_; }
+
+    /// Removes every entry at a position ≥ n (the window ring is rebuilt in position order).
+    void truncate(int32_t n);
+
+    int64_t size() const { return sinks_.size() + window_.size() + global_.size(); }
+    int window_capacity() const { return w_; }
+    void clear();
+
+private:
+    int s_, w_;
+    int64_t ring_head_ = 0;  // index in window_ of the oldest entry once the ring is full
+    PageStore sinks_, window_, global_;
+};
+
+}  // namespace kvsieve

@@ -1,0 +1,316 @@
+#include "cache/kv_cache.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kernels/attention.h"
+#include "kernels/dot.h"
+#include "util/error.h"
+
+namespace kvsieve {
+
+namespace {
+TensorType tensor_type(KVType t) {
+    switch (t) {
+        case KVType::kF32: return TensorType::F32;
+        case KVType::kF16: return TensorType::F16;
+        case KVType::kBF16: return TensorType::BF16;
+    }
+    return TensorType::F32;
+}
+
+KeyStat key_stat(const Policy& p) {
+    if (!p.scorer) return KeyStat::kNone;
+    switch (p.scorer->stat()) {
+        case AttnStat::kMassSum: return KeyStat::kSum;
+        case AttnStat::kMassLast: return KeyStat::kLast;
+        default: return KeyStat::kNone;
+    }
+}
+
+/// Flat index over a head's regions in attention order (sinks, global, window).
+struct RegionIndex {
+    int region;
+    int64_t i;
+};
+std::vector<RegionIndex> flat_index(const HeadCache& hc) {
+    std::vector<RegionIndex> idx;
+    idx.reserve(hc.size());
+    for (int r = 0; r < 3; ++r)
+        for (int64_t i = 0; i < hc.region(r)->size(); ++i) idx.push_back({r, i});
+    return idx;
+}
+}  // namespace
+
+KVCache::KVCache(const ModelConfig& c, int64_t n_ctx, Policy policy, std::shared_ptr<KVPool> pool)
+    : cfg_(c), n_ctx_(n_ctx), policy_(std::move(policy)), pool_(std::move(pool)), n_layer_(c.n_layer),
+      n_head_kv_(c.n_head_kv) {
+    require(n_ctx > 0, "context size must be positive, got ", n_ctx);
+    require(pool_ && pool_->head_dim() == c.head_dim, "KV pool head dimension does not match the model");
+    require(c.head_dim <= 256, "head dimension ", c.head_dim, " above 256 is not supported by the paged kernels");
+    heads_.reserve(static_cast<size_t>(n_layer_) * n_head_kv_);
+    for (int i = 0; i < n_layer_ * n_head_kv_; ++i) heads_.emplace_back(pool_.get(), policy_.sinks, policy_.window);
+}
+
+bool KVCache::admit(int32_t pos, float score) const {
+    (void)pos;
+    switch (policy_.admission.kind) {
+        case Rule::Kind::kDropAll: return false;
+        case Rule::Kind::kThreshold: return score >= policy_.admission.tau;
+        default: return true;
+    }
+}
+
+void KVCache::attend(const LayerInputs& in, float* out) {
+    require(in.pos0 + in.T <= n_ctx_, "the sequence needs ", in.pos0 + in.T, " positions but the context holds ", n_ctx_);
+    if (in.T == 1)
+        decode_layer(in, out);
+    else
+        prefill_layer(in, out);
+}
+
+void KVCache::decode_layer(const LayerInputs& in, float* out) {
+    const int d = in.head_dim, G = in.n_head / in.n_head_kv;
+    const auto pos = static_cast<int32_t>(in.pos0);
+    const HeadCache::Admit admit_fn = [this](int32_t p, float s) { return admit(p, s); };
+    const HeadCache::Admit keep_all = [](int32_t, float) { return true; };
+    // 1. Append the new entry to every head (serial: the pool is not thread-safe).
+    for (int h = 0; h < in.n_head_kv; ++h)
+        head(in.layer, h).append(in.k + h * d, in.v + h * d, pos, 0.0f,
+                                 policy_.window > 0 ? admit_fn : keep_all);
+    // 2. Attention per head over its pages, reading each page once for the G query heads.
+    const KeyStat stat = key_stat(policy_);
+    const DotKernels& dk = dot_kernels();
+    const TensorType kt = tensor_type(pool_->type());
+    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+    std::vector<std::vector<float>> probs(stat != KeyStat::kNone ? in.n_head_kv : 0);
+#pragma omp parallel for schedule(dynamic)
+    for (int h = 0; h < in.n_head_kv; ++h) {
+        const HeadCache& hc = head(in.layer, h);
+        const int64_t n = hc.size();
+        std::vector<float> m(G, -INFINITY), l(G, 0.0f), o(static_cast<size_t>(G) * d, 0.0f);
+        float* s_out = nullptr;
+        if (stat != KeyStat::kNone) {
+            probs[h].assign(static_cast<size_t>(G) * n, 0.0f);
+            s_out = probs[h].data();
+        }
+        const float* q = in.q + static_cast<int64_t>(h) * G * d;
+        int64_t off = 0;
+        for (int r = 0; r < 3; ++r) {
+            const PageStore* ps = hc.region(r);
+            const int P = pool_->page_tokens();
+            for (size_t pi = 0; pi < ps->pages().size(); ++pi) {
+                const int cnt = static_cast<int>(std::min<int64_t>(P, ps->size() - static_cast<int64_t>(pi) * P));
+                dk.attend_rows(kt, pool_->keys(ps->pages()[pi]), pool_->values(ps->pages()[pi]), cnt, d, q, G, scale,
+                               m.data(), l.data(), o.data(), s_out ? s_out + off : nullptr, n);
+                off += cnt;
+            }
+        }
+        for (int g = 0; g < G; ++g) {
+            float* dst = out + static_cast<int64_t>(h * G + g) * d;
+            for (int c = 0; c < d; ++c) dst[c] = o[g * d + c] / l[g];
+            if (s_out)
+                for (int64_t j = 0; j < n; ++j) s_out[g * n + j] = std::exp(s_out[g * n + j] - m[g]) / l[g];
+        }
+    }
+    // 3. Scores from the step's statistics, and at-write decisions on the new entry.
+    if (policy_.scorer) {
+        for (int h = 0; h < in.n_head_kv; ++h) {
+            HeadCache& hc = head(in.layer, h);
+            const auto idx = flat_index(hc);
+            std::vector<float> sc(idx.size());
+            std::vector<int32_t> positions(idx.size());
+            for (size_t j = 0; j < idx.size(); ++j) {
+                sc[j] = hc.region(idx[j].region)->scores()[idx[j].i];
+                positions[j] = hc.region(idx[j].region)->positions()[idx[j].i];
+            }
+            // The new entry is last in the flat order unless it went to the window or sinks; move it last.
+            size_t new_at = idx.size();
+            for (size_t j = 0; j < idx.size(); ++j)
+                if (positions[j] == pos) new_at = j;
+            std::vector<size_t> order(idx.size());
+            for (size_t j = 0, w = 0; j < idx.size(); ++j)
+                if (j != new_at) order[w++] = j;
+            order.back() = new_at;
+            std::vector<float> s2(idx.size()), a2(stat != KeyStat::kNone ? G * idx.size() : 0);
+            std::vector<int32_t> p2(idx.size());
+            for (size_t j = 0; j < idx.size(); ++j) {
+                s2[j] = sc[order[j]];
+                p2[j] = positions[order[j]];
+                if (!a2.empty())
+                    for (int g = 0; g < G; ++g) a2[g * idx.size() + j] = probs[h][g * idx.size() + order[j]];
+            }
+            DecodeScoreInput di;
+            di.layer = in.layer;
+            di.head = h;
+            di.group = G;
+            di.n = static_cast<int64_t>(idx.size());
+            di.pos = pos;
+            di.positions = p2.data();
+            di.attn = a2.empty() ? nullptr : a2.data();
+            policy_.scorer->score_decode(di, s2.data());
+            for (size_t j = 0; j < idx.size(); ++j)
+                hc.region(idx[order[j]].region)->scores()[idx[order[j]].i] = s2[j];
+        }
+    }
+    if (policy_.window == 0 && policy_.admission.kind != Rule::Kind::kKeepAll)
+        for (int h = 0; h < in.n_head_kv; ++h) {
+            PageStore& g = head(in.layer, h).global();
+            if (!g.empty() && g.positions().back() == pos && !admit(pos, g.scores().back())) g.remove(g.size() - 1);
+        }
+}
+
+void KVCache::prefill_layer(const LayerInputs& in, float* out) {
+    const int d = in.head_dim, G = in.n_head / in.n_head_kv, Hkv = in.n_head_kv;
+    const int64_t T = in.T, ldq = static_cast<int64_t>(in.n_head) * d, kvd = static_cast<int64_t>(Hkv) * d;
+    const KeyStat stat = key_stat(policy_);
+    const bool scored = policy_.scorer != nullptr;
+    // 1. Per head: gather the kept entries (float32) followed by the chunk's, attend.
+    std::vector<std::vector<float>> K(Hkv), V(Hkv), A(Hkv);
+    std::vector<std::vector<int32_t>> P(Hkv);
+    std::vector<int64_t> n_old(Hkv);
+#pragma omp parallel for schedule(dynamic)
+    for (int h = 0; h < Hkv; ++h) {
+        const HeadCache& hc = head(in.layer, h);
+        const int64_t no = hc.size(), n = no + T;
+        n_old[h] = no;
+        K[h].resize(static_cast<size_t>(n) * d);
+        V[h].resize(static_cast<size_t>(n) * d);
+        P[h].resize(n);
+        int64_t j = 0;
+        for (int r = 0; r < 3; ++r) {
+            const PageStore* ps = hc.region(r);
+            for (int64_t i = 0; i < ps->size(); ++i, ++j) {
+                ps->read(i, K[h].data() + j * d, V[h].data() + j * d);
+                P[h][j] = ps->positions()[i];
+            }
+        }
+        for (int64_t t = 0; t < T; ++t, ++j) {
+            std::copy_n(in.k + t * kvd + h * d, d, K[h].data() + j * d);
+            std::copy_n(in.v + t * kvd + h * d, d, V[h].data() + j * d);
+            P[h][j] = static_cast<int32_t>(in.pos0 + t);
+        }
+        if (stat != KeyStat::kNone) A[h].resize(static_cast<size_t>(G) * n);
+        attention_prefill_group(in.q + static_cast<int64_t>(h) * G * d, ldq, G, d, T, K[h].data(), V[h].data(), no,
+                                out + static_cast<int64_t>(h) * G * d, ldq, stat, A[h].data());
+        if (!scored) {  // nothing else needs the gathered copy
+            std::vector<float>().swap(K[h]);
+            std::vector<float>().swap(V[h]);
+        }
+    }
+    // 2. Scores of every entry.
+    std::vector<std::vector<float>> scores(Hkv);
+    if (scored) {
+        PrefillScoreInput si;
+        si.layer = in.layer;
+        si.n_layer = n_layer_;
+        si.n_head = in.n_head;
+        si.n_head_kv = Hkv;
+        si.head_dim = d;
+        si.T = T;
+        si.pos0 = in.pos0;
+        si.q = in.q;
+        si.q_pre = in.q_pre;
+        si.hidden_dim = in.hidden_dim;
+        si.hidden = in.hidden;
+        si.rope_base = cfg_.rope_base;
+        si.rope_neox = cfg_.rope_layout == RopeLayout::kNeox;
+        for (int h = 0; h < Hkv; ++h)
+            si.heads.push_back({n_old[h] + T, K[h].data(), V[h].data(), P[h].data(), A[h].empty() ? nullptr : A[h].data()});
+        policy_.scorer->score_prefill(si, scores);
+    }
+    // 3. Write back the scores of kept entries, append the chunk (serial: the pool is not thread-safe).
+    const HeadCache::Admit admit_fn = [this](int32_t p, float s) { return admit(p, s); };
+    for (int h = 0; h < Hkv; ++h) {
+        HeadCache& hc = head(in.layer, h);
+        if (scored) {
+            int64_t j = 0;
+            for (int r = 0; r < 3; ++r) {
+                PageStore* ps = hc.region(r);
+                for (int64_t i = 0; i < ps->size(); ++i) ps->scores()[i] = scores[h][j++];
+            }
+        }
+        for (int64_t t = 0; t < T; ++t)
+            hc.append(in.k + t * kvd + h * d, in.v + t * kvd + h * d, static_cast<int32_t>(in.pos0 + t),
+                      scored ? scores[h][n_old[h] + t] : 0.0f, admit_fn);
+    }
+}
+
+void KVCache::finish_step(int64_t pos0, int64_t T) {
+    n_tokens_ = pos0 + T;
+    if (T == 1) {
+        ++decode_steps_;
+        if (policy_.timing == Timing::kEveryNDecodeSteps && decode_steps_ % policy_.every_n == 0) compress();
+    }
+    peak_bytes_ = std::max(peak_bytes_, stats().kv_bytes_final);
+}
+
+void KVCache::end_prefill() {
+    if (policy_.timing == Timing::kAfterPrefill || policy_.timing == Timing::kEveryNDecodeSteps) compress();
+}
+
+void KVCache::compress() {
+    if (policy_.compression.kind == Rule::Kind::kKeepAll) return;
+    std::vector<HeadCandidates> cands;
+    cands.reserve(heads_.size());
+    for (int l = 0; l < n_layer_; ++l)
+        for (int h = 0; h < n_head_kv_; ++h) {
+            HeadCache& hc = head(l, h);
+            HeadCandidates c;
+            c.layer = l;
+            c.head = h;
+            c.scores = hc.global().scores().data();
+            c.n = hc.global().size();
+            if (policy_.layer_keep) c.keep_override = std::min(c.n, policy_.layer_keep(l, n_layer_, hc.size()));
+            cands.push_back(std::move(c));
+        }
+    apply_rule(policy_.compression, cands);
+    size_t i = 0;
+    for (int l = 0; l < n_layer_; ++l)
+        for (int h = 0; h < n_head_kv_; ++h) head(l, h).global().retain(cands[i++].keep);
+}
+
+void KVCache::rollback(int64_t n) {
+    for (auto& hc : heads_) hc.truncate(static_cast<int32_t>(std::min<int64_t>(n, std::numeric_limits<int32_t>::max())));
+    n_tokens_ = std::min(n_tokens_, n);
+}
+
+void KVCache::clear() {
+    for (auto& hc : heads_) hc.clear();
+    n_tokens_ = 0;
+    decode_steps_ = 0;
+    peak_bytes_ = 0;
+}
+
+KVStats KVCache::stats() const {
+    KVStats s;
+    s.policy = policy_.spec.empty() ? policy_.name : policy_.spec;
+    if (s.policy.empty()) s.policy = "full";
+    s.tokens = n_tokens_;
+    s.sinks = policy_.sinks;
+    s.window = policy_.window;
+    s.entries.assign(n_layer_, std::vector<int64_t>(n_head_kv_));
+    s.beyond.assign(n_layer_, std::vector<int64_t>(n_head_kv_));
+    int64_t kept = 0, kept_beyond = 0, pages = 0;
+    for (int l = 0; l < n_layer_; ++l)
+        for (int h = 0; h < n_head_kv_; ++h) {
+            const HeadCache& hc = head(l, h);
+            s.entries[l][h] = hc.size();
+            s.beyond[l][h] = hc.sinks().size() + hc.global().size();
+            kept += hc.size();
+            kept_beyond += s.beyond[l][h];
+            pages += static_cast<int64_t>(hc.sinks().pages().size() + hc.window().pages().size() + hc.global().pages().size());
+        }
+    const int64_t heads = static_cast<int64_t>(n_layer_) * n_head_kv_;
+    const int64_t total = n_tokens_ * heads;
+    const int64_t total_beyond = std::max<int64_t>(0, n_tokens_ - policy_.window) * heads;
+    s.compression_ratio = total > 0 ? 1.0 - static_cast<double>(kept) / total : 0.0;
+    s.density = total_beyond > 0 ? static_cast<double>(kept_beyond) / total_beyond : 1.0;
+    s.kv_bytes_final = static_cast<uint64_t>(pages) * pool_->page_bytes();
+    s.kv_bytes_peak = std::max(peak_bytes_, s.kv_bytes_final);
+    s.kv_bytes_full = static_cast<uint64_t>(total) * 2 * cfg_.head_dim * 2;
+    return s;
+}
+
+}  // namespace kvsieve

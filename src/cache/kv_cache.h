@@ -1,0 +1,65 @@
+#pragma once
+// The paged, ragged KV cache of one sequence, run by a policy.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "cache/head_cache.h"
+#include "cache/kv_pool.h"
+#include "cache/kv_stats.h"
+#include "cache/sequence_cache.h"
+#include "model/config.h"
+#include "policy/policy.h"
+
+namespace kvsieve {
+
+/// All HeadCaches (L × H_kv) of one sequence over one KVPool, the policy that decides what they keep, and
+/// statistics. Per forward step and layer:
+///   decode (T = 1): the new entry is appended to every head (an entry leaving a full window goes through the
+///     admission rule), attention reads each head's pages once for its GQA group, then the scorer updates
+///     scores from the step's attention statistics;
+///   prefill (T > 1): each head's kept entries are gathered, the chunk attends to them and causally to itself,
+///     the scorer scores every entry, and the chunk's entries are appended.
+/// The compression rule runs on the global regions after the prompt (end_prefill) and, for
+/// every_n_decode_steps, every n decode steps.
+class KVCache : public SequenceCache {
+public:
+    /// Throws Error for a context ≤ 0; the pool must match the model's head dimension.
+    KVCache(const ModelConfig& c, int64_t n_ctx, Policy policy, std::shared_ptr<KVPool> pool);
+
+    int64_t n_tokens() const override { return n_tokens_; }
+    int64_t n_ctx() const override { return n_ctx_; }
+    void attend(const LayerInputs& in, float* out) override;
+    void finish_step(int64_t pos0, int64_t T) override;
+
+    /// Marks the end of the prompt: runs the compression rule for after_prefill and every_n policies.
+    void end_prefill();
+    /// Runs the compression rule on every head's global region now.
+    void compress();
+    /// Removes every entry at a position ≥ n and rewinds to position n (entries dropped earlier stay dropped).
+    void rollback(int64_t n);
+    void clear();
+
+    KVStats stats() const;
+    const Policy& policy() const { return policy_; }
+    const KVPool& pool() const { return *pool_; }
+    HeadCache& head(int layer, int h) { return heads_[static_cast<size_t>(layer) * n_head_kv_ + h]; }
+    const HeadCache& head(int layer, int h) const { return heads_[static_cast<size_t>(layer) * n_head_kv_ + h]; }
+
+private:
+    void decode_layer(const LayerInputs& in, float* out);
+    void prefill_layer(const LayerInputs& in, float* out);
+    bool admit(int32_t pos, float score) const;
+
+    ModelConfig cfg_;
+    int64_t n_ctx_;
+    Policy policy_;
+    std::shared_ptr<KVPool> pool_;
+    int n_layer_, n_head_kv_;
+    std::vector<HeadCache> heads_;
+    int64_t n_tokens_ = 0;
+    int64_t decode_steps_ = 0;
+    uint64_t peak_bytes_ = 0;
+};
+
+}  // namespace kvsieve

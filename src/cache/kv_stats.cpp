@@ -1,0 +1,54 @@
+#include "cache/kv_stats.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace kvsieve {
+
+namespace {
+std::string mib(uint64_t b) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.2f MiB", b / 1048576.0);
+    return buf;
+}
+}  // namespace
+
+std::string KVStats::table() const {
+    char buf[256];
+    std::string s;
+    std::snprintf(buf, sizeof buf, "KV cache — policy %s, %ld tokens, s=%d w=%d\n", policy.c_str(),
+                  static_cast<long>(tokens), sinks, window);
+    s += buf;
+    std::snprintf(buf, sizeof buf, "  density %.3f | compression ratio %.3f | KV bytes peak %s, final %s, full F16 %s\n",
+                  density, compression_ratio, mib(kv_bytes_peak).c_str(), mib(kv_bytes_final).c_str(),
+                  mib(kv_bytes_full).c_str());
+    s += buf;
+    s += "  layer | head entries min / median / max\n";
+    for (size_t l = 0; l < entries.size(); ++l) {
+        std::vector<int64_t> e = entries[l];
+        std::sort(e.begin(), e.end());
+        if (e.empty()) continue;
+        std::snprintf(buf, sizeof buf, "  %5zu | %ld / %ld / %ld\n", l, static_cast<long>(e.front()),
+                      static_cast<long>(e[e.size() / 2]), static_cast<long>(e.back()));
+        s += buf;
+    }
+    return s;
+}
+
+nlohmann::json KVStats::to_json() const {
+    nlohmann::json j;
+    j["policy"] = policy;
+    j["tokens"] = tokens;
+    j["sinks"] = sinks;
+    j["window"] = window;
+    j["compression_ratio"] = compression_ratio;
+    j["density"] = density;
+    j["kv_bytes_peak"] = kv_bytes_peak;
+    j["kv_bytes_final"] = kv_bytes_final;
+    j["kv_bytes_full"] = kv_bytes_full;
+    j["layers"] = nlohmann::json::array();
+    for (size_t l = 0; l < entries.size(); ++l) j["layers"].push_back({{"layer", l}, {"entries", entries[l]}});
+    return j;
+}
+
+}  // namespace kvsieve

@@ -1,0 +1,31 @@
+#pragma once
+// What a KV cache holds, in the field's terms: entries per head, density ρ, compression ratio, bytes.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace kvsieve {
+
+/// Statistics of one sequence's cache.
+struct KVStats {
+    std::string policy;          ///< the policy spec
+    int64_t tokens = 0;          ///< positions processed (what a full cache would hold per head)
+    int sinks = 0, window = 0;
+    std::vector<std::vector<int64_t>> entries;  ///< [L][Hkv] entries kept
+    std::vector<std::vector<int64_t>> beyond;   ///< [L][Hkv] entries kept outside the local window
+    double compression_ratio = 0;  ///< 1 − kept / (tokens · L · Hkv)  (kvpress)
+    double density = 1;            ///< kept / total among entries outside the local window (SP-KV eq. 8)
+    uint64_t kv_bytes_final = 0;   ///< bytes of pages in use now
+    uint64_t kv_bytes_peak = 0;    ///< most bytes of pages in use at once
+    uint64_t kv_bytes_full = 0;    ///< bytes a full F16 cache of the same tokens would take (unpaged)
+
+    /// A compact table: totals, then per layer min / median / max head length.
+    std::string table() const;
+    /// JSON with the keys policy, tokens, compression_ratio, density, kv_bytes_peak, kv_bytes_final,
+    /// kv_bytes_full, sinks, window and layers: [{layer, entries: [per head]}].
+    nlohmann::json to_json() const;
+};
+
+}  // namespace kvsieve

@@ -1,0 +1,119 @@
+#include "cache/page_store.h"
+
+#include <cstring>
+
+#include "kernels/dot.h"
+#include "kernels/fp16.h"
+
+namespace kvsieve {
+
+void store_row(KVType t, const float* src, uint8_t* dst, int n) {
+    switch (t) {
+        case KVType::kF32: std::memcpy(dst, src, sizeof(float) * n); return;
+        case KVType::kF16: {
+            auto* d = reinterpret_cast<uint16_t*>(dst);
+            for (int i = 0; i < n; ++i) d[i] = fp32_to_fp16(src[i]);
+            return;
+        }
+        case KVType::kBF16: {
+            auto* d = reinterpret_cast<uint16_t*>(dst);
+            for (int i = 0; i < n; ++i) d[i] = fp32_to_bf16(src[i]);
+            return;
+        }
+    }
+}
+
+void load_row(KVType t, const uint8_t* src, float* dst, int n) {
+    switch (t) {
+        case KVType::kF32: std::memcpy(dst, src, sizeof(float) * n); return;
+        case KVType::kF16: dot_kernels().dequant_row(TensorType::F16, src, dst, n); return;
+        case KVType::kBF16: dot_kernels().dequant_row(TensorType::BF16, src, dst, n); return;
+    }
+}
+
+PageStore::PageStore(PageStore&& o) noexcept
+    : pool_(o.pool_), pages_(std::move(o.pages_)), pos_(std::move(o.pos_)), score_(std::move(o.score_)) {
+    o.pages_.clear();
+    o.pos_.clear();
+    o.score_.clear();
+}
+
+void PageStore::push(const float* k, const float* v, int32_t pos, float score) {
+    const int64_t i = size();
+    if (i % pool_->page_tokens() == 0) pages_.push_back(pool_->alloc());  // may throw: nothing changed yet
+    pos_.push_back(pos);
+    score_.push_back(score);
+    store_row(pool_->type(), k, kslot(i), pool_->head_dim());
+    store_row(pool_->type(), v, vslot(i), pool_->head_dim());
+}
+
+void PageStore::push_copy(const PageStore& src, int64_t j) {
+    const int64_t i = size();
+    if (i % pool_->page_tokens() == 0) pages_.push_back(pool_->alloc());
+    pos_.push_back(src.pos_[j]);
+    score_.push_back(src.score_[j]);
+    std::memcpy(kslot(i), src.key_ptr(j), pool_->row_bytes());
+    std::memcpy(vslot(i), src.value_ptr(j), pool_->row_bytes());
+}
+
+void PageStore::set(int64_t i, const float* k, const float* v, int32_t pos, float score) {
+    pos_[i] = pos;
+    score_[i] = score;
+    store_row(pool_->type(), k, kslot(i), pool_->head_dim());
+    store_row(pool_->type(), v, vslot(i), pool_->head_dim());
+}
+
+void PageStore::move_entry(int64_t from, int64_t to) {
+    std::memcpy(kslot(to), kslot(from), pool_->row_bytes());
+    std::memcpy(vslot(to), vslot(from), pool_->row_bytes());
+    pos_[to] = pos_[from];
+    score_[to] = score_[from];
+}
+
+void PageStore::remove(int64_t i) {
+    const int64_t last = size() - 1;
+    if (i != last) move_entry(last, i);
+    pos_.pop_back();
+    score_.pop_back();
+    if (size() % pool_->page_tokens() == 0) {
+        pool_->release(pages_.back());
+        pages_.pop_back();
+    }
+}
+
+void PageStore::retain(const std::vector<char>& keep) {
+    int64_t w = 0;
+    for (int64_t i = 0; i < size(); ++i)
+        if (keep[i]) {
+            if (w != i) move_entry(i, w);
+            ++w;
+        }
+    pos_.resize(w);
+    score_.resize(w);
+    const size_t need = static_cast<size_t>((w + pool_->page_tokens() - 1) / pool_->page_tokens());
+    while (pages_.size() > need) {
+        pool_->release(pages_.back());
+        pages_.pop_back();
+    }
+}
+
+void PageStore::clear() {
+    for (int32_t p : pages_) pool_->release(p);
+    pages_.clear();
+    pos_.clear();
+    score_.clear();
+}
+
+void PageStore::read(int64_t i, float* k, float* v) const {
+    load_row(pool_->type(), key_ptr(i), k, pool_->head_dim());
+    load_row(pool_->type(), value_ptr(i), v, pool_->head_dim());
+}
+
+const uint8_t* PageStore::key_ptr(int64_t i) const {
+    return pool_->keys(pages_[i / pool_->page_tokens()]) + (i % pool_->page_tokens()) * pool_->row_bytes();
+}
+const uint8_t* PageStore::value_ptr(int64_t i) const {
+    return pool_->values(pages_[i / pool_->page_tokens()]) + (i % pool_->page_tokens()) * pool_->row_bytes();
+}
+
+}  // namespace kvsieve

@@ -1,0 +1,66 @@
+#pragma once
+// A set of KV entries of one head, stored in pool pages, with per-entry position and score.
+#include <cstdint>
+#include <vector>
+
+#include "cache/kv_pool.h"
+
+namespace kvsieve {
+
+/// Entries live in pages of the pool: entry i in page pages()[i / P], slot i % P (P = page_tokens). The order
+/// of entries carries no meaning (each keeps its original position; RoPE was applied before caching), so
+/// removal moves the last entry into the hole and an emptied last page goes back to the pool at once.
+class PageStore {
+public:
+    explicit PageStore(KVPool* pool) : pool_(pool) {}
+    ~PageStore() { clear(); }
+    PageStore(const PageStore&) = delete;
+    PageStore& operator=(const PageStore&) = delete;
+    PageStore(PageStore&& o) noexcept;
+    PageStore& operator=(PageStore&&) = delete;
+
+    int64_t size() const { return static_cast<int64_t>(pos_.size()); }
+    bool empty() const { return pos_.empty(); }
+
+    /// Appends an entry from float32 k, v [d]; throws KVBudgetExhausted if a page is needed and none is left
+    /// (the store is unchanged then).
+    void push(const float* k, const float* v, int32_t pos, float score);
+    /// Appends a copy of entry j of `src` (a store on the same pool).
+    void push_copy(const PageStore& src, int64_t j);
+    /// Overwrites entry i.
+    void set(int64_t i, const float* k, const float* v, int32_t pos, float score);
+    /// Removes entry i (the last entry takes its index).
+    void remove(int64_t i);
+    /// Keeps the entries with keep[i] != 0, in one pass (survivors may change index).
+    void retain(const std::vector<char>& keep);
+    /// Returns every page to the pool.
+    void clear();
+
+    /// Entry i converted to float32.
+    void read(int64_t i, float* k, float* v) const;
+    const uint8_t* key_ptr(int64_t i) const;
+    const uint8_t* value_ptr(int64_t i) const;
+
+    const std::vector<int32_t>& pages() const { return pages_; }
+    const std::vector<int32_t>& positions() const { return pos_; }
+    std::vector<float>& scores() { return score_; }
+    const std::vector<float>& scores() const { return score_; }
+    const KVPool& pool() const { return *pool_; }
+
+private:
+    uint8_t* kslot(int64_t i) { return pool_->keys(pages_[i / pool_->page_tokens()]) + (i % pool_->page_tokens()) * pool_->row_bytes(); }
+    uint8_t* vslot(int64_t i) { return pool_->values(pages_[i / pool_->page_tokens()]) + (i % pool_->page_tokens()) * pool_->row_bytes(); }
+    void move_entry(int64_t from, int64_t to);
+
+    KVPool* pool_;
+    std::vector<int32_t> pages_;
+    std::vector<int32_t> pos_;
+    std::vector<float> score_;
+};
+
+/// float32 [n] → one cached row of the pool's type (rounding to nearest even for F16/BF16).
+void store_row(KVType t, const float* src, uint8_t* dst, int n);
+/// One cached row → float32 [n].
+void load_row(KVType t, const uint8_t* src, float* dst, int n);
+
+}  // namespace kvsieve

@@ -1,0 +1,53 @@
+#include "cli/cache_options.h"
+
+#include <fstream>
+
+#include "util/error.h"
+
+namespace kvsieve::cli {
+
+void CacheOptions::add_to(CLI::App* cmd) {
+    cmd->add_option("--policy", policy, "KV policy NAME[:key=value,...], e.g. snapkv:ratio=0.5, streaming_llm:window=256, h2o:budget=512")
+        ->capture_default_str();
+    cmd->add_option("--kv-type", kv_type, "element type of cached keys/values: f32, f16, bf16")->capture_default_str();
+    cmd->add_option("--kv-budget-mb", kv_budget_mb, "KV pool size in MiB (0: grow on demand)")->capture_default_str();
+    cmd->add_option("--prefill-chunk", prefill_chunk, "prefill in chunks of this many tokens, compressing after each (0: one batch)")
+        ->capture_default_str();
+    cmd->add_option("--stats-json", stats_json, "write the KV cache statistics to this JSON file");
+}
+
+std::unique_ptr<KVCache> CacheOptions::make_cache(const LlamaModel& m, int64_t n_ctx) const {
+    Policy p = parse_policy(policy);
+    const KVType t = parse_kv_type(kv_type);
+    require(kv_budget_mb >= 0, "--kv-budget-mb must be ≥ 0, got ", kv_budget_mb);
+    require(prefill_chunk >= 0, "--prefill-chunk must be ≥ 0, got ", prefill_chunk);
+    if (p.compression.budget > n_ctx)
+        fail("policy ", p.name, ": budget=", p.compression.budget, " is larger than the context of ", n_ctx, " tokens");
+    if (p.window > n_ctx) fail("policy ", p.name, ": window=", p.window, " is larger than the context of ", n_ctx, " tokens");
+    auto pool = std::make_shared<KVPool>(m.config().head_dim, t, 16, static_cast<uint64_t>(kv_budget_mb * 1048576.0));
+    return std::make_unique<KVCache>(m.config(), n_ctx, std::move(p), std::move(pool));
+}
+
+void CacheOptions::prefill(const LlamaModel& m, KVCache& cache, const std::vector<int32_t>& prompt,
+                           std::vector<float>& logits) const {
+    if (prefill_chunk <= 0 || static_cast<int64_t>(prompt.size()) <= prefill_chunk) {
+        m.forward(prompt, cache, logits);
+    } else {
+        for (size_t i = 0; i < prompt.size(); i += static_cast<size_t>(prefill_chunk)) {
+            const size_t e = std::min(prompt.size(), i + static_cast<size_t>(prefill_chunk));
+            m.forward(std::vector<int32_t>(prompt.begin() + i, prompt.begin() + e), cache, logits);
+            if (e < prompt.size()) cache.end_prefill();
+        }
+    }
+    cache.end_prefill();
+}
+
+void CacheOptions::write_stats(const KVStats& s) const {
+    if (stats_json.empty()) return;
+    std::ofstream f(stats_json);
+    if (!f) fail("cannot write '", stats_json, "'");
+    f << s.to_json().dump(2) << "\n";
+    if (!f) fail("write error on '", stats_json, "'");
+}
+
+}  // namespace kvsieve::cli

@@ -1,0 +1,136 @@
+// expected_attention: the attention future queries are expected to pay (Devoto et al. 2025, "Expected
+// Attention: KV Cache Compression by Estimating Attention from Future Queries Distribution", §3, eq. 4–6;
+// kvpress ExpectedAttentionPress). Queries before RoPE are modelled as Gaussian, mean μ and covariance Σ over
+// the chunk's positions from n_sink on; both are moved by the mean RoPE rotation R̄ of the next n_future
+// positions (μ' = R̄μ, Σ' = R̄ΣR̄ᵀ); then per query head s_i = softmax_i(kᵢ·μ'/√d + ½ kᵢᵀΣ'kᵢ/d), averaged
+// over the G heads of the KV head and multiplied by ‖vᵢ‖ (plus ε). The first n_sink entries get max + 1.
+#include <algorithm>
+#include <cmath>
+
+#include "policy/policy.h"
+#include "util/error.h"
+
+namespace kvsieve {
+
+namespace {
+class ExpectedAttentionScorer : public Scorer {
+public:
+    ExpectedAttentionScorer(int n_future, int n_sink, bool cov, bool vnorm, double eps)
+        : n_future_(n_future), n_sink_(n_sink), cov_(cov), vnorm_(vnorm), eps_(eps) {}
+    std::string name() const override { return "expected_attention"; }
+
+    void score_prefill(const PrefillScoreInput& in, std::vector<std::vector<float>>& scores) const override {
+        const int d = in.head_dim, G = in.n_head / in.n_head_kv, half = d / 2;
+        const int64_t ldq = static_cast<int64_t>(in.n_head) * d;
+        // Mean rotation over positions pos0+T … pos0+T+n_future−1 (R̄ = mean of cos·I + sin·P).
+        std::vector<double> R(static_cast<size_t>(d) * d, 0.0);
+        for (int64_t p = in.pos0 + in.T; p < in.pos0 + in.T + n_future_; ++p)
+            for (int i = 0; i < half; ++i) {
+                const double th = static_cast<double>(p) * std::pow(static_cast<double>(in.rope_base), -2.0 * i / d);
+                const int a = in.rope_neox ? i : 2 * i, b = in.rope_neox ? i + half : 2 * i + 1;
+                R[a * d + a] += std::cos(th);
+                R[b * d + b] += std::cos(th);
+                R[a * d + b] -= std::sin(th);
+                R[b * d + a] += std::sin(th);
+            }
+        for (auto& x : R) x /= n_future_;
+
+        const int64_t t0 = std::min<int64_t>(n_sink_, in.T), nq = in.T - t0;
+        float mx = -INFINITY;
+        for (size_t h = 0; h < in.heads.size(); ++h) {
+            const HeadView& v = in.heads[h];
+            const int64_t skip = std::min<int64_t>(n_sink_, v.n), m = v.n - skip;
+            std::vector<double> acc(m, 0.0);
+            for (int g = 0; g < G && nq > 0; ++g) {
+                const int qh = static_cast<int>(h) * G + g;
+                std::vector<double> mu(d, 0.0), cov(static_cast<size_t>(d) * d, 0.0);
+                for (int64_t t = t0; t < in.T; ++t)
+                    for (int c = 0; c < d; ++c) mu[c] += in.q_pre[t * ldq + qh * d + c];
+                for (auto& x : mu) x /= nq;
+                if (cov_)
+                    for (int64_t t = t0; t < in.T; ++t) {
+                        const float* q = in.q_pre + t * ldq + qh * d;
+                        for (int a = 0; a < d; ++a)
+                            for (int b = 0; b < d; ++b) cov[a * d + b] += (q[a] - mu[a]) * (q[b] - mu[b]);
+                    }
+                for (auto& x : cov) x /= nq;
+                // μ' = R̄μ; Σ' = R̄ΣR̄ᵀ
+                std::vector<double> mur(d, 0.0), tmp(static_cast<size_t>(d) * d, 0.0), covr(static_cast<size_t>(d) * d, 0.0);
+                for (int a = 0; a < d; ++a)
+                    for (int c = 0; c < d; ++c) mur[a] += R[a * d + c] * mu[c];
+                if (cov_) {
+                    for (int a = 0; a < d; ++a)
+                        for (int c = 0; c < d; ++c) {
+                            const double r = R[a * d + c];
+                            if (r == 0) continue;
+                            for (int b = 0; b < d; ++b) tmp[a * d + b] += r * cov[c * d + b];
+                        }
+                    for (int a = 0; a < d; ++a)
+                        for (int b = 0; b < d; ++b) {
+                            double s = 0;
+                            for (int c = 0; c < d; ++c) s += tmp[a * d + c] * R[b * d + c];
+                            covr[a * d + b] = s;
+                        }
+                }
+                std::vector<double> s(m);
+                double smax = -INFINITY;
+                for (int64_t i = 0; i < m; ++i) {
+                    const float* k = v.k + (skip + i) * d;
+                    double x = 0;
+                    for (int c = 0; c < d; ++c) x += k[c] * mur[c];
+                    x /= std::sqrt(static_cast<double>(d));
+                    if (cov_) {
+                        double quad = 0;
+                        for (int a = 0; a < d; ++a) {
+                            double row = 0;
+                            for (int b = 0; b < d; ++b) row += covr[a * d + b] * k[b];
+                            quad += k[a] * row;
+                        }
+                        x += quad / d / 2;
+                    }
+                    s[i] = x;
+                    smax = std::max(smax, x);
+                }
+                double sum = 0;
+                for (auto& x : s) sum += (x = std::exp(x - smax));
+                for (int64_t i = 0; i < m; ++i) acc[i] += s[i] / sum;
+            }
+            scores[h].assign(v.n, 0.0f);
+            for (int64_t i = 0; i < m; ++i) {
+                double sc = acc[i] / G;
+                if (vnorm_) {
+                    double vn = 0;
+                    for (int c = 0; c < d; ++c) vn += double(v.v[(skip + i) * d + c]) * v.v[(skip + i) * d + c];
+                    sc = (sc + eps_) * std::sqrt(vn);
+                }
+                scores[h][skip + i] = static_cast<float>(sc);
+                mx = std::max(mx, scores[h][skip + i]);
+            }
+        }
+        const float pad = (std::isfinite(mx) ? mx : 0.0f) + 1;
+        for (size_t h = 0; h < in.heads.size(); ++h)
+            for (int64_t i = 0; i < std::min<int64_t>(n_sink_, in.heads[h].n); ++i) scores[h][i] = pad;
+    }
+
+private:
+    int n_future_, n_sink_;
+    bool cov_, vnorm_;
+    double eps_;
+};
+}  // namespace
+
+void register_expected_attention() {
+    register_preset({"expected_attention", "expected attention of future queries (Devoto et al. 2025)",
+                     [](PolicyParams& p) {
+                         Policy pol;
+                         const int64_t nf = p.get_int("n_future", 512), ns = p.get_int("n_sink", 4);
+                         require(nf > 0 && ns >= 0, "policy expected_attention: n_future must be positive, n_sink ≥ 0");
+                         pol.scorer = std::make_shared<ExpectedAttentionScorer>(
+                             static_cast<int>(nf), static_cast<int>(ns), p.get_int("cov", 1) != 0,
+                             p.get_int("vnorm", 1) != 0, p.get_double("epsilon", 0.0));
+                         read_budget_rule(p, pol, 0.5);
+                         return pol;
+                     }});
+}
+
+}  // namespace kvsieve

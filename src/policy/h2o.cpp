@@ -1,0 +1,54 @@
+// h2o: accumulated attention, "heavy hitters" (Zhang et al. 2023, "H2O: Heavy-Hitter Oracle", §3.2 and
+// Alg. 1). Prefill scores follow kvpress ObservedAttentionPress: the mean softmax weight a key receives
+// from the queries that see it, s_j = (1/|Q_j|) Σ_{i ∈ Q_j} a_ij, averaged over the G query heads of its KV
+// head. At each decode step the running mean is updated with the new query's weight, so with a per-head
+// budget (h2o:budget=512) the lowest-scored entry is evicted as in the paper's greedy policy.
+#include "policy/policy.h"
+
+namespace kvsieve {
+
+namespace {
+class H2OScorer : public Scorer {
+public:
+    std::string name() const override { return "h2o"; }
+    AttnStat stat() const override { return AttnStat::kMassSum; }
+    void score_prefill(const PrefillScoreInput& in, std::vector<std::vector<float>>& scores) const override {
+        const int G = in.n_head / in.n_head_kv;
+        for (size_t h = 0; h < in.heads.size(); ++h) {
+            const HeadView& v = in.heads[h];
+            const int64_t n_old = v.n - in.T;
+            scores[h].resize(v.n);
+            for (int64_t i = 0; i < v.n; ++i) {
+                double s = 0;
+                for (int g = 0; g < G; ++g) s += v.attn[g * v.n + i];
+                const int64_t seen_by = i < n_old ? in.T : in.T - (i - n_old);
+                scores[h][i] = static_cast<float>(s / G / static_cast<double>(seen_by));
+            }
+        }
+    }
+    void score_decode(const DecodeScoreInput& in, float* scores) const override {
+        for (int64_t i = 0; i < in.n; ++i) {
+            double a = 0;
+            for (int g = 0; g < in.group; ++g) a += in.attn[g * in.n + i];
+            a /= in.group;
+            if (i == in.n - 1) {
+                scores[i] = static_cast<float>(a);
+            } else {
+                const double seen = static_cast<double>(in.pos - in.positions[i] + 1);
+                scores[i] = static_cast<float>(scores[i] + (a - scores[i]) / seen);
+            }
+        }
+    }
+};
+}  // namespace
+
+void register_h2o() {
+    register_preset({"h2o", "accumulated attention (Zhang et al. 2023)", [](PolicyParams& p) {
+                         Policy pol;
+                         pol.scorer = std::make_shared<H2OScorer>();
+                         read_budget_rule(p, pol, 0.5);
+                         return pol;
+                     }});
+}
+
+}  // namespace kvsieve

@@ -1,0 +1,88 @@
+#pragma once
+// A policy = scorer × rule × timing, plus sink tokens s and local window w (DESIGN §1). Named methods are
+// presets, parsed from "NAME[:key=value,...]".
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "policy/rule.h"
+#include "policy/scorer.h"
+
+namespace kvsieve {
+
+/// When the compression rule runs on the global region.
+enum class Timing {
+    kAtWrite,            ///< each entry is admitted or dropped as it is written (w = 0)
+    kAtWindowExit,       ///< each entry is admitted or dropped when it leaves the local window
+    kAfterPrefill,       ///< once the prompt is processed (and after each chunk of a chunked prefill)
+    kEveryNDecodeSteps,  ///< after the prompt and then every n decode steps
+};
+std::string timing_name(Timing t);
+
+/// Everything the cache needs to run a method.
+struct Policy {
+    std::string name;                ///< preset name
+    std::string spec;                ///< the text it was parsed from
+    int sinks = 0;                   ///< s: first positions always kept
+    int window = 0;                  ///< w: most recent positions always kept (0: none)
+    std::shared_ptr<Scorer> scorer;  ///< null: no scores (full, streaming_llm:window)
+    Rule admission;                  ///< applied at write (w = 0) or window exit: keep_all, drop_all or threshold
+    Rule compression;                ///< applied to the global region at `timing`
+    Timing timing = Timing::kAfterPrefill;
+    int every_n = 1;                 ///< for kEveryNDecodeSteps
+    /// Optional per-layer keep count for per-head budgets (PyramidKV); arguments (layer, n_layer, n entries).
+    std::function<int64_t(int, int, int64_t)> layer_keep;
+
+    bool needs_scores() const { return scorer != nullptr; }
+    /// True when nothing is ever dropped.
+    bool is_full() const;
+    /// One line: "snapkv: scorer snapkv, rule head_budget ratio=0.5, after_prefill, s=0, w=0".
+    std::string describe() const;
+};
+
+/// key=value parameters of a spec, read with type and range checks. Every key must be read by the preset;
+/// unread keys are reported as unknown.
+class PolicyParams {
+public:
+    PolicyParams(std::string preset, std::map<std::string, std::string> kv);
+    bool has(const std::string& k) const { return kv_.count(k) > 0; }
+    double get_double(const std::string& k, double def);
+    int64_t get_int(const std::string& k, int64_t def);
+    std::string get_string(const std::string& k, const std::string& def);
+    /// ratio ∈ [0, 1) (a compression ratio: the fraction removed).
+    double get_ratio(const std::string& k, double def);
+    /// Throws Error listing keys that no getter read.
+    void check_all_used() const;
+    const std::string& preset() const { return preset_; }
+
+private:
+    std::string preset_;
+    std::map<std::string, std::string> kv_;
+    std::map<std::string, bool> used_;
+};
+
+/// A preset: builds a Policy from parameters.
+struct PresetInfo {
+    std::string name;
+    std::string summary;  ///< one line with the source paper
+    std::function<Policy(PolicyParams&)> make;
+};
+
+/// Registers a preset (called from policy/registry.cpp).
+void register_preset(PresetInfo info);
+/// All presets, by name.
+const std::map<std::string, PresetInfo>& presets();
+
+/// Parses "NAME[:key=value,...]" into a policy. Throws Error for an unknown preset or key, or a bad value
+/// (a ratio outside [0, 1), a budget that is not a positive integer, a threshold that is not a number).
+Policy parse_policy(const std::string& spec);
+
+/// Shared handling of the budget keys of scored presets: `ratio` (kvpress compression ratio) or
+/// `budget` (entries per head), `rule` = head (default) | layer | global, `safeguard` for layer, `every`
+/// (decode steps between evictions; 0 = prefill only). Sets policy.compression and timing.
+void read_budget_rule(PolicyParams& p, Policy& policy, double default_ratio);
+
+}  // namespace kvsieve

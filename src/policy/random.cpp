@@ -1,0 +1,36 @@
+// random: uniform random scores, the floor any method must beat (kvpress RandomPress).
+#include <random>
+
+#include "policy/policy.h"
+
+namespace kvsieve {
+
+namespace {
+class RandomScorer : public Scorer {
+public:
+    explicit RandomScorer(uint64_t seed) : seed_(seed) {}
+    std::string name() const override { return "random"; }
+    void score_prefill(const PrefillScoreInput& in, std::vector<std::vector<float>>& scores) const override {
+        for (size_t h = 0; h < in.heads.size(); ++h) {
+            std::mt19937_64 rng(seed_ * 1000003ull + static_cast<uint64_t>(in.layer) * 1009 + h + 31 * in.pos0);
+            std::uniform_real_distribution<float> u(0.0f, 1.0f);
+            scores[h].resize(in.heads[h].n);
+            for (auto& s : scores[h]) s = u(rng);
+        }
+    }
+
+private:
+    uint64_t seed_;
+};
+}  // namespace
+
+void register_random() {
+    register_preset({"random", "uniform random scores (baseline)", [](PolicyParams& p) {
+                         Policy pol;
+                         pol.scorer = std::make_shared<RandomScorer>(static_cast<uint64_t>(p.get_int("seed", 0)));
+                         read_budget_rule(p, pol, 0.5);
+                         return pol;
+                     }});
+}
+
+}  // namespace kvsieve

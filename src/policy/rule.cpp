@@ -1,0 +1,114 @@
+#include "policy/rule.h"
+
+#include <algorithm>
+#include <map>
+#include <cmath>
+#include <numeric>
+
+#include "util/error.h"
+
+namespace kvsieve {
+
+int64_t Rule::head_keep(int64_t n) const {
+    if (budget >= 0) return std::min(budget, n);
+    return std::min<int64_t>(n, std::max<int64_t>(1, static_cast<int64_t>(std::floor(n * (1.0 - ratio)))));
+}
+
+std::string Rule::describe() const {
+    auto amount = [&] {
+        return budget >= 0 ? "budget=" + std::to_string(budget) : "ratio=" + std::to_string(ratio).substr(0, 5);
+    };
+    switch (kind) {
+        case Kind::kKeepAll: return "keep_all";
+        case Kind::kDropAll: return "drop_all";
+        case Kind::kThreshold: return "threshold tau=" + std::to_string(tau);
+        case Kind::kHeadBudget: return "head_budget " + amount();
+        case Kind::kLayerBudget: return "layer_budget " + amount() + " safeguard=" + std::to_string(safeguard).substr(0, 4);
+        case Kind::kGlobalBudget: return "global_budget " + amount();
+    }
+    return "?";
+}
+
+namespace {
+/// Indices of s[0..n) ordered by score descending, lower index first on ties (NaN last).
+std::vector<int64_t> order_desc(const float* s, int64_t n) {
+    std::vector<int64_t> idx(n);
+    std::iota(idx.begin(), idx.end(), 0);
+    std::stable_sort(idx.begin(), idx.end(), [s](int64_t a, int64_t b) {
+        const float x = std::isnan(s[a]) ? -INFINITY : s[a], y = std::isnan(s[b]) ? -INFINITY : s[b];
+        return x > y;
+    });
+    return idx;
+}
+
+void keep_top(HeadCandidates& h, int64_t k) {
+    const auto idx = order_desc(h.scores, h.n);
+    for (int64_t i = 0; i < std::min(k, h.n); ++i) h.keep[idx[i]] = 1;
+}
+
+struct Flat {
+    float score;
+    size_t head;
+    int64_t i;
+};
+}  // namespace
+
+void apply_rule(const Rule& r, std::vector<HeadCandidates>& heads) {
+    for (auto& h : heads) h.keep.assign(h.n, r.kind == Rule::Kind::kKeepAll ? 1 : 0);
+    switch (r.kind) {
+        case Rule::Kind::kKeepAll:
+        case Rule::Kind::kDropAll:
+            return;
+        case Rule::Kind::kThreshold:
+            for (auto& h : heads)
+                for (int64_t i = 0; i < h.n; ++i) h.keep[i] = h.scores[i] >= r.tau;
+            return;
+        case Rule::Kind::kHeadBudget:
+            for (auto& h : heads) keep_top(h, h.keep_override >= 0 ? h.keep_override : r.head_keep(h.n));
+            return;
+        case Rule::Kind::kLayerBudget: {
+            // AdaKV (Feng et al. 2024, Alg. 1): per layer, the H·k best entries over all its heads, after each
+            // head receives its own best ⌊safeguard·k⌋.
+            std::map<int, std::vector<size_t>> by_layer;
+            for (size_t i = 0; i < heads.size(); ++i) by_layer[heads[i].layer].push_back(i);
+            for (auto& [layer, ids] : by_layer) {
+                int64_t total = 0;
+                std::vector<Flat> rest;
+                for (size_t hi : ids) {
+                    HeadCandidates& h = heads[hi];
+                    const int64_t k = h.keep_override >= 0 ? h.keep_override : r.head_keep(h.n);
+                    total += k;
+                    const int64_t guard = static_cast<int64_t>(std::floor(r.safeguard * k));
+                    const auto idx = order_desc(h.scores, h.n);
+                    for (int64_t j = 0; j < h.n; ++j) {
+                        if (j < guard) {
+                            h.keep[idx[j]] = 1;
+                            --total;
+                        } else {
+                            rest.push_back({h.scores[idx[j]], hi, idx[j]});
+                        }
+                    }
+                }
+                std::stable_sort(rest.begin(), rest.end(), [](const Flat& a, const Flat& b) { return a.score > b.score; });
+                for (int64_t j = 0; j < std::min<int64_t>(total, static_cast<int64_t>(rest.size())); ++j)
+                    heads[rest[j].head].keep[rest[j].i] = 1;
+            }
+            return;
+        }
+        case Rule::Kind::kGlobalBudget: {
+            std::vector<Flat> all;
+            int64_t n = 0;
+            for (size_t hi = 0; hi < heads.size(); ++hi) {
+                n += heads[hi].n;
+                for (int64_t i = 0; i < heads[hi].n; ++i) all.push_back({heads[hi].scores[i], hi, i});
+            }
+            const int64_t k = r.budget >= 0 ? std::min(r.budget, n)
+                                            : std::max<int64_t>(1, static_cast<int64_t>(std::floor(n * (1.0 - r.ratio))));
+            std::stable_sort(all.begin(), all.end(), [](const Flat& a, const Flat& b) { return a.score > b.score; });
+            for (int64_t j = 0; j < std::min<int64_t>(k, n); ++j) heads[all[j].head].keep[all[j].i] = 1;
+            return;
+        }
+    }
+}
+
+}  // namespace kvsieve

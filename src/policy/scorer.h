@@ -1,0 +1,65 @@
+#pragma once
+// Scorers: anything that gives a KV entry an importance score (higher = more worth keeping). Any scorer can
+// drive any rule (policy/rule.h) at any timing (policy/policy.h): kvpress's scorer/press split, generalised.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kvsieve {
+
+/// Attention statistics a scorer asks the attention kernels for (nothing is computed when nobody asks).
+enum class AttnStat {
+    kNone,
+    kMassSum,   ///< per key: Σ over the step's queries of the softmax weight, per query head of the group
+    kMassLast,  ///< per key: the softmax weight of the step's last query, per query head of the group
+};
+
+/// One KV head's view after a prefill chunk: every entry it can see (cached entries first, then the chunk's
+/// T new ones), as float32.
+struct HeadView {
+    int64_t n = 0;                 ///< entries (cached + new)
+    const float* k = nullptr;      ///< [n][d] keys after RoPE
+    const float* v = nullptr;      ///< [n][d] values
+    const int32_t* pos = nullptr;  ///< [n] positions
+    const float* attn = nullptr;   ///< [G][n] the statistic asked for by stat(), else nullptr
+};
+
+/// One layer after a prefill chunk of T tokens at positions pos0 … pos0 + T − 1.
+struct PrefillScoreInput {
+    int layer = 0, n_layer = 0;
+    int n_head = 0, n_head_kv = 0, head_dim = 0;  ///< Hq, Hkv, d; query head h reads KV head h / (Hq/Hkv)
+    int64_t T = 0, pos0 = 0;
+    const float* q = nullptr;      ///< [T][Hq·d] queries after RoPE
+    const float* q_pre = nullptr;  ///< [T][Hq·d] queries before RoPE
+    int64_t hidden_dim = 0;
+    const float* hidden = nullptr; ///< [T][D] attention inputs
+    float rope_base = 10000.0f;
+    bool rope_neox = false;        ///< rotate halves (Qwen, HF layout) rather than adjacent pairs
+    std::vector<HeadView> heads;   ///< [Hkv]
+};
+
+/// One KV head at a decode step, after the new entry was appended (it is the last).
+struct DecodeScoreInput {
+    int layer = 0, head = 0, group = 1;
+    int64_t n = 0;                   ///< entries
+    int64_t pos = 0;                 ///< position of the new token
+    const int32_t* positions = nullptr;  ///< [n]
+    const float* attn = nullptr;     ///< [G][n] statistic asked for by stat()
+};
+
+/// Gives entries scores. A method is a small file: a docstring with its source and the formula.
+class Scorer {
+public:
+    virtual ~Scorer() = default;
+    virtual std::string name() const = 0;
+    virtual AttnStat stat() const { return AttnStat::kNone; }
+    /// Writes scores[h][i] for every entry i of every KV head h after a prefill chunk (kvpress rescores all
+    /// keys at each step). scores has Hkv vectors sized like the heads' views.
+    virtual void score_prefill(const PrefillScoreInput& in, std::vector<std::vector<float>>& scores) const = 0;
+    /// Updates one head's scores [n] at a decode step (old values in; the new entry is last). The default
+    /// gives the new entry +∞ (kept until a later prefill rescoring) and leaves the others.
+    virtual void score_decode(const DecodeScoreInput& in, float* scores) const;
+};
+
+}  // namespace kvsieve

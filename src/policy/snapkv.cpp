@@ -1,0 +1,91 @@
+// snapkv: observation-window attention with pooling (see policy/snapkv.h).
+#include "policy/snapkv.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "policy/policy.h"
+#include "util/error.h"
+
+namespace kvsieve {
+
+void snapkv_scores(const PrefillScoreInput& in, int window, int kernel, std::vector<std::vector<float>>& scores) {
+    const int G = in.n_head / in.n_head_kv, d = in.head_dim;
+    const float inv_sqrt_d = 1.0f / std::sqrt(static_cast<float>(d));
+    const int64_t ldq = static_cast<int64_t>(in.n_head) * d;
+    float mx = -INFINITY;
+    for (size_t h = 0; h < in.heads.size(); ++h) {
+        const HeadView& v = in.heads[h];
+        scores[h].assign(v.n, 1.0f);
+        if (in.T <= window || v.n <= window) continue;
+        const int64_t n_old = v.n - in.T, m = v.n - window;  // keys scored: 0 … m − 1
+        std::vector<double> mean(m, 0.0), row(v.n);
+        for (int g = 0; g < G; ++g) {
+            const int qh = static_cast<int>(h) * G + g;
+            std::vector<double> acc(m, 0.0);
+            for (int64_t t = in.T - window; t < in.T; ++t) {
+                const float* q = in.q + t * ldq + qh * d;
+                const int64_t visible = n_old + t + 1;
+                double mxr = -INFINITY;
+                for (int64_t j = 0; j < visible; ++j) {
+                    double s = 0;
+                    for (int c = 0; c < d; ++c) s += double(q[c]) * v.k[j * d + c];
+                    row[j] = s * inv_sqrt_d;
+                    mxr = std::max(mxr, row[j]);
+                }
+                double sum = 0;
+                for (int64_t j = 0; j < visible; ++j) sum += (row[j] = std::exp(row[j] - mxr));
+                for (int64_t j = 0; j < std::min(visible, m); ++j) acc[j] += row[j] / sum;
+            }
+            // mean over the window's queries, then average pooling (kernel, zero padding kernel/2)
+            const int pad = kernel / 2;
+            for (int64_t j = 0; j < m; ++j) {
+                double s = 0;
+                for (int64_t u = j - pad; u <= j + pad; ++u)
+                    if (u >= 0 && u < m) s += acc[u] / window;
+                mean[j] += s / kernel;
+            }
+        }
+        for (int64_t j = 0; j < m; ++j) {
+            scores[h][j] = static_cast<float>(mean[j] / G);
+            mx = std::max(mx, scores[h][j]);
+        }
+    }
+    if (std::isfinite(mx))
+        for (size_t h = 0; h < in.heads.size(); ++h) {
+            const HeadView& v = in.heads[h];
+            if (in.T <= window || v.n <= window) continue;
+            for (int64_t j = v.n - window; j < v.n; ++j) scores[h][j] = mx + 1;
+        }
+}
+
+namespace {
+class SnapKVScorer : public Scorer {
+public:
+    SnapKVScorer(int window, int kernel) : window_(window), kernel_(kernel) {}
+    std::string name() const override { return "snapkv"; }
+    void score_prefill(const PrefillScoreInput& in, std::vector<std::vector<float>>& scores) const override {
+        snapkv_scores(in, window_, kernel_, scores);
+    }
+
+private:
+    int window_, kernel_;
+};
+}  // namespace
+
+std::shared_ptr<Scorer> make_snapkv_scorer(int window, int kernel) {
+    return std::make_shared<SnapKVScorer>(window, kernel);
+}
+
+void register_snapkv() {
+    register_preset({"snapkv", "observation-window attention, pooled (Li et al. 2024)", [](PolicyParams& p) {
+                         Policy pol;
+                         const int64_t w = p.get_int("window_size", 64), k = p.get_int("kernel", 5);
+                         require(w > 0 && k > 0 && k % 2 == 1, "policy snapkv: window_size must be positive and kernel odd");
+                         pol.scorer = make_snapkv_scorer(static_cast<int>(w), static_cast<int>(k));
+                         read_budget_rule(p, pol, 0.5);
+                         return pol;
+                     }});
+}
+
+}  // namespace kvsieve
