@@ -1,0 +1,305 @@
+// The paged KV cache: equality with the plain engine, ragged decode against a masked dense reference,
+// memory that really falls, pool exhaustion, and policy parsing.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <fstream>
+#include <set>
+
+#include "cache/kv_cache.h"
+#include "model/llama_model.h"
+#include "policy/rule.h"
+#include "test_util.h"
+#include "text/tokenizer.h"
+#include "util/error.h"
+
+namespace kvsieve {
+namespace {
+
+std::shared_ptr<KVPool> pool_for(const LlamaModel& m, KVType t = KVType::kF32, uint64_t budget = 0) {
+    return std::make_shared<KVPool>(m.config().head_dim, t, 16, budget);
+}
+
+std::vector<int32_t> story_tokens(const LlamaModel& m, size_t n) {
+    const auto tok = Tokenizer::from_gguf(m.file());
+    std::ifstream f(test::data_dir() + "/../../models/README.md");  // any English text would do
+    std::string text =
+        "Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her "
+        "friend Ben. One day, they saw a big red ball under a tree. Lily wanted the ball, but Ben said it was his. "
+        "They were sad and did not talk. Then Lily had an idea. She said, let us share the ball and play together. "
+        "Ben smiled and they played all day. When the sun went down, they went home happy. The next morning, the "
+        "ball was gone. Lily and Ben looked everywhere: under the slide, behind the bench and near the pond.";
+    auto ids = tok->encode(text + " " + text + " " + text);
+    ids.resize(std::min(ids.size(), n));
+    return ids;
+}
+
+/// Logits of a prefill of `prompt` then `steps` greedy decode steps.
+std::vector<std::vector<float>> run(const LlamaModel& m, SequenceCache& cache, const std::vector<int32_t>& prompt,
+                                    int steps) {
+    std::vector<std::vector<float>> out;
+    std::vector<float> logits;
+    m.forward(prompt, cache, logits);
+    if (auto* kv = dynamic_cast<KVCache*>(&cache)) kv->end_prefill();
+    out.push_back(logits);
+    for (int i = 0; i < steps; ++i) {
+        int32_t best = 0;
+        for (int v = 1; v < m.config().n_vocab; ++v)
+            if (logits[v] > logits[best]) best = v;
+        m.forward({best}, cache, logits);
+        out.push_back(logits);
+    }
+    return out;
+}
+
+double max_diff(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+    double d = 0;
+    for (size_t i = 0; i < a.size(); ++i)
+        for (size_t j = 0; j < a[i].size(); ++j) d = std::max(d, double(std::fabs(a[i][j] - b[i][j])));
+    return d;
+}
+
+TEST(KVCache, FullPolicyEqualsPlainEngine) {
+    for (const char* name : {"stories260K.gguf", "tiny-llama-f32.gguf", "tiny-qwen2-f32.gguf", "tiny-qwen3-f32.gguf"}) {
+        SCOPED_TRACE(name);
+        LlamaModel m(test::model_path(name));
+        const auto prompt = story_tokens(m, 120);
+        DenseKVCache dense = m.make_cache(256);
+        KVCache paged(m.config(), 256, parse_policy("full"), pool_for(m));
+        const auto a = run(m, dense, prompt, 24), b = run(m, paged, prompt, 24);
+        const double d = max_diff(a, b);
+        std::printf("[ cache ] %s full paged (f32) vs plain engine: max |Δ logit| %.2e\n", name, d);
+        EXPECT_LE(d, 1e-5);
+    }
+}
+
+TEST(KVCache, PoliciesWhoseBudgetCoversTheContextEqualFull) {
+    LlamaModel m(test::model_path("stories260K.gguf"));
+    const auto prompt = story_tokens(m, 150);
+    KVCache full(m.config(), 256, parse_policy("full"), pool_for(m));
+    const auto ref = run(m, full, prompt, 20);
+    for (const char* spec : {"snapkv:budget=256", "h2o:budget=256", "tova:budget=256", "knorm:ratio=0",
+                             "streaming_llm:window=256", "expected_attention:budget=200,every=0",
+                             "pyramidkv:ratio=0", "random:ratio=0,rule=layer", "snapkv:ratio=0,rule=global"}) {
+        SCOPED_TRACE(spec);
+        KVCache c(m.config(), 256, parse_policy(spec), pool_for(m));
+        const auto got = run(m, c, prompt, 20);
+        // Same entries in the same regions: bit-identical. streaming_llm keeps them in sinks + window pages,
+        // so only the summation order of the online softmax differs.
+        if (std::string(spec).rfind("streaming_llm", 0) == 0)
+            EXPECT_LE(max_diff(ref, got), 1e-5);
+        else
+            EXPECT_EQ(max_diff(ref, got), 0.0);
+        EXPECT_EQ(c.stats().compression_ratio, 0.0);
+    }
+}
+
+/// Reference: dense attention of one query over the entries whose positions are in `keep`, float64.
+std::vector<double> masked_reference(const std::vector<float>& K, const std::vector<float>& V, const float* q, int d,
+                                     const std::set<int32_t>& keep) {
+    std::vector<double> w, out(d, 0.0);
+    double mx = -INFINITY;
+    for (int32_t p : keep) {
+        double s = 0;
+        for (int c = 0; c < d; ++c) s += double(q[c]) * K[p * d + c];
+        w.push_back(s / std::sqrt(double(d)));
+        mx = std::max(mx, w.back());
+    }
+    double sum = 0;
+    for (auto& x : w) sum += (x = std::exp(x - mx));
+    size_t i = 0;
+    for (int32_t p : keep) {
+        for (int c = 0; c < d; ++c) out[c] += w[i] / sum * V[p * d + c];
+        ++i;
+    }
+    return out;
+}
+
+TEST(KVCache, RaggedDecodeEqualsMaskedDenseAttention) {
+    ModelConfig c;
+    c.n_layer = 1;
+    c.n_head = 8;
+    c.n_head_kv = 2;
+    c.head_dim = 32;
+    c.n_embd = 64;
+    const int d = 32, Hkv = 2, Hq = 8, G = 4;
+    for (const char* spec : {"full", "streaming_llm:window=16,sinks=4"}) {
+        SCOPED_TRACE(spec);
+        KVCache cache(c, 512, parse_policy(spec), std::make_shared<KVPool>(d, KVType::kF32));
+        std::mt19937 rng(5);
+        std::normal_distribution<float> nd;
+        const int T = 100;
+        // K/V of every position per head, kept here for the reference.
+        std::vector<std::vector<float>> K(Hkv, std::vector<float>((T + 1) * d)), V = K;
+        auto fill = [&](std::vector<float>& x) { for (auto& v : x) v = nd(rng); };
+        std::vector<float> q(T * Hq * d), k(T * Hkv * d), v(T * Hkv * d), out(T * Hq * d);
+        fill(q); fill(k); fill(v);
+        for (int t = 0; t < T; ++t)
+            for (int h = 0; h < Hkv; ++h)
+                for (int e = 0; e < d; ++e) {
+                    K[h][t * d + e] = k[(t * Hkv + h) * d + e];
+                    V[h][t * d + e] = v[(t * Hkv + h) * d + e];
+                }
+        LayerInputs in;
+        in.n_head = Hq;
+        in.n_head_kv = Hkv;
+        in.head_dim = d;
+        in.hidden_dim = 64;
+        in.T = T;
+        in.q = in.q_pre = q.data();
+        in.k = in.k_pre = k.data();
+        in.v = v.data();
+        std::vector<float> hidden(T * 64);
+        in.hidden = hidden.data();
+        cache.attend(in, out.data());
+        cache.finish_step(0, T);
+        cache.end_prefill();
+        // Drop a different random subset of the global region of each head (ragged lengths).
+        std::vector<std::set<int32_t>> keep(Hkv);
+        for (int h = 0; h < Hkv; ++h) {
+            HeadCache& hc = cache.head(0, h);
+            std::vector<char> mask(hc.global().size());
+            for (auto& x : mask) x = std::uniform_int_distribution<int>(0, 2)(rng) != 0;
+            hc.global().retain(mask);
+            for (int r = 0; r < 3; ++r)
+                for (int32_t p : hc.region(r)->positions()) keep[h].insert(p);
+        }
+        if (std::string(spec) == "full") EXPECT_NE(cache.head(0, 0).size(), cache.head(0, 1).size());
+        // One decode step.
+        std::vector<float> q1(Hq * d), k1(Hkv * d), v1(Hkv * d), o1(Hq * d);
+        fill(q1); fill(k1); fill(v1);
+        for (int h = 0; h < Hkv; ++h) {
+            std::copy_n(k1.data() + h * d, d, K[h].data() + T * d);
+            std::copy_n(v1.data() + h * d, d, V[h].data() + T * d);
+        }
+        LayerInputs one = in;
+        one.pos0 = T;
+        one.T = 1;
+        one.q = one.q_pre = q1.data();
+        one.k = one.k_pre = k1.data();
+        one.v = v1.data();
+        cache.attend(one, o1.data());
+        double worst = 0;
+        for (int h = 0; h < Hkv; ++h) {
+            std::set<int32_t> vis = keep[h];
+            if (std::string(spec) != "full") {  // the window ring moved: the oldest window entry left
+                vis.clear();
+                for (int r = 0; r < 3; ++r)
+                    for (int32_t p : cache.head(0, h).region(r)->positions()) vis.insert(p);
+                EXPECT_EQ(vis.size(), 20u);
+            } else {
+                vis.insert(T);
+            }
+            for (int g = 0; g < G; ++g) {
+                const auto ref = masked_reference(K[h], V[h], q1.data() + (h * G + g) * d, d, vis);
+                for (int e = 0; e < d; ++e) worst = std::max(worst, std::fabs(ref[e] - o1[(h * G + g) * d + e]));
+            }
+        }
+        EXPECT_LE(worst, 1e-5);
+    }
+}
+
+TEST(KVCache, MemoryReallyFalls) {
+    LlamaModel m(test::model_path("stories260K.gguf"));
+    const auto prompt = story_tokens(m, 400);
+    auto pool = pool_for(m, KVType::kF16);
+    for (const char* spec : {"snapkv:ratio=0.75", "knorm:ratio=0.75", "streaming_llm:ratio=0.75"}) {
+        SCOPED_TRACE(spec);
+        KVCache c(m.config(), 512, parse_policy(spec), pool);
+        std::vector<float> logits;
+        m.forward(prompt, c, logits);
+        const int64_t pages_before = pool->pages_in_use();
+        c.end_prefill();
+        const KVStats s = c.stats();
+        EXPECT_NEAR(s.compression_ratio, 0.75, 0.01);
+        EXPECT_LE(s.kv_bytes_final, 0.3 * s.kv_bytes_full);
+        EXPECT_GE(s.kv_bytes_peak, s.kv_bytes_full * 0.95);
+        EXPECT_LT(pool->pages_in_use(), pages_before * 0.3);
+        EXPECT_EQ(s.kv_bytes_final, static_cast<uint64_t>(pool->pages_in_use()) * pool->page_bytes());
+    }
+    EXPECT_EQ(pool->pages_in_use(), 0);  // every cache returned its pages
+}
+
+TEST(KVCache, ExhaustedBudgetFailsOneSequenceOnly) {
+    LlamaModel m(test::model_path("stories260K.gguf"));
+    const auto small = story_tokens(m, 40), big = story_tokens(m, 400);
+    // 5 layers × 4 heads × ⌈40/16⌉ pages for the small prompt (+ decode) fit; the big one does not.
+    auto pool = std::make_shared<KVPool>(m.config().head_dim, KVType::kF32, 16, 100 * 16 * 8 * 4 * 2);
+    KVCache a(m.config(), 512, parse_policy("full"), pool), b(m.config(), 512, parse_policy("full"), pool);
+    KVCache ref(m.config(), 512, parse_policy("full"), pool_for(m));
+    std::vector<float> la, lref;
+    m.forward(small, a, la);
+    m.forward(small, ref, lref);
+    EXPECT_THROW(m.forward(big, b, la), KVBudgetExhausted);
+    b.clear();
+    m.forward({5}, a, la);
+    m.forward({5}, ref, lref);
+    EXPECT_EQ(la, lref);
+}
+
+TEST(Policy, ParseErrorsNameTheProblem) {
+    auto err = [](const std::string& spec) {
+        try {
+            parse_policy(spec);
+        } catch (const Error& e) {
+            return std::string(e.what());
+        }
+        return std::string("no error");
+    };
+    EXPECT_NE(err("nosuch").find("unknown policy 'nosuch'"), std::string::npos);
+    EXPECT_NE(err("snapkv:ratio=0.5,foo=1").find("unknown key 'foo'"), std::string::npos);
+    EXPECT_NE(err("snapkv:ratio=1").find("outside [0, 1)"), std::string::npos);
+    EXPECT_NE(err("knorm:ratio=-0.1").find("outside [0, 1)"), std::string::npos);
+    EXPECT_NE(err("knorm:rule=threshold,tau=abc").find("not a number"), std::string::npos);
+    EXPECT_NE(err("h2o:budget=0").find("must be positive"), std::string::npos);
+    EXPECT_NE(err("h2o:budget=x").find("not an integer"), std::string::npos);
+    EXPECT_NE(err("snapkv:ratio").find("not key=value"), std::string::npos);
+    EXPECT_NE(err("streaming_llm").find("window=<tokens> or ratio"), std::string::npos);
+    EXPECT_NE(err("snapkv:ratio=0.5,budget=3").find("not both"), std::string::npos);
+    EXPECT_EQ(err("snapkv:ratio=0.5,window_size=32,kernel=3,rule=layer,safeguard=0.3"), "no error");
+    EXPECT_EQ(parse_policy("streaming_llm:window=256").window, 256);
+    EXPECT_EQ(parse_policy("streaming_llm:window=256").sinks, 4);
+}
+
+TEST(Rule, BudgetsPickTheBestEntries) {
+    const std::vector<float> a{5, 1, 4, 2, 3}, b{0.5f, 0.4f, 10, 9, 0.1f};
+    auto heads = [&] {
+        std::vector<HeadCandidates> h(2);
+        h[0].scores = a.data();
+        h[0].n = 5;
+        h[1].scores = b.data();
+        h[1].n = 5;
+        return h;
+    };
+    Rule r;
+    r.kind = Rule::Kind::kHeadBudget;
+    r.budget = 2;
+    auto h = heads();
+    apply_rule(r, h);
+    EXPECT_EQ(h[0].keep, (std::vector<char>{1, 0, 1, 0, 0}));
+    EXPECT_EQ(h[1].keep, (std::vector<char>{0, 0, 1, 1, 0}));
+    r.kind = Rule::Kind::kGlobalBudget;
+    r.budget = 4;
+    h = heads();
+    apply_rule(r, h);
+    EXPECT_EQ(h[0].keep, (std::vector<char>{1, 0, 1, 0, 0}));  // 10, 9, 5, 4
+    EXPECT_EQ(h[1].keep, (std::vector<char>{0, 0, 1, 1, 0}));
+    r.kind = Rule::Kind::kLayerBudget;  // 2 per head on average = 4 in the layer; each head ≥ ⌊0.5·2⌋ = 1
+    r.budget = 2;
+    r.safeguard = 0.5;
+    h = heads();
+    apply_rule(r, h);
+    EXPECT_EQ(std::count(h[0].keep.begin(), h[0].keep.end(), 1) + std::count(h[1].keep.begin(), h[1].keep.end(), 1), 4);
+    EXPECT_EQ(h[0].keep[0], 1);  // head 0's best is guarded
+    EXPECT_EQ(h[1].keep[2] + h[1].keep[3], 2);
+    r.kind = Rule::Kind::kThreshold;
+    r.tau = 3.5;
+    h = heads();
+    apply_rule(r, h);
+    EXPECT_EQ(h[0].keep, (std::vector<char>{1, 0, 1, 0, 0}));
+    EXPECT_EQ(h[1].keep, (std::vector<char>{0, 0, 1, 1, 0}));
+}
+
+}  // namespace
+}  // namespace kvsieve
