@@ -4,4 +4,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 bash scripts/build.sh
-./build/bin/kvsieve generate -m models/stories260K.gguf -p "Once upon a time" -n 200 --temp 0.8 --seed 42
+./build/bin/kvsieve generate -m models/stories260K.gguf -p "Once upon a time" -n 300 --temp 0.8 --seed 42 \
+  --policy streaming_llm:window=64

@@ -7,6 +7,8 @@
 #include <iterator>
 #include <sys/wait.h>
 
+#include <nlohmann/json.hpp>
+
 #include "test_util.h"
 
 namespace kvsieve {
@@ -89,6 +91,40 @@ TEST(Cli, BadInputGivesOneLineErrors) {
     const CmdResult r = run("generate -m " + trunc.path() + " -p hi");
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
     EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << r.err;
+}
+
+TEST(Cli, PolicyStatsTableAndJson) {
+    test::TempFile json(".json");
+    const std::string prompt =
+        "'Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her "
+        "friend Ben. One day, they saw a big red ball under a tree. Lily wanted the ball, but Ben said it was his.'";
+    const CmdResult r = run("generate -m " + kModel + " -p " + prompt + " -n 8 --temp 0 --policy snapkv:ratio=0.75 --stats-json " +
+                            json.path());
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.err.find("density"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("compression ratio"), std::string::npos) << r.err;
+    std::ifstream f(json.path());
+    const auto j = nlohmann::json::parse(f);
+    for (const char* k : {"policy", "tokens", "compression_ratio", "density", "kv_bytes_peak", "kv_bytes_final",
+                          "kv_bytes_full", "layers"})
+        EXPECT_TRUE(j.contains(k)) << k;
+    EXPECT_EQ(j["policy"], "snapkv:ratio=0.75");
+    EXPECT_EQ(j["layers"].size(), 5u);
+    EXPECT_EQ(j["layers"][0]["entries"].size(), 4u);
+    // The 8 decode tokens are kept on top of the compressed prompt, so the ratio is a little under 0.75.
+    EXPECT_GT(j["compression_ratio"].get<double>(), 0.6);
+    EXPECT_LT(j["kv_bytes_final"].get<double>(), j["kv_bytes_full"].get<double>() * 0.45);
+}
+
+TEST(Cli, BadPolicyOptionsAreReported) {
+    expect_clean_failure("generate -m " + kModel + " -p hi --policy nosuch", "unknown policy 'nosuch'");
+    expect_clean_failure("generate -m " + kModel + " -p hi --policy snapkv:frob=1", "unknown key 'frob'");
+    expect_clean_failure("generate -m " + kModel + " -p hi --policy snapkv:ratio=1.5", "outside [0, 1)");
+    expect_clean_failure("generate -m " + kModel + " -p hi --policy knorm:rule=threshold,tau=x", "not a number");
+    expect_clean_failure("generate -m " + kModel + " -p hi -c 128 --policy h2o:budget=4096", "larger than the context");
+    expect_clean_failure("generate -m " + kModel + " -p hi --kv-type f8", "unknown KV cache type 'f8'");
+    expect_clean_failure("generate -m " + kModel + " -p 'Once upon a time there was' -n 400 --kv-budget-mb 0.01",
+                         "KV cache budget exhausted");
 }
 
 TEST(Cli, SynthWritesALoadableModelAndBenchRunsIt) {

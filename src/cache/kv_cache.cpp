@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <random>
 
 #include "kernels/attention.h"
 #include "kernels/dot.h"
@@ -269,6 +270,26 @@ void KVCache::compress() {
     size_t i = 0;
     for (int l = 0; l < n_layer_; ++l)
         for (int h = 0; h < n_head_kv_; ++h) head(l, h).global().retain(cands[i++].keep);
+}
+
+void KVCache::fill_synthetic(int64_t n, uint64_t seed) {
+    require(n_tokens_ + n <= n_ctx_, "synthetic fill of ", n, " tokens exceeds the context of ", n_ctx_);
+    const int d = cfg_.head_dim;
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<float> nd;
+    std::vector<float> k(d), v(d);
+    const HeadCache::Admit admit_fn = [this](int32_t p, float s) { return admit(p, s); };
+    for (int64_t t = 0; t < n; ++t) {
+        for (auto& hc : heads_) {
+            for (int c = 0; c < d; ++c) {
+                k[c] = nd(rng);
+                v[c] = nd(rng);
+            }
+            hc.append(k.data(), v.data(), static_cast<int32_t>(n_tokens_), 0.0f, admit_fn);
+        }
+        ++n_tokens_;
+    }
+    peak_bytes_ = std::max(peak_bytes_, stats().kv_bytes_final);
 }
 
 void KVCache::rollback(int64_t n) {

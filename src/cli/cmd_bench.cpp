@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <random>
 
+#include "cli/cache_options.h"
 #include "cli/commands.h"
 #include "kernels/bandwidth.h"
 #include "kernels/cpu_features.h"
@@ -21,6 +22,8 @@ struct BenchOpts {
     int64_t depth = 0;
     double bandwidth_gbs = 0;  // 0: measure
     uint64_t seed = 42;
+    CacheOptions cache;
+    std::string fill = "prefill";
 };
 
 double now_s() {
@@ -47,7 +50,8 @@ void run(const BenchOpts& o) {
     LlamaModel model(o.model);
     const ModelConfig& c = model.config();
     const int64_t n_ctx = o.depth + std::max(o.n_prompt, o.n_gen) + 1;
-    DenseKVCache cache = model.make_cache(n_ctx);
+    std::unique_ptr<KVCache> cache_ptr = o.cache.make_cache(model, n_ctx);
+    KVCache& cache = *cache_ptr;
     std::mt19937 rng(static_cast<uint32_t>(o.seed));
     std::uniform_int_distribution<int32_t> tok(3, c.n_vocab - 1);
     auto random_tokens = [&](int64_t n) {
@@ -57,17 +61,27 @@ void run(const BenchOpts& o) {
     };
     std::vector<float> logits;
     // Fill the context to the requested depth once; each repetition rolls back to it.
-    if (o.depth > 0) {
+    require(o.fill == "prefill" || o.fill == "random", "--fill must be prefill or random, got '", o.fill, "'");
+    if (o.depth > 0 && o.fill == "random") {
+        cache.fill_synthetic(o.depth, o.seed);
+    } else if (o.depth > 0) {
         std::fprintf(stderr, "filling context to depth %ld...\n", static_cast<long>(o.depth));
         for (int64_t done = 0; done < o.depth;) {
             const int64_t n = std::min<int64_t>(512, o.depth - done);
             model.forward(random_tokens(n), cache, logits);
             done += n;
+            std::fprintf(stderr, "\r  %ld / %ld", static_cast<long>(done), static_cast<long>(o.depth));
         }
+        std::fprintf(stderr, "\n");
     }
+    cache.end_prefill();
+    const KVStats filled = cache.stats();
     const double gib = static_cast<double>(model.file().file_size()) / (1 << 30);
     std::printf("model: %s | %s | %.2f GiB | threads %d | kernels %s\n", o.model.c_str(), c.summary().c_str(), gib,
                 num_threads(), dot_kernels().isa);
+    std::printf("KV cache: policy %s, %s; at depth %ld: %.1f MiB kept (full F16: %.1f MiB), compression ratio %.3f\n",
+                cache.policy().describe().c_str(), o.cache.kv_type.c_str(), static_cast<long>(o.depth),
+                filled.kv_bytes_final / 1048576.0, filled.kv_bytes_full / 1048576.0, filled.compression_ratio);
     std::printf("| test | t/s | ms/token |\n|---|---|---|\n");
     auto report = [&](const std::string& name, const std::vector<double>& tps) {
         const Stat s = stats(tps);
@@ -79,7 +93,7 @@ void run(const BenchOpts& o) {
     if (o.n_prompt > 0) {
         std::vector<double> tps;
         for (int r = 0; r <= o.reps; ++r) {  // repetition 0 is a warm-up
-            cache.set_n_tokens(o.depth);
+            cache.rollback(o.depth);
             const auto toks = random_tokens(o.n_prompt);
             const double t0 = now_s();
             model.forward(toks, cache, logits);
@@ -90,7 +104,7 @@ void run(const BenchOpts& o) {
     if (o.n_gen > 0) {
         std::vector<double> tps;
         for (int r = 0; r <= o.reps; ++r) {
-            cache.set_n_tokens(o.depth);
+            cache.rollback(o.depth);
             int32_t next = tok(rng);
             const double t0 = now_s();
             for (int i = 0; i < o.n_gen; ++i) {
@@ -100,9 +114,8 @@ void run(const BenchOpts& o) {
             if (r > 0) tps.push_back(o.n_gen / (now_s() - t0));
         }
         const Stat s = report("tg" + std::to_string(o.n_gen) + at, tps);
-        // Bytes one decode step reads: every weight matrix once + the KV cache (float32 K and V) so far.
-        const double avg_depth = o.depth + (o.n_gen - 1) / 2.0;
-        const double kv_bytes = avg_depth * 2.0 * c.n_layer * c.n_head_kv * c.head_dim * sizeof(float);
+        // Bytes one decode step reads: every weight matrix once + the KV pages held (at the end of the test).
+        const double kv_bytes = static_cast<double>(cache.stats().kv_bytes_final);
         const double bytes = static_cast<double>(model.weight_bytes_per_token()) + kv_bytes;
         const double gbs = bytes * s.mean / 1e9;
         const bool measured = o.bandwidth_gbs <= 0;
@@ -126,6 +139,10 @@ void add_bench(CLI::App& app) {
     cmd->add_option("--bandwidth-gbs", o->bandwidth_gbs, "memory bandwidth to compare decode against, GB/s (0: measure a streaming read)")
         ->capture_default_str();
     cmd->add_option("--seed", o->seed, "seed of the random token ids")->capture_default_str();
+    cmd->add_option("--fill", o->fill, "how the context is filled to the depth: prefill (real tokens) or random (synthetic "
+                                       "entries, much faster; decode cost does not depend on their values)")
+        ->capture_default_str();
+    o->cache.add_to(cmd);
     cmd->callback([o] { run(*o); });
 }
 
