@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <random>
 
 #include "kernels/attention.h"
 #include "kernels/dot.h"
@@ -275,15 +274,21 @@ void KVCache::compress() {
 void KVCache::fill_synthetic(int64_t n, uint64_t seed) {
     require(n_tokens_ + n <= n_ctx_, "synthetic fill of ", n, " tokens exceeds the context of ", n_ctx_);
     const int d = cfg_.head_dim;
-    std::mt19937_64 rng(seed);
-    std::normal_distribution<float> nd;
+    uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;
+    auto uniform = [&state] {  // splitmix64 → uniform in [−√3, √3): unit variance, fast
+        uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        return 1.7320508f * (2.0f * static_cast<float>(z >> 40) / 16777216.0f - 1.0f);
+    };
     std::vector<float> k(d), v(d);
     const HeadCache::Admit admit_fn = [this](int32_t p, float s) { return admit(p, s); };
     for (int64_t t = 0; t < n; ++t) {
         for (auto& hc : heads_) {
             for (int c = 0; c < d; ++c) {
-                k[c] = nd(rng);
-                v[c] = nd(rng);
+                k[c] = uniform();
+                v[c] = uniform();
             }
             hc.append(k.data(), v.data(), static_cast<int32_t>(n_tokens_), 0.0f, admit_fn);
         }

@@ -36,7 +36,7 @@ public:
     void end_prefill();
     /// Runs the compression rule on every head's global region now.
     void compress();
-    /// Appends n synthetic entries per head (positions n_tokens() …, unit-variance random keys and values) as if
+    /// Appends n synthetic entries per head (positions n_tokens() …, unit-variance uniform random keys and values) as if
     /// n tokens had been processed, through the same admission path; for benchmarks of decode at a depth,
     /// where the values do not matter. Throws KVBudgetExhausted like append.
     void fill_synthetic(int64_t n, uint64_t seed);

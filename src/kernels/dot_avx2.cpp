@@ -81,6 +81,15 @@ static void dequant_row(TensorType t, const void* src, float* dst, int64_t n) {
         _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
     for (; i < n; ++i) dst[i] = fp16_to_fp32(s[i]);
 }
+static float isa_dot_f16(const uint16_t* w, const float* x, int64_t n) { return dot_f16(w, x, n); }
+static void isa_axpy_f16(float a, const uint16_t* v, float* o, int64_t n) {
+    const __m256 av = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(o + i, _mm256_fmadd_ps(av, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v + i))),
+                                                _mm256_loadu_ps(o + i)));
+    for (; i < n; ++i) o[i] += a * fp16_to_fp32(v[i]);
+}
 #include "kernels/attention_generic.inc"
 }  // namespace avx2
 

@@ -126,6 +126,27 @@ static void dequant_row(TensorType t, const void* src, float* dst, int64_t n) {
         _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i))));
     for (; i < n; ++i) dst[i] = fp16_to_fp32(s[i]);
 }
+static float isa_dot_f16(const uint16_t* w, const float* x, int64_t n) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        a0 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i))),
+                             _mm512_loadu_ps(x + i), a0);
+        a1 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i + 16))),
+                             _mm512_loadu_ps(x + i + 16), a1);
+    }
+    float s = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+    for (; i < n; ++i) s += fp16_to_fp32(w[i]) * x[i];
+    return s;
+}
+static void isa_axpy_f16(float a, const uint16_t* v, float* o, int64_t n) {
+    const __m512 av = _mm512_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(o + i, _mm512_fmadd_ps(av, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + i))),
+                                                _mm512_loadu_ps(o + i)));
+    for (; i < n; ++i) o[i] += a * fp16_to_fp32(v[i]);
+}
 #include "kernels/attention_generic.inc"
 }  // namespace avx512
 

@@ -15,6 +15,14 @@ static float isa_dot_f32(const float* w, const float* x, int64_t n) {
 #include "kernels/dot_generic.inc"
 
 static void dequant_row(TensorType t, const void* src, float* dst, int64_t n) { dequantize_row(t, src, dst, n); }
+static float isa_dot_f16(const uint16_t* w, const float* x, int64_t n) {
+    float s = 0;
+    for (int64_t i = 0; i < n; ++i) s += fp16_to_fp32(w[i]) * x[i];
+    return s;
+}
+static void isa_axpy_f16(float a, const uint16_t* v, float* o, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) o[i] += a * fp16_to_fp32(v[i]);
+}
 #include "kernels/attention_generic.inc"
 
 static float dot_f16(const uint16_t* w, const float* x, int64_t n) {
