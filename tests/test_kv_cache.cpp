@@ -6,6 +6,8 @@
 #include <random>
 #include <fstream>
 #include <set>
+#include <unistd.h>
+#include <cstring>
 
 #include "cache/kv_cache.h"
 #include "model/llama_model.h"
@@ -238,6 +240,66 @@ TEST(KVCache, ExhaustedBudgetFailsOneSequenceOnly) {
     EXPECT_EQ(la, lref);
 }
 
+TEST(KVCache, ThresholdAdmissionAtWriteAndAtWindowExit) {
+    LlamaModel m(test::model_path("stories260K.gguf"));
+    const auto prompt = story_tokens(m, 200);
+    // τ between the key norms: some entries pass, some do not.
+    for (const char* spec : {"knorm:rule=threshold,tau=-3.2,timing=at_write", "knorm:rule=threshold,tau=-3.2,timing=at_window_exit,window=16"}) {
+        SCOPED_TRACE(spec);
+        const Policy p = parse_policy(spec);
+        KVCache c(m.config(), 512, p, pool_for(m));
+        std::vector<float> logits;
+        m.forward(prompt, c, logits);
+        for (int i = 0; i < 10; ++i) m.forward({300}, c, logits);
+        int64_t global = 0;
+        for (int l = 0; l < m.config().n_layer; ++l)
+            for (int h = 0; h < m.config().n_head_kv; ++h) {
+                const HeadCache& hc = c.head(l, h);
+                for (float s : hc.global().scores()) EXPECT_GE(s, -3.2f);  // admitted entries passed τ
+                EXPECT_EQ(hc.window().size(), p.window);
+                global += hc.global().size();
+            }
+        const KVStats st = c.stats();
+        EXPECT_GT(st.compression_ratio, 0.05);  // something was dropped
+        EXPECT_GT(global, 0);                   // and something admitted
+    }
+}
+
+/// Resident set size of this process in bytes (/proc/self/statm).
+uint64_t rss_bytes() {
+    std::ifstream f("/proc/self/statm");
+    uint64_t size = 0, resident = 0;
+    f >> size >> resident;
+    return resident * static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE));
+}
+
+TEST(KVPool, ResidentMemoryFollowsPagesInUse) {
+    KVPool pool(128, KVType::kF16, 16, 256ull << 20);  // pages of 8 KiB, 256 MiB budget
+    std::vector<int32_t> pages;
+    const uint64_t before = rss_bytes();
+    for (int i = 0; i < 8192; ++i) {  // 64 MiB
+        pages.push_back(pool.alloc());
+        std::memset(pool.keys(pages.back()), 1, pool.page_bytes());
+    }
+    const uint64_t full = rss_bytes();
+    EXPECT_GT(full, before + (48ull << 20));
+    EXPECT_EQ(pool.bytes_in_use(), 8192ull * pool.page_bytes());
+    for (int32_t p : pages) pool.release(p);
+    const uint64_t after = rss_bytes();
+    EXPECT_LT(after, full - (48ull << 20));
+    EXPECT_EQ(pool.pages_in_use(), 0);
+    EXPECT_EQ(pool.peak_pages(), 8192);
+    // Released pages are handed out again before new ones.
+    const int32_t again = pool.alloc();
+    EXPECT_LT(again, 8192);
+    pool.release(again);
+    KVPool tiny(128, KVType::kF16, 16, 3 * 8192);
+    tiny.alloc();
+    tiny.alloc();
+    tiny.alloc();
+    EXPECT_THROW(tiny.alloc(), KVBudgetExhausted);
+}
+
 TEST(Policy, ParseErrorsNameTheProblem) {
     auto err = [](const std::string& spec) {
         try {
@@ -258,6 +320,8 @@ TEST(Policy, ParseErrorsNameTheProblem) {
     EXPECT_NE(err("streaming_llm").find("window=<tokens> or ratio"), std::string::npos);
     EXPECT_NE(err("snapkv:ratio=0.5,budget=3").find("not both"), std::string::npos);
     EXPECT_EQ(err("snapkv:ratio=0.5,window_size=32,kernel=3,rule=layer,safeguard=0.3"), "no error");
+    EXPECT_NE(err("knorm:ratio=0.5,timing=at_write").find("needs rule=threshold"), std::string::npos);
+    EXPECT_NE(err("knorm:rule=threshold,tau=1,timing=soon").find("timing='soon'"), std::string::npos);
     EXPECT_EQ(parse_policy("streaming_llm:window=256").window, 256);
     EXPECT_EQ(parse_policy("streaming_llm:window=256").sinks, 4);
 }

@@ -13,8 +13,8 @@ void HeadCache::append(const float* k, const float* v, int32_t pos, float score,
         sinks_.push(k, v, pos, score);
         return;
     }
-    if (w_ == 0) {
-        global_.push(k, v, pos, score);
+    if (w_ == 0) {  // admission at write
+        if (admit(pos, score)) global_.push(k, v, pos, score);
         return;
     }
     if (window_.size() < w_) {

@@ -149,6 +149,9 @@ void KVCache::decode_layer(const LayerInputs& in, float* out) {
             di.pos = pos;
             di.positions = p2.data();
             di.attn = a2.empty() ? nullptr : a2.data();
+            di.k = in.k + h * d;
+            di.v = in.v + h * d;
+            di.head_dim = d;
             policy_.scorer->score_decode(di, s2.data());
             for (size_t j = 0; j < idx.size(); ++j)
                 hc.region(idx[order[j]].region)->scores()[idx[order[j]].i] = s2[j];

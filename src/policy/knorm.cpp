@@ -21,6 +21,11 @@ public:
             }
         }
     }
+    void score_decode(const DecodeScoreInput& in, float* scores) const override {
+        double s = 0;
+        for (int c = 0; c < in.head_dim; ++c) s += double(in.k[c]) * in.k[c];
+        scores[in.n - 1] = -static_cast<float>(std::sqrt(s));
+    }
 };
 }  // namespace
 

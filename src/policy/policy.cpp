@@ -115,6 +115,22 @@ void read_budget_rule(PolicyParams& p, Policy& policy, double default_ratio) {
     require(every >= 0, "policy ", p.preset(), ": every=", every, " must be ≥ 0");
     policy.timing = every > 0 ? Timing::kEveryNDecodeSteps : Timing::kAfterPrefill;
     policy.every_n = static_cast<int>(std::max<int64_t>(every, 1));
+    // Admission timings: the threshold decides once per entry, at write or when it leaves the window.
+    const std::string timing = p.get_string("timing", timing_name(policy.timing));
+    if (timing == "at_write" || timing == "at_window_exit") {
+        require(r.kind == Rule::Kind::kThreshold, "policy ", p.preset(), ": timing=", timing, " needs rule=threshold");
+        policy.admission = r;
+        policy.compression = Rule{};
+        policy.timing = timing == "at_write" ? Timing::kAtWrite : Timing::kAtWindowExit;
+        const int64_t w = p.get_int("window", timing == "at_write" ? 0 : 128);
+        require(w >= 0, "policy ", p.preset(), ": window must be ≥ 0");
+        require(timing == "at_write" ? w == 0 : w > 0, "policy ", p.preset(), ": timing=", timing,
+                timing == "at_write" ? " takes no window" : " needs window > 0");
+        policy.window = static_cast<int>(w);
+    } else if (timing != "after_prefill" && timing != "every_n_decode_steps") {
+        fail("policy ", p.preset(), ": timing='", timing,
+             "' is not at_write, at_window_exit, after_prefill or every_n_decode_steps");
+    }
     policy.sinks = static_cast<int>(p.get_int("sinks", policy.sinks));
     require(policy.sinks >= 0, "policy ", p.preset(), ": sinks must be ≥ 0");
 }

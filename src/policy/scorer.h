@@ -46,6 +46,9 @@ struct DecodeScoreInput {
     int64_t pos = 0;                 ///< position of the new token
     const int32_t* positions = nullptr;  ///< [n]
     const float* attn = nullptr;     ///< [G][n] statistic asked for by stat()
+    const float* k = nullptr;        ///< [d] the new entry's key after RoPE
+    const float* v = nullptr;        ///< [d] its value
+    int head_dim = 0;
 };
 
 /// Gives entries scores. A method is a small file: a docstring with its source and the formula.
