@@ -150,8 +150,11 @@ void KVCache::decode_layer(const LayerInputs& in, float* out) {
             di.positions = p2.data();
             di.attn = a2.empty() ? nullptr : a2.data();
             di.k = in.k + h * d;
+            di.k_pre = in.k_pre + h * d;
             di.v = in.v + h * d;
+            di.hidden = in.hidden;
             di.head_dim = d;
+            di.hidden_dim = in.hidden_dim;
             policy_.scorer->score_decode(di, s2.data());
             for (size_t j = 0; j < idx.size(); ++j)
                 hc.region(idx[order[j]].region)->scores()[idx[order[j]].i] = s2[j];
@@ -215,6 +218,7 @@ void KVCache::prefill_layer(const LayerInputs& in, float* out) {
         si.pos0 = in.pos0;
         si.q = in.q;
         si.q_pre = in.q_pre;
+        si.k_pre = in.k_pre;
         si.hidden_dim = in.hidden_dim;
         si.hidden = in.hidden;
         si.rope_base = cfg_.rope_base;

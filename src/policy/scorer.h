@@ -32,6 +32,7 @@ struct PrefillScoreInput {
     int64_t T = 0, pos0 = 0;
     const float* q = nullptr;      ///< [T][Hq·d] queries after RoPE
     const float* q_pre = nullptr;  ///< [T][Hq·d] queries before RoPE
+    const float* k_pre = nullptr;  ///< [T][Hkv·d] the chunk's keys before RoPE (after QK-norm for Qwen3)
     int64_t hidden_dim = 0;
     const float* hidden = nullptr; ///< [T][D] attention inputs
     float rope_base = 10000.0f;
@@ -47,8 +48,11 @@ struct DecodeScoreInput {
     const int32_t* positions = nullptr;  ///< [n]
     const float* attn = nullptr;     ///< [G][n] statistic asked for by stat()
     const float* k = nullptr;        ///< [d] the new entry's key after RoPE
+    const float* k_pre = nullptr;    ///< [d] the same before RoPE
     const float* v = nullptr;        ///< [d] its value
+    const float* hidden = nullptr;   ///< [D] the token's attention input
     int head_dim = 0;
+    int64_t hidden_dim = 0;
 };
 
 /// Gives entries scores. A method is a small file: a docstring with its source and the formula.
