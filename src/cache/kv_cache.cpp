@@ -175,6 +175,7 @@ void KVCache::prefill_layer(const LayerInputs& in, float* out) {
     // 1. Per head: gather the kept entries (float32) followed by the chunk's, attend.
     std::vector<std::vector<float>> K(Hkv), V(Hkv), A(Hkv);
     std::vector<std::vector<int32_t>> P(Hkv);
+    std::vector<std::vector<float>> S_old(Hkv);
     std::vector<int64_t> n_old(Hkv);
 #pragma omp parallel for schedule(dynamic)
     for (int h = 0; h < Hkv; ++h) {
@@ -190,6 +191,7 @@ void KVCache::prefill_layer(const LayerInputs& in, float* out) {
             for (int64_t i = 0; i < ps->size(); ++i, ++j) {
                 ps->read(i, K[h].data() + j * d, V[h].data() + j * d);
                 P[h][j] = ps->positions()[i];
+                if (scored) S_old[h].push_back(ps->scores()[i]);
             }
         }
         for (int64_t t = 0; t < T; ++t, ++j) {
@@ -224,7 +226,8 @@ void KVCache::prefill_layer(const LayerInputs& in, float* out) {
         si.rope_base = cfg_.rope_base;
         si.rope_neox = cfg_.rope_layout == RopeLayout::kNeox;
         for (int h = 0; h < Hkv; ++h)
-            si.heads.push_back({n_old[h] + T, K[h].data(), V[h].data(), P[h].data(), A[h].empty() ? nullptr : A[h].data()});
+            si.heads.push_back({n_old[h] + T, K[h].data(), V[h].data(), P[h].data(), A[h].empty() ? nullptr : A[h].data(),
+                                S_old[h].data()});
         policy_.scorer->score_prefill(si, scores);
     }
     // 3. Write back the scores of kept entries, append the chunk (serial: the pool is not thread-safe).
@@ -269,6 +272,7 @@ void KVCache::compress() {
             c.head = h;
             c.scores = hc.global().scores().data();
             c.n = hc.global().size();
+            c.n_reference = std::max<int64_t>(c.n, n_tokens_ - hc.sinks().size() - hc.window().size());
             if (policy_.layer_keep) c.keep_override = std::min(c.n, policy_.layer_keep(l, n_layer_, hc.size()));
             cands.push_back(std::move(c));
         }

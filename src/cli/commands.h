@@ -11,5 +11,6 @@ void add_bench(CLI::App& app);
 void add_synth(CLI::App& app);
 void add_inspect(CLI::App& app);
 void add_quantize(CLI::App& app);
+void add_eval(CLI::App& app);
 
 }  // namespace kvsieve::cli

@@ -1,7 +1,7 @@
 // h2o: accumulated attention, "heavy hitters" (Zhang et al. 2023, "H2O: Heavy-Hitter Oracle", §3.2 and
 // Alg. 1). Prefill scores follow kvpress ObservedAttentionPress: the mean softmax weight a key receives
 // from the queries that see it, s_j = (1/|Q_j|) Σ_{i ∈ Q_j} a_ij, averaged over the G query heads of its KV
-// head. At each decode step the running mean is updated with the new query's weight, so with a per-head
+// head; over several prefill chunks the mean runs over every query so far. At each decode step the running mean is updated with the new query's weight, so with a per-head
 // budget (h2o:budget=512) the lowest-scored entry is evicted as in the paper's greedy policy.
 #include "policy/policy.h"
 
@@ -21,8 +21,13 @@ public:
             for (int64_t i = 0; i < v.n; ++i) {
                 double s = 0;
                 for (int g = 0; g < G; ++g) s += v.attn[g * v.n + i];
-                const int64_t seen_by = i < n_old ? in.T : in.T - (i - n_old);
-                scores[h][i] = static_cast<float>(s / G / static_cast<double>(seen_by));
+                s /= G;
+                if (i < n_old) {  // carry the mean over earlier chunks: it was seen by pos0 − pos_i queries
+                    const double before = static_cast<double>(in.pos0 - v.pos[i]);
+                    scores[h][i] = static_cast<float>((v.scores[i] * before + s) / (before + in.T));
+                } else {
+                    scores[h][i] = static_cast<float>(s / static_cast<double>(in.T - (i - n_old)));
+                }
             }
         }
     }

@@ -9,9 +9,10 @@
 
 namespace kvsieve {
 
-int64_t Rule::head_keep(int64_t n) const {
+int64_t Rule::head_keep(int64_t n, int64_t n_ref) const {
     if (budget >= 0) return std::min(budget, n);
-    return std::min<int64_t>(n, std::max<int64_t>(1, static_cast<int64_t>(std::floor(n * (1.0 - ratio)))));
+    if (n_ref < 0) n_ref = n;
+    return std::min<int64_t>(n, std::max<int64_t>(1, static_cast<int64_t>(std::floor(n_ref * (1.0 - ratio)))));
 }
 
 std::string Rule::describe() const {
@@ -64,7 +65,7 @@ void apply_rule(const Rule& r, std::vector<HeadCandidates>& heads) {
                 for (int64_t i = 0; i < h.n; ++i) h.keep[i] = h.scores[i] >= r.tau;
             return;
         case Rule::Kind::kHeadBudget:
-            for (auto& h : heads) keep_top(h, h.keep_override >= 0 ? h.keep_override : r.head_keep(h.n));
+            for (auto& h : heads) keep_top(h, h.keep_override >= 0 ? h.keep_override : r.head_keep(h.n, h.n_reference));
             return;
         case Rule::Kind::kLayerBudget: {
             // AdaKV (Feng et al. 2024, Alg. 1): per layer, the H·k best entries over all its heads, after each
@@ -76,7 +77,7 @@ void apply_rule(const Rule& r, std::vector<HeadCandidates>& heads) {
                 std::vector<Flat> rest;
                 for (size_t hi : ids) {
                     HeadCandidates& h = heads[hi];
-                    const int64_t k = h.keep_override >= 0 ? h.keep_override : r.head_keep(h.n);
+                    const int64_t k = h.keep_override >= 0 ? h.keep_override : r.head_keep(h.n, h.n_reference);
                     total += k;
                     const int64_t guard = static_cast<int64_t>(std::floor(r.safeguard * k));
                     const auto idx = order_desc(h.scores, h.n);
@@ -97,13 +98,14 @@ void apply_rule(const Rule& r, std::vector<HeadCandidates>& heads) {
         }
         case Rule::Kind::kGlobalBudget: {
             std::vector<Flat> all;
-            int64_t n = 0;
+            int64_t n = 0, n_ref = 0;
             for (size_t hi = 0; hi < heads.size(); ++hi) {
                 n += heads[hi].n;
+                n_ref += heads[hi].n_reference >= 0 ? heads[hi].n_reference : heads[hi].n;
                 for (int64_t i = 0; i < heads[hi].n; ++i) all.push_back({heads[hi].scores[i], hi, i});
             }
             const int64_t k = r.budget >= 0 ? std::min(r.budget, n)
-                                            : std::max<int64_t>(1, static_cast<int64_t>(std::floor(n * (1.0 - r.ratio))));
+                                            : std::min<int64_t>(n, std::max<int64_t>(1, static_cast<int64_t>(std::floor(n_ref * (1.0 - r.ratio)))));
             std::stable_sort(all.begin(), all.end(), [](const Flat& a, const Flat& b) { return a.score > b.score; });
             for (int64_t j = 0; j < std::min<int64_t>(k, n); ++j) heads[all[j].head].keep[all[j].i] = 1;
             return;

@@ -21,8 +21,9 @@ struct Rule {
     double ratio = 0;      ///< compression ratio in [0, 1)
     double safeguard = 0.2;
 
-    /// Candidates one head may keep under a per-head budget: budget, or max(1, ⌊n·(1 − ratio)⌋) as kvpress.
-    int64_t head_keep(int64_t n) const;
+    /// Candidates one head may keep under a per-head budget: budget, or max(1, ⌊n_ref·(1 − ratio)⌋) as kvpress,
+    /// where n_ref counts every token the ratio refers to (those already dropped included), at most n.
+    int64_t head_keep(int64_t n, int64_t n_ref = -1) const;
     bool is_budget() const { return kind == Kind::kHeadBudget || kind == Kind::kLayerBudget || kind == Kind::kGlobalBudget; }
     std::string describe() const;
 };
@@ -32,6 +33,7 @@ struct HeadCandidates {
     int layer = 0, head = 0;
     const float* scores = nullptr;
     int64_t n = 0;
+    int64_t n_reference = -1;    ///< entries a ratio refers to (tokens seen beyond sinks and window); −1: n
     int64_t keep_override = -1;  ///< per-head keep count set by a preset (PyramidKV's layer budgets)
     std::vector<char> keep;      ///< out: [n]
 };

@@ -23,6 +23,7 @@ struct HeadView {
     const float* v = nullptr;      ///< [n][d] values
     const int32_t* pos = nullptr;  ///< [n] positions
     const float* attn = nullptr;   ///< [G][n] the statistic asked for by stat(), else nullptr
+    const float* scores = nullptr; ///< [n − T] scores the cached entries had before this chunk
 };
 
 /// One layer after a prefill chunk of T tokens at positions pos0 … pos0 + T − 1.

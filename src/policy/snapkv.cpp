@@ -10,6 +10,9 @@
 namespace kvsieve {
 
 void snapkv_scores(const PrefillScoreInput& in, int window, int kernel, std::vector<std::vector<float>>& scores) {
+    // A chunk no longer than the observation window (chunked prefill) observes with its own queries but the
+    // last, which kvpress would refuse.
+    if (in.T <= window && in.T >= 2) window = static_cast<int>(in.T - 1);
     const int G = in.n_head / in.n_head_kv, d = in.head_dim;
     const float inv_sqrt_d = 1.0f / std::sqrt(static_cast<float>(d));
     const int64_t ldq = static_cast<int64_t>(in.n_head) * d;

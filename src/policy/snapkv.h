@@ -10,7 +10,8 @@ namespace kvsieve {
 /// as kvpress SnapKVPress computes it: the softmax weights of the last `window` queries (causal) on the keys
 /// before the window, averaged over those queries, smoothed by a 1-D average pool of width `kernel`
 /// (zero-padded, divided by `kernel`), averaged over the G query heads of each KV head; the window's own keys
-/// get (max over the layer) + 1. A chunk shorter than window + 1 tokens leaves every score at 1.
+/// get (max over the layer) + 1. A chunk of T ≤ window tokens (chunked prefill) observes with its last T − 1
+/// queries; a single token leaves every score at 1.
 void snapkv_scores(const PrefillScoreInput& in, int window, int kernel, std::vector<std::vector<float>>& scores);
 
 }  // namespace kvsieve

@@ -1,0 +1,101 @@
+#include "eval/nll.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "cache/kv_cache.h"
+#include "model/llama_model.h"
+#include "text/tokenizer.h"
+#include "util/error.h"
+#include "util/progress.h"
+
+namespace kvsieve {
+
+nlohmann::json NllResult::to_json() const {
+    return {{"policy", policy},       {"nll", mean_nll},           {"ppl", ppl},
+            {"density", mean_density}, {"compression_ratio", mean_compression}, {"tokens", tokens},
+            {"per_sample_nll", nll},   {"per_sample_density", density}};
+}
+
+namespace {
+/// −log softmax(logits)[target], in float64.
+double token_nll(const float* logits, int n_vocab, int32_t target) {
+    double mx = -INFINITY;
+    for (int v = 0; v < n_vocab; ++v) mx = std::max(mx, double(logits[v]));
+    double sum = 0;
+    for (int v = 0; v < n_vocab; ++v) sum += std::exp(double(logits[v]) - mx);
+    return std::log(sum) + mx - logits[target];
+}
+}  // namespace
+
+NllResult evaluate_nll(const LlamaModel& model, const Tokenizer& tok, const std::string& corpus_text,
+                       const std::string& policy_spec, const NllOptions& o) {
+    const ModelConfig& c = model.config();
+    require(!corpus_text.empty(), "the corpus is empty");
+    require(o.window_tokens >= 4, "the NLL window must be at least 4 tokens, got ", o.window_tokens);
+    require(o.window_tokens <= c.n_ctx_train, "the NLL window of ", o.window_tokens,
+            " tokens is longer than the model's context of ", c.n_ctx_train);
+    require(o.samples >= 1, "--samples must be ≥ 1");
+    require(o.chunk >= 1, "the chunk size must be ≥ 1");
+    const std::vector<int32_t> ids = tok.encode(corpus_text, false, false);
+    const int64_t per = o.window_tokens - 1;  // BOS + per corpus tokens
+    require(static_cast<int64_t>(ids.size()) >= per, "the corpus has ", ids.size(), " tokens, fewer than one window of ",
+            per);
+    const int64_t samples = std::min<int64_t>(o.samples, static_cast<int64_t>(ids.size()) / per);
+
+    Policy p = parse_policy(policy_spec);
+    if (o.protocol == NllProtocol::kChunked && p.window == 0 && !p.is_full()) {
+        p.sinks = std::max(p.sinks, o.sinks);
+        p.window = o.window;
+    }
+    auto pool = std::make_shared<KVPool>(c.head_dim, parse_kv_type(o.kv_type));
+    NllResult r;
+    r.policy = policy_spec;
+    Progress bar("nll " + policy_spec, samples, o.progress);
+    double total = 0;
+    for (int64_t s = 0; s < samples; ++s) {
+        std::vector<int32_t> w{tok.vocab().bos >= 0 ? tok.vocab().bos : ids[0]};
+        w.insert(w.end(), ids.begin() + s * per, ids.begin() + (s + 1) * per);
+        const int64_t W = static_cast<int64_t>(w.size());
+        KVCache cache(c, W, p, pool);
+        std::vector<float> logits;
+        double nll = 0;
+        int64_t n = 0;
+        if (o.protocol == NllProtocol::kChunked) {
+            for (int64_t i = 0; i < W; i += o.chunk) {
+                const int64_t e = std::min(W, i + o.chunk);
+                model.forward(std::vector<int32_t>(w.begin() + i, w.begin() + e), cache, logits, true);
+                for (int64_t t = i; t < e && t + 1 < W; ++t, ++n) nll += token_nll(logits.data() + (t - i) * c.n_vocab, c.n_vocab, w[t + 1]);
+                cache.end_prefill();
+            }
+        } else {
+            const int64_t prefix = o.prefix > 0 ? std::min(o.prefix, W - 1) : W / 2;
+            model.forward(std::vector<int32_t>(w.begin(), w.begin() + prefix), cache, logits);
+            cache.end_prefill();
+            for (int64_t t = prefix; t < W; ++t) {
+                nll += token_nll(logits.data(), c.n_vocab, w[t]);
+                ++n;
+                if (t + 1 < W) model.forward({w[t]}, cache, logits);
+            }
+        }
+        const KVStats st = cache.stats();
+        r.nll.push_back(nll / n);
+        r.density.push_back(st.density);
+        r.compression.push_back(st.compression_ratio);
+        r.tokens += n;
+        total += nll;
+        char extra[64];
+        std::snprintf(extra, sizeof extra, "nll %.4f", total / r.tokens);
+        bar.update(s + 1, extra);
+    }
+    bar.finish();
+    r.mean_nll = total / r.tokens;
+    r.ppl = std::exp(r.mean_nll);
+    for (size_t i = 0; i < r.nll.size(); ++i) {
+        r.mean_density += r.density[i] / r.nll.size();
+        r.mean_compression += r.compression[i] / r.nll.size();
+    }
+    return r;
+}
+
+}  // namespace kvsieve

@@ -1,0 +1,31 @@
+#pragma once
+// Sweeps: policies × compression ratios (or thresholds) × tasks, one result directory per cell in kvpress's
+// layout, a markdown summary and plots.
+#include <string>
+#include <vector>
+
+#include "eval/nll.h"
+
+namespace kvsieve {
+
+struct SweepOptions {
+    std::vector<std::string> policies;  ///< preset names, or full specs (NAME:key=value,...)
+    std::vector<double> ratios;         ///< compression ratios; each becomes ratio=R (window for streaming_llm:window)
+    std::vector<double> thresholds;     ///< τ values; each becomes rule=threshold,tau=T
+    std::string out_dir = "results";
+    std::string model_path, corpus_path;
+    NllOptions nll;
+};
+
+/// The policy spec of one cell.
+std::string cell_spec(const std::string& policy, const char* param, double value);
+/// Cell directory name, file-system safe.
+std::string cell_name(const std::string& spec);
+
+/// Runs every cell not already finished (metrics.json present), writing <out>/<cell>/{metrics.json,
+/// config.yaml, predictions.csv}, then <out>/summary.md and, if gnuplot is installed, <out>/nll_vs_density.png.
+/// Throws Error for a malformed sweep (no policies, no ratios or thresholds, a ratio outside [0, 1)) before any
+/// work starts.
+void run_nll_sweep(const LlamaModel& model, const Tokenizer& tok, const std::string& corpus_text, const SweepOptions& o);
+
+}  // namespace kvsieve

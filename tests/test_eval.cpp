@@ -1,0 +1,129 @@
+// Evaluation: NLL under policies (chunked and plain protocols), sweeps in kvpress's layout, bad input.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include "eval/nll.h"
+#include "eval/sweep.h"
+#include "model/llama_model.h"
+#include "test_util.h"
+#include "text/tokenizer.h"
+#include "util/error.h"
+
+namespace kvsieve {
+namespace {
+
+const std::string kText =
+    "Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friend "
+    "Ben. One day, they saw a big red ball under a tree. Lily wanted the ball, but Ben said it was his. They were "
+    "sad and did not talk. Then Lily had an idea. She said, let us share the ball and play together. Ben smiled "
+    "and they played all day. When the sun went down, they went home happy. The next morning, the ball was gone. "
+    "Lily and Ben looked everywhere: under the slide, behind the bench and near the pond. A duck was sitting on "
+    "it! They laughed and laughed, and the duck flew away.";
+
+TEST(EvalNll, FullChunkedEqualsOneShotDenseNll) {
+    LlamaModel m(test::model_path("stories260K.gguf"));
+    const auto tok = Tokenizer::from_gguf(m.file());
+    NllOptions o;
+    o.window_tokens = 128;
+    o.samples = 2;
+    o.kv_type = "f32";
+    o.progress = false;
+    const NllResult r = evaluate_nll(m, *tok, kText + " " + kText, "full", o);
+    ASSERT_EQ(r.nll.size(), 2u);
+    // Reference: one dense forward per window, log-softmax of every position.
+    const auto ids = tok->encode(kText + " " + kText, false, false);
+    double total = 0;
+    int64_t n = 0;
+    for (int s = 0; s < 2; ++s) {
+        std::vector<int32_t> w{1};
+        w.insert(w.end(), ids.begin() + s * 127, ids.begin() + (s + 1) * 127);
+        DenseKVCache c = m.make_cache(128);
+        std::vector<float> logits;
+        m.forward(w, c, logits, true);
+        for (size_t t = 0; t + 1 < w.size(); ++t, ++n) {
+            const float* l = logits.data() + t * 512;
+            double mx = -INFINITY, sum = 0;
+            for (int v = 0; v < 512; ++v) mx = std::max(mx, double(l[v]));
+            for (int v = 0; v < 512; ++v) sum += std::exp(l[v] - mx);
+            total += std::log(sum) + mx - l[w[t + 1]];
+        }
+    }
+    EXPECT_EQ(r.tokens, n);
+    EXPECT_NEAR(r.mean_nll, total / n, 1e-5);
+    EXPECT_DOUBLE_EQ(r.mean_density, 1.0);
+}
+
+TEST(EvalNll, CompressionShowsInDensityAndNll) {
+    LlamaModel m(test::model_path("stories260K.gguf"));
+    const auto tok = Tokenizer::from_gguf(m.file());
+    NllOptions o;
+    o.window_tokens = 256;
+    o.samples = 1;
+    o.progress = false;
+    const NllResult full = evaluate_nll(m, *tok, kText + " " + kText + " " + kText, "full", o);
+    const NllResult half = evaluate_nll(m, *tok, kText + " " + kText + " " + kText, "knorm:ratio=0.5", o);
+    // Density counts entries beyond the 128-token window: ⌊(n − 4 − 128)·0.5⌋ kept of n − 128.
+    EXPECT_NEAR(half.mean_density, 0.5, 0.05);
+    EXPECT_GT(half.mean_compression, 0.1);
+    EXPECT_NE(half.mean_nll, full.mean_nll);
+    o.protocol = NllProtocol::kPlain;
+    const NllResult plain = evaluate_nll(m, *tok, kText + " " + kText + " " + kText, "knorm:ratio=0.5", o);
+    EXPECT_EQ(plain.tokens, 128);  // the continuation after a 128-token prefix
+    EXPECT_NEAR(plain.mean_compression, 0.5 * 128 / 256, 0.05);
+}
+
+TEST(EvalNll, BadInputIsReportedBeforeWork) {
+    LlamaModel m(test::model_path("stories260K.gguf"));
+    const auto tok = Tokenizer::from_gguf(m.file());
+    NllOptions o;
+    o.progress = false;
+    EXPECT_THROW(evaluate_nll(m, *tok, "", "full", o), Error);
+    o.window_tokens = 4096;  // beyond the 512-token context
+    EXPECT_THROW(evaluate_nll(m, *tok, kText, "full", o), Error);
+    o.window_tokens = 2048;
+    o.window_tokens = 512;
+    EXPECT_THROW(evaluate_nll(m, *tok, "short text", "full", o), Error);  // fewer tokens than one window
+    EXPECT_THROW(evaluate_nll(m, *tok, kText, "nosuch", o), Error);
+}
+
+TEST(EvalSweep, KvpressLayoutSummaryAndResume) {
+    LlamaModel m(test::model_path("stories260K.gguf"));
+    const auto tok = Tokenizer::from_gguf(m.file());
+    const std::string dir = (std::filesystem::temp_directory_path() / ("kvsieve_sweep_" + std::to_string(::getpid()))).string();
+    SweepOptions o;
+    o.policies = {"knorm", "streaming_llm"};
+    o.ratios = {0.5, 0.75};
+    o.out_dir = dir;
+    o.nll.window_tokens = 160;
+    o.nll.samples = 1;
+    o.nll.progress = false;
+    run_nll_sweep(m, *tok, kText + " " + kText, o);
+    for (const char* cell : {"full", "knorm_ratio_0.5", "knorm_ratio_0.75", "streaming_llm_ratio_0.5", "streaming_llm_ratio_0.75"}) {
+        SCOPED_TRACE(cell);
+        const auto d = std::filesystem::path(dir) / cell;
+        EXPECT_TRUE(std::filesystem::exists(d / "predictions.csv"));
+        EXPECT_TRUE(std::filesystem::exists(d / "config.yaml"));
+        std::ifstream f(d / "metrics.json");
+        const auto j = nlohmann::json::parse(f);
+        for (const char* k : {"score", "compression_ratio", "density", "nll"}) EXPECT_TRUE(j.contains(k)) << k;
+    }
+    EXPECT_TRUE(std::filesystem::exists(std::filesystem::path(dir) / "summary.md"));
+    const auto t0 = std::filesystem::last_write_time(std::filesystem::path(dir) / "knorm_ratio_0.5" / "metrics.json");
+    run_nll_sweep(m, *tok, kText + " " + kText, o);  // finished cells are skipped
+    EXPECT_EQ(std::filesystem::last_write_time(std::filesystem::path(dir) / "knorm_ratio_0.5" / "metrics.json"), t0);
+    SweepOptions bad = o;
+    bad.ratios = {1.5};
+    EXPECT_THROW(run_nll_sweep(m, *tok, kText, bad), Error);
+    bad = o;
+    bad.policies = {"nosuch"};
+    EXPECT_THROW(run_nll_sweep(m, *tok, kText, bad), Error);
+    std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace kvsieve
