@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "cache/kv_cache.h"
+#include "kernels/parallel.h"
 #include "model/llama_model.h"
 #include "policy/rule.h"
 #include "test_util.h"
@@ -126,8 +127,11 @@ TEST(KVCache, RaggedDecodeEqualsMaskedDenseAttention) {
     c.head_dim = 32;
     c.n_embd = 64;
     const int d = 32, Hkv = 2, Hq = 8, G = 4;
+    // 2 threads: one per head; 5 threads: each head's pages split into 3 spans whose softmax states merge.
+    for (int threads : {2, 5})
     for (const char* spec : {"full", "streaming_llm:window=16,sinks=4"}) {
-        SCOPED_TRACE(spec);
+        SCOPED_TRACE(testing::Message() << spec << ", threads " << threads);
+        set_num_threads(threads);
         KVCache cache(c, 512, parse_policy(spec), std::make_shared<KVPool>(d, KVType::kF32));
         std::mt19937 rng(5);
         std::normal_distribution<float> nd;
@@ -200,6 +204,7 @@ TEST(KVCache, RaggedDecodeEqualsMaskedDenseAttention) {
         }
         EXPECT_LE(worst, 1e-5);
     }
+    set_num_threads(2);
 }
 
 TEST(KVCache, MemoryReallyFalls) {

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include <omp.h>
+
 #include "kernels/attention.h"
 #include "kernels/dot.h"
 #include "util/error.h"
@@ -85,35 +87,68 @@ void KVCache::decode_layer(const LayerInputs& in, float* out) {
     const TensorType kt = tensor_type(pool_->type());
     const float scale = 1.0f / std::sqrt(static_cast<float>(d));
     std::vector<std::vector<float>> probs(stat != KeyStat::kNone ? in.n_head_kv : 0);
-#pragma omp parallel for schedule(dynamic)
+    // Work items: spans of a head's pages. With fewer heads than threads each head is split into spans whose
+    // partial softmax states (m, l, o) are merged afterwards (flash-decoding).
+    struct PageRef {
+        int32_t page;
+        int cnt;
+        int64_t off;  // index of its first entry in the head's attention order
+    };
+    std::vector<std::vector<PageRef>> pages(in.n_head_kv);
     for (int h = 0; h < in.n_head_kv; ++h) {
         const HeadCache& hc = head(in.layer, h);
-        const int64_t n = hc.size();
-        std::vector<float> m(G, -INFINITY), l(G, 0.0f), o(static_cast<size_t>(G) * d, 0.0f);
-        float* s_out = nullptr;
-        if (stat != KeyStat::kNone) {
-            probs[h].assign(static_cast<size_t>(G) * n, 0.0f);
-            s_out = probs[h].data();
-        }
-        const float* q = in.q + static_cast<int64_t>(h) * G * d;
         int64_t off = 0;
         for (int r = 0; r < 3; ++r) {
             const PageStore* ps = hc.region(r);
             const int P = pool_->page_tokens();
             for (size_t pi = 0; pi < ps->pages().size(); ++pi) {
                 const int cnt = static_cast<int>(std::min<int64_t>(P, ps->size() - static_cast<int64_t>(pi) * P));
-                dk.attend_rows(kt, pool_->keys(ps->pages()[pi]), pool_->values(ps->pages()[pi]), cnt, d, q, G, scale,
-                               m.data(), l.data(), o.data(), s_out ? s_out + off : nullptr, n);
+                pages[h].push_back({ps->pages()[pi], cnt, off});
                 off += cnt;
             }
         }
-        for (int g = 0; g < G; ++g) {
-            float* dst = out + static_cast<int64_t>(h * G + g) * d;
-            for (int c = 0; c < d; ++c) dst[c] = o[g * d + c] / l[g];
-            if (s_out)
-                for (int64_t j = 0; j < n; ++j) s_out[g * n + j] = std::exp(s_out[g * n + j] - m[g]) / l[g];
-        }
+        if (stat != KeyStat::kNone) probs[h].assign(static_cast<size_t>(G) * off, 0.0f);
     }
+    const int threads = omp_get_max_threads();
+    const int spans = in.n_head_kv >= threads ? 1 : (threads + in.n_head_kv - 1) / in.n_head_kv;
+    struct Partial {
+        std::vector<float> m, l, o;
+    };
+    std::vector<Partial> part(static_cast<size_t>(in.n_head_kv) * spans);
+#pragma omp parallel for collapse(2) schedule(dynamic)
+    for (int h = 0; h < in.n_head_kv; ++h)
+        for (int sp = 0; sp < spans; ++sp) {
+            const auto& pl = pages[h];
+            const size_t b = pl.size() * sp / spans, e = pl.size() * (sp + 1) / spans;
+            Partial& pt = part[static_cast<size_t>(h) * spans + sp];
+            pt.m.assign(G, -INFINITY);
+            pt.l.assign(G, 0.0f);
+            pt.o.assign(static_cast<size_t>(G) * d, 0.0f);
+            const int64_t n = static_cast<int64_t>(probs.empty() ? 0 : probs[h].size() / G);
+            const float* q = in.q + static_cast<int64_t>(h) * G * d;
+            for (size_t i = b; i < e; ++i)
+                dk.attend_rows(kt, pool_->keys(pl[i].page), pool_->values(pl[i].page), pl[i].cnt, d, q, G, scale,
+                               pt.m.data(), pt.l.data(), pt.o.data(), probs.empty() ? nullptr : probs[h].data() + pl[i].off, n);
+        }
+    for (int h = 0; h < in.n_head_kv; ++h)
+        for (int g = 0; g < G; ++g) {
+            float m = -INFINITY, l = 0;
+            for (int sp = 0; sp < spans; ++sp) m = std::max(m, part[static_cast<size_t>(h) * spans + sp].m[g]);
+            float* dst = out + static_cast<int64_t>(h * G + g) * d;
+            std::fill(dst, dst + d, 0.0f);
+            for (int sp = 0; sp < spans; ++sp) {
+                const Partial& pt = part[static_cast<size_t>(h) * spans + sp];
+                if (pt.m[g] == -INFINITY) continue;
+                const float w = std::exp(pt.m[g] - m);
+                l += pt.l[g] * w;
+                for (int c = 0; c < d; ++c) dst[c] += pt.o[g * d + c] * w;
+            }
+            for (int c = 0; c < d; ++c) dst[c] /= l;
+            if (!probs.empty()) {
+                const int64_t n = static_cast<int64_t>(probs[h].size() / G);
+                for (int64_t j = 0; j < n; ++j) probs[h][g * n + j] = std::exp(probs[h][g * n + j] - m) / l;
+            }
+        }
     // 3. Scores from the step's statistics, and at-write decisions on the new entry.
     if (policy_.scorer) {
         for (int h = 0; h < in.n_head_kv; ++h) {
