@@ -127,6 +127,20 @@ TEST(Cli, BadPolicyOptionsAreReported) {
                          "KV cache budget exhausted");
 }
 
+TEST(Cli, EvalTasksPrintsAccuracyLast) {
+    const CmdResult r = run("eval-tasks -m " + kModel + " --task niah_single --length 400 -n 2");
+    ASSERT_EQ(r.status, 0) << r.err;
+    const std::string last = r.out.substr(r.out.rfind("accuracy="));
+    EXPECT_EQ(last.back(), '\n');
+    const double acc = std::stod(last.substr(9));
+    EXPECT_GE(acc, 0.0);
+    EXPECT_LE(acc, 1.0);
+    expect_clean_failure("eval-tasks -m " + kModel + " --task niah_single --length 4096 -n 2", "beyond the model's context");
+    expect_clean_failure("eval-tasks -m " + kModel + " --task nosuch -n 2", "unknown task 'nosuch'");
+    expect_clean_failure("eval nll -m " + kModel + " --corpus /nonexistent.txt", "cannot open corpus");
+    expect_clean_failure("eval sweep -m " + kModel + " --corpus " + kModel + " --policies knorm --ratios 0.5,x", "'x' is not a number");
+}
+
 TEST(Cli, SynthWritesALoadableModelAndBenchRunsIt) {
     test::TempFile m(".gguf");
     CmdResult r = run("synth tiny-qwen3 -o " + m.path() + " --type q8_0");

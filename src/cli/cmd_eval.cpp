@@ -7,6 +7,8 @@
 
 #include "cli/commands.h"
 #include "eval/nll.h"
+#include "eval/ruler.h"
+#include "eval/tasks.h"
 #include "eval/sweep.h"
 #include "io/gguf.h"
 #include "kernels/parallel.h"
@@ -67,6 +69,14 @@ struct EvalCommon {
     }
 };
 
+std::vector<std::string> split_names(const std::string& s) {
+    std::vector<std::string> v;
+    std::stringstream ss(s);
+    for (std::string item; std::getline(ss, item, ',');)
+        if (!item.empty()) v.push_back(item);
+    return v;
+}
+
 std::vector<double> parse_list(const std::string& s, const char* what) {
     std::vector<double> v;
     std::stringstream ss(s);
@@ -114,6 +124,46 @@ void add_eval(CLI::App& app) {
                     r.mean_density, r.mean_compression);
     });
 
+    auto* ruler = eval->add_subcommand("ruler", "RULER-style long-context tasks under a policy (greedy, string match)");
+    auto c3 = std::make_shared<EvalCommon>();
+    auto rpolicy = std::make_shared<std::string>("full");
+    auto rtasks = std::make_shared<std::string>("niah_single_1");
+    auto rlengths = std::make_shared<std::string>("1024");
+    c3->add_to(ruler);
+    ruler->add_option("--policy", *rpolicy, "policy spec")->capture_default_str();
+    ruler->add_option("--tasks", *rtasks, "comma-separated tasks: " + [] {
+        std::string n;
+        for (const auto& t : task_names()) n += (n.empty() ? "" : ", ") + t;
+        return n;
+    }())->capture_default_str();
+    ruler->add_option("--lengths", *rlengths, "comma-separated input lengths in the model's tokens")->capture_default_str();
+    ruler->callback([c3, rpolicy, rtasks, rlengths] {
+        set_num_threads(c3->threads);
+        RulerOptions o;
+        o.tasks = split_names(*rtasks);
+        o.lengths.clear();
+        for (double l : parse_list(*rlengths, "--lengths")) o.lengths.push_back(static_cast<int64_t>(l));
+        o.samples = c3->samples;
+        o.seed = c3->seed;
+        o.kv_type = c3->kv_type;
+        o.progress = !c3->quiet;
+        for (auto& t : o.tasks) check_task_name(canonical_task(t));
+        parse_policy(*rpolicy);
+        std::ifstream f(c3->corpus, std::ios::binary);
+        if (!f) fail("cannot open corpus '", c3->corpus, "'");
+        std::stringstream ss;
+        ss << f.rdbuf();
+        require(!ss.str().empty(), "corpus '", c3->corpus, "' is empty");
+        LlamaModel m(c3->model);
+        const auto tok = Tokenizer::from_gguf(m.file());
+        const RulerResult r = run_ruler(m, *tok, ss.str(), *rpolicy, o);
+        write_ruler_cell(c3->out, r, o, c3->model, c3->corpus);
+        const auto j = r.metrics();
+        for (const auto& [k, v] : j["tasks"].items()) std::printf("%-24s %6.1f\n", k.c_str(), v.get<double>());
+        std::printf("policy=%s score=%.2f density=%.4f compression_ratio=%.4f\n", rpolicy->c_str(), r.score(),
+                    j["density"].get<double>(), j["compression_ratio"].get<double>());
+    });
+
     auto* sweep = eval->add_subcommand("sweep", "policies × ratios (or thresholds): NLL vs density, kvpress layout");
     auto c2 = std::make_shared<EvalCommon>();
     auto policies = std::make_shared<std::string>();
@@ -124,9 +174,13 @@ void add_eval(CLI::App& app) {
     sweep->add_option("--policies", *policies, "comma-separated presets, e.g. streaming_llm,h2o,snapkv")->required();
     sweep->add_option("--ratios", *ratios, "comma-separated compression ratios, e.g. 0.25,0.5,0.75");
     sweep->add_option("--thresholds", *thresholds, "comma-separated thresholds τ (rule=threshold)");
-    sweep->add_option("--task", *task, "nll (RULER-style tasks come with the task generators)")->capture_default_str();
-    sweep->callback([c2, policies, ratios, thresholds, task] {
-        require(*task == "nll", "sweep task '", *task, "' is not available (nll)");
+    auto stasks = std::make_shared<std::string>("niah_single_1");
+    auto slengths = std::make_shared<std::string>("1024");
+    sweep->add_option("--task", *task, "nll or ruler")->capture_default_str();
+    sweep->add_option("--tasks", *stasks, "ruler: comma-separated tasks")->capture_default_str();
+    sweep->add_option("--lengths", *slengths, "ruler: comma-separated lengths in tokens")->capture_default_str();
+    sweep->callback([c2, policies, ratios, thresholds, task, stasks, slengths] {
+        require(*task == "nll" || *task == "ruler", "sweep task '", *task, "' is not nll or ruler");
         set_num_threads(c2->threads);
         SweepOptions o;
         std::stringstream ss(*policies);
@@ -146,10 +200,64 @@ void add_eval(CLI::App& app) {
         o.model_path = c2->model;
         o.corpus_path = c2->corpus;
         o.nll = c2->nll_options();
+        o.ruler.tasks = split_names(*stasks);
+        for (auto& t : o.ruler.tasks) check_task_name(canonical_task(t));
+        o.ruler.lengths.clear();
+        for (double l : parse_list(*slengths, "--lengths")) o.ruler.lengths.push_back(static_cast<int64_t>(l));
+        o.ruler.samples = c2->samples;
+        o.ruler.seed = c2->seed;
+        o.ruler.kv_type = c2->kv_type;
+        o.ruler.progress = !c2->quiet;
         const std::string text = c2->read_corpus();
         LlamaModel m(c2->model);
         const auto tok = Tokenizer::from_gguf(m.file());
-        run_nll_sweep(m, *tok, text, o);
+        if (*task == "nll")
+            run_nll_sweep(m, *tok, text, o);
+        else
+            run_ruler_sweep(m, *tok, text, o);
+    });
+}
+
+void add_eval_tasks(CLI::App& app) {
+    auto* cmd = app.add_subcommand("eval-tasks", "accuracy of a model on N held-out generated examples of one task");
+    struct Opts {
+        std::string model, task = "niah_single", corpus, policy = "full";
+        int64_t length = 2048, n = 50;
+        uint64_t seed = 1000003;  // held out: training data generators use other seeds
+        int threads = 0;
+    };
+    auto o = std::make_shared<Opts>();
+    cmd->add_option("-m,--model", o->model, "GGUF model")->required()->check(CLI::ExistingFile);
+    cmd->add_option("--task", o->task, "task name (niah_single, niah_multikey, variable_tracking, or any eval ruler task)")
+        ->capture_default_str();
+    cmd->add_option("--length", o->length, "input length in tokens")->capture_default_str();
+    cmd->add_option("-n", o->n, "examples")->capture_default_str();
+    cmd->add_option("--corpus", o->corpus, "haystack text for prose-haystack tasks");
+    cmd->add_option("--policy", o->policy, "KV policy")->capture_default_str();
+    cmd->add_option("--seed", o->seed, "first example seed")->capture_default_str();
+    cmd->add_option("-t,--threads", o->threads, "threads (0: all cores)");
+    cmd->callback([o] {
+        set_num_threads(o->threads);
+        RulerOptions r;
+        r.tasks = {o->task};
+        r.lengths = {o->length};
+        r.samples = o->n;
+        r.seed = o->seed;
+        std::string corpus;
+        if (!o->corpus.empty()) {
+            std::ifstream f(o->corpus, std::ios::binary);
+            if (!f) fail("cannot open corpus '", o->corpus, "'");
+            std::stringstream ss;
+            ss << f.rdbuf();
+            corpus = ss.str();
+        }
+        LlamaModel m(o->model);
+        const auto tok = Tokenizer::from_gguf(m.file());
+        const RulerResult res = run_ruler(m, *tok, corpus, o->policy, r);
+        int correct = 0;
+        for (const auto& s : res.samples) correct += s.score >= 1.0;
+        std::printf("task=%s length=%ld n=%ld exact=%d\naccuracy=%.4f\n", canonical_task(o->task).c_str(),
+                    static_cast<long>(o->length), static_cast<long>(o->n), correct, res.score() / 100.0);
     });
 }
 

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
     kvsieve::cli::add_inspect(app);
     kvsieve::cli::add_quantize(app);
     kvsieve::cli::add_eval(app);
+    kvsieve::cli::add_eval_tasks(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

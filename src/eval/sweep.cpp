@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -36,7 +37,18 @@ void write_text(const fs::path& p, const std::string& text) {
 }
 }  // namespace
 
-void run_nll_sweep(const LlamaModel& model, const Tokenizer& tok, const std::string& corpus_text, const SweepOptions& o) {
+namespace {
+
+/// What differs between sweep kinds: how a cell runs, which metric is plotted and tabulated.
+struct SweepKind {
+    std::function<nlohmann::json(const std::string& spec, const fs::path& dir)> run_cell;  // writes the cell files
+    std::string metric, metric_label;  // "nll" / "score"
+    std::string x_key, x_label;        // "density" / "compression_ratio"
+    std::string plot_stem;
+    bool lower_is_better;
+};
+
+void run_sweep(const SweepOptions& o, const SweepKind& kind) {
     require(!o.policies.empty(), "sweep: --policies is empty");
     require(!o.ratios.empty() || !o.thresholds.empty(), "sweep: give --ratios or --thresholds");
     for (double r : o.ratios) require(r >= 0 && r < 1, "sweep: ratio ", r, " is outside [0, 1)");
@@ -61,72 +73,116 @@ void run_nll_sweep(const LlamaModel& model, const Tokenizer& tok, const std::str
             continue;
         }
         std::fprintf(stderr, "[%zu/%zu] %s\n", i + 1, specs.size(), specs[i].c_str());
-        const NllResult r = evaluate_nll(model, tok, corpus_text, specs[i], o.nll);
         fs::create_directories(dir);
+        results[specs[i]] = kind.run_cell(specs[i], dir);
+    }
+
+    const double base = results["full"][kind.metric].get<double>();
+    std::ostringstream md;
+    md << "| policy | compression ratio | density | " << kind.metric_label << " | Δ vs full |";
+    std::vector<std::string> task_cols;
+    if (results["full"].contains("tasks"))
+        for (const auto& [k, v] : results["full"]["tasks"].items()) task_cols.push_back(k);
+    for (const auto& t : task_cols) md << " " << t << " |";
+    md << "\n|---|---|---|---|---|";
+    for (size_t i = 0; i < task_cols.size(); ++i) md << "---|";
+    md << "\n";
+    for (const auto& s : specs) {
+        const auto& m = results[s];
+        const double v = m[kind.metric].get<double>();
+        char row[256];
+        const double delta = kind.metric == "nll" ? 100.0 * (v - base) / base : v - base;
+        std::snprintf(row, sizeof row, "| `%s` | %.3f | %.3f | %.4g | %+.2f%s |", s.c_str(), m["compression_ratio"].get<double>(),
+                      m["density"].get<double>(), v, delta, kind.metric == "nll" ? "%" : "");
+        md << row;
+        for (const auto& t : task_cols) {
+            std::snprintf(row, sizeof row, " %.1f |", m["tasks"].value(t, 0.0));
+            md << row;
+        }
+        md << "\n";
+    }
+    write_text(fs::path(o.out_dir) / "summary.md", md.str());
+
+    std::ostringstream dat;
+    std::vector<std::string> names;
+    for (const auto& p : o.policies) {
+        if (p == "full") continue;
+        names.push_back(p.substr(0, p.find(':')));
+        dat << "# " << p << "\n" << results["full"][kind.x_key].get<double>() << " " << base << "\n";
+        for (double r : o.ratios) {
+            const auto& m = results[cell_spec(p, "ratio", r)];
+            dat << m[kind.x_key].get<double>() << " " << m[kind.metric].get<double>() << "\n";
+        }
+        for (double t : o.thresholds) {
+            const auto& m = results[cell_spec(p, "tau", t)];
+            dat << m[kind.x_key].get<double>() << " " << m[kind.metric].get<double>() << "\n";
+        }
+        dat << "\n\n";
+    }
+    write_text(fs::path(o.out_dir) / (kind.plot_stem + ".dat"), dat.str());
+    std::ostringstream gp;
+    gp << "set terminal pngcairo size 900,600 noenhanced\nset output '" << kind.plot_stem << ".png'\nset xlabel '" << kind.x_label
+       << "'\nset ylabel '" << kind.metric_label << "'\nset title '" << kind.metric_label << " vs " << kind.x_label << ": "
+       << fs::path(o.model_path).filename().string() << "'\nset key outside right\nset grid\nset xrange [0:1.02]\nplot ";
+    for (size_t i = 0; i < names.size(); ++i)
+        gp << (i ? ", " : "") << "'" << kind.plot_stem << ".dat' index " << i << " using 1:2 with linespoints title '" << names[i] << "'";
+    gp << "\n";
+    write_text(fs::path(o.out_dir) / (kind.plot_stem + ".gp"), gp.str());
+    if (std::system("command -v gnuplot >/dev/null 2>&1") == 0) {
+        const std::string cmd = "cd '" + o.out_dir + "' && gnuplot " + kind.plot_stem + ".gp";
+        if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "gnuplot failed; data and script are in %s\n", o.out_dir.c_str());
+    } else {
+        std::fprintf(stderr, "gnuplot not installed: plot script written to %s/%s.gp\n", o.out_dir.c_str(), kind.plot_stem.c_str());
+    }
+    std::fputs(md.str().c_str(), stdout);
+}
+
+}  // namespace
+
+void run_nll_sweep(const LlamaModel& model, const Tokenizer& tok, const std::string& corpus_text, const SweepOptions& o) {
+    SweepKind k;
+    k.metric = "nll";
+    k.metric_label = "NLL (nats/token)";
+    k.x_key = "density";
+    k.x_label = "density (kept fraction beyond the window)";
+    k.plot_stem = "nll_vs_density";
+    k.lower_is_better = true;
+    k.run_cell = [&](const std::string& spec, const fs::path& dir) {
+        const NllResult r = evaluate_nll(model, tok, corpus_text, spec, o.nll);
         std::ostringstream csv;
         csv << "sample,nll,density,compression_ratio\n";
         for (size_t s = 0; s < r.nll.size(); ++s) csv << s << "," << r.nll[s] << "," << r.density[s] << "," << r.compression[s] << "\n";
         write_text(dir / "predictions.csv", csv.str());
         std::ostringstream yaml;
-        yaml << "task: nll\npolicy: \"" << specs[i] << "\"\nmodel: \"" << o.model_path << "\"\ncorpus: \"" << o.corpus_path
+        yaml << "task: nll\npolicy: \"" << spec << "\"\nmodel: \"" << o.model_path << "\"\ncorpus: \"" << o.corpus_path
              << "\"\nprotocol: " << (o.nll.protocol == NllProtocol::kChunked ? "chunked" : "plain")
              << "\nwindow_tokens: " << o.nll.window_tokens << "\nsamples: " << o.nll.samples << "\nchunk: " << o.nll.chunk
              << "\nsinks: " << o.nll.sinks << "\nwindow: " << o.nll.window << "\nkv_type: " << o.nll.kv_type << "\n";
         write_text(dir / "config.yaml", yaml.str());
         nlohmann::json m = r.to_json();
         m["score"] = nullptr;  // NLL cells have no task score
+        const fs::path metrics = dir / "metrics.json";
         write_text(metrics.string() + ".tmp", m.dump(2) + "\n");
         fs::rename(metrics.string() + ".tmp", metrics);  // a cell is finished only when its metrics exist
-        results[specs[i]] = m;
-    }
+        return m;
+    };
+    run_sweep(o, k);
+}
 
-    // Summary table, with ΔNLL against full.
-    const double base = results["full"]["nll"].get<double>();
-    std::ostringstream md;
-    md << "| policy | compression ratio | density | NLL | ΔNLL vs full | PPL |\n|---|---|---|---|---|---|\n";
-    std::ostringstream dat;
-    for (const auto& s : specs) {
-        const auto& m = results[s];
-        const double nll = m["nll"].get<double>();
-        char row[256];
-        std::snprintf(row, sizeof row, "| `%s` | %.3f | %.3f | %.4f | %+.2f%% | %.3f |\n", s.c_str(),
-                      m["compression_ratio"].get<double>(), m["density"].get<double>(), nll, 100.0 * (nll - base) / base,
-                      m["ppl"].get<double>());
-        md << row;
-    }
-    write_text(fs::path(o.out_dir) / "summary.md", md.str());
-    // Plot data: one block per policy (gnuplot "index").
-    std::vector<std::string> names;
-    for (const auto& p : o.policies) {
-        if (p == "full") continue;
-        names.push_back(p.substr(0, p.find(':')));
-        dat << "# " << p << "\n" << results["full"]["density"].get<double>() << " " << base << "\n";
-        for (double r : o.ratios) {
-            const auto& m = results[cell_spec(p, "ratio", r)];
-            dat << m["density"].get<double>() << " " << m["nll"].get<double>() << "\n";
-        }
-        for (double t : o.thresholds) {
-            const auto& m = results[cell_spec(p, "tau", t)];
-            dat << m["density"].get<double>() << " " << m["nll"].get<double>() << "\n";
-        }
-        dat << "\n\n";
-    }
-    write_text(fs::path(o.out_dir) / "nll_vs_density.dat", dat.str());
-    std::ostringstream gp;
-    gp << "set terminal pngcairo size 900,600 noenhanced\nset output 'nll_vs_density.png'\nset xlabel 'density (kept fraction beyond the window)'\n"
-       << "set ylabel 'NLL (nats/token)'\nset title 'NLL vs density: " << fs::path(o.model_path).filename().string() << "'\n"
-       << "set key top right\nset grid\nset xrange [0:1.02]\nplot ";
-    for (size_t i = 0; i < names.size(); ++i)
-        gp << (i ? ", " : "") << "'nll_vs_density.dat' index " << i << " using 1:2 with linespoints title '" << names[i] << "'";
-    gp << "\n";
-    write_text(fs::path(o.out_dir) / "nll_vs_density.gp", gp.str());
-    if (std::system("command -v gnuplot >/dev/null 2>&1") == 0) {
-        const std::string cmd = "cd '" + o.out_dir + "' && gnuplot nll_vs_density.gp";
-        if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "gnuplot failed; data and script are in %s\n", o.out_dir.c_str());
-    } else {
-        std::fprintf(stderr, "gnuplot not installed: plot script written to %s/nll_vs_density.gp\n", o.out_dir.c_str());
-    }
-    std::fputs(md.str().c_str(), stdout);
+void run_ruler_sweep(const LlamaModel& model, const Tokenizer& tok, const std::string& corpus_text, const SweepOptions& o) {
+    SweepKind k;
+    k.metric = "score";
+    k.metric_label = "score (0-100)";
+    k.x_key = "compression_ratio";
+    k.x_label = "compression ratio";
+    k.plot_stem = "score_vs_compression";
+    k.lower_is_better = false;
+    k.run_cell = [&](const std::string& spec, const fs::path& dir) {
+        const RulerResult r = run_ruler(model, tok, corpus_text, spec, o.ruler);
+        write_ruler_cell(dir.string(), r, o.ruler, o.model_path, o.corpus_path);
+        return r.metrics();
+    };
+    run_sweep(o, k);
 }
 
 }  // namespace kvsieve

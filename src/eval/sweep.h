@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "eval/nll.h"
+#include "eval/ruler.h"
 
 namespace kvsieve {
 
@@ -15,6 +16,7 @@ struct SweepOptions {
     std::string out_dir = "results";
     std::string model_path, corpus_path;
     NllOptions nll;
+    RulerOptions ruler;
 };
 
 /// The policy spec of one cell.
@@ -27,5 +29,9 @@ std::string cell_name(const std::string& spec);
 /// Throws Error for a malformed sweep (no policies, no ratios or thresholds, a ratio outside [0, 1)) before any
 /// work starts.
 void run_nll_sweep(const LlamaModel& model, const Tokenizer& tok, const std::string& corpus_text, const SweepOptions& o);
+
+/// The same for RULER-style tasks: metrics.json has score (0–100), compression_ratio, density and per-task
+/// scores; <out>/summary.md and <out>/score_vs_compression.png.
+void run_ruler_sweep(const LlamaModel& model, const Tokenizer& tok, const std::string& corpus_text, const SweepOptions& o);
 
 }  // namespace kvsieve

@@ -1,0 +1,353 @@
+#include "eval/tasks.h"
+
+#include <algorithm>
+#include <cctype>
+#include <functional>
+#include <map>
+#include <random>
+
+#include "text/tokenizer.h"
+#include "util/error.h"
+
+namespace kvsieve {
+
+namespace {
+
+const char* kWords[] = {
+    "apple", "river", "candle", "window", "garden", "pencil", "mountain", "ocean", "thunder", "forest", "silver",
+    "basket", "castle", "dragon", "feather", "glacier", "harbor", "island", "jungle", "kettle", "lantern", "meadow",
+    "needle", "orchid", "pepper", "quartz", "rocket", "saddle", "tiger", "umbrella", "valley", "walnut", "yellow",
+    "zebra", "anchor", "bridge", "cactus", "desert", "engine", "falcon", "guitar", "helmet", "igloo", "jacket",
+    "kitten", "ladder", "marble", "napkin", "otter", "parrot", "quiver", "raven", "salmon", "tunnel", "violin",
+    "wizard", "yogurt", "copper", "velvet", "cobalt", "amber", "crimson", "ivory", "jasmine", "lemon", "mango",
+    "nutmeg", "olive", "plum", "quince", "radish", "spinach", "tomato", "vanilla", "wheat", "barley", "cherry"};
+constexpr size_t kNumWords = sizeof(kWords) / sizeof(kWords[0]);
+const char* kNoise = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.";
+
+struct Rng {
+    std::mt19937_64 g;
+    explicit Rng(uint64_t s) : g(s) {}
+    int64_t uniform(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(g); }
+    std::string number() { return std::to_string(uniform(1000000, 9999999)); }
+    std::string word() { return kWords[uniform(0, kNumWords - 1)]; }
+    std::string key() { return word() + "-" + word(); }
+    std::string uuid() {
+        static const char* hex = "0123456789abcdef";
+        std::string s;
+        for (int part : {8, 4, 4, 4, 12}) {
+            if (!s.empty()) s += '-';
+            for (int i = 0; i < part; ++i) s += hex[uniform(0, 15)];
+        }
+        return s;
+    }
+};
+
+uint64_t mix(uint64_t a, uint64_t b) {
+    uint64_t z = a * 0x9E3779B97F4A7C15ull + b + 0x632BE59BD9B4E019ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/// Sentences of the corpus from a seed-dependent offset (cycling), as haystack units.
+std::vector<std::string> corpus_sentences(const std::string& corpus, Rng& rng, size_t want) {
+    require(!corpus.empty(), "this task needs a corpus (--corpus) for its haystack");
+    std::vector<std::string> out;
+    size_t pos = static_cast<size_t>(rng.uniform(0, static_cast<int64_t>(corpus.size()) - 1));
+    while (pos < corpus.size() && corpus[pos] != '.') ++pos;
+    size_t guard = 0;
+    while (out.size() < want && guard++ < want * 4 + 16) {
+        if (pos + 1 >= corpus.size()) pos = 0;
+        const size_t end = corpus.find_first_of(".!?", pos + 1);
+        if (end == std::string::npos) {  // wrap around to the corpus start
+            pos = 0;
+            continue;
+        }
+        std::string s = corpus.substr(pos == 0 && corpus[0] != '.' ? 0 : pos + 1, end - (pos == 0 && corpus[0] != '.' ? 0 : pos + 1) + 1);
+        pos = end;
+        std::string t;  // collapse whitespace
+        for (char c : s) {
+            const bool sp = std::isspace(static_cast<unsigned char>(c));
+            if (sp && (t.empty() || t.back() == ' ')) continue;
+            t += sp ? ' ' : c;
+        }
+        if (t.size() > 3) out.push_back(t);
+    }
+    return out;
+}
+
+/// Largest n such that build(n) has at most `length` tokens (build is monotone in n).
+std::string fit(const std::function<std::string(size_t)>& build, size_t max_units, int64_t length, const Tokenizer& tok,
+                int64_t* tokens) {
+    auto count = [&](size_t n) { return static_cast<int64_t>(tok.encode(build(n), false, false).size()); };
+    if (count(0) > length) fail("a length of ", length, " tokens is too short for this task's template (needs ", count(0), ")");
+    size_t lo = 0, hi = max_units;
+    while (lo < hi) {
+        const size_t mid = (lo + hi + 1) / 2;
+        if (count(mid) <= length)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    std::string s = build(lo);
+    *tokens = count(lo);
+    return s;
+}
+
+std::string join(const std::vector<std::string>& v, const std::string& sep) {
+    std::string s;
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + v[i];
+    return s;
+}
+
+struct NiahSpec {
+    bool noise_haystack;   // repeated noise sentences vs corpus prose
+    bool needle_haystack;  // the haystack is made of distractor needles
+    int keys, values, queries;
+    bool uuid_keys, uuid_values;
+};
+
+TaskExample niah(const std::string& task, const NiahSpec& sp, int64_t length, const Tokenizer& tok,
+                 const std::string& corpus, Rng& rng) {
+    const std::string kind = sp.uuid_values ? "uuids" : "numbers";
+    auto mk_key = [&] { return sp.uuid_keys ? rng.uuid() : rng.key(); };
+    auto mk_val = [&] { return sp.uuid_values ? rng.uuid() : rng.number(); };
+    std::vector<std::string> keys;
+    std::vector<std::vector<std::string>> vals;
+    for (int k = 0; k < sp.keys; ++k) {
+        keys.push_back(mk_key());
+        vals.emplace_back();
+        for (int v = 0; v < (k < sp.queries ? sp.values : 1); ++v) vals.back().push_back(mk_val());
+    }
+    std::vector<std::string> needles;
+    for (int k = 0; k < sp.keys; ++k)
+        for (const auto& v : vals[k]) needles.push_back("One of the special magic " + kind + " for " + keys[k] + " is: " + v + ".");
+    std::shuffle(needles.begin(), needles.end(), rng.g);
+    const size_t max_units = static_cast<size_t>(length);
+    std::vector<std::string> hay;
+    if (sp.noise_haystack)
+        hay.assign(max_units, kNoise);
+    else if (sp.needle_haystack)
+        for (size_t i = 0; i < max_units; ++i)
+            hay.push_back("One of the special magic " + kind + " for " + mk_key() + " is: " + mk_val() + ".");
+    else
+        hay = corpus_sentences(corpus, rng, max_units);
+    // Needle depths: fractions of the haystack, fixed per example.
+    std::vector<double> depth;
+    for (size_t i = 0; i < needles.size(); ++i) depth.push_back(std::uniform_real_distribution<double>(0, 1)(rng.g));
+    std::vector<std::string> query_keys(keys.begin(), keys.begin() + sp.queries);
+    const std::string q = join(query_keys, ", ");
+    auto build = [&](size_t n) {
+        std::vector<std::string> units(hay.begin(), hay.begin() + std::min(n, hay.size()));
+        std::vector<std::pair<size_t, std::string>> ins;
+        for (size_t i = 0; i < needles.size(); ++i) ins.emplace_back(static_cast<size_t>(depth[i] * units.size()), needles[i]);
+        std::sort(ins.begin(), ins.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+        for (const auto& [at, nd] : ins) units.insert(units.begin() + at, nd);
+        return "Some special magic " + kind + " are hidden within the following text. Make sure to memorize it. I will "
+               "quiz you about the " + kind + " afterwards.\n" + join(units, " ") + "\nWhat are all the special magic " + kind +
+               " for " + q + " mentioned in the provided text? The special magic " + kind + " for " + q +
+               " mentioned in the provided text are";
+    };
+    TaskExample ex;
+    ex.task = task;
+    ex.input = fit(build, hay.size(), length, tok, &ex.input_tokens);
+    for (int k = 0; k < sp.queries; ++k) ex.answers.insert(ex.answers.end(), vals[k].begin(), vals[k].end());
+    ex.max_new_tokens = sp.uuid_values ? 64 : 32;
+    return ex;
+}
+
+TaskExample variable_tracking(int64_t length, const Tokenizer& tok, Rng& rng) {
+    const int hops = 4;
+    const std::string value = rng.number();
+    std::vector<std::string> names;
+    auto var = [&] {
+        std::string s;
+        for (int i = 0; i < 5; ++i) s += static_cast<char>('A' + rng.uniform(0, 25));
+        return s;
+    };
+    for (int i = 0; i <= hops; ++i) names.push_back(var());
+    std::vector<std::string> chain{"VAR " + names[0] + " = " + value + "."};
+    for (int i = 1; i <= hops; ++i) chain.push_back("VAR " + names[i] + " = VAR " + names[i - 1] + ".");
+    std::vector<double> depth;
+    for (int i = 0; i <= hops; ++i) depth.push_back(std::uniform_real_distribution<double>(0, 1)(rng.g));
+    std::sort(depth.begin(), depth.end());  // keep the chain in order
+    auto build = [&](size_t n) {
+        std::vector<std::string> units(n, kNoise);
+        for (int i = hops; i >= 0; --i) units.insert(units.begin() + static_cast<size_t>(depth[i] * n), chain[i]);
+        return "Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n" + join(units, " ") +
+               "\nQuestion: Find all variables that are assigned the value " + value +
+               " in the text above. Answer: According to the chain(s) of variable assignment in the text above, " +
+               std::to_string(hops + 1) + " variables are assigned the value " + value + ", they are:";
+    };
+    TaskExample ex;
+    ex.task = "vt";
+    ex.input = fit(build, static_cast<size_t>(length), length, tok, &ex.input_tokens);
+    ex.answers = names;
+    ex.max_new_tokens = 40;
+    return ex;
+}
+
+TaskExample common_words(int64_t length, const Tokenizer& tok, Rng& rng) {
+    // 10 common words appear 6 times each, uncommon words once (RULER cwe: freq_cw 30 / freq_ucw 3, scaled
+    // down for short contexts).
+    std::vector<std::string> pool(kWords, kWords + kNumWords);
+    std::shuffle(pool.begin(), pool.end(), rng.g);
+    std::vector<std::string> common(pool.begin(), pool.begin() + 10), rare(pool.begin() + 10, pool.end());
+    auto build = [&](size_t n_rare) {
+        std::vector<std::string> list;
+        for (int r = 0; r < 6; ++r) list.insert(list.end(), common.begin(), common.end());
+        for (size_t i = 0; i < n_rare; ++i) list.push_back(rare[i % rare.size()] + std::to_string(i / rare.size()));
+        std::mt19937_64 g(static_cast<uint64_t>(n_rare) * 7919 + 17);
+        std::shuffle(list.begin(), list.end(), g);
+        std::string s;
+        for (size_t i = 0; i < list.size(); ++i) s += std::to_string(i + 1) + ". " + list[i] + " ";
+        return "Below is a numbered list of words. In these words, some appear more often than others. Memorize the "
+               "ones that appear most often.\n" + s + "\nQuestion: What are the 10 most common words in the above list? "
+               "Answer: The top 10 words that appear most often in the list are:";
+    };
+    TaskExample ex;
+    ex.task = "cwe";
+    ex.input = fit(build, static_cast<size_t>(length), length, tok, &ex.input_tokens);
+    ex.answers = common;
+    ex.max_new_tokens = 80;
+    return ex;
+}
+
+TaskExample frequent_words(int64_t length, const Tokenizer& tok, Rng& rng) {
+    // Coded words drawn from a Zipf-like law (RULER fwe, alpha 2): the three most frequent are the answer.
+    std::vector<std::string> vocab;
+    for (int i = 0; i < 40; ++i) {
+        std::string w;
+        for (int c = 0; c < 4; ++c) w += static_cast<char>('a' + rng.uniform(0, 25));
+        vocab.push_back(w);
+    }
+    std::vector<double> weights;
+    for (int i = 0; i < 40; ++i) weights.push_back(1.0 / ((i + 1.0) * (i + 1.0)));
+    const uint64_t draw_seed = rng.g();
+    auto build = [&](size_t n) {
+        std::mt19937_64 g(draw_seed);
+        std::discrete_distribution<int> d(weights.begin(), weights.end());
+        std::vector<std::string> words;
+        for (int r = 0; r < 3; ++r)  // the top three are always present
+            for (int k = 0; k < 3 - r; ++k) words.push_back(vocab[r]);
+        for (size_t i = 0; i < n; ++i) words.push_back(vocab[d(g)]);
+        std::shuffle(words.begin(), words.end(), g);
+        return "Read the following coded text and track the frequency of each coded word. Find the three most frequently "
+               "appeared coded words. " + join(words, " ") + "\nQuestion: Do not provide any explanation. Please ignore the "
+               "dots '....'. What are the three most frequently appeared words in the above coded text? Answer: According "
+               "to the coded text above, the three most frequently appeared words are:";
+    };
+    TaskExample ex;
+    ex.task = "fwe";
+    ex.input = fit(build, static_cast<size_t>(length), length, tok, &ex.input_tokens);
+    // With few words the Zipf tail may tie with the top three; the answer is computed from the text itself.
+    std::map<std::string, int> freq;
+    {
+        const std::string body = ex.input.substr(ex.input.find("coded words. ") + 13);
+        size_t p = 0;
+        while (p < body.size() && body[p] != '\n') {
+            const size_t e = std::min(body.find(' ', p), body.find('\n', p));
+            freq[body.substr(p, e - p)]++;
+            if (e == std::string::npos || body[e] == '\n') break;
+            p = e + 1;
+        }
+    }
+    std::vector<std::pair<int, std::string>> by;
+    for (const auto& [w, c] : freq) by.emplace_back(-c, w);
+    std::sort(by.begin(), by.end());
+    for (size_t i = 0; i < std::min<size_t>(3, by.size()); ++i) ex.answers.push_back(by[i].second);
+    ex.max_new_tokens = 30;
+    return ex;
+}
+
+TaskExample question_answering(int64_t length, const Tokenizer& tok, const std::string& corpus, Rng& rng) {
+    // A fact about a made-up person hidden in corpus prose (RULER's qa uses SQuAD/HotpotQA documents; this
+    // keeps the format with a generated fact so no dataset is needed).
+    static const char* attrs[] = {"favorite color", "home town", "pet's name", "lucky number", "best friend"};
+    const std::string attr = attrs[rng.uniform(0, 4)];
+    const std::string name = std::string(1, static_cast<char>('A' + rng.uniform(0, 25))) + rng.word();
+    const std::string value = attr == "lucky number" ? rng.number() : rng.word();
+    const std::string fact = "The " + attr + " of " + name + " is " + value + ".";
+    const auto hay = corpus_sentences(corpus, rng, static_cast<size_t>(length));
+    const double depth = std::uniform_real_distribution<double>(0, 1)(rng.g);
+    auto build = [&](size_t n) {
+        std::vector<std::string> units(hay.begin(), hay.begin() + std::min(n, hay.size()));
+        units.insert(units.begin() + static_cast<size_t>(depth * units.size()), fact);
+        return "Answer the question based on the given documents. Only give me the answer and do not output any other "
+               "words.\n\nThe following are given documents.\n\n" + join(units, " ") +
+               "\n\nQuestion: What is the " + attr + " of " + name + "? Answer:";
+    };
+    TaskExample ex;
+    ex.task = "qa";
+    ex.input = fit(build, hay.size(), length, tok, &ex.input_tokens);
+    ex.answers = {value};
+    ex.max_new_tokens = 16;
+    return ex;
+}
+
+std::string lower(std::string s) {
+    for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+}
+
+}  // namespace
+
+const std::vector<std::string>& task_names() {
+    static const std::vector<std::string> n = {"niah_single_1", "niah_single_2", "niah_single_3", "niah_multikey_1",
+                                               "niah_multikey_2", "niah_multikey_3", "niah_multivalue", "niah_multiquery",
+                                               "vt", "cwe", "fwe", "qa"};
+    return n;
+}
+
+void check_task_name(const std::string& name) {
+    for (const auto& t : task_names())
+        if (t == name) return;
+    fail("unknown task '", name, "' (known: ", join(task_names(), ", "), ")");
+}
+
+TaskExample make_task_example(const std::string& task, int64_t length, const Tokenizer& tok, const std::string& corpus,
+                              uint64_t seed) {
+    check_task_name(task);
+    require(length >= 32, "task length ", length, " is too short (at least 32 tokens)");
+    Rng rng(mix(mix(seed, std::hash<std::string>{}(task)), static_cast<uint64_t>(length)));
+    static const std::map<std::string, NiahSpec> niahs = {
+        {"niah_single_1", {true, false, 1, 1, 1, false, false}},
+        {"niah_single_2", {false, false, 1, 1, 1, false, false}},
+        {"niah_single_3", {false, false, 1, 1, 1, false, true}},
+        {"niah_multikey_1", {false, false, 4, 1, 1, false, false}},
+        {"niah_multikey_2", {false, true, 1, 1, 1, false, false}},
+        {"niah_multikey_3", {false, true, 1, 1, 1, true, true}},
+        {"niah_multivalue", {false, false, 1, 4, 1, false, false}},
+        {"niah_multiquery", {false, false, 4, 1, 4, false, false}},
+    };
+    try {
+        if (auto it = niahs.find(task); it != niahs.end()) return niah(task, it->second, length, tok, corpus, rng);
+        if (task == "vt") return variable_tracking(length, tok, rng);
+        if (task == "cwe") return common_words(length, tok, rng);
+        if (task == "fwe") return frequent_words(length, tok, rng);
+        return question_answering(length, tok, corpus, rng);
+    } catch (const Error& e) {
+        fail("task ", task, ": ", e.what());
+    }
+}
+
+double string_match_all(const std::string& prediction, const std::vector<std::string>& answers) {
+    if (answers.empty()) return 0;
+    const std::string p = lower(prediction);
+    double hit = 0;
+    for (const auto& a : answers) hit += p.find(lower(a)) != std::string::npos;
+    return hit / answers.size();
+}
+
+double string_match_part(const std::string& prediction, const std::vector<std::string>& answers) {
+    const std::string p = lower(prediction);
+    for (const auto& a : answers)
+        if (p.find(lower(a)) != std::string::npos) return 1;
+    return 0;
+}
+
+double task_score(const std::string& task, const std::string& prediction, const std::vector<std::string>& answers) {
+    return task == "qa" ? string_match_part(prediction, answers) : string_match_all(prediction, answers);
+}
+
+}  // namespace kvsieve

@@ -1,0 +1,42 @@
+#pragma once
+// RULER-style synthetic long-context tasks (Hsieh et al. 2024, "RULER: What's the Real Context Size of Your
+// Long-Context Language Models?", §3 and App. B), generated locally and deterministically from a seed, with
+// lengths counted in the model's own tokens. Shared by evaluation and by training data generation.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kvsieve {
+
+class Tokenizer;
+
+/// One example: the prompt (haystack, needles, question and answer prefix) and the reference answers.
+struct TaskExample {
+    std::string task;
+    std::string input;                 ///< prompt text, ending with the answer prefix
+    std::vector<std::string> answers;  ///< every string expected in the completion
+    int64_t input_tokens = 0;          ///< tokens of input (BOS excluded)
+    int64_t max_new_tokens = 0;        ///< tokens to generate
+};
+
+/// Names of the tasks: niah_single_1/2/3, niah_multikey_1/2/3, niah_multivalue, niah_multiquery, vt, cwe,
+/// fwe, qa.
+const std::vector<std::string>& task_names();
+/// Throws Error listing the known names unless `name` is one.
+void check_task_name(const std::string& name);
+
+/// Builds an example of `task` whose input is at most `length` tokens (and within ~5% of it) under `tok`.
+/// `corpus` is prose for the haystacks of niah_single_2/3, the multi-key variants and qa (paragraphs are
+/// taken from a seed-dependent offset). Deterministic for (task, length, seed, corpus, tokenizer). Throws
+/// Error if the length is too short for the task's template or the corpus is empty where one is needed.
+TaskExample make_task_example(const std::string& task, int64_t length, const Tokenizer& tok, const std::string& corpus,
+                              uint64_t seed);
+
+/// RULER's metrics (§3): string_match_all = mean over references of [reference ⊂ prediction] (case-insensitive);
+/// string_match_part = 1 if any reference is found. Both in [0, 1].
+double string_match_all(const std::string& prediction, const std::vector<std::string>& answers);
+double string_match_part(const std::string& prediction, const std::vector<std::string>& answers);
+/// The metric RULER uses for a task (part for qa, all otherwise).
+double task_score(const std::string& task, const std::string& prediction, const std::vector<std::string>& answers);
+
+}  // namespace kvsieve

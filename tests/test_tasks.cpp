@@ -1,0 +1,108 @@
+// RULER-style task generators and metrics, and running them under policies.
+#include <gtest/gtest.h>
+
+#include "eval/ruler.h"
+#include "eval/tasks.h"
+#include "io/gguf.h"
+#include "model/llama_model.h"
+#include "test_util.h"
+#include "text/tokenizer.h"
+#include "util/error.h"
+
+namespace kvsieve {
+namespace {
+
+const std::string kCorpus =
+    "Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friend "
+    "Ben. One day, they saw a big red ball under a tree. Lily wanted the ball, but Ben said it was his. They were "
+    "sad and did not talk. Then Lily had an idea. She said, let us share the ball and play together. Ben smiled "
+    "and they played all day. When the sun went down, they went home happy. The next morning, the ball was gone.";
+
+const Tokenizer& qwen_tok() {
+    // A real byte-level BPE vocabulary: lengths in its tokens are ~4 characters each.
+    static GGUFFile f(test::golden_dir() + "/tokenizers/ggml-vocab-qwen2.gguf");
+    static auto t = Tokenizer::from_gguf(f);
+    return *t;
+}
+
+TEST(Tasks, EveryTaskFitsItsLengthAndHidesItsAnswers) {
+    const Tokenizer& tok = qwen_tok();
+    for (const auto& task : task_names()) {
+        SCOPED_TRACE(task);
+        for (int64_t len : {1024, 2048}) {
+            const TaskExample ex = make_task_example(task, len, tok, kCorpus, 3);
+            EXPECT_EQ(ex.input_tokens, static_cast<int64_t>(tok.encode(ex.input, false, false).size()));
+            EXPECT_LE(ex.input_tokens, len);
+            EXPECT_GE(ex.input_tokens, len * 0.9) << "haystack should fill the length";
+            ASSERT_FALSE(ex.answers.empty());
+            if (task != "cwe" && task != "fwe")
+                for (const auto& a : ex.answers) EXPECT_NE(ex.input.find(a), std::string::npos) << a;
+            EXPECT_GT(ex.max_new_tokens, 0);
+        }
+    }
+}
+
+TEST(Tasks, DeterministicBySeed) {
+    const Tokenizer& tok = qwen_tok();
+    for (const char* task : {"niah_single_2", "niah_multiquery", "vt", "fwe", "qa"}) {
+        SCOPED_TRACE(task);
+        const auto a = make_task_example(task, 1024, tok, kCorpus, 11), b = make_task_example(task, 1024, tok, kCorpus, 11),
+                   c = make_task_example(task, 1024, tok, kCorpus, 12);
+        EXPECT_EQ(a.input, b.input);
+        EXPECT_EQ(a.answers, b.answers);
+        EXPECT_NE(a.input, c.input);
+    }
+}
+
+TEST(Tasks, MultiQueryAndMultiValueHaveFourAnswers) {
+    const Tokenizer& tok = qwen_tok();
+    EXPECT_EQ(make_task_example("niah_multiquery", 1024, tok, kCorpus, 1).answers.size(), 4u);
+    EXPECT_EQ(make_task_example("niah_multivalue", 1024, tok, kCorpus, 1).answers.size(), 4u);
+    EXPECT_EQ(make_task_example("vt", 1024, tok, kCorpus, 1).answers.size(), 5u);
+    EXPECT_EQ(make_task_example("cwe", 1024, tok, kCorpus, 1).answers.size(), 10u);
+    EXPECT_EQ(make_task_example("fwe", 1024, tok, kCorpus, 1).answers.size(), 3u);
+}
+
+TEST(Tasks, MetricsFollowRuler) {
+    EXPECT_DOUBLE_EQ(string_match_all("the numbers are 123 and 456", {"123", "456"}), 1.0);
+    EXPECT_DOUBLE_EQ(string_match_all("only 123", {"123", "456"}), 0.5);
+    EXPECT_DOUBLE_EQ(string_match_all("ABC", {"abc"}), 1.0);  // case-insensitive
+    EXPECT_DOUBLE_EQ(string_match_part("only 456", {"123", "456"}), 1.0);
+    EXPECT_DOUBLE_EQ(string_match_part("none", {"123", "456"}), 0.0);
+    EXPECT_DOUBLE_EQ(task_score("qa", "456", {"123", "456"}), 1.0);
+    EXPECT_DOUBLE_EQ(task_score("niah_multivalue", "456", {"123", "456"}), 0.5);
+}
+
+TEST(Tasks, BadInputIsReported) {
+    const Tokenizer& tok = qwen_tok();
+    EXPECT_THROW(make_task_example("niah_triple", 1024, tok, kCorpus, 1), Error);
+    EXPECT_THROW(make_task_example("niah_single_1", 40, tok, kCorpus, 1), Error);  // template does not fit
+    EXPECT_THROW(make_task_example("niah_single_2", 1024, tok, "", 1), Error);     // prose haystack needs a corpus
+    EXPECT_NO_THROW(make_task_example("niah_single_1", 1024, tok, "", 1));          // noise haystack does not
+}
+
+TEST(Ruler, RunsUnderPoliciesAndRejectsLengthsBeyondTheContext) {
+    LlamaModel m(test::model_path("stories260K.gguf"));
+    const auto tok = Tokenizer::from_gguf(m.file());
+    RulerOptions o;
+    o.tasks = {"niah_single", "variable_tracking"};
+    o.lengths = {400};
+    o.samples = 2;
+    o.progress = false;
+    const RulerResult full = run_ruler(m, *tok, kCorpus, "full", o);
+    ASSERT_EQ(full.samples.size(), 4u);
+    EXPECT_EQ(full.samples[0].task, "niah_single_1");
+    EXPECT_EQ(full.samples[2].task, "vt");
+    const RulerResult half = run_ruler(m, *tok, kCorpus, "snapkv:ratio=0.5", o);
+    for (const auto& s : half.samples) EXPECT_NEAR(s.compression_ratio, 0.45, 0.08);
+    const auto j = half.metrics();
+    for (const char* k : {"score", "density", "compression_ratio", "tasks"}) EXPECT_TRUE(j.contains(k)) << k;
+    o.lengths = {2048};
+    EXPECT_THROW(run_ruler(m, *tok, kCorpus, "full", o), Error);  // stories260K has 512 positions
+    o.lengths = {400};
+    o.tasks = {"nosuch"};
+    EXPECT_THROW(run_ruler(m, *tok, kCorpus, "full", o), Error);
+}
+
+}  // namespace
+}  // namespace kvsieve
