@@ -51,6 +51,7 @@ KVCache::KVCache(const ModelConfig& c, int64_t n_ctx, Policy policy, std::shared
     require(n_ctx > 0, "context size must be positive, got ", n_ctx);
     require(pool_ && pool_->head_dim() == c.head_dim, "KV pool head dimension does not match the model");
     require(c.head_dim <= 256, "head dimension ", c.head_dim, " above 256 is not supported by the paged kernels");
+    if (policy_.scorer) policy_.scorer->bind(c);
     heads_.reserve(static_cast<size_t>(n_layer_) * n_head_kv_);
     for (int i = 0; i < n_layer_ * n_head_kv_; ++i) heads_.emplace_back(pool_.get(), policy_.sinks, policy_.window);
 }

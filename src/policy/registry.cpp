@@ -12,6 +12,7 @@ void register_tova();
 void register_snapkv();
 void register_pyramidkv();
 void register_expected_attention();
+void register_kvzap();
 
 void register_all_presets() {
     register_full();
@@ -23,6 +24,7 @@ void register_all_presets() {
     register_snapkv();
     register_pyramidkv();
     register_expected_attention();
+    register_kvzap();
 }
 
 }  // namespace kvsieve

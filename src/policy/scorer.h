@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "model/config.h"
+
 namespace kvsieve {
 
 /// Attention statistics a scorer asks the attention kernels for (nothing is computed when nobody asks).
@@ -62,6 +64,9 @@ public:
     virtual ~Scorer() = default;
     virtual std::string name() const = 0;
     virtual AttnStat stat() const { return AttnStat::kNone; }
+    /// Called once when a cache is built for a model; throws Error if the scorer cannot serve it (e.g. a
+    /// learned predictor trained for another shape).
+    virtual void bind(const ModelConfig& c) { (void)c; }
     /// Writes scores[h][i] for every entry i of every KV head h after a prefill chunk (kvpress rescores all
     /// keys at each step). scores has Hkv vectors sized like the heads' views.
     virtual void score_prefill(const PrefillScoreInput& in, std::vector<std::vector<float>>& scores) const = 0;

@@ -1,0 +1,71 @@
+#include "io/safetensors.h"
+
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+#include <nlohmann/json.hpp>
+
+#include "kernels/fp16.h"
+#include "util/error.h"
+
+namespace kvsieve {
+
+std::map<std::string, SafeTensor> read_safetensors(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) fail("cannot open '", path, "'");
+    const std::vector<uint8_t> b(std::istreambuf_iterator<char>(f), {});
+    require(b.size() >= 8, path, ": truncated safetensors file (", b.size(), " bytes)");
+    uint64_t n;
+    std::memcpy(&n, b.data(), 8);
+    require(n <= b.size() - 8, path, ": truncated safetensors file: header of ", n, " bytes but ", b.size() - 8, " left");
+    nlohmann::json h;
+    try {
+        h = nlohmann::json::parse(b.begin() + 8, b.begin() + 8 + static_cast<int64_t>(n));
+    } catch (const std::exception& e) {
+        fail(path, ": safetensors header is not valid JSON (", e.what(), ")");
+    }
+    require(h.is_object(), path, ": safetensors header is not a JSON object");
+    const uint64_t data_size = b.size() - 8 - n;
+    const uint8_t* data = b.data() + 8 + n;
+    std::map<std::string, SafeTensor> out;
+    for (const auto& [name, t] : h.items()) {
+        if (name == "__metadata__") continue;
+        try {
+            SafeTensor st;
+            st.dtype = t.at("dtype").get<std::string>();
+            st.shape = t.at("shape").get<std::vector<int64_t>>();
+            const auto off = t.at("data_offsets").get<std::vector<uint64_t>>();
+            require(off.size() == 2 && off[0] <= off[1], path, ": tensor '", name, "' has bad data_offsets");
+            require(off[1] <= data_size, path, ": tensor '", name, "' extends beyond the end of the file (truncated?)");
+            size_t es = 0;
+            if (st.dtype == "F32") es = 4;
+            else if (st.dtype == "F16" || st.dtype == "BF16") es = 2;
+            else fail(path, ": tensor '", name, "' has dtype ", st.dtype, " (F32, F16 or BF16 supported)");
+            uint64_t count = 1;
+            for (int64_t d : st.shape) {
+                require(d >= 0, path, ": tensor '", name, "' has a negative dimension");
+                count *= static_cast<uint64_t>(d);
+            }
+            require(count * es == off[1] - off[0], path, ": tensor '", name, "' holds ", off[1] - off[0],
+                    " bytes but its shape and dtype need ", count * es);
+            st.data.resize(count);
+            const uint8_t* p = data + off[0];
+            for (uint64_t i = 0; i < count; ++i) {
+                if (es == 4) {
+                    std::memcpy(&st.data[i], p + 4 * i, 4);
+                } else {
+                    uint16_t hbits;
+                    std::memcpy(&hbits, p + 2 * i, 2);
+                    st.data[i] = st.dtype == "F16" ? fp16_to_fp32(hbits) : bf16_to_fp32(hbits);
+                }
+            }
+            out.emplace(name, std::move(st));
+        } catch (const nlohmann::json::exception& e) {
+            fail(path, ": tensor '", name, "' has a malformed header entry (", e.what(), ")");
+        }
+    }
+    return out;
+}
+
+}  // namespace kvsieve

@@ -1,0 +1,23 @@
+#pragma once
+// safetensors files: u64 little-endian header length N, an N-byte JSON header mapping tensor names to
+// {dtype, shape, data_offsets: [begin, end]} (offsets relative to the data after the header), then raw data.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace kvsieve {
+
+/// One tensor of a safetensors file, converted to float32.
+struct SafeTensor {
+    std::string dtype;           ///< "F32", "F16" or "BF16"
+    std::vector<int64_t> shape;  ///< row-major
+    std::vector<float> data;
+};
+
+/// Reads every tensor of a safetensors file. Throws Error naming the problem for a missing or truncated
+/// file, a header that is not JSON, an unsupported dtype, or offsets / sizes that do not match the shape or
+/// lie outside the file.
+std::map<std::string, SafeTensor> read_safetensors(const std::string& path);
+
+}  // namespace kvsieve

@@ -1,0 +1,81 @@
+// kvzap: learned admission from hidden states (KVzap paper §3.3, Alg. 1; kvpress KVzapPress inside DMSPress).
+// A per-layer surrogate f_l (linear or MLP, predict/kvzap_model.h) maps each token's attention-input hidden
+// state to a predicted log KVzip+ score per KV head, once, when the entry is written. The entry stays in the
+// local window (w = 128 by default) and is kept beyond it iff its score ≥ τ (log space; the paper's defaults
+// are −4 for Qwen3-8B and −7 for Llama-3.1-8B), in prefill and decode alike. Optional sinks (sinks=4).
+//   kvzap:model=DIR[,tau=-4][,window=128][,sinks=0]
+#include <map>
+#include <memory>
+
+#include "policy/policy.h"
+#include "predict/kvzap_model.h"
+#include "util/error.h"
+
+namespace kvsieve {
+
+namespace {
+class KVzapScorer : public Scorer {
+public:
+    KVzapScorer(std::shared_ptr<const KVzapModel> m, std::string dir) : m_(std::move(m)), dir_(std::move(dir)) {}
+    std::string name() const override { return "kvzap"; }
+
+    void bind(const ModelConfig& c) override {
+        require(m_->n_layers() == c.n_layer, "kvzap checkpoint '", dir_, "' has ", m_->n_layers(), " layers, the model ",
+                c.n_layer);
+        require(m_->input_dim() == c.n_embd, "kvzap checkpoint '", dir_, "' takes inputs of size ", m_->input_dim(),
+                ", the model's hidden size is ", c.n_embd);
+        require(m_->output_dim() == c.n_head_kv, "kvzap checkpoint '", dir_, "' predicts ", m_->output_dim(),
+                " heads, the model has ", c.n_head_kv, " KV heads");
+    }
+
+    void score_prefill(const PrefillScoreInput& in, std::vector<std::vector<float>>& scores) const override {
+        std::vector<float> pred(static_cast<size_t>(in.T) * in.n_head_kv);
+        m_->predict(in.layer, in.hidden, in.T, pred.data());
+        for (size_t h = 0; h < in.heads.size(); ++h) {
+            const HeadView& v = in.heads[h];
+            const int64_t n_old = v.n - in.T;
+            scores[h].resize(v.n);
+            for (int64_t i = 0; i < n_old; ++i) scores[h][i] = v.scores[i];  // scored when written
+            for (int64_t t = 0; t < in.T; ++t) scores[h][n_old + t] = pred[t * in.n_head_kv + h];
+        }
+    }
+
+    void score_decode(const DecodeScoreInput& in, float* scores) const override {
+        // One prediction per (layer, token) serves every head of the layer.
+        if (memo_layer_ != in.layer || memo_pos_ != in.pos) {
+            memo_.resize(m_->output_dim());
+            m_->predict(in.layer, in.hidden, 1, memo_.data());
+            memo_layer_ = in.layer;
+            memo_pos_ = in.pos;
+        }
+        scores[in.n - 1] = memo_[in.head];
+    }
+
+private:
+    std::shared_ptr<const KVzapModel> m_;
+    std::string dir_;
+    mutable std::vector<float> memo_;
+    mutable int memo_layer_ = -1;
+    mutable int64_t memo_pos_ = -1;
+};
+}  // namespace
+
+void register_kvzap() {
+    register_preset({"kvzap", "learned admission from hidden states (KVzap)", [](PolicyParams& p) {
+                         const std::string dir = p.get_string("model", "");
+                         require(!dir.empty(), "policy kvzap: model=<checkpoint directory> is required");
+                         Policy pol;
+                         pol.scorer = std::make_shared<KVzapScorer>(std::make_shared<KVzapModel>(KVzapModel::load(dir)), dir);
+                         pol.admission.kind = Rule::Kind::kThreshold;
+                         pol.admission.tau = p.get_double("tau", -4.0);
+                         const int64_t w = p.get_int("window", 128), s = p.get_int("sinks", 0);
+                         require(w > 0, "policy kvzap: window=", w, " must be positive");
+                         require(s >= 0, "policy kvzap: sinks must be ≥ 0");
+                         pol.window = static_cast<int>(w);
+                         pol.sinks = static_cast<int>(s);
+                         pol.timing = Timing::kAtWindowExit;
+                         return pol;
+                     }});
+}
+
+}  // namespace kvsieve
