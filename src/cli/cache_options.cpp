@@ -2,6 +2,7 @@
 
 #include <fstream>
 
+#include "model/kvzip_replay.h"
 #include "util/error.h"
 
 namespace kvsieve::cli {
@@ -28,8 +29,10 @@ std::unique_ptr<KVCache> CacheOptions::make_cache(const LlamaModel& m, int64_t n
     return std::make_unique<KVCache>(m.config(), n_ctx, std::move(p), std::move(pool));
 }
 
-void CacheOptions::prefill(const LlamaModel& m, KVCache& cache, const std::vector<int32_t>& prompt,
+void CacheOptions::prefill(const LlamaModel& m, const Tokenizer& tok, KVCache& cache, const std::vector<int32_t>& prompt,
                            std::vector<float>& logits) const {
+    require(prefill_chunk <= 0 || cache.policy().replay.kind == ReplaySpec::Kind::kNone,
+            "policy ", cache.policy().name, " scores the whole prompt after the prefill; --prefill-chunk cannot be used with it");
     if (prefill_chunk <= 0 || static_cast<int64_t>(prompt.size()) <= prefill_chunk) {
         m.forward(prompt, cache, logits);
     } else {
@@ -39,7 +42,7 @@ void CacheOptions::prefill(const LlamaModel& m, KVCache& cache, const std::vecto
             if (e < prompt.size()) cache.end_prefill();
         }
     }
-    cache.end_prefill();
+    finish_prefill(m, tok, cache, prompt);
 }
 
 void CacheOptions::write_stats(const KVStats& s) const {

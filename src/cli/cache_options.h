@@ -8,6 +8,7 @@
 
 #include "cache/kv_cache.h"
 #include "model/llama_model.h"
+#include "text/tokenizer.h"
 
 namespace kvsieve::cli {
 
@@ -24,7 +25,8 @@ struct CacheOptions {
     std::unique_ptr<KVCache> make_cache(const LlamaModel& m, int64_t n_ctx) const;
     /// Runs the prompt through the model in one batch or in chunks of prefill_chunk tokens (compressing
     /// after each chunk), then marks the end of the prefill. logits: the last token's.
-    void prefill(const LlamaModel& m, KVCache& cache, const std::vector<int32_t>& prompt, std::vector<float>& logits) const;
+    void prefill(const LlamaModel& m, const Tokenizer& tok, KVCache& cache, const std::vector<int32_t>& prompt,
+                 std::vector<float>& logits) const;
     /// Writes stats as JSON to stats_json if set; throws Error if the file cannot be written.
     void write_stats(const KVStats& s) const;
 };

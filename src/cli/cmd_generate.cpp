@@ -56,7 +56,7 @@ void run(const GenerateOpts& o) {
         std::fflush(stdout);
     }
     const double t0 = now_s();
-    o.cache.prefill(model, *cache, prompt, logits);
+    o.cache.prefill(model, *tok, *cache, prompt, logits);
     const double t1 = now_s();
     for (int64_t i = 0; i < n_gen; ++i) {
         const int32_t next = sampler.sample(logits.data(), c.n_vocab);

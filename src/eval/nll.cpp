@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "cache/kv_cache.h"
+#include "model/kvzip_replay.h"
 #include "model/llama_model.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
@@ -44,6 +45,8 @@ NllResult evaluate_nll(const LlamaModel& model, const Tokenizer& tok, const std:
     const int64_t samples = std::min<int64_t>(o.samples, static_cast<int64_t>(ids.size()) / per);
 
     Policy p = parse_policy(policy_spec);
+    require(o.protocol == NllProtocol::kPlain || p.replay.kind == ReplaySpec::Kind::kNone, "policy ", p.name,
+            " scores a whole prompt after its prefill: use --protocol plain");
     if (o.protocol == NllProtocol::kChunked && p.window == 0 && !p.is_full()) {
         p.sinks = std::max(p.sinks, o.sinks);
         p.window = o.window;
@@ -57,7 +60,7 @@ NllResult evaluate_nll(const LlamaModel& model, const Tokenizer& tok, const std:
         std::vector<int32_t> w{tok.vocab().bos >= 0 ? tok.vocab().bos : ids[0]};
         w.insert(w.end(), ids.begin() + s * per, ids.begin() + (s + 1) * per);
         const int64_t W = static_cast<int64_t>(w.size());
-        KVCache cache(c, W, p, pool);
+        KVCache cache(c, 2 * W + 64, p, pool);  // room for KVzip's reconstruction prompt
         std::vector<float> logits;
         double nll = 0;
         int64_t n = 0;
@@ -70,8 +73,9 @@ NllResult evaluate_nll(const LlamaModel& model, const Tokenizer& tok, const std:
             }
         } else {
             const int64_t prefix = o.prefix > 0 ? std::min(o.prefix, W - 1) : W / 2;
-            model.forward(std::vector<int32_t>(w.begin(), w.begin() + prefix), cache, logits);
-            cache.end_prefill();
+            const std::vector<int32_t> head(w.begin(), w.begin() + prefix);
+            model.forward(head, cache, logits);
+            finish_prefill(model, tok, cache, head);
             for (int64_t t = prefix; t < W; ++t) {
                 nll += token_nll(logits.data(), c.n_vocab, w[t]);
                 ++n;

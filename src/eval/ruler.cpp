@@ -7,6 +7,7 @@
 
 #include "cache/kv_cache.h"
 #include "eval/tasks.h"
+#include "model/kvzip_replay.h"
 #include "model/llama_model.h"
 #include "model/sampler.h"
 #include "text/tokenizer.h"
@@ -78,7 +79,8 @@ RulerResult run_ruler(const LlamaModel& model, const Tokenizer& tok, const std::
     for (size_t e = 0; e < examples.size(); ++e) {
         const TaskExample& ex = examples[e].first;
         std::vector<int32_t> ids = tok.encode(ex.input, true, false);
-        KVCache cache(c, static_cast<int64_t>(ids.size()) + ex.max_new_tokens + 1, policy, pool);
+        // Room for the answer, and for KVzip's reconstruction prompt if the policy replays the context.
+        KVCache cache(c, 2 * static_cast<int64_t>(ids.size()) + ex.max_new_tokens + 64, policy, pool);
         std::vector<float> logits;
         if (o.prefill_chunk > 0 && static_cast<int64_t>(ids.size()) > o.prefill_chunk) {
             for (size_t i = 0; i < ids.size(); i += static_cast<size_t>(o.prefill_chunk)) {
@@ -89,7 +91,7 @@ RulerResult run_ruler(const LlamaModel& model, const Tokenizer& tok, const std::
         } else {
             model.forward(ids, cache, logits);
         }
-        cache.end_prefill();
+        if (o.prefill_chunk > 0) cache.end_prefill(); else finish_prefill(model, tok, cache, ids);
         std::vector<int32_t> out;
         for (int64_t t = 0; t < ex.max_new_tokens; ++t) {
             const int32_t next = argmax(logits.data(), c.n_vocab);

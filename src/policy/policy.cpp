@@ -91,8 +91,8 @@ const std::map<std::string, PresetInfo>& presets() {
     return registry();
 }
 
-void read_budget_rule(PolicyParams& p, Policy& policy, double default_ratio) {
-    const std::string rule = p.get_string("rule", "head");
+void read_budget_rule(PolicyParams& p, Policy& policy, double default_ratio, const std::string& default_rule) {
+    const std::string rule = p.get_string("rule", default_rule);
     Rule r;
     if (rule == "head") r.kind = Rule::Kind::kHeadBudget;
     else if (rule == "layer") r.kind = Rule::Kind::kLayerBudget;

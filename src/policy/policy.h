@@ -22,6 +22,14 @@ enum class Timing {
 };
 std::string timing_name(Timing t);
 
+/// Context reconstruction run after the prefill (KVzip): the model repeats the context and the attention of
+/// the repeated tokens scores the original entries (model/kvzip_replay.h does it).
+struct ReplaySpec {
+    enum class Kind { kNone, kKVzip, kKVzipPlus } kind = Kind::kNone;
+    int sinks = 4;        ///< first positions never evicted (scored max + 1)
+    int64_t chunk = 2048; ///< context tokens per reconstruction chunk
+};
+
 /// Everything the cache needs to run a method.
 struct Policy {
     std::string name;                ///< preset name
@@ -35,6 +43,7 @@ struct Policy {
     int every_n = 1;                 ///< for kEveryNDecodeSteps
     /// Optional per-layer keep count for per-head budgets (PyramidKV); arguments (layer, n_layer, n entries).
     std::function<int64_t(int, int, int64_t)> layer_keep;
+    ReplaySpec replay;
 
     bool needs_scores() const { return scorer != nullptr; }
     /// True when nothing is ever dropped.
@@ -83,6 +92,6 @@ Policy parse_policy(const std::string& spec);
 /// Shared handling of the budget keys of scored presets: `ratio` (kvpress compression ratio) or
 /// `budget` (entries per head), `rule` = head (default) | layer | global, `safeguard` for layer, `every`
 /// (decode steps between evictions; 0 = prefill only). Sets policy.compression and timing.
-void read_budget_rule(PolicyParams& p, Policy& policy, double default_ratio);
+void read_budget_rule(PolicyParams& p, Policy& policy, double default_ratio, const std::string& default_rule = "head");
 
 }  // namespace kvsieve

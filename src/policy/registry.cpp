@@ -13,6 +13,7 @@ void register_snapkv();
 void register_pyramidkv();
 void register_expected_attention();
 void register_kvzap();
+void register_kvzip();
 
 void register_all_presets() {
     register_full();
@@ -25,6 +26,7 @@ void register_all_presets() {
     register_pyramidkv();
     register_expected_attention();
     register_kvzap();
+    register_kvzip();
 }
 
 }  // namespace kvsieve

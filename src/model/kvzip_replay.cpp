@@ -1,0 +1,170 @@
+#include "model/kvzip_replay.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "cache/kv_cache.h"
+#include "kernels/matmul.h"
+#include "model/llama_model.h"
+#include "text/tokenizer.h"
+#include "util/error.h"
+
+namespace kvsieve {
+
+namespace {
+
+/// Wraps the real cache during a reconstruction pass: attention runs on the real cache (so hidden states
+/// are the model's true ones); meanwhile the KVzip scores of the chunk's entries are computed.
+class ScoringCache : public SequenceCache {
+public:
+    ScoringCache(const LlamaModel& m, KVCache& real, std::vector<std::vector<std::map<int32_t, float>>>& scores,
+                 int64_t start, int64_t end, int sinks, bool plus)
+        : m_(m), real_(real), scores_(scores), start_(start), end_(end), sinks_(sinks), plus_(plus) {}
+
+    int64_t n_tokens() const override { return real_.n_tokens(); }
+    int64_t n_ctx() const override { return real_.n_ctx(); }
+    void finish_step(int64_t pos0, int64_t T) override { real_.finish_step(pos0, T); }
+
+    void attend(const LayerInputs& in, float* out) override {
+        const int d = in.head_dim, G = in.n_head / in.n_head_kv, Hq = in.n_head;
+        const int64_t T = in.T, ldq = static_cast<int64_t>(Hq) * d, kvd = static_cast<int64_t>(in.n_head_kv) * d;
+        const int D = in.hidden_dim;
+        // W_O as float [D][Hq·d] for the value-output norms (KVzip+).
+        std::vector<float> wo;
+        if (plus_) {
+            const WeightMatrix& W = m_.weights().layers[in.layer].wo;
+            wo.resize(static_cast<size_t>(W.rows) * W.cols);
+            for (int64_t r = 0; r < W.rows; ++r) dequantize_weight_row(W, r, wo.data() + r * W.cols);
+        }
+        std::vector<double> hnorm(T);
+        for (int64_t t = 0; t < T; ++t) {
+            double s = 0;
+            for (int c = 0; c < D; ++c) s += double(in.hidden[t * D + c]) * in.hidden[t * D + c];
+            hnorm[t] = std::sqrt(s);
+        }
+        const int64_t sink = std::min<int64_t>(sinks_, start_);
+        for (int h = 0; h < in.n_head_kv; ++h) {
+            // Keys and values of the scored subset: sinks, the chunk (from the cache), the repeat (this step).
+            const HeadCache& hc = real_.head(in.layer, h);
+            std::vector<int32_t> pos;
+            std::vector<float> K, V;
+            std::vector<float> k(d), v(d);
+            std::map<int32_t, std::pair<int, int64_t>> where;
+            for (int r = 0; r < 3; ++r)
+                for (int64_t i = 0; i < hc.region(r)->size(); ++i) where[hc.region(r)->positions()[i]] = {r, i};
+            for (int32_t p = 0; p < end_; ++p) {
+                if (!(p < sink || (p >= start_ && p < end_))) continue;
+                auto it = where.find(p);
+                if (it == where.end()) continue;  // already dropped
+                hc.region(it->second.first)->read(it->second.second, k.data(), v.data());
+                pos.push_back(p);
+                K.insert(K.end(), k.begin(), k.end());
+                V.insert(V.end(), v.begin(), v.end());
+            }
+            const int64_t n_fixed = static_cast<int64_t>(pos.size());
+            for (int64_t t = 0; t < T; ++t) {
+                K.insert(K.end(), in.k + t * kvd + h * d, in.k + t * kvd + (h + 1) * d);
+                V.insert(V.end(), in.v + t * kvd + h * d, in.v + t * kvd + (h + 1) * d);
+            }
+            auto& head_scores = scores_[in.layer][h];
+            for (int g = 0; g < G; ++g) {
+                const int hq = h * G + g;
+                std::vector<double> won(n_fixed, 1.0);  // ‖W_O,hq vᵢ‖ for the scored keys
+                if (plus_)
+                    for (int64_t i = 0; i < n_fixed; ++i) {
+                        double s2 = 0;
+                        for (int r = 0; r < D; ++r) {
+                            double acc = 0;
+                            for (int c = 0; c < d; ++c) acc += double(wo[static_cast<size_t>(r) * ldq + hq * d + c]) * V[i * d + c];
+                            s2 += acc * acc;
+                        }
+                        won[i] = std::sqrt(s2);
+                    }
+                std::vector<double> w(n_fixed + T);
+                for (int64_t t = 0; t < T; ++t) {
+                    const float* q = in.q + t * ldq + hq * d;
+                    const int64_t visible = n_fixed + t + 1;
+                    double mx = -INFINITY;
+                    for (int64_t j = 0; j < visible; ++j) {
+                        double s = 0;
+                        for (int c = 0; c < d; ++c) s += double(q[c]) * K[j * d + c];
+                        w[j] = s / std::sqrt(double(d));
+                        mx = std::max(mx, w[j]);
+                    }
+                    double sum = 0;
+                    for (int64_t j = 0; j < visible; ++j) sum += (w[j] = std::exp(w[j] - mx));
+                    for (int64_t j = 0; j < n_fixed; ++j) {
+                        if (pos[j] < start_) continue;  // sinks outside the chunk are not scored here
+                        double a = w[j] / sum;
+                        if (plus_) a = a / hnorm[t] * won[j];
+                        auto& best = head_scores[pos[j]];
+                        best = std::max(best, static_cast<float>(a));
+                    }
+                }
+            }
+        }
+        real_.attend(in, out);
+    }
+
+private:
+    const LlamaModel& m_;
+    KVCache& real_;
+    std::vector<std::vector<std::map<int32_t, float>>>& scores_;
+    int64_t start_, end_;
+    int sinks_;
+    bool plus_;
+};
+
+}  // namespace
+
+void kvzip_replay(const LlamaModel& model, const Tokenizer& tok, KVCache& cache, const std::vector<int32_t>& context) {
+    const Policy& p = cache.policy();
+    const ModelConfig& c = model.config();
+    const int64_t n = static_cast<int64_t>(context.size());
+    require(cache.n_tokens() == n, "KVzip replay: the cache holds ", cache.n_tokens(), " tokens, the context ", n);
+    std::vector<std::vector<std::map<int32_t, float>>> scores(c.n_layer, std::vector<std::map<int32_t, float>>(c.n_head_kv));
+    const auto suffix = tok.encode("\n", false, false);
+    const int64_t chunk = p.replay.chunk;
+    std::vector<float> logits;
+    for (int64_t start = 0; start < n; start += chunk) {
+        const int64_t end = std::min(n, start + chunk);
+        std::vector<int32_t> ids;
+        if (start == 0) {
+            ids = tok.encode("\n\nRepeat the previous context exactly.", false, false);
+        } else {
+            ids = tok.encode("\n\nRepeat the part of the previous context exactly, starting with", false, false);
+            ids.insert(ids.end(), context.begin() + std::max<int64_t>(start - chunk, start - 8), context.begin() + start);
+        }
+        ids.insert(ids.end(), suffix.begin(), suffix.end());
+        ids.insert(ids.end(), context.begin() + start, context.begin() + end);
+        require(n + static_cast<int64_t>(ids.size()) <= cache.n_ctx(), "KVzip replay needs ", n + ids.size(),
+                " positions but the context holds ", cache.n_ctx(), " (give a larger -c)");
+        ScoringCache sc(model, cache, scores, start, end, p.replay.sinks, p.replay.kind == ReplaySpec::Kind::kKVzipPlus);
+        model.forward(ids, sc, logits);
+        cache.rollback(n);
+    }
+    float mx = -INFINITY;
+    for (const auto& layer : scores)
+        for (const auto& head : layer)
+            for (const auto& [pos, s] : head) mx = std::max(mx, s);
+    for (int l = 0; l < c.n_layer; ++l)
+        for (int h = 0; h < c.n_head_kv; ++h) {
+            HeadCache& hc = cache.head(l, h);
+            for (int r = 0; r < 3; ++r) {
+                PageStore* ps = hc.region(r);
+                for (int64_t i = 0; i < ps->size(); ++i) {
+                    const int32_t pos = ps->positions()[i];
+                    auto it = scores[l][h].find(pos);
+                    ps->scores()[i] = pos < p.replay.sinks ? mx + 1 : (it == scores[l][h].end() ? 0.0f : it->second);
+                }
+            }
+        }
+}
+
+void finish_prefill(const LlamaModel& model, const Tokenizer& tok, KVCache& cache, const std::vector<int32_t>& context) {
+    if (cache.policy().replay.kind != ReplaySpec::Kind::kNone) kvzip_replay(model, tok, cache, context);
+    cache.end_prefill();
+}
+
+}  // namespace kvsieve

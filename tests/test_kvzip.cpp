@@ -1,0 +1,73 @@
+// KVzip / KVzip+ against kvpress KVzipPress on the tiny Qwen3 model. Fixtures: tests/data/kvzip/*.json, made
+// by tools/make_kvzip_fixtures.py (kvpress's own scores and evictions; the prompt strings' ids are stored).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "cache/kv_cache.h"
+#include "model/kvzip_replay.h"
+#include "model/llama_model.h"
+#include "test_util.h"
+#include "text/tokenizer.h"
+
+namespace kvsieve {
+namespace {
+
+class KVzipParity : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(KVzipParity, ScoresAndEvictionsMatchKvpress) {
+    std::ifstream in(test::data_dir() + "/kvzip/" + GetParam() + ".json");
+    ASSERT_TRUE(in);
+    const auto j = nlohmann::json::parse(in);
+    const auto prompt = j.at("prompt_tokens").get<std::vector<int32_t>>();
+    LlamaModel m(test::model_path("tiny-qwen3-f32.gguf"));
+    const auto tok = Tokenizer::from_gguf(m.file());
+    for (const auto& [text, ids] : j.at("string_ids").items())  // the fixture used kvsieve's ids for its prompts
+        EXPECT_EQ(tok->encode(text, false, false), ids.get<std::vector<int32_t>>());
+    const std::string preset = j.at("plus").get<bool>() ? "kvzip_plus" : "kvzip";
+    const std::string chunk = std::to_string(j.at("chunk").get<int>());
+    auto run = [&](const std::string& ratio) {
+        auto pool = std::make_shared<KVPool>(m.config().head_dim, KVType::kF32);
+        auto c = std::make_unique<KVCache>(m.config(), 512, parse_policy(preset + ":ratio=" + ratio + ",chunk=" + chunk), pool);
+        std::vector<float> logits;
+        m.forward(prompt, *c, logits);
+        finish_prefill(m, *tok, *c, prompt);
+        return std::make_pair(std::move(c), pool);
+    };
+    const auto [all, p1] = run("0");
+    const auto [cut, p2] = run("0.5");
+    double worst = 0;
+    for (const auto& layer : j.at("layers")) {
+        const int l = layer.at("layer").get<int>();
+        const auto scores = layer.at("scores").get<std::vector<std::vector<double>>>();
+        std::set<std::pair<int, int>> evicted;
+        for (const auto& e : layer.at("evicted")) evicted.insert({e[0].get<int>(), e[1].get<int>()});
+        for (int h = 0; h < m.config().n_head_kv; ++h) {
+            std::map<int32_t, float> mine;
+            const HeadCache& hc = all->head(l, h);
+            for (int r = 0; r < 3; ++r)
+                for (int64_t i = 0; i < hc.region(r)->size(); ++i) mine[hc.region(r)->positions()[i]] = hc.region(r)->scores()[i];
+            std::set<int32_t> kept;
+            for (int r = 0; r < 3; ++r)
+                for (int32_t p : cut->head(l, h).region(r)->positions()) kept.insert(p);
+            for (size_t t = 0; t < prompt.size(); ++t) {
+                const double ref = scores[h][t];
+                worst = std::max(worst, std::fabs(mine[static_cast<int32_t>(t)] - ref) / std::max(1.0, std::fabs(ref)));
+                EXPECT_EQ(kept.count(static_cast<int32_t>(t)) == 0, evicted.count({h, static_cast<int>(t)}) == 1)
+                    << "layer " << l << " head " << h << " token " << t << " score " << ref;
+            }
+        }
+    }
+    EXPECT_LE(worst, 1e-4);
+    EXPECT_NEAR(cut->stats().compression_ratio, 0.5, 1e-9);
+    std::printf("[ kvzip ] %s: max relative score diff %.2e\n", GetParam().c_str(), worst);
+}
+
+INSTANTIATE_TEST_SUITE_P(Presses, KVzipParity, ::testing::Values("kvzip", "kvzip_plus", "kvzip_plus_chunk64"));
+
+}  // namespace
+}  // namespace kvsieve
