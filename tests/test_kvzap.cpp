@@ -13,7 +13,11 @@
 #include "cache/kv_cache.h"
 #include "io/safetensors.h"
 #include "model/llama_model.h"
+#include "predict/kvzap_fit.h"
 #include "predict/kvzap_model.h"
+#include "text/tokenizer.h"
+#include <filesystem>
+#include <unistd.h>
 #include "test_util.h"
 #include "util/error.h"
 
@@ -133,6 +137,48 @@ TEST(KVzap, BadCheckpointsAreReported) {
     }
     const auto ok = read_safetensors(dir + "/model.safetensors");
     EXPECT_EQ(ok.at("layers.0.weight").shape, (std::vector<int64_t>{2, 256}));
+}
+
+}  // namespace
+}  // namespace kvsieve
+
+namespace kvsieve {
+namespace {
+
+TEST(KVzapFit, LinearSurrogateLearnsKVzipPlusScoresAndServes) {
+    LlamaModel m(test::model_path("stories260K.gguf"));
+    const auto tok = Tokenizer::from_gguf(m.file());
+    std::string corpus;
+    for (int i = 0; i < 40; ++i)
+        corpus += "Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her "
+                  "friend Ben number " + std::to_string(i) + ". One day, they saw a big red ball under a tree. Lily "
+                  "wanted the ball, but Ben said it was his. They were sad and did not talk. Then Lily had an idea. ";
+    const std::string dir = (std::filesystem::temp_directory_path() / ("kvsieve_kvzap_" + std::to_string(::getpid()))).string();
+    KVzapFitOptions o;
+    o.prompts = 10;
+    o.min_tokens = 120;
+    o.max_tokens = 160;
+    o.tokens_per_prompt = 100;
+    o.validation = 0.2;
+    o.progress = false;
+    const KVzapFitReport r = fit_kvzap_linear(m, *tok, corpus, dir, o);
+    EXPECT_EQ(r.r2.size(), 5u);
+    EXPECT_EQ(r.train_pairs, 8 * 100);  // 8 training prompts × 100 sampled positions
+    // Better than predicting the mean log-score on held-out prompts (R² > 0) on average.
+    EXPECT_GT(r.mean_r2(), 0.05) << r.table();
+    const KVzapModel k = KVzapModel::load(dir);
+    EXPECT_EQ(k.n_layers(), 5);
+    EXPECT_EQ(k.input_dim(), 64);
+    EXPECT_EQ(k.output_dim(), 4);
+    EXPECT_FALSE(k.is_mlp());
+    // The checkpoint drives the kvzap preset.
+    auto pool = std::make_shared<KVPool>(m.config().head_dim, KVType::kF16);
+    KVCache c(m.config(), 512, parse_policy("kvzap:model=" + dir + ",tau=-3,window=32"), pool);
+    std::vector<float> logits;
+    m.forward(tok->encode(corpus.substr(0, 600)), c, logits);
+    EXPECT_GT(c.stats().compression_ratio, 0.0);
+    std::filesystem::remove_all(dir);
+    EXPECT_THROW(fit_kvzap_linear(m, *tok, "", dir, o), Error);
 }
 
 }  // namespace

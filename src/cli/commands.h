@@ -13,5 +13,6 @@ void add_inspect(CLI::App& app);
 void add_quantize(CLI::App& app);
 void add_eval(CLI::App& app);
 void add_eval_tasks(CLI::App& app);
+void add_train(CLI::App& app);
 
 }  // namespace kvsieve::cli

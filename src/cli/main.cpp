@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
     kvsieve::cli::add_quantize(app);
     kvsieve::cli::add_eval(app);
     kvsieve::cli::add_eval_tasks(app);
+    kvsieve::cli::add_train(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

@@ -68,4 +68,26 @@ std::map<std::string, SafeTensor> read_safetensors(const std::string& path) {
     return out;
 }
 
+void write_safetensors(const std::string& path, const std::map<std::string, SafeTensor>& tensors) {
+    nlohmann::json h = nlohmann::json::object();
+    uint64_t off = 0;
+    for (const auto& [name, t] : tensors) {
+        uint64_t count = 1;
+        for (int64_t d : t.shape) count *= static_cast<uint64_t>(d);
+        require(count == t.data.size(), "safetensors: tensor '", name, "' has ", t.data.size(), " values for its shape");
+        h[name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {off, off + 4 * count}}};
+        off += 4 * count;
+    }
+    std::string header = h.dump();
+    while ((header.size() + 8) % 8 != 0) header += ' ';  // keep the data 8-byte aligned
+    std::ofstream f(path, std::ios::binary);
+    if (!f) fail("cannot write '", path, "'");
+    const uint64_t n = header.size();
+    f.write(reinterpret_cast<const char*>(&n), 8);
+    f.write(header.data(), static_cast<std::streamsize>(n));
+    for (const auto& [name, t] : tensors)
+        f.write(reinterpret_cast<const char*>(t.data.data()), static_cast<std::streamsize>(4 * t.data.size()));
+    if (!f) fail("write error on '", path, "'");
+}
+
 }  // namespace kvsieve

@@ -20,4 +20,7 @@ struct SafeTensor {
 /// lie outside the file.
 std::map<std::string, SafeTensor> read_safetensors(const std::string& path);
 
+/// Writes tensors as F32 (data must hold the product of shape values); throws Error on I/O failure.
+void write_safetensors(const std::string& path, const std::map<std::string, SafeTensor>& tensors);
+
 }  // namespace kvsieve

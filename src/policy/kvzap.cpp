@@ -67,6 +67,7 @@ void register_kvzap() {
                          Policy pol;
                          pol.scorer = std::make_shared<KVzapScorer>(std::make_shared<KVzapModel>(KVzapModel::load(dir)), dir);
                          pol.admission.kind = Rule::Kind::kThreshold;
+                         require(p.get_string("rule", "threshold") == "threshold", "policy kvzap: rule must be threshold");
                          pol.admission.tau = p.get_double("tau", -4.0);
                          const int64_t w = p.get_int("window", 128), s = p.get_int("sinks", 0);
                          require(w > 0, "policy kvzap: window=", w, " must be positive");

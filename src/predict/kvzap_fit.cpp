@@ -1,0 +1,216 @@
+#include "predict/kvzap_fit.h"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "cache/kv_cache.h"
+#include "io/safetensors.h"
+#include "model/kvzip_replay.h"
+#include "model/llama_model.h"
+#include "text/tokenizer.h"
+#include "util/error.h"
+#include "util/progress.h"
+
+namespace kvsieve {
+
+double KVzapFitReport::mean_r2() const {
+    double s = 0;
+    int64_t n = 0;
+    for (const auto& l : r2)
+        for (double x : l) s += x, ++n;
+    return n ? s / n : 0;
+}
+
+std::string KVzapFitReport::table() const {
+    std::string s = "layer | R² per KV head\n";
+    char buf[64];
+    for (size_t l = 0; l < r2.size(); ++l) {
+        std::snprintf(buf, sizeof buf, "%5zu |", l);
+        s += buf;
+        for (double x : r2[l]) {
+            std::snprintf(buf, sizeof buf, " %.3f", x);
+            s += buf;
+        }
+        s += "\n";
+    }
+    std::snprintf(buf, sizeof buf, "mean R² %.3f (%ld train / %ld held-out pairs)\n", mean_r2(),
+                  static_cast<long>(train_pairs), static_cast<long>(val_pairs));
+    return s + buf;
+}
+
+namespace {
+/// Records each layer's attention inputs on the way to the real cache.
+class RecordingCache : public SequenceCache {
+public:
+    RecordingCache(KVCache& real, int n_layer) : real_(real), hidden_(n_layer) {}
+    int64_t n_tokens() const override { return real_.n_tokens(); }
+    int64_t n_ctx() const override { return real_.n_ctx(); }
+    void attend(const LayerInputs& in, float* out) override {
+        hidden_[in.layer].assign(in.hidden, in.hidden + in.T * in.hidden_dim);
+        real_.attend(in, out);
+    }
+    void finish_step(int64_t pos0, int64_t T) override { real_.finish_step(pos0, T); }
+    const std::vector<float>& hidden(int l) const { return hidden_[l]; }
+
+private:
+    KVCache& real_;
+    std::vector<std::vector<float>> hidden_;
+};
+
+/// Solves (A + λI')w = b for a symmetric positive-definite A (n×n, row-major, double) by Cholesky; I' leaves the
+/// last (bias) coordinate unpenalised. b has m right-hand sides (n×m), overwritten by the solution.
+void ridge_solve(std::vector<double> A, int n, double lambda, std::vector<double>& b, int m) {
+    for (int i = 0; i + 1 < n; ++i) A[static_cast<size_t>(i) * n + i] += lambda;
+    for (int j = 0; j < n; ++j) {
+        double d = A[static_cast<size_t>(j) * n + j];
+        for (int k = 0; k < j; ++k) d -= A[static_cast<size_t>(j) * n + k] * A[static_cast<size_t>(j) * n + k];
+        require(d > 0, "ridge regression: the system is not positive definite (too few pairs?)");
+        const double ljj = std::sqrt(d);
+        A[static_cast<size_t>(j) * n + j] = ljj;
+        for (int i = j + 1; i < n; ++i) {
+            double s = A[static_cast<size_t>(i) * n + j];
+            for (int k = 0; k < j; ++k) s -= A[static_cast<size_t>(i) * n + k] * A[static_cast<size_t>(j) * n + k];
+            A[static_cast<size_t>(i) * n + j] = s / ljj;
+        }
+    }
+    for (int c = 0; c < m; ++c) {
+        for (int i = 0; i < n; ++i) {  // L y = b
+            double s = b[static_cast<size_t>(i) * m + c];
+            for (int k = 0; k < i; ++k) s -= A[static_cast<size_t>(i) * n + k] * b[static_cast<size_t>(k) * m + c];
+            b[static_cast<size_t>(i) * m + c] = s / A[static_cast<size_t>(i) * n + i];
+        }
+        for (int i = n - 1; i >= 0; --i) {  // Lᵀ x = y
+            double s = b[static_cast<size_t>(i) * m + c];
+            for (int k = i + 1; k < n; ++k) s -= A[static_cast<size_t>(k) * n + i] * b[static_cast<size_t>(k) * m + c];
+            b[static_cast<size_t>(i) * m + c] = s / A[static_cast<size_t>(i) * n + i];
+        }
+    }
+}
+}  // namespace
+
+KVzapFitReport fit_kvzap_linear(const LlamaModel& model, const Tokenizer& tok, const std::string& corpus,
+                                const std::string& out_dir, const KVzapFitOptions& o) {
+    const ModelConfig& c = model.config();
+    require(!corpus.empty(), "train kvzap: the corpus is empty");
+    require(o.prompts >= 2, "train kvzap: need at least 2 prompts");
+    const auto ids = tok.encode(corpus, false, false);
+    // Room for the prompt and its reconstruction inside the trained context.
+    const int64_t cap = std::max<int64_t>(16, (c.n_ctx_train - 48) / 2);
+    const int64_t hi = std::min(o.max_tokens, cap), lo = std::min(o.min_tokens, hi);
+    require(static_cast<int64_t>(ids.size()) > hi + 1, "train kvzap: the corpus has ", ids.size(),
+            " tokens, fewer than one prompt of ", hi);
+    const int L = c.n_layer, D = c.n_embd, H = c.n_head_kv, n = D + 1;
+    std::vector<std::vector<double>> A(L, std::vector<double>(static_cast<size_t>(n) * n, 0.0)),
+        B(L, std::vector<double>(static_cast<size_t>(n) * H, 0.0));
+    struct Pair {
+        int layer;
+        std::vector<float> x;
+        std::vector<double> y;
+    };
+    std::vector<Pair> val;
+    KVzapFitReport rep;
+    rep.r2.assign(L, std::vector<double>(H, 0.0));
+    std::mt19937_64 rng(o.seed);
+    const int64_t n_val = std::max<int64_t>(1, static_cast<int64_t>(std::llround(o.prompts * o.validation)));
+    auto pool = std::make_shared<KVPool>(c.head_dim, KVType::kF32);
+    Progress bar("kvzap pairs", o.prompts, o.progress);
+    for (int64_t p = 0; p < o.prompts; ++p) {
+        const int64_t len = std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+        const int64_t off = std::uniform_int_distribution<int64_t>(0, static_cast<int64_t>(ids.size()) - len - 1)(rng);
+        std::vector<int32_t> prompt{tok.vocab().bos >= 0 ? tok.vocab().bos : ids[0]};
+        prompt.insert(prompt.end(), ids.begin() + off, ids.begin() + off + len - 1);
+        KVCache cache(c, 2 * static_cast<int64_t>(prompt.size()) + 64, parse_policy("kvzip_plus:ratio=0"), pool);
+        RecordingCache rec(cache, L);
+        std::vector<float> logits;
+        model.forward(prompt, rec, logits);
+        kvzip_replay(model, tok, cache, prompt);
+        // Sampled positions (sinks excluded: their scores are not predictions).
+        std::vector<int32_t> positions;
+        for (int32_t t = 4; t < static_cast<int32_t>(prompt.size()); ++t) positions.push_back(t);
+        std::shuffle(positions.begin(), positions.end(), rng);
+        positions.resize(std::min<size_t>(positions.size(), static_cast<size_t>(o.tokens_per_prompt)));
+        const bool is_val = p >= o.prompts - n_val;
+        for (int l = 0; l < L; ++l) {
+            std::vector<std::map<int32_t, float>> sc(H);
+            for (int h = 0; h < H; ++h) {
+                const HeadCache& hc = cache.head(l, h);
+                for (int r = 0; r < 3; ++r)
+                    for (int64_t i = 0; i < hc.region(r)->size(); ++i) sc[h][hc.region(r)->positions()[i]] = hc.region(r)->scores()[i];
+            }
+            const std::vector<float>& hid = rec.hidden(l);
+            for (int32_t t : positions) {
+                std::vector<double> y(H);
+                for (int h = 0; h < H; ++h) y[h] = std::log(o.log_eps + sc[h][t]);
+                const float* x = hid.data() + static_cast<size_t>(t) * D;
+                if (is_val) {
+                    val.push_back({l, std::vector<float>(x, x + D), y});
+                    continue;
+                }
+                auto& a = A[l];
+                auto& b = B[l];
+                for (int i = 0; i < n; ++i) {
+                    const double xi = i < D ? x[i] : 1.0;
+                    for (int j = 0; j <= i; ++j) a[static_cast<size_t>(i) * n + j] += xi * (j < D ? x[j] : 1.0);
+                    for (int h = 0; h < H; ++h) b[static_cast<size_t>(i) * H + h] += xi * y[h];
+                }
+                if (l == 0) ++rep.train_pairs;
+            }
+        }
+        bar.update(p + 1);
+    }
+    bar.finish();
+    std::map<std::string, SafeTensor> tensors;
+    std::vector<std::vector<double>> W(L);
+    for (int l = 0; l < L; ++l) {
+        auto& a = A[l];
+        for (int i = 0; i < n; ++i)
+            for (int j = i + 1; j < n; ++j) a[static_cast<size_t>(i) * n + j] = a[static_cast<size_t>(j) * n + i];
+        double diag = 0;
+        for (int i = 0; i < D; ++i) diag += a[static_cast<size_t>(i) * n + i];
+        ridge_solve(a, n, o.ridge * diag / D, B[l], H);
+        W[l] = B[l];
+        SafeTensor w, b;
+        w.dtype = b.dtype = "F32";
+        w.shape = {H, D};
+        b.shape = {H};
+        for (int h = 0; h < H; ++h) {
+            for (int i = 0; i < D; ++i) w.data.push_back(static_cast<float>(W[l][static_cast<size_t>(i) * H + h]));
+            b.data.push_back(static_cast<float>(W[l][static_cast<size_t>(D) * H + h]));
+        }
+        tensors["layers." + std::to_string(l) + ".weight"] = std::move(w);
+        tensors["layers." + std::to_string(l) + ".bias"] = std::move(b);
+    }
+    // R² per layer and head on the held-out prompts.
+    std::vector<std::vector<double>> ss_res(L, std::vector<double>(H)), sum(L, std::vector<double>(H)),
+        sum2(L, std::vector<double>(H));
+    std::vector<int64_t> cnt(L);
+    for (const Pair& pr : val) {
+        ++cnt[pr.layer];
+        for (int h = 0; h < H; ++h) {
+            double pred = W[pr.layer][static_cast<size_t>(D) * H + h];
+            for (int i = 0; i < D; ++i) pred += W[pr.layer][static_cast<size_t>(i) * H + h] * pr.x[i];
+            ss_res[pr.layer][h] += (pr.y[h] - pred) * (pr.y[h] - pred);
+            sum[pr.layer][h] += pr.y[h];
+            sum2[pr.layer][h] += pr.y[h] * pr.y[h];
+        }
+    }
+    rep.val_pairs = cnt[0];
+    for (int l = 0; l < L; ++l)
+        for (int h = 0; h < H; ++h) {
+            const double tot = sum2[l][h] - sum[l][h] * sum[l][h] / std::max<int64_t>(1, cnt[l]);
+            rep.r2[l][h] = tot > 0 ? 1.0 - ss_res[l][h] / tot : 0.0;
+        }
+    std::filesystem::create_directories(out_dir);
+    nlohmann::json cfg = {{"model_type", "kvzap"}, {"input_dim", D}, {"output_dim", H}, {"n_modules", L}, {"hidden_dim", nullptr}};
+    std::ofstream(std::filesystem::path(out_dir) / "config.json") << cfg.dump(2) << "\n";
+    write_safetensors((std::filesystem::path(out_dir) / "model.safetensors").string(), tensors);
+    return rep;
+}
+
+}  // namespace kvsieve
