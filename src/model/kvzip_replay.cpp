@@ -4,6 +4,8 @@
 #include <cmath>
 #include <map>
 
+#include <cblas.h>
+
 #include "cache/kv_cache.h"
 #include "kernels/matmul.h"
 #include "model/llama_model.h"
@@ -44,65 +46,60 @@ public:
             hnorm[t] = std::sqrt(s);
         }
         const int64_t sink = std::min<int64_t>(sinks_, start_);
+        // Per KV head (in parallel): gather the scored subset, then per group member one SGEMM for the scores,
+        // a row softmax, and (KVzip+) one SGEMM for W_O,head · v of every scored key.
+        std::vector<std::vector<std::pair<int32_t, float>>> found(in.n_head_kv);
+#pragma omp parallel for schedule(dynamic)
         for (int h = 0; h < in.n_head_kv; ++h) {
-            // Keys and values of the scored subset: sinks, the chunk (from the cache), the repeat (this step).
             const HeadCache& hc = real_.head(in.layer, h);
             std::vector<int32_t> pos;
-            std::vector<float> K, V;
-            std::vector<float> k(d), v(d);
-            std::map<int32_t, std::pair<int, int64_t>> where;
+            std::vector<float> K, V, k(d), v(d);
             for (int r = 0; r < 3; ++r)
-                for (int64_t i = 0; i < hc.region(r)->size(); ++i) where[hc.region(r)->positions()[i]] = {r, i};
-            for (int32_t p = 0; p < end_; ++p) {
-                if (!(p < sink || (p >= start_ && p < end_))) continue;
-                auto it = where.find(p);
-                if (it == where.end()) continue;  // already dropped
-                hc.region(it->second.first)->read(it->second.second, k.data(), v.data());
-                pos.push_back(p);
-                K.insert(K.end(), k.begin(), k.end());
-                V.insert(V.end(), v.begin(), v.end());
-            }
+                for (int64_t i = 0; i < hc.region(r)->size(); ++i) {
+                    const int32_t p = hc.region(r)->positions()[i];
+                    if (!(p < sink || (p >= start_ && p < end_))) continue;
+                    hc.region(r)->read(i, k.data(), v.data());
+                    pos.push_back(p);
+                    K.insert(K.end(), k.begin(), k.end());
+                    V.insert(V.end(), v.begin(), v.end());
+                }
             const int64_t n_fixed = static_cast<int64_t>(pos.size());
-            for (int64_t t = 0; t < T; ++t) {
-                K.insert(K.end(), in.k + t * kvd + h * d, in.k + t * kvd + (h + 1) * d);
-                V.insert(V.end(), in.v + t * kvd + h * d, in.v + t * kvd + (h + 1) * d);
-            }
-            auto& head_scores = scores_[in.layer][h];
+            for (int64_t t = 0; t < T; ++t) K.insert(K.end(), in.k + t * kvd + h * d, in.k + t * kvd + (h + 1) * d);
+            const int64_t nk = n_fixed + T;
+            std::vector<float> best(n_fixed, 0.0f), S(static_cast<size_t>(T) * nk), won(n_fixed, 1.0f), P;
             for (int g = 0; g < G; ++g) {
                 const int hq = h * G + g;
-                std::vector<double> won(n_fixed, 1.0);  // ‖W_O,hq vᵢ‖ for the scored keys
-                if (plus_)
+                if (plus_ && n_fixed > 0) {  // ‖W_O,hq vᵢ‖: [n_fixed][d] × [d][D]
+                    P.resize(static_cast<size_t>(n_fixed) * D);
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n_fixed), D, d, 1.0f, V.data(), d,
+                                wo.data() + hq * d, static_cast<int>(ldq), 0.0f, P.data(), D);
                     for (int64_t i = 0; i < n_fixed; ++i) {
                         double s2 = 0;
-                        for (int r = 0; r < D; ++r) {
-                            double acc = 0;
-                            for (int c = 0; c < d; ++c) acc += double(wo[static_cast<size_t>(r) * ldq + hq * d + c]) * V[i * d + c];
-                            s2 += acc * acc;
-                        }
-                        won[i] = std::sqrt(s2);
-                    }
-                std::vector<double> w(n_fixed + T);
-                for (int64_t t = 0; t < T; ++t) {
-                    const float* q = in.q + t * ldq + hq * d;
-                    const int64_t visible = n_fixed + t + 1;
-                    double mx = -INFINITY;
-                    for (int64_t j = 0; j < visible; ++j) {
-                        double s = 0;
-                        for (int c = 0; c < d; ++c) s += double(q[c]) * K[j * d + c];
-                        w[j] = s / std::sqrt(double(d));
-                        mx = std::max(mx, w[j]);
-                    }
-                    double sum = 0;
-                    for (int64_t j = 0; j < visible; ++j) sum += (w[j] = std::exp(w[j] - mx));
-                    for (int64_t j = 0; j < n_fixed; ++j) {
-                        if (pos[j] < start_) continue;  // sinks outside the chunk are not scored here
-                        double a = w[j] / sum;
-                        if (plus_) a = a / hnorm[t] * won[j];
-                        auto& best = head_scores[pos[j]];
-                        best = std::max(best, static_cast<float>(a));
+                        for (int c = 0; c < D; ++c) s2 += double(P[i * D + c]) * P[i * D + c];
+                        won[i] = static_cast<float>(std::sqrt(s2));
                     }
                 }
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(T), static_cast<int>(nk), d,
+                            1.0f / std::sqrt(static_cast<float>(d)), in.q + hq * d, static_cast<int>(ldq), K.data(), d, 0.0f,
+                            S.data(), static_cast<int>(nk));
+                for (int64_t t = 0; t < T; ++t) {
+                    float* row = S.data() + t * nk;
+                    const int64_t visible = n_fixed + t + 1;
+                    float mx = -INFINITY;
+                    for (int64_t j = 0; j < visible; ++j) mx = std::max(mx, row[j]);
+                    double sum = 0;
+                    for (int64_t j = 0; j < visible; ++j) sum += (row[j] = std::exp(row[j] - mx));
+                    const float scale = static_cast<float>(1.0 / sum / (plus_ ? hnorm[t] : 1.0));
+                    for (int64_t j = 0; j < n_fixed; ++j)  // sinks outside the chunk (pos < start) are not kept below
+                        best[j] = std::max(best[j], row[j] * scale * won[j]);
+                }
             }
+            for (int64_t j = 0; j < n_fixed; ++j)
+                if (pos[j] >= start_) found[h].emplace_back(pos[j], best[j]);
+        }
+        for (int h = 0; h < in.n_head_kv; ++h) {
+            auto& head_scores = scores_[in.layer][h];
+            for (const auto& [p, a] : found[h]) head_scores[p] = std::max(head_scores[p], a);
         }
         real_.attend(in, out);
     }
