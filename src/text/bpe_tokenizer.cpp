@@ -1,24 +1,9 @@
 #include "text/bpe_tokenizer.h"
 
-#include <queue>
-
+#include "text/pair_merge.h"
 #include "text/unicode.h"
 
 namespace kvsieve {
-
-namespace {
-struct Symbol {
-    int prev, next;
-    size_t start, len;
-};
-struct Bigram {
-    int rank, left, right;
-    size_t len;
-    bool operator<(const Bigram& o) const {  // priority_queue pops the largest: lowest rank, then leftmost
-        return rank > o.rank || (rank == o.rank && left > o.left);
-    }
-};
-}  // namespace
 
 BpeTokenizer::BpeTokenizer(Vocab v) : Tokenizer(std::move(v)), pre_(PreTokenizer::for_name(v_.pre)) {}
 
@@ -38,36 +23,12 @@ void BpeTokenizer::encode_fragment(const std::string& text, bool, std::vector<in
                 continue;
             }
         }
-        std::vector<Symbol> sym;
-        for (size_t pos = 0; pos < word.size();) {
-            const size_t n = std::min(utf8_len(static_cast<uint8_t>(word[pos])), word.size() - pos);
-            const int idx = static_cast<int>(sym.size());
-            sym.push_back({idx - 1, -1, pos, n});
-            if (idx > 0) sym[idx - 1].next = idx;
-            pos += n;
-        }
-        std::priority_queue<Bigram> queue;
-        auto try_add = [&](int l, int r) {
-            if (l < 0 || r < 0) return;
-            const int rk = rank(word.substr(sym[l].start, sym[l].len), word.substr(sym[r].start, sym[r].len));
-            if (rk >= 0) queue.push({rk, l, r, sym[l].len + sym[r].len});
-        };
-        for (int i = 1; i < static_cast<int>(sym.size()); ++i) try_add(i - 1, i);
-        while (!queue.empty()) {
-            const Bigram b = queue.top();
-            queue.pop();
-            Symbol& L = sym[b.left];
-            Symbol& R = sym[b.right];
-            if (L.len == 0 || R.len == 0 || L.len + R.len != b.len || L.next != b.right) continue;  // stale
-            L.len += R.len;
-            R.len = 0;
-            L.next = R.next;
-            if (R.next >= 0) sym[R.next].prev = b.left;
-            try_add(L.prev, b.left);
-            try_add(b.left, L.next);
-        }
-        for (int i = sym.empty() ? -1 : 0; i >= 0; i = sym[i].next) {
-            const std::string s = word.substr(sym[i].start, sym[i].len);
+        const auto pieces = merge_pairs(word, [this](std::string_view l, std::string_view r) -> std::optional<double> {
+            const int rk = rank(std::string(l), std::string(r));
+            if (rk < 0) return std::nullopt;
+            return -static_cast<double>(rk);
+        });
+        for (const std::string& s : pieces) {
             const int32_t id = v_.find(s);
             if (id >= 0) {
                 out.push_back(id);
