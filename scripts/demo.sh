@@ -5,4 +5,4 @@ cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 bash scripts/build.sh
 ./build/bin/kvsieve generate -m models/stories260K.gguf -p "Once upon a time" -n 300 --temp 0.8 --seed 42 \
-  --policy streaming_llm:window=64
+  --policy tova:budget=96
