@@ -9,6 +9,7 @@
 
 #include "io/gguf.h"
 #include "text/tokenizer.h"
+#include "text/utf8_stream.h"
 #include "test_util.h"
 #include "util/error.h"
 
@@ -109,6 +110,24 @@ TEST(Tokenizer, InvalidUtf8IsAnError) {
     GGUFFile f(test::golden_dir() + "/tokenizers/ggml-vocab-gpt-2.gguf");
     const auto tok = Tokenizer::from_gguf(f);
     EXPECT_THROW(tok->encode(std::string("ab\xff\xfe", 4), false), Error);
+}
+
+}  // namespace
+}  // namespace kvsieve
+
+namespace kvsieve {
+namespace {
+
+TEST(Utf8Stream, JoinsSplitCharactersAndReplacesBrokenOnes) {
+    Utf8Stream s;
+    EXPECT_EQ(s.push("a\xE2"), "a");             // wait for the rest of U+201C
+    EXPECT_EQ(s.push("\x80"), "");
+    EXPECT_EQ(s.push("\x9C" "b"), "\xE2\x80\x9C" "b");
+    EXPECT_EQ(s.push("\xE2" "c"), "\xEF\xBF\xBD" "c");  // interrupted sequence
+    EXPECT_EQ(s.push("\x80"), "\xEF\xBF\xBD");          // stray continuation byte
+    EXPECT_EQ(s.push("\xF0\x9F"), "");
+    EXPECT_EQ(s.finish(), "\xEF\xBF\xBD");              // unfinished at the end
+    EXPECT_EQ(s.push("\xC0\xAF"), "\xEF\xBF\xBD");      // overlong encoding
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "model/llama_model.h"
 #include "model/sampler.h"
 #include "text/tokenizer.h"
+#include "text/utf8_stream.h"
 #include "util/error.h"
 
 namespace kvsieve::cli {
@@ -51,6 +52,7 @@ void run(const GenerateOpts& o) {
     std::vector<float> logits;
     std::vector<int32_t> out;
 
+    Utf8Stream text;  // byte tokens may split characters
     if (!o.ids) {
         std::fputs(o.prompt.c_str(), stdout);
         std::fflush(stdout);
@@ -63,7 +65,7 @@ void run(const GenerateOpts& o) {
         out.push_back(next);
         if (tok->is_eog(next)) break;
         if (!o.ids) {
-            std::fputs(tok->token_to_piece(next).c_str(), stdout);
+            std::fputs(text.push(tok->token_to_piece(next)).c_str(), stdout);
             std::fflush(stdout);
         }
         if (i + 1 < n_gen) model.forward({next}, *cache, logits);
@@ -74,7 +76,7 @@ void run(const GenerateOpts& o) {
         for (size_t i = 0; i < out.size(); ++i) line += (i ? " " : "") + std::to_string(out[i]);
         std::printf("%s\n", line.c_str());
     } else {
-        std::printf("\n");
+        std::printf("%s\n", text.finish().c_str());
     }
     std::fflush(stdout);
     if (!o.quiet) {
