@@ -8,24 +8,26 @@ namespace kvsieve {
 HeadCache::HeadCache(KVPool* pool, int sinks, int window)
     : s_(sinks), w_(window), sinks_(pool), window_(pool), global_(pool) {}
 
-void HeadCache::append(const float* k, const float* v, int32_t pos, float score, const Admit& admit) {
+HeadCache::Slot HeadCache::append(const float* k, const float* v, int32_t pos, float score, const Admit& admit) {
     if (sinks_.size() < s_) {
         sinks_.push(k, v, pos, score);
-        return;
+        return {0, sinks_.size() - 1};
     }
     if (w_ == 0) {  // admission at write
-        if (admit(pos, score)) global_.push(k, v, pos, score);
-        return;
+        if (!admit(pos, score)) return {};
+        global_.push(k, v, pos, score);
+        return {1, global_.size() - 1};
     }
     if (window_.size() < w_) {
         window_.push(k, v, pos, score);
-        return;
+        return {2, window_.size() - 1};
     }
     // The ring is full: the oldest entry leaves the window.
     const int64_t slot = ring_head_;
     if (admit(window_.positions()[slot], window_.scores()[slot])) global_.push_copy(window_, slot);
     window_.set(slot, k, v, pos, score);
     ring_head_ = (ring_head_ + 1) % w_;
+    return {2, slot};
 }
 
 void HeadCache::truncate(int32_t n) {

@@ -19,9 +19,14 @@ public:
 
     HeadCache(KVPool* pool, int sinks, int window);
 
-    /// Adds an entry (float32 k, v [d]) at position pos with a score. Throws KVBudgetExhausted if a page is
-    /// needed and none is left.
-    void append(const float* k, const float* v, int32_t pos, float score, const Admit& admit);
+    /// Where an entry sits: region (0 sinks, 1 global, 2 window, as region()) and index; region −1: dropped.
+    struct Slot {
+        int region = -1;
+        int64_t index = 0;
+    };
+    /// Adds an entry (float32 k, v [d]) at position pos with a score and returns where it went. Throws
+    /// KVBudgetExhausted if a page is needed and none is left.
+    Slot append(const float* k, const float* v, int32_t pos, float score, const Admit& admit);
 
     PageStore& sinks() { return sinks_; }
     PageStore& window() { return window_; }

@@ -79,9 +79,9 @@ void KVCache::decode_layer(const LayerInputs& in, float* out) {
     const HeadCache::Admit admit_fn = [this](int32_t p, float s) { return admit(p, s); };
     const HeadCache::Admit keep_all = [](int32_t, float) { return true; };
     // 1. Append the new entry to every head (serial: the pool is not thread-safe).
+    std::vector<HeadCache::Slot> slots(in.n_head_kv);
     for (int h = 0; h < in.n_head_kv; ++h)
-        head(in.layer, h).append(in.k + h * d, in.v + h * d, pos, 0.0f,
-                                 policy_.window > 0 ? admit_fn : keep_all);
+        slots[h] = head(in.layer, h).append(in.k + h * d, in.v + h * d, pos, 0.0f, policy_.window > 0 ? admit_fn : keep_all);
     // 2. Attention per head over its pages, reading each page once for the G query heads.
     const KeyStat stat = key_stat(policy_);
     const DotKernels& dk = dot_kernels();
@@ -151,7 +151,41 @@ void KVCache::decode_layer(const LayerInputs& in, float* out) {
             }
         }
     // 3. Scores from the step's statistics, and at-write decisions on the new entry.
-    if (policy_.scorer) {
+    auto base_input = [&](int h) {
+        DecodeScoreInput di;
+        di.layer = in.layer;
+        di.head = h;
+        di.group = G;
+        di.pos = pos;
+        di.k = in.k + h * d;
+        di.k_pre = in.k_pre + h * d;
+        di.v = in.v + h * d;
+        di.hidden = in.hidden;
+        di.head_dim = d;
+        di.hidden_dim = in.hidden_dim;
+        return di;
+    };
+    if (policy_.scorer && !policy_.scorer->rescore_on_decode()) {
+        // Only the new entry is scored: no pass over the cache.
+        for (int h = 0; h < in.n_head_kv; ++h) {
+            const HeadCache::Slot sl = slots[h];
+            HeadCache& hc = head(in.layer, h);
+            DecodeScoreInput di = base_input(h);
+            di.n = 1;
+            di.positions = &pos;
+            std::vector<float> a;
+            if (!probs.empty()) {  // the new entry's weights: its index in attention order
+                int64_t at = sl.index;
+                for (int r = 0; r < sl.region; ++r) at += hc.region(r)->size();
+                const int64_t n = static_cast<int64_t>(probs[h].size() / G);
+                for (int g = 0; g < G; ++g) a.push_back(probs[h][g * n + at]);
+                di.attn = a.data();
+            }
+            float score = hc.region(sl.region)->scores()[sl.index];
+            policy_.scorer->score_decode(di, &score);
+            hc.region(sl.region)->scores()[sl.index] = score;
+        }
+    } else if (policy_.scorer) {
         for (int h = 0; h < in.n_head_kv; ++h) {
             HeadCache& hc = head(in.layer, h);
             const auto idx = flat_index(hc);
@@ -177,20 +211,10 @@ void KVCache::decode_layer(const LayerInputs& in, float* out) {
                 if (!a2.empty())
                     for (int g = 0; g < G; ++g) a2[g * idx.size() + j] = probs[h][g * idx.size() + order[j]];
             }
-            DecodeScoreInput di;
-            di.layer = in.layer;
-            di.head = h;
-            di.group = G;
+            DecodeScoreInput di = base_input(h);
             di.n = static_cast<int64_t>(idx.size());
-            di.pos = pos;
             di.positions = p2.data();
             di.attn = a2.empty() ? nullptr : a2.data();
-            di.k = in.k + h * d;
-            di.k_pre = in.k_pre + h * d;
-            di.v = in.v + h * d;
-            di.hidden = in.hidden;
-            di.head_dim = d;
-            di.hidden_dim = in.hidden_dim;
             policy_.scorer->score_decode(di, s2.data());
             for (size_t j = 0; j < idx.size(); ++j)
                 hc.region(idx[order[j]].region)->scores()[idx[order[j]].i] = s2[j];

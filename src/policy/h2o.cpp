@@ -31,6 +31,7 @@ public:
             }
         }
     }
+    bool rescore_on_decode() const override { return true; }
     void score_decode(const DecodeScoreInput& in, float* scores) const override {
         for (int64_t i = 0; i < in.n; ++i) {
             double a = 0;

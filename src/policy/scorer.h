@@ -70,6 +70,9 @@ public:
     /// Writes scores[h][i] for every entry i of every KV head h after a prefill chunk (kvpress rescores all
     /// keys at each step). scores has Hkv vectors sized like the heads' views.
     virtual void score_prefill(const PrefillScoreInput& in, std::vector<std::vector<float>>& scores) const = 0;
+    /// True if score_decode updates the scores of old entries too (accumulated or last-query attention); then
+    /// it sees every entry of the head. Otherwise it is called with n = 1, the new entry alone.
+    virtual bool rescore_on_decode() const { return false; }
     /// Updates one head's scores [n] at a decode step (old values in; the new entry is last). The default
     /// gives the new entry +∞ (kept until a later prefill rescoring) and leaves the others.
     virtual void score_decode(const DecodeScoreInput& in, float* scores) const;

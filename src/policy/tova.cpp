@@ -46,6 +46,7 @@ public:
         for (size_t h = 0; h < in.heads.size(); ++h)
             if (in.heads[h].n > 0) scores[h][in.heads[h].n - 1] = (std::isfinite(mx) ? mx : 0.0f) + 1;
     }
+    bool rescore_on_decode() const override { return true; }
     void score_decode(const DecodeScoreInput& in, float* scores) const override {
         for (int64_t i = 0; i < in.n; ++i) {
             double a = 0;
