@@ -127,9 +127,15 @@ void KVCache::decode_layer(const LayerInputs& in, float* out) {
             pt.o.assign(static_cast<size_t>(G) * d, 0.0f);
             const int64_t n = static_cast<int64_t>(probs.empty() ? 0 : probs[h].size() / G);
             const float* q = in.q + static_cast<int64_t>(h) * G * d;
-            for (size_t i = b; i < e; ++i)
+            const size_t half = pool_->page_bytes() / 2;
+            for (size_t i = b; i < e; ++i) {
+                if (i + 1 < e) {  // pages are not contiguous: start fetching the next one while this one is used
+                    const char* nk = reinterpret_cast<const char*>(pool_->keys(pl[i + 1].page));
+                    for (size_t off = 0; off < 2 * half; off += 64) __builtin_prefetch(nk + off, 0, 3);
+                }
                 dk.attend_rows(kt, pool_->keys(pl[i].page), pool_->values(pl[i].page), pl[i].cnt, d, q, G, scale,
                                pt.m.data(), pt.l.data(), pt.o.data(), probs.empty() ? nullptr : probs[h].data() + pl[i].off, n);
+            }
         }
     for (int h = 0; h < in.n_head_kv; ++h)
         for (int g = 0; g < G; ++g) {
