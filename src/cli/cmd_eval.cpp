@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/corpus.h"
 #include "eval/nll.h"
 #include "eval/ruler.h"
 #include "eval/tasks.h"
@@ -60,12 +61,9 @@ struct EvalCommon {
         return o;
     }
     std::string read_corpus() const {
-        std::ifstream f(corpus, std::ios::binary);
-        if (!f) fail("cannot open corpus '", corpus, "'");
-        std::stringstream ss;
-        ss << f.rdbuf();
-        require(!ss.str().empty(), "corpus '", corpus, "' is empty");
-        return ss.str();
+        std::string text = read_corpus_file(corpus);
+        require(!text.empty(), "corpus '", corpus, "' is empty");
+        return text;
     }
 };
 
@@ -149,14 +147,10 @@ void add_eval(CLI::App& app) {
         o.progress = !c3->quiet;
         for (auto& t : o.tasks) check_task_name(canonical_task(t));
         parse_policy(*rpolicy);
-        std::ifstream f(c3->corpus, std::ios::binary);
-        if (!f) fail("cannot open corpus '", c3->corpus, "'");
-        std::stringstream ss;
-        ss << f.rdbuf();
-        require(!ss.str().empty(), "corpus '", c3->corpus, "' is empty");
+        const std::string text = c3->read_corpus();
         LlamaModel m(c3->model);
         const auto tok = Tokenizer::from_gguf(m.file());
-        const RulerResult r = run_ruler(m, *tok, ss.str(), *rpolicy, o);
+        const RulerResult r = run_ruler(m, *tok, text, *rpolicy, o);
         write_ruler_cell(c3->out, r, o, c3->model, c3->corpus);
         const auto j = r.metrics();
         for (const auto& [k, v] : j["tasks"].items()) std::printf("%-24s %6.1f\n", k.c_str(), v.get<double>());
@@ -243,14 +237,7 @@ void add_eval_tasks(CLI::App& app) {
         r.lengths = {o->length};
         r.samples = o->n;
         r.seed = o->seed;
-        std::string corpus;
-        if (!o->corpus.empty()) {
-            std::ifstream f(o->corpus, std::ios::binary);
-            if (!f) fail("cannot open corpus '", o->corpus, "'");
-            std::stringstream ss;
-            ss << f.rdbuf();
-            corpus = ss.str();
-        }
+        const std::string corpus = o->corpus.empty() ? std::string() : read_corpus_file(o->corpus);
         LlamaModel m(o->model);
         const auto tok = Tokenizer::from_gguf(m.file());
         const RulerResult res = run_ruler(m, *tok, corpus, o->policy, r);

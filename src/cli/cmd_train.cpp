@@ -1,9 +1,8 @@
 // kvsieve train kvzap: fit a KVzap surrogate from KVzip+ scores.
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include "cli/commands.h"
+#include "cli/corpus.h"
 #include "kernels/parallel.h"
 #include "model/llama_model.h"
 #include "predict/kvzap_fit.h"
@@ -40,13 +39,7 @@ void add_train(CLI::App& app) {
         require(o->fit.ridge >= 0, "--ridge must be ≥ 0");
         set_num_threads(o->threads);
         std::string text;
-        for (const auto& path : o->corpus) {
-            std::ifstream f(path, std::ios::binary);
-            if (!f) fail("cannot open corpus '", path, "'");
-            std::stringstream ss;
-            ss << f.rdbuf();
-            text += ss.str() + "\n";
-        }
+        for (const auto& path : o->corpus) text += read_corpus_file(path) + "\n";
         LlamaModel m(o->model);
         const auto tok = Tokenizer::from_gguf(m.file());
         const KVzapFitReport r = fit_kvzap_linear(m, *tok, text, o->out, o->fit);
