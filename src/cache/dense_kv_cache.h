@@ -25,8 +25,6 @@ public:
     /// Writes T entries at positions pos..pos+T-1 of layer l (k, v: [T][n_head_kv·head_dim]).
     /// Throws Error if they do not fit in n_ctx.
     void write(int layer, int64_t pos, int64_t T, const float* k, const float* v);
-    /// Marks positions < n as valid (called once per forward step after all layers wrote).
-    void set_n_tokens(int64_t n) { n_tokens_ = n; }
     void clear() { n_tokens_ = 0; }
 
     const float* keys(int layer) const { return k_[layer].data(); }

@@ -45,7 +45,6 @@ struct SweepKind {
     std::string metric, metric_label;  // "nll" / "score"
     std::string x_key, x_label;        // "density" / "compression_ratio"
     std::string plot_stem;
-    bool lower_is_better;
 };
 
 void run_sweep(const SweepOptions& o, const SweepKind& kind) {
@@ -146,7 +145,6 @@ void run_nll_sweep(const LlamaModel& model, const Tokenizer& tok, const std::str
     k.x_key = "density";
     k.x_label = "density (kept fraction beyond the window)";
     k.plot_stem = "nll_vs_density";
-    k.lower_is_better = true;
     k.run_cell = [&](const std::string& spec, const fs::path& dir) {
         const NllResult r = evaluate_nll(model, tok, corpus_text, spec, o.nll);
         std::ostringstream csv;
@@ -176,7 +174,6 @@ void run_ruler_sweep(const LlamaModel& model, const Tokenizer& tok, const std::s
     k.x_key = "compression_ratio";
     k.x_label = "compression ratio";
     k.plot_stem = "score_vs_compression";
-    k.lower_is_better = false;
     k.run_cell = [&](const std::string& spec, const fs::path& dir) {
         const RulerResult r = run_ruler(model, tok, corpus_text, spec, o.ruler);
         write_ruler_cell(dir.string(), r, o.ruler, o.model_path, o.corpus_path);
