@@ -36,6 +36,13 @@ struct RegionIndex {
     int region;
     int64_t i;
 };
+/// Index of the entry at `slot` in attention order.
+int64_t attention_index(const HeadCache& hc, HeadCache::Slot slot) {
+    int64_t at = slot.index;
+    for (int r = 0; r < slot.region; ++r) at += hc.region(r)->size();
+    return at;
+}
+
 std::vector<RegionIndex> flat_index(const HeadCache& hc) {
     std::vector<RegionIndex> idx;
     idx.reserve(hc.size());
@@ -180,10 +187,8 @@ void KVCache::decode_layer(const LayerInputs& in, float* out) {
             di.n = 1;
             di.positions = &pos;
             std::vector<float> a;
-            if (!probs.empty()) {  // the new entry's weights: its index in attention order
-                int64_t at = sl.index;
-                for (int r = 0; r < sl.region; ++r) at += hc.region(r)->size();
-                const int64_t n = static_cast<int64_t>(probs[h].size() / G);
+            if (!probs.empty()) {  // the new entry's weights
+                const int64_t at = attention_index(hc, sl), n = hc.size();
                 for (int g = 0; g < G; ++g) a.push_back(probs[h][g * n + at]);
                 di.attn = a.data();
             }
@@ -195,27 +200,20 @@ void KVCache::decode_layer(const LayerInputs& in, float* out) {
         for (int h = 0; h < in.n_head_kv; ++h) {
             HeadCache& hc = head(in.layer, h);
             const auto idx = flat_index(hc);
-            std::vector<float> sc(idx.size());
-            std::vector<int32_t> positions(idx.size());
-            for (size_t j = 0; j < idx.size(); ++j) {
-                sc[j] = hc.region(idx[j].region)->scores()[idx[j].i];
-                positions[j] = hc.region(idx[j].region)->positions()[idx[j].i];
-            }
-            // The new entry is last in the flat order unless it went to the window or sinks; move it last.
-            size_t new_at = idx.size();
-            for (size_t j = 0; j < idx.size(); ++j)
-                if (positions[j] == pos) new_at = j;
-            std::vector<size_t> order(idx.size());
-            for (size_t j = 0, w = 0; j < idx.size(); ++j)
-                if (j != new_at) order[w++] = j;
-            order.back() = new_at;
-            std::vector<float> s2(idx.size()), a2(stat != KeyStat::kNone ? G * idx.size() : 0);
-            std::vector<int32_t> p2(idx.size());
-            for (size_t j = 0; j < idx.size(); ++j) {
-                s2[j] = sc[order[j]];
-                p2[j] = positions[order[j]];
-                if (!a2.empty())
-                    for (int g = 0; g < G; ++g) a2[g * idx.size() + j] = probs[h][g * idx.size() + order[j]];
+            // Attention order, with the new entry moved last (the scorer's convention).
+            const size_t n = idx.size(), new_at = static_cast<size_t>(attention_index(hc, slots[h]));
+            std::vector<size_t> order;
+            order.reserve(n);
+            for (size_t j = 0; j < n; ++j)
+                if (j != new_at) order.push_back(j);
+            order.push_back(new_at);
+            std::vector<float> s2(n), a2(stat != KeyStat::kNone ? G * n : 0);
+            std::vector<int32_t> p2(n);
+            for (size_t j = 0; j < n; ++j) {
+                const PageStore* ps = hc.region(idx[order[j]].region);
+                s2[j] = ps->scores()[idx[order[j]].i];
+                p2[j] = ps->positions()[idx[order[j]].i];
+                for (int g = 0; g < G && !a2.empty(); ++g) a2[g * n + j] = probs[h][g * n + order[j]];
             }
             DecodeScoreInput di = base_input(h);
             di.n = static_cast<int64_t>(idx.size());
