@@ -21,8 +21,8 @@ namespace {
 class ScoringCache : public SequenceCache {
 public:
     ScoringCache(const LlamaModel& m, KVCache& real, std::vector<std::vector<std::map<int32_t, float>>>& scores,
-                 int64_t start, int64_t end, int sinks, bool plus)
-        : m_(m), real_(real), scores_(scores), start_(start), end_(end), sinks_(sinks), plus_(plus) {}
+                 std::vector<std::vector<float>>& wo, int64_t start, int64_t end, int sinks, bool plus)
+        : m_(m), real_(real), scores_(scores), wo_(wo), start_(start), end_(end), sinks_(sinks), plus_(plus) {}
 
     int64_t n_tokens() const override { return real_.n_tokens(); }
     int64_t n_ctx() const override { return real_.n_ctx(); }
@@ -33,8 +33,8 @@ public:
         const int64_t T = in.T, ldq = static_cast<int64_t>(Hq) * d, kvd = static_cast<int64_t>(in.n_head_kv) * d;
         const int D = in.hidden_dim;
         // W_O as float [D][Hq·d] for the value-output norms (KVzip+).
-        std::vector<float> wo;
-        if (plus_) {
+        std::vector<float>& wo = wo_[in.layer];  // dequantized once per replay, shared by its chunks
+        if (plus_ && wo.empty()) {
             const WeightMatrix& W = m_.weights().layers[in.layer].wo;
             wo.resize(static_cast<size_t>(W.rows) * W.cols);
             for (int64_t r = 0; r < W.rows; ++r) dequantize_weight_row(W, r, wo.data() + r * W.cols);
@@ -108,6 +108,7 @@ private:
     const LlamaModel& m_;
     KVCache& real_;
     std::vector<std::vector<std::map<int32_t, float>>>& scores_;
+    std::vector<std::vector<float>>& wo_;  // [L] W_O as float [D][Hq·d], filled on first use
     int64_t start_, end_;
     int sinks_;
     bool plus_;
@@ -123,6 +124,7 @@ void kvzip_replay(const LlamaModel& model, const Tokenizer& tok, KVCache& cache,
     std::vector<std::vector<std::map<int32_t, float>>> scores(c.n_layer, std::vector<std::map<int32_t, float>>(c.n_head_kv));
     const auto suffix = tok.encode("\n", false, false);
     const int64_t chunk = p.replay.chunk;
+    std::vector<std::vector<float>> wo(c.n_layer);
     std::vector<float> logits;
     for (int64_t start = 0; start < n; start += chunk) {
         const int64_t end = std::min(n, start + chunk);
@@ -137,7 +139,7 @@ void kvzip_replay(const LlamaModel& model, const Tokenizer& tok, KVCache& cache,
         ids.insert(ids.end(), context.begin() + start, context.begin() + end);
         require(n + static_cast<int64_t>(ids.size()) <= cache.n_ctx(), "KVzip replay needs ", n + ids.size(),
                 " positions but the context holds ", cache.n_ctx(), " (give a larger -c)");
-        ScoringCache sc(model, cache, scores, start, end, p.replay.sinks, p.replay.kind == ReplaySpec::Kind::kKVzipPlus);
+        ScoringCache sc(model, cache, scores, wo, start, end, p.replay.sinks, p.replay.kind == ReplaySpec::Kind::kKVzipPlus);
         model.forward(ids, sc, logits);
         cache.rollback(n);
     }
