@@ -161,7 +161,8 @@ TEST(KVzapFit, LinearSurrogateLearnsKVzipPlusScoresAndServes) {
     o.tokens_per_prompt = 100;
     o.validation = 0.2;
     o.progress = false;
-    const KVzapFitReport r = fit_kvzap_linear(m, *tok, corpus, dir, o);
+    const KVzapPairs pairs = collect_kvzap_pairs(m, *tok, corpus, o);
+    const KVzapFitReport r = fit_kvzap_linear(pairs, dir, o);
     EXPECT_EQ(r.r2.size(), 5u);
     EXPECT_EQ(r.train_pairs, 8 * 100);  // 8 training prompts × 100 sampled positions
     // Better than predicting the mean log-score on held-out prompts (R² > 0) on average.
@@ -178,7 +179,7 @@ TEST(KVzapFit, LinearSurrogateLearnsKVzipPlusScoresAndServes) {
     m.forward(tok->encode(corpus.substr(0, 600)), c, logits);
     EXPECT_GT(c.stats().compression_ratio, 0.0);
     std::filesystem::remove_all(dir);
-    EXPECT_THROW(fit_kvzap_linear(m, *tok, "", dir, o), Error);
+    EXPECT_THROW(collect_kvzap_pairs(m, *tok, "", o), Error);
 }
 
 }  // namespace

@@ -94,8 +94,8 @@ void ridge_solve(std::vector<double> A, int n, double lambda, std::vector<double
 }
 }  // namespace
 
-KVzapFitReport fit_kvzap_linear(const LlamaModel& model, const Tokenizer& tok, const std::string& corpus,
-                                const std::string& out_dir, const KVzapFitOptions& o) {
+KVzapPairs collect_kvzap_pairs(const LlamaModel& model, const Tokenizer& tok, const std::string& corpus,
+                               const KVzapFitOptions& o) {
     const ModelConfig& c = model.config();
     require(!corpus.empty(), "train kvzap: the corpus is empty");
     require(o.prompts >= 2, "train kvzap: need at least 2 prompts");
@@ -105,17 +105,15 @@ KVzapFitReport fit_kvzap_linear(const LlamaModel& model, const Tokenizer& tok, c
     const int64_t hi = std::min(o.max_tokens, cap), lo = std::min(o.min_tokens, hi);
     require(static_cast<int64_t>(ids.size()) > hi + 1, "train kvzap: the corpus has ", ids.size(),
             " tokens, fewer than one prompt of ", hi);
-    const int L = c.n_layer, D = c.n_embd, H = c.n_head_kv, n = D + 1;
-    std::vector<std::vector<double>> A(L, std::vector<double>(static_cast<size_t>(n) * n, 0.0)),
-        B(L, std::vector<double>(static_cast<size_t>(n) * H, 0.0));
-    struct Pair {
-        int layer;
-        std::vector<float> x;
-        std::vector<double> y;
-    };
-    std::vector<Pair> val;
-    KVzapFitReport rep;
-    rep.r2.assign(L, std::vector<double>(H, 0.0));
+    const int L = c.n_layer, D = c.n_embd, H = c.n_head_kv;
+    KVzapPairs out;
+    out.n_layer = L;
+    out.dim = D;
+    out.n_head_kv = H;
+    out.x_train.resize(L);
+    out.y_train.resize(L);
+    out.x_val.resize(L);
+    out.y_val.resize(L);
     std::mt19937_64 rng(o.seed);
     const int64_t n_val = std::max<int64_t>(1, static_cast<int64_t>(std::llround(o.prompts * o.validation)));
     auto pool = std::make_shared<KVPool>(c.head_dim, KVType::kF32);
@@ -144,68 +142,83 @@ KVzapFitReport fit_kvzap_linear(const LlamaModel& model, const Tokenizer& tok, c
                     for (int64_t i = 0; i < hc.region(r)->size(); ++i) sc[h][hc.region(r)->positions()[i]] = hc.region(r)->scores()[i];
             }
             const std::vector<float>& hid = rec.hidden(l);
+            auto& X = is_val ? out.x_val[l] : out.x_train[l];
+            auto& Y = is_val ? out.y_val[l] : out.y_train[l];
             for (int32_t t : positions) {
-                std::vector<double> y(H);
-                for (int h = 0; h < H; ++h) y[h] = std::log(o.log_eps + sc[h][t]);
                 const float* x = hid.data() + static_cast<size_t>(t) * D;
-                if (is_val) {
-                    val.push_back({l, std::vector<float>(x, x + D), y});
-                    continue;
-                }
-                auto& a = A[l];
-                auto& b = B[l];
-                for (int i = 0; i < n; ++i) {
-                    const double xi = i < D ? x[i] : 1.0;
-                    for (int j = 0; j <= i; ++j) a[static_cast<size_t>(i) * n + j] += xi * (j < D ? x[j] : 1.0);
-                    for (int h = 0; h < H; ++h) b[static_cast<size_t>(i) * H + h] += xi * y[h];
-                }
-                if (l == 0) ++rep.train_pairs;
+                X.insert(X.end(), x, x + D);
+                for (int h = 0; h < H; ++h) Y.push_back(static_cast<float>(std::log(o.log_eps + sc[h][t])));
             }
         }
         bar.update(p + 1);
     }
     bar.finish();
+    out.n_train = static_cast<int64_t>(out.y_train[0].size()) / H;
+    out.n_val = static_cast<int64_t>(out.y_val[0].size()) / H;
+    return out;
+}
+
+std::vector<std::vector<double>> kvzap_r2(const KVzapPairs& p, const std::vector<std::vector<float>>& pred) {
+    const int H = p.n_head_kv;
+    std::vector<std::vector<double>> r2(p.n_layer, std::vector<double>(H, 0.0));
+    for (int l = 0; l < p.n_layer; ++l)
+        for (int h = 0; h < H; ++h) {
+            double ss = 0, s = 0, s2 = 0;
+            for (int64_t i = 0; i < p.n_val; ++i) {
+                const double y = p.y_val[l][static_cast<size_t>(i * H + h)];
+                const double e = y - pred[l][static_cast<size_t>(i * H + h)];
+                ss += e * e;
+                s += y;
+                s2 += y * y;
+            }
+            const double tot = s2 - s * s / std::max<int64_t>(1, p.n_val);
+            r2[l][h] = tot > 0 ? 1.0 - ss / tot : 0.0;
+        }
+    return r2;
+}
+
+KVzapFitReport fit_kvzap_linear(const KVzapPairs& p, const std::string& out_dir, const KVzapFitOptions& o) {
+    const int L = p.n_layer, D = p.dim, H = p.n_head_kv, n = D + 1;
+    require(p.n_train > D, "train kvzap: ", p.n_train, " training pairs are too few for ", D, " inputs");
     std::map<std::string, SafeTensor> tensors;
-    std::vector<std::vector<double>> W(L);
+    std::vector<std::vector<float>> pred(L);
     for (int l = 0; l < L; ++l) {
-        auto& a = A[l];
+        std::vector<double> a(static_cast<size_t>(n) * n, 0.0), b(static_cast<size_t>(n) * H, 0.0);
+        for (int64_t r = 0; r < p.n_train; ++r) {
+            const float* x = p.x_train[l].data() + r * D;
+            const float* y = p.y_train[l].data() + r * H;
+            for (int i = 0; i < n; ++i) {
+                const double xi = i < D ? x[i] : 1.0;
+                for (int j = 0; j <= i; ++j) a[static_cast<size_t>(i) * n + j] += xi * (j < D ? x[j] : 1.0);
+                for (int h = 0; h < H; ++h) b[static_cast<size_t>(i) * H + h] += xi * y[h];
+            }
+        }
         for (int i = 0; i < n; ++i)
             for (int j = i + 1; j < n; ++j) a[static_cast<size_t>(i) * n + j] = a[static_cast<size_t>(j) * n + i];
         double diag = 0;
         for (int i = 0; i < D; ++i) diag += a[static_cast<size_t>(i) * n + i];
-        ridge_solve(a, n, o.ridge * diag / D, B[l], H);
-        W[l] = B[l];
-        SafeTensor w, b;
-        w.dtype = b.dtype = "F32";
+        ridge_solve(a, n, o.ridge * diag / D, b, H);
+        SafeTensor w, bias;
+        w.dtype = bias.dtype = "F32";
         w.shape = {H, D};
-        b.shape = {H};
+        bias.shape = {H};
         for (int h = 0; h < H; ++h) {
-            for (int i = 0; i < D; ++i) w.data.push_back(static_cast<float>(W[l][static_cast<size_t>(i) * H + h]));
-            b.data.push_back(static_cast<float>(W[l][static_cast<size_t>(D) * H + h]));
+            for (int i = 0; i < D; ++i) w.data.push_back(static_cast<float>(b[static_cast<size_t>(i) * H + h]));
+            bias.data.push_back(static_cast<float>(b[static_cast<size_t>(D) * H + h]));
         }
+        for (int64_t r = 0; r < p.n_val; ++r)
+            for (int h = 0; h < H; ++h) {
+                double s = bias.data[h];
+                for (int i = 0; i < D; ++i) s += w.data[static_cast<size_t>(h) * D + i] * p.x_val[l][static_cast<size_t>(r * D + i)];
+                pred[l].push_back(static_cast<float>(s));
+            }
         tensors["layers." + std::to_string(l) + ".weight"] = std::move(w);
-        tensors["layers." + std::to_string(l) + ".bias"] = std::move(b);
+        tensors["layers." + std::to_string(l) + ".bias"] = std::move(bias);
     }
-    // R² per layer and head on the held-out prompts.
-    std::vector<std::vector<double>> ss_res(L, std::vector<double>(H)), sum(L, std::vector<double>(H)),
-        sum2(L, std::vector<double>(H));
-    std::vector<int64_t> cnt(L);
-    for (const Pair& pr : val) {
-        ++cnt[pr.layer];
-        for (int h = 0; h < H; ++h) {
-            double pred = W[pr.layer][static_cast<size_t>(D) * H + h];
-            for (int i = 0; i < D; ++i) pred += W[pr.layer][static_cast<size_t>(i) * H + h] * pr.x[i];
-            ss_res[pr.layer][h] += (pr.y[h] - pred) * (pr.y[h] - pred);
-            sum[pr.layer][h] += pr.y[h];
-            sum2[pr.layer][h] += pr.y[h] * pr.y[h];
-        }
-    }
-    rep.val_pairs = cnt[0];
-    for (int l = 0; l < L; ++l)
-        for (int h = 0; h < H; ++h) {
-            const double tot = sum2[l][h] - sum[l][h] * sum[l][h] / std::max<int64_t>(1, cnt[l]);
-            rep.r2[l][h] = tot > 0 ? 1.0 - ss_res[l][h] / tot : 0.0;
-        }
+    KVzapFitReport rep;
+    rep.r2 = kvzap_r2(p, pred);
+    rep.train_pairs = p.n_train;
+    rep.val_pairs = p.n_val;
     std::filesystem::create_directories(out_dir);
     nlohmann::json cfg = {{"model_type", "kvzap"}, {"input_dim", D}, {"output_dim", H}, {"n_modules", L}, {"hidden_dim", nullptr}};
     std::ofstream(std::filesystem::path(out_dir) / "config.json") << cfg.dump(2) << "\n";

@@ -30,11 +30,26 @@ struct KVzapFitReport {
     std::string table() const;
 };
 
-/// Collects (attention-input hidden state, log KVzip+ score) pairs from prompts cut out of `corpus`, fits
-/// one ridge-regression linear model per layer (closed form, bias unpenalised) and writes it to out_dir in
-/// kvpress's KVzapModel layout (config.json + model.safetensors with layers.{i}.weight/bias). Throws Error for
-/// an empty corpus or one shorter than a prompt.
-KVzapFitReport fit_kvzap_linear(const LlamaModel& model, const Tokenizer& tok, const std::string& corpus,
-                                const std::string& out_dir, const KVzapFitOptions& o);
+/// Training pairs of every layer: x = attention-input hidden state (after the input RMSNorm) [n × D] and
+/// y = log(ε + s⁺) per KV head [n × H_kv] (KVzap §3.2: the surrogate regresses log KVzip+ scores), row-major,
+/// split by prompt into train and validation.
+struct KVzapPairs {
+    int n_layer = 0, dim = 0, n_head_kv = 0;
+    std::vector<std::vector<float>> x_train, y_train, x_val, y_val;  ///< [L] each
+    int64_t n_train = 0, n_val = 0;                                    ///< pairs per layer
+};
+
+/// Collects pairs from prompts cut out of `corpus`: prefill, KVzip+ replay (model/kvzip_replay.h), then
+/// tokens_per_prompt sampled positions (sinks excluded) per prompt. Throws Error for an empty corpus or one
+/// shorter than a prompt.
+KVzapPairs collect_kvzap_pairs(const LlamaModel& model, const Tokenizer& tok, const std::string& corpus,
+                               const KVzapFitOptions& o);
+
+/// R² = 1 − SS_res / SS_tot per layer and head of predictions `pred` ([L] × [n_val × H]) on the validation pairs.
+std::vector<std::vector<double>> kvzap_r2(const KVzapPairs& p, const std::vector<std::vector<float>>& pred);
+
+/// Fits one ridge-regression linear model per layer (closed form, bias unpenalised) and writes it to out_dir in
+/// kvpress's KVzapModel layout (config.json + model.safetensors with layers.{i}.weight/bias).
+KVzapFitReport fit_kvzap_linear(const KVzapPairs& p, const std::string& out_dir, const KVzapFitOptions& o);
 
 }  // namespace kvsieve

@@ -1,0 +1,158 @@
+#include "train/data.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "eval/tasks.h"
+#include "text/tokenizer.h"
+#include "util/error.h"
+
+namespace kvsieve::train {
+
+uint64_t next_random(uint64_t& x) {
+    uint64_t z = (x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+uint64_t mix_seed(uint64_t a, uint64_t b) {
+    uint64_t s = a * 0x100000001B3ull ^ (b + 0x632BE59BD9B4E019ull);
+    next_random(s);
+    return next_random(s);
+}
+
+namespace {
+double uniform(uint64_t& st) { return static_cast<double>(next_random(st) >> 11) / 9007199254740992.0; }
+
+size_t pick(const std::vector<double>& w, uint64_t& st) {
+    const double total = std::accumulate(w.begin(), w.end(), 0.0);
+    double u = uniform(st) * total;
+    for (size_t i = 0; i < w.size(); ++i) {
+        if (u < w[i]) return i;
+        u -= w[i];
+    }
+    return w.size() - 1;
+}
+}  // namespace
+
+TextStream::TextStream(const std::vector<std::string>& files, const Tokenizer& tok, double holdout_fraction)
+    : bos_(tok.vocab().bos) {
+    require(holdout_fraction >= 0 && holdout_fraction < 1, "holdout fraction must be in [0, 1), got ", holdout_fraction);
+    for (size_t i = 0; i < files.size(); ++i) {
+        require(!files[i].empty(), "text file ", i + 1, " is empty");
+        // Split at the first newline after (1 − holdout) of the bytes, so the held-out part is whole lines.
+        size_t cut = files[i].size() - static_cast<size_t>(holdout_fraction * static_cast<double>(files[i].size()));
+        if (cut < files[i].size()) {
+            const size_t nl = files[i].find('\n', cut);
+            cut = nl == std::string::npos ? files[i].size() : nl + 1;
+        }
+        const auto tr = tok.encode(files[i].substr(0, cut), false);
+        train_.push_back(bos_);
+        train_.insert(train_.end(), tr.begin(), tr.end());
+        heldout_text_.push_back(files[i].substr(cut));
+        if (!heldout_text_.back().empty()) {
+            const auto ho = tok.encode(heldout_text_.back(), false);
+            heldout_.push_back(bos_);
+            heldout_.insert(heldout_.end(), ho.begin(), ho.end());
+        }
+    }
+    require(train_.size() >= 2, "the training text has fewer than 2 tokens");
+}
+
+Sequence TextStream::window(int64_t n, uint64_t& st) const {
+    Sequence s;
+    s.tokens.push_back(bos_);
+    const int64_t span = n - 1, len = static_cast<int64_t>(train_.size());
+    const int64_t start = len > span ? static_cast<int64_t>(next_random(st) % static_cast<uint64_t>(len - span)) : 0;
+    for (int64_t i = 0; i < span && start + i < len; ++i) s.tokens.push_back(train_[start + i]);
+    s.weight.assign(s.tokens.size(), 1.0f);
+    return s;
+}
+
+std::vector<Sequence> TextStream::heldout_windows(int64_t n, int64_t count) const {
+    std::vector<Sequence> out;
+    for (int64_t start = 0; start + n - 1 <= static_cast<int64_t>(heldout_.size()) && static_cast<int64_t>(out.size()) < count;
+         start += n - 1) {
+        Sequence s;
+        s.tokens.push_back(bos_);
+        s.tokens.insert(s.tokens.end(), heldout_.begin() + start, heldout_.begin() + start + n - 1);
+        s.weight.assign(s.tokens.size(), 1.0f);
+        out.push_back(std::move(s));
+    }
+    return out;
+}
+
+Sequence synthetic_sequence(const std::string& task, int64_t length, const Tokenizer& tok, const std::string& haystack,
+                            uint64_t seed, float prompt_weight, float answer_weight, int64_t* answer_begin) {
+    const TaskExample ex = make_task_example(task, length, tok, haystack, seed);
+    std::string ans;
+    for (size_t i = 0; i < ex.answers.size(); ++i) ans += (i ? ", " : "") + ex.answers[i];
+    const auto prompt = tok.encode(ex.input, true);
+    auto full = tok.encode(ex.input + " " + ans + ".", true);
+    // The answer must continue the prompt's tokens; if a merge crossed the boundary, append the answer's own tokens.
+    if (full.size() <= prompt.size() || !std::equal(prompt.begin(), prompt.end(), full.begin())) {
+        full = prompt;
+        const auto a = tok.encode(ans + ".", false);
+        full.insert(full.end(), a.begin(), a.end());
+    }
+    full.push_back(tok.vocab().eos);
+    Sequence s;
+    s.tokens = std::move(full);
+    s.weight.assign(s.tokens.size(), prompt_weight);
+    for (size_t i = prompt.size(); i < s.tokens.size(); ++i) s.weight[i] = answer_weight;
+    if (answer_begin) *answer_begin = static_cast<int64_t>(prompt.size());
+    return s;
+}
+
+Batch make_batch(const MixSpec& mix, const TextStream& text, const Tokenizer& tok, const std::string& haystack,
+                 uint64_t seed, int64_t step) {
+    require(!mix.lengths.empty(), "no sequence lengths given");
+    uint64_t st = mix_seed(seed, static_cast<uint64_t>(step));
+    std::vector<double> lw = mix.length_weights;
+    if (lw.empty()) lw.assign(mix.lengths.size(), 1.0);
+    const int64_t T = mix.lengths[pick(lw, st)];
+    const int64_t B = std::max<int64_t>(1, mix.tokens_per_batch / T);
+    std::vector<std::string> names;
+    std::vector<double> tw;
+    for (const auto& [n, w] : mix.tasks) names.push_back(n), tw.push_back(w);
+    std::vector<Sequence> rows;
+    Batch b;
+    for (int64_t r = 0; r < B; ++r) {
+        if (!names.empty() && uniform(st) < mix.synthetic_fraction) {
+            const std::string& task = names[pick(tw, st)];
+            // Prompts fill the window up to a margin for the answer; shorter prompts teach position independence.
+            const int64_t margin = std::max<int64_t>(32, T / 16);
+            const int64_t lo = std::max<int64_t>(64, T / 2), hi = std::max<int64_t>(lo, T - margin);
+            const int64_t len = lo + static_cast<int64_t>(next_random(st) % static_cast<uint64_t>(hi - lo + 1));
+            const uint64_t ex_seed = next_random(st);
+            Sequence s;
+            try {
+                s = synthetic_sequence(task, len, tok, haystack, ex_seed, mix.prompt_weight, mix.answer_weight);
+            } catch (const Error&) {  // the task's template does not fit this length: a text row instead
+                rows.push_back(text.window(T, st));
+                continue;
+            }
+            if (static_cast<int64_t>(s.tokens.size()) > T) {  // the answer ran past the window: drop its tail
+                s.tokens.resize(T);
+                s.weight.resize(T);
+            }
+            rows.push_back(std::move(s));
+            ++b.n_synthetic;
+        } else {
+            rows.push_back(text.window(T, st));
+        }
+    }
+    b.B = B;
+    b.T = T;
+    b.tokens.assign(B * T, tok.vocab().eos);
+    b.weight.assign(B * T, 0.0f);
+    for (int64_t r = 0; r < B; ++r)
+        for (size_t i = 0; i < rows[r].tokens.size(); ++i) {
+            b.tokens[r * T + static_cast<int64_t>(i)] = rows[r].tokens[i];
+            b.weight[r * T + static_cast<int64_t>(i)] = rows[r].weight[i];
+        }
+    return b;
+}
+
+}  // namespace kvsieve::train

@@ -1,0 +1,77 @@
+#pragma once
+// Training data: natural text tokenized and cut into windows, synthetic long-context examples (the RULER-style
+// generators of eval/tasks.h, so training and evaluation share one definition of each task), and batches that
+// mix both. Every batch is a pure function of (seed, step), so a resumed run sees the data it would have seen.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace kvsieve {
+class Tokenizer;
+}
+
+namespace kvsieve::train {
+
+/// One training sequence: tokens[0..n) and per-position loss weights; weight[i] scales the loss of predicting
+/// tokens[i] from tokens[0..i) (weight[0] is unused).
+struct Sequence {
+    std::vector<int32_t> tokens;
+    std::vector<float> weight;
+};
+
+/// A batch padded to one length: tokens [B, T] (row-major), weights [B, T] (0 on padding).
+struct Batch {
+    int64_t B = 0, T = 0;
+    std::vector<int64_t> tokens;
+    std::vector<float> weight;
+    int64_t n_synthetic = 0;  ///< rows holding a synthetic example
+};
+
+/// A token stream made of documents (one per corpus file, BOS-separated), with a held-out tail of each file.
+class TextStream {
+public:
+    /// Tokenizes `files` (bytes, not paths) under `tok`; the last `holdout_fraction` of each file's bytes (from
+    /// a line start) is kept apart for evaluation. Throws Error if a file is empty or the stream is shorter than 2 tokens.
+    TextStream(const std::vector<std::string>& files, const Tokenizer& tok, double holdout_fraction);
+    /// A window of n tokens starting with BOS at a position drawn from `rng_state` (train part).
+    Sequence window(int64_t n, uint64_t& rng_state) const;
+    /// Held-out windows of n tokens, BOS-led, taken in order from the held-out parts (at most `count`).
+    std::vector<Sequence> heldout_windows(int64_t n, int64_t count) const;
+    int64_t train_tokens() const { return static_cast<int64_t>(train_.size()); }
+    /// The held-out text of file i.
+    const std::string& heldout_text(size_t i) const { return heldout_text_.at(i); }
+
+private:
+    std::vector<int32_t> train_, heldout_;
+    std::vector<std::string> heldout_text_;
+    int32_t bos_;
+};
+
+/// A synthetic task example as a training sequence: BOS, the task's prompt, then " " + answers joined by ", "
+/// + "." and EOS. Answer tokens (and EOS) get weight `answer_weight`, prompt tokens `prompt_weight`. The prompt
+/// has at most `length` tokens. Throws Error for an unknown task or a too-short length.
+Sequence synthetic_sequence(const std::string& task, int64_t length, const Tokenizer& tok, const std::string& haystack,
+                            uint64_t seed, float prompt_weight, float answer_weight, int64_t* answer_begin = nullptr);
+
+/// The mixture one run trains on.
+struct MixSpec {
+    double synthetic_fraction = 0.5;           ///< probability that a row is a synthetic example
+    std::map<std::string, double> tasks;       ///< task → relative weight
+    std::vector<int64_t> lengths;              ///< sequence lengths (tokens), one per batch
+    std::vector<double> length_weights;        ///< relative weights of lengths (empty: uniform)
+    int64_t tokens_per_batch = 16384;          ///< B = max(1, tokens_per_batch / T)
+    float prompt_weight = 1.0f, answer_weight = 1.0f;
+};
+
+/// Builds batch number `step` of a run: its length, rows and contents are drawn from a generator seeded by
+/// (seed, step) alone.
+Batch make_batch(const MixSpec& mix, const TextStream& text, const Tokenizer& tok, const std::string& haystack,
+                 uint64_t seed, int64_t step);
+
+/// Mixes two 64-bit values into a well-spread seed (splitmix64 finaliser).
+uint64_t mix_seed(uint64_t a, uint64_t b);
+/// Next value of a splitmix64 stream.
+uint64_t next_random(uint64_t& state);
+
+}  // namespace kvsieve::train

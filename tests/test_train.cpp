@@ -1,0 +1,260 @@
+// The training stack: schedules, data determinism, the loop's checkpoint/resume.
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <map>
+#include <unistd.h>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "eval/tasks.h"
+#include "io/gguf.h"
+#include "io/gguf_writer.h"
+#include "model/config.h"
+#include "test_util.h"
+#include "text/tokenizer.h"
+#include "train/data.h"
+#include "train/loop.h"
+#include "train/mirror.h"
+#include "train/optim.h"
+#include "util/error.h"
+
+namespace kvsieve {
+namespace {
+
+TEST(Schedule, CosineAndWsdShapes) {
+    train::Schedule s;
+    s.kind = "cosine";
+    s.warmup = 10;
+    s.total = 110;
+    s.min_ratio = 0.1;
+    EXPECT_NEAR(s.factor(0), 0.1, 1e-12);
+    EXPECT_NEAR(s.factor(9), 1.0, 1e-12);
+    EXPECT_NEAR(s.factor(60), 0.1 + 0.9 * 0.5, 1e-12);  // halfway: cos(π/2) = 0
+    EXPECT_NEAR(s.factor(110), 0.1, 1e-12);
+    s.kind = "wsd";
+    s.decay_fraction = 0.2;  // decay over steps 88 … 110
+    EXPECT_NEAR(s.factor(50), 1.0, 1e-12);
+    EXPECT_NEAR(s.factor(88), 1.0, 1e-12);
+    EXPECT_NEAR(s.factor(99), 1.0 - 0.9 * 0.5, 1e-12);
+    EXPECT_NEAR(s.factor(110), 0.1, 1e-12);
+    s.kind = "linear-ish";
+    EXPECT_THROW(s.factor(20), std::exception);
+}
+
+std::unique_ptr<Tokenizer> stories_tokenizer() {
+    GGUFFile f(test::model_path("stories260K.gguf"));
+    return Tokenizer::from_gguf(f);
+}
+
+std::string story_text() {
+    std::string s;
+    for (int i = 0; i < 30; ++i)
+        s += "Once upon a time there was a little dog named Max number " + std::to_string(i) +
+             ". He liked to run in the park and play with his red ball.\n";
+    return s;
+}
+
+TEST(TrainData, BatchesArePureFunctionsOfSeedAndStep) {
+    const auto tok = stories_tokenizer();
+    const train::TextStream text({story_text()}, *tok, 0.1);
+    train::MixSpec mix;
+    mix.synthetic_fraction = 0.5;
+    mix.tasks = {{"niah_single_1", 1.0}, {"vt", 1.0}};
+    mix.lengths = {160, 320};
+    mix.tokens_per_batch = 640;
+    const std::string hay = story_text();
+    const auto a = train::make_batch(mix, text, *tok, hay, 7, 3), b = train::make_batch(mix, text, *tok, hay, 7, 3);
+    EXPECT_EQ(a.tokens, b.tokens);
+    EXPECT_EQ(a.weight, b.weight);
+    EXPECT_EQ(a.B * a.T, static_cast<int64_t>(a.tokens.size()));
+    bool differs = false;
+    for (int64_t s = 4; s < 12 && !differs; ++s) differs = train::make_batch(mix, text, *tok, hay, 7, s).tokens != a.tokens;
+    EXPECT_TRUE(differs);
+    for (int64_t r = 0; r < a.B; ++r) EXPECT_EQ(a.tokens[r * a.T], tok->vocab().bos);
+}
+
+TEST(TrainData, SyntheticSequenceEndsWithTheWeightedAnswer) {
+    const auto tok = stories_tokenizer();
+    int64_t a0 = 0;
+    const auto s = train::synthetic_sequence("niah_single_1", 300, *tok, "", 11, 0.5f, 3.0f, &a0);
+    const TaskExample ex = make_task_example("niah_single_1", 300, *tok, "", 11);
+    ASSERT_GT(a0, 0);
+    EXPECT_EQ(s.tokens.back(), tok->vocab().eos);
+    const std::string answer = tok->decode(std::vector<int32_t>(s.tokens.begin() + a0, s.tokens.end() - 1));
+    EXPECT_EQ(answer, " " + ex.answers[0] + ".");
+    EXPECT_EQ(s.weight[a0 - 1], 0.5f);
+    EXPECT_EQ(s.weight[a0], 3.0f);
+    EXPECT_LE(a0, 300 + 1);  // the prompt fits the length (BOS included)
+}
+
+TEST(TrainData, HeldOutTailIsNotInTheTrainingStream) {
+    const auto tok = stories_tokenizer();
+    const std::string text = story_text();
+    const train::TextStream ts({text}, *tok, 0.2);
+    const std::string& ho = ts.heldout_text(0);
+    ASSERT_FALSE(ho.empty());
+    EXPECT_EQ(text.substr(text.size() - ho.size()), ho);
+    EXPECT_EQ(ho.front(), 'O');  // cut at a line start
+    EXPECT_NEAR(static_cast<double>(ho.size()) / text.size(), 0.2, 0.05);
+}
+
+/// Trains a 1-layer model for `steps` steps on a fixed batch stream and returns the log's losses by step.
+std::map<int64_t, double> run_tiny(const std::string& dir, int64_t steps, bool resume, int64_t stop_after = -1) {
+    ModelConfig c;
+    c.arch_name = "llama";
+    c.n_layer = 1;
+    c.n_embd = 32;
+    c.n_head = 4;
+    c.n_head_kv = 2;
+    c.head_dim = 8;
+    c.n_rot = 8;
+    c.n_ff = 64;
+    c.n_vocab = 64;
+    c.n_ctx_train = 64;
+    torch::manual_seed(3);
+    train::LlamaMirror m(c);
+    train::LoopOptions o;
+    o.steps = steps;
+    o.out_dir = dir;
+    o.resume = resume;
+    o.progress = false;
+    o.log_every = 1;
+    o.checkpoint_every = 1000;
+    o.schedule.warmup = 2;
+    o.schedule.total = steps;
+    train::ParamGroup g{"all", m->parameters(), 1e-2, 0.1};
+    train::TrainLoop loop(*m, {g}, o);
+    auto micro = [&](int64_t step, int64_t) {
+        if (step == stop_after) std::raise(SIGINT);  // interrupted during this step: it finishes, then checkpoints
+        torch::manual_seed(static_cast<uint64_t>(100 + step));
+        // Counting sequences from random starts: learnable (next = current + 1), different every step.
+        auto toks = (torch::randint(0, 64, {2, 1}, torch::kInt64) + torch::arange(16, torch::kInt64)) % 64;
+        auto logits = m->forward(toks);
+        train::MicroResult r;
+        r.loss = torch::nn::functional::cross_entropy(logits.narrow(1, 0, 15).reshape({-1, 64}),
+                                                      toks.narrow(1, 1, 15).reshape({-1}));
+        r.tokens = 32;
+        return r;
+    };
+    loop.run(micro, nullptr, nullptr);
+    std::map<int64_t, double> losses;
+    std::ifstream f(dir + "/log.jsonl");
+    for (std::string line; std::getline(f, line);) {
+        const auto j = nlohmann::json::parse(line);
+        if (j.contains("loss")) losses[j["step"].get<int64_t>()] = j["loss"].get<double>();
+    }
+    return losses;
+}
+
+TEST(TrainLoop, InterruptedRunResumesOnTheSameLossCurve) {
+    const auto base = std::filesystem::temp_directory_path() / ("kvsieve_loop_" + std::to_string(::getpid()));
+    const std::string full = (base / "full").string(), cut = (base / "cut").string();
+    const auto ref = run_tiny(full, 8, false);
+    ASSERT_EQ(ref.size(), 8u);
+    EXPECT_LT(ref.at(8), ref.at(1));  // it learns
+    const auto part = run_tiny(cut, 8, false, 4);  // SIGINT during step 4 → checkpoint at step 5
+    EXPECT_EQ(part.size(), 5u);
+    EXPECT_TRUE(std::filesystem::exists(cut + "/checkpoint.pt"));
+    EXPECT_THROW(run_tiny(cut, 8, false), Error);  // never overwrites a run
+    const auto resumed = run_tiny(cut, 8, true);
+    ASSERT_EQ(resumed.size(), 8u);
+    for (const auto& [step, loss] : ref) EXPECT_NEAR(resumed.at(step), loss, 1e-5) << "step " << step;
+    EXPECT_THROW(run_tiny((base / "none").string(), 8, true), Error);  // nothing to resume
+    std::filesystem::remove_all(base);
+}
+
+struct Cli {
+    int status;
+    std::string err;
+};
+
+Cli run_cli(const std::string& args) {
+    test::TempFile err(".err");
+    const int st = std::system((std::string(KVSIEVE_BIN) + " " + args + " >/dev/null 2>" + err.path()).c_str());
+    std::ifstream e(err.path());
+    return {WIFEXITED(st) ? WEXITSTATUS(st) : 128, std::string(std::istreambuf_iterator<char>(e), {})};
+}
+
+class PretrainCli : public ::testing::Test {
+protected:
+    void SetUp() override {
+        dir_ = std::filesystem::temp_directory_path() / ("kvsieve_pretrain_" + std::to_string(::getpid()));
+        std::filesystem::create_directories(dir_);
+        std::ofstream(dir_ / "text.txt") << story_text();
+        cfg_ = {{"out", (dir_ / "run").string()},
+                {"output", (dir_ / "out.gguf").string()},
+                {"model", {{"n_layer", 1}, {"n_embd", 32}, {"n_head", 4}, {"n_head_kv", 2}, {"n_ff", 64}, {"n_ctx", 512}}},
+                {"tokenizer", {{"from_gguf", test::model_path("stories260K.gguf")}}},
+                {"data", {{"text", {(dir_ / "text.txt").string()}}, {"haystack", {(dir_ / "text.txt").string()}},
+                          {"tasks", {{"niah_single_1", 1}}}, {"lengths", {320}}, {"tokens_per_batch", 640}}},
+                {"optim", {{"steps", 3}, {"warmup_steps", 1}}},
+                {"eval", {{"tasks", {"niah_single_1"}}, {"length", 300}, {"samples", 2}, {"window", 64}, {"text_windows", 2}}},
+                {"threads", 1}, {"log_every", 1}};
+    }
+    void TearDown() override { std::filesystem::remove_all(dir_); }
+    std::string write(const nlohmann::json& j) {
+        const auto p = dir_ / ("cfg" + std::to_string(n_++) + ".json");
+        std::ofstream(p) << j.dump(2);
+        return p.string();
+    }
+    std::filesystem::path dir_;
+    nlohmann::json cfg_;
+    int n_ = 0;
+};
+
+TEST_F(PretrainCli, TrainsAndWritesAModelTheEngineLoads) {
+    const Cli r = run_cli("train pretrain -q --config " + write(cfg_));
+    ASSERT_EQ(r.status, 0) << r.err;
+    GGUFFile f((dir_ / "out.gguf").string());
+    const ModelConfig c = ModelConfig::from_gguf(f);
+    EXPECT_EQ(c.n_layer, 1);
+    EXPECT_EQ(c.n_head_kv, 2);
+    EXPECT_EQ(c.n_vocab, 512);  // the tok512 vocabulary it was given
+    std::ifstream log(dir_ / "run" / "log.jsonl");
+    int evals = 0, steps = 0;
+    for (std::string line; std::getline(log, line);) {
+        const auto j = nlohmann::json::parse(line);
+        evals += j.contains("eval");
+        steps += j.contains("loss");
+    }
+    EXPECT_EQ(steps, 3);
+    EXPECT_EQ(evals, 1);  // at the end
+    // A second run into the same directory refuses to overwrite it.
+    auto again = run_cli("train pretrain -q --config " + write(cfg_));
+    EXPECT_NE(again.status, 0);
+    EXPECT_NE(again.err.find("--resume"), std::string::npos) << again.err;
+}
+
+TEST_F(PretrainCli, BadConfigsFailBeforeTraining) {
+    auto c1 = cfg_;
+    c1["optim"]["lr_max"] = 1;
+    auto r = run_cli("train pretrain -q --config " + write(c1));
+    EXPECT_EQ(r.status, 1);
+    EXPECT_NE(r.err.find("unknown config key 'optim.lr_max'"), std::string::npos) << r.err;
+    auto c2 = cfg_;
+    c2["data"]["text"] = {(dir_ / "missing.txt").string()};
+    r = run_cli("train pretrain -q --config " + write(c2));
+    EXPECT_EQ(r.status, 1);
+    EXPECT_NE(r.err.find("missing.txt"), std::string::npos) << r.err;
+    auto c3 = cfg_;
+    c3["data"]["tasks"] = {{"needle_in_a_haystack", 1}};
+    r = run_cli("train pretrain -q --config " + write(c3));
+    EXPECT_NE(r.err.find("unknown task"), std::string::npos) << r.err;
+    // A GGUF whose architecture the trainer does not know.
+    GGUFWriter w;
+    w.set_string("general.architecture", "mamba");
+    w.write((dir_ / "mamba.gguf").string());
+    auto c4 = cfg_;
+    c4.erase("model");
+    c4["init"] = (dir_ / "mamba.gguf").string();
+    r = run_cli("train pretrain -q --config " + write(c4));
+    EXPECT_EQ(r.status, 1);
+    EXPECT_NE(r.err.find("mamba"), std::string::npos) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(dir_ / "run" / "checkpoint.pt"));
+}
+
+}  // namespace
+}  // namespace kvsieve
