@@ -13,9 +13,13 @@
 #include "io/gguf.h"
 #include "io/gguf_writer.h"
 #include "model/config.h"
+#include "model/llama_model.h"
+#include "predict/kvzap_fit.h"
+#include "predict/kvzap_model.h"
 #include "test_util.h"
 #include "text/tokenizer.h"
 #include "train/data.h"
+#include "train/kvzap_mlp.h"
 #include "train/loop.h"
 #include "train/mirror.h"
 #include "train/optim.h"
@@ -254,6 +258,41 @@ TEST_F(PretrainCli, BadConfigsFailBeforeTraining) {
     EXPECT_EQ(r.status, 1);
     EXPECT_NE(r.err.find("mamba"), std::string::npos) << r.err;
     EXPECT_FALSE(std::filesystem::exists(dir_ / "run" / "checkpoint.pt"));
+}
+
+TEST(KVzapMlp, FitsAndTheEngineLoaderReproducesItsPredictions) {
+    LlamaModel m(test::model_path("stories260K.gguf"));
+    const auto tok = Tokenizer::from_gguf(m.file());
+    KVzapFitOptions o;
+    o.prompts = 10;
+    o.min_tokens = 120;
+    o.max_tokens = 160;
+    o.tokens_per_prompt = 100;
+    o.validation = 0.2;
+    o.progress = false;
+    std::string corpus;
+    for (int i = 0; i < 6; ++i) corpus += story_text();
+    const KVzapPairs pairs = collect_kvzap_pairs(m, *tok, corpus, o);
+    const std::string dir = (std::filesystem::temp_directory_path() / ("kvsieve_mlp_" + std::to_string(::getpid()))).string();
+    train::KVzapMlpOptions mo;
+    mo.epochs = 30;
+    mo.batch = 64;
+    mo.progress = false;
+    const KVzapFitReport r = train::fit_kvzap_mlp(pairs, dir, mo);
+    EXPECT_GT(r.mean_r2(), 0.0) << r.table();
+    const KVzapModel k = KVzapModel::load(dir);
+    EXPECT_TRUE(k.is_mlp());
+    EXPECT_EQ(k.n_layers(), m.config().n_layer);
+    // The engine's C++ MLP gives the R² the trainer measured with libtorch (same weights, same GELU).
+    std::vector<std::vector<float>> pred(pairs.n_layer);
+    for (int l = 0; l < pairs.n_layer; ++l) {
+        pred[l].resize(static_cast<size_t>(pairs.n_val * pairs.n_head_kv));
+        k.predict(l, pairs.x_val[l].data(), pairs.n_val, pred[l].data());
+    }
+    const auto r2 = kvzap_r2(pairs, pred);
+    for (int l = 0; l < pairs.n_layer; ++l)
+        for (int h = 0; h < pairs.n_head_kv; ++h) EXPECT_NEAR(r2[l][h], r.r2[l][h], 1e-4);
+    std::filesystem::remove_all(dir);
 }
 
 }  // namespace
