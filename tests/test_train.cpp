@@ -94,6 +94,23 @@ TEST(TrainData, SyntheticSequenceEndsWithTheWeightedAnswer) {
     EXPECT_LE(a0, 300 + 1);  // the prompt fits the length (BOS included)
 }
 
+TEST(TrainData, RepeatTaskCopiesItsWindowAfterTheInstruction) {
+    const auto tok = stories_tokenizer();
+    const train::TextStream text({story_text()}, *tok, 0.0);
+    uint64_t st = 5;
+    const auto s = train::repeat_sequence(text, *tok, 200, st, 0.25f, 2.0f);
+    const auto instr = tok->encode("\n\nRepeat the previous context exactly.\n", false);
+    ASSERT_LE(s.tokens.size(), 200u);
+    const size_t n = (s.tokens.size() - 2 - instr.size()) / 2;  // BOS, window, instruction, window, EOS
+    EXPECT_EQ(s.tokens.front(), tok->vocab().bos);
+    EXPECT_EQ(s.tokens.back(), tok->vocab().eos);
+    EXPECT_TRUE(std::equal(s.tokens.begin() + 1, s.tokens.begin() + 1 + n, s.tokens.begin() + 1 + n + instr.size()));
+    EXPECT_TRUE(std::equal(instr.begin(), instr.end(), s.tokens.begin() + 1 + n));
+    EXPECT_EQ(s.weight[n + instr.size()], 0.25f);      // last instruction token
+    EXPECT_EQ(s.weight[n + instr.size() + 1], 2.0f);   // first copied token
+    EXPECT_THROW(train::repeat_sequence(text, *tok, 20, st, 1, 1), Error);
+}
+
 TEST(TrainData, HeldOutTailIsNotInTheTrainingStream) {
     const auto tok = stories_tokenizer();
     const std::string text = story_text();

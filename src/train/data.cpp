@@ -105,6 +105,24 @@ Sequence synthetic_sequence(const std::string& task, int64_t length, const Token
     return s;
 }
 
+Sequence repeat_sequence(const TextStream& text, const Tokenizer& tok, int64_t length, uint64_t& st,
+                         float prompt_weight, float answer_weight) {
+    const auto instr = tok.encode("\n\nRepeat the previous context exactly.\n", false);
+    const int64_t room = (length - 2 - static_cast<int64_t>(instr.size())) / 2;
+    require(room >= 8, "a length of ", length, " tokens is too short for the repeat task");
+    const int64_t n = room / 2 + static_cast<int64_t>(next_random(st) % static_cast<uint64_t>(room - room / 2 + 1));
+    Sequence w = text.window(n + 1, st);  // BOS + n tokens
+    Sequence s;
+    s.tokens = w.tokens;
+    s.tokens.insert(s.tokens.end(), instr.begin(), instr.end());
+    const size_t a0 = s.tokens.size();
+    s.tokens.insert(s.tokens.end(), w.tokens.begin() + 1, w.tokens.end());
+    s.tokens.push_back(tok.vocab().eos);
+    s.weight.assign(s.tokens.size(), prompt_weight);
+    for (size_t i = a0; i < s.tokens.size(); ++i) s.weight[i] = answer_weight;
+    return s;
+}
+
 Batch make_batch(const MixSpec& mix, const TextStream& text, const Tokenizer& tok, const std::string& haystack,
                  uint64_t seed, int64_t step) {
     require(!mix.lengths.empty(), "no sequence lengths given");
@@ -121,6 +139,11 @@ Batch make_batch(const MixSpec& mix, const TextStream& text, const Tokenizer& to
     for (int64_t r = 0; r < B; ++r) {
         if (!names.empty() && uniform(st) < mix.synthetic_fraction) {
             const std::string& task = names[pick(tw, st)];
+            if (task == kRepeatTask) {
+                rows.push_back(repeat_sequence(text, tok, T, st, mix.prompt_weight, mix.answer_weight));
+                ++b.n_synthetic;
+                continue;
+            }
             // Prompts fill the window up to a margin for the answer; shorter prompts teach position independence.
             const int64_t margin = std::max<int64_t>(32, T / 16);
             const int64_t lo = std::max<int64_t>(64, T / 2), hi = std::max<int64_t>(lo, T - margin);

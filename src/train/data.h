@@ -54,6 +54,16 @@ private:
 Sequence synthetic_sequence(const std::string& task, int64_t length, const Tokenizer& tok, const std::string& haystack,
                             uint64_t seed, float prompt_weight, float answer_weight, int64_t* answer_begin = nullptr);
 
+/// The training-only task "repeat": a BOS-led text window of n tokens, the KVzip reconstruction instruction
+/// ("\n\nRepeat the previous context exactly.\n", Kim et al. 2025 §3.1) and the same n tokens again, then EOS.
+/// The repeated part (and EOS) gets `answer_weight`: a dense copying signal that teaches induction (the circuit
+/// retrieval tasks need) far sooner than needles alone, and makes the model able to reconstruct its context.
+Sequence repeat_sequence(const TextStream& text, const Tokenizer& tok, int64_t length, uint64_t& rng_state,
+                         float prompt_weight, float answer_weight);
+
+/// Name of the training-only task of repeat_sequence().
+inline constexpr const char* kRepeatTask = "repeat";
+
 /// The mixture one run trains on.
 struct MixSpec {
     double synthetic_fraction = 0.5;           ///< probability that a row is a synthetic example

@@ -54,6 +54,7 @@ void TrainLoop::save_checkpoint(int64_t step) const {
     a.write("optimizer", op);
     a.write("step", torch::tensor(step, torch::kInt64));
     a.write("tokens_seen", torch::tensor(tokens_seen_, torch::kInt64));
+    a.write("elapsed_s", torch::tensor(elapsed_now_, torch::kFloat64));
     const std::string tmp = checkpoint_path() + ".tmp";
     a.save_to(tmp);
     std::filesystem::rename(tmp, checkpoint_path());
@@ -71,6 +72,8 @@ void TrainLoop::load_checkpoint() {
     a.read("tokens_seen", t);
     start_step_ = s.item<int64_t>();
     tokens_seen_ = t.item<int64_t>();
+    torch::Tensor e;
+    if (a.try_read("elapsed_s", e)) elapsed_before_ = e.item<double>();
     // Drop log lines past the checkpoint, so the resumed curve continues the saved one without duplicates.
     std::ifstream in(o_.out_dir + "/log.jsonl");
     std::vector<std::string> keep;
@@ -123,12 +126,13 @@ int64_t TrainLoop::run(const MicroStep& micro, const EvalFn& eval, const SaveFn&
         ++n_logged;
         const auto now = std::chrono::steady_clock::now();
         const double el = std::chrono::duration<double>(now - t0).count();
+        elapsed_now_ = elapsed_before_ + el;
         bar.update(step - start_step_, "loss " + fmt("%.4f", step_loss) + "  " + fmt("%.0f", run_tokens / std::max(el, 1e-9)) + " tok/s");
         if (step % o_.log_every == 0 || step == o_.steps) {
             const double dt = std::chrono::duration<double>(now - t_int).count();
             log({{"step", step}, {"loss", loss_sum / n_logged}, {"lr_factor", f}, {"grad_norm", gnorm_sum / n_logged},
                  {"tokens_per_s", tokens_interval / std::max(dt, 1e-9)}, {"data_s", data_s}, {"tokens_seen", tokens_seen_},
-                 {"elapsed_s", el}});
+                 {"elapsed_s", elapsed_now_}});
             loss_sum = gnorm_sum = data_s = 0;
             n_logged = 0;
             tokens_interval = 0;

@@ -63,6 +63,8 @@ private:
     std::unique_ptr<torch::optim::AdamW> opt_;
     int64_t start_step_ = 0;
     int64_t tokens_seen_ = 0;
+    double elapsed_before_ = 0;  ///< seconds trained before this process (from the checkpoint)
+    mutable double elapsed_now_ = 0;
 };
 
 }  // namespace kvsieve::train

@@ -108,7 +108,7 @@ torch::Tensor LlamaMirrorImpl::rope(const torch::Tensor& x, int64_t pos0) const 
 
 torch::Tensor LlamaMirrorImpl::hidden(const torch::Tensor& tokens, const MirrorHooks& hooks, int64_t pos0) {
     require(tokens.dim() == 2, "tokens must be [B, T], got ", tokens.dim(), " dimensions");
-    const int64_t B = tokens.size(0), T = tokens.size(1), D = c_.n_embd;
+    const int64_t B = tokens.size(0), T = tokens.size(1);
     const int hq = c_.n_head, hkv = c_.n_head_kv, G = hq / hkv, d = c_.head_dim;
     auto x = torch::embedding(tok_embd_, tokens);  // [B, T, D]
     const auto causal = torch::ones({T, T}, torch::kBool).tril();
@@ -151,7 +151,6 @@ torch::Tensor LlamaMirrorImpl::hidden(const torch::Tensor& tokens, const MirrorH
         auto h2 = rms(x, L.ffn_norm);
         x = x + torch::linear(torch::silu(torch::linear(h2, L.w_gate)) * torch::linear(h2, L.w_up), L.w_down);
     }
-    (void)D;
     return rms(x, output_norm_);
 }
 

@@ -37,8 +37,9 @@ struct MirrorHooks {
     std::vector<AttnTensors>* capture = nullptr;
 };
 
-/// The model. Parameter names follow GGUF ("blk.3.attn_q.weight" is registered as "blk_3_attn_q_weight"
-/// inside layer modules; see gguf_name()). Linear weights are [out, in] row-major, the GGUF layout.
+/// The model. Each parameter is registered under its GGUF name with dots as underscores ("blk.3.attn_q.weight" →
+/// "blk_3_attn_q_weight"); gguf_tensors() gives the GGUF names. Linear weights are [out, in] row-major, the GGUF
+/// layout.
 class LlamaMirrorImpl : public torch::nn::Module {
 public:
     /// Random initialisation (N(0, 0.02²), output projections scaled by 1/√(2L), norms 1), seeded by torch.

@@ -88,7 +88,7 @@ void run_pretrain(const std::string& config_path, bool resume, bool progress) {
     const json tasks = d.value("tasks", json::object());
     require(tasks.is_object(), "data.tasks must map task names to weights");
     for (auto it = tasks.begin(); it != tasks.end(); ++it) {
-        check_task_name(it.key());
+        if (it.key() != kRepeatTask) check_task_name(it.key());
         mix.tasks[it.key()] = it.value().get<double>();
     }
     mix.lengths = d.value("lengths", std::vector<int64_t>{512});
@@ -153,7 +153,8 @@ void run_pretrain(const std::string& config_path, bool resume, bool progress) {
             SpmTokenizer tmp(byte_vocab);
             int i = 0;
             for (int s = 0; s < extra; ++s)
-                for (const auto& [name, w] : mix.tasks) text += make_task_example(name, 1024, tmp, haystack, seed * 7919 + ++i).input + "\n";
+                for (const auto& [name, w] : mix.tasks)
+                if (name != kRepeatTask) text += make_task_example(name, 1024, tmp, haystack, seed * 7919 + ++i).input + "\n";
         }
         Vocab v = train_bpe_vocab(text, bo);
         if (progress) std::fprintf(stderr, "trained a BPE vocabulary of %d tokens\n", v.size());
