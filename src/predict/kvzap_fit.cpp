@@ -177,6 +177,23 @@ std::vector<std::vector<double>> kvzap_r2(const KVzapPairs& p, const std::vector
     return r2;
 }
 
+KVzapFitReport finish_kvzap_fit(const KVzapPairs& p, const std::vector<std::vector<float>>& pred, int hidden_dim,
+                                const std::map<std::string, SafeTensor>& tensors, const std::string& out_dir) {
+    KVzapFitReport rep;
+    rep.r2 = kvzap_r2(p, pred);
+    rep.train_pairs = p.n_train;
+    rep.val_pairs = p.n_val;
+    std::filesystem::create_directories(out_dir);
+    nlohmann::json cfg = {{"model_type", "kvzap"}, {"input_dim", p.dim}, {"output_dim", p.n_head_kv},
+                          {"n_modules", p.n_layer}, {"hidden_dim", nullptr}};
+    if (hidden_dim > 0) cfg["hidden_dim"] = hidden_dim;
+    std::ofstream f(std::filesystem::path(out_dir) / "config.json");
+    f << cfg.dump(2) << "\n";
+    require(f.good(), "cannot write ", out_dir, "/config.json");
+    write_safetensors((std::filesystem::path(out_dir) / "model.safetensors").string(), tensors);
+    return rep;
+}
+
 KVzapFitReport fit_kvzap_linear(const KVzapPairs& p, const std::string& out_dir, const KVzapFitOptions& o) {
     const int L = p.n_layer, D = p.dim, H = p.n_head_kv, n = D + 1;
     require(p.n_train > D, "train kvzap: ", p.n_train, " training pairs are too few for ", D, " inputs");
@@ -215,15 +232,7 @@ KVzapFitReport fit_kvzap_linear(const KVzapPairs& p, const std::string& out_dir,
         tensors["layers." + std::to_string(l) + ".weight"] = std::move(w);
         tensors["layers." + std::to_string(l) + ".bias"] = std::move(bias);
     }
-    KVzapFitReport rep;
-    rep.r2 = kvzap_r2(p, pred);
-    rep.train_pairs = p.n_train;
-    rep.val_pairs = p.n_val;
-    std::filesystem::create_directories(out_dir);
-    nlohmann::json cfg = {{"model_type", "kvzap"}, {"input_dim", D}, {"output_dim", H}, {"n_modules", L}, {"hidden_dim", nullptr}};
-    std::ofstream(std::filesystem::path(out_dir) / "config.json") << cfg.dump(2) << "\n";
-    write_safetensors((std::filesystem::path(out_dir) / "model.safetensors").string(), tensors);
-    return rep;
+    return finish_kvzap_fit(p, pred, 0, tensors, out_dir);
 }
 
 }  // namespace kvsieve

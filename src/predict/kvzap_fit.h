@@ -1,8 +1,11 @@
 #pragma once
 // Fitting KVzap surrogates: training pairs from the KVzip+ oracle, and the closed-form linear model.
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
+
+#include "io/safetensors.h"
 
 namespace kvsieve {
 
@@ -47,6 +50,12 @@ KVzapPairs collect_kvzap_pairs(const LlamaModel& model, const Tokenizer& tok, co
 
 /// R² = 1 − SS_res / SS_tot per layer and head of predictions `pred` ([L] × [n_val × H]) on the validation pairs.
 std::vector<std::vector<double>> kvzap_r2(const KVzapPairs& p, const std::vector<std::vector<float>>& pred);
+
+/// Finishes a fit: R² of `pred` ([L] × [n_val × H]) on p's validation pairs, and the checkpoint written to out_dir
+/// in kvpress's KVzapModel layout (config.json with hidden_dim, null when 0 = linear; model.safetensors holding
+/// `tensors`). Throws Error on I/O failure.
+KVzapFitReport finish_kvzap_fit(const KVzapPairs& p, const std::vector<std::vector<float>>& pred, int hidden_dim,
+                                const std::map<std::string, SafeTensor>& tensors, const std::string& out_dir);
 
 /// Fits one ridge-regression linear model per layer (closed form, bias unpenalised) and writes it to out_dir in
 /// kvpress's KVzapModel layout (config.json + model.safetensors with layers.{i}.weight/bias).

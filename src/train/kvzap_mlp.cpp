@@ -2,10 +2,7 @@
 
 #include <torch/torch.h>
 
-#include <filesystem>
-#include <fstream>
 #include <map>
-#include <nlohmann/json.hpp>
 
 #include "io/safetensors.h"
 #include "train/optim.h"
@@ -74,15 +71,7 @@ KVzapFitReport fit_kvzap_mlp(const KVzapPairs& p, const std::string& out_dir, co
         tensors[pre + "2.bias"] = to_safetensor(l2->bias);
     }
     bar.finish();
-    KVzapFitReport rep;
-    rep.r2 = kvzap_r2(p, pred);
-    rep.train_pairs = p.n_train;
-    rep.val_pairs = p.n_val;
-    std::filesystem::create_directories(out_dir);
-    nlohmann::json cfg = {{"model_type", "kvzap"}, {"input_dim", D}, {"output_dim", H}, {"n_modules", L}, {"hidden_dim", Dh}};
-    std::ofstream(std::filesystem::path(out_dir) / "config.json") << cfg.dump(2) << "\n";
-    write_safetensors((std::filesystem::path(out_dir) / "model.safetensors").string(), tensors);
-    return rep;
+    return finish_kvzap_fit(p, pred, Dh, tensors, out_dir);
 }
 
 }  // namespace kvsieve::train
