@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "text/unicode.h"
 #include "util/error.h"
 
 namespace kvsieve {
@@ -17,8 +18,7 @@ const std::string kSpace = "\xE2\x96\x81";  // U+2581
 std::vector<std::string> utf8_chars(const std::string& s) {
     std::vector<std::string> out;
     for (size_t i = 0; i < s.size();) {
-        const unsigned char c = static_cast<unsigned char>(s[i]);
-        size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+        size_t n = utf8_len(static_cast<uint8_t>(s[i]));
         if (i + n > s.size()) n = 1;
         out.push_back(s.substr(i, n));
         i += n;
