@@ -4,6 +4,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <map>
+#include <set>
 #include <unistd.h>
 #include <filesystem>
 #include <fstream>
@@ -109,6 +110,27 @@ TEST(TrainData, RepeatTaskCopiesItsWindowAfterTheInstruction) {
     EXPECT_EQ(s.weight[n + instr.size()], 0.25f);      // last instruction token
     EXPECT_EQ(s.weight[n + instr.size() + 1], 2.0f);   // first copied token
     EXPECT_THROW(train::repeat_sequence(text, *tok, 20, st, 1, 1), Error);
+}
+
+TEST(TrainData, CopyTaskRepeatsRandomNormalTokens) {
+    const auto tok = stories_tokenizer();
+    uint64_t st = 9, st2 = 9;
+    int64_t a0 = 0;
+    const auto s = train::copy_sequence(*tok, 120, st, 0.5f, 2.0f, &a0);
+    const auto instr = tok->encode("\n\nRepeat the previous context exactly.\n", false);
+    ASSERT_LE(s.tokens.size(), 120u);
+    const size_t n = (s.tokens.size() - 2 - instr.size()) / 2;
+    EXPECT_EQ(static_cast<size_t>(a0), 1 + n + instr.size());
+    EXPECT_EQ(s.tokens.front(), tok->vocab().bos);
+    EXPECT_EQ(s.tokens.back(), tok->vocab().eos);
+    EXPECT_TRUE(std::equal(s.tokens.begin() + 1, s.tokens.begin() + 1 + n, s.tokens.begin() + a0));
+    std::set<int32_t> distinct(s.tokens.begin() + 1, s.tokens.begin() + 1 + n);
+    EXPECT_GT(distinct.size(), n / 2);  // random, not a constant run
+    for (size_t i = 1; i <= n; ++i) EXPECT_EQ(tok->vocab().types[s.tokens[i]], TokenType::kNormal);
+    EXPECT_EQ(s.weight[a0 - 1], 0.5f);
+    EXPECT_EQ(s.weight[a0], 2.0f);
+    EXPECT_EQ(train::copy_sequence(*tok, 120, st2, 0.5f, 2.0f).tokens, s.tokens);  // deterministic in the seed
+    EXPECT_THROW(train::copy_sequence(*tok, 20, st, 1, 1), Error);
 }
 
 TEST(TrainData, HeldOutTailIsNotInTheTrainingStream) {

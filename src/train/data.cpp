@@ -123,6 +123,37 @@ Sequence repeat_sequence(const TextStream& text, const Tokenizer& tok, int64_t l
     return s;
 }
 
+Sequence copy_sequence(const Tokenizer& tok, int64_t length, uint64_t& st, float prompt_weight, float answer_weight,
+                       int64_t* answer_begin) {
+    const Vocab& v = tok.vocab();
+    static thread_local std::vector<int32_t> normal;  // ids of normal tokens, per vocabulary size
+    static thread_local const Vocab* cached = nullptr;
+    if (cached != &v) {
+        normal.clear();
+        for (int32_t i = 0; i < v.size(); ++i)
+            if ((v.types.empty() || v.types[i] == TokenType::kNormal) && i != v.bos && i != v.eos) normal.push_back(i);
+        cached = &v;
+    }
+    require(!normal.empty(), "the vocabulary has no normal tokens for the copy task");
+    const auto instr = tok.encode("\n\nRepeat the previous context exactly.\n", false);
+    const int64_t room = (length - 2 - static_cast<int64_t>(instr.size())) / 2;
+    require(room >= 8, "a length of ", length, " tokens is too short for the copy task");
+    const int64_t n = room / 2 + static_cast<int64_t>(next_random(st) % static_cast<uint64_t>(room - room / 2 + 1));
+    std::vector<int32_t> body(static_cast<size_t>(n));
+    for (auto& t : body) t = normal[next_random(st) % normal.size()];
+    Sequence s;
+    s.tokens.push_back(v.bos);
+    s.tokens.insert(s.tokens.end(), body.begin(), body.end());
+    s.tokens.insert(s.tokens.end(), instr.begin(), instr.end());
+    const size_t a0 = s.tokens.size();
+    s.tokens.insert(s.tokens.end(), body.begin(), body.end());
+    s.tokens.push_back(v.eos);
+    s.weight.assign(s.tokens.size(), prompt_weight);
+    for (size_t i = a0; i < s.tokens.size(); ++i) s.weight[i] = answer_weight;
+    if (answer_begin) *answer_begin = static_cast<int64_t>(a0);
+    return s;
+}
+
 Batch make_batch(const MixSpec& mix, const TextStream& text, const Tokenizer& tok, const std::string& haystack,
                  uint64_t seed, int64_t step) {
     require(!mix.lengths.empty(), "no sequence lengths given");
@@ -141,6 +172,11 @@ Batch make_batch(const MixSpec& mix, const TextStream& text, const Tokenizer& to
             const std::string& task = names[pick(tw, st)];
             if (task == kRepeatTask) {
                 rows.push_back(repeat_sequence(text, tok, T, st, mix.prompt_weight, mix.answer_weight));
+                ++b.n_synthetic;
+                continue;
+            }
+            if (task == kCopyTask) {
+                rows.push_back(copy_sequence(tok, T, st, mix.prompt_weight, mix.answer_weight));
                 ++b.n_synthetic;
                 continue;
             }

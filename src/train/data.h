@@ -64,6 +64,20 @@ Sequence repeat_sequence(const TextStream& text, const Tokenizer& tok, int64_t l
 /// Name of the training-only task of repeat_sequence().
 inline constexpr const char* kRepeatTask = "repeat";
 
+/// The training-only task "copy": the repeat task on uniformly random normal tokens instead of text (BOS,
+/// n random tokens, the reconstruction instruction, the same n tokens, EOS). Nothing but copying predicts the
+/// second half, so the whole gradient of its loss pushes toward the induction circuit (the synthetic data on
+/// which Olsson et al. 2022, "In-context Learning and Induction Heads", measure it). n is drawn in
+/// [room/2, room], room = (length − 2 − instruction) / 2. Throws Error if length leaves fewer than 8 tokens.
+Sequence copy_sequence(const Tokenizer& tok, int64_t length, uint64_t& rng_state, float prompt_weight,
+                       float answer_weight, int64_t* answer_begin = nullptr);
+
+/// Name of the training-only task of copy_sequence().
+inline constexpr const char* kCopyTask = "copy";
+
+/// True for the training-only tasks (repeat, copy), which eval/tasks.h does not generate.
+inline bool is_training_only_task(const std::string& name) { return name == kRepeatTask || name == kCopyTask; }
+
 /// The mixture one run trains on.
 struct MixSpec {
     double synthetic_fraction = 0.5;           ///< probability that a row is a synthetic example

@@ -88,7 +88,7 @@ void run_pretrain(const std::string& config_path, bool resume, bool progress) {
     const json tasks = d.value("tasks", json::object());
     require(tasks.is_object(), "data.tasks must map task names to weights");
     for (auto it = tasks.begin(); it != tasks.end(); ++it) {
-        if (it.key() != kRepeatTask) check_task_name(it.key());
+        if (!is_training_only_task(it.key())) check_task_name(it.key());
         mix.tasks[it.key()] = it.value().get<double>();
     }
     mix.lengths = d.value("lengths", std::vector<int64_t>{512});
@@ -126,7 +126,8 @@ void run_pretrain(const std::string& config_path, bool resume, bool progress) {
     check_keys(ev, "eval", {"every", "tasks", "length", "samples", "text_windows", "window"});
     lo.eval_every = ev.value("every", int64_t(0));
     std::vector<std::string> eval_tasks = ev.value("tasks", std::vector<std::string>{});
-    for (const auto& t : eval_tasks) check_task_name(t);
+    for (const auto& t : eval_tasks)
+        if (t != kCopyTask) check_task_name(t);
 
     // --- tokenizer ---
     const json tk = cfg.value("tokenizer", json::object());
@@ -154,7 +155,7 @@ void run_pretrain(const std::string& config_path, bool resume, bool progress) {
             int i = 0;
             for (int s = 0; s < extra; ++s)
                 for (const auto& [name, w] : mix.tasks)
-                if (name != kRepeatTask) text += make_task_example(name, 1024, tmp, haystack, seed * 7919 + ++i).input + "\n";
+                if (!is_training_only_task(name)) text += make_task_example(name, 1024, tmp, haystack, seed * 7919 + ++i).input + "\n";
         }
         Vocab v = train_bpe_vocab(text, bo);
         if (progress) std::fprintf(stderr, "trained a BPE vocabulary of %d tokens\n", v.size());
@@ -252,6 +253,20 @@ void run_pretrain(const std::string& config_path, bool resume, bool progress) {
         }
         // Teacher-forced exact match of the answer: equals greedy decoding's exact match of the answer tokens.
         for (const auto& task : eval_tasks) {
+            if (task == kCopyTask) {  // token accuracy of the copy: leaves ~1/|V| when induction forms
+                int64_t hit = 0, total = 0;
+                for (int64_t i = 0; i < ev_n; ++i) {
+                    int64_t a0 = 0;
+                    uint64_t st = mix_seed(seed ^ 0xC0B1, static_cast<uint64_t>(i));
+                    const Sequence s = copy_sequence(*tok, ev_len, st, 1, 1, &a0);
+                    auto t = torch::tensor(std::vector<int64_t>(s.tokens.begin(), s.tokens.end())).unsqueeze(0);
+                    auto pred = model->forward(t).argmax(-1).squeeze(0);
+                    for (size_t j = static_cast<size_t>(a0); j + 1 < s.tokens.size(); ++j, ++total)
+                        hit += pred[static_cast<int64_t>(j) - 1].item<int64_t>() == s.tokens[j];
+                }
+                e["acc_copy"] = total ? static_cast<double>(hit) / static_cast<double>(total) : 0.0;
+                continue;
+            }
             int64_t ok = 0;
             for (int64_t i = 0; i < ev_n; ++i) {
                 int64_t a0 = 0;
