@@ -105,42 +105,21 @@ Sequence synthetic_sequence(const std::string& task, int64_t length, const Token
     return s;
 }
 
-Sequence repeat_sequence(const TextStream& text, const Tokenizer& tok, int64_t length, uint64_t& st,
-                         float prompt_weight, float answer_weight) {
-    const auto instr = tok.encode("\n\nRepeat the previous context exactly.\n", false);
-    const int64_t room = (length - 2 - static_cast<int64_t>(instr.size())) / 2;
-    require(room >= 8, "a length of ", length, " tokens is too short for the repeat task");
-    const int64_t n = room / 2 + static_cast<int64_t>(next_random(st) % static_cast<uint64_t>(room - room / 2 + 1));
-    Sequence w = text.window(n + 1, st);  // BOS + n tokens
-    Sequence s;
-    s.tokens = w.tokens;
-    s.tokens.insert(s.tokens.end(), instr.begin(), instr.end());
-    const size_t a0 = s.tokens.size();
-    s.tokens.insert(s.tokens.end(), w.tokens.begin() + 1, w.tokens.end());
-    s.tokens.push_back(tok.vocab().eos);
-    s.weight.assign(s.tokens.size(), prompt_weight);
-    for (size_t i = a0; i < s.tokens.size(); ++i) s.weight[i] = answer_weight;
-    return s;
+namespace {
+
+const char* const kReconstructionInstruction = "\n\nRepeat the previous context exactly.\n";
+
+/// Length n of the copied body for a reconstruction row of at most `length` tokens (BOS, n, instruction, n, EOS):
+/// drawn in [room/2, room], room = (length − 2 − instruction) / 2. Throws Error below 8 tokens of room.
+int64_t reconstruction_body_length(int64_t length, size_t instr, const char* task, uint64_t& st) {
+    const int64_t room = (length - 2 - static_cast<int64_t>(instr)) / 2;
+    require(room >= 8, "a length of ", length, " tokens is too short for the ", task, " task");
+    return room / 2 + static_cast<int64_t>(next_random(st) % static_cast<uint64_t>(room - room / 2 + 1));
 }
 
-Sequence copy_sequence(const Tokenizer& tok, int64_t length, uint64_t& st, float prompt_weight, float answer_weight,
-                       int64_t* answer_begin) {
-    const Vocab& v = tok.vocab();
-    static thread_local std::vector<int32_t> normal;  // ids of normal tokens, per vocabulary size
-    static thread_local const Vocab* cached = nullptr;
-    if (cached != &v) {
-        normal.clear();
-        for (int32_t i = 0; i < v.size(); ++i)
-            if ((v.types.empty() || v.types[i] == TokenType::kNormal) && i != v.bos && i != v.eos) normal.push_back(i);
-        cached = &v;
-    }
-    require(!normal.empty(), "the vocabulary has no normal tokens for the copy task");
-    const auto instr = tok.encode("\n\nRepeat the previous context exactly.\n", false);
-    const int64_t room = (length - 2 - static_cast<int64_t>(instr.size())) / 2;
-    require(room >= 8, "a length of ", length, " tokens is too short for the copy task");
-    const int64_t n = room / 2 + static_cast<int64_t>(next_random(st) % static_cast<uint64_t>(room - room / 2 + 1));
-    std::vector<int32_t> body(static_cast<size_t>(n));
-    for (auto& t : body) t = normal[next_random(st) % normal.size()];
+/// BOS, body, instruction, body, EOS; the second body and EOS weigh `answer_weight`, the rest `prompt_weight`.
+Sequence reconstruction_sequence(const std::vector<int32_t>& body, const std::vector<int32_t>& instr, const Vocab& v,
+                                 float prompt_weight, float answer_weight, int64_t* answer_begin) {
     Sequence s;
     s.tokens.push_back(v.bos);
     s.tokens.insert(s.tokens.end(), body.begin(), body.end());
@@ -152,6 +131,31 @@ Sequence copy_sequence(const Tokenizer& tok, int64_t length, uint64_t& st, float
     for (size_t i = a0; i < s.tokens.size(); ++i) s.weight[i] = answer_weight;
     if (answer_begin) *answer_begin = static_cast<int64_t>(a0);
     return s;
+}
+
+}  // namespace
+
+Sequence repeat_sequence(const TextStream& text, const Tokenizer& tok, int64_t length, uint64_t& st,
+                         float prompt_weight, float answer_weight) {
+    const auto instr = tok.encode(kReconstructionInstruction, false);
+    const int64_t n = reconstruction_body_length(length, instr.size(), kRepeatTask, st);
+    const Sequence w = text.window(n + 1, st);  // BOS + n tokens
+    const std::vector<int32_t> body(w.tokens.begin() + 1, w.tokens.end());
+    return reconstruction_sequence(body, instr, tok.vocab(), prompt_weight, answer_weight, nullptr);
+}
+
+Sequence copy_sequence(const Tokenizer& tok, int64_t length, uint64_t& st, float prompt_weight, float answer_weight,
+                       int64_t* answer_begin) {
+    const Vocab& v = tok.vocab();
+    std::vector<int32_t> normal;  // ids of normal tokens (O(|V|), small beside a forward pass over the row)
+    for (int32_t i = 0; i < v.size(); ++i)
+        if ((v.types.empty() || v.types[i] == TokenType::kNormal) && i != v.bos && i != v.eos) normal.push_back(i);
+    require(!normal.empty(), "the vocabulary has no normal tokens for the copy task");
+    const auto instr = tok.encode(kReconstructionInstruction, false);
+    const int64_t n = reconstruction_body_length(length, instr.size(), kCopyTask, st);
+    std::vector<int32_t> body(static_cast<size_t>(n));
+    for (auto& t : body) t = normal[next_random(st) % normal.size()];
+    return reconstruction_sequence(body, instr, v, prompt_weight, answer_weight, answer_begin);
 }
 
 Batch make_batch(const MixSpec& mix, const TextStream& text, const Tokenizer& tok, const std::string& haystack,

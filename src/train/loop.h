@@ -64,7 +64,7 @@ private:
     int64_t start_step_ = 0;
     int64_t tokens_seen_ = 0;
     double elapsed_before_ = 0;  ///< seconds trained before this process (from the checkpoint)
-    mutable double elapsed_now_ = 0;
+    double elapsed_now_ = 0;     ///< seconds trained in all, this process included (logged and checkpointed)
 };
 
 }  // namespace kvsieve::train
