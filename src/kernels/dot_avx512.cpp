@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/attend_f16_avx512.h"
 #include "kernels/dot.h"
 
 // Block scales are converted with F16C here (the scalar table lookup is not inlined).
@@ -148,12 +149,20 @@ static void isa_axpy_f16(float a, const uint16_t* v, float* o, int64_t n) {
     for (; i < n; ++i) o[i] += a * fp16_to_fp32(v[i]);
 }
 #include "kernels/attention_generic.inc"
+/// Binary16 pages of the common head sizes take the specialised kernel (attend_f16_avx512.h).
+static void attend_rows_best(TensorType kv, const void* k, const void* v, int n, int d, const float* q, int G,
+                             float scale, float* m, float* l, float* o, float* s_out, int64_t s_stride) {
+    if (kv == TensorType::F16 && attend_rows_f16(static_cast<const uint16_t*>(k), static_cast<const uint16_t*>(v), n, d,
+                                                 q, G, scale, m, l, o, s_out, s_stride))
+        return;
+    attend_rows(kv, k, v, n, d, q, G, scale, m, l, o, s_out, s_stride);
+}
 }  // namespace avx512
 
 const DotKernels& dot_kernels_avx512() {
     static const DotKernels k = {"avx512",         avx512::dot_f32,    avx512::dot_f16,    avx512::g_dot_bf16,
                                  avx512::dot_q8_0, avx512::dot_q8_0_split, avx512::g_dot_q4_0, avx512::g_dot_q4_k, avx512::g_dot_q6_k,
-                                 avx512::dequant_row, quantize_row_q8_0_activations, avx512::attend_rows};
+                                 avx512::dequant_row, quantize_row_q8_0_activations, avx512::attend_rows_best};
     return k;
 }
 
