@@ -9,6 +9,7 @@
 #include "io/gguf.h"
 #include "io/gguf_writer.h"
 #include "kernels/quant.h"
+#include "model/config.h"
 #include "model/llama_model.h"
 #include "test_util.h"
 #include "util/error.h"
@@ -51,6 +52,45 @@ TEST(GGUF, ReadsBundledModel) {
     EXPECT_EQ(t->ne[1], 64);
     EXPECT_EQ(t->nbytes, 172u * 64 * 4);
     EXPECT_EQ((t->data - f.tensors()[0].data) % 32, 0);
+}
+
+TEST(GGUF, ModelConfigWritesWhatItReads) {
+    // Every shape key to_gguf writes must come back through from_gguf (the trainer and synth both save models
+    // this way), including a linear RoPE scaling and a head size that is not D / H_q.
+    ModelConfig c;
+    c.arch_name = "qwen3";
+    c.n_layer = 3;
+    c.n_embd = 96;
+    c.n_head = 6;
+    c.n_head_kv = 2;
+    c.head_dim = 32;
+    c.n_rot = 16;
+    c.n_ff = 200;
+    c.n_ctx_train = 4096;
+    c.rope_base = 500000.0f;
+    c.rms_eps = 1e-6f;
+    c.rope_linear_scale = 0.25f;
+    test::TempFile tmp(".gguf");
+    GGUFWriter w;
+    c.to_gguf(w);
+    w.set("tokenizer.ggml.tokens", GGUFValue::make_array(GGUFValueType::STRING, {GGUFValue::make_string("a"), GGUFValue::make_string("b")}));
+    w.write(tmp.path());
+    const ModelConfig r = ModelConfig::from_gguf(GGUFFile(tmp.path()));
+    EXPECT_EQ(r.arch, Arch::kQwen3);
+    EXPECT_EQ(r.arch_name, "qwen3");
+    EXPECT_EQ(r.n_layer, 3);
+    EXPECT_EQ(r.n_embd, 96);
+    EXPECT_EQ(r.n_head, 6);
+    EXPECT_EQ(r.n_head_kv, 2);
+    EXPECT_EQ(r.head_dim, 32);
+    EXPECT_EQ(r.n_rot, 16);
+    EXPECT_EQ(r.n_ff, 200);
+    EXPECT_EQ(r.n_ctx_train, 4096);
+    EXPECT_FLOAT_EQ(r.rope_base, 500000.0f);
+    EXPECT_FLOAT_EQ(r.rms_eps, 1e-6f);
+    EXPECT_FLOAT_EQ(r.rope_linear_scale, 0.25f);
+    EXPECT_TRUE(r.qk_norm);
+    EXPECT_EQ(r.n_vocab, 2);
 }
 
 TEST(GGUF, RoundTripOfEveryValueType) {

@@ -1,6 +1,7 @@
 #include "model/config.h"
 
 #include "io/gguf.h"
+#include "io/gguf_writer.h"
 #include "util/error.h"
 
 namespace kvsieve {
@@ -64,6 +65,26 @@ ModelConfig ModelConfig::from_gguf(const GGUFFile& f) {
     c.n_vocab = static_cast<int>(f.get_int(key("vocab_size"), c.n_vocab));
     require(c.n_vocab > 0, f.path(), ": vocabulary size unknown");
     return c;
+}
+
+void ModelConfig::to_gguf(GGUFWriter& w) const {
+    const std::string a = arch_name.empty() ? "llama" : arch_name;
+    w.set_string("general.architecture", a);
+    w.set_u32(a + ".context_length", static_cast<uint32_t>(n_ctx_train));
+    w.set_u32(a + ".embedding_length", n_embd);
+    w.set_u32(a + ".block_count", n_layer);
+    w.set_u32(a + ".feed_forward_length", n_ff);
+    w.set_u32(a + ".attention.head_count", n_head);
+    w.set_u32(a + ".attention.head_count_kv", n_head_kv);
+    w.set_u32(a + ".attention.key_length", head_dim);
+    w.set_u32(a + ".attention.value_length", head_dim);
+    w.set_u32(a + ".rope.dimension_count", n_rot > 0 ? n_rot : head_dim);
+    w.set_f32(a + ".rope.freq_base", rope_base);
+    w.set_f32(a + ".attention.layer_norm_rms_epsilon", rms_eps);
+    if (rope_linear_scale != 1.0f) {
+        w.set_string(a + ".rope.scaling.type", "linear");
+        w.set_f32(a + ".rope.scaling.factor", 1.0f / rope_linear_scale);
+    }
 }
 
 std::string ModelConfig::summary() const {

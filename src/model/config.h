@@ -6,6 +6,7 @@
 namespace kvsieve {
 
 class GGUFFile;
+class GGUFWriter;
 
 /// How RoPE pairs the dimensions of a head: kNormal rotates adjacent pairs (x[2i], x[2i+1]) (ggml's
 /// mode 0, llama); kNeox rotates halves (x[i], x[i + n_rot/2]) (ggml's NEOX mode, qwen2/qwen3).
@@ -38,6 +39,9 @@ struct ModelConfig {
     /// Reads and validates the config; throws Error naming an unknown architecture or a missing or
     /// inconsistent key.
     static ModelConfig from_gguf(const GGUFFile& f);
+    /// Writes the keys from_gguf reads (general.architecture = arch_name, default "llama", and the
+    /// `<arch>.*` shape keys), so that from_gguf gives back this config.
+    void to_gguf(GGUFWriter& w) const;
     /// One-line summary ("qwen3: L=28 D=1024 Hq=16 Hkv=8 d=128 ff=3072 vocab=151936 ctx=40960").
     std::string summary() const;
 };

@@ -6,6 +6,7 @@
 
 #include "io/gguf_writer.h"
 #include "kernels/quant.h"
+#include "model/config.h"
 #include "text/vocab.h"
 #include "util/error.h"
 
@@ -51,22 +52,21 @@ void write_synth_model(const std::string& path, const SynthShape& s, TensorType 
                 type == TensorType::Q8_0 || type == TensorType::Q4_0,
             "synth writes f32, f16, bf16, q8_0 or q4_0 weights, not ", type_name(type));
     GGUFWriter w;
+    ModelConfig c;
+    c.arch_name = s.arch;
+    c.n_layer = s.n_layer;
+    c.n_embd = s.n_embd;
+    c.n_head = s.n_head;
+    c.n_head_kv = s.n_head_kv;
+    c.head_dim = c.n_rot = s.head_dim;
+    c.n_ff = s.n_ff;
+    c.n_ctx_train = s.n_ctx;
+    c.rope_base = s.rope_base;
+    c.rms_eps = 1e-6f;
+    c.to_gguf(w);
     const std::string a = s.arch;
-    w.set_string("general.architecture", a);
     w.set_string("general.name", s.name + "-random");
     w.set_string("general.description", cat("random weights (kvsieve synth, seed ", seed, ") for speed measurement"));
-    w.set_u32(a + ".context_length", static_cast<uint32_t>(s.n_ctx));
-    w.set_u32(a + ".embedding_length", s.n_embd);
-    w.set_u32(a + ".block_count", s.n_layer);
-    w.set_u32(a + ".feed_forward_length", s.n_ff);
-    w.set_u32(a + ".attention.head_count", s.n_head);
-    w.set_u32(a + ".attention.head_count_kv", s.n_head_kv);
-    w.set_u32(a + ".attention.key_length", s.head_dim);
-    w.set_u32(a + ".attention.value_length", s.head_dim);
-    w.set_u32(a + ".rope.dimension_count", s.head_dim);
-    w.set_f32(a + ".rope.freq_base", s.rope_base);
-    w.set_f32(a + ".attention.layer_norm_rms_epsilon", 1e-6f);
-
     std::vector<GGUFValue> toks, scores, types;
     auto add_tok = [&](const std::string& t, TokenType ty, float sc) {
         toks.push_back(GGUFValue::make_string(t));

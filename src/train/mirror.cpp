@@ -212,19 +212,7 @@ GGUFMetadata tokenizer_metadata(const Vocab& v) {
 void save_mirror(LlamaMirror& m, const std::string& path, const GGUFMetadata& extra) {
     const ModelConfig& c = m->config();
     GGUFWriter w;
-    const std::string a = c.arch_name.empty() ? "llama" : c.arch_name;
-    w.set_string("general.architecture", a);
-    w.set_u32(a + ".context_length", static_cast<uint32_t>(c.n_ctx_train));
-    w.set_u32(a + ".embedding_length", c.n_embd);
-    w.set_u32(a + ".block_count", c.n_layer);
-    w.set_u32(a + ".feed_forward_length", c.n_ff);
-    w.set_u32(a + ".attention.head_count", c.n_head);
-    w.set_u32(a + ".attention.head_count_kv", c.n_head_kv);
-    w.set_u32(a + ".attention.key_length", c.head_dim);
-    w.set_u32(a + ".attention.value_length", c.head_dim);
-    w.set_u32(a + ".rope.dimension_count", c.n_rot);
-    w.set_f32(a + ".rope.freq_base", c.rope_base);
-    w.set_f32(a + ".attention.layer_norm_rms_epsilon", c.rms_eps);
+    c.to_gguf(w);
     for (const auto& [k, v] : extra) w.set(k, v);
     std::vector<torch::Tensor> keep;  // contiguous copies that outlive write()
     for (const auto& [name, t] : m->gguf_tensors()) {
