@@ -1,6 +1,8 @@
 // The training stack: schedules, data determinism, the loop's checkpoint/resume.
 #include <gtest/gtest.h>
 
+#include <cctype>
+
 #include <csignal>
 #include <cstdlib>
 #include <map>
@@ -131,6 +133,37 @@ TEST(TrainData, CopyTaskRepeatsRandomNormalTokens) {
     EXPECT_EQ(s.weight[a0], 2.0f);
     EXPECT_EQ(train::copy_sequence(*tok, 120, st2, 0.5f, 2.0f).tokens, s.tokens);  // deterministic in the seed
     EXPECT_THROW(train::copy_sequence(*tok, 20, st, 1, 1), Error);
+}
+
+TEST(TrainData, CopyCodesTaskRepeatsNumbersAndCapitalNames) {
+    const auto tok = stories_tokenizer();
+    uint64_t st = 5, st2 = 5;
+    int64_t a0 = 0;
+    const auto s = train::copy_codes_sequence(*tok, 200, st, 0.5f, 2.0f, &a0);
+    const auto instr = tok->encode("\n\nRepeat the previous context exactly.\n", false);
+    ASSERT_LE(s.tokens.size(), 200u);
+    const size_t n = (s.tokens.size() - 2 - instr.size()) / 2;
+    EXPECT_EQ(static_cast<size_t>(a0), 1 + n + instr.size());
+    EXPECT_EQ(s.tokens.front(), tok->vocab().bos);
+    EXPECT_EQ(s.tokens.back(), tok->vocab().eos);
+    EXPECT_TRUE(std::equal(s.tokens.begin() + 1, s.tokens.begin() + 1 + n, s.tokens.begin() + a0));
+    // The body is codes only: digits, capitals and spaces, both kinds present, from a small alphabet.
+    const std::string body = tok->decode(std::vector<int32_t>(s.tokens.begin() + 1, s.tokens.begin() + 1 + n));
+    size_t digits = 0, caps = 0;
+    for (char c : body) {
+        EXPECT_TRUE(std::isdigit(static_cast<unsigned char>(c)) || std::isupper(static_cast<unsigned char>(c)) || c == ' ')
+            << "unexpected character '" << c << "' in " << body;
+        digits += std::isdigit(static_cast<unsigned char>(c)) != 0;
+        caps += std::isupper(static_cast<unsigned char>(c)) != 0;
+    }
+    EXPECT_GT(digits, 10u);
+    EXPECT_GT(caps, 10u);
+    std::set<int32_t> distinct(s.tokens.begin() + 1, s.tokens.begin() + 1 + n);
+    EXPECT_LT(distinct.size(), n / 2);  // tokens recur: copying must match more than the last token
+    EXPECT_EQ(s.weight[a0 - 1], 0.5f);
+    EXPECT_EQ(s.weight[a0], 2.0f);
+    EXPECT_EQ(train::copy_codes_sequence(*tok, 200, st2, 0.5f, 2.0f).tokens, s.tokens);  // deterministic in the seed
+    EXPECT_THROW(train::copy_codes_sequence(*tok, 20, st, 1, 1), Error);
 }
 
 TEST(TrainData, HeldOutTailIsNotInTheTrainingStream) {

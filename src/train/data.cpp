@@ -158,6 +158,25 @@ Sequence copy_sequence(const Tokenizer& tok, int64_t length, uint64_t& st, float
     return reconstruction_sequence(body, instr, v, prompt_weight, answer_weight, answer_begin);
 }
 
+Sequence copy_codes_sequence(const Tokenizer& tok, int64_t length, uint64_t& st, float prompt_weight,
+                             float answer_weight, int64_t* answer_begin) {
+    const auto instr = tok.encode(kReconstructionInstruction, false);
+    const int64_t n = reconstruction_body_length(length, instr.size(), kCopyCodesTask, st);
+    std::string text;
+    std::vector<int32_t> body;
+    while (static_cast<int64_t>(body.size()) < n) {  // ~8 tokens per code; a few words of slack per round
+        for (int64_t w = 0; w < (n - static_cast<int64_t>(body.size())) / 4 + 2; ++w) {
+            const bool number = next_random(st) % 2 == 0;
+            text += ' ';
+            for (int c = 0; c < (number ? 7 : 5); ++c)
+                text += number ? static_cast<char>('0' + next_random(st) % 10) : static_cast<char>('A' + next_random(st) % 26);
+        }
+        body = tok.encode(text, false);
+    }
+    body.resize(static_cast<size_t>(n));
+    return reconstruction_sequence(body, instr, tok.vocab(), prompt_weight, answer_weight, answer_begin);
+}
+
 Batch make_batch(const MixSpec& mix, const TextStream& text, const Tokenizer& tok, const std::string& haystack,
                  uint64_t seed, int64_t step) {
     require(!mix.lengths.empty(), "no sequence lengths given");
@@ -179,8 +198,9 @@ Batch make_batch(const MixSpec& mix, const TextStream& text, const Tokenizer& to
                 ++b.n_synthetic;
                 continue;
             }
-            if (task == kCopyTask) {
-                rows.push_back(copy_sequence(tok, T, st, mix.prompt_weight, mix.answer_weight));
+            if (is_copy_task(task)) {
+                rows.push_back(task == kCopyTask ? copy_sequence(tok, T, st, mix.prompt_weight, mix.answer_weight)
+                                                 : copy_codes_sequence(tok, T, st, mix.prompt_weight, mix.answer_weight));
                 ++b.n_synthetic;
                 continue;
             }

@@ -75,8 +75,25 @@ Sequence copy_sequence(const Tokenizer& tok, int64_t length, uint64_t& rng_state
 /// Name of the training-only task of copy_sequence().
 inline constexpr const char* kCopyTask = "copy";
 
-/// True for the training-only tasks (repeat, copy), which eval/tasks.h does not generate.
-inline bool is_training_only_task(const std::string& name) { return name == kRepeatTask || name == kCopyTask; }
+/// The training-only task "copy_codes": the copy task on random codes instead of random tokens — 7-digit
+/// numbers and 5-letter capital names (the value and variable formats of eval/tasks.h's NIAH and variable
+/// tracking), space-separated, cut to n tokens. Digits and capitals are single tokens drawn from alphabets of
+/// 10 and 26, so the token just copied occurs many times in the body: copying must match the last few
+/// tokens, not one (the skill multi-key NIAH and variable tracking need when several numbers or names share
+/// the context). Layout, weights and n as copy_sequence(); throws Error if length leaves fewer than 8 tokens.
+Sequence copy_codes_sequence(const Tokenizer& tok, int64_t length, uint64_t& rng_state, float prompt_weight,
+                             float answer_weight, int64_t* answer_begin = nullptr);
+
+/// Name of the training-only task of copy_codes_sequence().
+inline constexpr const char* kCopyCodesTask = "copy_codes";
+
+/// True for the training-only tasks (repeat, copy, copy_codes), which eval/tasks.h does not generate.
+inline bool is_training_only_task(const std::string& name) {
+    return name == kRepeatTask || name == kCopyTask || name == kCopyCodesTask;
+}
+
+/// True for the copy tasks (copy, copy_codes), whose pretraining evaluation is the token accuracy of the copy.
+inline bool is_copy_task(const std::string& name) { return name == kCopyTask || name == kCopyCodesTask; }
 
 /// The mixture one run trains on.
 struct MixSpec {

@@ -137,7 +137,7 @@ void run_pretrain(const std::string& config_path, bool resume, bool progress) {
     lo.eval_every = ev.value("every", int64_t(0));
     std::vector<std::string> eval_tasks = ev.value("tasks", std::vector<std::string>{});
     for (const auto& t : eval_tasks)
-        if (t != kCopyTask) check_task_name(t);
+        if (!is_copy_task(t)) check_task_name(t);
 
     // --- tokenizer ---
     const json tk = cfg.value("tokenizer", json::object());
@@ -266,9 +266,10 @@ void run_pretrain(const std::string& config_path, bool resume, bool progress) {
             for (int64_t i = 0; i < ev_n; ++i) {
                 int64_t a0 = 0;
                 Sequence s;
-                if (task == kCopyTask) {
+                if (is_copy_task(task)) {
                     uint64_t st = mix_seed(seed ^ 0xC0B1, static_cast<uint64_t>(i));
-                    s = copy_sequence(*tok, ev_len, st, 1, 1, &a0);
+                    s = task == kCopyTask ? copy_sequence(*tok, ev_len, st, 1, 1, &a0)
+                                          : copy_codes_sequence(*tok, ev_len, st, 1, 1, &a0);
                 } else {
                     s = synthetic_sequence(task, ev_len, *tok, haystack, mix_seed(seed ^ 0xE7A1, i), 1, 1, &a0);
                 }
@@ -278,7 +279,7 @@ void run_pretrain(const std::string& config_path, bool resume, bool progress) {
                 exact += h == n;
             }
             // copy: token accuracy of the copied half (≈ 0 before induction forms, → 1 after); tasks: exact match.
-            e["acc_" + task] = task == kCopyTask ? (total ? static_cast<double>(hit) / static_cast<double>(total) : 0.0)
+            e["acc_" + task] = is_copy_task(task) ? (total ? static_cast<double>(hit) / static_cast<double>(total) : 0.0)
                                                  : static_cast<double>(exact) / static_cast<double>(ev_n);
         }
         return e;
