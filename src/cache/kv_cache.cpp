@@ -136,9 +136,15 @@ void KVCache::decode_layer(const LayerInputs& in, float* out) {
             const float* q = in.q + static_cast<int64_t>(h) * G * d;
             const size_t half = pool_->page_bytes() / 2;
             for (size_t i = b; i < e; ++i) {
-                if (i + 1 < e) {  // pages are not contiguous: start fetching the next one while this one is used
-                    const char* nk = reinterpret_cast<const char*>(pool_->keys(pl[i + 1].page));
-                    for (size_t off = 0; off < 2 * half; off += 64) __builtin_prefetch(nk + off, 0, 3);
+                // Pages are not contiguous: touch the first lines of the keys and values of the page two ahead so
+                // the hardware streamers are already running when it is read. (Prefetching whole pages filled the
+                // line-fill buffers and measured 15-25% slower at 16k tokens.)
+                if (i + 2 < e) {
+                    const char* nk = reinterpret_cast<const char*>(pool_->keys(pl[i + 2].page));
+                    for (size_t off = 0; off < 256 && off < half; off += 64) {
+                        __builtin_prefetch(nk + off, 0, 3);
+                        __builtin_prefetch(nk + half + off, 0, 3);
+                    }
                 }
                 dk.attend_rows(kt, pool_->keys(pl[i].page), pool_->values(pl[i].page), pl[i].cnt, d, q, G, scale,
                                pt.m.data(), pt.l.data(), pt.o.data(), probs.empty() ? nullptr : probs[h].data() + pl[i].off, n);

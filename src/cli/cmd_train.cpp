@@ -48,7 +48,8 @@ void add_train(CLI::App& app) {
     pt->add_flag("-q,--quiet", *quiet, "no progress output");
     pt->callback([po, quiet] {
 #ifdef KVSIEVE_HAVE_TRAIN
-        train::run_pretrain(po->first, po->second, !*quiet);
+        // Interrupted (SIGINT/SIGTERM, checkpoint saved): exit 130 so scripts chaining runs stop here.
+        if (!train::run_pretrain(po->first, po->second, !*quiet)) throw CLI::RuntimeError(130);
 #else
         fail("train pretrain needs the libtorch training stack, which this build does not include (install libtorch-dev "
              "and rebuild)");

@@ -69,7 +69,7 @@ std::pair<int64_t, int64_t> answer_hits(LlamaMirror& model, const Sequence& s, i
 
 }  // namespace
 
-void run_pretrain(const std::string& config_path, bool resume, bool progress) {
+bool run_pretrain(const std::string& config_path, bool resume, bool progress) {
     const json cfg = json::parse(read_file(config_path, "config"), nullptr, false);
     require(!cfg.is_discarded(), "config '", config_path, "' is not valid JSON");
     const std::filesystem::path base = std::filesystem::path(config_path).parent_path();
@@ -286,10 +286,10 @@ void run_pretrain(const std::string& config_path, bool resume, bool progress) {
     };
     auto save = [&](int64_t) { save_mirror(model, out + "/model.gguf", meta); };
     const int64_t reached = loop.run(micro, eval, save);
-    if (reached == lo.steps) {
-        save_mirror(model, output, meta);
-        if (progress) std::fprintf(stderr, "wrote %s\n", output.c_str());
-    }
+    if (reached < lo.steps) return false;
+    save_mirror(model, output, meta);
+    if (progress) std::fprintf(stderr, "wrote %s\n", output.c_str());
+    return true;
 }
 
 }  // namespace kvsieve::train
