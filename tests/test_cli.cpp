@@ -138,6 +138,9 @@ TEST(Cli, EvalTasksPrintsAccuracyLast) {
     expect_clean_failure("eval-tasks -m " + kModel + " --task niah_single --length 4096 -n 2", "beyond the model's context");
     expect_clean_failure("eval-tasks -m " + kModel + " --task nosuch -n 2", "unknown task 'nosuch'");
     expect_clean_failure("eval nll -m " + kModel + " --corpus /nonexistent.txt", "cannot open corpus");
+    test::TempFile empty(".txt");
+    { std::ofstream(empty.path()).flush(); }
+    expect_clean_failure("eval nll -m " + kModel + " --corpus " + empty.path(), "is empty");
     expect_clean_failure("eval sweep -m " + kModel + " --corpus " + kModel + " --policies knorm --ratios 0.5,x", "'x' is not a number");
 }
 

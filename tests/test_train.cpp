@@ -166,6 +166,54 @@ TEST(TrainData, CopyCodesTaskRepeatsNumbersAndCapitalNames) {
     EXPECT_THROW(train::copy_codes_sequence(*tok, 20, st, 1, 1), Error);
 }
 
+TEST(TrainData, RecallTaskWeighsOnlyTheRecalledValues) {
+    const auto tok = stories_tokenizer();
+    uint64_t st = 3, st2 = 3;
+    int64_t a0 = -1;
+    const auto s = train::recall_sequence(*tok, 400, st, 0.5f, 3.0f, &a0);
+    ASSERT_LE(s.tokens.size(), 400u);
+    EXPECT_GT(s.tokens.size(), 300u);  // filled to the length with needles
+    EXPECT_EQ(s.tokens.front(), tok->vocab().bos);
+    EXPECT_EQ(s.tokens.back(), tok->vocab().eos);
+    const std::string text = tok->decode(s.tokens);
+    const size_t recall_at = text.find("Recall them.");
+    ASSERT_NE(recall_at, std::string::npos);
+    // Each needle's value is recalled under the same key, and the weighted tokens spell exactly those values.
+    std::map<std::string, std::string> needles;
+    const std::string nd = "One of the special magic numbers for ", rc = "The special magic number for ";
+    for (size_t p = text.find(nd); p != std::string::npos && p < recall_at; p = text.find(nd, p + 1)) {
+        const size_t k0 = p + nd.size(), k1 = text.find(" is: ", k0);
+        needles[text.substr(k0, k1 - k0)] = text.substr(k1 + 5, 7);
+    }
+    ASSERT_GE(needles.size(), 2u);
+    std::string weighted, expected;
+    size_t recalled = 0;
+    for (size_t p = text.find(rc, recall_at); p != std::string::npos; p = text.find(rc, p + 1), ++recalled) {
+        const size_t k0 = p + rc.size(), k1 = text.find(" is: ", k0);
+        const std::string key = text.substr(k0, k1 - k0), val = text.substr(k1 + 5, 7);
+        ASSERT_TRUE(needles.count(key)) << key;
+        EXPECT_EQ(needles[key], val);
+        expected += val + ".";
+    }
+    EXPECT_EQ(recalled, needles.size());
+    for (size_t i = 0; i < s.tokens.size(); ++i) {
+        EXPECT_TRUE(s.weight[i] == 0.5f || s.weight[i] == 3.0f);
+        if (s.weight[i] == 3.0f) weighted += tok->token_to_piece(s.tokens[i]);
+    }
+    std::string squeezed;  // the value pieces carry the SentencePiece space marker; compare without spaces
+    for (char c : weighted)
+        if (c != ' ') squeezed += c;
+    weighted.clear();
+    for (size_t i = 0; i < squeezed.size(); ++i)
+        if (std::isdigit(static_cast<unsigned char>(squeezed[i])) || squeezed[i] == '.') weighted += squeezed[i];
+    EXPECT_EQ(weighted, expected);
+    EXPECT_GT(a0, static_cast<int64_t>(0));
+    EXPECT_EQ(s.weight[a0], 3.0f);
+    EXPECT_EQ(s.weight[a0 - 1], 0.5f);
+    EXPECT_EQ(train::recall_sequence(*tok, 400, st2, 0.5f, 3.0f).tokens, s.tokens);  // deterministic in the seed
+    EXPECT_THROW(train::recall_sequence(*tok, 40, st, 1, 1), Error);
+}
+
 TEST(TrainData, HeldOutTailIsNotInTheTrainingStream) {
     const auto tok = stories_tokenizer();
     const std::string text = story_text();

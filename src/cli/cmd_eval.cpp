@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
-#include "cli/corpus.h"
+#include "util/file.h"
 #include "eval/nll.h"
 #include "eval/ruler.h"
 #include "eval/tasks.h"
@@ -61,7 +61,7 @@ struct EvalCommon {
         return o;
     }
     std::string read_corpus() const {
-        std::string text = read_corpus_file(corpus);
+        std::string text = read_whole_file(corpus, "corpus");
         require(!text.empty(), "corpus '", corpus, "' is empty");
         return text;
     }
@@ -237,7 +237,7 @@ void add_eval_tasks(CLI::App& app) {
         r.lengths = {o->length};
         r.samples = o->n;
         r.seed = o->seed;
-        const std::string corpus = o->corpus.empty() ? std::string() : read_corpus_file(o->corpus);
+        const std::string corpus = o->corpus.empty() ? std::string() : read_whole_file(o->corpus, "corpus");
         LlamaModel m(o->model);
         const auto tok = Tokenizer::from_gguf(m.file());
         const RulerResult res = run_ruler(m, *tok, corpus, o->policy, r);

@@ -2,7 +2,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
-#include "cli/corpus.h"
+#include "util/file.h"
 #include "kernels/parallel.h"
 #include "model/llama_model.h"
 #include "predict/kvzap_fit.h"
@@ -62,7 +62,7 @@ void add_train(CLI::App& app) {
         require(o->fit.ridge >= 0, "--ridge must be ≥ 0");
         set_num_threads(o->threads);
         std::string text;
-        for (const auto& path : o->corpus) text += read_corpus_file(path) + "\n";
+        for (const auto& path : o->corpus) text += read_whole_file(path, "corpus") + "\n";
         LlamaModel m(o->model);
         const auto tok = Tokenizer::from_gguf(m.file());
         const KVzapPairs pairs = collect_kvzap_pairs(m, *tok, text, o->fit);

@@ -292,6 +292,11 @@ std::string lower(std::string s) {
 
 }  // namespace
 
+const std::vector<std::string>& task_words() {
+    static const std::vector<std::string> w(kWords, kWords + kNumWords);
+    return w;
+}
+
 const std::vector<std::string>& task_names() {
     static const std::vector<std::string> n = {"niah_single_1", "niah_single_2", "niah_single_3", "niah_multikey_1",
                                                "niah_multikey_2", "niah_multikey_3", "niah_multivalue", "niah_multiquery",

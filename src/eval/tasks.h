@@ -22,6 +22,10 @@ struct TaskExample {
 /// Names of the tasks: niah_single_1/2/3, niah_multikey_1/2/3, niah_multivalue, niah_multiquery, vt, cwe,
 /// fwe, qa.
 const std::vector<std::string>& task_names();
+
+/// The word list the generators draw keys and common/rare words from (77 lower-case English nouns); a NIAH key
+/// is two of them joined by '-' ("apple-river").
+const std::vector<std::string>& task_words();
 /// Throws Error listing the known names unless `name` is one.
 void check_task_name(const std::string& name);
 

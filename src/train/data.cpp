@@ -1,6 +1,7 @@
 #include "train/data.h"
 
 #include <algorithm>
+#include <set>
 #include <numeric>
 
 #include "eval/tasks.h"
@@ -177,6 +178,67 @@ Sequence copy_codes_sequence(const Tokenizer& tok, int64_t length, uint64_t& st,
     return reconstruction_sequence(body, instr, tok.vocab(), prompt_weight, answer_weight, answer_begin);
 }
 
+Sequence recall_sequence(const Tokenizer& tok, int64_t length, uint64_t& st, float prompt_weight, float answer_weight,
+                         int64_t* answer_begin) {
+    const auto& words = task_words();
+    auto pick_word = [&] { return words[next_random(st) % words.size()]; };
+    auto number = [&] { return std::to_string(1000000 + next_random(st) % 9000000); };
+    // Draw more key-value pairs than can fit, then keep the largest prefix that does.
+    std::vector<std::string> keys, vals;
+    std::set<std::string> seen;
+    const int64_t most = std::max<int64_t>(2, length / 16);
+    for (int64_t guard = 0; static_cast<int64_t>(keys.size()) < most && guard < most * 8; ++guard) {
+        std::string k = pick_word() + "-" + pick_word();
+        if (seen.insert(k).second) keys.push_back(k), vals.push_back(number());
+    }
+    std::vector<size_t> order(keys.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[next_random(st) % i]);
+    // Text pieces: the prompt part before each recalled value, and the value itself.
+    auto build = [&](size_t m, std::vector<std::pair<std::string, std::string>>* parts) {
+        std::string text = "Some special magic numbers are hidden in the following list. Memorize them.\n";
+        for (size_t i = 0; i < m; ++i) text += (i ? " " : "") + ("One of the special magic numbers for " + keys[i] + " is: " + vals[i] + ".");
+        text += "\nRecall them.\n";
+        parts->clear();
+        for (size_t i : order)
+            if (i < m) {
+                parts->emplace_back(text + "The special magic number for " + keys[i] + " is:", " " + vals[i] + ".");
+                text = parts->back().first + parts->back().second + "\n";
+            }
+        return text;
+    };
+    std::vector<std::pair<std::string, std::string>> parts;
+    auto fits = [&](size_t m) { return static_cast<int64_t>(tok.encode(build(m, &parts), true).size()) + 1 <= length; };
+    require(keys.size() >= 2 && fits(2), "a length of ", length, " tokens is too short for the ", kRecallTask, " task");
+    size_t lo = 2, hi = keys.size();  // the token count grows with m: binary search for the largest that fits
+    while (lo < hi) {
+        const size_t mid = (lo + hi + 1) / 2;
+        if (fits(mid))
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    const size_t m = lo;
+    const std::string text = build(m, &parts);
+    Sequence s;
+    s.tokens = tok.encode(text, true);
+    s.tokens.push_back(tok.vocab().eos);
+    s.weight.assign(s.tokens.size(), prompt_weight);
+    int64_t first = -1;
+    for (const auto& [before, value] : parts) {
+        // Token span of the value: from the tokens of the text before it to those of the text through it
+        // (both are prefixes of the whole encoding when no merge crosses the boundary; else the span is skipped).
+        const auto a = tok.encode(before, true), b = tok.encode(before + value, true);
+        if (b.size() <= a.size() || b.size() > s.tokens.size() || !std::equal(a.begin(), a.end(), s.tokens.begin()) ||
+            !std::equal(b.begin(), b.end(), s.tokens.begin()))
+            continue;
+        for (size_t i = a.size(); i < b.size(); ++i) s.weight[i] = answer_weight;
+        if (first < 0) first = static_cast<int64_t>(a.size());
+    }
+    if (answer_begin) *answer_begin = first;
+    return s;
+}
+
 Batch make_batch(const MixSpec& mix, const TextStream& text, const Tokenizer& tok, const std::string& haystack,
                  uint64_t seed, int64_t step) {
     require(!mix.lengths.empty(), "no sequence lengths given");
@@ -196,6 +258,15 @@ Batch make_batch(const MixSpec& mix, const TextStream& text, const Tokenizer& to
             if (task == kRepeatTask) {
                 rows.push_back(repeat_sequence(text, tok, T, st, mix.prompt_weight, mix.answer_weight));
                 ++b.n_synthetic;
+                continue;
+            }
+            if (task == kRecallTask) {
+                try {
+                    rows.push_back(recall_sequence(tok, T, st, mix.prompt_weight, mix.answer_weight));
+                    ++b.n_synthetic;
+                } catch (const Error&) {  // too short for two needles: a text row instead
+                    rows.push_back(text.window(T, st));
+                }
                 continue;
             }
             if (is_copy_task(task)) {

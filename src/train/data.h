@@ -87,9 +87,23 @@ Sequence copy_codes_sequence(const Tokenizer& tok, int64_t length, uint64_t& rng
 /// Name of the training-only task of copy_codes_sequence().
 inline constexpr const char* kCopyCodesTask = "copy_codes";
 
-/// True for the training-only tasks (repeat, copy, copy_codes), which eval/tasks.h does not generate.
+/// The training-only task "recall": multi-query associative recall (MQAR; Arora et al. 2023, "Zoology", §3)
+/// in the NIAH needle format. BOS, a header, m needles "One of the special magic numbers for K is: V." (K a
+/// two-word key of eval/tasks.h, V a 7-digit number, keys distinct), "\nRecall them.\n", then the m keys in
+/// another random order, each "The special magic number for K is: V.\n". Only the value tokens of the recall
+/// lines (and their full stops) weigh `answer_weight`; everything else `prompt_weight` — the recall keys' order
+/// is random, so they are not predictable. Every recalled value needs the key match that multi-key NIAH needs
+/// once per example. m is the largest count that fits in `length` tokens (EOS included). *answer_begin
+/// (if set) receives the index of the first weighted answer token. Throws Error if not even 2 needles fit.
+Sequence recall_sequence(const Tokenizer& tok, int64_t length, uint64_t& rng_state, float prompt_weight,
+                         float answer_weight, int64_t* answer_begin = nullptr);
+
+/// Name of the training-only task of recall_sequence().
+inline constexpr const char* kRecallTask = "recall";
+
+/// True for the training-only tasks (repeat, copy, copy_codes, recall), which eval/tasks.h does not generate.
 inline bool is_training_only_task(const std::string& name) {
-    return name == kRepeatTask || name == kCopyTask || name == kCopyCodesTask;
+    return name == kRepeatTask || name == kCopyTask || name == kCopyCodesTask || name == kRecallTask;
 }
 
 /// True for the copy tasks (copy, copy_codes), whose pretraining evaluation is the token accuracy of the copy.

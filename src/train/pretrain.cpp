@@ -18,6 +18,7 @@
 #include "train/loop.h"
 #include "train/mirror.h"
 #include "util/error.h"
+#include "util/file.h"
 
 namespace kvsieve::train {
 
@@ -33,14 +34,6 @@ void check_keys(const json& j, const std::string& where, const std::set<std::str
         for (const auto& s : known) k += (k.empty() ? "" : ", ") + s;
         fail("unknown config key '", where, ".", it.key(), "' (known: ", k, ")");
     }
-}
-
-std::string read_file(const std::string& path, const std::string& what) {
-    std::ifstream f(path, std::ios::binary);
-    require(f.good(), "cannot open ", what, " '", path, "'");
-    std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    require(!s.empty(), what, " '", path, "' is empty");
-    return s;
 }
 
 std::string resolve(const std::filesystem::path& base, const std::string& p) {
@@ -70,7 +63,7 @@ std::pair<int64_t, int64_t> answer_hits(LlamaMirror& model, const Sequence& s, i
 }  // namespace
 
 bool run_pretrain(const std::string& config_path, bool resume, bool progress) {
-    const json cfg = json::parse(read_file(config_path, "config"), nullptr, false);
+    const json cfg = json::parse(read_whole_file(config_path, "config"), nullptr, false);
     require(!cfg.is_discarded(), "config '", config_path, "' is not valid JSON");
     const std::filesystem::path base = std::filesystem::path(config_path).parent_path();
     check_keys(cfg, "config", {"out", "output", "name", "seed", "threads", "model", "init", "tokenizer", "data", "optim",
@@ -90,9 +83,9 @@ bool run_pretrain(const std::string& config_path, bool resume, bool progress) {
     std::vector<std::string> text_paths, texts;
     for (const auto& p : d.at("text")) text_paths.push_back(resolve(base, p.get<std::string>()));
     require(!text_paths.empty(), "data.text lists no files");
-    for (const auto& p : text_paths) texts.push_back(read_file(p, "corpus file"));
+    for (const auto& p : text_paths) texts.push_back(read_whole_file(p, "corpus file"));
     std::string haystack;
-    for (const auto& p : d.value("haystack", json::array())) haystack += read_file(resolve(base, p.get<std::string>()), "haystack file") + "\n";
+    for (const auto& p : d.value("haystack", json::array())) haystack += read_whole_file(resolve(base, p.get<std::string>()), "haystack file") + "\n";
     MixSpec mix;
     mix.synthetic_fraction = d.value("synthetic_fraction", 0.5);
     const json tasks = d.value("tasks", json::object());

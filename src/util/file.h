@@ -1,0 +1,11 @@
+#pragma once
+// Reading whole input files (corpora, configs) with errors that name the file.
+#include <string>
+
+namespace kvsieve {
+
+/// The whole file as bytes. `what` names the file's role in errors ("corpus", "config", ...). Throws Error
+/// "cannot open <what> '<path>'" if it cannot be read and "<what> '<path>' is empty" if it holds no bytes.
+std::string read_whole_file(const std::string& path, const std::string& what);
+
+}  // namespace kvsieve
