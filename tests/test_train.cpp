@@ -225,6 +225,23 @@ TEST(TrainData, HeldOutTailIsNotInTheTrainingStream) {
     EXPECT_NEAR(static_cast<double>(ho.size()) / text.size(), 0.2, 0.05);
 }
 
+TEST(TrainData, HeldOutWindowsComeFromTheirOwnFile) {
+    const auto tok = stories_tokenizer();
+    const std::string a = story_text(), b = "Tom had a red ball.\nHe gave it to Sue.\nShe was happy.\n";
+    const train::TextStream ts({a, b}, *tok, 0.5);
+    ASSERT_EQ(ts.files(), 2u);
+    const auto hb = tok->encode(ts.heldout_text(1), false);
+    const auto w = ts.heldout_windows(1, 4, 100);
+    ASSERT_EQ(w.size(), (hb.size()) / 3);  // BOS + 3 tokens each, in order, no overlap
+    for (size_t k = 0; k < w.size(); ++k) {
+        ASSERT_EQ(w[k].tokens.size(), 4u);
+        EXPECT_EQ(w[k].tokens[0], tok->vocab().bos);
+        EXPECT_TRUE(std::equal(w[k].tokens.begin() + 1, w[k].tokens.end(), hb.begin() + 3 * k));
+    }
+    EXPECT_EQ(ts.heldout_windows(0, 64, 2).size(), 2u);  // the count caps the windows of a long file
+    EXPECT_THROW(ts.heldout_windows(2, 4, 1), std::out_of_range);
+}
+
 /// Trains a 1-layer model for `steps` steps on a fixed batch stream and returns the log's losses by step.
 std::map<int64_t, double> run_tiny(const std::string& dir, int64_t steps, bool resume, int64_t stop_after = -1) {
     ModelConfig c;

@@ -52,11 +52,7 @@ TextStream::TextStream(const std::vector<std::string>& files, const Tokenizer& t
         train_.push_back(bos_);
         train_.insert(train_.end(), tr.begin(), tr.end());
         heldout_text_.push_back(files[i].substr(cut));
-        if (!heldout_text_.back().empty()) {
-            const auto ho = tok.encode(heldout_text_.back(), false);
-            heldout_.push_back(bos_);
-            heldout_.insert(heldout_.end(), ho.begin(), ho.end());
-        }
+        heldout_.push_back(heldout_text_.back().empty() ? std::vector<int32_t>{} : tok.encode(heldout_text_.back(), false));
     }
     require(train_.size() >= 2, "the training text has fewer than 2 tokens");
 }
@@ -71,13 +67,14 @@ Sequence TextStream::window(int64_t n, uint64_t& st) const {
     return s;
 }
 
-std::vector<Sequence> TextStream::heldout_windows(int64_t n, int64_t count) const {
+std::vector<Sequence> TextStream::heldout_windows(size_t i, int64_t n, int64_t count) const {
+    const std::vector<int32_t>& ho = heldout_.at(i);
     std::vector<Sequence> out;
-    for (int64_t start = 0; start + n - 1 <= static_cast<int64_t>(heldout_.size()) && static_cast<int64_t>(out.size()) < count;
+    for (int64_t start = 0; start + n - 1 <= static_cast<int64_t>(ho.size()) && static_cast<int64_t>(out.size()) < count;
          start += n - 1) {
         Sequence s;
         s.tokens.push_back(bos_);
-        s.tokens.insert(s.tokens.end(), heldout_.begin() + start, heldout_.begin() + start + n - 1);
+        s.tokens.insert(s.tokens.end(), ho.begin() + start, ho.begin() + start + n - 1);
         s.weight.assign(s.tokens.size(), 1.0f);
         out.push_back(std::move(s));
     }

@@ -36,14 +36,17 @@ public:
     TextStream(const std::vector<std::string>& files, const Tokenizer& tok, double holdout_fraction);
     /// A window of n tokens starting with BOS at a position drawn from `rng_state` (train part).
     Sequence window(int64_t n, uint64_t& rng_state) const;
-    /// Held-out windows of n tokens, BOS-led, taken in order from the held-out parts (at most `count`).
-    std::vector<Sequence> heldout_windows(int64_t n, int64_t count) const;
+    /// Held-out windows of n tokens (BOS and n − 1 text tokens) taken in order from the held-out part of file
+    /// i (at most `count`; fewer when the part is short).
+    std::vector<Sequence> heldout_windows(size_t i, int64_t n, int64_t count) const;
+    size_t files() const { return heldout_.size(); }
     int64_t train_tokens() const { return static_cast<int64_t>(train_.size()); }
     /// The held-out text of file i.
     const std::string& heldout_text(size_t i) const { return heldout_text_.at(i); }
 
 private:
-    std::vector<int32_t> train_, heldout_;
+    std::vector<int32_t> train_;
+    std::vector<std::vector<int32_t>> heldout_;  // per file, no BOS
     std::vector<std::string> heldout_text_;
     int32_t bos_;
 };

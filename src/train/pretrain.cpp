@@ -237,16 +237,13 @@ bool run_pretrain(const std::string& config_path, bool resume, bool progress) {
     };
     const int64_t ev_len = ev.value("length", int64_t(1024)), ev_n = ev.value("samples", int64_t(16));
     const int64_t ev_win = ev.value("window", int64_t(512)), ev_windows = ev.value("text_windows", int64_t(8));
-    std::vector<std::pair<std::string, std::unique_ptr<TextStream>>> eval_text;
-    for (size_t i = 0; i < text_paths.size(); ++i)
-        eval_text.emplace_back(std::filesystem::path(text_paths[i]).stem().string(),
-                               std::make_unique<TextStream>(std::vector<std::string>{texts[i]}, *tok, holdout));
     auto eval = [&](int64_t) {
         json e;
-        for (const auto& [name, ts] : eval_text) {
+        for (size_t f = 0; f < text_paths.size(); ++f) {
+            const std::string name = std::filesystem::path(text_paths[f]).stem().string();
             double s = 0;
             int64_t n = 0;
-            for (const auto& seq : ts->heldout_windows(ev_win, ev_windows)) {
+            for (const auto& seq : stream.heldout_windows(f, ev_win, ev_windows)) {
                 auto t = torch::tensor(std::vector<int64_t>(seq.tokens.begin(), seq.tokens.end())).unsqueeze(0);
                 auto w = torch::ones_like(t, torch::kFloat32);
                 s += weighted_ce(model->forward(t), t, w).item<double>();
