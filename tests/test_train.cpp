@@ -114,23 +114,31 @@ TEST(TrainData, RepeatTaskCopiesItsWindowAfterTheInstruction) {
     EXPECT_THROW(train::repeat_sequence(text, *tok, 20, st, 1, 1), Error);
 }
 
+/// Checks the reconstruction layout (BOS, n body tokens, the instruction, the body again, EOS; the copy starts
+/// at a0 with weight `aw`, the token before it weighs `pw`) and returns n.
+size_t expect_reconstruction_row(const train::Sequence& s, const Tokenizer& tok, size_t max_len, int64_t a0, float pw, float aw) {
+    const auto instr = tok.encode("\n\nRepeat the previous context exactly.\n", false);
+    EXPECT_LE(s.tokens.size(), max_len);
+    const size_t n = (s.tokens.size() - 2 - instr.size()) / 2;
+    EXPECT_EQ(static_cast<size_t>(a0), 1 + n + instr.size());
+    EXPECT_EQ(s.tokens.front(), tok.vocab().bos);
+    EXPECT_EQ(s.tokens.back(), tok.vocab().eos);
+    EXPECT_TRUE(std::equal(instr.begin(), instr.end(), s.tokens.begin() + 1 + n));
+    EXPECT_TRUE(std::equal(s.tokens.begin() + 1, s.tokens.begin() + 1 + n, s.tokens.begin() + a0));
+    EXPECT_EQ(s.weight[a0 - 1], pw);
+    EXPECT_EQ(s.weight[a0], aw);
+    return n;
+}
+
 TEST(TrainData, CopyTaskRepeatsRandomNormalTokens) {
     const auto tok = stories_tokenizer();
     uint64_t st = 9, st2 = 9;
     int64_t a0 = 0;
     const auto s = train::copy_sequence(*tok, 120, st, 0.5f, 2.0f, &a0);
-    const auto instr = tok->encode("\n\nRepeat the previous context exactly.\n", false);
-    ASSERT_LE(s.tokens.size(), 120u);
-    const size_t n = (s.tokens.size() - 2 - instr.size()) / 2;
-    EXPECT_EQ(static_cast<size_t>(a0), 1 + n + instr.size());
-    EXPECT_EQ(s.tokens.front(), tok->vocab().bos);
-    EXPECT_EQ(s.tokens.back(), tok->vocab().eos);
-    EXPECT_TRUE(std::equal(s.tokens.begin() + 1, s.tokens.begin() + 1 + n, s.tokens.begin() + a0));
+    const size_t n = expect_reconstruction_row(s, *tok, 120, a0, 0.5f, 2.0f);
     std::set<int32_t> distinct(s.tokens.begin() + 1, s.tokens.begin() + 1 + n);
     EXPECT_GT(distinct.size(), n / 2);  // random, not a constant run
     for (size_t i = 1; i <= n; ++i) EXPECT_EQ(tok->vocab().types[s.tokens[i]], TokenType::kNormal);
-    EXPECT_EQ(s.weight[a0 - 1], 0.5f);
-    EXPECT_EQ(s.weight[a0], 2.0f);
     EXPECT_EQ(train::copy_sequence(*tok, 120, st2, 0.5f, 2.0f).tokens, s.tokens);  // deterministic in the seed
     EXPECT_THROW(train::copy_sequence(*tok, 20, st, 1, 1), Error);
 }
@@ -140,13 +148,7 @@ TEST(TrainData, CopyCodesTaskRepeatsNumbersAndCapitalNames) {
     uint64_t st = 5, st2 = 5;
     int64_t a0 = 0;
     const auto s = train::copy_codes_sequence(*tok, 200, st, 0.5f, 2.0f, &a0);
-    const auto instr = tok->encode("\n\nRepeat the previous context exactly.\n", false);
-    ASSERT_LE(s.tokens.size(), 200u);
-    const size_t n = (s.tokens.size() - 2 - instr.size()) / 2;
-    EXPECT_EQ(static_cast<size_t>(a0), 1 + n + instr.size());
-    EXPECT_EQ(s.tokens.front(), tok->vocab().bos);
-    EXPECT_EQ(s.tokens.back(), tok->vocab().eos);
-    EXPECT_TRUE(std::equal(s.tokens.begin() + 1, s.tokens.begin() + 1 + n, s.tokens.begin() + a0));
+    const size_t n = expect_reconstruction_row(s, *tok, 200, a0, 0.5f, 2.0f);
     // The body is codes only: digits, capitals and spaces, both kinds present, from a small alphabet.
     const std::string body = tok->decode(std::vector<int32_t>(s.tokens.begin() + 1, s.tokens.begin() + 1 + n));
     size_t digits = 0, caps = 0;
@@ -160,8 +162,6 @@ TEST(TrainData, CopyCodesTaskRepeatsNumbersAndCapitalNames) {
     EXPECT_GT(caps, 10u);
     std::set<int32_t> distinct(s.tokens.begin() + 1, s.tokens.begin() + 1 + n);
     EXPECT_LT(distinct.size(), n / 2);  // tokens recur: copying must match more than the last token
-    EXPECT_EQ(s.weight[a0 - 1], 0.5f);
-    EXPECT_EQ(s.weight[a0], 2.0f);
     EXPECT_EQ(train::copy_codes_sequence(*tok, 200, st2, 0.5f, 2.0f).tokens, s.tokens);  // deterministic in the seed
     EXPECT_THROW(train::copy_codes_sequence(*tok, 20, st, 1, 1), Error);
 }
