@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Trains models/kvsieve-tiny-2k.gguf from scratch with kvsieve's training stack, in four phases (see
-# models/kvsieve-tiny-2k.md): language and task formats, then induction on short copy examples, then retrieval
-# at 512–2304 tokens. About 3.5 hours on 2 cores. Each phase is resumable: rerun the script after an
+# Trains models/kvsieve-tiny-2k.gguf from scratch with kvsieve's training stack, in eight phases (see
+# models/kvsieve-tiny-2k.md): language and task formats, induction on short copy examples, retrieval at
+# 512–2304 tokens, then the tasks on short rows with code copying and associative recall, and the tasks again
+# at 1k–2.3k tokens. About 5 hours on 2 cores. Each phase is resumable: rerun the script after an
 # interruption and it continues where it stopped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,4 +17,9 @@ phase configs/kvsieve-tiny-2k.json runs/kvsieve-tiny-2k
 phase configs/kvsieve-tiny-2k-copy1.json runs/tiny2k-copy1
 phase configs/kvsieve-tiny-2k-copy2.json runs/tiny2k-copy2
 phase configs/kvsieve-tiny-2k-retrieval.json runs/tiny2k-retrieval
-$K quantize runs/tiny2k-retrieval/final.gguf models/kvsieve-tiny-2k.gguf --type f16
+$K quantize runs/tiny2k-retrieval/final.gguf runs/tiny2k-retrieval/final-f16.gguf --type f16
+phase configs/kvsieve-tiny-2k-tasks1.json runs/tiny2k-tasks1
+phase configs/kvsieve-tiny-2k-codes.json runs/tiny2k-codes
+phase configs/kvsieve-tiny-2k-recall.json runs/tiny2k-recall
+phase configs/kvsieve-tiny-2k-tasks2.json runs/tiny2k-tasks2
+$K quantize runs/tiny2k-tasks2/final.gguf models/kvsieve-tiny-2k.gguf --type f16
