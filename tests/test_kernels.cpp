@@ -194,45 +194,45 @@ TEST(Kernels, PagedAttentionRowsMatchReferenceForEveryTypeAndIsa) {
     // specialised binary16 AVX-512 kernel (d 64/128/256, value pass in one or several query blocks) and the
     // generic one (d = 32, G above its limit).
     for (auto [d, G] : std::vector<std::pair<int, int>>{{64, 4}, {128, 2}, {128, 5}, {256, 3}, {32, 4}, {64, 17}}) {
-    SCOPED_TRACE(testing::Message() << "d=" << d << " G=" << G);
-    const int n = 39;
-    const auto kf = randn(n * d, 31), vf = randn(n * d, 32), q = randn(G * d, 33);
-    std::vector<uint16_t> kh(n * d), vh(n * d), kb(n * d), vb(n * d);
-    quantize_row_f16(kf.data(), kh.data(), n * d);
-    quantize_row_f16(vf.data(), vh.data(), n * d);
-    quantize_row_bf16(kf.data(), kb.data(), n * d);
-    quantize_row_bf16(vf.data(), vb.data(), n * d);
-    for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16}) {
-        // Reference in float64 on the rounded values.
-        std::vector<float> K(n * d), V(n * d);
-        const void* kp = t == TensorType::F32 ? static_cast<const void*>(kf.data()) : t == TensorType::F16 ? (const void*)kh.data() : (const void*)kb.data();
-        const void* vp = t == TensorType::F32 ? static_cast<const void*>(vf.data()) : t == TensorType::F16 ? (const void*)vh.data() : (const void*)vb.data();
-        dequantize_row(t, kp, K.data(), n * d);
-        dequantize_row(t, vp, V.data(), n * d);
-        std::vector<float> ref(G * d);
-        attention_reference(q.data(), 1, n - 1, K.data(), V.data(), d, {G, 1, d}, ref.data());
-        const size_t es = t == TensorType::F32 ? 4 : 2;
-        for (const DotKernels* k : available_kernel_sets()) {
-            SCOPED_TRACE(std::string(k->isa) + " " + type_name(t));
-            std::vector<float> m(G, -INFINITY), l(G, 0), o(G * d, 0), s(G * n);
-            for (int j0 = 0; j0 < n; j0 += 16) {
-                const int cnt = std::min(16, n - j0);
-                k->attend_rows(t, static_cast<const uint8_t*>(kp) + j0 * d * es, static_cast<const uint8_t*>(vp) + j0 * d * es,
-                               cnt, d, q.data(), G, 1.0f / std::sqrt(float(d)), m.data(), l.data(), o.data(), s.data() + j0, n);
-            }
-            double worst = 0, worst_s = 0;
-            for (int g = 0; g < G; ++g)
-                for (int c = 0; c < d; ++c) worst = std::max(worst, double(std::fabs(o[g * d + c] / l[g] - ref[g * d + c])));
-            for (int g = 0; g < G; ++g)
-                for (int j = 0; j < n; ++j) {
-                    double dot = 0;
-                    for (int c = 0; c < d; ++c) dot += double(q[g * d + c]) * K[j * d + c];
-                    worst_s = std::max(worst_s, std::fabs(dot / std::sqrt(double(d)) - s[g * n + j]));
+        SCOPED_TRACE(testing::Message() << "d=" << d << " G=" << G);
+        const int n = 39;
+        const auto kf = randn(n * d, 31), vf = randn(n * d, 32), q = randn(G * d, 33);
+        std::vector<uint16_t> kh(n * d), vh(n * d), kb(n * d), vb(n * d);
+        quantize_row_f16(kf.data(), kh.data(), n * d);
+        quantize_row_f16(vf.data(), vh.data(), n * d);
+        quantize_row_bf16(kf.data(), kb.data(), n * d);
+        quantize_row_bf16(vf.data(), vb.data(), n * d);
+        for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16}) {
+            // Reference in float64 on the rounded values.
+            std::vector<float> K(n * d), V(n * d);
+            const void* kp = t == TensorType::F32 ? static_cast<const void*>(kf.data()) : t == TensorType::F16 ? (const void*)kh.data() : (const void*)kb.data();
+            const void* vp = t == TensorType::F32 ? static_cast<const void*>(vf.data()) : t == TensorType::F16 ? (const void*)vh.data() : (const void*)vb.data();
+            dequantize_row(t, kp, K.data(), n * d);
+            dequantize_row(t, vp, V.data(), n * d);
+            std::vector<float> ref(G * d);
+            attention_reference(q.data(), 1, n - 1, K.data(), V.data(), d, {G, 1, d}, ref.data());
+            const size_t es = t == TensorType::F32 ? 4 : 2;
+            for (const DotKernels* k : available_kernel_sets()) {
+                SCOPED_TRACE(std::string(k->isa) + " " + type_name(t));
+                std::vector<float> m(G, -INFINITY), l(G, 0), o(G * d, 0), s(G * n);
+                for (int j0 = 0; j0 < n; j0 += 16) {
+                    const int cnt = std::min(16, n - j0);
+                    k->attend_rows(t, static_cast<const uint8_t*>(kp) + j0 * d * es, static_cast<const uint8_t*>(vp) + j0 * d * es,
+                                   cnt, d, q.data(), G, 1.0f / std::sqrt(float(d)), m.data(), l.data(), o.data(), s.data() + j0, n);
                 }
-            EXPECT_LE(worst, 1e-5);
-            EXPECT_LE(worst_s, 1e-4);
+                double worst = 0, worst_s = 0;
+                for (int g = 0; g < G; ++g)
+                    for (int c = 0; c < d; ++c) worst = std::max(worst, double(std::fabs(o[g * d + c] / l[g] - ref[g * d + c])));
+                for (int g = 0; g < G; ++g)
+                    for (int j = 0; j < n; ++j) {
+                        double dot = 0;
+                        for (int c = 0; c < d; ++c) dot += double(q[g * d + c]) * K[j * d + c];
+                        worst_s = std::max(worst_s, std::fabs(dot / std::sqrt(double(d)) - s[g * n + j]));
+                    }
+                EXPECT_LE(worst, 1e-5);
+                EXPECT_LE(worst_s, 1e-4);
+            }
         }
-    }
     }
 }
 

@@ -141,6 +141,9 @@ TEST(TrainData, CopyTaskRepeatsRandomNormalTokens) {
     for (size_t i = 1; i <= n; ++i) EXPECT_EQ(tok->vocab().types[s.tokens[i]], TokenType::kNormal);
     EXPECT_EQ(train::copy_sequence(*tok, 120, st2, 0.5f, 2.0f).tokens, s.tokens);  // deterministic in the seed
     EXPECT_THROW(train::copy_sequence(*tok, 20, st, 1, 1), Error);
+    uint64_t st3 = 9;  // the by-name entry point makes the same row, and refuses a task that is not a copy task
+    EXPECT_EQ(train::copy_task_sequence("copy", *tok, 120, st3, 0.5f, 2.0f).tokens, s.tokens);
+    EXPECT_THROW(train::copy_task_sequence("repeat", *tok, 120, st3, 1, 1), Error);
 }
 
 TEST(TrainData, CopyCodesTaskRepeatsNumbersAndCapitalNames) {

@@ -175,6 +175,13 @@ Sequence copy_codes_sequence(const Tokenizer& tok, int64_t length, uint64_t& st,
     return reconstruction_sequence(body, instr, tok.vocab(), prompt_weight, answer_weight, answer_begin);
 }
 
+Sequence copy_task_sequence(const std::string& task, const Tokenizer& tok, int64_t length, uint64_t& st,
+                            float prompt_weight, float answer_weight, int64_t* answer_begin) {
+    if (task == kCopyTask) return copy_sequence(tok, length, st, prompt_weight, answer_weight, answer_begin);
+    if (task == kCopyCodesTask) return copy_codes_sequence(tok, length, st, prompt_weight, answer_weight, answer_begin);
+    fail("'", task, "' is not a copy task (", kCopyTask, ", ", kCopyCodesTask, ")");
+}
+
 Sequence recall_sequence(const Tokenizer& tok, int64_t length, uint64_t& st, float prompt_weight, float answer_weight,
                          int64_t* answer_begin) {
     const auto& words = task_words();
@@ -189,7 +196,7 @@ Sequence recall_sequence(const Tokenizer& tok, int64_t length, uint64_t& st, flo
         if (seen.insert(k).second) keys.push_back(k), vals.push_back(number());
     }
     std::vector<size_t> order(keys.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::iota(order.begin(), order.end(), size_t{0});
     for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[next_random(st) % i]);
     // Text pieces: the prompt part before each recalled value, and the value itself.
     auto build = [&](size_t m, std::vector<std::pair<std::string, std::string>>* parts) {
@@ -267,8 +274,7 @@ Batch make_batch(const MixSpec& mix, const TextStream& text, const Tokenizer& to
                 continue;
             }
             if (is_copy_task(task)) {
-                rows.push_back(task == kCopyTask ? copy_sequence(tok, T, st, mix.prompt_weight, mix.answer_weight)
-                                                 : copy_codes_sequence(tok, T, st, mix.prompt_weight, mix.answer_weight));
+                rows.push_back(copy_task_sequence(task, tok, T, st, mix.prompt_weight, mix.answer_weight));
                 ++b.n_synthetic;
                 continue;
             }

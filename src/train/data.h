@@ -112,6 +112,10 @@ inline bool is_training_only_task(const std::string& name) {
 /// True for the copy tasks (copy, copy_codes), whose pretraining evaluation is the token accuracy of the copy.
 inline bool is_copy_task(const std::string& name) { return name == kCopyTask || name == kCopyCodesTask; }
 
+/// A row of the copy task `task` (copy_sequence() or copy_codes_sequence()); throws Error for any other name.
+Sequence copy_task_sequence(const std::string& task, const Tokenizer& tok, int64_t length, uint64_t& rng_state,
+                            float prompt_weight, float answer_weight, int64_t* answer_begin = nullptr);
+
 /// The mixture one run trains on.
 struct MixSpec {
     double synthetic_fraction = 0.5;           ///< probability that a row is a synthetic example

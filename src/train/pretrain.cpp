@@ -258,8 +258,7 @@ bool run_pretrain(const std::string& config_path, bool resume, bool progress) {
                 Sequence s;
                 if (is_copy_task(task)) {
                     uint64_t st = mix_seed(seed ^ 0xC0B1, static_cast<uint64_t>(i));
-                    s = task == kCopyTask ? copy_sequence(*tok, ev_len, st, 1, 1, &a0)
-                                          : copy_codes_sequence(*tok, ev_len, st, 1, 1, &a0);
+                    s = copy_task_sequence(task, *tok, ev_len, st, 1, 1, &a0);
                 } else {
                     s = synthetic_sequence(task, ev_len, *tok, haystack, mix_seed(seed ^ 0xE7A1, i), 1, 1, &a0);
                 }
