@@ -63,6 +63,38 @@ TEST(Tasks, MultiQueryAndMultiValueHaveFourAnswers) {
     EXPECT_EQ(make_task_example("fwe", 1024, tok, kCorpus, 1).answers.size(), 3u);
 }
 
+TEST(Tasks, VariableTrackingFollowsOneOfTwoChains) {
+    const Tokenizer& tok = qwen_tok();
+    for (uint64_t seed : {1u, 2u, 3u}) {
+        const auto one = make_task_example("vt", 1024, tok, kCorpus, seed);
+        const auto two = make_task_example("vt_2", 1024, tok, kCorpus, seed);
+        auto count = [](const std::string& s, const std::string& what) {
+            size_t n = 0;
+            for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
+            return n;
+        };
+        // Statements: "VAR X = value." opens a chain, "VAR Y = VAR X." continues it (plus the question's mention).
+        EXPECT_EQ(count(one.input, " = VAR "), 4u);
+        EXPECT_EQ(count(two.input, " = VAR "), 8u);
+        ASSERT_EQ(two.answers.size(), 5u);
+        // The asked value is assigned to the first answer, and each answer is assigned the previous one, in order.
+        const size_t q = two.input.find("assigned the value ");
+        ASSERT_NE(q, std::string::npos);
+        const std::string value = two.input.substr(q + 19, 7);
+        size_t at = two.input.find("VAR " + two.answers[0] + " = " + value + ".");
+        ASSERT_NE(at, std::string::npos);
+        for (size_t i = 1; i < two.answers.size(); ++i) {
+            const size_t next = two.input.find("VAR " + two.answers[i] + " = VAR " + two.answers[i - 1] + ".");
+            ASSERT_NE(next, std::string::npos) << i;
+            EXPECT_GT(next, at);
+            at = next;
+        }
+        // Ten statements before the question (two heads with one "VAR ", eight links with two): the other chain's
+        // five variables are there too, so listing every variable in order is wrong.
+        EXPECT_EQ(count(two.input.substr(0, q), "VAR "), 18u);
+    }
+}
+
 TEST(Tasks, MetricsFollowRuler) {
     EXPECT_DOUBLE_EQ(string_match_all("the numbers are 123 and 456", {"123", "456"}), 1.0);
     EXPECT_DOUBLE_EQ(string_match_all("only 123", {"123", "456"}), 0.5);

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <functional>
 #include <map>
+#include <numeric>
 #include <random>
 
 #include "text/tokenizer.h"
@@ -156,33 +157,60 @@ TaskExample niah(const std::string& task, const NiahSpec& sp, int64_t length, co
     return ex;
 }
 
-TaskExample variable_tracking(int64_t length, const Tokenizer& tok, Rng& rng) {
+/// RULER's variable tracking (App. B, num_hops 4) with `chains` interleaved chains, each starting from its own
+/// 7-digit value; the question asks for chain 0's variables. With one chain, listing every assigned variable in
+/// order answers it; with two or more, only following the chain does.
+TaskExample variable_tracking(const std::string& task, int chains, int64_t length, const Tokenizer& tok, Rng& rng) {
     const int hops = 4;
-    const std::string value = rng.number();
-    std::vector<std::string> names;
-    auto var = [&] {
-        std::string s;
-        for (int i = 0; i < 5; ++i) s += static_cast<char>('A' + rng.uniform(0, 25));
+    struct Statement {
+        double depth;
+        std::string text;
+    };
+    std::vector<Statement> statements;
+    std::vector<std::string> values, answers, used;
+    auto fresh = [&](const std::function<std::string()>& draw) {
+        std::string s = draw();
+        while (std::find(used.begin(), used.end(), s) != used.end()) s = draw();
+        used.push_back(s);
         return s;
     };
-    for (int i = 0; i <= hops; ++i) names.push_back(var());
-    std::vector<std::string> chain{"VAR " + names[0] + " = " + value + "."};
-    for (int i = 1; i <= hops; ++i) chain.push_back("VAR " + names[i] + " = VAR " + names[i - 1] + ".");
-    std::vector<double> depth;
-    for (int i = 0; i <= hops; ++i) depth.push_back(std::uniform_real_distribution<double>(0, 1)(rng.g));
-    std::sort(depth.begin(), depth.end());  // keep the chain in order
+    for (int c = 0; c < chains; ++c) {
+        const std::string value = fresh([&] { return rng.number(); });
+        std::vector<std::string> names;
+        for (int i = 0; i <= hops; ++i)
+            names.push_back(fresh([&] {
+                std::string s;
+                for (int k = 0; k < 5; ++k) s += static_cast<char>('A' + rng.uniform(0, 25));
+                return s;
+            }));
+        std::vector<double> depth;
+        for (int i = 0; i <= hops; ++i) depth.push_back(std::uniform_real_distribution<double>(0, 1)(rng.g));
+        std::sort(depth.begin(), depth.end());  // keep each chain in order
+        for (int i = 0; i <= hops; ++i)
+            statements.push_back({depth[i], i == 0 ? "VAR " + names[0] + " = " + value + "."
+                                                   : "VAR " + names[i] + " = VAR " + names[i - 1] + "."});
+        values.push_back(value);
+        if (c == 0) answers = names;
+    }
+    // Insert from the deepest statement up, so that earlier insertions do not shift later ones; ties keep the
+    // chain order because the later statement of a tie goes in first.
+    std::vector<size_t> order(statements.size());
+    std::iota(order.begin(), order.end(), size_t{0});
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+        return statements[a].depth > statements[b].depth || (statements[a].depth == statements[b].depth && a > b);
+    });
     auto build = [&](size_t n) {
         std::vector<std::string> units(n, kNoise);
-        for (int i = hops; i >= 0; --i) units.insert(units.begin() + static_cast<size_t>(depth[i] * n), chain[i]);
+        for (size_t i : order) units.insert(units.begin() + static_cast<size_t>(statements[i].depth * n), statements[i].text);
         return "Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n" + join(units, " ") +
-               "\nQuestion: Find all variables that are assigned the value " + value +
+               "\nQuestion: Find all variables that are assigned the value " + values[0] +
                " in the text above. Answer: According to the chain(s) of variable assignment in the text above, " +
-               std::to_string(hops + 1) + " variables are assigned the value " + value + ", they are:";
+               std::to_string(hops + 1) + " variables are assigned the value " + values[0] + ", they are:";
     };
     TaskExample ex;
-    ex.task = "vt";
+    ex.task = task;
     ex.input = fit(build, static_cast<size_t>(length), length, tok, &ex.input_tokens);
-    ex.answers = names;
+    ex.answers = answers;
     ex.max_new_tokens = 40;
     return ex;
 }
@@ -300,7 +328,7 @@ const std::vector<std::string>& task_words() {
 const std::vector<std::string>& task_names() {
     static const std::vector<std::string> n = {"niah_single_1", "niah_single_2", "niah_single_3", "niah_multikey_1",
                                                "niah_multikey_2", "niah_multikey_3", "niah_multivalue", "niah_multiquery",
-                                               "vt", "cwe", "fwe", "qa"};
+                                               "vt", "vt_2", "cwe", "fwe", "qa"};
     return n;
 }
 
@@ -327,7 +355,8 @@ TaskExample make_task_example(const std::string& task, int64_t length, const Tok
     };
     try {
         if (auto it = niahs.find(task); it != niahs.end()) return niah(task, it->second, length, tok, corpus, rng);
-        if (task == "vt") return variable_tracking(length, tok, rng);
+        if (task == "vt") return variable_tracking(task, 1, length, tok, rng);
+        if (task == "vt_2") return variable_tracking(task, 2, length, tok, rng);
         if (task == "cwe") return common_words(length, tok, rng);
         if (task == "fwe") return frequent_words(length, tok, rng);
         return question_answering(length, tok, corpus, rng);

@@ -19,8 +19,8 @@ struct TaskExample {
     int64_t max_new_tokens = 0;        ///< tokens to generate
 };
 
-/// Names of the tasks: niah_single_1/2/3, niah_multikey_1/2/3, niah_multivalue, niah_multiquery, vt, cwe,
-/// fwe, qa.
+/// Names of the tasks: niah_single_1/2/3, niah_multikey_1/2/3, niah_multivalue, niah_multiquery, vt, vt_2 (two
+/// interleaved chains; the question asks for one), cwe, fwe, qa.
 const std::vector<std::string>& task_names();
 
 /// The word list the generators draw keys and common/rare words from (77 lower-case English nouns); a NIAH key
