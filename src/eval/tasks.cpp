@@ -77,22 +77,43 @@ std::vector<std::string> corpus_sentences(const std::string& corpus, Rng& rng, s
     return out;
 }
 
-/// Largest n such that build(n) has at most `length` tokens (build is monotone in n).
+/// Largest n ≤ max_units such that build(n) has at most `length` tokens (build is monotone in n). Probes start
+/// from secant estimates of the tokens per unit, then gallop and bisect, so that every text it tokenizes is
+/// near `length` tokens long (a plain bisection from max_units / 2 tokenizes texts many times longer).
 std::string fit(const std::function<std::string(size_t)>& build, size_t max_units, int64_t length, const Tokenizer& tok,
                 int64_t* tokens) {
-    auto count = [&](size_t n) { return static_cast<int64_t>(tok.encode(build(n), false, false).size()); };
-    if (count(0) > length) fail("a length of ", length, " tokens is too short for this task's template (needs ", count(0), ")");
-    size_t lo = 0, hi = max_units;
-    while (lo < hi) {
-        const size_t mid = (lo + hi + 1) / 2;
-        if (count(mid) <= length)
-            lo = mid;
+    std::map<size_t, int64_t> seen;
+    auto count = [&](size_t n) {
+        auto it = seen.find(n);
+        if (it == seen.end()) it = seen.emplace(n, static_cast<int64_t>(tok.encode(build(n), false, false).size())).first;
+        return it->second;
+    };
+    const int64_t c0 = count(0);
+    if (c0 > length) fail("a length of ", length, " tokens is too short for this task's template (needs ", c0, ")");
+    size_t lo = 0, hi = max_units + 1;  // count(lo) <= length < count(hi); hi = max_units + 1: none found yet
+    auto probe = [&](size_t n) {
+        const bool fits = count(n) <= length;
+        if (fits)
+            lo = std::max(lo, n);
         else
-            hi = mid - 1;
+            hi = std::min(hi, n);
+        return fits;
+    };
+    size_t n = std::min<size_t>(max_units, 16);
+    for (int it = 0; it < 4 && n > lo && n < hi; ++it) {
+        probe(n);
+        const double per_unit = static_cast<double>(count(n) - c0) / static_cast<double>(n);
+        if (per_unit <= 0 || hi - lo <= 1) break;
+        n = std::clamp(static_cast<size_t>(static_cast<double>(length - c0) / per_unit), lo + 1, hi - 1);
     }
-    std::string s = build(lo);
+    for (size_t step = std::max<size_t>(1, lo / 256); hi == max_units + 1;) {  // gallop up to a misfit
+        const size_t m = std::min(max_units, lo + step);
+        if (m == lo) break;  // everything fits
+        if (probe(m)) step *= 2;
+    }
+    while (hi - lo > 1) probe(lo + (hi - lo) / 2);
     *tokens = count(lo);
-    return s;
+    return build(lo);
 }
 
 std::string join(const std::vector<std::string>& v, const std::string& sep) {

@@ -198,21 +198,21 @@ Sequence recall_sequence(const Tokenizer& tok, int64_t length, uint64_t& st, flo
     std::vector<size_t> order(keys.size());
     std::iota(order.begin(), order.end(), size_t{0});
     for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[next_random(st) % i]);
-    // Text pieces: the prompt part before each recalled value, and the value itself.
-    auto build = [&](size_t m, std::vector<std::pair<std::string, std::string>>* parts) {
+    // The text, and the recalled values in the order they are asked for.
+    std::vector<std::string> asked;
+    auto build = [&](size_t m) {
         std::string text = "Some special magic numbers are hidden in the following list. Memorize them.\n";
         for (size_t i = 0; i < m; ++i) text += (i ? " " : "") + ("One of the special magic numbers for " + keys[i] + " is: " + vals[i] + ".");
         text += "\nRecall them.\n";
-        parts->clear();
+        asked.clear();
         for (size_t i : order)
             if (i < m) {
-                parts->emplace_back(text + "The special magic number for " + keys[i] + " is:", " " + vals[i] + ".");
-                text = parts->back().first + parts->back().second + "\n";
+                text += "The special magic number for " + keys[i] + " is: " + vals[i] + ".\n";
+                asked.push_back(vals[i]);
             }
         return text;
     };
-    std::vector<std::pair<std::string, std::string>> parts;
-    auto fits = [&](size_t m) { return static_cast<int64_t>(tok.encode(build(m, &parts), true).size()) + 1 <= length; };
+    auto fits = [&](size_t m) { return static_cast<int64_t>(tok.encode(build(m), true).size()) + 1 <= length; };
     require(keys.size() >= 2 && fits(2), "a length of ", length, " tokens is too short for the ", kRecallTask, " task");
     size_t lo = 2, hi = keys.size();  // the token count grows with m: binary search for the largest that fits
     while (lo < hi) {
@@ -222,22 +222,27 @@ Sequence recall_sequence(const Tokenizer& tok, int64_t length, uint64_t& st, flo
         else
             hi = mid - 1;
     }
-    const size_t m = lo;
-    const std::string text = build(m, &parts);
+    const std::string text = build(lo);
     Sequence s;
     s.tokens = tok.encode(text, true);
     s.tokens.push_back(tok.vocab().eos);
     s.weight.assign(s.tokens.size(), prompt_weight);
+    // Each recalled value (" 1234567.") is found, in order, in the text the tokens spell after the list; its
+    // tokens are those that start and end on its bounds. A value whose tokens merged with a neighbour is skipped.
+    std::string spelled;
+    std::vector<size_t> start(s.tokens.size() + 1);
+    for (size_t i = 0; i < s.tokens.size(); ++i) start[i] = spelled.size(), spelled += tok.token_to_piece(s.tokens[i]);
+    start[s.tokens.size()] = spelled.size();
+    size_t pos = spelled.find("\nRecall them.\n");
     int64_t first = -1;
-    for (const auto& [before, value] : parts) {
-        // Token span of the value: from the tokens of the text before it to those of the text through it
-        // (both are prefixes of the whole encoding when no merge crosses the boundary; else the span is skipped).
-        const auto a = tok.encode(before, true), b = tok.encode(before + value, true);
-        if (b.size() <= a.size() || b.size() > s.tokens.size() || !std::equal(a.begin(), a.end(), s.tokens.begin()) ||
-            !std::equal(b.begin(), b.end(), s.tokens.begin()))
-            continue;
-        for (size_t i = a.size(); i < b.size(); ++i) s.weight[i] = answer_weight;
-        if (first < 0) first = static_cast<int64_t>(a.size());
+    for (const auto& v : asked) {
+        const size_t p = pos == std::string::npos ? pos : spelled.find(" " + v + ".", pos);
+        if (p == std::string::npos) break;
+        pos = p + v.size() + 2;
+        const auto a = std::lower_bound(start.begin(), start.end(), p), b = std::lower_bound(start.begin(), start.end(), pos);
+        if (a == start.end() || b == start.end() || *a != p || *b != pos) continue;
+        for (auto i = a - start.begin(); i < b - start.begin(); ++i) s.weight[static_cast<size_t>(i)] = answer_weight;
+        if (first < 0) first = a - start.begin();
     }
     if (answer_begin) *answer_begin = first;
     return s;
