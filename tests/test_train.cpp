@@ -217,6 +217,50 @@ TEST(TrainData, RecallTaskWeighsOnlyTheRecalledValues) {
     EXPECT_THROW(train::recall_sequence(*tok, 40, st, 1, 1), Error);
 }
 
+TEST(TrainData, LinksTaskRecallsTheVariableAssignedEachKey) {
+    const auto tok = stories_tokenizer();
+    uint64_t st = 5, st2 = 5;
+    int64_t a0 = -1;
+    const auto s = train::links_sequence(*tok, 400, st, 0.5f, 3.0f, &a0);
+    ASSERT_LE(s.tokens.size(), 400u);
+    EXPECT_GT(s.tokens.size(), 300u);
+    EXPECT_EQ(s.tokens.back(), tok->vocab().eos);
+    const std::string text = tok->decode(s.tokens);
+    const size_t recall_at = text.find("Recall them.");
+    ASSERT_NE(recall_at, std::string::npos);
+    // Links "VAR X = VAR Y." map Y to X; every recall line names a Y and answers its X.
+    std::map<std::string, std::string> assigned;
+    for (size_t p = text.find("VAR "); p != std::string::npos && p < recall_at; p = text.find("VAR ", p + 1)) {
+        const std::string x = text.substr(p + 4, 5);
+        ASSERT_EQ(text.substr(p + 9, 7), " = VAR ") << text.substr(p, 20);
+        assigned[text.substr(p + 16, 5)] = x;
+        p += 16;
+    }
+    ASSERT_GE(assigned.size(), 2u);
+    const std::string q = "The variable assigned VAR ";
+    std::string expected;
+    size_t recalled = 0;
+    for (size_t p = text.find(q, recall_at); p != std::string::npos; p = text.find(q, p + 1), ++recalled) {
+        const std::string y = text.substr(p + q.size(), 5);
+        ASSERT_EQ(text.substr(p + q.size() + 5, 5), " is: ");
+        ASSERT_TRUE(assigned.count(y)) << y;
+        EXPECT_EQ(text.substr(p + q.size() + 10, 6), assigned[y] + ".");
+        expected += assigned[y] + ".";
+    }
+    EXPECT_EQ(recalled, assigned.size());
+    std::string weighted;  // the answer tokens, spaces dropped
+    for (size_t i = 0; i < s.tokens.size(); ++i) {
+        EXPECT_TRUE(s.weight[i] == 0.5f || s.weight[i] == 3.0f);
+        if (s.weight[i] == 3.0f)
+            for (char c : tok->token_to_piece(s.tokens[i]))
+                if (c != ' ') weighted += c;
+    }
+    EXPECT_EQ(weighted, expected);
+    EXPECT_GT(a0, static_cast<int64_t>(0));
+    EXPECT_EQ(train::links_sequence(*tok, 400, st2, 0.5f, 3.0f).tokens, s.tokens);
+    EXPECT_THROW(train::links_sequence(*tok, 30, st, 1, 1), Error);
+}
+
 TEST(TrainData, HeldOutTailIsNotInTheTrainingStream) {
     const auto tok = stories_tokenizer();
     const std::string text = story_text();

@@ -1,6 +1,7 @@
 #include "train/data.h"
 
 #include <algorithm>
+#include <functional>
 #include <set>
 #include <numeric>
 
@@ -182,18 +183,31 @@ Sequence copy_task_sequence(const std::string& task, const Tokenizer& tok, int64
     fail("'", task, "' is not a copy task (", kCopyTask, ", ", kCopyCodesTask, ")");
 }
 
-Sequence recall_sequence(const Tokenizer& tok, int64_t length, uint64_t& st, float prompt_weight, float answer_weight,
-                         int64_t* answer_begin) {
-    const auto& words = task_words();
-    auto pick_word = [&] { return words[next_random(st) % words.size()]; };
-    auto number = [&] { return std::to_string(1000000 + next_random(st) % 9000000); };
+namespace {
+
+/// The text of an associative-recall row: the pairs are listed, then recalled one by one by key.
+struct RecallFormat {
+    const char* task;
+    const char* header;                                  ///< before the list
+    std::function<std::string(uint64_t&)> key, value;    ///< draw a key / a value
+    bool distinct_values;                                ///< values distinct from each other and from the keys
+    std::function<std::string(const std::string&, const std::string&)> line;  ///< a listed pair (key, value)
+    std::function<std::string(const std::string&)> query;  ///< a recall line up to its answer " value."
+};
+
+/// A row of `f` of at most `length` tokens; layout and weights as recall_sequence() documents.
+Sequence recall_format_sequence(const RecallFormat& f, const Tokenizer& tok, int64_t length, uint64_t& st,
+                                float prompt_weight, float answer_weight, int64_t* answer_begin) {
     // Draw more key-value pairs than can fit, then keep the largest prefix that does.
     std::vector<std::string> keys, vals;
     std::set<std::string> seen;
     const int64_t most = std::max<int64_t>(2, length / 16);
     for (int64_t guard = 0; static_cast<int64_t>(keys.size()) < most && guard < most * 8; ++guard) {
-        std::string k = pick_word() + "-" + pick_word();
-        if (seen.insert(k).second) keys.push_back(k), vals.push_back(number());
+        std::string k = f.key(st);
+        if (!seen.insert(k).second) continue;
+        std::string v = f.value(st);
+        while (f.distinct_values && !seen.insert(v).second) v = f.value(st);
+        keys.push_back(k), vals.push_back(v);
     }
     std::vector<size_t> order(keys.size());
     std::iota(order.begin(), order.end(), size_t{0});
@@ -201,19 +215,19 @@ Sequence recall_sequence(const Tokenizer& tok, int64_t length, uint64_t& st, flo
     // The text, and the recalled values in the order they are asked for.
     std::vector<std::string> asked;
     auto build = [&](size_t m) {
-        std::string text = "Some special magic numbers are hidden in the following list. Memorize them.\n";
-        for (size_t i = 0; i < m; ++i) text += (i ? " " : "") + ("One of the special magic numbers for " + keys[i] + " is: " + vals[i] + ".");
+        std::string text = f.header;
+        for (size_t i = 0; i < m; ++i) text += (i ? " " : "") + f.line(keys[i], vals[i]);
         text += "\nRecall them.\n";
         asked.clear();
         for (size_t i : order)
             if (i < m) {
-                text += "The special magic number for " + keys[i] + " is: " + vals[i] + ".\n";
+                text += f.query(keys[i]) + " " + vals[i] + ".\n";
                 asked.push_back(vals[i]);
             }
         return text;
     };
     auto fits = [&](size_t m) { return static_cast<int64_t>(tok.encode(build(m), true).size()) + 1 <= length; };
-    require(keys.size() >= 2 && fits(2), "a length of ", length, " tokens is too short for the ", kRecallTask, " task");
+    require(keys.size() >= 2 && fits(2), "a length of ", length, " tokens is too short for the ", f.task, " task");
     size_t lo = 2, hi = keys.size();  // the token count grows with m: binary search for the largest that fits
     while (lo < hi) {
         const size_t mid = (lo + hi + 1) / 2;
@@ -248,6 +262,44 @@ Sequence recall_sequence(const Tokenizer& tok, int64_t length, uint64_t& st, flo
     return s;
 }
 
+std::string capital_name(uint64_t& st) {
+    std::string s;
+    for (int k = 0; k < 5; ++k) s += static_cast<char>('A' + next_random(st) % 26);
+    return s;
+}
+
+}  // namespace
+
+Sequence recall_sequence(const Tokenizer& tok, int64_t length, uint64_t& st, float prompt_weight, float answer_weight,
+                         int64_t* answer_begin) {
+    static const RecallFormat f{
+        kRecallTask,
+        "Some special magic numbers are hidden in the following list. Memorize them.\n",
+        [](uint64_t& r) {
+            const auto& words = task_words();
+            const std::string second = words[next_random(r) % words.size()];  // drawn first, as the rows made so far had it
+            return words[next_random(r) % words.size()] + "-" + second;
+        },
+        [](uint64_t& r) { return std::to_string(1000000 + next_random(r) % 9000000); },
+        false,
+        [](const std::string& k, const std::string& v) { return "One of the special magic numbers for " + k + " is: " + v + "."; },
+        [](const std::string& k) { return "The special magic number for " + k + " is:"; }};
+    return recall_format_sequence(f, tok, length, st, prompt_weight, answer_weight, answer_begin);
+}
+
+Sequence links_sequence(const Tokenizer& tok, int64_t length, uint64_t& st, float prompt_weight, float answer_weight,
+                        int64_t* answer_begin) {
+    static const RecallFormat f{
+        kLinksTask,
+        "Memorize the variable assignments in the following text.\n",
+        capital_name,
+        capital_name,
+        true,
+        [](const std::string& k, const std::string& v) { return "VAR " + v + " = VAR " + k + "."; },
+        [](const std::string& k) { return "The variable assigned VAR " + k + " is:"; }};
+    return recall_format_sequence(f, tok, length, st, prompt_weight, answer_weight, answer_begin);
+}
+
 Batch make_batch(const MixSpec& mix, const TextStream& text, const Tokenizer& tok, const std::string& haystack,
                  uint64_t seed, int64_t step) {
     require(!mix.lengths.empty(), "no sequence lengths given");
@@ -269,9 +321,10 @@ Batch make_batch(const MixSpec& mix, const TextStream& text, const Tokenizer& to
                 ++b.n_synthetic;
                 continue;
             }
-            if (task == kRecallTask) {
+            if (task == kRecallTask || task == kLinksTask) {
                 try {
-                    rows.push_back(recall_sequence(tok, T, st, mix.prompt_weight, mix.answer_weight));
+                    rows.push_back((task == kRecallTask ? recall_sequence : links_sequence)(tok, T, st, mix.prompt_weight,
+                                                                                            mix.answer_weight, nullptr));
                     ++b.n_synthetic;
                 } catch (const Error&) {  // too short for two needles: a text row instead
                     rows.push_back(text.window(T, st));

@@ -104,9 +104,23 @@ Sequence recall_sequence(const Tokenizer& tok, int64_t length, uint64_t& rng_sta
 /// Name of the training-only task of recall_sequence().
 inline constexpr const char* kRecallTask = "recall";
 
-/// True for the training-only tasks (repeat, copy, copy_codes, recall), which eval/tasks.h does not generate.
+/// The training-only task "links": the recall layout of recall_sequence() on variable links. m links
+/// "VAR X = VAR Y." (X, Y 5-capital names as in variable tracking, all distinct), "\nRecall them.\n", then in
+/// another random order "The variable assigned VAR Y is: X.\n"; only X and its full stop weigh `answer_weight`.
+/// The answer comes *before* its key in the link, so an induction head that finds Y copies what follows Y, not
+/// X: the lookup variable tracking needs at every hop (eval/tasks.h vt_2), one per link. Throws Error if not
+/// even 2 links fit.
+Sequence links_sequence(const Tokenizer& tok, int64_t length, uint64_t& rng_state, float prompt_weight,
+                        float answer_weight, int64_t* answer_begin = nullptr);
+
+/// Name of the training-only task of links_sequence().
+inline constexpr const char* kLinksTask = "links";
+
+/// True for the training-only tasks (repeat, copy, copy_codes, recall, links), which eval/tasks.h does not
+/// generate.
 inline bool is_training_only_task(const std::string& name) {
-    return name == kRepeatTask || name == kCopyTask || name == kCopyCodesTask || name == kRecallTask;
+    return name == kRepeatTask || name == kCopyTask || name == kCopyCodesTask || name == kRecallTask ||
+           name == kLinksTask;
 }
 
 /// True for the copy tasks (copy, copy_codes), whose pretraining evaluation is the token accuracy of the copy.
