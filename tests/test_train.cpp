@@ -169,6 +169,19 @@ TEST(TrainData, CopyCodesTaskRepeatsNumbersAndCapitalNames) {
     EXPECT_THROW(train::copy_codes_sequence(*tok, 20, st, 1, 1), Error);
 }
 
+/// The pieces of a recall-style row's answer tokens (weight 3.0), spaces dropped (answer pieces carry the
+/// SentencePiece space marker); every token must weigh 0.5 (prompt) or 3.0 (answer).
+std::string answer_pieces(const Tokenizer& tok, const train::Sequence& s) {
+    std::string out;
+    for (size_t i = 0; i < s.tokens.size(); ++i) {
+        EXPECT_TRUE(s.weight[i] == 0.5f || s.weight[i] == 3.0f) << i;
+        if (s.weight[i] == 3.0f)
+            for (char c : tok.token_to_piece(s.tokens[i]))
+                if (c != ' ') out += c;
+    }
+    return out;
+}
+
 TEST(TrainData, RecallTaskWeighsOnlyTheRecalledValues) {
     const auto tok = stories_tokenizer();
     uint64_t st = 3, st2 = 3;
@@ -199,16 +212,8 @@ TEST(TrainData, RecallTaskWeighsOnlyTheRecalledValues) {
         expected += val + ".";
     }
     EXPECT_EQ(recalled, needles.size());
-    for (size_t i = 0; i < s.tokens.size(); ++i) {
-        EXPECT_TRUE(s.weight[i] == 0.5f || s.weight[i] == 3.0f);
-        if (s.weight[i] == 3.0f) weighted += tok->token_to_piece(s.tokens[i]);
-    }
-    std::string squeezed;  // the value pieces carry the SentencePiece space marker; compare without spaces
-    for (char c : weighted)
-        if (c != ' ') squeezed += c;
-    weighted.clear();
-    for (size_t i = 0; i < squeezed.size(); ++i)
-        if (std::isdigit(static_cast<unsigned char>(squeezed[i])) || squeezed[i] == '.') weighted += squeezed[i];
+    for (char c : answer_pieces(*tok, s))
+        if (std::isdigit(static_cast<unsigned char>(c)) || c == '.') weighted += c;
     EXPECT_EQ(weighted, expected);
     EXPECT_GT(a0, static_cast<int64_t>(0));
     EXPECT_EQ(s.weight[a0], 3.0f);
@@ -248,14 +253,7 @@ TEST(TrainData, LinksTaskRecallsTheVariableAssignedEachKey) {
         expected += assigned[y] + ".";
     }
     EXPECT_EQ(recalled, assigned.size());
-    std::string weighted;  // the answer tokens, spaces dropped
-    for (size_t i = 0; i < s.tokens.size(); ++i) {
-        EXPECT_TRUE(s.weight[i] == 0.5f || s.weight[i] == 3.0f);
-        if (s.weight[i] == 3.0f)
-            for (char c : tok->token_to_piece(s.tokens[i]))
-                if (c != ' ') weighted += c;
-    }
-    EXPECT_EQ(weighted, expected);
+    EXPECT_EQ(answer_pieces(*tok, s), expected);
     EXPECT_GT(a0, static_cast<int64_t>(0));
     EXPECT_EQ(train::links_sequence(*tok, 400, st2, 0.5f, 3.0f).tokens, s.tokens);
     EXPECT_THROW(train::links_sequence(*tok, 30, st, 1, 1), Error);

@@ -188,7 +188,8 @@ TaskExample variable_tracking(const std::string& task, int chains, int64_t lengt
         std::string text;
     };
     std::vector<Statement> statements;
-    std::vector<std::string> values, answers, used;
+    std::string asked_value;  // chain 0's value, which the question asks about
+    std::vector<std::string> answers, used;
     auto fresh = [&](const std::function<std::string()>& draw) {
         std::string s = draw();
         while (std::find(used.begin(), used.end(), s) != used.end()) s = draw();
@@ -210,8 +211,7 @@ TaskExample variable_tracking(const std::string& task, int chains, int64_t lengt
         for (int i = 0; i <= hops; ++i)
             statements.push_back({depth[i], i == 0 ? "VAR " + names[0] + " = " + value + "."
                                                    : "VAR " + names[i] + " = VAR " + names[i - 1] + "."});
-        values.push_back(value);
-        if (c == 0) answers = names;
+        if (c == 0) asked_value = value, answers = names;
     }
     // Insert from the deepest statement up, so that earlier insertions do not shift later ones; ties keep the
     // chain order because the later statement of a tie goes in first.
@@ -224,9 +224,9 @@ TaskExample variable_tracking(const std::string& task, int chains, int64_t lengt
         std::vector<std::string> units(n, kNoise);
         for (size_t i : order) units.insert(units.begin() + static_cast<size_t>(statements[i].depth * n), statements[i].text);
         return "Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n" + join(units, " ") +
-               "\nQuestion: Find all variables that are assigned the value " + values[0] +
+               "\nQuestion: Find all variables that are assigned the value " + asked_value +
                " in the text above. Answer: According to the chain(s) of variable assignment in the text above, " +
-               std::to_string(hops + 1) + " variables are assigned the value " + values[0] + ", they are:";
+               std::to_string(hops + 1) + " variables are assigned the value " + asked_value + ", they are:";
     };
     TaskExample ex;
     ex.task = task;

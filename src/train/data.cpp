@@ -132,6 +132,13 @@ Sequence reconstruction_sequence(const std::vector<int32_t>& body, const std::ve
     return s;
 }
 
+/// A 5-letter capital name, the variable format of eval/tasks.h's variable tracking.
+std::string capital_name(uint64_t& st) {
+    std::string s;
+    for (int k = 0; k < 5; ++k) s += static_cast<char>('A' + next_random(st) % 26);
+    return s;
+}
+
 }  // namespace
 
 Sequence repeat_sequence(const TextStream& text, const Tokenizer& tok, int64_t length, uint64_t& st,
@@ -167,8 +174,8 @@ Sequence copy_codes_sequence(const Tokenizer& tok, int64_t length, uint64_t& st,
         for (int64_t w = 0; w < (n - static_cast<int64_t>(body.size())) / 4 + 2; ++w) {
             const bool number = next_random(st) % 2 == 0;
             text += ' ';
-            for (int c = 0; c < (number ? 7 : 5); ++c)
-                text += number ? static_cast<char>('0' + next_random(st) % 10) : static_cast<char>('A' + next_random(st) % 26);
+            if (!number) text += capital_name(st);
+            for (int c = 0; number && c < 7; ++c) text += static_cast<char>('0' + next_random(st) % 10);
         }
         body = tok.encode(text, false);
     }
@@ -259,12 +266,6 @@ Sequence recall_format_sequence(const RecallFormat& f, const Tokenizer& tok, int
         if (first < 0) first = a - start.begin();
     }
     if (answer_begin) *answer_begin = first;
-    return s;
-}
-
-std::string capital_name(uint64_t& st) {
-    std::string s;
-    for (int k = 0; k < 5; ++k) s += static_cast<char>('A' + next_random(st) % 26);
     return s;
 }
 
