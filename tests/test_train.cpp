@@ -259,6 +259,60 @@ TEST(TrainData, LinksTaskRecallsTheVariableAssignedEachKey) {
     EXPECT_THROW(train::links_sequence(*tok, 30, st, 1, 1), Error);
 }
 
+TEST(TrainData, ChainsTaskAnswersEachChainByFollowingItsLinks) {
+    const auto tok = stories_tokenizer();
+    for (uint64_t seed : {7u, 8u, 9u}) {
+        uint64_t st = seed, st2 = seed;
+        int64_t a0 = -1;
+        const auto s = train::chains_sequence(*tok, 600, st, 0.5f, 3.0f, &a0);
+        ASSERT_LE(s.tokens.size(), 600u);
+        EXPECT_GT(s.tokens.size(), 400u);  // chains are added while they fit
+        EXPECT_EQ(s.tokens.back(), tok->vocab().eos);
+        const std::string text = tok->decode(s.tokens);
+        const size_t q_at = text.find("\nQuestion:");
+        ASSERT_NE(q_at, std::string::npos);
+        // Parse the statements "VAR X = 1234567." / "VAR X = VAR Y." and follow each value's chain.
+        std::map<std::string, std::string> next;  // value or name -> the name assigned it
+        size_t statements = 0;
+        for (size_t p = text.find("VAR "); p != std::string::npos && p < q_at; ++statements) {
+            const std::string x = text.substr(p + 4, 5);
+            ASSERT_EQ(text.substr(p + 9, 3), " = ") << text.substr(p, 24);
+            const size_t r = p + 12, dot = text.find('.', r);
+            const std::string rhs = text.substr(r, dot - r);
+            const std::string src = rhs.rfind("VAR ", 0) == 0 ? rhs.substr(4) : rhs;
+            ASSERT_EQ(next.count(src), 0u) << "two variables assigned " << src;
+            next[src] = x;
+            p = text.find("VAR ", dot);
+        }
+        // One question per chain; each answer lists the chain from its value in order, as many as announced.
+        const std::string qv = "assigned the value ", they = ", they are:";
+        std::string expected;
+        size_t questions = 0;
+        for (size_t p = text.find(qv, q_at); p != std::string::npos; p = text.find(qv, text.find(they, p)), ++questions) {
+            const std::string value = text.substr(p + qv.size(), 7);
+            std::vector<std::string> chain;
+            for (std::string at = value; next.count(at); at = next[at]) chain.push_back(next[at]);
+            ASSERT_FALSE(chain.empty()) << value;
+            const size_t announce = text.rfind(" variables are", text.find(they, p));
+            const size_t num0 = text.rfind(' ', announce - 1) + 1;
+            EXPECT_EQ(std::stoul(text.substr(num0, announce - num0)), chain.size());
+            std::string listed = " ";
+            for (size_t i = 0; i < chain.size(); ++i) listed += (i ? ", " : "") + chain[i];
+            const size_t a = text.find(they, p) + they.size();
+            EXPECT_EQ(text.substr(a, listed.size() + 1), listed + ".");
+            for (size_t i = 0; i < chain.size(); ++i) expected += (i ? "," : "") + chain[i];
+            expected += ".";
+        }
+        EXPECT_GE(questions, 2u);
+        EXPECT_EQ(statements % questions, 0u);  // every chain has the row's hop count
+        EXPECT_EQ(answer_pieces(*tok, s), expected);
+        EXPECT_GT(a0, static_cast<int64_t>(q_at / 8));
+        EXPECT_EQ(train::chains_sequence(*tok, 600, st2, 0.5f, 3.0f).tokens, s.tokens);
+    }
+    uint64_t st = 1;
+    EXPECT_THROW(train::chains_sequence(*tok, 40, st, 1, 1), Error);
+}
+
 TEST(TrainData, HeldOutTailIsNotInTheTrainingStream) {
     const auto tok = stories_tokenizer();
     const std::string text = story_text();
@@ -377,7 +431,7 @@ protected:
                 {"data", {{"text", {(dir_ / "text.txt").string()}}, {"haystack", {(dir_ / "text.txt").string()}},
                           {"tasks", {{"niah_single_1", 1}}}, {"lengths", {320}}, {"tokens_per_batch", 640}}},
                 {"optim", {{"steps", 3}, {"warmup_steps", 1}}},
-                {"eval", {{"tasks", {"niah_single_1"}}, {"length", 300}, {"samples", 2}, {"window", 64}, {"text_windows", 2}}},
+                {"eval", {{"tasks", {"niah_single_1", "links"}}, {"length", 300}, {"samples", 2}, {"window", 64}, {"text_windows", 2}}},
                 {"threads", 1}, {"log_every", 1}};
     }
     void TearDown() override { std::filesystem::remove_all(dir_); }
@@ -403,7 +457,14 @@ TEST_F(PretrainCli, TrainsAndWritesAModelTheEngineLoads) {
     int evals = 0, steps = 0;
     for (std::string line; std::getline(log, line);) {
         const auto j = nlohmann::json::parse(line);
-        evals += j.contains("eval");
+        if (j.contains("eval")) {
+            ++evals;
+            for (const char* k : {"acc_niah_single_1", "acc_links"}) {  // an exact-match and a token accuracy
+                ASSERT_TRUE(j["eval"].contains(k)) << line;
+                EXPECT_GE(j["eval"][k].get<double>(), 0.0);
+                EXPECT_LE(j["eval"][k].get<double>(), 1.0);
+            }
+        }
         steps += j.contains("loss");
     }
     EXPECT_EQ(steps, 3);
@@ -429,6 +490,13 @@ TEST_F(PretrainCli, BadConfigsFailBeforeTraining) {
     c3["data"]["tasks"] = {{"needle_in_a_haystack", 1}};
     r = run_cli("train pretrain -q --config " + write(c3));
     EXPECT_NE(r.err.find("unknown task"), std::string::npos) << r.err;
+    auto c5 = cfg_;  // an eval length too short for a task's rows
+    c5["eval"]["tasks"] = {"chains"};
+    c5["eval"]["length"] = 60;
+    r = run_cli("train pretrain -q --config " + write(c5));
+    EXPECT_EQ(r.status, 1);
+    EXPECT_NE(r.err.find("eval task 'chains' at eval.length 60"), std::string::npos) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(dir_ / "run" / "checkpoint.pt"));
     // A GGUF whose architecture the trainer does not know.
     GGUFWriter w;
     w.set_string("general.architecture", "mamba");

@@ -223,10 +223,7 @@ TaskExample variable_tracking(const std::string& task, int chains, int64_t lengt
     auto build = [&](size_t n) {
         std::vector<std::string> units(n, kNoise);
         for (size_t i : order) units.insert(units.begin() + static_cast<size_t>(statements[i].depth * n), statements[i].text);
-        return "Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n" + join(units, " ") +
-               "\nQuestion: Find all variables that are assigned the value " + asked_value +
-               " in the text above. Answer: According to the chain(s) of variable assignment in the text above, " +
-               std::to_string(hops + 1) + " variables are assigned the value " + asked_value + ", they are:";
+        return variable_tracking_header() + join(units, " ") + variable_tracking_question(asked_value, hops + 1);
     };
     TaskExample ex;
     ex.task = task;
@@ -357,6 +354,16 @@ void check_task_name(const std::string& name) {
     for (const auto& t : task_names())
         if (t == name) return;
     fail("unknown task '", name, "' (known: ", join(task_names(), ", "), ")");
+}
+
+std::string variable_tracking_header() {
+    return "Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n";
+}
+
+std::string variable_tracking_question(const std::string& value, int count) {
+    return "\nQuestion: Find all variables that are assigned the value " + value +
+           " in the text above. Answer: According to the chain(s) of variable assignment in the text above, " +
+           std::to_string(count) + " variables are assigned the value " + value + ", they are:";
 }
 
 TaskExample make_task_example(const std::string& task, int64_t length, const Tokenizer& tok, const std::string& corpus,

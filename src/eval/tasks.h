@@ -36,6 +36,13 @@ void check_task_name(const std::string& name);
 TaskExample make_task_example(const std::string& task, int64_t length, const Tokenizer& tok, const std::string& corpus,
                               uint64_t seed);
 
+/// The two fixed parts of a variable-tracking prompt (RULER App. B): the instruction before the statements
+/// ("Memorize and track …\n\n") and the question after them, which starts with "\n", asks for the variables
+/// assigned `value` and ends with the answer prefix "… `count` variables are assigned the value `value`, they
+/// are:". The eval tasks vt/vt_2 and the training task "chains" share them.
+std::string variable_tracking_header();
+std::string variable_tracking_question(const std::string& value, int count);
+
 /// RULER's metrics (§3): string_match_all = mean over references of [reference ⊂ prediction] (case-insensitive);
 /// string_match_part = 1 if any reference is found. Both in [0, 1].
 double string_match_all(const std::string& prediction, const std::vector<std::string>& answers);

@@ -2,8 +2,9 @@
 
 #include <algorithm>
 #include <functional>
-#include <set>
 #include <numeric>
+#include <set>
+#include <tuple>
 
 #include "eval/tasks.h"
 #include "text/tokenizer.h"
@@ -301,6 +302,94 @@ Sequence links_sequence(const Tokenizer& tok, int64_t length, uint64_t& st, floa
     return recall_format_sequence(f, tok, length, st, prompt_weight, answer_weight, answer_begin);
 }
 
+Sequence chains_sequence(const Tokenizer& tok, int64_t length, uint64_t& st, float prompt_weight, float answer_weight,
+                         int64_t* answer_begin) {
+    int hops = 1 + static_cast<int>(next_random(st) % 4);
+    struct Chain {
+        std::string value;
+        std::vector<std::string> names;
+        std::vector<double> depth;  // of statements 0..hops, sorted when the text is built
+    };
+    std::vector<Chain> chains;
+    std::set<std::string> used;
+    auto fresh = [&](auto draw) {
+        std::string x = draw();
+        while (!used.insert(x).second) x = draw();
+        return x;
+    };
+    std::vector<size_t> asked;  // chain indices in the order their questions come
+    // The text of the first m chains: statements by depth, then the questions of those chains.
+    auto build = [&](size_t m, std::vector<std::pair<size_t, size_t>>* answer_spans) {
+        std::vector<std::tuple<double, size_t, int>> order;  // depth, chain, hop
+        for (size_t c = 0; c < m; ++c)
+        {
+            std::vector<double> d(chains[c].depth.begin(), chains[c].depth.begin() + hops + 1);
+            std::sort(d.begin(), d.end());
+            for (int i = 0; i <= hops; ++i) order.emplace_back(d[static_cast<size_t>(i)], c, i);
+        }
+        std::sort(order.begin(), order.end());
+        std::string text = variable_tracking_header();
+        for (size_t k = 0; k < order.size(); ++k) {
+            const auto& [d, c, i] = order[k];
+            const Chain& ch = chains[c];
+            text += (k ? " " : "") + ("VAR " + ch.names[static_cast<size_t>(i)] + " = ") +
+                    (i == 0 ? ch.value : "VAR " + ch.names[static_cast<size_t>(i) - 1]) + ".";
+        }
+        for (size_t c : asked) {
+            if (c >= m) continue;
+            text += variable_tracking_question(chains[c].value, hops + 1);
+            const size_t a = text.size();
+            for (int i = 0; i <= hops; ++i) text += (i ? ", " : " ") + chains[c].names[static_cast<size_t>(i)];
+            text += ".";
+            if (answer_spans) answer_spans->emplace_back(a, text.size());
+        }
+        return text;
+    };
+    auto fits = [&](size_t m) { return static_cast<int64_t>(tok.encode(build(m, nullptr), true).size()) + 1 <= length; };
+    const size_t most = 16;
+    for (size_t c = 0; c < most; ++c) {
+        Chain ch;
+        ch.value = fresh([&] { return std::to_string(1000000 + next_random(st) % 9000000); });
+        for (int i = 0; i < 5; ++i) ch.names.push_back(fresh([&] { return capital_name(st); }));
+        for (int i = 0; i < 5; ++i) ch.depth.push_back(uniform(st));
+        chains.push_back(std::move(ch));
+    }
+    asked.resize(most);
+    std::iota(asked.begin(), asked.end(), size_t{0});
+    for (size_t i = asked.size(); i > 1; --i) std::swap(asked[i - 1], asked[next_random(st) % i]);
+    while (hops > 1 && !fits(2)) --hops;  // fewer hops where two chains of the drawn count do not fit
+    require(fits(2), "a length of ", length, " tokens is too short for the ", kChainsTask, " task");
+    size_t m = 2;
+    while (m < most && fits(m + 1)) ++m;
+    std::vector<std::pair<size_t, size_t>> spans;
+    const std::string text = build(m, &spans);
+    Sequence s;
+    s.tokens = tok.encode(text, true);
+    s.tokens.push_back(tok.vocab().eos);
+    s.weight.assign(s.tokens.size(), prompt_weight);
+    // Weight the tokens that overlap an answer (" A, B, C."), found in order in the text the tokens spell (their
+    // pieces may differ from `text` by BOS and a leading space, never inside a statement or an answer).
+    std::string spelled;
+    std::vector<size_t> start;
+    for (int32_t t : s.tokens) start.push_back(spelled.size()), spelled += tok.token_to_piece(t);
+    start.push_back(spelled.size());
+    size_t pos = 0;
+    int64_t first = -1;
+    for (const auto& [a, b] : spans) {
+        const std::string ans = text.substr(a, b - a);
+        const size_t p = spelled.find(ans, pos);
+        require(p != std::string::npos, "chains: answer '", ans, "' not found in the row's tokens");
+        pos = p + ans.size();
+        for (size_t i = 0; i < s.tokens.size(); ++i)
+            if (start[i] < pos && start[i + 1] > p) {
+                s.weight[i] = answer_weight;
+                if (first < 0) first = static_cast<int64_t>(i);
+            }
+    }
+    if (answer_begin) *answer_begin = first;
+    return s;
+}
+
 Batch make_batch(const MixSpec& mix, const TextStream& text, const Tokenizer& tok, const std::string& haystack,
                  uint64_t seed, int64_t step) {
     require(!mix.lengths.empty(), "no sequence lengths given");
@@ -322,10 +411,12 @@ Batch make_batch(const MixSpec& mix, const TextStream& text, const Tokenizer& to
                 ++b.n_synthetic;
                 continue;
             }
-            if (task == kRecallTask || task == kLinksTask) {
+            if (task == kRecallTask || task == kLinksTask || task == kChainsTask) {
                 try {
-                    rows.push_back((task == kRecallTask ? recall_sequence : links_sequence)(tok, T, st, mix.prompt_weight,
-                                                                                            mix.answer_weight, nullptr));
+                    const auto make = task == kRecallTask ? recall_sequence
+                                      : task == kLinksTask ? links_sequence
+                                                           : chains_sequence;
+                    rows.push_back(make(tok, T, st, mix.prompt_weight, mix.answer_weight, nullptr));
                     ++b.n_synthetic;
                 } catch (const Error&) {  // too short for two needles: a text row instead
                     rows.push_back(text.window(T, st));

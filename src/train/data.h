@@ -116,11 +116,25 @@ Sequence links_sequence(const Tokenizer& tok, int64_t length, uint64_t& rng_stat
 /// Name of the training-only task of links_sequence().
 inline constexpr const char* kLinksTask = "links";
 
-/// True for the training-only tasks (repeat, copy, copy_codes, recall, links), which eval/tasks.h does not
-/// generate.
+/// The training-only task "chains": variable tracking (eval/tasks.h vt) without a haystack and with as many
+/// chains as fit. One hop count h ∈ {1..4} (uniform, lowered while two chains do not fit) for the row; chains of h + 1 statements ("VAR A = 1234567."
+/// then "VAR B = VAR A." …), each at sorted uniform depths, interleaved by depth; then one vt question per chain,
+/// in random order, each followed by its answer " A, B, ….". The chain count is the largest in [2, 16] whose row
+/// (EOS included) fits `length` tokens. Answer tokens weigh `answer_weight`, the rest `prompt_weight`.
+/// With many short chains, listing variables in order of appearance fails: every hop needs the lookup of the
+/// name written *before* the previous answer, as in vt_2. *answer_begin (if set) receives the index of the first
+/// answer token. Throws Error if two chains do not fit.
+Sequence chains_sequence(const Tokenizer& tok, int64_t length, uint64_t& rng_state, float prompt_weight,
+                         float answer_weight, int64_t* answer_begin = nullptr);
+
+/// Name of the training-only task of chains_sequence().
+inline constexpr const char* kChainsTask = "chains";
+
+/// True for the training-only tasks (repeat, copy, copy_codes, recall, links, chains), which eval/tasks.h does
+/// not generate.
 inline bool is_training_only_task(const std::string& name) {
     return name == kRepeatTask || name == kCopyTask || name == kCopyCodesTask || name == kRecallTask ||
-           name == kLinksTask;
+           name == kLinksTask || name == kChainsTask;
 }
 
 /// True for the copy tasks (copy, copy_codes), whose pretraining evaluation is the token accuracy of the copy.

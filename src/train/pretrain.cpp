@@ -60,6 +60,19 @@ std::pair<int64_t, int64_t> answer_hits(LlamaMirror& model, const Sequence& s, i
     return {ok.sum().item<int64_t>(), n - 1 - answer_begin};
 }
 
+/// (correct, total) greedy predictions over the tokens of `s` whose weight is > 0 (teacher-forced, one forward).
+std::pair<int64_t, int64_t> weighted_hits(LlamaMirror& model, const Sequence& s) {
+    const int64_t n = static_cast<int64_t>(s.tokens.size());
+    auto t = torch::tensor(std::vector<int64_t>(s.tokens.begin(), s.tokens.end()));
+    auto pred = model->forward(t.unsqueeze(0)).argmax(-1).squeeze(0);  // pred[i] predicts token i+1
+    auto w = torch::tensor(std::vector<float>(s.weight.begin() + 1, s.weight.end())).gt(0);
+    auto ok = pred.slice(0, 0, n - 1).eq(t.slice(0, 1, n)).logical_and(w);
+    return {ok.sum().item<int64_t>(), w.sum().item<int64_t>()};
+}
+
+/// The training-only recall-style tasks, evaluated by the accuracy of their weighted answer tokens.
+bool is_recall_style_task(const std::string& t) { return t == kRecallTask || t == kLinksTask || t == kChainsTask; }
+
 }  // namespace
 
 bool run_pretrain(const std::string& config_path, bool resume, bool progress) {
@@ -130,7 +143,7 @@ bool run_pretrain(const std::string& config_path, bool resume, bool progress) {
     lo.eval_every = ev.value("every", int64_t(0));
     std::vector<std::string> eval_tasks = ev.value("tasks", std::vector<std::string>{});
     for (const auto& t : eval_tasks)
-        if (!is_copy_task(t)) check_task_name(t);
+        if (!is_copy_task(t) && !is_recall_style_task(t)) check_task_name(t);
 
     // --- tokenizer ---
     const json tk = cfg.value("tokenizer", json::object());
@@ -237,6 +250,28 @@ bool run_pretrain(const std::string& config_path, bool resume, bool progress) {
     };
     const int64_t ev_len = ev.value("length", int64_t(1024)), ev_n = ev.value("samples", int64_t(16));
     const int64_t ev_win = ev.value("window", int64_t(512)), ev_windows = ev.value("text_windows", int64_t(8));
+    // Row i of an eval task (answers weigh 1, prompts 0 for the recall-style tasks); *a0 = first answer token.
+    auto eval_row = [&](const std::string& task, int64_t i, int64_t* a0) {
+        if (is_recall_style_task(task)) {
+            uint64_t st = mix_seed(seed ^ 0x5EC1, static_cast<uint64_t>(i));
+            return task == kRecallTask  ? recall_sequence(*tok, ev_len, st, 0, 1, a0)
+                   : task == kLinksTask ? links_sequence(*tok, ev_len, st, 0, 1, a0)
+                                        : chains_sequence(*tok, ev_len, st, 0, 1, a0);
+        }
+        if (is_copy_task(task)) {
+            uint64_t st = mix_seed(seed ^ 0xC0B1, static_cast<uint64_t>(i));
+            return copy_task_sequence(task, *tok, ev_len, st, 1, 1, a0);
+        }
+        return synthetic_sequence(task, ev_len, *tok, haystack, mix_seed(seed ^ 0xE7A1, i), 1, 1, a0);
+    };
+    for (const auto& task : eval_tasks) {  // a length too short for a task is an error now, not at the first eval
+        int64_t a0 = 0;
+        try {
+            (void)eval_row(task, 0, &a0);
+        } catch (const Error& e) {
+            fail("eval task '", task, "' at eval.length ", ev_len, ": ", e.what());
+        }
+    }
     auto eval = [&](int64_t) {
         json e;
         for (size_t f = 0; f < text_paths.size(); ++f) {
@@ -255,20 +290,22 @@ bool run_pretrain(const std::string& config_path, bool resume, bool progress) {
             int64_t hit = 0, total = 0, exact = 0;
             for (int64_t i = 0; i < ev_n; ++i) {
                 int64_t a0 = 0;
-                Sequence s;
-                if (is_copy_task(task)) {
-                    uint64_t st = mix_seed(seed ^ 0xC0B1, static_cast<uint64_t>(i));
-                    s = copy_task_sequence(task, *tok, ev_len, st, 1, 1, &a0);
-                } else {
-                    s = synthetic_sequence(task, ev_len, *tok, haystack, mix_seed(seed ^ 0xE7A1, i), 1, 1, &a0);
+                const Sequence s = eval_row(task, i, &a0);
+                if (is_recall_style_task(task)) {
+                    const auto [h, n] = weighted_hits(model, s);
+                    hit += h;
+                    total += n;
+                    continue;
                 }
                 const auto [h, n] = answer_hits(model, s, a0);
                 hit += h;
                 total += n;
                 exact += h == n;
             }
-            // copy: token accuracy of the copied half (≈ 0 before induction forms, → 1 after); tasks: exact match.
-            e["acc_" + task] = is_copy_task(task) ? (total ? static_cast<double>(hit) / static_cast<double>(total) : 0.0)
+            // copy: token accuracy of the copied half (≈ 0 before induction forms, → 1 after); recall, links and
+            // chains: token accuracy of the answers; eval tasks: exact match.
+            e["acc_" + task] = is_copy_task(task) || is_recall_style_task(task)
+                                   ? (total ? static_cast<double>(hit) / static_cast<double>(total) : 0.0)
                                                  : static_cast<double>(exact) / static_cast<double>(ev_n);
         }
         return e;
