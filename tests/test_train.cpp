@@ -259,6 +259,46 @@ TEST(TrainData, LinksTaskRecallsTheVariableAssignedEachKey) {
     EXPECT_THROW(train::links_sequence(*tok, 30, st, 1, 1), Error);
 }
 
+TEST(TrainData, LinksWordsTaskUsesOneTokenNames) {
+    const auto tok = stories_tokenizer();
+    uint64_t st = 6, st2 = 6;
+    const auto s = train::links_words_sequence(*tok, 300, st, 0.5f, 3.0f);
+    ASSERT_LE(s.tokens.size(), 300u);
+    const std::string text = tok->decode(s.tokens);
+    const size_t recall_at = text.find("Recall them.");
+    ASSERT_NE(recall_at, std::string::npos);
+    const auto var = tok->encode("VAR", false);
+    std::map<std::string, std::string> assigned;
+    size_t links = 0;
+    for (size_t p = text.find("VAR "); p != std::string::npos && p < recall_at; p = text.find("VAR ", p + 1)) {
+        const size_t eq = text.find(" = VAR ", p), dot = text.find('.', eq);
+        const std::string x = text.substr(p + 4, eq - p - 4), y = text.substr(eq + 7, dot - eq - 7);
+        for (const auto& w : {x, y}) {  // "VAR w" is the tokens of "VAR" and one more: the name is one token
+            auto ids = tok->encode("VAR " + w, false);
+            ASSERT_EQ(ids.size(), var.size() + 1) << w;
+            ids.pop_back();
+            EXPECT_EQ(ids, var);
+            EXPECT_GE(w.size(), 3u);
+        }
+        assigned[y] = x;
+        p = eq + 7;
+        ++links;
+    }
+    ASSERT_GE(links, 4u);
+    EXPECT_EQ(assigned.size(), links);  // keys distinct
+    const std::string q = "The variable assigned VAR ";
+    std::string expected;
+    for (size_t p = text.find(q, recall_at); p != std::string::npos; p = text.find(q, p + 1)) {
+        const size_t is = text.find(" is: ", p), dot = text.find('.', is);
+        const std::string y = text.substr(p + q.size(), is - p - q.size());
+        ASSERT_TRUE(assigned.count(y)) << y;
+        EXPECT_EQ(text.substr(is + 5, dot - is - 5), assigned[y]);
+        expected += assigned[y] + ".";
+    }
+    EXPECT_EQ(answer_pieces(*tok, s), expected);
+    EXPECT_EQ(train::links_words_sequence(*tok, 300, st2, 0.5f, 3.0f).tokens, s.tokens);
+}
+
 TEST(TrainData, ChainsTaskAnswersEachChainByFollowingItsLinks) {
     const auto tok = stories_tokenizer();
     for (uint64_t seed : {7u, 8u, 9u}) {

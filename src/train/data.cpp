@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <numeric>
 #include <set>
 #include <tuple>
@@ -302,6 +304,49 @@ Sequence links_sequence(const Tokenizer& tok, int64_t length, uint64_t& st, floa
     return recall_format_sequence(f, tok, length, st, prompt_weight, answer_weight, answer_begin);
 }
 
+namespace {
+
+/// The words of at least 3 lower-case letters that `tok` encodes, after "VAR ", as one token each (vocabulary
+/// order); computed once per vocabulary (keyed by a hash of its token strings).
+const std::vector<std::string>& single_token_words(const Tokenizer& tok) {
+    static std::mutex mu;
+    static std::map<size_t, std::vector<std::string>> cache;
+    const Vocab& v = tok.vocab();
+    size_t key = v.tokens.size();
+    for (const auto& t : v.tokens) key = key * 1000003u ^ std::hash<std::string>{}(t);
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+    const auto prefix = tok.encode("VAR", false);
+    std::vector<std::string> words;
+    for (int32_t id = 0; id < v.size(); ++id) {
+        const std::string piece = tok.token_to_piece(id);
+        if (piece.size() < 4 || piece[0] != ' ') continue;
+        if (!std::all_of(piece.begin() + 1, piece.end(), [](char c) { return c >= 'a' && c <= 'z'; })) continue;
+        const auto ids = tok.encode("VAR" + piece, false);
+        if (ids.size() == prefix.size() + 1 && ids.back() == id) words.push_back(piece.substr(1));
+    }
+    return cache.emplace(key, std::move(words)).first->second;
+}
+
+}  // namespace
+
+Sequence links_words_sequence(const Tokenizer& tok, int64_t length, uint64_t& st, float prompt_weight,
+                              float answer_weight, int64_t* answer_begin) {
+    const auto& words = single_token_words(tok);
+    require(words.size() >= 8, "the vocabulary has ", words.size(), " single-token words; the ", kLinksWordsTask,
+            " task needs 8");
+    auto draw = [&words](uint64_t& r) { return words[next_random(r) % words.size()]; };
+    const RecallFormat f{kLinksWordsTask,
+                         "Memorize the variable assignments in the following text.\n",
+                         draw,
+                         draw,
+                         true,
+                         [](const std::string& k, const std::string& v) { return "VAR " + v + " = VAR " + k + "."; },
+                         [](const std::string& k) { return "The variable assigned VAR " + k + " is:"; }};
+    return recall_format_sequence(f, tok, length, st, prompt_weight, answer_weight, answer_begin);
+}
+
 Sequence chains_sequence(const Tokenizer& tok, int64_t length, uint64_t& st, float prompt_weight, float answer_weight,
                          int64_t* answer_begin) {
     int hops = 1 + static_cast<int>(next_random(st) % 4);
@@ -390,6 +435,14 @@ Sequence chains_sequence(const Tokenizer& tok, int64_t length, uint64_t& st, flo
     return s;
 }
 
+RecallStyleMaker recall_style_maker(const std::string& task) {
+    if (task == kRecallTask) return recall_sequence;
+    if (task == kLinksTask) return links_sequence;
+    if (task == kLinksWordsTask) return links_words_sequence;
+    if (task == kChainsTask) return chains_sequence;
+    fail("'", task, "' is not a recall-style task (recall, links, links_words, chains)");
+}
+
 Batch make_batch(const MixSpec& mix, const TextStream& text, const Tokenizer& tok, const std::string& haystack,
                  uint64_t seed, int64_t step) {
     require(!mix.lengths.empty(), "no sequence lengths given");
@@ -411,11 +464,9 @@ Batch make_batch(const MixSpec& mix, const TextStream& text, const Tokenizer& to
                 ++b.n_synthetic;
                 continue;
             }
-            if (task == kRecallTask || task == kLinksTask || task == kChainsTask) {
+            if (is_recall_style_task(task)) {
                 try {
-                    const auto make = task == kRecallTask ? recall_sequence
-                                      : task == kLinksTask ? links_sequence
-                                                           : chains_sequence;
+                    const auto make = recall_style_maker(task);
                     rows.push_back(make(tok, T, st, mix.prompt_weight, mix.answer_weight, nullptr));
                     ++b.n_synthetic;
                 } catch (const Error&) {  // too short for two needles: a text row instead

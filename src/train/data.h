@@ -116,6 +116,16 @@ Sequence links_sequence(const Tokenizer& tok, int64_t length, uint64_t& rng_stat
 /// Name of the training-only task of links_sequence().
 inline constexpr const char* kLinksTask = "links";
 
+/// The training-only task "links_words": links_sequence() with one-token names (the vocabulary's words of ≥ 3
+/// lower-case letters that encode as one token after "VAR "; e.g. "VAR river = VAR house."). Every link then has
+/// the same layout in tokens, so the lookup is a fixed-offset copy: the short form of the links lookup, to learn
+/// first. Throws Error if the vocabulary has fewer than 8 such words or not even 2 links fit.
+Sequence links_words_sequence(const Tokenizer& tok, int64_t length, uint64_t& rng_state, float prompt_weight,
+                              float answer_weight, int64_t* answer_begin = nullptr);
+
+/// Name of the training-only task of links_words_sequence().
+inline constexpr const char* kLinksWordsTask = "links_words";
+
 /// The training-only task "chains": variable tracking (eval/tasks.h vt) without a haystack and with as many
 /// chains as fit. One hop count h ∈ {1..4} (uniform, lowered while two chains do not fit) for the row; chains of h + 1 statements ("VAR A = 1234567."
 /// then "VAR B = VAR A." …), each at sorted uniform depths, interleaved by depth; then one vt question per chain,
@@ -130,11 +140,20 @@ Sequence chains_sequence(const Tokenizer& tok, int64_t length, uint64_t& rng_sta
 /// Name of the training-only task of chains_sequence().
 inline constexpr const char* kChainsTask = "chains";
 
-/// True for the training-only tasks (repeat, copy, copy_codes, recall, links, chains), which eval/tasks.h does
-/// not generate.
+/// True for the recall-style training tasks (recall, links, links_words, chains): rows whose weighted tokens are
+/// answers, made by recall_style_maker().
+inline bool is_recall_style_task(const std::string& name) {
+    return name == kRecallTask || name == kLinksTask || name == kLinksWordsTask || name == kChainsTask;
+}
+
+/// The row maker of a recall-style task (same arguments as recall_sequence()); throws Error for any other name.
+using RecallStyleMaker = Sequence (*)(const Tokenizer&, int64_t, uint64_t&, float, float, int64_t*);
+RecallStyleMaker recall_style_maker(const std::string& task);
+
+/// True for the training-only tasks (repeat, copy, copy_codes and the recall-style ones), which eval/tasks.h
+/// does not generate.
 inline bool is_training_only_task(const std::string& name) {
-    return name == kRepeatTask || name == kCopyTask || name == kCopyCodesTask || name == kRecallTask ||
-           name == kLinksTask || name == kChainsTask;
+    return name == kRepeatTask || name == kCopyTask || name == kCopyCodesTask || is_recall_style_task(name);
 }
 
 /// True for the copy tasks (copy, copy_codes), whose pretraining evaluation is the token accuracy of the copy.

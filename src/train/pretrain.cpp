@@ -70,9 +70,6 @@ std::pair<int64_t, int64_t> weighted_hits(LlamaMirror& model, const Sequence& s)
     return {ok.sum().item<int64_t>(), w.sum().item<int64_t>()};
 }
 
-/// The training-only recall-style tasks, evaluated by the accuracy of their weighted answer tokens.
-bool is_recall_style_task(const std::string& t) { return t == kRecallTask || t == kLinksTask || t == kChainsTask; }
-
 }  // namespace
 
 bool run_pretrain(const std::string& config_path, bool resume, bool progress) {
@@ -254,9 +251,7 @@ bool run_pretrain(const std::string& config_path, bool resume, bool progress) {
     auto eval_row = [&](const std::string& task, int64_t i, int64_t* a0) {
         if (is_recall_style_task(task)) {
             uint64_t st = mix_seed(seed ^ 0x5EC1, static_cast<uint64_t>(i));
-            return task == kRecallTask  ? recall_sequence(*tok, ev_len, st, 0, 1, a0)
-                   : task == kLinksTask ? links_sequence(*tok, ev_len, st, 0, 1, a0)
-                                        : chains_sequence(*tok, ev_len, st, 0, 1, a0);
+            return recall_style_maker(task)(*tok, ev_len, st, 0, 1, a0);
         }
         if (is_copy_task(task)) {
             uint64_t st = mix_seed(seed ^ 0xC0B1, static_cast<uint64_t>(i));
@@ -302,8 +297,8 @@ bool run_pretrain(const std::string& config_path, bool resume, bool progress) {
                 total += n;
                 exact += h == n;
             }
-            // copy: token accuracy of the copied half (≈ 0 before induction forms, → 1 after); recall, links and
-            // chains: token accuracy of the answers; eval tasks: exact match.
+            // copy: token accuracy of the copied half (≈ 0 before induction forms, → 1 after); recall-style tasks:
+            // token accuracy of the answers; eval tasks: exact match.
             e["acc_" + task] = is_copy_task(task) || is_recall_style_task(task)
                                    ? (total ? static_cast<double>(hit) / static_cast<double>(total) : 0.0)
                                                  : static_cast<double>(exact) / static_cast<double>(ev_n);
