@@ -486,8 +486,12 @@ protected:
 };
 
 TEST_F(PretrainCli, TrainsAndWritesAModelTheEngineLoads) {
-    const Cli r = run_cli("train pretrain -q --config " + write(cfg_));
+    auto cfg = cfg_;
+    cfg["data"]["tasks"]["chains"] = 1;  // two chains need more than 320 tokens of tok512: rows fall back to text
+    const Cli r = run_cli("train pretrain -q --config " + write(cfg));
     ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.err.find("warning: task 'chains' does not fit data.lengths 320 tokens"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("task 'niah_single_1' does not fit"), std::string::npos) << r.err;
     GGUFFile f((dir_ / "out.gguf").string());
     const ModelConfig c = ModelConfig::from_gguf(f);
     EXPECT_EQ(c.n_layer, 1);
@@ -530,6 +534,12 @@ TEST_F(PretrainCli, BadConfigsFailBeforeTraining) {
     c3["data"]["tasks"] = {{"needle_in_a_haystack", 1}};
     r = run_cli("train pretrain -q --config " + write(c3));
     EXPECT_NE(r.err.find("unknown task"), std::string::npos) << r.err;
+    auto c6 = cfg_;  // copy rows too long for the batch length: an error, not a crash mid-run
+    c6["data"]["tasks"] = {{"copy", 1}};
+    c6["data"]["lengths"] = {20};
+    r = run_cli("train pretrain -q --config " + write(c6));
+    EXPECT_EQ(r.status, 1);
+    EXPECT_NE(r.err.find("task 'copy' does not fit data.lengths 20 tokens"), std::string::npos) << r.err;
     auto c5 = cfg_;  // an eval length too short for a task's rows
     c5["eval"]["tasks"] = {"chains"};
     c5["eval"]["length"] = 60;

@@ -443,6 +443,27 @@ RecallStyleMaker recall_style_maker(const std::string& task) {
     fail("'", task, "' is not a recall-style task (recall, links, links_words, chains)");
 }
 
+namespace {
+/// The longest prompt make_batch() draws for an eval task in rows of T tokens (a margin left for the answer).
+int64_t longest_prompt(int64_t T) { return T - std::max<int64_t>(32, T / 16); }
+}  // namespace
+
+bool task_fits_length(const std::string& task, int64_t T, const Tokenizer& tok, const std::string& haystack) {
+    uint64_t st = 1;
+    try {
+        if (task == kRepeatTask || is_copy_task(task))
+            (void)reconstruction_body_length(T, tok.encode(kReconstructionInstruction, false).size(), task.c_str(), st);
+        else if (is_recall_style_task(task))
+            (void)recall_style_maker(task)(tok, T, st, 1, 1, nullptr);
+        else
+            (void)make_task_example(task, std::max<int64_t>(std::max<int64_t>(64, T / 2), longest_prompt(T)), tok,
+                                    haystack, 1);
+    } catch (const Error&) {
+        return false;
+    }
+    return true;
+}
+
 Batch make_batch(const MixSpec& mix, const TextStream& text, const Tokenizer& tok, const std::string& haystack,
                  uint64_t seed, int64_t step) {
     require(!mix.lengths.empty(), "no sequence lengths given");
@@ -480,8 +501,7 @@ Batch make_batch(const MixSpec& mix, const TextStream& text, const Tokenizer& to
                 continue;
             }
             // Prompts fill the window up to a margin for the answer; shorter prompts teach position independence.
-            const int64_t margin = std::max<int64_t>(32, T / 16);
-            const int64_t lo = std::max<int64_t>(64, T / 2), hi = std::max<int64_t>(lo, T - margin);
+            const int64_t lo = std::max<int64_t>(64, T / 2), hi = std::max<int64_t>(lo, longest_prompt(T));
             const int64_t len = lo + static_cast<int64_t>(next_random(st) % static_cast<uint64_t>(hi - lo + 1));
             const uint64_t ex_seed = next_random(st);
             Sequence s;

@@ -173,6 +173,11 @@ struct MixSpec {
     float prompt_weight = 1.0f, answer_weight = 1.0f;
 };
 
+/// Whether `task` has rows in batches of T tokens: make_batch() replaces the rows of a recall-style or eval task
+/// that does not fit by text rows (eval tasks: judged at the longest prompt it draws, T minus an answer margin),
+/// and a repeat or copy row that does not fit throws Error.
+bool task_fits_length(const std::string& task, int64_t T, const Tokenizer& tok, const std::string& haystack);
+
 /// Builds batch number `step` of a run: its length, rows and contents are drawn from a generator seeded by
 /// (seed, step) alone.
 Batch make_batch(const MixSpec& mix, const TextStream& text, const Tokenizer& tok, const std::string& haystack,

@@ -259,6 +259,14 @@ bool run_pretrain(const std::string& config_path, bool resume, bool progress) {
         }
         return synthetic_sequence(task, ev_len, *tok, haystack, mix_seed(seed ^ 0xE7A1, i), 1, 1, a0);
     };
+    for (const auto& [task, w] : mix.tasks)  // say now which tasks a batch length leaves out
+        for (int64_t T : mix.lengths) {
+            if (w <= 0 || task_fits_length(task, T, *tok, haystack)) continue;
+            require(task != kRepeatTask && !is_copy_task(task), "task '", task, "' does not fit data.lengths ", T,
+                    " tokens");
+            std::fprintf(stderr, "warning: task '%s' does not fit data.lengths %lld tokens; its rows at that length are text rows\n",
+                         task.c_str(), static_cast<long long>(T));
+        }
     for (const auto& task : eval_tasks) {  // a length too short for a task is an error now, not at the first eval
         int64_t a0 = 0;
         try {
