@@ -366,8 +366,7 @@ Sequence chains_sequence(const Tokenizer& tok, int64_t length, uint64_t& st, flo
     // The text of the first m chains: statements by depth, then the questions of those chains.
     auto build = [&](size_t m, std::vector<std::pair<size_t, size_t>>* answer_spans) {
         std::vector<std::tuple<double, size_t, int>> order;  // depth, chain, hop
-        for (size_t c = 0; c < m; ++c)
-        {
+        for (size_t c = 0; c < m; ++c) {
             std::vector<double> d(chains[c].depth.begin(), chains[c].depth.begin() + hops + 1);
             std::sort(d.begin(), d.end());
             for (int i = 0; i <= hops; ++i) order.emplace_back(d[static_cast<size_t>(i)], c, i);

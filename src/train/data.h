@@ -127,10 +127,11 @@ Sequence links_words_sequence(const Tokenizer& tok, int64_t length, uint64_t& rn
 inline constexpr const char* kLinksWordsTask = "links_words";
 
 /// The training-only task "chains": variable tracking (eval/tasks.h vt) without a haystack and with as many
-/// chains as fit. One hop count h ∈ {1..4} (uniform, lowered while two chains do not fit) for the row; chains of h + 1 statements ("VAR A = 1234567."
-/// then "VAR B = VAR A." …), each at sorted uniform depths, interleaved by depth; then one vt question per chain,
-/// in random order, each followed by its answer " A, B, ….". The chain count is the largest in [2, 16] whose row
-/// (EOS included) fits `length` tokens. Answer tokens weigh `answer_weight`, the rest `prompt_weight`.
+/// chains as fit. One hop count h ∈ {1..4} for the row (uniform, lowered while two chains do not fit); chains of
+/// h + 1 statements ("VAR A = 1234567." then "VAR B = VAR A." …), each at sorted uniform depths, interleaved by
+/// depth; then one vt question per chain, in random order, each followed by its answer " A, B, ….". The chain
+/// count is the largest in [2, 16] whose row (EOS included) fits `length` tokens. Answer tokens weigh
+/// `answer_weight`, the rest `prompt_weight`.
 /// With many short chains, listing variables in order of appearance fails: every hop needs the lookup of the
 /// name written *before* the previous answer, as in vt_2. *answer_begin (if set) receives the index of the first
 /// answer token. Throws Error if two chains do not fit.
