@@ -96,7 +96,7 @@ TEST(EvalSweep, KvpressLayoutSummaryAndResume) {
     const auto tok = Tokenizer::from_gguf(m.file());
     const std::string dir = (std::filesystem::temp_directory_path() / ("kvsieve_sweep_" + std::to_string(::getpid()))).string();
     SweepOptions o;
-    o.policies = {"knorm", "streaming_llm"};
+    o.policies = {"knorm", "streaming_llm", "streaming_llm:sinks=2"};
     o.ratios = {0.5, 0.75};
     o.out_dir = dir;
     o.nll.window_tokens = 160;
@@ -113,6 +113,12 @@ TEST(EvalSweep, KvpressLayoutSummaryAndResume) {
         for (const char* k : {"score", "compression_ratio", "density", "nll"}) EXPECT_TRUE(j.contains(k)) << k;
     }
     EXPECT_TRUE(std::filesystem::exists(std::filesystem::path(dir) / "summary.md"));
+    {  // one curve per policy; two of one name are told apart by their specs
+        std::ifstream g(std::filesystem::path(dir) / "nll_vs_density.gp");
+        const std::string gp((std::istreambuf_iterator<char>(g)), {});
+        for (const char* t : {"title 'knorm'", "title 'streaming_llm'", "title 'streaming_llm:sinks=2'"})
+            EXPECT_NE(gp.find(t), std::string::npos) << t << " in " << gp;
+    }
     const auto t0 = std::filesystem::last_write_time(std::filesystem::path(dir) / "knorm_ratio_0.5" / "metrics.json");
     run_nll_sweep(m, *tok, kText + " " + kText, o);  // finished cells are skipped
     EXPECT_EQ(std::filesystem::last_write_time(std::filesystem::path(dir) / "knorm_ratio_0.5" / "metrics.json"), t0);

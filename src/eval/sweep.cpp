@@ -1,5 +1,6 @@
 #include "eval/sweep.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -103,10 +104,15 @@ void run_sweep(const SweepOptions& o, const SweepKind& kind) {
     write_text(fs::path(o.out_dir) / "summary.md", md.str());
 
     std::ostringstream dat;
-    std::vector<std::string> names;
+    std::vector<std::string> names;  // curve titles: the policy name, or its whole spec where two share a name
+    auto name_of = [](const std::string& p) { return p.substr(0, p.find(':')); };
     for (const auto& p : o.policies) {
         if (p == "full") continue;
-        names.push_back(p.substr(0, p.find(':')));
+        const auto same = std::count_if(o.policies.begin(), o.policies.end(),
+                                        [&](const std::string& q) { return name_of(q) == name_of(p); });
+        std::string title = same > 1 ? p : name_of(p);
+        title.erase(std::remove(title.begin(), title.end(), '\''), title.end());  // gnuplot's quotes
+        names.push_back(title);
         dat << "# " << p << "\n" << results["full"][kind.x_key].get<double>() << " " << base << "\n";
         for (double r : o.ratios) {
             const auto& m = results[cell_spec(p, "ratio", r)];

@@ -6,4 +6,4 @@ set title 'score (0-100) vs compression ratio: kvsieve-tiny-2k.gguf'
 set key outside right
 set grid
 set xrange [0:1.02]
-plot 'score_vs_compression.dat' index 0 using 1:2 with linespoints title 'kvzap', 'score_vs_compression.dat' index 1 using 1:2 with linespoints title 'kvzap'
+plot 'score_vs_compression.dat' index 0 using 1:2 with linespoints title 'kvzap:model=models/kvzap/kvsieve-tiny-2k-linear,sinks=4', 'score_vs_compression.dat' index 1 using 1:2 with linespoints title 'kvzap:model=models/kvzap/kvsieve-tiny-2k-mlp,sinks=4'
