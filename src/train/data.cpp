@@ -205,6 +205,20 @@ struct RecallFormat {
     std::function<std::string(const std::string&)> query;  ///< a recall line up to its answer " value."
 };
 
+/// The text a token sequence spells (its pieces joined) and where each token starts in it; start has one more
+/// entry than `tokens`, the text's length.
+struct Spelling {
+    std::string text;
+    std::vector<size_t> start;
+};
+Spelling spell(const Tokenizer& tok, const std::vector<int32_t>& tokens) {
+    Spelling sp;
+    sp.start.reserve(tokens.size() + 1);
+    for (int32_t t : tokens) sp.start.push_back(sp.text.size()), sp.text += tok.token_to_piece(t);
+    sp.start.push_back(sp.text.size());
+    return sp;
+}
+
 /// A row of `f` of at most `length` tokens; layout and weights as recall_sequence() documents.
 Sequence recall_format_sequence(const RecallFormat& f, const Tokenizer& tok, int64_t length, uint64_t& st,
                                 float prompt_weight, float answer_weight, int64_t* answer_begin) {
@@ -253,10 +267,7 @@ Sequence recall_format_sequence(const RecallFormat& f, const Tokenizer& tok, int
     s.weight.assign(s.tokens.size(), prompt_weight);
     // Each recalled value (" 1234567.") is found, in order, in the text the tokens spell after the list; its
     // tokens are those that start and end on its bounds. A value whose tokens merged with a neighbour is skipped.
-    std::string spelled;
-    std::vector<size_t> start(s.tokens.size() + 1);
-    for (size_t i = 0; i < s.tokens.size(); ++i) start[i] = spelled.size(), spelled += tok.token_to_piece(s.tokens[i]);
-    start[s.tokens.size()] = spelled.size();
+    const auto [spelled, start] = spell(tok, s.tokens);
     size_t pos = spelled.find("\nRecall them.\n");
     int64_t first = -1;
     for (const auto& v : asked) {
@@ -291,16 +302,23 @@ Sequence recall_sequence(const Tokenizer& tok, int64_t length, uint64_t& st, flo
     return recall_format_sequence(f, tok, length, st, prompt_weight, answer_weight, answer_begin);
 }
 
+namespace {
+/// The recall format of the link tasks: links "VAR X = VAR Y." recalled as "The variable assigned VAR Y is: X.",
+/// keys and values (all distinct) drawn by `draw`.
+RecallFormat link_format(const char* task, std::function<std::string(uint64_t&)> draw) {
+    return {task,
+            "Memorize the variable assignments in the following text.\n",
+            draw,
+            draw,
+            true,
+            [](const std::string& k, const std::string& v) { return "VAR " + v + " = VAR " + k + "."; },
+            [](const std::string& k) { return "The variable assigned VAR " + k + " is:"; }};
+}
+}  // namespace
+
 Sequence links_sequence(const Tokenizer& tok, int64_t length, uint64_t& st, float prompt_weight, float answer_weight,
                         int64_t* answer_begin) {
-    static const RecallFormat f{
-        kLinksTask,
-        "Memorize the variable assignments in the following text.\n",
-        capital_name,
-        capital_name,
-        true,
-        [](const std::string& k, const std::string& v) { return "VAR " + v + " = VAR " + k + "."; },
-        [](const std::string& k) { return "The variable assigned VAR " + k + " is:"; }};
+    static const RecallFormat f = link_format(kLinksTask, capital_name);
     return recall_format_sequence(f, tok, length, st, prompt_weight, answer_weight, answer_begin);
 }
 
@@ -336,14 +354,8 @@ Sequence links_words_sequence(const Tokenizer& tok, int64_t length, uint64_t& st
     const auto& words = single_token_words(tok);
     require(words.size() >= 8, "the vocabulary has ", words.size(), " single-token words; the ", kLinksWordsTask,
             " task needs 8");
-    auto draw = [&words](uint64_t& r) { return words[next_random(r) % words.size()]; };
-    const RecallFormat f{kLinksWordsTask,
-                         "Memorize the variable assignments in the following text.\n",
-                         draw,
-                         draw,
-                         true,
-                         [](const std::string& k, const std::string& v) { return "VAR " + v + " = VAR " + k + "."; },
-                         [](const std::string& k) { return "The variable assigned VAR " + k + " is:"; }};
+    const RecallFormat f =
+        link_format(kLinksWordsTask, [&words](uint64_t& r) { return words[next_random(r) % words.size()]; });
     return recall_format_sequence(f, tok, length, st, prompt_weight, answer_weight, answer_begin);
 }
 
@@ -413,10 +425,7 @@ Sequence chains_sequence(const Tokenizer& tok, int64_t length, uint64_t& st, flo
     s.weight.assign(s.tokens.size(), prompt_weight);
     // Weight the tokens that overlap an answer (" A, B, C."), found in order in the text the tokens spell (their
     // pieces may differ from `text` by BOS and a leading space, never inside a statement or an answer).
-    std::string spelled;
-    std::vector<size_t> start;
-    for (int32_t t : s.tokens) start.push_back(spelled.size()), spelled += tok.token_to_piece(t);
-    start.push_back(spelled.size());
+    const auto [spelled, start] = spell(tok, s.tokens);
     size_t pos = 0;
     int64_t first = -1;
     for (const auto& [a, b] : spans) {
