@@ -547,6 +547,15 @@ TEST_F(PretrainCli, BadConfigsFailBeforeTraining) {
     EXPECT_EQ(r.status, 1);
     EXPECT_NE(r.err.find("eval task 'chains' at eval.length 60"), std::string::npos) << r.err;
     EXPECT_FALSE(std::filesystem::exists(dir_ / "run" / "checkpoint.pt"));
+    auto c7 = cfg_;  // attention supervision: a layer the model lacks, then an unknown key
+    c7["attention_supervision"] = {{"weight", 1.0}, {"carry", {5, 0}}, {"lookup", {0, 1}}};
+    r = run_cli("train pretrain -q --config " + write(c7));
+    EXPECT_EQ(r.status, 1);
+    EXPECT_NE(r.err.find("attention_supervision.carry [5, 0] is outside the model's 1 layers"), std::string::npos) << r.err;
+    c7["attention_supervision"] = {{"weight", 1.0}, {"heads", {0, 1}}};
+    r = run_cli("train pretrain -q --config " + write(c7));
+    EXPECT_NE(r.err.find("unknown config key 'attention_supervision.heads'"), std::string::npos) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(dir_ / "run" / "checkpoint.pt"));
     // A GGUF whose architecture the trainer does not know.
     GGUFWriter w;
     w.set_string("general.architecture", "mamba");

@@ -95,6 +95,7 @@ int64_t TrainLoop::run(const MicroStep& micro, const EvalFn& eval, const SaveFn&
     const auto t0 = std::chrono::steady_clock::now();
     Progress bar("train", o_.steps - start_step_, o_.progress);
     double loss_sum = 0, gnorm_sum = 0, data_s = 0;
+    std::map<std::string, std::pair<double, int64_t>> metric_sums;  // name → (sum, count) over the log interval
     int64_t n_logged = 0, tokens_interval = 0, run_tokens = 0;
     auto t_int = t0;
     int64_t step = start_step_;
@@ -114,6 +115,10 @@ int64_t TrainLoop::run(const MicroStep& micro, const EvalFn& eval, const SaveFn&
             step_loss += r.loss.item<double>() / static_cast<double>(o_.grad_accum);
             tokens_interval += r.tokens;
             data_s += r.data_seconds;
+            for (const auto& [k, v] : r.metrics) {
+                metric_sums[k].first += v;
+                ++metric_sums[k].second;
+            }
             run_tokens += r.tokens;
             tokens_seen_ += r.tokens;
         }
@@ -130,9 +135,12 @@ int64_t TrainLoop::run(const MicroStep& micro, const EvalFn& eval, const SaveFn&
         bar.update(step - start_step_, "loss " + fmt("%.4f", step_loss) + "  " + fmt("%.0f", run_tokens / std::max(el, 1e-9)) + " tok/s");
         if (step % o_.log_every == 0 || step == o_.steps) {
             const double dt = std::chrono::duration<double>(now - t_int).count();
-            log({{"step", step}, {"loss", loss_sum / n_logged}, {"lr_factor", f}, {"grad_norm", gnorm_sum / n_logged},
-                 {"tokens_per_s", tokens_interval / std::max(dt, 1e-9)}, {"data_s", data_s}, {"tokens_seen", tokens_seen_},
-                 {"elapsed_s", elapsed_now_}});
+            nlohmann::json line = {{"step", step}, {"loss", loss_sum / n_logged}, {"lr_factor", f},
+                                   {"grad_norm", gnorm_sum / n_logged}, {"tokens_per_s", tokens_interval / std::max(dt, 1e-9)},
+                                   {"data_s", data_s}, {"tokens_seen", tokens_seen_}, {"elapsed_s", elapsed_now_}};
+            for (const auto& [k, sc] : metric_sums) line[k] = sc.first / static_cast<double>(sc.second);
+            metric_sums.clear();
+            log(line);
             loss_sum = gnorm_sum = data_s = 0;
             n_logged = 0;
             tokens_interval = 0;

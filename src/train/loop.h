@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -33,6 +34,9 @@ struct MicroResult {
     torch::Tensor loss;
     int64_t tokens = 0;
     double data_seconds = 0;  ///< time spent building the batch (logged, to spot a data-bound run)
+    /// Extra scalars of the micro-step (e.g. an auxiliary loss), averaged over each log interval and logged
+    /// under their names.
+    std::map<std::string, double> metrics;
 };
 
 /// Runs the loop over `module`'s parameters (grouped). Throws Error if out_dir holds a checkpoint and resume is

@@ -143,6 +143,7 @@ torch::Tensor LlamaMirrorImpl::hidden(const torch::Tensor& tokens, const MirrorH
         s = s.masked_fill(keep.logical_not(), -std::numeric_limits<float>::infinity());
         if (hooks.capture) {
             at.lse = torch::logsumexp(s, -1).reshape({B, hq, T});
+            at.q_post = q;
             hooks.capture->push_back(at);
         }
         auto p = torch::softmax(s, -1);

@@ -22,6 +22,7 @@ struct AttnTensors {
     torch::Tensor k_post;  ///< keys after RoPE [B, Hkv, T, d]
     torch::Tensor v;       ///< values [B, Hkv, T, d]
     torch::Tensor lse;     ///< per-query log-sum-exp of the scaled, biased, masked logits [B, Hq, T] (captures only)
+    torch::Tensor q_post;  ///< queries after RoPE [B, Hq, T, d] (captures only); logit = q·k / √d (+ bias)
 };
 
 /// Hooks into the attention of every layer. Each callback gets the layer index and that layer's tensors

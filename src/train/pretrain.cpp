@@ -1,5 +1,6 @@
 #include "train/pretrain.h"
 
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include "text/bpe_trainer.h"
 #include "text/spm_tokenizer.h"
 #include "text/tokenizer.h"
+#include "train/attn_supervision.h"
 #include "train/data.h"
 #include "train/loop.h"
 #include "train/mirror.h"
@@ -77,7 +79,7 @@ bool run_pretrain(const std::string& config_path, bool resume, bool progress) {
     require(!cfg.is_discarded(), "config '", config_path, "' is not valid JSON");
     const std::filesystem::path base = std::filesystem::path(config_path).parent_path();
     check_keys(cfg, "config", {"out", "output", "name", "seed", "threads", "model", "init", "tokenizer", "data", "optim",
-                                "eval", "checkpoint_every", "log_every"});
+                                "eval", "checkpoint_every", "log_every", "attention_supervision"});
     require(cfg.contains("out"), "config needs \"out\" (the run directory)");
     const std::string out = resolve(base, cfg["out"].get<std::string>());
     const std::string output = cfg.contains("output") ? resolve(base, cfg["output"].get<std::string>()) : out + "/model.gguf";
@@ -135,6 +137,19 @@ bool run_pretrain(const std::string& config_path, bool resume, bool progress) {
     lo.progress = progress;
     lo.checkpoint_every = cfg.value("checkpoint_every", int64_t(100));
     lo.log_every = cfg.value("log_every", int64_t(10));
+    // Attention supervision of the chain-following circuit (train/attn_supervision.h): weight × the mean
+    // −log p of the carry and lookup edges, added to the LM loss.
+    const json as = cfg.value("attention_supervision", json::object());
+    check_keys(as, "attention_supervision", {"weight", "carry", "lookup"});
+    const double as_weight = as.value("weight", 0.0);
+    require(as_weight >= 0, "attention_supervision.weight must be ≥ 0");
+    std::array<int, 2> as_carry{1, 0}, as_lookup{2, 0};  // (layer, query head)
+    if (as_weight > 0) {
+        require(as.contains("carry") && as.contains("lookup"),
+                "attention_supervision needs \"carry\" and \"lookup\" as [layer, query head]");
+        as_carry = as["carry"].get<std::array<int, 2>>();
+        as_lookup = as["lookup"].get<std::array<int, 2>>();
+    }
     const json ev = cfg.value("eval", json::object());
     check_keys(ev, "eval", {"every", "tasks", "length", "samples", "text_windows", "window"});
     lo.eval_every = ev.value("every", int64_t(0));
@@ -210,6 +225,12 @@ bool run_pretrain(const std::string& config_path, bool resume, bool progress) {
         torch::manual_seed(seed);
         model = LlamaMirror(c, m.value("tied", true));
     }
+    for (const auto& [what, lh] : {std::pair{"carry", as_carry}, std::pair{"lookup", as_lookup}})
+        if (as_weight > 0)
+            require(lh[0] >= 0 && lh[0] < model->config().n_layer && lh[1] >= 0 && lh[1] < model->config().n_head,
+                    "attention_supervision.", what, " [", lh[0], ", ", lh[1], "] is outside the model's ",
+                    model->config().n_layer, " layers and ", model->config().n_head, " query heads");
+    const ChainTokenIds chain_ids = as_weight > 0 ? chain_token_ids(*tok) : ChainTokenIds{};
     for (int64_t L : mix.lengths)
         require(L <= model->config().n_ctx_train, "data.lengths holds ", L, ", beyond the model's context of ",
                 model->config().n_ctx_train);
@@ -240,7 +261,21 @@ bool run_pretrain(const std::string& config_path, bool resume, bool progress) {
         auto toks = torch::from_blob(const_cast<int64_t*>(b.tokens.data()), {b.B, b.T}, torch::kInt64);
         auto w = torch::from_blob(const_cast<float*>(b.weight.data()), {b.B, b.T}, torch::kFloat32);
         MicroResult r;
-        r.loss = weighted_ce(model->forward(toks), toks, w);
+        if (as_weight > 0) {
+            std::vector<AttnTensors> cap;
+            MirrorHooks hooks;
+            hooks.capture = &cap;
+            r.loss = weighted_ce(model->forward(toks, hooks), toks, w);
+            const ChainTargets tg = chain_targets(b.tokens, b.B, b.T, chain_ids);
+            const AttnTargetLoss c = attention_target_loss(cap, as_carry[0], as_carry[1], tg.carry);
+            const AttnTargetLoss k = attention_target_loss(cap, as_lookup[0], as_lookup[1], tg.lookup);
+            r.metrics["lm_loss"] = r.loss.item<double>();
+            r.loss = r.loss + as_weight * (c.loss + k.loss);
+            if (c.edges) r.metrics["carry_nll"] = c.loss.item<double>(), r.metrics["carry_hit"] = c.hit_rate;
+            if (k.edges) r.metrics["lookup_nll"] = k.loss.item<double>(), r.metrics["lookup_hit"] = k.hit_rate;
+        } else {
+            r.loss = weighted_ce(model->forward(toks), toks, w);
+        }
         r.tokens = b.B * b.T;
         r.data_seconds = data_s;
         return r;
