@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Trains models/kvsieve-tiny-2k.gguf from scratch with kvsieve's training stack, in eight phases (see
+# Trains models/kvsieve-tiny-2k.gguf from scratch with kvsieve's training stack, in fourteen phases (see
 # models/kvsieve-tiny-2k.md): language and task formats, induction on short copy examples, retrieval at
-# 512–2304 tokens, then the tasks on short rows with code copying and associative recall, and the tasks again
-# at 1k–2.3k tokens. About 5 hours on 2 cores. Each phase is resumable: rerun the script after an
+# 512–2304 tokens, then the tasks on short rows with code copying and associative recall, the tasks again
+# at 1k–2.3k tokens, and chain following for variable tracking (attention supervision, short rows then
+# 768–2304 tokens in five phases). About 7 hours on 2 cores. Each phase is resumable: rerun the script after an
 # interruption and it continues where it stopped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,4 +23,10 @@ phase configs/kvsieve-tiny-2k-tasks1.json runs/tiny2k-tasks1
 phase configs/kvsieve-tiny-2k-codes.json runs/tiny2k-codes
 phase configs/kvsieve-tiny-2k-recall.json runs/tiny2k-recall
 phase configs/kvsieve-tiny-2k-tasks2.json runs/tiny2k-tasks2
-$K quantize runs/tiny2k-tasks2/final.gguf models/kvsieve-tiny-2k.gguf --type f16
+phase configs/kvsieve-tiny-2k-attnsup.json runs/tiny2k-attnsup
+phase configs/kvsieve-tiny-2k-attnsup-long.json runs/tiny2k-attnsup-long
+phase configs/kvsieve-tiny-2k-attnsup-c.json runs/tiny2k-attnsup-c
+phase configs/kvsieve-tiny-2k-attnsup-d.json runs/tiny2k-attnsup-d
+phase configs/kvsieve-tiny-2k-attnsup-e.json runs/tiny2k-attnsup-e
+phase configs/kvsieve-tiny-2k-attnsup-f.json runs/tiny2k-attnsup-f
+$K quantize runs/tiny2k-attnsup-f/final.gguf models/kvsieve-tiny-2k.gguf --type f16
