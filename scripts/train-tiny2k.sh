@@ -3,8 +3,8 @@
 # models/kvsieve-tiny-2k.md): language and task formats, induction on short copy examples, retrieval at
 # 512–2304 tokens, then the tasks on short rows with code copying and associative recall, the tasks again
 # at 1k–2.3k tokens, and chain following for variable tracking (attention supervision, short rows then
-# 768–2304 tokens in five phases). About 7 hours on 2 cores. Each phase is resumable: rerun the script after an
-# interruption and it continues where it stopped.
+# 768–2304 tokens in five phases). About 7 hours on 2 cores. Each phase is resumable: rerun the script
+# after an interruption and it continues where it stopped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 K=build/bin/kvsieve
