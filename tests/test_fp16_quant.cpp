@@ -75,5 +75,70 @@ TEST(Quant, Q4_0ErrorIsWithinOneStep) {
     }
 }
 
+TEST(Quant, Q4_1AndQ5_1ErrorIsWithinHalfAStepPlusScaleRounding) {
+    std::vector<float> x(96);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.29f * i) * 2 + 0.7f;  // positive-biased blocks
+    std::vector<BlockQ4_1> q4(3);
+    std::vector<BlockQ5_1> q5(3);
+    quantize_row_q4_1(x.data(), q4.data(), 96);
+    quantize_row_q5_1(x.data(), q5.data(), 96);
+    std::vector<float> y4(96), y5(96);
+    dequantize_row(TensorType::Q4_1, q4.data(), y4.data(), 96);
+    dequantize_row(TensorType::Q5_1, q5.data(), y5.data(), 96);
+    for (int b = 0; b < 3; ++b) {
+        float mn = x[b * 32], mx = x[b * 32];
+        for (int j = 0; j < 32; ++j) {
+            mn = std::min(mn, x[b * 32 + j]);
+            mx = std::max(mx, x[b * 32 + j]);
+        }
+        EXPECT_NEAR(fp16_to_fp32(q4[b].m), mn, std::fabs(mn) * 1e-3);
+        EXPECT_NEAR(fp16_to_fp32(q4[b].d), (mx - mn) / 15, (mx - mn) / 15 * 1e-3);
+        EXPECT_NEAR(fp16_to_fp32(q5[b].d), (mx - mn) / 31, (mx - mn) / 31 * 1e-3);
+        // Half a step, plus the binary16 rounding of d (times up to 15 or 31 steps) and of m.
+        const float slack = 16 * (mx - mn) * 1e-3f + std::fabs(mn) * 1e-3f;
+        for (int j = 0; j < 32; ++j) {
+            EXPECT_LE(std::fabs(x[b * 32 + j] - y4[b * 32 + j]), 0.5f * (mx - mn) / 15 + slack);
+            EXPECT_LE(std::fabs(x[b * 32 + j] - y5[b * 32 + j]), 0.5f * (mx - mn) / 31 + slack);
+        }
+    }
+}
+
+TEST(Quant, Q5_0ErrorIsWithinOneStepAndUsesAllFiveBits) {
+    std::vector<float> x(64);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = std::cos(0.17f * i) * 3;
+    std::vector<BlockQ5_0> q(2);
+    quantize_row_q5_0(x.data(), q.data(), 64);
+    std::vector<float> y(64);
+    dequantize_row(TensorType::Q5_0, q.data(), y.data(), 64);
+    int with_high_bit = 0;
+    for (int b = 0; b < 2; ++b) {
+        const float d = std::fabs(fp16_to_fp32(q[b].d));
+        // Half a step, except one step at the clamped end opposite the largest magnitude (q = 31, not 32).
+        for (int j = 0; j < 32; ++j) EXPECT_LE(std::fabs(x[b * 32 + j] - y[b * 32 + j]), d * 1.01f + 1e-6f);
+        with_high_bit += __builtin_popcount(q5_high_bits(q[b].qh));
+    }
+    EXPECT_GT(with_high_bit, 0);
+    EXPECT_LT(with_high_bit, 64);
+}
+
+TEST(Quant, Q5BlockLayoutMatchesGgml) {
+    // One hand-built Q5_1 block: weight j has value j (0..31), d = 1, m = −10. In ggml's layout qs[j] holds
+    // the low nibbles of weights j and j+16 and bit j of qh the fifth bit of weight j: weights 16..31 set it.
+    BlockQ5_1 b{};
+    b.d = fp32_to_fp16(1.0f);
+    b.m = fp32_to_fp16(-10.0f);
+    for (int j = 0; j < 16; ++j) b.qs[j] = static_cast<uint8_t>(j | (j << 4));
+    b.qh[2] = 0xFF;
+    b.qh[3] = 0xFF;
+    float y[32];
+    dequant_block_q5_1(&b, y);
+    for (int j = 0; j < 32; ++j) EXPECT_EQ(y[j], j - 10.0f) << j;
+    // The quantizer writes the same block back from those values.
+    BlockQ5_1 r{};
+    quantize_row_q5_1(y, &r, 32);
+    EXPECT_EQ(std::memcmp(r.qs, b.qs, 16), 0);
+    EXPECT_EQ(std::memcmp(r.qh, b.qh, 4), 0);
+}
+
 }  // namespace
 }  // namespace kvsieve

@@ -99,6 +99,73 @@ TEST(Kernels, EveryInstructionSetMatchesScalarDots) {
     }
 }
 
+/// Σ_j dequant(w)_j · dequant(x)_j in float64: what an integer dot with quantized activations computes exactly
+/// (up to the binary16 rounding of Q8_1's s).
+template <class WBlock, class XBlock>
+double dequantized_dot(TensorType wt, const std::vector<WBlock>& w, TensorType xt, const std::vector<XBlock>& x,
+                       int64_t n) {
+    std::vector<float> a(n), b(n);
+    dequantize_row(wt, w.data(), a.data(), n);
+    for (int64_t i = 0; i < n / 32; ++i) {
+        const float d = fp16_to_fp32(x[i].d);
+        for (int j = 0; j < 32; ++j) b[i * 32 + j] = d * x[i].qs[j];
+    }
+    (void)xt;
+    double s = 0;
+    for (int64_t i = 0; i < n; ++i) s += double(a[i]) * b[i];
+    return s;
+}
+
+TEST(Kernels, LegacyQuantDotsWithQuantizedActivations) {
+    const int64_t n = 32 * 19;  // odd block count: the two-block loops' tails
+    const auto x = randn(n, 21);
+    auto wf = randn(n, 22);
+    for (int64_t i = 0; i < n; ++i) wf[i] += 0.3f * std::sin(0.05f * i);  // blocks with a non-zero mean (min ≠ −max)
+    std::vector<BlockQ8_0> x80(n / 32);
+    std::vector<BlockQ8_1> x81(n / 32);
+    quantize_row_q8_0_activations(x.data(), x80.data(), n);
+    quantize_row_q8_1_activations(x.data(), x81.data(), n);
+    // Q8_1's s is d·Σq rounded to binary16.
+    for (const auto& b : x81) {
+        int sum = 0;
+        for (int j = 0; j < 32; ++j) sum += b.qs[j];
+        EXPECT_NEAR(fp16_to_fp32(b.s), fp16_to_fp32(b.d) * sum, std::fabs(fp16_to_fp32(b.d) * sum) * 1e-3 + 1e-6);
+    }
+    std::vector<BlockQ4_1> w41(n / 32);
+    std::vector<BlockQ5_0> w50(n / 32);
+    std::vector<BlockQ5_1> w51(n / 32);
+    quantize_row_q4_1(wf.data(), w41.data(), n);
+    quantize_row_q5_0(wf.data(), w50.data(), n);
+    quantize_row_q5_1(wf.data(), w51.data(), n);
+    const DotKernels& ref = dot_kernels_scalar();
+    // The integer references equal the float64 dot of the dequantized operands (offset term: s is rounded).
+    EXPECT_NEAR(ref.q4_1(w41.data(), x81.data(), n / 32),
+                dequantized_dot(TensorType::Q4_1, w41, TensorType::Q8_1, x81, n), 2e-2);
+    EXPECT_NEAR(ref.q5_0(w50.data(), x80.data(), n / 32),
+                dequantized_dot(TensorType::Q5_0, w50, TensorType::Q8_0, x80, n), 1e-3);
+    EXPECT_NEAR(ref.q5_1(w51.data(), x81.data(), n / 32),
+                dequantized_dot(TensorType::Q5_1, w51, TensorType::Q8_1, x81, n), 2e-2);
+    for (const DotKernels* k : available_kernel_sets()) {
+        SCOPED_TRACE(k->isa);
+        for (int64_t nb : {int64_t{1}, int64_t{2}, n / 32}) {
+            EXPECT_NEAR(k->q4_1(w41.data(), x81.data(), nb), ref.q4_1(w41.data(), x81.data(), nb), 1e-4);
+            EXPECT_NEAR(k->q5_0(w50.data(), x80.data(), nb), ref.q5_0(w50.data(), x80.data(), nb), 1e-4);
+            EXPECT_NEAR(k->q5_1(w51.data(), x81.data(), nb), ref.q5_1(w51.data(), x81.data(), nb), 1e-4);
+        }
+        std::vector<BlockQ8_1> y(n / 32);
+        k->quantize_q8_1(x.data(), y.data(), n);
+        EXPECT_EQ(std::memcmp(y.data(), x81.data(), y.size() * sizeof(BlockQ8_1)), 0);
+        for (TensorType t : {TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1}) {
+            std::vector<uint8_t> q(row_bytes(t, n));
+            quantize_row(t, wf.data(), q.data(), n);
+            std::vector<float> a(n), b(n);
+            k->dequant_row(t, q.data(), a.data(), n);
+            dequantize_row(t, q.data(), b.data(), n);
+            EXPECT_EQ(a, b) << type_name(t);
+        }
+    }
+}
+
 TEST(Kernels, KQuantDotsMatchScalarOnRealBlocks) {
     // Q4_K and Q6_K blocks of a file written by llama.cpp's quantizer.
     GGUFFile f(test::model_path("tiny-qwen3-q4_k_m.gguf"));
@@ -121,7 +188,8 @@ TEST(Kernels, KQuantDotsMatchScalarOnRealBlocks) {
 }
 
 TEST(Kernels, MatmulGemvAndGemmPathsMatchExactProduct) {
-    for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0}) {
+    for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0,
+                         TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1}) {
         SCOPED_TRACE(type_name(t));
         const auto W = make_matrix(t, 96, 256, 7);
         for (int64_t T : {int64_t{1}, int64_t{3}, kGemmMinTokens + 5}) {
@@ -130,8 +198,10 @@ TEST(Kernels, MatmulGemvAndGemmPathsMatchExactProduct) {
             std::vector<float> Y(T * 96), Yref(T * 96);
             matmul(W.m, X.data(), T, Y.data());
             const auto exact = exact_product(W.m, X, T);
-            // Q8_0 GEMV quantizes activations (≈ 0.4% relative error per block); the rest is float rounding.
-            const double tol = (t == TensorType::Q8_0 && T < kGemmMinTokens) ? 2e-2 : 1e-4;
+            // GEMV with Q8_0 / Q8_1 activations (Q8_0, Q5_0, Q4_1, Q5_1 weights) quantizes them (≈ 0.4% relative
+            // error per block); the rest is float rounding.
+            const bool quantized_x = activation_type(t) != TensorType::F32 && T < kGemmMinTokens;
+            const double tol = quantized_x ? 2e-2 : 1e-4;
             EXPECT_LE(max_abs_diff(Y, exact), tol);
             if (T < kGemmMinTokens && t != TensorType::F32) {
                 matmul_reference(W.m, X.data(), T, Yref.data());

@@ -1,8 +1,9 @@
-// kvsieve quantize IN.gguf OUT.gguf --type f16|bf16|q8_0|q4_0
+// kvsieve quantize IN.gguf OUT.gguf --type TYPE (every type kernels/quant.h can write)
 #include <cstdio>
 
 #include "cli/commands.h"
 #include "kernels/parallel.h"
+#include "kernels/quant.h"
 #include "model/quantize.h"
 
 namespace kvsieve::cli {
@@ -16,7 +17,7 @@ void add_quantize(CLI::App& app) {
     auto o = std::make_shared<Opts>();
     cmd->add_option("input", o->in, "GGUF model")->required()->check(CLI::ExistingFile);
     cmd->add_option("output", o->out, "GGUF file to write")->required();
-    cmd->add_option("--type", o->type, "f32, f16, bf16, q8_0 or q4_0")->required();
+    cmd->add_option("--type", o->type, "weight type: " + quantize_type_names())->required();
     cmd->add_option("-t,--threads", o->threads, "threads (0: all cores)");
     cmd->callback([o] {
         set_num_threads(o->threads);

@@ -8,9 +8,10 @@
 
 namespace kvsieve {
 
-/// One instruction set's kernels. n counts weights; nb counts blocks (32 for Q8_0/Q4_0, 256 for K-quants).
-/// Q8_0 rows are dotted with activations quantized to Q8_0 (integer products, as ggml does); every other
-/// type with float32 activations. Each returns the float32 sum.
+/// One instruction set's kernels. n counts weights; nb counts blocks (32 weights for Q4_0, Q4_1, Q5_0, Q5_1
+/// and Q8_0, 256 for K-quants). Q8_0 and Q5_0 rows are dotted with activations quantized to Q8_0, Q4_1 and
+/// Q5_1 rows with activations quantized to Q8_1 (integer products, as ggml does; activation_type() names the
+/// format); every other type with float32 activations. Each returns the float32 sum.
 struct DotKernels {
     const char* isa;
     float (*f32)(const float* w, const float* x, int64_t n);
@@ -23,16 +24,25 @@ struct DotKernels {
     float (*q4_0)(const BlockQ4_0* w, const float* x, int64_t nb);
     float (*q4_k)(const BlockQ4K* w, const float* x, int64_t nb);
     float (*q6_k)(const BlockQ6K* w, const float* x, int64_t nb);
+    float (*q4_1)(const BlockQ4_1* w, const BlockQ8_1* xq, int64_t nb);
+    float (*q5_0)(const BlockQ5_0* w, const BlockQ8_0* xq, int64_t nb);
+    float (*q5_1)(const BlockQ5_1* w, const BlockQ8_1* xq, int64_t nb);
     /// Row conversion used when a weight panel is dequantized for a prefill GEMM.
     void (*dequant_row)(TensorType t, const void* src, float* dst, int64_t n);
     /// Quantizes activations for Q8_0 weights (same rounding as quantize_row_q8_0).
     void (*quantize_q8_0)(const float* x, BlockQ8_0* y, int64_t n);
+    /// Quantizes activations for Q4_1 / Q5_1 weights (quantize_row_q8_1_activations).
+    void (*quantize_q8_1)(const float* x, BlockQ8_1* y, int64_t n);
     /// Online-softmax attention step over n ≤ 16 cached rows k, v (F32, F16 or BF16; row length d ≤ 256) for
     /// G queries q [G][d]: updates the running max m[G], normaliser l[G] and unnormalised output o[G][d].
     /// When s_out is set the scaled scores are also stored at s_out[g·s_stride + j].
     void (*attend_rows)(TensorType kv, const void* k, const void* v, int n, int d, const float* q, int G, float scale,
                         float* m, float* l, float* o, float* s_out, int64_t s_stride);
 };
+
+/// The format activations take before a dot product with weights of type t: F32 (no quantization), Q8_0 or
+/// Q8_1.
+TensorType activation_type(TensorType t);
 
 const DotKernels& dot_kernels_scalar();
 const DotKernels& dot_kernels_avx2();

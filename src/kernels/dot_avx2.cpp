@@ -73,6 +73,11 @@ static float dot_q8_0(const BlockQ8_0* w, const BlockQ8_0* xq, int64_t nb) {
     return hsum(_mm256_add_ps(a0, a1));
 }
 
+static inline __m256i dot_us8_i32(__m256i u, __m256i s) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+#include "kernels/dot_int8_x86.inc"
+
 static void dequant_row(TensorType t, const void* src, float* dst, int64_t n) {
     if (t != TensorType::F16) return g_dequant_row_blocks(t, src, dst, n);
     const auto* s = static_cast<const uint16_t*>(src);
@@ -94,9 +99,22 @@ static void isa_axpy_f16(float a, const uint16_t* v, float* o, int64_t n) {
 }  // namespace avx2
 
 const DotKernels& dot_kernels_avx2() {
-    static const DotKernels k = {"avx2",         avx2::dot_f32,    avx2::dot_f16,    avx2::g_dot_bf16,
-                                 avx2::dot_q8_0, avx2::g_dot_q8_0_split, avx2::g_dot_q4_0, avx2::g_dot_q4_k, avx2::g_dot_q6_k,
-                                 avx2::dequant_row, quantize_row_q8_0_activations, avx2::attend_rows};
+    static const DotKernels k = {.isa = "avx2",
+                                 .f32 = avx2::dot_f32,
+                                 .f16 = avx2::dot_f16,
+                                 .bf16 = avx2::g_dot_bf16,
+                                 .q8_0 = avx2::dot_q8_0,
+                                 .q8_0_split = avx2::g_dot_q8_0_split,
+                                 .q4_0 = avx2::g_dot_q4_0,
+                                 .q4_k = avx2::g_dot_q4_k,
+                                 .q6_k = avx2::g_dot_q6_k,
+                                 .q4_1 = avx2::x86_dot_q4_1,
+                                 .q5_0 = avx2::x86_dot_q5_0,
+                                 .q5_1 = avx2::x86_dot_q5_1,
+                                 .dequant_row = avx2::dequant_row,
+                                 .quantize_q8_0 = quantize_row_q8_0_activations,
+                                 .quantize_q8_1 = quantize_row_q8_1_activations,
+                                 .attend_rows = avx2::attend_rows};
     return k;
 }
 

@@ -119,6 +119,11 @@ static float dot_q8_0_split(const int8_t* wq, const uint16_t* wd, const int8_t* 
     return s;
 }
 
+static inline __m256i dot_us8_i32(__m256i u, __m256i s) {
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+}
+#include "kernels/dot_int8_x86.inc"
+
 static void dequant_row(TensorType t, const void* src, float* dst, int64_t n) {
     if (t != TensorType::F16) return g_dequant_row_blocks(t, src, dst, n);
     const auto* s = static_cast<const uint16_t*>(src);
@@ -160,9 +165,22 @@ static void attend_rows_best(TensorType kv, const void* k, const void* v, int n,
 }  // namespace avx512
 
 const DotKernels& dot_kernels_avx512() {
-    static const DotKernels k = {"avx512",         avx512::dot_f32,    avx512::dot_f16,    avx512::g_dot_bf16,
-                                 avx512::dot_q8_0, avx512::dot_q8_0_split, avx512::g_dot_q4_0, avx512::g_dot_q4_k, avx512::g_dot_q6_k,
-                                 avx512::dequant_row, quantize_row_q8_0_activations, avx512::attend_rows_best};
+    static const DotKernels k = {.isa = "avx512",
+                                 .f32 = avx512::dot_f32,
+                                 .f16 = avx512::dot_f16,
+                                 .bf16 = avx512::g_dot_bf16,
+                                 .q8_0 = avx512::dot_q8_0,
+                                 .q8_0_split = avx512::dot_q8_0_split,
+                                 .q4_0 = avx512::g_dot_q4_0,
+                                 .q4_k = avx512::g_dot_q4_k,
+                                 .q6_k = avx512::g_dot_q6_k,
+                                 .q4_1 = avx512::x86_dot_q4_1,
+                                 .q5_0 = avx512::x86_dot_q5_0,
+                                 .q5_1 = avx512::x86_dot_q5_1,
+                                 .dequant_row = avx512::dequant_row,
+                                 .quantize_q8_0 = quantize_row_q8_0_activations,
+                                 .quantize_q8_1 = quantize_row_q8_1_activations,
+                                 .attend_rows = avx512::attend_rows_best};
     return k;
 }
 

@@ -32,10 +32,33 @@ static float dot_f16(const uint16_t* w, const float* x, int64_t n) {
 }
 }  // namespace scalar
 
+TensorType activation_type(TensorType t) {
+    switch (t) {
+        case TensorType::Q8_0:
+        case TensorType::Q5_0: return TensorType::Q8_0;
+        case TensorType::Q4_1:
+        case TensorType::Q5_1: return TensorType::Q8_1;
+        default: return TensorType::F32;
+    }
+}
+
 const DotKernels& dot_kernels_scalar() {
-    static const DotKernels k = {"scalar",         scalar::g_dot_f32,  scalar::dot_f16,  scalar::g_dot_bf16,
-                                 scalar::g_dot_q8_0, scalar::g_dot_q8_0_split, scalar::g_dot_q4_0, scalar::g_dot_q4_k, scalar::g_dot_q6_k,
-                                 dequantize_row,   quantize_row_q8_0_activations, scalar::attend_rows};
+    static const DotKernels k = {.isa = "scalar",
+                                 .f32 = scalar::g_dot_f32,
+                                 .f16 = scalar::dot_f16,
+                                 .bf16 = scalar::g_dot_bf16,
+                                 .q8_0 = scalar::g_dot_q8_0,
+                                 .q8_0_split = scalar::g_dot_q8_0_split,
+                                 .q4_0 = scalar::g_dot_q4_0,
+                                 .q4_k = scalar::g_dot_q4_k,
+                                 .q6_k = scalar::g_dot_q6_k,
+                                 .q4_1 = scalar::g_dot_q4_1,
+                                 .q5_0 = scalar::g_dot_q5_0,
+                                 .q5_1 = scalar::g_dot_q5_1,
+                                 .dequant_row = dequantize_row,
+                                 .quantize_q8_0 = quantize_row_q8_0_activations,
+                                 .quantize_q8_1 = quantize_row_q8_1_activations,
+                                 .attend_rows = scalar::attend_rows};
     return k;
 }
 

@@ -17,7 +17,8 @@ namespace {
 /// Activations in the form a weight type's dot kernel expects.
 struct PreparedX {
     const float* f32 = nullptr;  // [T][cols]
-    std::vector<BlockQ8_0> q8;   // [T][cols/32] for Q8_0 weights
+    std::vector<BlockQ8_0> q8;   // [T][cols/32] for weights dotted with Q8_0 activations
+    std::vector<BlockQ8_1> q81;  // [T][cols/32] for weights dotted with Q8_1 activations
     int64_t q8_stride = 0;
     AlignedBuffer split_q;       // [T][cols] int8 for split-layout Q8_0 weights
     std::vector<float> split_d;  // [T][cols/32]
@@ -26,7 +27,13 @@ struct PreparedX {
 PreparedX prepare(const DotKernels& k, const WeightMatrix& W, const float* X, int64_t T) {
     PreparedX p;
     p.f32 = X;
-    if (W.type == TensorType::Q8_0) {
+    const TensorType act = activation_type(W.type);
+    if (act == TensorType::Q8_1) {
+        p.q8_stride = W.cols / QK8_0;
+        p.q81.resize(static_cast<size_t>(T * p.q8_stride));
+        for (int64_t t = 0; t < T; ++t) k.quantize_q8_1(X + t * W.cols, p.q81.data() + t * p.q8_stride, W.cols);
+    }
+    if (act == TensorType::Q8_0) {
         p.q8_stride = W.cols / QK8_0;
         p.q8.resize(static_cast<size_t>(T * p.q8_stride));
         for (int64_t t = 0; t < T; ++t) k.quantize_q8_0(X + t * W.cols, p.q8.data() + t * p.q8_stride, W.cols);
@@ -56,8 +63,15 @@ inline float dot_row(const DotKernels& k, const WeightMatrix& W, int64_t r, cons
                                     p.split_d.data() + t * p.q8_stride, W.cols / QK8_0);
             return k.q8_0(reinterpret_cast<const BlockQ8_0*>(w), p.q8.data() + t * p.q8_stride, W.cols / QK8_0);
         case TensorType::Q4_0: return k.q4_0(reinterpret_cast<const BlockQ4_0*>(w), x, W.cols / QK8_0);
+        case TensorType::Q4_1:
+            return k.q4_1(reinterpret_cast<const BlockQ4_1*>(w), p.q81.data() + t * p.q8_stride, W.cols / QK8_0);
+        case TensorType::Q5_0:
+            return k.q5_0(reinterpret_cast<const BlockQ5_0*>(w), p.q8.data() + t * p.q8_stride, W.cols / QK8_0);
+        case TensorType::Q5_1:
+            return k.q5_1(reinterpret_cast<const BlockQ5_1*>(w), p.q81.data() + t * p.q8_stride, W.cols / QK8_0);
         case TensorType::Q4_K: return k.q4_k(reinterpret_cast<const BlockQ4K*>(w), x, W.cols / QK_K);
         case TensorType::Q6_K: return k.q6_k(reinterpret_cast<const BlockQ6K*>(w), x, W.cols / QK_K);
+        default: break;
     }
     return 0;
 }

@@ -2,6 +2,7 @@
 // Block formats of the quantized weight types (ggml layout, bit-exact with GGUF files) and their scalar
 // reference dequantisation / quantisation. Every fast kernel is tested against these.
 #include <cstdint>
+#include <string>
 
 #include "kernels/fp16.h"
 #include "kernels/tensor_types.h"
@@ -24,6 +25,42 @@ struct BlockQ4_0 {
     uint8_t qs[QK8_0 / 2];
 };
 static_assert(sizeof(BlockQ4_0) == 18);
+
+/// Q8_1: activations for Q4_1 / Q5_1 dot products. x_j = d · q_j; s = d · Σ q_j (both binary16), so a
+/// weight block's offset term m · Σ x_j costs one product. 36 bytes per 32 values.
+struct BlockQ8_1 {
+    uint16_t d;
+    uint16_t s;
+    int8_t qs[QK8_0];
+};
+static_assert(sizeof(BlockQ8_1) == 36);
+
+/// Q4_1: x_j = d · nibble_j + m (nibble 0..15); qs[j] holds weight j (low nibble) and j+16 (high).
+/// 20 bytes per 32 weights.
+struct BlockQ4_1 {
+    uint16_t d;
+    uint16_t m;
+    uint8_t qs[QK8_0 / 2];
+};
+static_assert(sizeof(BlockQ4_1) == 20);
+
+/// Q5_0: x_j = d · (q_j − 16), q_j 5 bits: low 4 in qs as in Q4_0, the fifth bit of weight j in bit j of
+/// the little-endian 32-bit qh. 22 bytes per 32 weights.
+struct BlockQ5_0 {
+    uint16_t d;
+    uint8_t qh[4];
+    uint8_t qs[QK8_0 / 2];
+};
+static_assert(sizeof(BlockQ5_0) == 22);
+
+/// Q5_1: x_j = d · q_j + m with q_j 5 bits laid out as in Q5_0. 24 bytes per 32 weights.
+struct BlockQ5_1 {
+    uint16_t d;
+    uint16_t m;
+    uint8_t qh[4];
+    uint8_t qs[QK8_0 / 2];
+};
+static_assert(sizeof(BlockQ5_1) == 24);
 
 /// Q4_K: 8 sub-blocks of 32 with 6-bit scales and mins packed in `scales`;
 /// x = d·sc_j·q − dmin·m_j, q a 4-bit value. 144 bytes per 256 weights.
@@ -68,6 +105,35 @@ inline void dequant_block_q4_0(const BlockQ4_0* b, float* y) {
         y[j] = d * ((b->qs[j] & 0xF) - 8);
         y[j + QK8_0 / 2] = d * ((b->qs[j] >> 4) - 8);
     }
+}
+/// Scalar reference: 32 floats from one Q4_1 block.
+inline void dequant_block_q4_1(const BlockQ4_1* b, float* y) {
+    const float d = fp16_to_fp32(b->d), m = fp16_to_fp32(b->m);
+    for (int j = 0; j < QK8_0 / 2; ++j) {
+        y[j] = d * (b->qs[j] & 0xF) + m;
+        y[j + QK8_0 / 2] = d * (b->qs[j] >> 4) + m;
+    }
+}
+/// The 32 high bits of a Q5_0 / Q5_1 block as one little-endian word (bit j belongs to weight j).
+inline uint32_t q5_high_bits(const uint8_t qh[4]) {
+    return uint32_t(qh[0]) | uint32_t(qh[1]) << 8 | uint32_t(qh[2]) << 16 | uint32_t(qh[3]) << 24;
+}
+/// 5-bit value of weight j (0..31) of a Q5_0 / Q5_1 block, unsigned 0..31.
+inline int q5_value(const uint8_t* qs, uint32_t qh, int j) {
+    const int lo = j < 16 ? (qs[j] & 0xF) : (qs[j - 16] >> 4);
+    return lo | static_cast<int>(((qh >> j) & 1u) << 4);
+}
+/// Scalar reference: 32 floats from one Q5_0 block.
+inline void dequant_block_q5_0(const BlockQ5_0* b, float* y) {
+    const float d = fp16_to_fp32(b->d);
+    const uint32_t qh = q5_high_bits(b->qh);
+    for (int j = 0; j < QK8_0; ++j) y[j] = d * (q5_value(b->qs, qh, j) - 16);
+}
+/// Scalar reference: 32 floats from one Q5_1 block.
+inline void dequant_block_q5_1(const BlockQ5_1* b, float* y) {
+    const float d = fp16_to_fp32(b->d), m = fp16_to_fp32(b->m);
+    const uint32_t qh = q5_high_bits(b->qh);
+    for (int j = 0; j < QK8_0; ++j) y[j] = d * q5_value(b->qs, qh, j) + m;
 }
 /// Scalar reference: 256 floats from one Q4_K block.
 inline void dequant_block_q4_k(const BlockQ4K* b, float* y) {
@@ -119,13 +185,30 @@ void dequantize_row(TensorType t, const void* src, float* dst, int64_t n);
 void quantize_row_q8_0(const float* x, BlockQ8_0* y, int64_t n);
 /// The same with ties to even, as ggml's SIMD path quantizes activations before Q8_0 dot products.
 void quantize_row_q8_0_activations(const float* x, BlockQ8_0* y, int64_t n);
+/// Quantizes activations for Q4_1 / Q5_1 dot products like ggml's SIMD path: d = max|x|/127,
+/// q = round-half-even(x · 127/max|x|), s = d · Σ q (d and s stored as binary16).
+void quantize_row_q8_1_activations(const float* x, BlockQ8_1* y, int64_t n);
+/// Quantizes n floats (multiple of 32) to Q4_1 like ggml's reference: d = (max − min)/15, m = min,
+/// q = min(15, trunc((x − min)/d + 0.5)).
+void quantize_row_q4_1(const float* x, BlockQ4_1* y, int64_t n);
+/// Quantizes n floats (multiple of 32) to Q5_0 like ggml's reference: d = max/−16 of the signed value of
+/// largest magnitude, q = min(31, trunc(x/d + 16.5)).
+void quantize_row_q5_0(const float* x, BlockQ5_0* y, int64_t n);
+/// Quantizes n floats (multiple of 32) to Q5_1 like ggml's reference: d = (max − min)/31, m = min,
+/// q = trunc((x − min)/d + 0.5).
+void quantize_row_q5_1(const float* x, BlockQ5_1* y, int64_t n);
 /// Quantizes n floats (multiple of 32) to Q4_0 like ggml's reference: d = max/−8 of the signed value of
 /// largest magnitude, q = clamp(round(x/d) + 8, 0, 15).
 void quantize_row_q4_0(const float* x, BlockQ4_0* y, int64_t n);
 /// Converts n floats to binary16 / bfloat16 (round to nearest even).
 void quantize_row_f16(const float* x, uint16_t* y, int64_t n);
 void quantize_row_bf16(const float* x, uint16_t* y, int64_t n);
-/// Quantizes n floats into `dst` of type t (F32, F16, BF16, Q8_0, Q4_0); throws Error for K-quants.
+/// True if quantize_row can write type t.
+bool can_quantize_to(TensorType t);
+/// Names of the types quantize_row writes, lower case, comma separated (for help and error messages).
+std::string quantize_type_names();
+/// Quantizes n floats (a multiple of t's block size) into `dst` of type t; throws Error naming the type when
+/// can_quantize_to(t) is false.
 void quantize_row(TensorType t, const float* x, void* dst, int64_t n);
 
 }  // namespace kvsieve

@@ -18,7 +18,7 @@ struct TypeRow {
 // files holding them can still be size-checked and reported precisely.
 constexpr TypeRow kTypes[] = {
     {0, "F32", 1, 4, true},       {1, "F16", 1, 2, true},         {2, "Q4_0", 32, 18, true},
-    {3, "Q4_1", 32, 20, false},   {6, "Q5_0", 32, 22, false},     {7, "Q5_1", 32, 24, false},
+    {3, "Q4_1", 32, 20, true},    {6, "Q5_0", 32, 22, true},      {7, "Q5_1", 32, 24, true},
     {8, "Q8_0", 32, 34, true},    {9, "Q8_1", 32, 36, false},     {10, "Q2_K", 256, 84, false},
     {11, "Q3_K", 256, 110, false}, {12, "Q4_K", 256, 144, true},  {13, "Q5_K", 256, 176, false},
     {14, "Q6_K", 256, 210, true}, {15, "Q8_K", 256, 292, false},  {16, "IQ2_XXS", 256, 66, false},
@@ -69,7 +69,14 @@ TensorType parse_type(const std::string& name) {
     std::transform(up.begin(), up.end(), up.begin(), [](unsigned char c) { return std::toupper(c); });
     for (const auto& r : kTypes)
         if (r.supported && up == r.name) return static_cast<TensorType>(r.id);
-    fail("unknown weight type '", name, "' (expected one of f32, f16, bf16, q8_0, q4_0, q4_k, q6_k)");
+    std::string names;
+    for (const auto& r : kTypes)
+        if (r.supported) {
+            std::string low = r.name;
+            std::transform(low.begin(), low.end(), low.begin(), [](unsigned char c) { return std::tolower(c); });
+            names += (names.empty() ? "" : ", ") + low;
+        }
+    fail("unknown weight type '", name, "' (expected one of ", names, ")");
 }
 
 }  // namespace kvsieve

@@ -6,21 +6,26 @@
 
 namespace kvsieve {
 
-/// ggml type ids as stored in GGUF tensor infos. Only the listed ones can be computed with; any other id
-/// read from a file is reported by name (or number) as unsupported.
+/// ggml type ids as stored in GGUF tensor infos. The listed weight types can be computed with (is_supported_type);
+/// any other id read from a file is reported by name (or number) as unsupported.
 enum class TensorType : uint32_t {
     F32 = 0,
     F16 = 1,
     Q4_0 = 2,
+    Q4_1 = 3,
+    Q5_0 = 6,
+    Q5_1 = 7,
     Q8_0 = 8,
+    Q8_1 = 9,  ///< activations only (dot products with Q4_1 / Q5_1 weights), never a weight type here
     Q4_K = 12,
     Q6_K = 14,
     BF16 = 30,
 };
 
-/// Weights per block: 1 for float types, 32 for Q4_0/Q8_0, 256 for the K-quants.
+/// Weights per block: 1 for float types, 32 for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0, 256 for the K-quants.
 int64_t block_size(TensorType t);
-/// Bytes per block: 4 (F32), 2 (F16, BF16), 18 (Q4_0), 34 (Q8_0), 144 (Q4_K), 210 (Q6_K).
+/// Bytes per block: 4 (F32), 2 (F16, BF16), 18 (Q4_0), 20 (Q4_1), 22 (Q5_0), 24 (Q5_1), 34 (Q8_0), 144 (Q4_K),
+/// 210 (Q6_K).
 size_t block_bytes(TensorType t);
 /// Bytes of one row of n elements; throws Error if n is not a multiple of the block size.
 size_t row_bytes(TensorType t, int64_t n);

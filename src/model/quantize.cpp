@@ -16,7 +16,10 @@ uint32_t file_type(TensorType t) {
         case TensorType::F32: return 0;
         case TensorType::F16: return 1;
         case TensorType::Q4_0: return 2;
+        case TensorType::Q4_1: return 3;
         case TensorType::Q8_0: return 7;
+        case TensorType::Q5_0: return 8;
+        case TensorType::Q5_1: return 9;
         case TensorType::BF16: return 32;
         default: fail("no file type for ", type_name(t));
     }
@@ -24,9 +27,7 @@ uint32_t file_type(TensorType t) {
 }  // namespace
 
 void quantize_model(const std::string& in, const std::string& out, TensorType type) {
-    require(type == TensorType::F32 || type == TensorType::F16 || type == TensorType::BF16 ||
-                type == TensorType::Q8_0 || type == TensorType::Q4_0,
-            "quantize writes f32, f16, bf16, q8_0 or q4_0, not ", type_name(type));
+    require(can_quantize_to(type), "quantize writes ", quantize_type_names(), ", not ", type_name(type));
     GGUFFile f(in);
     GGUFWriter w;
     for (const auto& [k, v] : f.metadata())

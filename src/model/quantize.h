@@ -7,8 +7,9 @@
 namespace kvsieve {
 
 /// Writes `out`: every 2-D weight matrix of `in` (token embedding, output and block projections) converted
-/// to `type` (F32, F16, BF16, Q8_0 or Q4_0; through float32, row by row), every other tensor and all
-/// metadata copied unchanged, general.file_type updated. Throws Error for an unsupported target type or a
+/// to `type` (any type can_quantize_to() accepts; through float32, row by row; a matrix whose row length is
+/// not a multiple of the type's block size keeps its type), every other tensor and all metadata copied
+/// unchanged, general.file_type updated. Throws Error for an unsupported target type or a
 /// source tensor kvsieve cannot read.
 void quantize_model(const std::string& in, const std::string& out, TensorType type);
 
