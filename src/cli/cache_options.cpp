@@ -31,6 +31,11 @@ std::unique_ptr<KVCache> CacheOptions::make_cache(const LlamaModel& m, int64_t n
 
 void CacheOptions::prefill(const LlamaModel& m, const Tokenizer& tok, KVCache& cache, const std::vector<int32_t>& prompt,
                            std::vector<float>& logits) const {
+    prefill(m, tok, cache, prompt, logits, prompt);
+}
+
+void CacheOptions::prefill(const LlamaModel& m, const Tokenizer& tok, KVCache& cache, const std::vector<int32_t>& prompt,
+                           std::vector<float>& logits, const std::vector<int32_t>& context) const {
     require(prefill_chunk <= 0 || cache.policy().replay.kind == ReplaySpec::Kind::kNone,
             "policy ", cache.policy().name, " scores the whole prompt after the prefill; --prefill-chunk cannot be used with it");
     if (prefill_chunk <= 0 || static_cast<int64_t>(prompt.size()) <= prefill_chunk) {
@@ -42,7 +47,7 @@ void CacheOptions::prefill(const LlamaModel& m, const Tokenizer& tok, KVCache& c
             if (e < prompt.size()) cache.end_prefill();
         }
     }
-    finish_prefill(m, tok, cache, prompt);
+    finish_prefill(m, tok, cache, context);
 }
 
 void CacheOptions::write_stats(const KVStats& s) const {

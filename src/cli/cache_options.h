@@ -27,6 +27,11 @@ struct CacheOptions {
     /// after each chunk), then marks the end of the prefill. logits: the last token's.
     void prefill(const LlamaModel& m, const Tokenizer& tok, KVCache& cache, const std::vector<int32_t>& prompt,
                  std::vector<float>& logits) const;
+    /// The same for a prompt that continues what the cache holds (a chat turn): `context` is every token the
+    /// cache has been given, ending with `prompt` (policies that rescore the context after a prefill, such as
+    /// KVzip, read it).
+    void prefill(const LlamaModel& m, const Tokenizer& tok, KVCache& cache, const std::vector<int32_t>& prompt,
+                 std::vector<float>& logits, const std::vector<int32_t>& context) const;
     /// Writes stats as JSON to stats_json if set; throws Error if the file cannot be written.
     void write_stats(const KVStats& s) const;
 };

@@ -1,8 +1,10 @@
-// kvsieve generate: prefill the prompt in one batch, then decode token by token, streaming text.
+// kvsieve generate: prefill the prompt in one batch, then decode token by token, streaming text. With --chat the
+// prompt is one user message rendered with the model's chat template, and only the answer is printed.
 #include <chrono>
 #include <cstdio>
 
 #include "cli/cache_options.h"
+#include "cli/chat_session.h"
 #include "cli/commands.h"
 #include "kernels/parallel.h"
 #include "model/llama_model.h"
@@ -23,6 +25,9 @@ struct GenerateOpts {
     bool ids = false;
     bool no_bos = false;
     bool quiet = false;
+    bool chat = false;
+    std::string system, chat_template;
+    bool has_system = false;
     CacheOptions cache;
 };
 
@@ -30,15 +35,62 @@ double now_s() {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+void print_timings(int64_t n_prompt, size_t n_out, double prefill_s, double decode_s) {
+    const double n_dec = n_out > 1 ? static_cast<double>(n_out - 1) : 0;
+    std::fprintf(stderr, "prefill: %ld tokens in %.1f ms (%.1f t/s); decode: %zu tokens in %.1f ms (%.1f t/s)\n",
+                 static_cast<long>(n_prompt), 1e3 * prefill_s, n_prompt / prefill_s, n_out, 1e3 * decode_s,
+                 n_dec > 0 ? n_dec / decode_s : 0.0);
+}
+
+void print_ids(const std::vector<int32_t>& ids) {
+    std::string line;
+    for (size_t i = 0; i < ids.size(); ++i) line += (i ? " " : "") + std::to_string(ids[i]);
+    std::printf("%s\n", line.c_str());
+}
+
+/// --chat: one user turn through the chat template; prints the answer only.
+void run_chat(const GenerateOpts& o, const LlamaModel& model, const Tokenizer& tok, int64_t n_ctx) {
+    const ChatTemplate tmpl = chat_template_for_model(model.file(), tok.vocab(), o.chat_template);
+    if (!o.quiet)
+        std::fprintf(stderr, "model: %s\nchat template: %s\n", model.config().summary().c_str(), tmpl.name().c_str());
+    std::unique_ptr<KVCache> cache = o.cache.make_cache(model, n_ctx);
+    Sampler sampler(o.sp);
+    ChatSession chat(model, tok, tmpl, *cache, o.cache, sampler,
+                     o.has_system ? std::optional<std::string>(o.system) : std::nullopt, false);
+    const ChatTurn r = chat.turn(o.prompt, o.n_predict, [&](const std::string& s) {
+        if (o.ids) return;
+        std::fputs(s.c_str(), stdout);
+        std::fflush(stdout);
+    });
+    require(!(r.context_full && r.ids.empty()), "the chat prompt has ", r.n_prompt,
+            " tokens, which leaves no room to answer in the context of ", n_ctx, " (-c)");
+    if (o.ids) {
+        print_ids(r.ids);
+    } else {
+        std::fputs("\n", stdout);
+    }
+    std::fflush(stdout);
+    if (!o.quiet) {
+        if (r.context_full)
+            std::fprintf(stderr, "context full: the answer was cut off at %ld tokens (-c)\n", static_cast<long>(n_ctx));
+        print_timings(r.n_prompt, r.ids.size(), r.prefill_s, r.decode_s);
+        std::fputs(cache->stats().table().c_str(), stderr);
+    }
+    o.cache.write_stats(cache->stats());
+}
+
 void run(const GenerateOpts& o) {
     o.sp.validate();
     require(o.n_predict >= 0, "-n must be ≥ 0, got ", o.n_predict);
     require(o.n_ctx >= 0, "-c must be ≥ 0, got ", o.n_ctx);
+    require(o.chat || (!o.has_system && o.chat_template.empty()), "--system and --chat-template apply to --chat");
+    require(!(o.chat && o.no_bos), "--no-bos does not apply to --chat (the chat template decides the BOS)");
     set_num_threads(o.threads);
     LlamaModel model(o.model);
     const auto tok = Tokenizer::from_gguf(model.file());
     const ModelConfig& c = model.config();
     const int64_t n_ctx = o.n_ctx > 0 ? o.n_ctx : std::min<int64_t>(c.n_ctx_train, 4096);
+    if (o.chat) return run_chat(o, model, *tok, n_ctx);
 
     std::vector<int32_t> prompt = tok->encode(o.prompt, !o.no_bos, true);
     require(!prompt.empty(), "the prompt is empty (and the model adds no BOS token)");
@@ -72,18 +124,13 @@ void run(const GenerateOpts& o) {
     }
     const double t2 = now_s();
     if (o.ids) {
-        std::string line;
-        for (size_t i = 0; i < out.size(); ++i) line += (i ? " " : "") + std::to_string(out[i]);
-        std::printf("%s\n", line.c_str());
+        print_ids(out);
     } else {
         std::printf("%s\n", text.finish().c_str());
     }
     std::fflush(stdout);
     if (!o.quiet) {
-        const double n_dec = out.size() > 1 ? static_cast<double>(out.size() - 1) : 0;
-        std::fprintf(stderr, "prefill: %zu tokens in %.1f ms (%.1f t/s); decode: %zu tokens in %.1f ms (%.1f t/s)\n",
-                     prompt.size(), 1e3 * (t1 - t0), prompt.size() / (t1 - t0), out.size(), 1e3 * (t2 - t1),
-                     n_dec > 0 ? n_dec / (t2 - t1) : 0.0);
+        print_timings(static_cast<int64_t>(prompt.size()), out.size(), t1 - t0, t2 - t1);
         std::fputs(cache->stats().table().c_str(), stderr);
     }
     o.cache.write_stats(cache->stats());
@@ -94,7 +141,7 @@ void add_generate(CLI::App& app) {
     auto* cmd = app.add_subcommand("generate", "generate text from a prompt");
     auto o = std::make_shared<GenerateOpts>();
     cmd->add_option("-m,--model", o->model, "GGUF model file")->required()->check(CLI::ExistingFile);
-    cmd->add_option("-p,--prompt", o->prompt, "prompt text")->required();
+    cmd->add_option("-p,--prompt", o->prompt, "prompt text (with --chat: the user's message)")->required();
     cmd->add_option("-n,--n-predict", o->n_predict, "tokens to generate")->capture_default_str();
     cmd->add_option("-c,--ctx-size", o->n_ctx, "context size in tokens (0: the model's, at most 4096)")->capture_default_str();
     cmd->add_option("-t,--threads", o->threads, "threads (0: all cores)")->capture_default_str();
@@ -106,8 +153,16 @@ void add_generate(CLI::App& app) {
     cmd->add_flag("--ids", o->ids, "print the generated token ids (one line) instead of text");
     cmd->add_flag("--no-bos", o->no_bos, "do not add BOS to the prompt");
     cmd->add_flag("-q,--quiet", o->quiet, "no model summary or timings on stderr");
+    cmd->add_flag("--chat", o->chat,
+                  "render the prompt as a user message with the chat template; print only the answer");
+    cmd->add_option("--system", o->system, "with --chat: a system message before the user's");
+    cmd->add_option("--chat-template", o->chat_template,
+                    "with --chat: chat format instead of the model's template: " + chat_template_names());
     o->cache.add_to(cmd);
-    cmd->callback([o] { run(*o); });
+    cmd->callback([o, cmd] {
+        o->has_system = cmd->count("--system") > 0;
+        run(*o);
+    });
 }
 
 }  // namespace kvsieve::cli

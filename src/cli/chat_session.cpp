@@ -1,0 +1,105 @@
+#include "cli/chat_session.h"
+
+#include <chrono>
+
+#include "text/utf8_stream.h"
+#include "util/error.h"
+
+namespace kvsieve::cli {
+
+namespace {
+double now_s() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+ChatSession::ChatSession(const LlamaModel& m, const Tokenizer& tok, ChatTemplate t, KVCache& cache,
+                         const CacheOptions& opts, Sampler& sampler, std::optional<std::string> system, bool keep_reply)
+    : m_(m), tok_(tok), t_(std::move(t)), cache_(cache), opts_(opts), sampler_(sampler), system_(std::move(system)),
+      keep_reply_(keep_reply), end_of_turn_id_(tok.vocab().find(t_.end_of_turn())) {
+    require(cache_.n_tokens() == 0, "a chat starts on an empty cache");
+}
+
+std::vector<int32_t> ChatSession::turn_prompt(const std::string& user) const {
+    const Vocab& v = tok_.vocab();
+    if (history_.empty()) {
+        std::vector<ChatMessage> msgs;
+        if (system_) msgs.push_back({"system", *system_});
+        msgs.push_back({"user", user});
+        const std::string text = render(t_, msgs, true);
+        std::vector<int32_t> ids;
+        // The template may write the BOS text itself (Llama-3, Llama-2, Mistral, Gemma): then it is parsed, not added.
+        if (v.add_bos && v.bos >= 0 && text.rfind(v.tokens[v.bos], 0) != 0) ids.push_back(v.bos);
+        const std::vector<int32_t> body = tok_.encode(text, false, true);
+        ids.insert(ids.end(), body.begin(), body.end());
+        return ids;
+    }
+    // The cache ends with the previous answer (and its end-of-turn token when the model wrote one).
+    const std::string text = (last_ended_ ? std::string() : t_.end_of_turn()) + t_.after_end_of_turn() +
+                             render_continuation(t_, history_, {{"user", user}}, true);
+    return tok_.encode(text, false, true);
+}
+
+ChatTurn ChatSession::turn(const std::string& user, int64_t n_predict,
+                           const std::function<void(const std::string&)>& on_text) {
+    ChatTurn r;
+    const std::vector<int32_t> prompt = turn_prompt(user);
+    r.n_prompt = static_cast<int64_t>(prompt.size());
+    require(!prompt.empty(), "the chat prompt is empty");
+    if (cache_.n_tokens() + r.n_prompt >= cache_.n_ctx()) {
+        r.context_full = true;
+        return r;
+    }
+    const double t0 = now_s();
+    tokens_.insert(tokens_.end(), prompt.begin(), prompt.end());
+    std::vector<float> logits;
+    opts_.prefill(m_, tok_, cache_, prompt, logits, tokens_);
+    const double t1 = now_s();
+    if (history_.empty() && system_) history_.push_back({"system", *system_});
+    history_.push_back({"user", user});
+
+    const int n_vocab = m_.config().n_vocab;
+    Utf8Stream text;
+    for (int64_t i = 0; i < n_predict; ++i) {
+        const int32_t next = sampler_.sample(logits.data(), n_vocab);
+        r.ids.push_back(next);
+        const bool end = next == end_of_turn_id_ || tok_.is_eog(next);
+        if (!end) {
+            const std::string piece = tok_.token_to_piece(next);
+            r.reply += piece;
+            const std::string done = text.push(piece);
+            if (!done.empty()) on_text(done);
+        }
+        if (!keep_reply_ && (end || i + 1 == n_predict)) {  // a single turn: the last token need not be run
+            r.ended = end;
+            break;
+        }
+        if (cache_.n_tokens() >= cache_.n_ctx()) {
+            r.context_full = true;
+            r.ended = end;
+            break;
+        }
+        m_.forward({next}, cache_, logits);
+        tokens_.push_back(next);
+        if (end) {
+            r.ended = true;
+            break;
+        }
+    }
+    const std::string rest = text.finish();
+    if (!rest.empty()) on_text(rest);
+    r.prefill_s = t1 - t0;
+    r.decode_s = now_s() - t1;
+    history_.push_back({"assistant", r.reply});
+    last_ended_ = r.ended && !r.context_full;
+    return r;
+}
+
+void ChatSession::reset() {
+    cache_.clear();
+    history_.clear();
+    tokens_.clear();
+    last_ended_ = true;
+}
+
+}  // namespace kvsieve::cli
