@@ -31,7 +31,7 @@ sha_of() { sha256sum "$1" | cut -d' ' -f1; }
 
 if [ -f "$out" ] && [ "$(sha_of "$out")" = "$sha" ]; then
   echo "$name: $out is present and its SHA-256 matches" >&2
-  echo "$out"
+  echo "$PWD/$out"
   exit 0
 fi
 
@@ -63,4 +63,4 @@ got=$(sha_of "$part")
 [ "$got" = "$sha" ] || die "checksum mismatch for $out: SHA-256 $got, expected $sha; file discarded"
 mv "$part" "$out"; part=""
 echo "$name: wrote $out ($(stat -c %s "$out") bytes, SHA-256 verified)" >&2
-echo "$out"
+echo "$PWD/$out"

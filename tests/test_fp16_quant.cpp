@@ -1,11 +1,13 @@
 // Float conversions and quantizers against their definitions.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "kernels/fp16.h"
 #include "kernels/quant.h"
+#include "kernels/tensor_types.h"
 
 namespace kvsieve {
 namespace {
@@ -119,6 +121,124 @@ TEST(Quant, Q5_0ErrorIsWithinOneStepAndUsesAllFiveBits) {
     }
     EXPECT_GT(with_high_bit, 0);
     EXPECT_LT(with_high_bit, 64);
+}
+
+/// Rows with positive-biased, negative-biased and mixed sub-blocks and one all-zero sub-block.
+std::vector<float> kquant_test_row() {
+    std::vector<float> x(512);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * i) * (1 + 0.1f * (i % 23)) + (i < 256 ? 0.9f : -0.6f);
+    for (int i = 32; i < 48; ++i) x[i] = 0;
+    return x;
+}
+
+TEST(Quant, Q2KAndQ5KErrorIsWithinHalfTheirSubBlockStep) {
+    const auto x = kquant_test_row();
+    std::vector<BlockQ2K> q2(2);
+    std::vector<BlockQ5K> q5(2);
+    quantize_row_q2_k(x.data(), q2.data(), 512);
+    quantize_row_q5_k(x.data(), q5.data(), 512);
+    std::vector<float> y2(512), y5(512);
+    dequantize_row(TensorType::Q2_K, q2.data(), y2.data(), 512);
+    dequantize_row(TensorType::Q5_K, q5.data(), y5.data(), 512);
+    for (int i = 0; i < 512; ++i) {
+        const BlockQ2K& b2 = q2[i / 256];
+        const float step2 = fp16_to_fp32(b2.d) * (b2.scales[(i % 256) / 16] & 0xF);
+        EXPECT_LE(std::fabs(x[i] - y2[i]), 0.5f * step2 * 1.001f + 1e-6f) << i;
+        const BlockQ5K& b5 = q5[i / 256];
+        uint8_t sc, m;
+        q4k_scale_min((i % 256) / 32, b5.scales, &sc, &m);
+        const float step5 = fp16_to_fp32(b5.d) * sc;
+        EXPECT_LE(std::fabs(x[i] - y5[i]), 0.5f * step5 * 1.001f + 1e-6f) << i;
+    }
+    // The steps stay within the documented bound: d·sc_j < (max_j − min(min_j, 0) + dmin)/nmax + d.
+    for (int j = 0; j < 32; ++j) {  // Q2_K sub-blocks of 16
+        const float* xs = x.data() + 16 * j;
+        const float range = *std::max_element(xs, xs + 16) - std::min(0.0f, *std::min_element(xs, xs + 16));
+        const BlockQ2K& b = q2[j / 16];
+        const float d = fp16_to_fp32(b.d), dmin = fp16_to_fp32(b.dmin);
+        EXPECT_LE(d * (b.scales[j % 16] & 0xF), (range + dmin) / 3 + d) << j;
+    }
+    for (int j = 0; j < 16; ++j) {  // Q5_K sub-blocks of 32
+        const float* xs = x.data() + 32 * j;
+        const float range = *std::max_element(xs, xs + 32) - std::min(0.0f, *std::min_element(xs, xs + 32));
+        const BlockQ5K& b = q5[j / 8];
+        uint8_t sc, m;
+        q4k_scale_min(j % 8, b.scales, &sc, &m);
+        const float d = fp16_to_fp32(b.d), dmin = fp16_to_fp32(b.dmin);
+        EXPECT_LE(d * sc, (range + dmin) / 31 + d) << j;
+    }
+    EXPECT_EQ(y2[40], 0.0f);  // the all-zero sub-block decodes to zero
+}
+
+TEST(Quant, Q3KErrorIsWithinOneStepAndUsesEveryLevel) {
+    const auto x = kquant_test_row();
+    std::vector<BlockQ3K> q(2);
+    quantize_row_q3_k(x.data(), q.data(), 512);
+    std::vector<float> y(512);
+    dequantize_row(TensorType::Q3_K, q.data(), y.data(), 512);
+    int levels[8] = {};
+    for (int i = 0; i < 512; ++i) {
+        const BlockQ3K& b = q[i / 256];
+        const int j = (i % 256) / 16;
+        const float step = std::fabs(fp16_to_fp32(b.d) * q3k_scale(j, b.scales));
+        // Half a step on the side of the sub-block's largest magnitude, one step on the other (+4 clips to 3).
+        EXPECT_LE(std::fabs(x[i] - y[i]), step * 1.001f + 1e-6f) << i;
+        if (step > 0) ++levels[static_cast<int>(std::lround(y[i] / (fp16_to_fp32(b.d) * q3k_scale(j, b.scales)))) + 4];
+    }
+    for (int l = 0; l < 8; ++l) EXPECT_GT(levels[l], 0) << "level " << l - 4;
+}
+
+TEST(Quant, KQuantBlockLayoutsMatchGgml) {
+    // Hand-built blocks whose decoded values follow from ggml's layout (ggml-quants.c dequantize_row_q{2,3,5}_K).
+    // Q2_K: d = 1, dmin = 1, sub-block j has scale 1 and min j % 4; weight i stores i % 4 at bits 2·((i%128)/32)
+    // of qs[32·(i/128) + i%32].
+    BlockQ2K b2{};
+    b2.d = fp32_to_fp16(1.0f);
+    b2.dmin = fp32_to_fp16(1.0f);
+    for (int j = 0; j < 16; ++j) b2.scales[j] = static_cast<uint8_t>(1 | ((j % 4) << 4));
+    for (int i = 0; i < 256; ++i) b2.qs[32 * (i / 128) + i % 32] |= static_cast<uint8_t>((i % 4) << (2 * ((i % 128) / 32)));
+    float y[256];
+    dequant_block_q2_k(&b2, y);
+    for (int i = 0; i < 256; ++i) EXPECT_EQ(y[i], float(i % 4 - (i / 16) % 4)) << i;
+    // Q3_K: scale codes 32 + s with s = j − 8 spread over the low nibbles and the two-bit high parts; hmask bit
+    // i/32 of byte i%32 set for even i (no −4 offset), low bits 1.
+    BlockQ3K b3{};
+    b3.d = fp32_to_fp16(1.0f);
+    for (int j = 0; j < 16; ++j) {
+        const int u = 32 + (j - 8);
+        if (j < 8) b3.scales[j] |= static_cast<uint8_t>(u & 0xF); else b3.scales[j - 8] |= static_cast<uint8_t>((u & 0xF) << 4);
+        b3.scales[8 + j % 4] |= static_cast<uint8_t>((u >> 4) << (2 * (j / 4)));
+    }
+    for (int i = 0; i < 256; ++i) {
+        b3.qs[32 * (i / 128) + i % 32] |= static_cast<uint8_t>(1 << (2 * ((i % 128) / 32)));
+        if (i % 2 == 0) b3.hmask[i % 32] |= static_cast<uint8_t>(1 << (i / 32));
+    }
+    dequant_block_q3_k(&b3, y);
+    for (int i = 0; i < 256; ++i) EXPECT_EQ(y[i], float((i / 16 - 8) * (i % 2 == 0 ? 1 : -3))) << i;
+    // Q5_K: every scale 1 and min 0 (six-bit codes as Q4_K packs them); weight i = 32j + l holds (l + j) % 32,
+    // low nibble in qs[32·(j/2) + l] (high nibble for odd j), fifth bit at bit j of qh[l].
+    BlockQ5K b5{};
+    b5.d = fp32_to_fp16(1.0f);
+    b5.dmin = fp32_to_fp16(1.0f);
+    for (int j = 0; j < 4; ++j) b5.scales[j] = 1;
+    for (int j = 4; j < 8; ++j) b5.scales[j + 4] = 1;
+    for (int j = 0; j < 8; ++j)
+        for (int l = 0; l < 32; ++l) {
+            const int v = (l + j) % 32;
+            b5.qs[32 * (j / 2) + l] |= static_cast<uint8_t>((v & 0xF) << (j % 2 ? 4 : 0));
+            b5.qh[l] |= static_cast<uint8_t>((v >> 4) << j);
+        }
+    dequant_block_q5_k(&b5, y);
+    for (int i = 0; i < 256; ++i) EXPECT_EQ(y[i], float((i % 32 + i / 32) % 32)) << i;
+    // Quantizing the Q2_K and Q5_K values gives them back up to the binary16 rounding of d and dmin.
+    for (const auto& [t, block] : {std::pair<TensorType, const void*>{TensorType::Q2_K, &b2}, {TensorType::Q5_K, &b5}}) {
+        float v[256], w[256];
+        dequantize_row(t, block, v, 256);
+        std::vector<uint8_t> r(row_bytes(t, 256));
+        quantize_row(t, v, r.data(), 256);
+        dequantize_row(t, r.data(), w, 256);
+        for (int i = 0; i < 256; ++i) EXPECT_NEAR(w[i], v[i], 4e-3f * (1 + std::fabs(v[i]))) << type_name(t) << " " << i;
+    }
 }
 
 TEST(Quant, Q5BlockLayoutMatchesGgml) {

@@ -237,11 +237,11 @@ TEST(ModelLoad, MissingTensorWrongShapeUnknownArchUnsupportedType) {
         test::GGUFEdit e;
         e.retype = [](const std::string& n, uint32_t& type, std::vector<int64_t>&) {
             if (n != "blk.0.ffn_up.weight") return false;
-            type = 13;  // Q5_K: a real ggml type kvsieve does not compute with
+            type = 20;  // IQ4_NL: a real ggml type kvsieve does not compute with
             return true;
         };
         test::rewrite_gguf(src, tmp.path(), e);
-        expect_error<LlamaModel>(tmp.path(), "has type Q5_K");
+        expect_error<LlamaModel>(tmp.path(), "has type IQ4_NL");
     }
     {
         test::GGUFEdit e;

@@ -187,9 +187,90 @@ TEST(Kernels, KQuantDotsMatchScalarOnRealBlocks) {
     }
 }
 
+/// Σ_i dequant(w)_i · d_x·q_i in float64 for K-quant weights and Q8_K activations.
+double dequantized_dot_q8k(TensorType wt, const void* w, const std::vector<BlockQ8K>& x, int64_t n) {
+    std::vector<float> a(n);
+    dequantize_row(wt, w, a.data(), n);
+    double s = 0;
+    for (int64_t i = 0; i < n; ++i) s += double(a[i]) * double(x[i / QK_K].d) * x[i / QK_K].qs[i % QK_K];
+    return s;
+}
+
+TEST(Kernels, Q8KActivationsFollowGgmlsRounding) {
+    std::vector<float> x = randn(512, 31);
+    x[7] = 9.0f;     // block 0: largest magnitude positive → q = −127, d < 0
+    x[300] = -7.5f;  // block 1: largest magnitude negative → q = −127, d > 0
+    std::vector<BlockQ8K> q(2);
+    quantize_row_q8_k(x.data(), q.data(), 512);
+    EXPECT_EQ(q[0].qs[7], -127);
+    EXPECT_FLOAT_EQ(q[0].d, -9.0f / 127);
+    EXPECT_EQ(q[1].qs[300 - 256], -127);
+    EXPECT_FLOAT_EQ(q[1].d, 7.5f / 127);
+    for (int b = 0; b < 2; ++b)
+        for (int j = 0; j < 16; ++j) {
+            int sum = 0;
+            for (int i = 0; i < 16; ++i) sum += q[b].qs[16 * j + i];
+            EXPECT_EQ(q[b].bsums[j], sum);
+            for (int i = 16 * j; i < 16 * j + 16; ++i)
+                EXPECT_LE(std::fabs(x[256 * b + i] - q[b].d * q[b].qs[i]), std::fabs(q[b].d) * 0.5f + 1e-6f);
+        }
+    for (const DotKernels* k : available_kernel_sets()) {
+        std::vector<BlockQ8K> y(2);
+        k->quantize_q8_k(x.data(), y.data(), 512);
+        EXPECT_EQ(std::memcmp(y.data(), q.data(), sizeof(BlockQ8K) * 2), 0) << k->isa;
+    }
+}
+
+TEST(Kernels, KQuantDotsWithQ8KActivations) {
+    // Blocks from two sources: kvsieve's quantizers on random rows (with a non-zero mean, so mins are used), and
+    // the Q2_K / Q3_K / Q5_K blocks llama.cpp's llama-quantize wrote into the tiny-llama *-pure.gguf files.
+    const int64_t n = 256 * 3;
+    const auto x = randn(n, 41);
+    auto wf = randn(n, 42);
+    for (int64_t i = 0; i < n; ++i) wf[i] += 0.4f * std::sin(0.03f * i);
+    std::vector<BlockQ8K> xq(n / QK_K);
+    quantize_row_q8_k(x.data(), xq.data(), n);
+    const DotKernels& ref = dot_kernels_scalar();
+    const std::pair<TensorType, const char*> cases[] = {{TensorType::Q2_K, "tiny-llama-q2_k-pure.gguf"},
+                                                        {TensorType::Q3_K, "tiny-llama-q3_k_s-pure.gguf"},
+                                                        {TensorType::Q5_K, "tiny-llama-q5_k_s-pure.gguf"}};
+    for (auto [t, file] : cases) {
+        SCOPED_TRACE(type_name(t));
+        GGUFFile f(test::model_path(file));
+        const GGUFTensorInfo* real = f.find_tensor("blk.0.ffn_down.weight");  // 512 columns: 2 blocks per row
+        ASSERT_EQ(real->type, static_cast<uint32_t>(t));
+        std::vector<uint8_t> ours(row_bytes(t, n));
+        quantize_row(t, wf.data(), ours.data(), n);
+        for (const uint8_t* w : {static_cast<const uint8_t*>(ours.data()), static_cast<const uint8_t*>(real->data)}) {
+            auto dot = [&](const DotKernels& k, int64_t nb) -> float {
+                switch (t) {
+                    case TensorType::Q2_K: return k.q2_k(reinterpret_cast<const BlockQ2K*>(w), xq.data(), nb);
+                    case TensorType::Q3_K: return k.q3_k(reinterpret_cast<const BlockQ3K*>(w), xq.data(), nb);
+                    default: return k.q5_k(reinterpret_cast<const BlockQ5K*>(w), xq.data(), nb);
+                }
+            };
+            // The integer reference is the float64 dot of the dequantized operands (float32 rounding only).
+            const double exact = dequantized_dot_q8k(t, w, xq, n);
+            EXPECT_NEAR(dot(ref, n / QK_K), exact, 1e-4 * (1 + std::fabs(exact)));
+            for (const DotKernels* k : available_kernel_sets()) {
+                SCOPED_TRACE(k->isa);
+                for (int64_t nb : {int64_t{1}, n / QK_K}) {
+                    const float want = dot(ref, nb);
+                    EXPECT_NEAR(dot(*k, nb), want, 1e-5 * (1 + std::fabs(want)));
+                }
+                std::vector<float> a(n), b(n);
+                k->dequant_row(t, w, a.data(), n);
+                dequantize_row(t, w, b.data(), n);
+                EXPECT_EQ(a, b);
+            }
+        }
+    }
+}
+
 TEST(Kernels, MatmulGemvAndGemmPathsMatchExactProduct) {
     for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0,
-                         TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1}) {
+                         TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1, TensorType::Q2_K, TensorType::Q3_K,
+                         TensorType::Q5_K}) {
         SCOPED_TRACE(type_name(t));
         const auto W = make_matrix(t, 96, 256, 7);
         for (int64_t T : {int64_t{1}, int64_t{3}, kGemmMinTokens + 5}) {
@@ -198,8 +279,8 @@ TEST(Kernels, MatmulGemvAndGemmPathsMatchExactProduct) {
             std::vector<float> Y(T * 96), Yref(T * 96);
             matmul(W.m, X.data(), T, Y.data());
             const auto exact = exact_product(W.m, X, T);
-            // GEMV with Q8_0 / Q8_1 activations (Q8_0, Q5_0, Q4_1, Q5_1 weights) quantizes them (≈ 0.4% relative
-            // error per block); the rest is float rounding.
+            // GEMV with Q8_0 / Q8_1 / Q8_K activations (Q8_0, Q5_0, Q4_1, Q5_1 / Q2_K, Q3_K, Q5_K weights)
+            // quantizes them (≈ 0.4% relative error per block); the rest is float rounding.
             const bool quantized_x = activation_type(t) != TensorType::F32 && T < kGemmMinTokens;
             const double tol = quantized_x ? 2e-2 : 1e-4;
             EXPECT_LE(max_abs_diff(Y, exact), tol);

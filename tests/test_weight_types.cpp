@@ -2,6 +2,7 @@
 // Q4_0 paths (no llama.cpp golden) against llama.cpp's F32 logits with tolerances that follow from the formats.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -86,6 +87,67 @@ TEST(Quantize, Bf16AndQ4_0StayNearLlamaCppF32Logits) {
         std::printf("[ types  ] tiny-qwen3 %s vs llama.cpp F32 logits: max |Δ| %.2e\n", type_name(type).c_str(), d);
         EXPECT_LE(d, bound);
         EXPECT_GT(d, 0.0);  // the weights really changed type
+    }
+}
+
+TEST(Quantize, EveryWeightTypeComputesItsDequantizedWeights) {
+    // Each type kvsieve writes, as a whole model: its forward against the F32 forward of exactly its dequantized
+    // weights (quantize_model to F32 is exact). Types dotted with float32 activations differ by summation order
+    // only; Q8_0 / Q5_0 (Q8_0 activations), Q4_1 / Q5_1 (Q8_1) and Q2_K / Q3_K / Q5_K (Q8_K) also round every
+    // activation vector to 8 bits per block before each product (≈ 0.4% of the block's largest value, as
+    // llama.cpp does), measured here at < 2e-2 on this model's logits (|logit| ≈ 3).
+    const std::pair<TensorType, double> cases[] = {
+        {TensorType::F16, 1e-4},  {TensorType::BF16, 1e-4}, {TensorType::Q4_0, 1e-4}, {TensorType::Q8_0, 3e-2},
+        {TensorType::Q4_1, 3e-2}, {TensorType::Q5_0, 3e-2}, {TensorType::Q5_1, 3e-2}, {TensorType::Q2_K, 3e-2},
+        {TensorType::Q3_K, 3e-2}, {TensorType::Q5_K, 3e-2}};
+    for (auto [type, bound] : cases) {
+        SCOPED_TRACE(type_name(type));
+        test::TempFile q(".gguf"), back(".gguf");
+        quantize_model(test::model_path("tiny-qwen3-f32.gguf"), q.path(), type);
+        {
+            LlamaModel m(q.path());
+            for (const auto& L : m.weights().layers) {
+                EXPECT_EQ(L.wq.type, type);
+                EXPECT_EQ(L.w_down.type, type);
+            }
+        }
+        quantize_model(q.path(), back.path(), TensorType::F32);
+        const double d = max_diff(prompt_logits(q.path()), prompt_logits(back.path()));
+        std::printf("[ types  ] tiny-qwen3 %-4s vs F32 of the same weights: max |Δ| %.2e\n", type_name(type).c_str(), d);
+        EXPECT_LE(d, bound);
+    }
+}
+
+TEST(Quantize, KQuantFilesFromLlamaQuantizeMatchLlamaCppLogits) {
+    // tiny-llama-{q2_k,q3_k_s,q5_k_s}-pure.gguf: every block matrix and the output Q2_K / Q3_K / Q5_K, written by
+    // llama.cpp's llama-quantize --pure --token-embedding-type f32 (an F32 embedding: a 2-bit one with this
+    // model's unit norm weights puts activations exactly on Q8_K rounding ties, which either engine's last-bit
+    // float differences then break either way); golden: llama.cpp's logits over the whole vocabulary on them (F32 cache column),
+    // prompt then its greedy tokens (tests/data/README.md). Both engines quantize activations to Q8_K the same way.
+    for (const char* name : {"tiny-llama-q2_k-pure", "tiny-llama-q3_k_s-pure", "tiny-llama-q5_k_s-pure"}) {
+        SCOPED_TRACE(name);
+        std::ifstream in(test::golden_dir() + "/kquants/" + name + "__lily_and_ben.json");
+        const auto row = nlohmann::json::parse(in).at("rows").at(0);
+        LlamaModel m(test::model_path(std::string(name) + ".gguf"));
+        DenseKVCache cache = m.make_cache(64);
+        std::vector<float> logits;
+        m.forward(row.at("prompt_ids").get<std::vector<int32_t>>(), cache, logits);
+        double worst = 0;
+        int steps = 0;
+        for (const auto& st : row.at("steps")) {
+            const auto top = st.at("top").get<std::vector<int32_t>>();
+            const auto want = st.at("logit_f32kv").get<std::vector<float>>();
+            ASSERT_EQ(top.size(), logits.size());  // the whole vocabulary
+            for (size_t k = 0; k < top.size(); ++k) worst = std::max(worst, double(std::fabs(logits[top[k]] - want[k])));
+            // Same argmax as llama.cpp's F32-cache logits (its greedy "token" came from the F16-cache pass).
+            EXPECT_EQ(std::max_element(logits.begin(), logits.end()) - logits.begin(),
+                      top[std::max_element(want.begin(), want.end()) - want.begin()]);
+            m.forward({st.at("token").get<int32_t>()}, cache, logits);
+            ++steps;
+        }
+        std::printf("[ types  ] %s vs llama.cpp over %d steps: max |Δlogit| %.2e\n", name, steps, worst);
+        EXPECT_EQ(steps, 4);
+        EXPECT_LE(worst, 1e-4);  // measured 5e-6: the same integer dots, float order aside
     }
 }
 

@@ -15,5 +15,6 @@ void add_quantize(CLI::App& app);
 void add_eval(CLI::App& app);
 void add_eval_tasks(CLI::App& app);
 void add_train(CLI::App& app);
+void add_pull(CLI::App& app);
 
 }  // namespace kvsieve::cli

@@ -10,8 +10,9 @@ namespace kvsieve {
 
 /// One instruction set's kernels. n counts weights; nb counts blocks (32 weights for Q4_0, Q4_1, Q5_0, Q5_1
 /// and Q8_0, 256 for K-quants). Q8_0 and Q5_0 rows are dotted with activations quantized to Q8_0, Q4_1 and
-/// Q5_1 rows with activations quantized to Q8_1 (integer products, as ggml does; activation_type() names the
-/// format); every other type with float32 activations. Each returns the float32 sum.
+/// Q5_1 rows with activations quantized to Q8_1, Q2_K, Q3_K and Q5_K rows with activations quantized to Q8_K
+/// (integer products, as ggml does; activation_type() names the format); every other type (Q4_K and Q6_K
+/// included) with float32 activations. Each returns the float32 sum.
 struct DotKernels {
     const char* isa;
     float (*f32)(const float* w, const float* x, int64_t n);
@@ -27,12 +28,22 @@ struct DotKernels {
     float (*q4_1)(const BlockQ4_1* w, const BlockQ8_1* xq, int64_t nb);
     float (*q5_0)(const BlockQ5_0* w, const BlockQ8_0* xq, int64_t nb);
     float (*q5_1)(const BlockQ5_1* w, const BlockQ8_1* xq, int64_t nb);
+    /// K-quant rows with Q8_K activations (ggml's vec_dot_q{2,3,5}_K_q8_K formulas, in ggml's ggml-quants.c), per
+    /// super-block b with d_x = xq[b].d and, for each sub-block j, S_j = Σ_i q_i·xq_i over its weights (int32):
+    ///   Q2_K: d_x·d·Σ_j sc_j·S_j − d_x·dmin·Σ_j m_j·bsums_j                   (16 sub-blocks of 16, q in 0..3)
+    ///   Q3_K: d_x·d·Σ_j s_j·S_j                                              (16 sub-blocks of 16, q in −4..3)
+    ///   Q5_K: d_x·d·Σ_j sc_j·S_j − d_x·dmin·Σ_j m_j·(bsums_2j + bsums_2j+1)  (8 sub-blocks of 32, q in 0..31)
+    float (*q2_k)(const BlockQ2K* w, const BlockQ8K* xq, int64_t nb);
+    float (*q3_k)(const BlockQ3K* w, const BlockQ8K* xq, int64_t nb);
+    float (*q5_k)(const BlockQ5K* w, const BlockQ8K* xq, int64_t nb);
     /// Row conversion used when a weight panel is dequantized for a prefill GEMM.
     void (*dequant_row)(TensorType t, const void* src, float* dst, int64_t n);
     /// Quantizes activations for Q8_0 weights (same rounding as quantize_row_q8_0).
     void (*quantize_q8_0)(const float* x, BlockQ8_0* y, int64_t n);
     /// Quantizes activations for Q4_1 / Q5_1 weights (quantize_row_q8_1_activations).
     void (*quantize_q8_1)(const float* x, BlockQ8_1* y, int64_t n);
+    /// Quantizes activations for Q2_K / Q3_K / Q5_K weights (quantize_row_q8_k).
+    void (*quantize_q8_k)(const float* x, BlockQ8K* y, int64_t n);
     /// Online-softmax attention step over n ≤ 16 cached rows k, v (F32, F16 or BF16; row length d ≤ 256) for
     /// G queries q [G][d]: updates the running max m[G], normaliser l[G] and unnormalised output o[G][d].
     /// When s_out is set the scaled scores are also stored at s_out[g·s_stride + j].
@@ -40,8 +51,8 @@ struct DotKernels {
                         float* m, float* l, float* o, float* s_out, int64_t s_stride);
 };
 
-/// The format activations take before a dot product with weights of type t: F32 (no quantization), Q8_0 or
-/// Q8_1.
+/// The format activations take before a dot product with weights of type t: F32 (no quantization), Q8_0, Q8_1
+/// or Q8_K.
 TensorType activation_type(TensorType t);
 
 const DotKernels& dot_kernels_scalar();

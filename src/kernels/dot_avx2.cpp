@@ -77,6 +77,7 @@ static inline __m256i dot_us8_i32(__m256i u, __m256i s) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
 }
 #include "kernels/dot_int8_x86.inc"
+#include "kernels/dot_kquant_x86.inc"
 
 static void dequant_row(TensorType t, const void* src, float* dst, int64_t n) {
     if (t != TensorType::F16) return g_dequant_row_blocks(t, src, dst, n);
@@ -111,9 +112,13 @@ const DotKernels& dot_kernels_avx2() {
                                  .q4_1 = avx2::x86_dot_q4_1,
                                  .q5_0 = avx2::x86_dot_q5_0,
                                  .q5_1 = avx2::x86_dot_q5_1,
+                                 .q2_k = avx2::x86_dot_q2_k,
+                                 .q3_k = avx2::x86_dot_q3_k,
+                                 .q5_k = avx2::x86_dot_q5_k,
                                  .dequant_row = avx2::dequant_row,
                                  .quantize_q8_0 = quantize_row_q8_0_activations,
                                  .quantize_q8_1 = quantize_row_q8_1_activations,
+                                 .quantize_q8_k = quantize_row_q8_k,
                                  .attend_rows = avx2::attend_rows};
     return k;
 }

@@ -123,6 +123,7 @@ static inline __m256i dot_us8_i32(__m256i u, __m256i s) {
     return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
 }
 #include "kernels/dot_int8_x86.inc"
+#include "kernels/dot_kquant_x86.inc"
 
 static void dequant_row(TensorType t, const void* src, float* dst, int64_t n) {
     if (t != TensorType::F16) return g_dequant_row_blocks(t, src, dst, n);
@@ -177,9 +178,13 @@ const DotKernels& dot_kernels_avx512() {
                                  .q4_1 = avx512::x86_dot_q4_1,
                                  .q5_0 = avx512::x86_dot_q5_0,
                                  .q5_1 = avx512::x86_dot_q5_1,
+                                 .q2_k = avx512::x86_dot_q2_k,
+                                 .q3_k = avx512::x86_dot_q3_k,
+                                 .q5_k = avx512::x86_dot_q5_k,
                                  .dequant_row = avx512::dequant_row,
                                  .quantize_q8_0 = quantize_row_q8_0_activations,
                                  .quantize_q8_1 = quantize_row_q8_1_activations,
+                                 .quantize_q8_k = quantize_row_q8_k,
                                  .attend_rows = avx512::attend_rows_best};
     return k;
 }

@@ -38,6 +38,9 @@ TensorType activation_type(TensorType t) {
         case TensorType::Q5_0: return TensorType::Q8_0;
         case TensorType::Q4_1:
         case TensorType::Q5_1: return TensorType::Q8_1;
+        case TensorType::Q2_K:
+        case TensorType::Q3_K:
+        case TensorType::Q5_K: return TensorType::Q8_K;
         default: return TensorType::F32;
     }
 }
@@ -55,9 +58,13 @@ const DotKernels& dot_kernels_scalar() {
                                  .q4_1 = scalar::g_dot_q4_1,
                                  .q5_0 = scalar::g_dot_q5_0,
                                  .q5_1 = scalar::g_dot_q5_1,
+                                 .q2_k = scalar::g_dot_q2_k,
+                                 .q3_k = scalar::g_dot_q3_k,
+                                 .q5_k = scalar::g_dot_q5_k,
                                  .dequant_row = dequantize_row,
                                  .quantize_q8_0 = quantize_row_q8_0_activations,
                                  .quantize_q8_1 = quantize_row_q8_1_activations,
+                                 .quantize_q8_k = quantize_row_q8_k,
                                  .attend_rows = scalar::attend_rows};
     return k;
 }

@@ -19,7 +19,8 @@ struct PreparedX {
     const float* f32 = nullptr;  // [T][cols]
     std::vector<BlockQ8_0> q8;   // [T][cols/32] for weights dotted with Q8_0 activations
     std::vector<BlockQ8_1> q81;  // [T][cols/32] for weights dotted with Q8_1 activations
-    int64_t q8_stride = 0;
+    std::vector<BlockQ8K> q8k;   // [T][cols/256] for weights dotted with Q8_K activations
+    int64_t q8_stride = 0;       // blocks per token of whichever of q8, q81, q8k is used
     AlignedBuffer split_q;       // [T][cols] int8 for split-layout Q8_0 weights
     std::vector<float> split_d;  // [T][cols/32]
 };
@@ -32,6 +33,11 @@ PreparedX prepare(const DotKernels& k, const WeightMatrix& W, const float* X, in
         p.q8_stride = W.cols / QK8_0;
         p.q81.resize(static_cast<size_t>(T * p.q8_stride));
         for (int64_t t = 0; t < T; ++t) k.quantize_q8_1(X + t * W.cols, p.q81.data() + t * p.q8_stride, W.cols);
+    }
+    if (act == TensorType::Q8_K) {
+        p.q8_stride = W.cols / QK_K;
+        p.q8k.resize(static_cast<size_t>(T * p.q8_stride));
+        for (int64_t t = 0; t < T; ++t) k.quantize_q8_k(X + t * W.cols, p.q8k.data() + t * p.q8_stride, W.cols);
     }
     if (act == TensorType::Q8_0) {
         p.q8_stride = W.cols / QK8_0;
@@ -69,6 +75,12 @@ inline float dot_row(const DotKernels& k, const WeightMatrix& W, int64_t r, cons
             return k.q5_0(reinterpret_cast<const BlockQ5_0*>(w), p.q8.data() + t * p.q8_stride, W.cols / QK8_0);
         case TensorType::Q5_1:
             return k.q5_1(reinterpret_cast<const BlockQ5_1*>(w), p.q81.data() + t * p.q8_stride, W.cols / QK8_0);
+        case TensorType::Q2_K:
+            return k.q2_k(reinterpret_cast<const BlockQ2K*>(w), p.q8k.data() + t * p.q8_stride, W.cols / QK_K);
+        case TensorType::Q3_K:
+            return k.q3_k(reinterpret_cast<const BlockQ3K*>(w), p.q8k.data() + t * p.q8_stride, W.cols / QK_K);
+        case TensorType::Q5_K:
+            return k.q5_k(reinterpret_cast<const BlockQ5K*>(w), p.q8k.data() + t * p.q8_stride, W.cols / QK_K);
         case TensorType::Q4_K: return k.q4_k(reinterpret_cast<const BlockQ4K*>(w), x, W.cols / QK_K);
         case TensorType::Q6_K: return k.q6_k(reinterpret_cast<const BlockQ6K*>(w), x, W.cols / QK_K);
         default: break;

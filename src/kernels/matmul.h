@@ -29,7 +29,7 @@ struct WeightMatrix {
 
 /// Y[t][r] = Σ_c W[r][c] · X[t][c] for t < T (X: [T][cols] row-major, Y: [T][rows] row-major; ldy ≥ rows
 /// is Y's row stride). Small T: threaded GEMV over rows with the type's dot kernel, every weight read once
-/// for all T vectors (activations quantized to Q8_0 / Q8_1 where activation_type() says so). Large T: row
+/// for all T vectors (activations quantized to Q8_0 / Q8_1 / Q8_K where activation_type() says so). Large T: row
 /// panels of W are dequantized to float32 into a bounded scratch buffer and multiplied with OpenBLAS SGEMM; F32 weights
 /// go to SGEMM directly. Never holds a dequantized copy of more than one panel.
 void matmul(const WeightMatrix& W, const float* X, int64_t T, float* Y, int64_t ldy = -1);

@@ -82,6 +82,61 @@ struct BlockQ6K {
 };
 static_assert(sizeof(BlockQ6K) == 210);
 
+/// Q2_K (format of ggml's ggml-quants.c): 16 sub-blocks of 16 weights with 2-bit values q in 0..3;
+/// x = d·(scales[j] & 15)·q − dmin·(scales[j] >> 4) for sub-block j = i/16 of weight i. Weight i (0..255) is bits
+/// 2·((i%128)/32) .. +1 of qs[32·(i/128) + i%32]. d, dmin binary16. 84 bytes per 256 weights (2.625 bits each).
+struct BlockQ2K {
+    uint8_t scales[QK_K / 16];  ///< low nibble: 4-bit scale, high nibble: 4-bit min of sub-block j
+    uint8_t qs[QK_K / 4];
+    uint16_t d;
+    uint16_t dmin;
+};
+static_assert(sizeof(BlockQ2K) == 84);
+
+/// Q3_K (format of ggml's ggml-quants.c): 16 sub-blocks of 16 weights with 3-bit values q in −4..3 and 6-bit
+/// signed scales; x = d·s_j·q for sub-block j = i/16. Weight i: low two bits as in Q2_K (bits 2·((i%128)/32) of
+/// qs[32·(i/128) + i%32]); q = low + (bit i/32 of hmask[i%32] set ? 0 : −4). Scales (q3k_scale): s_j + 32 is a
+/// 6-bit number whose low nibble is scales[j] & 15 (j < 8) or scales[j−8] >> 4 (j ≥ 8) and whose top two bits are
+/// bits 2·(j/4) .. +1 of scales[8 + j%4]. d binary16. 110 bytes per 256 weights (3.4375 bits each).
+struct BlockQ3K {
+    uint8_t hmask[QK_K / 8];
+    uint8_t qs[QK_K / 4];
+    uint8_t scales[12];
+    uint16_t d;
+};
+static_assert(sizeof(BlockQ3K) == 110);
+
+/// Q5_K (format of ggml's ggml-quants.c): 8 sub-blocks of 32 weights with 5-bit values q in 0..31, 6-bit scales
+/// and mins packed as in Q4_K (q4k_scale_min); x = d·sc_j·q − dmin·m_j for sub-block j = i/32. Weight i: low
+/// nibble of qs[32·(i/64) + i%32] for i%64 < 32, else its high nibble; fifth bit: bit i/32 of qh[i%32].
+/// 176 bytes per 256 weights (5.5 bits each).
+struct BlockQ5K {
+    uint16_t d;
+    uint16_t dmin;
+    uint8_t scales[12];
+    uint8_t qh[QK_K / 8];
+    uint8_t qs[QK_K / 2];
+};
+static_assert(sizeof(BlockQ5K) == 176);
+
+/// Q8_K (format of ggml's ggml-quants.c): activations for Q2_K / Q3_K / Q5_K dot products, never a weight type.
+/// x_i = d · qs_i with d float32 (negative when the value of largest magnitude is positive: see
+/// quantize_row_q8_k); bsums[j] = Σ of qs[16j .. 16j+15], for the min / offset terms of the K-quant dots.
+/// 292 bytes per 256 values.
+struct BlockQ8K {
+    float d;
+    int8_t qs[QK_K];
+    int16_t bsums[QK_K / 16];
+};
+static_assert(sizeof(BlockQ8K) == 292);
+
+/// Signed scale s_j (−32..31) of sub-block j (0..15) of a Q3_K block, unpacked from its 12 scale bytes.
+inline int q3k_scale(int j, const uint8_t* scales) {
+    const int lo = j < 8 ? (scales[j] & 0xF) : (scales[j - 8] >> 4);
+    const int hi = (scales[8 + j % 4] >> (2 * (j / 4))) & 3;
+    return (lo | (hi << 4)) - 32;
+}
+
 /// Unpacks the 6-bit scale and min of sub-block j (0..7) of a Q4_K block.
 inline void q4k_scale_min(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
     if (j < 4) {
@@ -176,6 +231,40 @@ inline void dequant_block_q6_k(const BlockQ6K* b, float* y) {
     }
 }
 
+/// Scalar reference: 256 floats from one Q2_K block (y_i = d·sc_j·q_i − dmin·m_j, j = i/16).
+inline void dequant_block_q2_k(const BlockQ2K* b, float* y) {
+    const float d = fp16_to_fp32(b->d), dmin = fp16_to_fp32(b->dmin);
+    for (int i = 0; i < QK_K; ++i) {
+        const int q = (b->qs[32 * (i / 128) + i % 32] >> (2 * ((i % 128) / 32))) & 3;
+        const uint8_t sc = b->scales[i / 16];
+        y[i] = d * (sc & 0xF) * q - dmin * (sc >> 4);
+    }
+}
+/// Scalar reference: 256 floats from one Q3_K block (y_i = d·s_j·q_i, j = i/16, q_i in −4..3).
+inline void dequant_block_q3_k(const BlockQ3K* b, float* y) {
+    const float d = fp16_to_fp32(b->d);
+    for (int i = 0; i < QK_K; ++i) {
+        const int lo = (b->qs[32 * (i / 128) + i % 32] >> (2 * ((i % 128) / 32))) & 3;
+        const int q = lo - (((b->hmask[i % 32] >> (i / 32)) & 1) ? 0 : 4);
+        y[i] = d * q3k_scale(i / 16, b->scales) * q;
+    }
+}
+/// Scalar reference: 256 floats from one Q5_K block (y_i = d·sc_j·q_i − dmin·m_j, j = i/32, q_i in 0..31).
+inline void dequant_block_q5_k(const BlockQ5K* b, float* y) {
+    const float d = fp16_to_fp32(b->d), dmin = fp16_to_fp32(b->dmin);
+    for (int j = 0; j < QK_K / 32; ++j) {
+        uint8_t sc, m;
+        q4k_scale_min(j, b->scales, &sc, &m);
+        const float dl = d * sc, ml = dmin * m;
+        const uint8_t* qs = b->qs + 32 * (j / 2);
+        for (int l = 0; l < 32; ++l) {
+            const int lo = (j % 2 == 0) ? (qs[l] & 0xF) : (qs[l] >> 4);
+            const int q = lo | (((b->qh[l] >> j) & 1) << 4);
+            y[32 * j + l] = dl * q - ml;
+        }
+    }
+}
+
 /// Scalar reference: n floats (n a multiple of the block size) from a row of type t.
 /// Throws Error for unsupported types.
 void dequantize_row(TensorType t, const void* src, float* dst, int64_t n);
@@ -200,6 +289,28 @@ void quantize_row_q5_1(const float* x, BlockQ5_1* y, int64_t n);
 /// Quantizes n floats (multiple of 32) to Q4_0 like ggml's reference: d = max/−8 of the signed value of
 /// largest magnitude, q = clamp(round(x/d) + 8, 0, 15).
 void quantize_row_q4_0(const float* x, BlockQ4_0* y, int64_t n);
+/// Quantizes activations (n a multiple of 256) for Q2_K / Q3_K / Q5_K dot products like ggml's quantize_row_q8_K
+/// (ggml's ggml-quants.c): per block, with max the signed value of largest magnitude (the first on ties),
+/// q_i = min(127, round-half-even(x_i · (−127/max))), d = 1/(−127/max) = −max/127 (float32, so the largest
+/// magnitude becomes q = −127 and |x_i − d·q_i| ≤ |d|/2), bsums[j] = Σ_{16j ≤ i < 16j+16} q_i. An all-zero
+/// block gets d = 0, q = 0, bsums = 0.
+void quantize_row_q8_k(const float* x, BlockQ8K* y, int64_t n);
+/// Quantizes n floats (a multiple of 256) to Q2_K. Not ggml's search: per sub-block of 16 the range
+/// [min(min_j, 0), max_j] is covered exactly: m_j = −min(min_j, 0) is rounded *up* to dmin·mn_j (dmin =
+/// max_j m_j / 15, binary16 rounded up, mn_j 4 bits), the step to d·sc_j ≥ (max_j + dmin·mn_j)/3 (d likewise
+/// from max_j of those steps / 15), and q = round((x + dmin·mn_j)/(d·sc_j)) never clips. Bound: every weight is
+/// within half its sub-block's step, |x − y| ≤ d·sc_j/2, with d·sc_j < (max_j − min(min_j, 0) + dmin)/3 + d.
+void quantize_row_q2_k(const float* x, BlockQ2K* y, int64_t n);
+/// Quantizes n floats (a multiple of 256) to Q3_K. Not ggml's search: per sub-block of 16, with a_j its signed
+/// value of largest magnitude, the step |d·s_j| ≥ |a_j|/4 (d = max_j |a_j|/4 / 31, binary16 rounded up; s_j =
+/// −sign(a_j)·⌈|a_j|/(4d)⌉ so a_j maps to q = −4, the level only the negative side has); q = clamp(round(x /
+/// (d·s_j)), −4, 3). Bound: |x − y| ≤ |d·s_j| (half a step on a_j's side; one step on the other side, where +4
+/// is clipped to 3), with |d·s_j| < |a_j|/4 + d.
+void quantize_row_q3_k(const float* x, BlockQ3K* y, int64_t n);
+/// Quantizes n floats (a multiple of 256) to Q5_K like quantize_row_q2_k with sub-blocks of 32, 5-bit values
+/// (step ≥ (max_j + dmin·mn_j)/31) and 6-bit scales and mins (d, dmin = their maxima / 63). Bound: |x − y| ≤
+/// d·sc_j/2 with d·sc_j < (max_j − min(min_j, 0) + dmin)/31 + d.
+void quantize_row_q5_k(const float* x, BlockQ5K* y, int64_t n);
 /// Converts n floats to binary16 / bfloat16 (round to nearest even).
 void quantize_row_f16(const float* x, uint16_t* y, int64_t n);
 void quantize_row_bf16(const float* x, uint16_t* y, int64_t n);

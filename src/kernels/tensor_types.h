@@ -17,15 +17,19 @@ enum class TensorType : uint32_t {
     Q5_1 = 7,
     Q8_0 = 8,
     Q8_1 = 9,  ///< activations only (dot products with Q4_1 / Q5_1 weights), never a weight type here
+    Q2_K = 10,
+    Q3_K = 11,
     Q4_K = 12,
+    Q5_K = 13,
     Q6_K = 14,
+    Q8_K = 15,  ///< activations only (dot products with Q2_K / Q3_K / Q5_K weights), never a weight type here
     BF16 = 30,
 };
 
 /// Weights per block: 1 for float types, 32 for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0, 256 for the K-quants.
 int64_t block_size(TensorType t);
-/// Bytes per block: 4 (F32), 2 (F16, BF16), 18 (Q4_0), 20 (Q4_1), 22 (Q5_0), 24 (Q5_1), 34 (Q8_0), 144 (Q4_K),
-/// 210 (Q6_K).
+/// Bytes per block: 4 (F32), 2 (F16, BF16), 18 (Q4_0), 20 (Q4_1), 22 (Q5_0), 24 (Q5_1), 34 (Q8_0), 84 (Q2_K),
+/// 110 (Q3_K), 144 (Q4_K), 176 (Q5_K), 210 (Q6_K), 292 (Q8_K).
 size_t block_bytes(TensorType t);
 /// Bytes of one row of n elements; throws Error if n is not a multiple of the block size.
 size_t row_bytes(TensorType t, int64_t n);

@@ -20,6 +20,9 @@ uint32_t file_type(TensorType t) {
         case TensorType::Q8_0: return 7;
         case TensorType::Q5_0: return 8;
         case TensorType::Q5_1: return 9;
+        case TensorType::Q2_K: return 10;
+        case TensorType::Q3_K: return 12;  // LLAMA_FTYPE_MOSTLY_Q3_K_M (every matrix Q3_K here)
+        case TensorType::Q5_K: return 17;  // LLAMA_FTYPE_MOSTLY_Q5_K_M (every matrix Q5_K here)
         case TensorType::BF16: return 32;
         default: fail("no file type for ", type_name(t));
     }
