@@ -73,6 +73,32 @@ static float dot_q8_0(const BlockQ8_0* w, const BlockQ8_0* xq, int64_t nb) {
     return hsum(_mm256_add_ps(a0, a1));
 }
 
+// Split-layout Q8_0 (repack.h: a row's int8 weights contiguous, its binary16 block scales after them): eight
+// blocks per step, their eight scales converted and multiplied by the activation scales at once, then broadcast
+// to each block's products with one permute.
+static float dot_q8_0_split(const int8_t* wq, const uint16_t* wd, const int8_t* xq, const float* xd, int64_t nb) {
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 8 <= nb; b += 8) {
+        const __m256 sc = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wd + b))),
+                                        _mm256_loadu_ps(xd + b));
+        for (int p = 0; p < 8; ++p) {
+            const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wq + (b + p) * QK8_0));
+            const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + (b + p) * QK8_0));
+            const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+            const __m256 dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+            const __m256 s = _mm256_permutevar8x32_ps(sc, _mm256_set1_epi32(p));
+            if (p & 1)
+                acc1 = _mm256_fmadd_ps(dot, s, acc1);
+            else
+                acc0 = _mm256_fmadd_ps(dot, s, acc0);
+        }
+    }
+    float s = hsum(_mm256_add_ps(acc0, acc1));
+    if (b < nb) s += g_dot_q8_0_split(wq + b * QK8_0, wd + b, xq + b * QK8_0, xd + b, nb - b);
+    return s;
+}
+
 static inline __m256i dot_us8_i32(__m256i u, __m256i s) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
 }
@@ -105,7 +131,7 @@ const DotKernels& dot_kernels_avx2() {
                                  .f16 = avx2::dot_f16,
                                  .bf16 = avx2::g_dot_bf16,
                                  .q8_0 = avx2::dot_q8_0,
-                                 .q8_0_split = avx2::g_dot_q8_0_split,
+                                 .q8_0_split = avx2::dot_q8_0_split,
                                  .q4_0 = avx2::g_dot_q4_0,
                                  .q4_k = avx2::g_dot_q4_k,
                                  .q6_k = avx2::g_dot_q6_k,
