@@ -1,6 +1,7 @@
 // The command-line tool end to end: outputs on good input, one-line errors and non-zero exits on bad input.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <fstream>
@@ -114,6 +115,41 @@ TEST(Cli, PolicyStatsTableAndJson) {
     // The 8 decode tokens are kept on top of the compressed prompt, so the ratio is a little under 0.75.
     EXPECT_GT(j["compression_ratio"].get<double>(), 0.6);
     EXPECT_LT(j["kv_bytes_final"].get<double>(), j["kv_bytes_full"].get<double>() * 0.45);
+    // The table's saving line is full − final, in MiB and percent.
+    const double full = j["kv_bytes_full"].get<double>(), fin = j["kv_bytes_final"].get<double>();
+    char want[128];
+    std::snprintf(want, sizeof want, "memory saved against the full F16 cache: %.2f MiB (%.1f%%)",
+                  (full - fin) / 1048576.0, 100.0 * (full - fin) / full);
+    EXPECT_NE(r.err.find(want), std::string::npos) << want << "\n" << r.err;
+}
+
+TEST(Cli, GenerateFromAFileAndAQuestion) {
+    test::TempFile doc(".txt");
+    std::ofstream(doc.path()) << "Once upon a time, there was a little girl named Lily.\n\n";
+    // -f then -p: the prompt is the document (trailing newlines dropped), a blank line, then the question; the
+    // ids equal those of the same text given with -p alone.
+    const CmdResult a = run("generate -m " + kModel + " -f " + doc.path() + " -p 'She liked' -n 8 --temp 0 --ids -q");
+    const CmdResult b = run("generate -m " + kModel +
+                            " -p \"$(printf 'Once upon a time, there was a little girl named Lily.\\n\\nShe liked')\" -n 8 "
+                            "--temp 0 "
+                            "--ids -q");
+    ASSERT_EQ(a.status, 0) << a.err;
+    ASSERT_EQ(b.status, 0) << b.err;
+    EXPECT_EQ(a.out, b.out);
+    EXPECT_EQ(std::count(a.out.begin(), a.out.end(), ' '), 7);
+    // -f alone is the whole prompt.
+    const CmdResult c = run("generate -m " + kModel + " -f " + doc.path() + " -n 4 --temp 0 -q");
+    EXPECT_EQ(c.status, 0) << c.err;
+    EXPECT_EQ(c.out.rfind("Once upon a time, there was a little girl named Lily.", 0), 0u) << c.out;
+    expect_clean_failure("generate -m " + kModel + " -n 4", "give a prompt with -p, a document with -f, or both");
+    expect_clean_failure("generate -m " + kModel + " -f /nonexistent/doc.txt -p q", "/nonexistent/doc.txt");
+    test::TempFile empty(".txt");
+    std::ofstream(empty.path()) << "\n";
+    expect_clean_failure("generate -m " + kModel + " -f " + empty.path(), "is empty and no -p was given");
+}
+
+TEST(Cli, PullNamesTheModelsItKnows) {
+    expect_clean_failure("pull nosuch-model", "smollm2-135m");
 }
 
 TEST(Cli, BadPolicyOptionsAreReported) {

@@ -23,6 +23,12 @@ std::string KVStats::table() const {
                   density, compression_ratio, mib(kv_bytes_peak).c_str(), mib(kv_bytes_final).c_str(),
                   mib(kv_bytes_full).c_str());
     s += buf;
+    if (kv_bytes_full > 0) {
+        const double saved = static_cast<double>(kv_bytes_full) - static_cast<double>(kv_bytes_final);
+        std::snprintf(buf, sizeof buf, "  memory saved against the full F16 cache: %.2f MiB (%.1f%%)\n",
+                      saved / 1048576.0, 100.0 * saved / static_cast<double>(kv_bytes_full));
+        s += buf;
+    }
     s += "  layer | head entries min / median / max\n";
     for (size_t l = 0; l < entries.size(); ++l) {
         std::vector<int64_t> e = entries[l];

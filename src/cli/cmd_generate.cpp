@@ -2,6 +2,8 @@
 // prompt is one user message rendered with the model's chat template, and only the answer is printed.
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 
 #include "cli/cache_options.h"
 #include "cli/chat_session.h"
@@ -17,7 +19,7 @@ namespace kvsieve::cli {
 
 namespace {
 struct GenerateOpts {
-    std::string model, prompt;
+    std::string model, prompt, file;
     int n_predict = 128;
     int64_t n_ctx = 0;
     int threads = 0;
@@ -79,7 +81,21 @@ void run_chat(const GenerateOpts& o, const LlamaModel& model, const Tokenizer& t
     o.cache.write_stats(cache->stats());
 }
 
-void run(const GenerateOpts& o) {
+/// The text of --file (a document), then a blank line and -p's text when both are given.
+std::string read_prompt_file(const std::string& path, const std::string& prompt) {
+    std::ifstream in(path, std::ios::binary);
+    require(static_cast<bool>(in), "cannot read --file ", path);
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    std::string text = ss.str();
+    while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+    require(!text.empty() || !prompt.empty(), "--file ", path, " is empty and no -p was given");
+    return prompt.empty() ? text : text + "\n\n" + prompt;
+}
+
+void run(GenerateOpts o) {
+    require(!o.prompt.empty() || !o.file.empty(), "give a prompt with -p, a document with -f, or both");
+    if (!o.file.empty()) o.prompt = read_prompt_file(o.file, o.prompt);
     o.sp.validate();
     require(o.n_predict >= 0, "-n must be ≥ 0, got ", o.n_predict);
     require(o.n_ctx >= 0, "-c must be ≥ 0, got ", o.n_ctx);
@@ -141,7 +157,11 @@ void add_generate(CLI::App& app) {
     auto* cmd = app.add_subcommand("generate", "generate text from a prompt");
     auto o = std::make_shared<GenerateOpts>();
     cmd->add_option("-m,--model", o->model, "GGUF model file")->required()->check(CLI::ExistingFile);
-    cmd->add_option("-p,--prompt", o->prompt, "prompt text (with --chat: the user's message)")->required();
+    cmd->add_option("-p,--prompt", o->prompt, "prompt text (with --chat: the user's message)");
+    cmd->add_option("-f,--file", o->file,
+                    "read a document from this file; the prompt is its text, then a blank line and -p's text "
+                    "(e.g. a question about it)")
+        ->check(CLI::ExistingFile);
     cmd->add_option("-n,--n-predict", o->n_predict, "tokens to generate")->capture_default_str();
     cmd->add_option("-c,--ctx-size", o->n_ctx, "context size in tokens (0: the model's, at most 4096)")->capture_default_str();
     cmd->add_option("-t,--threads", o->threads, "threads (0: all cores)")->capture_default_str();
