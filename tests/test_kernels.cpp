@@ -13,6 +13,7 @@
 #include "kernels/quant.h"
 #include "kernels/repack.h"
 #include "test_util.h"
+#include "util/error.h"
 
 namespace kvsieve {
 namespace {
@@ -294,6 +295,27 @@ TEST(Kernels, MatmulGemvAndGemmPathsMatchExactProduct) {
     }
 }
 
+TEST(Kernels, SharedInputMatmulEqualsSeparateProducts) {
+    // Mixed weight types (three activation formats, one shared by two matrices) and both paths.
+    const auto A = make_matrix(TensorType::Q4_1, 64, 256, 51), B = make_matrix(TensorType::F16, 32, 256, 52),
+               C = make_matrix(TensorType::Q5_1, 48, 256, 53), D = make_matrix(TensorType::Q3_K, 16, 256, 54);
+    for (int64_t T : {int64_t{1}, int64_t{3}, kGemmMinTokens + 1}) {
+        SCOPED_TRACE(T);
+        const auto X = randn(T * 256, 55);
+        std::vector<float> ya(T * 64), yb(T * 32), yc(T * 48), yd(T * 16);
+        matmul_shared_input({{&A.m, ya.data()}, {&B.m, yb.data()}, {&C.m, yc.data()}, {&D.m, yd.data()}}, X.data(), T);
+        for (auto [W, y] : {std::pair{&A.m, &ya}, std::pair{&B.m, &yb}, std::pair{&C.m, &yc}, std::pair{&D.m, &yd}}) {
+            std::vector<float> want(y->size());
+            matmul(*W, X.data(), T, want.data());
+            EXPECT_EQ(*y, want) << type_name(W->type);
+        }
+    }
+    const auto E = make_matrix(TensorType::Q8_0, 8, 512, 56);
+    const auto X = randn(512, 57);
+    std::vector<float> y1(64), y2(8);
+    EXPECT_THROW(matmul_shared_input({{&A.m, y1.data()}, {&E.m, y2.data()}}, X.data(), 1), Error);
+}
+
 TEST(Kernels, SplitQ8LayoutGivesTheSameProducts) {
     const auto W = make_matrix(TensorType::Q8_0, 80, 512 + 64, 9);  // 18 blocks: one 16-block step + a tail
     AlignedBuffer buf;
@@ -342,9 +364,10 @@ TEST(Kernels, OutputStrideLeavesOtherColumnsAlone) {
 
 TEST(Kernels, PagedAttentionRowsMatchReferenceForEveryTypeAndIsa) {
     // Two pages of 16 rows then a partial one (7 rows); online softmax across pages. The shapes cover the
-    // specialised binary16 AVX-512 kernel (d 64/128/256, value pass in one or several query blocks) and the
-    // generic one (d = 32, G above its limit).
-    for (auto [d, G] : std::vector<std::pair<int, int>>{{64, 4}, {128, 2}, {128, 5}, {256, 3}, {32, 4}, {64, 17}}) {
+    // specialised binary16 AVX-512 kernel (d 64/128/256, value pass in one or several query blocks), the AVX2
+    // one (d a multiple of 8, G ≤ 8) and the generic ones (d = 32 on AVX-512, G above their limits).
+    for (auto [d, G] : std::vector<std::pair<int, int>>{
+             {64, 4}, {128, 2}, {128, 5}, {256, 3}, {32, 4}, {64, 17}, {64, 3}, {64, 8}, {64, 9}, {64, 1}}) {
         SCOPED_TRACE(testing::Message() << "d=" << d << " G=" << G);
         const int n = 39;
         const auto kf = randn(n * d, 31), vf = randn(n * d, 32), q = randn(G * d, 33);

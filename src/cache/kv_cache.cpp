@@ -95,8 +95,8 @@ void KVCache::decode_layer(const LayerInputs& in, float* out) {
     const TensorType kt = tensor_type(pool_->type());
     const float scale = 1.0f / std::sqrt(static_cast<float>(d));
     std::vector<std::vector<float>> probs(stat != KeyStat::kNone ? in.n_head_kv : 0);
-    // Work items: spans of a head's pages. With fewer heads than threads each head is split into spans whose
-    // partial softmax states (m, l, o) are merged afterwards (flash-decoding).
+    // Work items: spans of a head's pages, whose partial softmax states (m, l, o) are merged afterwards
+    // (flash-decoding).
     struct PageRef {
         int32_t page;
         int cnt;
@@ -117,8 +117,14 @@ void KVCache::decode_layer(const LayerInputs& in, float* out) {
         }
         if (stat != KeyStat::kNone) probs[h].assign(static_cast<size_t>(G) * off, 0.0f);
     }
+    // About four spans per thread (dynamic scheduling then balances heads of unequal lengths, and 3 KV heads on 2
+    // threads), none shorter than four pages.
     const int threads = omp_get_max_threads();
-    const int spans = in.n_head_kv >= threads ? 1 : (threads + in.n_head_kv - 1) / in.n_head_kv;
+    size_t max_pages = 0;
+    for (const auto& pl : pages) max_pages = std::max(max_pages, pl.size());
+    int spans = 1;
+    if (threads > 1)
+        spans = std::max(1, std::min((4 * threads + in.n_head_kv - 1) / in.n_head_kv, static_cast<int>(max_pages / 4)));
     struct Partial {
         std::vector<float> m, l, o;
     };

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/attend_f16_avx2.h"
 #include "kernels/dot.h"
 
 // Block scales are converted with F16C here (the scalar table lookup is not inlined).
@@ -94,9 +95,14 @@ static float dot_q8_0_split(const int8_t* wq, const uint16_t* wd, const int8_t* 
                 acc0 = _mm256_fmadd_ps(dot, s, acc0);
         }
     }
-    float s = hsum(_mm256_add_ps(acc0, acc1));
-    if (b < nb) s += g_dot_q8_0_split(wq + b * QK8_0, wd + b, xq + b * QK8_0, xd + b, nb - b);
-    return s;
+    for (; b < nb; ++b) {  // the last nb % 8 blocks one at a time
+        const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wq + b * QK8_0));
+        const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + b * QK8_0));
+        const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1))),
+                               _mm256_set1_ps(KVSIEVE_HALF(wd[b]) * xd[b]), acc0);
+    }
+    return hsum(_mm256_add_ps(acc0, acc1));
 }
 
 static inline __m256i dot_us8_i32(__m256i u, __m256i s) {
@@ -123,6 +129,14 @@ static void isa_axpy_f16(float a, const uint16_t* v, float* o, int64_t n) {
     for (; i < n; ++i) o[i] += a * fp16_to_fp32(v[i]);
 }
 #include "kernels/attention_generic.inc"
+/// Binary16 pages of the common shapes take the specialised kernel (attend_f16_avx2.h).
+static void attend_rows_best(TensorType kv, const void* k, const void* v, int n, int d, const float* q, int G,
+                             float scale, float* m, float* l, float* o, float* s_out, int64_t s_stride) {
+    if (kv == TensorType::F16 && attend_rows_f16(static_cast<const uint16_t*>(k), static_cast<const uint16_t*>(v), n, d,
+                                                 q, G, scale, m, l, o, s_out, s_stride))
+        return;
+    attend_rows(kv, k, v, n, d, q, G, scale, m, l, o, s_out, s_stride);
+}
 }  // namespace avx2
 
 const DotKernels& dot_kernels_avx2() {
@@ -145,7 +159,7 @@ const DotKernels& dot_kernels_avx2() {
                                  .quantize_q8_0 = quantize_row_q8_0_activations,
                                  .quantize_q8_1 = quantize_row_q8_1_activations,
                                  .quantize_q8_k = quantize_row_q8_k,
-                                 .attend_rows = avx2::attend_rows};
+                                 .attend_rows = avx2::attend_rows_best};
     return k;
 }
 

@@ -144,6 +144,49 @@ void matmul(const WeightMatrix& W, const float* X, int64_t T, float* Y, int64_t 
         gemv(k, W, X, T, Y, ldy);
 }
 
+void matmul_shared_input(const std::vector<MatmulTarget>& targets, const float* X, int64_t T) {
+    if (targets.empty()) return;
+    const int64_t cols = targets[0].W->cols;
+    bool gemv_path = T < kGemmMinTokens;
+    for (const MatmulTarget& t : targets) {
+        require(t.W->cols == cols, "matmul_shared_input: ", t.W->name, " has ", t.W->cols, " columns, ",
+                targets[0].W->name, " ", cols);
+        if (t.W->type == TensorType::F32 && T > 1) gemv_path = false;
+    }
+    if (!gemv_path) {
+        for (const MatmulTarget& t : targets) matmul(*t.W, X, T, t.Y);
+        return;
+    }
+    const DotKernels& k = dot_kernels();
+    // One prepared copy of X per distinct (activation format, row layout); targets that agree share it.
+    std::vector<PreparedX> preps;
+    std::vector<size_t> prep_of(targets.size());
+    std::vector<int64_t> first_row(targets.size() + 1, 0);
+    for (size_t i = 0; i < targets.size(); ++i) {
+        const WeightMatrix& W = *targets[i].W;
+        size_t j = 0;
+        for (; j < i; ++j)
+            if (activation_type(targets[j].W->type) == activation_type(W.type) && targets[j].W->layout == W.layout)
+                break;
+        if (j < i) {
+            prep_of[i] = prep_of[j];
+        } else {
+            prep_of[i] = preps.size();
+            preps.push_back(prepare(k, W, X, T));
+        }
+        first_row[i + 1] = first_row[i] + W.rows;
+    }
+    const int64_t total = first_row.back();
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < total; ++r) {
+        size_t i = 0;
+        while (r >= first_row[i + 1]) ++i;
+        const WeightMatrix& W = *targets[i].W;
+        const int64_t rr = r - first_row[i];
+        for (int64_t t = 0; t < T; ++t) targets[i].Y[t * W.rows + rr] = dot_row(k, W, rr, preps[prep_of[i]], t);
+    }
+}
+
 void matmul_reference(const WeightMatrix& W, const float* X, int64_t T, float* Y) {
     gemv(dot_kernels_scalar(), W, X, T, Y, W.rows);
 }

@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kernels/tensor_types.h"
 
@@ -33,6 +34,18 @@ struct WeightMatrix {
 /// panels of W are dequantized to float32 into a bounded scratch buffer and multiplied with OpenBLAS SGEMM; F32 weights
 /// go to SGEMM directly. Never holds a dequantized copy of more than one panel.
 void matmul(const WeightMatrix& W, const float* X, int64_t T, float* Y, int64_t ldy = -1);
+
+/// One output of matmul_shared_input: Y = X · Wᵀ with Y [T][W->rows] row-major.
+struct MatmulTarget {
+    const WeightMatrix* W;
+    float* Y;
+};
+
+/// Several matmul()s of the same activations X [T][cols] (every W has `cols` columns), e.g. the Q, K and V
+/// projections: the same results as calling matmul for each target, but on the GEMV path the activations are
+/// quantized once per activation format and all rows of all targets are shared out in one parallel loop (one
+/// fork and barrier instead of one per matrix). Throws Error if the column counts differ.
+void matmul_shared_input(const std::vector<MatmulTarget>& targets, const float* X, int64_t T);
 
 /// Same product through the scalar reference kernels only (for tests).
 void matmul_reference(const WeightMatrix& W, const float* X, int64_t T, float* Y);

@@ -67,9 +67,7 @@ void LlamaModel::forward(const std::vector<int32_t>& tokens, SequenceCache& cach
     for (int l = 0; l < c.n_layer; ++l) {
         const LayerWeights& L = w_.layers[l];
         rms_norm(x.data(), L.attn_norm.data(), xn.data(), T, D, c.rms_eps);
-        matmul(L.wq, xn.data(), T, q.data());
-        matmul(L.wk, xn.data(), T, k.data());
-        matmul(L.wv, xn.data(), T, v.data());
+        matmul_shared_input({{&L.wq, q.data()}, {&L.wk, k.data()}, {&L.wv, v.data()}}, xn.data(), T);
         if (c.qkv_bias) {
             add_bias(q.data(), L.bq, T);
             add_bias(k.data(), L.bk, T);
@@ -102,8 +100,7 @@ void LlamaModel::forward(const std::vector<int32_t>& tokens, SequenceCache& cach
         for (int64_t i = 0; i < T * D; ++i) x[i] += tmp[i];
 
         rms_norm(x.data(), L.ffn_norm.data(), xn.data(), T, D, c.rms_eps);
-        matmul(L.w_gate, xn.data(), T, g.data());
-        matmul(L.w_up, xn.data(), T, u.data());
+        matmul_shared_input({{&L.w_gate, g.data()}, {&L.w_up, u.data()}}, xn.data(), T);
         for (int64_t i = 0; i < T * c.n_ff; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
         matmul(L.w_down, g.data(), T, tmp.data());
         for (int64_t i = 0; i < T * D; ++i) x[i] += tmp[i];

@@ -1,0 +1,110 @@
+// AVX2 online-softmax decode attention over binary16 cache pages. Compiled with AVX2/FMA/F16C flags; reached
+// only through dot_kernels_avx2(), which the dispatcher selects after checking the CPU.
+#include "kernels/attend_f16_avx2.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace kvsieve::avx2 {
+namespace {
+
+/// exp(x) for 8 lanes with x ≤ 0: 2^n · p(r), n = round(x·log2 e), r = x − n·ln 2 (two-part ln 2), p the
+/// degree-6 Taylor polynomial (the scalar exp_nonpos of attention_generic.inc, relative error < 2e-7);
+/// inputs below −87 are clamped to −87.
+inline __m256 exp_nonpos8(__m256 x) {
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187e-06f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 720);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+inline __m256 load_half8(const uint16_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+inline float hsum8(__m256 a) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+template <int G>
+void attend(const uint16_t* K, const uint16_t* V, int n, int d, const float* q, float scale, float* m, float* l,
+            float* o, float* s_out, int64_t s_stride) {
+    alignas(32) float s[G][16];
+    alignas(32) float p[G][16];
+    float corr[G];
+    // 1. Scores: each 8-wide chunk of a key row is converted once and multiplied into all G queries.
+    for (int j = 0; j < n; ++j) {
+        __m256 acc[G];
+        for (int g = 0; g < G; ++g) acc[g] = _mm256_setzero_ps();
+        for (int c = 0; c < d; c += 8) {
+            const __m256 kr = load_half8(K + j * d + c);
+            for (int g = 0; g < G; ++g) acc[g] = _mm256_fmadd_ps(kr, _mm256_loadu_ps(q + g * d + c), acc[g]);
+        }
+        for (int g = 0; g < G; ++g) s[g][j] = hsum8(acc[g]) * scale;
+    }
+    // 2. Online softmax update per query head; lanes j ≥ n are zeroed after the exponential.
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256 live0 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n), lane));
+    const __m256 live1 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n - 8), lane));
+    for (int g = 0; g < G; ++g) {
+        if (s_out)
+            for (int j = 0; j < n; ++j) s_out[g * s_stride + j] = s[g][j];
+        float mx = m[g];
+        for (int j = 0; j < n; ++j) mx = std::max(mx, s[g][j]);
+        for (int j = n; j < 16; ++j) s[g][j] = mx;
+        const __m256 mv = _mm256_set1_ps(mx);
+        const __m256 p0 = _mm256_and_ps(live0, exp_nonpos8(_mm256_sub_ps(_mm256_load_ps(s[g]), mv)));
+        const __m256 p1 = _mm256_and_ps(live1, exp_nonpos8(_mm256_sub_ps(_mm256_load_ps(s[g] + 8), mv)));
+        _mm256_store_ps(p[g], p0);
+        _mm256_store_ps(p[g] + 8, p1);
+        corr[g] = m[g] == -INFINITY ? 0.0f : _mm256_cvtss_f32(exp_nonpos8(_mm256_set1_ps(m[g] - mx)));
+        l[g] = l[g] * corr[g] + hsum8(_mm256_add_ps(p0, p1));
+        m[g] = mx;
+    }
+    // 3. Values: per 8-wide column chunk, the G outputs stay in registers while each row's chunk is converted
+    // once and accumulated into all of them.
+    for (int c = 0; c < d; c += 8) {
+        __m256 acc[G];
+        for (int g = 0; g < G; ++g) acc[g] = _mm256_mul_ps(_mm256_set1_ps(corr[g]), _mm256_loadu_ps(o + g * d + c));
+        for (int j = 0; j < n; ++j) {
+            const __m256 vr = load_half8(V + j * d + c);
+            for (int g = 0; g < G; ++g) acc[g] = _mm256_fmadd_ps(_mm256_broadcast_ss(&p[g][j]), vr, acc[g]);
+        }
+        for (int g = 0; g < G; ++g) _mm256_storeu_ps(o + g * d + c, acc[g]);
+    }
+}
+
+}  // namespace
+
+bool attend_rows_f16(const uint16_t* k, const uint16_t* v, int n, int d, const float* q, int G, float scale, float* m,
+                     float* l, float* o, float* s_out, int64_t s_stride) {
+    if (n < 1 || n > 16 || d % 8 != 0 || d > 256) return false;
+    switch (G) {
+        case 1: attend<1>(k, v, n, d, q, scale, m, l, o, s_out, s_stride); return true;
+        case 2: attend<2>(k, v, n, d, q, scale, m, l, o, s_out, s_stride); return true;
+        case 3: attend<3>(k, v, n, d, q, scale, m, l, o, s_out, s_stride); return true;
+        case 4: attend<4>(k, v, n, d, q, scale, m, l, o, s_out, s_stride); return true;
+        case 5: attend<5>(k, v, n, d, q, scale, m, l, o, s_out, s_stride); return true;
+        case 6: attend<6>(k, v, n, d, q, scale, m, l, o, s_out, s_stride); return true;
+        case 7: attend<7>(k, v, n, d, q, scale, m, l, o, s_out, s_stride); return true;
+        case 8: attend<8>(k, v, n, d, q, scale, m, l, o, s_out, s_stride); return true;
+        default: return false;
+    }
+}
+
+}  // namespace kvsieve::avx2
