@@ -362,6 +362,29 @@ TEST(Kernels, OutputStrideLeavesOtherColumnsAlone) {
     }
 }
 
+TEST(Kernels, SoftmaxRowsMatchFloat64ForEveryIsa) {
+    for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{8}, int64_t{37}, int64_t{1000}}) {
+        auto x = randn(n, 61, 4.0f);
+        x[n / 2] = 30.0f;  // one dominant score, others far below it (exponent clamp region)
+        double m = -1e300, sum = 0;
+        for (float v : x) m = std::max(m, double(v));
+        for (float v : x) sum += std::exp(double(v) - m);
+        for (const DotKernels* k : available_kernel_sets()) {
+            SCOPED_TRACE(testing::Message() << k->isa << " n=" << n);
+            std::vector<float> y = x;
+            k->softmax(y.data(), n);
+            double total = 0;
+            for (int64_t j = 0; j < n; ++j) {
+                const double want = std::exp(double(x[j]) - m) / sum;
+                // float32 s_j − max s (|.| < 64 here) carries up to 4e-6 absolute error into the exponent
+                EXPECT_NEAR(y[j], want, 1e-5 * want + 1e-30);
+                total += y[j];
+            }
+            EXPECT_NEAR(total, 1.0, 1e-5);
+        }
+    }
+}
+
 TEST(Kernels, PagedAttentionRowsMatchReferenceForEveryTypeAndIsa) {
     // Two pages of 16 rows then a partial one (7 rows); online softmax across pages. The shapes cover the
     // specialised binary16 AVX-512 kernel (d 64/128/256, value pass in one or several query blocks), the AVX2

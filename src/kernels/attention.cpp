@@ -11,19 +11,6 @@
 namespace kvsieve {
 namespace {
 
-/// In-place softmax of s[0..n) (max-subtracted); returns nothing, s sums to 1.
-void softmax_inplace(float* s, int64_t n) {
-    float m = -INFINITY;
-    for (int64_t j = 0; j < n; ++j) m = std::max(m, s[j]);
-    double sum = 0;
-    for (int64_t j = 0; j < n; ++j) {
-        s[j] = std::exp(s[j] - m);
-        sum += s[j];
-    }
-    const float inv = static_cast<float>(1.0 / sum);
-    for (int64_t j = 0; j < n; ++j) s[j] *= inv;
-}
-
 void attention_small_t(const float* q, int64_t T, int64_t pos0, const float* k, const float* v, int64_t ld_kv,
                        const AttnShape& s, float* out) {
     const DotKernels& dk = dot_kernels();
@@ -46,7 +33,7 @@ void attention_small_t(const float* q, int64_t T, int64_t pos0, const float* k, 
                 }
                 for (int i = 0; i < G; ++i) {
                     float* p = sc.data() + i * n;
-                    softmax_inplace(p, n);
+                    dot_kernels().softmax(p, n);
                     float* o = out + (t * s.n_head + g * G + i) * d;
                     std::fill(o, o + d, 0.0f);
                     for (int64_t j = 0; j < n; ++j) {
@@ -84,7 +71,7 @@ void attention_blocked(const float* q, int64_t T, int64_t pos0, const float* k, 
                 for (int64_t i = 0; i < nt; ++i) {
                     float* row = S.data() + i * n;
                     const int64_t visible = pos0 + t0 + i + 1;
-                    softmax_inplace(row, visible);
+                    dot_kernels().softmax(row, visible);
                     std::fill(row + visible, row + n, 0.0f);
                 }
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(nt), d, static_cast<int>(n),
@@ -112,7 +99,7 @@ void attention_prefill_group(const float* q, int64_t ldq, int G, int d, int64_t 
             for (int64_t i = 0; i < nt; ++i) {
                 float* row = S.data() + i * nk;
                 const int64_t visible = n_prefix + t0 + i + 1;
-                softmax_inplace(row, visible);
+                dot_kernels().softmax(row, visible);
                 std::fill(row + visible, row + nk, 0.0f);
                 if (stat == KeyStat::kSum)
                     for (int64_t j = 0; j < visible; ++j) stat_out[g * n + j] += row[j];

@@ -44,6 +44,9 @@ struct DotKernels {
     void (*quantize_q8_1)(const float* x, BlockQ8_1* y, int64_t n);
     /// Quantizes activations for Q2_K / Q3_K / Q5_K weights (quantize_row_q8_k).
     void (*quantize_q8_k)(const float* x, BlockQ8K* y, int64_t n);
+    /// s[0..n) ← softmax(s) in place: exp(s_j − max s) / Σ, in float32 (the exponential of attention_generic.inc,
+    /// relative error < 2e-7; vectorised per instruction set). n ≥ 1.
+    void (*softmax)(float* s, int64_t n);
     /// Online-softmax attention step over n ≤ 16 cached rows k, v (F32, F16 or BF16; row length d ≤ 256) for
     /// G queries q [G][d]: updates the running max m[G], normaliser l[G] and unnormalised output o[G][d].
     /// When s_out is set the scaled scores are also stored at s_out[g·s_stride + j].

@@ -7,6 +7,7 @@
 
 #include "kernels/attend_f16_avx2.h"
 #include "kernels/dot.h"
+#include "kernels/exp_avx2.h"
 
 // Block scales are converted with F16C here (the scalar table lookup is not inlined).
 #define KVSIEVE_HALF(h) _cvtsh_ss(h)
@@ -129,6 +130,32 @@ static void isa_axpy_f16(float a, const uint16_t* v, float* o, int64_t n) {
     for (; i < n; ++i) o[i] += a * fp16_to_fp32(v[i]);
 }
 #include "kernels/attention_generic.inc"
+/// DotKernels::softmax with eight lanes at a time (max, exponentials and their sum, scaling).
+static void softmax8(float* s, int64_t n) {
+    int64_t j = 0;
+    __m256 mv = _mm256_set1_ps(-INFINITY);
+    for (; j + 8 <= n; j += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(s + j));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mv), _mm256_extractf128_ps(mv, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    float m = std::max(_mm_cvtss_f32(m4), _mm_cvtss_f32(_mm_movehdup_ps(m4)));
+    for (int64_t i = j; i < n; ++i) m = std::max(m, s[i]);
+    const __m256 mb = _mm256_set1_ps(m);
+    __m256 sum = _mm256_setzero_ps();
+    for (j = 0; j + 8 <= n; j += 8) {
+        const __m256 e = exp_nonpos8(_mm256_sub_ps(_mm256_loadu_ps(s + j), mb));
+        _mm256_storeu_ps(s + j, e);
+        sum = _mm256_add_ps(sum, e);
+    }
+    float total = hsum(sum);
+    for (int64_t i = j; i < n; ++i) {
+        s[i] = exp_nonpos(s[i] - m);
+        total += s[i];
+    }
+    const __m256 inv = _mm256_set1_ps(1.0f / total);
+    for (j = 0; j + 8 <= n; j += 8) _mm256_storeu_ps(s + j, _mm256_mul_ps(_mm256_loadu_ps(s + j), inv));
+    for (int64_t i = j; i < n; ++i) s[i] *= 1.0f / total;
+}
+
 /// Binary16 pages of the common shapes take the specialised kernel (attend_f16_avx2.h).
 static void attend_rows_best(TensorType kv, const void* k, const void* v, int n, int d, const float* q, int G,
                              float scale, float* m, float* l, float* o, float* s_out, int64_t s_stride) {
@@ -159,6 +186,7 @@ const DotKernels& dot_kernels_avx2() {
                                  .quantize_q8_0 = quantize_row_q8_0_activations,
                                  .quantize_q8_1 = quantize_row_q8_1_activations,
                                  .quantize_q8_k = quantize_row_q8_k,
+                                 .softmax = avx2::softmax8,
                                  .attend_rows = avx2::attend_rows_best};
     return k;
 }

@@ -65,6 +65,7 @@ const DotKernels& dot_kernels_scalar() {
                                  .quantize_q8_0 = quantize_row_q8_0_activations,
                                  .quantize_q8_1 = quantize_row_q8_1_activations,
                                  .quantize_q8_k = quantize_row_q8_k,
+                                 .softmax = scalar::softmax_row,
                                  .attend_rows = scalar::attend_rows};
     return k;
 }
