@@ -79,6 +79,12 @@ static float dot_q8_0(const BlockQ8_0* w, const BlockQ8_0* xq, int64_t nb) {
 // blocks per step, their eight scales converted and multiplied by the activation scales at once, then broadcast
 // to each block's products with one permute.
 static float dot_q8_0_split(const int8_t* wq, const uint16_t* wd, const int8_t* xq, const float* xd, int64_t nb) {
+    // A row's scales follow its quants, so each row starts with a load from its far end, before the hardware
+    // prefetcher gets there. Rows are contiguous in the split layout (split_q8_row_bytes): touch the scales of
+    // the next two rows now.
+    const size_t row = (static_cast<size_t>(nb) * (QK8_0 + 2) + 63) & ~size_t{63};
+    _mm_prefetch(reinterpret_cast<const char*>(wd) + row, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(wd) + 2 * row, _MM_HINT_T0);
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     int64_t b = 0;
     for (; b + 8 <= nb; b += 8) {
