@@ -13,35 +13,14 @@
 
 #include "io/gguf.h"
 #include "io/gguf_writer.h"
+#include "cli_runner.h"
 #include "test_util.h"
 
 namespace kvsieve {
 namespace {
 
-struct CmdResult {
-    int status;
-    std::string out, err;
-};
-
-/// Runs the kvsieve binary with args, stdin from `input` (empty: /dev/null).
-CmdResult run(const std::string& args, const std::string& input = "") {
-    test::TempFile err(".err"), in(".in");
-    {
-        std::ofstream f(in.path(), std::ios::binary);
-        f << input;
-    }
-    const std::string cmd = std::string(KVSIEVE_BIN) + " " + args + " <" + in.path() + " 2>" + err.path();
-    CmdResult r;
-    FILE* p = popen(cmd.c_str(), "r");
-    std::array<char, 4096> buf;
-    size_t n;
-    while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-    const int st = pclose(p);
-    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    std::ifstream e(err.path());
-    r.err.assign(std::istreambuf_iterator<char>(e), {});
-    return r;
-}
+using test::CmdResult;
+CmdResult run(const std::string& args, const std::string& input = "") { return test::run_cli(args, input); }
 
 const std::string kModel = test::model_path("stories260K.gguf");
 /// What the ChatML template renders for the user message "Once upon a time".

@@ -10,30 +10,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli_runner.h"
 #include "test_util.h"
 
 namespace kvsieve {
 namespace {
 
-struct CmdResult {
-    int status;
-    std::string out, err;
-};
-
-CmdResult run(const std::string& args) {
-    test::TempFile err(".err");
-    const std::string cmd = std::string(KVSIEVE_BIN) + " " + args + " 2>" + err.path();
-    CmdResult r;
-    FILE* p = popen(cmd.c_str(), "r");
-    std::array<char, 4096> buf;
-    size_t n;
-    while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-    const int st = pclose(p);
-    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    std::ifstream e(err.path());
-    r.err.assign(std::istreambuf_iterator<char>(e), {});
-    return r;
-}
+using test::CmdResult;
+CmdResult run(const std::string& args, const std::string& input = "") { return test::run_cli(args, input); }
 
 /// Bad input: non-zero exit (not a crash), and stderr holds the expected words.
 void expect_clean_failure(const std::string& args, const std::string& needle) {
