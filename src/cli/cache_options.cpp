@@ -2,7 +2,7 @@
 
 #include <fstream>
 
-#include "model/kvzip_replay.h"
+#include "session/prefill.h"
 #include "util/error.h"
 
 namespace kvsieve::cli {
@@ -36,18 +36,9 @@ void CacheOptions::prefill(const LlamaModel& m, const Tokenizer& tok, KVCache& c
 
 void CacheOptions::prefill(const LlamaModel& m, const Tokenizer& tok, KVCache& cache, const std::vector<int32_t>& prompt,
                            std::vector<float>& logits, const std::vector<int32_t>& context) const {
-    require(prefill_chunk <= 0 || cache.policy().replay.kind == ReplaySpec::Kind::kNone,
-            "policy ", cache.policy().name, " scores the whole prompt after the prefill; --prefill-chunk cannot be used with it");
-    if (prefill_chunk <= 0 || static_cast<int64_t>(prompt.size()) <= prefill_chunk) {
-        m.forward(prompt, cache, logits);
-    } else {
-        for (size_t i = 0; i < prompt.size(); i += static_cast<size_t>(prefill_chunk)) {
-            const size_t e = std::min(prompt.size(), i + static_cast<size_t>(prefill_chunk));
-            m.forward(std::vector<int32_t>(prompt.begin() + i, prompt.begin() + e), cache, logits);
-            if (e < prompt.size()) cache.end_prefill();
-        }
-    }
-    finish_prefill(m, tok, cache, context);
+    PrefillPlan plan;
+    plan.chunk = prefill_chunk;
+    kvsieve::prefill(m, tok, cache, prompt, context, plan, logits);
 }
 
 void CacheOptions::write_stats(const KVStats& s) const {

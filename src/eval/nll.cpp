@@ -4,8 +4,8 @@
 #include <cmath>
 
 #include "cache/kv_cache.h"
-#include "model/kvzip_replay.h"
 #include "model/llama_model.h"
+#include "session/prefill.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
 #include "util/progress.h"
@@ -65,17 +65,17 @@ NllResult evaluate_nll(const LlamaModel& model, const Tokenizer& tok, const std:
         double nll = 0;
         int64_t n = 0;
         if (o.protocol == NllProtocol::kChunked) {
-            for (int64_t i = 0; i < W; i += o.chunk) {
-                const int64_t e = std::min(W, i + o.chunk);
-                model.forward(std::vector<int32_t>(w.begin() + i, w.begin() + e), cache, logits, true);
-                for (int64_t t = i; t < e && t + 1 < W; ++t, ++n) nll += token_nll(logits.data() + (t - i) * c.n_vocab, c.n_vocab, w[t + 1]);
-                cache.end_prefill();
-            }
+            // The whole window is the prompt, fed in chunks; each chunk's logits score its next tokens.
+            PrefillPlan plan;
+            plan.chunk = o.chunk;
+            plan.all_logits = true;
+            prefill(model, tok, cache, w, w, plan, logits, [&](int64_t b, int64_t e, const std::vector<float>& lg) {
+                for (int64_t t = b; t < e && t + 1 < W; ++t, ++n) nll += token_nll(lg.data() + (t - b) * c.n_vocab, c.n_vocab, w[t + 1]);
+            });
         } else {
             const int64_t prefix = o.prefix > 0 ? std::min(o.prefix, W - 1) : W / 2;
             const std::vector<int32_t> head(w.begin(), w.begin() + prefix);
-            model.forward(head, cache, logits);
-            finish_prefill(model, tok, cache, head);
+            prefill(model, tok, cache, head, head, PrefillPlan{}, logits);
             for (int64_t t = prefix; t < W; ++t) {
                 nll += token_nll(logits.data(), c.n_vocab, w[t]);
                 ++n;

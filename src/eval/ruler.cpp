@@ -7,9 +7,9 @@
 
 #include "cache/kv_cache.h"
 #include "eval/tasks.h"
-#include "model/kvzip_replay.h"
 #include "model/llama_model.h"
 #include "model/sampler.h"
+#include "session/prefill.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
 #include "util/progress.h"
@@ -82,16 +82,9 @@ RulerResult run_ruler(const LlamaModel& model, const Tokenizer& tok, const std::
         // Room for the answer, and for KVzip's reconstruction prompt if the policy replays the context.
         KVCache cache(c, 2 * static_cast<int64_t>(ids.size()) + ex.max_new_tokens + 64, policy, pool);
         std::vector<float> logits;
-        if (o.prefill_chunk > 0 && static_cast<int64_t>(ids.size()) > o.prefill_chunk) {
-            for (size_t i = 0; i < ids.size(); i += static_cast<size_t>(o.prefill_chunk)) {
-                const size_t end = std::min(ids.size(), i + static_cast<size_t>(o.prefill_chunk));
-                model.forward(std::vector<int32_t>(ids.begin() + i, ids.begin() + end), cache, logits);
-                cache.end_prefill();
-            }
-        } else {
-            model.forward(ids, cache, logits);
-        }
-        if (o.prefill_chunk > 0) cache.end_prefill(); else finish_prefill(model, tok, cache, ids);
+        PrefillPlan plan;
+        plan.chunk = o.prefill_chunk;
+        prefill(model, tok, cache, ids, ids, plan, logits);
         std::vector<int32_t> out;
         for (int64_t t = 0; t < ex.max_new_tokens; ++t) {
             const int32_t next = argmax(logits.data(), c.n_vocab);

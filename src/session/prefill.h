@@ -1,0 +1,34 @@
+#pragma once
+// The one prefill driver: how a prompt enters a KV cache (one batch or chunks with compression after each), and
+// the policy's after-prefill step (KVzip's context reconstruction where the policy asks for it). The CLI, the
+// NLL and RULER evaluations and chat turns all prefill through it.
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+namespace kvsieve {
+
+class KVCache;
+class LlamaModel;
+class Tokenizer;
+
+/// How a prompt is fed.
+struct PrefillPlan {
+    int64_t chunk = 0;        ///< tokens per forward; the policy compresses after each chunk (0: one batch)
+    bool all_logits = false;  ///< every token's logits per chunk ([n][V], e.g. for NLL), else the last token's [V]
+};
+
+/// Called after each chunk's forward with the chunk's range [begin, end) in the prompt and its logits.
+using ChunkFn = std::function<void(int64_t begin, int64_t end, const std::vector<float>& logits)>;
+
+/// Runs `prompt` through `model` into `cache`, continuing what the cache holds: in one batch, or in chunks of
+/// plan.chunk tokens with the policy's compression (KVCache::end_prefill) between chunks; then ends the prefill
+/// with finish_prefill (KVzip replay over `context` if the policy asks, then compression). `context` is every
+/// token the cache has been given, ending with `prompt` (for a fresh cache, the prompt itself). On return
+/// `logits` holds the last chunk's logits as plan.all_logits says. Throws Error if plan.chunk > 0 with a policy
+/// that rescores the whole context after the prefill (KVzip), or if the prompt is empty.
+void prefill(const LlamaModel& model, const Tokenizer& tok, KVCache& cache, const std::vector<int32_t>& prompt,
+             const std::vector<int32_t>& context, const PrefillPlan& plan, std::vector<float>& logits,
+             const ChunkFn& on_chunk = {});
+
+}  // namespace kvsieve

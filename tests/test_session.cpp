@@ -1,0 +1,111 @@
+// The one prefill driver (session/prefill.h) on the bundled stories260K model: chunking, compression between
+// chunks, the after-prefill step, and its errors.
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "cache/kv_cache.h"
+#include "model/kvzip_replay.h"
+#include "model/llama_model.h"
+#include "policy/policy.h"
+#include "session/prefill.h"
+#include "text/tokenizer.h"
+#include "test_util.h"
+#include "util/error.h"
+
+namespace kvsieve {
+namespace {
+
+const LlamaModel& model() {
+    static const LlamaModel m(test::model_path("stories260K.gguf"));
+    return m;
+}
+
+std::vector<int32_t> prompt_ids() {
+    const auto tok = Tokenizer::from_gguf(model().file());
+    return tok->encode(
+        "Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friend "
+        "Ben. One day, they saw a big red ball under a tree.",
+        true, false);
+}
+
+std::unique_ptr<KVCache> make(const std::string& spec) {
+    return std::make_unique<KVCache>(model().config(), 256, parse_policy(spec),
+                                     std::make_shared<KVPool>(model().config().head_dim, KVType::kF32));
+}
+
+/// f() throws Error whose one-line message contains needle.
+template <class F>
+void expect_error_contains(F f, const std::string& needle) {
+    try {
+        f();
+        ADD_FAILURE() << "no error (expected '" << needle << "')";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << "message: " << e.what();
+        EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "message is not one line";
+    }
+}
+
+TEST(Session, ChunkedPrefillIsForwardAndCompressionPerChunk) {
+    // The same steps written out by hand: forward each chunk, compress after it (the last one too).
+    const auto tok = Tokenizer::from_gguf(model().file());
+    const auto ids = prompt_ids();
+    ASSERT_GT(ids.size(), 20u);
+    for (const char* spec : {"snapkv:ratio=0.5", "streaming_llm:ratio=0.5", "h2o:budget=12"}) {
+        SCOPED_TRACE(spec);
+        auto a = make(spec), b = make(spec);
+        std::vector<float> la, lb;
+        PrefillPlan plan;
+        plan.chunk = 8;
+        std::vector<std::pair<int64_t, int64_t>> ranges;
+        prefill(model(), *tok, *a, ids, ids, plan, la,
+                [&](int64_t s, int64_t e, const std::vector<float>& lg) {
+                    ranges.emplace_back(s, e);
+                    EXPECT_EQ(lg.size(), static_cast<size_t>(model().config().n_vocab));
+                });
+        for (size_t i = 0; i < ids.size(); i += 8) {
+            model().forward(std::vector<int32_t>(ids.begin() + i, ids.begin() + std::min(ids.size(), i + 8)), *b, lb);
+            b->end_prefill();
+        }
+        EXPECT_EQ(la, lb);
+        EXPECT_EQ(a->stats().entries, b->stats().entries);
+        EXPECT_LT(a->stats().density, 0.9);  // the policy really compressed
+        ASSERT_EQ(ranges.size(), (ids.size() + 7) / 8);
+        EXPECT_EQ(ranges.front().first, 0);
+        EXPECT_EQ(ranges.back().second, static_cast<int64_t>(ids.size()));
+        for (size_t i = 1; i < ranges.size(); ++i) EXPECT_EQ(ranges[i].first, ranges[i - 1].second);
+    }
+}
+
+TEST(Session, OneBatchPrefillRunsTheAfterPrefillStep) {
+    // KVzip+ rescoring through the driver equals finish_prefill called by hand; all_logits gives [n][V].
+    const auto tok = Tokenizer::from_gguf(model().file());
+    const auto ids = prompt_ids();
+    auto a = make("kvzip_plus:ratio=0.5"), b = make("kvzip_plus:ratio=0.5");
+    std::vector<float> la, lb;
+    PrefillPlan plan;
+    plan.all_logits = true;
+    prefill(model(), *tok, *a, ids, ids, plan, la);
+    EXPECT_EQ(la.size(), ids.size() * static_cast<size_t>(model().config().n_vocab));
+    model().forward(ids, *b, lb, true);
+    finish_prefill(model(), *tok, *b, ids);
+    EXPECT_EQ(la, lb);
+    EXPECT_EQ(a->stats().entries, b->stats().entries);
+    EXPECT_LT(a->stats().density, 0.6);
+}
+
+TEST(Session, ChunkingAPolicyThatRescoresTheContextIsAnError) {
+    // Even a chunk longer than the prompt: the reconstruction is never skipped silently.
+    const auto tok = Tokenizer::from_gguf(model().file());
+    const auto ids = prompt_ids();
+    auto c = make("kvzip:ratio=0.5");
+    std::vector<float> l;
+    PrefillPlan plan;
+    plan.chunk = 4096;
+    expect_error_contains([&] { prefill(model(), *tok, *c, ids, ids, plan, l); },
+                                "a chunked prefill cannot be used with it");
+    expect_error_contains([&] { prefill(model(), *tok, *c, {}, {}, PrefillPlan{}, l); }, "the prompt is empty");
+}
+
+}  // namespace
+}  // namespace kvsieve
