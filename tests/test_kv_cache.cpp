@@ -12,6 +12,8 @@
 #include "cache/kv_cache.h"
 #include "kernels/parallel.h"
 #include "model/llama_model.h"
+#include "model/rope.h"
+#include "policy/policy.h"
 #include "policy/rule.h"
 #include "test_util.h"
 #include "text/tokenizer.h"
@@ -368,6 +370,74 @@ TEST(Rule, BudgetsPickTheBestEntries) {
     apply_rule(r, h);
     EXPECT_EQ(h[0].keep, (std::vector<char>{1, 0, 1, 0, 0}));
     EXPECT_EQ(h[1].keep, (std::vector<char>{0, 0, 1, 1, 0}));
+}
+
+}  // namespace
+}  // namespace kvsieve
+
+namespace kvsieve {
+namespace {
+
+TEST(ExpectedAttention, RotatesQueriesWithTheModelsOwnRope) {
+    // Partial rotation (4 of 8 dimensions, halves layout), a frequency factor and linear position scaling: the
+    // scorer's mean rotation must move μ exactly as the forward's Rope would at the n_future next positions.
+    // Reference (cov=0, vnorm=0, n_sink=0): μ' = mean_p Rope_p(μ) with Rope::apply, s_i = softmax_i(k_i·μ'/√d).
+    ModelConfig c;
+    c.head_dim = 8;
+    c.n_rot = 4;
+    c.rope_base = 10000.0f;
+    c.rope_layout = RopeLayout::kNeox;
+    c.rope_linear_scale = 0.5f;
+    const Rope rope(c, {1.0f, 4.0f});
+    const int d = 8, T = 3, n = 6, n_future = 5;
+    const int64_t pos0 = 10;
+    std::mt19937 rng(7);
+    std::normal_distribution<float> nd;
+    std::vector<float> q_pre(T * d), k(n * d), v(n * d, 1.0f);
+    for (auto& x : q_pre) x = nd(rng);
+    for (auto& x : k) x = 2 * nd(rng);
+    std::vector<int32_t> pos(n);
+    for (int i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(pos0 + T - n + i);
+    const Policy p = parse_policy("expected_attention:cov=0,vnorm=0,n_sink=0,n_future=5,ratio=0.5");
+    PrefillScoreInput in;
+    in.n_layer = 1;
+    in.n_head = in.n_head_kv = 1;
+    in.head_dim = d;
+    in.T = T;
+    in.pos0 = pos0;
+    in.q_pre = q_pre.data();
+    in.rope = rope.angles();
+    in.heads.push_back({n, k.data(), v.data(), pos.data(), nullptr, nullptr});
+    std::vector<std::vector<float>> scores(1);
+    p.scorer->score_prefill(in, scores);
+
+    std::vector<double> mu(d, 0.0), mur(d, 0.0);
+    for (int t = 0; t < T; ++t)
+        for (int e = 0; e < d; ++e) mu[e] += q_pre[t * d + e] / T;
+    for (int64_t q = pos0 + T; q < pos0 + T + n_future; ++q) {
+        std::vector<float> x(mu.begin(), mu.end());
+        rope.apply(rope.table(q, 1), x.data(), 1);
+        for (int e = 0; e < d; ++e) mur[e] += x[e] / n_future;
+    }
+    std::vector<double> s(n);
+    double mx = -1e300, sum = 0;
+    for (int i = 0; i < n; ++i) {
+        for (int e = 0; e < d; ++e) s[i] += k[i * d + e] * mur[e] / std::sqrt(8.0);
+        mx = std::max(mx, s[i]);
+    }
+    for (auto& x : s) sum += (x = std::exp(x - mx));
+    ASSERT_EQ(scores[0].size(), static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) EXPECT_NEAR(scores[0][i], s[i] / sum, 1e-5) << i;
+    // The unrotated dimensions matter: a model rotating all 8 would score differently.
+    ModelConfig full = c;
+    full.n_rot = 8;
+    const Rope rope8(full, {});
+    in.rope = rope8.angles();
+    std::vector<std::vector<float>> other(1);
+    p.scorer->score_prefill(in, other);
+    double diff = 0;
+    for (int i = 0; i < n; ++i) diff = std::max(diff, double(std::fabs(other[0][i] - scores[0][i])));
+    EXPECT_GT(diff, 1e-3);
 }
 
 }  // namespace

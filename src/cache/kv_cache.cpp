@@ -299,8 +299,7 @@ void KVCache::prefill_layer(const LayerInputs& in, float* out) {
         si.k_pre = in.k_pre;
         si.hidden_dim = in.hidden_dim;
         si.hidden = in.hidden;
-        si.rope_base = cfg_.rope_base;
-        si.rope_neox = cfg_.rope_layout == RopeLayout::kNeox;
+        si.rope = in.rope;
         for (int h = 0; h < Hkv; ++h)
             si.heads.push_back({n_old[h] + T, K[h].data(), V[h].data(), P[h].data(), A[h].empty() ? nullptr : A[h].data(),
                                 S_old[h].data()});

@@ -2,6 +2,8 @@
 // What the model's forward pass needs from a KV cache: store a layer's new entries and attend over them.
 #include <cstdint>
 
+#include "kernels/rope_angles.h"
+
 namespace kvsieve {
 
 /// Views of one layer's tensors for the T tokens of a forward step (positions pos0 … pos0 + T − 1).
@@ -16,6 +18,7 @@ struct LayerInputs {
     const float* q = nullptr;       ///< [T][Hq·d] queries after RoPE
     const float* k = nullptr;       ///< [T][Hkv·d] keys after RoPE
     const float* v = nullptr;       ///< [T][Hkv·d] values
+    RopeAngles rope;                ///< the rotation that made q and k from q_pre and k_pre
 };
 
 /// A sequence's KV cache as the forward pass sees it.

@@ -95,6 +95,7 @@ void LlamaModel::forward(const std::vector<int32_t>& tokens, SequenceCache& cach
         in.q = q.data();
         in.k = k.data();
         in.v = v.data();
+        in.rope = rope_->angles();
         cache.attend(in, att.data());
         matmul(L.wo, att.data(), T, tmp.data());
         for (int64_t i = 0; i < T * D; ++i) x[i] += tmp[i];

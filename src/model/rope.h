@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/rope_angles.h"
+
 #include "model/config.h"
 
 namespace kvsieve {
@@ -25,6 +27,11 @@ public:
     /// Rotates x [T][n_heads][head_dim] in place with the table's angles, pairing dimensions as the
     /// model's layout says (adjacent pairs or halves).
     void apply(const Table& tab, float* x, int n_heads) const;
+
+    /// The same rotation as data for KV policies (valid while this Rope lives).
+    RopeAngles angles() const {
+        return {n_rot_, layout_ == RopeLayout::kNeox, static_cast<double>(pos_scale_), inv_freq_.data()};
+    }
 
 private:
     int head_dim_, n_rot_;

@@ -4,6 +4,7 @@
 // the chunk's positions from n_sink on; both are moved by the mean RoPE rotation R̄ of the next n_future
 // positions (μ' = R̄μ, Σ' = R̄ΣR̄ᵀ); then per query head s_i = softmax_i(kᵢ·μ'/√d + ½ kᵢᵀΣ'kᵢ/d), averaged
 // over the G heads of the KV head and multiplied by ‖vᵢ‖ (plus ε). The first n_sink entries get max + 1.
+// R̄ uses the model's own RoPE (PrefillScoreInput::rope: partial rotation, frequency factors, linear scaling).
 #include <algorithm>
 #include <cmath>
 
@@ -20,14 +21,17 @@ public:
     std::string name() const override { return "expected_attention"; }
 
     void score_prefill(const PrefillScoreInput& in, std::vector<std::vector<float>>& scores) const override {
-        const int d = in.head_dim, G = in.n_head / in.n_head_kv, half = d / 2;
+        const int d = in.head_dim, G = in.n_head / in.n_head_kv;
         const int64_t ldq = static_cast<int64_t>(in.n_head) * d;
-        // Mean rotation over positions pos0+T … pos0+T+n_future−1 (R̄ = mean of cos·I + sin·P).
+        // Mean rotation over positions pos0+T … pos0+T+n_future−1 (R̄ = mean of cos·I + sin·P), with the model's
+        // own angles (frequency factors, linear scaling, partial rotation: dimensions ≥ n_rot stay as they are).
+        require(in.rope.inv_freq != nullptr && in.rope.n_rot <= d, "expected_attention: no RoPE description");
         std::vector<double> R(static_cast<size_t>(d) * d, 0.0);
+        for (int c = in.rope.n_rot; c < d; ++c) R[c * d + c] = n_future_;
         for (int64_t p = in.pos0 + in.T; p < in.pos0 + in.T + n_future_; ++p)
-            for (int i = 0; i < half; ++i) {
-                const double th = static_cast<double>(p) * std::pow(static_cast<double>(in.rope_base), -2.0 * i / d);
-                const int a = in.rope_neox ? i : 2 * i, b = in.rope_neox ? i + half : 2 * i + 1;
+            for (int i = 0; i < in.rope.n_rot / 2; ++i) {
+                const double th = in.rope.theta(p, i);
+                const int a = in.rope.first(i), b = in.rope.second(i);
                 R[a * d + a] += std::cos(th);
                 R[b * d + b] += std::cos(th);
                 R[a * d + b] -= std::sin(th);

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/rope_angles.h"
+
 #include "model/config.h"
 
 namespace kvsieve {
@@ -38,8 +40,7 @@ struct PrefillScoreInput {
     const float* k_pre = nullptr;  ///< [T][Hkv·d] the chunk's keys before RoPE (after QK-norm for Qwen3)
     int64_t hidden_dim = 0;
     const float* hidden = nullptr; ///< [T][D] attention inputs
-    float rope_base = 10000.0f;
-    bool rope_neox = false;        ///< rotate halves (Qwen, HF layout) rather than adjacent pairs
+    RopeAngles rope;               ///< the model's rotation (q = RoPE(q_pre))
     std::vector<HeadView> heads;   ///< [Hkv]
 };
 
