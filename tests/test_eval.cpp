@@ -1,6 +1,8 @@
 // Evaluation: NLL under policies (chunked and plain protocols), sweeps in kvpress's layout, bad input.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -70,7 +72,9 @@ TEST(EvalNll, CompressionShowsInDensityAndNll) {
     // Density counts entries beyond the 128-token window: ⌊(n − 4 − 128)·0.5⌋ kept of n − 128.
     EXPECT_NEAR(half.mean_density, 0.5, 0.05);
     EXPECT_GT(half.mean_compression, 0.1);
-    EXPECT_NE(half.mean_nll, full.mean_nll);
+    // Dropping half of the entries beyond the window loses information the repeated text needs: NLL rises.
+    std::printf("[ nll ] full %.4f, knorm:ratio=0.5 %.4f\n", full.mean_nll, half.mean_nll);
+    EXPECT_GT(half.mean_nll, full.mean_nll);
     o.protocol = NllProtocol::kPlain;
     const NllResult plain = evaluate_nll(m, *tok, kText + " " + kText + " " + kText, "knorm:ratio=0.5", o);
     EXPECT_EQ(plain.tokens, 128);  // the continuation after a 128-token prefix

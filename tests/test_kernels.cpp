@@ -452,3 +452,43 @@ TEST(Kernels, AttentionMatchesReference) {
 
 }  // namespace
 }  // namespace kvsieve
+
+namespace kvsieve {
+namespace {
+
+TEST(Kernels, PrefillGroupAttentionMatchesReferenceAndReportsKeyWeights) {
+    // One KV head with G = 3 query heads, 5 cached keys and T = 150 new queries (two 128-query blocks).
+    const int G = 3, d = 16;
+    const int64_t n_prefix = 5, T = 150, n = n_prefix + T;
+    const auto q = randn(T * G * d, 71), k = randn(n * d, 72), v = randn(n * d, 73);
+    std::vector<float> out(T * G * d), ref(T * G * d);
+    attention_reference(q.data(), T, n_prefix, k.data(), v.data(), d, {G, 1, d}, ref.data());
+    for (KeyStat stat : {KeyStat::kNone, KeyStat::kSum, KeyStat::kLast}) {
+        std::vector<float> st(stat == KeyStat::kNone ? 0 : G * n, -1.0f);
+        attention_prefill_group(q.data(), G * d, G, d, T, k.data(), v.data(), n_prefix, out.data(), G * d, stat,
+                                st.empty() ? nullptr : st.data());
+        EXPECT_LE(max_abs_diff(out, std::vector<double>(ref.begin(), ref.end())), 1e-5);
+        if (stat == KeyStat::kNone) continue;
+        // Softmax weights in float64: query t (position n_prefix + t) sees keys 0 … n_prefix + t.
+        for (int g = 0; g < G; ++g) {
+            std::vector<double> want(n, 0.0);
+            for (int64_t t = 0; t < T; ++t) {
+                if (stat == KeyStat::kLast && t != T - 1) continue;
+                const int64_t vis = n_prefix + t + 1;
+                std::vector<double> s(vis);
+                double mx = -1e300, sum = 0;
+                for (int64_t j = 0; j < vis; ++j) {
+                    for (int c = 0; c < d; ++c) s[j] += double(q[(t * G + g) * d + c]) * k[j * d + c];
+                    s[j] /= std::sqrt(double(d));
+                    mx = std::max(mx, s[j]);
+                }
+                for (auto& x : s) sum += (x = std::exp(x - mx));
+                for (int64_t j = 0; j < vis; ++j) want[j] += s[j] / sum;
+            }
+            for (int64_t j = 0; j < n; ++j) EXPECT_NEAR(st[g * n + j], want[j], 1e-4) << "g=" << g << " j=" << j;
+        }
+    }
+}
+
+}  // namespace
+}  // namespace kvsieve

@@ -350,11 +350,13 @@ TEST(Rule, BudgetsPickTheBestEntries) {
     apply_rule(r, h);
     EXPECT_EQ(h[0].keep, (std::vector<char>{1, 0, 1, 0, 0}));
     EXPECT_EQ(h[1].keep, (std::vector<char>{0, 0, 1, 1, 0}));
+    // Global budget 5: one ranking over both heads (10, 9, 5, 4, 3) gives head 0 three entries and head 1 two,
+    // where a per-head budget would split them 2 + 3 or 3 + 2 by head.
     r.kind = Rule::Kind::kGlobalBudget;
-    r.budget = 4;
+    r.budget = 5;
     h = heads();
     apply_rule(r, h);
-    EXPECT_EQ(h[0].keep, (std::vector<char>{1, 0, 1, 0, 0}));  // 10, 9, 5, 4
+    EXPECT_EQ(h[0].keep, (std::vector<char>{1, 0, 1, 0, 1}));
     EXPECT_EQ(h[1].keep, (std::vector<char>{0, 0, 1, 1, 0}));
     r.kind = Rule::Kind::kLayerBudget;  // 2 per head on average = 4 in the layer; each head ≥ ⌊0.5·2⌋ = 1
     r.budget = 2;
@@ -364,11 +366,12 @@ TEST(Rule, BudgetsPickTheBestEntries) {
     EXPECT_EQ(std::count(h[0].keep.begin(), h[0].keep.end(), 1) + std::count(h[1].keep.begin(), h[1].keep.end(), 1), 4);
     EXPECT_EQ(h[0].keep[0], 1);  // head 0's best is guarded
     EXPECT_EQ(h[1].keep[2] + h[1].keep[3], 2);
+    // Threshold τ = 1.5: every score above it, however many per head (4 in head 0, 2 in head 1).
     r.kind = Rule::Kind::kThreshold;
-    r.tau = 3.5;
+    r.tau = 1.5;
     h = heads();
     apply_rule(r, h);
-    EXPECT_EQ(h[0].keep, (std::vector<char>{1, 0, 1, 0, 0}));
+    EXPECT_EQ(h[0].keep, (std::vector<char>{1, 0, 1, 1, 1}));
     EXPECT_EQ(h[1].keep, (std::vector<char>{0, 0, 1, 1, 0}));
 }
 
@@ -438,6 +441,82 @@ TEST(ExpectedAttention, RotatesQueriesWithTheModelsOwnRope) {
     double diff = 0;
     for (int i = 0; i < n; ++i) diff = std::max(diff, double(std::fabs(other[0][i] - scores[0][i])));
     EXPECT_GT(diff, 1e-3);
+}
+
+}  // namespace
+}  // namespace kvsieve
+
+namespace kvsieve {
+namespace {
+
+const LlamaModel& stories() {
+    static const LlamaModel m(test::model_path("stories260K.gguf"));
+    return m;
+}
+
+std::vector<int32_t> story_ids() {
+    const auto tok = Tokenizer::from_gguf(stories().file());
+    return tok->encode("Once upon a time, there was a little girl named Lily. She loved to play outside in the park.",
+                       true, false);
+}
+
+TEST(KVCacheDirect, RollbackRewindsToAnEarlierPosition) {
+    // Prefill, two decode steps, rollback to the prefill's end, one step: the same logits and entries as a cache
+    // that never took the two steps.
+    const auto ids = story_ids();
+    const int64_t n = static_cast<int64_t>(ids.size());
+    auto make = [] {
+        return KVCache(stories().config(), 128, parse_policy("full"),
+                       std::make_shared<KVPool>(stories().config().head_dim, KVType::kF32));
+    };
+    KVCache a = make(), b = make();
+    std::vector<float> la, lb;
+    stories().forward(ids, a, la);
+    stories().forward({300}, a, la);
+    stories().forward({301}, a, la);
+    EXPECT_EQ(a.n_tokens(), n + 2);
+    a.rollback(n);
+    EXPECT_EQ(a.n_tokens(), n);
+    EXPECT_EQ(a.stats().entries, [&] {
+        stories().forward(ids, b, lb);
+        return b.stats().entries;
+    }());
+    stories().forward({302}, a, la);
+    stories().forward({302}, b, lb);
+    EXPECT_EQ(la, lb);
+    EXPECT_EQ(a.stats().entries, b.stats().entries);
+}
+
+TEST(KVCacheDirect, EveryNEvictsOnlyEveryNthDecodeStep) {
+    // h2o with a budget of 12 per head, evicting every 4th decode step: between evictions the heads grow by one
+    // entry per step, and each eviction brings every head back to the budget.
+    const auto ids = story_ids();
+    KVCache c(stories().config(), 128, parse_policy("h2o:budget=12,every=4"),
+              std::make_shared<KVPool>(stories().config().head_dim, KVType::kF32));
+    std::vector<float> logits;
+    stories().forward(ids, c, logits);
+    c.end_prefill();
+    auto max_entries = [&] {
+        int64_t m = 0;
+        for (const auto& layer : c.stats().entries)
+            for (int64_t e : layer) m = std::max(m, e);
+        return m;
+    };
+    auto min_entries = [&] {
+        int64_t m = 1 << 30;
+        for (const auto& layer : c.stats().entries)
+            for (int64_t e : layer) m = std::min(m, e);
+        return m;
+    };
+    std::vector<int64_t> seen;
+    for (int step = 1; step <= 12; ++step) {
+        stories().forward({300 + step}, c, logits);
+        seen.push_back(max_entries());
+        EXPECT_EQ(max_entries(), min_entries()) << "step " << step;  // one budget, heads in step
+    }
+    // Sizes after each step (the prefill ends at 12): evictions at steps 4, 8, 12 bring them back to 12; in
+    // between one more per step.
+    EXPECT_EQ(seen, (std::vector<int64_t>{13, 14, 15, 12, 13, 14, 15, 12, 13, 14, 15, 12}));
 }
 
 }  // namespace
