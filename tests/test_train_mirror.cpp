@@ -2,6 +2,8 @@
 // its GGUF round trip and its hooks.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "model/llama_model.h"
 #include "test_util.h"
 #include "train/mirror.h"
@@ -109,6 +111,20 @@ TEST(Mirror, CaptureExposesLayerTensorsAndLogSumExp) {
         EXPECT_LT((a.k_pre.select(2, 0) - a.k_post.select(2, 0)).abs().max().item<double>(), 1e-6);
         EXPECT_LT((a.k_pre.norm(2, -1) - a.k_post.norm(2, -1)).abs().max().item<double>(), 1e-4);
         EXPECT_GT((a.k_pre.select(2, 5) - a.k_post.select(2, 5)).abs().max().item<double>(), 1e-4);
+        // lse values, recomputed in float64 from the captured queries and keys: causal, q·k/√d, query head h
+        // reading KV head h / G.
+        ASSERT_EQ(a.q_post.sizes(), (std::vector<int64_t>{1, c.n_head, T, c.head_dim}));
+        const int G = c.n_head / c.n_head_kv;
+        const auto q = a.q_post.to(torch::kFloat64), k = a.k_post.to(torch::kFloat64);
+        double worst = 0;
+        for (int h = 0; h < c.n_head; ++h)
+            for (int64_t t = 0; t < T; ++t) {
+                const auto logits = torch::matmul(k[0][h / G].slice(0, 0, t + 1), q[0][h][t]) /
+                                    std::sqrt(static_cast<double>(c.head_dim));
+                const double want = torch::logsumexp(logits, 0).item<double>();
+                worst = std::max(worst, std::fabs(a.lse[0][h][t].item<double>() - want));
+            }
+        EXPECT_LT(worst, 1e-4);
     }
 }
 
