@@ -1,0 +1,30 @@
+#pragma once
+// `kvsieve train NAME`: each trainer is one file (cli/train_NAME.cpp) that fills a TrainerSpec, and one line in
+// register_builtin_trainers() (cli/cmd_train.cpp). A trainer that needs the libtorch training stack still
+// registers in a build without it, and says so when run.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+namespace kvsieve::cli {
+
+/// One trainer: its subcommand name and help, and `setup`, which adds the options to the subcommand and sets
+/// its callback (errors: throw Error with one line naming the problem).
+struct TrainerSpec {
+    std::string name;
+    std::string help;
+    std::function<void(CLI::App& cmd)> setup;
+};
+
+/// Adds a trainer; throws Error if the name is taken.
+void register_trainer(TrainerSpec spec);
+/// Every registered trainer, in registration order (after register_builtin_trainers()).
+const std::vector<TrainerSpec>& trainers();
+
+/// The trainers, one line each.
+TrainerSpec kvzap_trainer();     // cli/train_kvzap.cpp
+TrainerSpec pretrain_trainer();  // cli/train_pretrain.cpp
+
+}  // namespace kvsieve::cli
