@@ -12,8 +12,8 @@ doc=data/1933-treasure-coast-hurricane.txt
 question="How many homes did the storm damage or destroy?"
 echo
 echo "document: $doc ($(wc -c < "$doc") bytes); question: $question"
-echo "policy: snapkv:ratio=0.5 (SnapKV, Li et al. 2024: after reading the document and the question, each KV head"
-echo "keeps the half of its entries that the question's last 64 tokens attend to most)"
+echo "policy: snapkv:ratio=0.5 (SnapKV, Li et al. 2024: after reading the article and the question, each KV head"
+echo "keeps the half of its entries that the prompt's last 64 tokens, the question among them, attend to most)"
 echo
 ./build/bin/kvsieve generate -m "$model" --chat -f "$doc" -p "$question" -n 48 --temp 0 -c 8192 \
   --policy snapkv:ratio=0.5 2>&1
