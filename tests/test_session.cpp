@@ -2,6 +2,7 @@
 // chunks, the after-prefill step, and its errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 
 #include "cache/kv_cache.h"
@@ -105,6 +106,36 @@ TEST(Session, ChunkingAPolicyThatRescoresTheContextIsAnError) {
     expect_error_contains([&] { prefill(model(), *tok, *c, ids, ids, plan, l); },
                                 "a chunked prefill cannot be used with it");
     expect_error_contains([&] { prefill(model(), *tok, *c, {}, {}, PrefillPlan{}, l); }, "the prompt is empty");
+}
+
+}  // namespace
+}  // namespace kvsieve
+
+namespace kvsieve {
+namespace {
+
+TEST(Session, StreamingLlmRatioUnderChunkedPrefillKeepsSinksAndTheMostRecent) {
+    // kvpress StreamingLLMPress keeps the first 4 and the most recent entries; in chunks, after every chunk the
+    // cache must hold exactly that: positions 0-3 and the newest (keep − 4), keep = ⌊0.5·tokens seen⌋.
+    const auto tok = Tokenizer::from_gguf(model().file());
+    const auto ids = prompt_ids();
+    const int64_t n = static_cast<int64_t>(ids.size());
+    auto c = make("streaming_llm:ratio=0.5");
+    std::vector<float> logits;
+    PrefillPlan plan;
+    plan.chunk = 8;
+    prefill(model(), *tok, *c, ids, ids, plan, logits);
+    const int64_t keep = n / 2;
+    std::vector<int32_t> want{0, 1, 2, 3};
+    for (int64_t p = n - (keep - 4); p < n; ++p) want.push_back(static_cast<int32_t>(p));
+    for (int l = 0; l < model().config().n_layer; ++l)
+        for (int h = 0; h < model().config().n_head_kv; ++h) {
+            std::vector<int32_t> got;
+            for (int r = 0; r < 3; ++r)
+                for (int32_t p : c->head(l, h).region(r)->positions()) got.push_back(p);
+            std::sort(got.begin(), got.end());
+            EXPECT_EQ(got, want) << "layer " << l << " head " << h;
+        }
 }
 
 }  // namespace

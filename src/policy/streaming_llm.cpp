@@ -13,10 +13,14 @@
 namespace kvsieve {
 
 namespace {
-/// kvpress StreamingLLMPress.score: 1 for kept positions, 0 for the n − ⌊n(1−R)⌋ oldest non-sink ones.
+/// Recency: an entry's score is its position, the first `sinks` entries score above every other. One prefill:
+/// the head budget ⌊n(1−R)⌋ then keeps the sinks and the most recent rest, exactly kvpress StreamingLLMPress
+/// (whose 1/0 scores mark the same set). Chunked prefill: the budget counts every token seen, more than the
+/// entries left, and position scores still keep the sinks and the newest, where 1/0 scores computed over the
+/// remaining entries would tie and keep scattered old ones.
 class RecencyScorer : public Scorer {
 public:
-    RecencyScorer(int sinks, double ratio) : sinks_(sinks), ratio_(ratio) {}
+    explicit RecencyScorer(int sinks) : sinks_(sinks) {}
     std::string name() const override { return "recency"; }
     void score_prefill(const PrefillScoreInput& in, std::vector<std::vector<float>>& scores) const override {
         for (size_t h = 0; h < in.heads.size(); ++h) {
@@ -24,15 +28,14 @@ public:
             std::vector<int64_t> idx(v.n);
             std::iota(idx.begin(), idx.end(), 0);
             std::stable_sort(idx.begin(), idx.end(), [&](int64_t a, int64_t b) { return v.pos[a] < v.pos[b]; });
-            const int64_t n_pruned = v.n - static_cast<int64_t>(v.n * (1.0 - ratio_));
-            scores[h].assign(v.n, 1.0f);
-            for (int64_t j = sinks_; j < std::min<int64_t>(v.n, sinks_ + n_pruned); ++j) scores[h][idx[j]] = 0.0f;
+            const float top = v.n > 0 ? static_cast<float>(v.pos[idx.back()]) + 1.0f : 0.0f;
+            scores[h].resize(v.n);
+            for (int64_t j = 0; j < v.n; ++j) scores[h][idx[j]] = j < sinks_ ? top : static_cast<float>(v.pos[idx[j]]);
         }
     }
 
 private:
     int sinks_;
-    double ratio_;
 };
 }  // namespace
 
@@ -51,7 +54,7 @@ void register_streaming_llm() {
                              pol.timing = Timing::kAtWindowExit;
                          } else {
                              const double r = p.get_ratio("ratio", 0);
-                             pol.scorer = std::make_shared<RecencyScorer>(pol.sinks, r);
+                             pol.scorer = std::make_shared<RecencyScorer>(pol.sinks);
                              pol.compression.kind = Rule::Kind::kHeadBudget;
                              pol.compression.ratio = r;
                              pol.sinks = 0;  // sinks are protected by the scores, as kvpress does

@@ -2,8 +2,8 @@ set terminal pngcairo size 900,600 noenhanced
 set output 'nll_vs_density.png'
 set xlabel 'density (kept fraction beyond the window)'
 set ylabel 'NLL (nats/token)'
-set title 'NLL vs density: stories260K.gguf'
-set key top right
+set title 'NLL (nats/token) vs density (kept fraction beyond the window): stories260K.gguf'
+set key outside right
 set grid
 set xrange [0:1.02]
 plot 'nll_vs_density.dat' index 0 using 1:2 with linespoints title 'streaming_llm', 'nll_vs_density.dat' index 1 using 1:2 with linespoints title 'h2o', 'nll_vs_density.dat' index 2 using 1:2 with linespoints title 'tova', 'nll_vs_density.dat' index 3 using 1:2 with linespoints title 'snapkv', 'nll_vs_density.dat' index 4 using 1:2 with linespoints title 'knorm', 'nll_vs_density.dat' index 5 using 1:2 with linespoints title 'random', 'nll_vs_density.dat' index 6 using 1:2 with linespoints title 'expected_attention'
