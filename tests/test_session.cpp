@@ -140,3 +140,25 @@ TEST(Session, StreamingLlmRatioUnderChunkedPrefillKeepsSinksAndTheMostRecent) {
 
 }  // namespace
 }  // namespace kvsieve
+
+namespace kvsieve {
+namespace {
+
+TEST(Session, PyramidKvLayerBudgetsDoNotCompoundOverChunks) {
+    // kvpress PyramidKVPress sizes layer l from the prompt length q_len: in chunks the budgets must come from the
+    // tokens seen, not from the entries left by earlier chunks, so chunked and one-shot prefill keep as many.
+    const auto tok = Tokenizer::from_gguf(model().file());
+    const auto ids = prompt_ids();
+    auto one = make("pyramidkv:ratio=0.5,window_size=4"), chunked = make("pyramidkv:ratio=0.5,window_size=4");
+    std::vector<float> logits;
+    prefill(model(), *tok, *one, ids, ids, PrefillPlan{}, logits);
+    PrefillPlan plan;
+    plan.chunk = 8;
+    prefill(model(), *tok, *chunked, ids, ids, plan, logits);
+    const auto a = one->stats().entries, b = chunked->stats().entries;
+    EXPECT_EQ(a, b);
+    EXPECT_GT(a.front().front(), a.back().front());  // a pyramid: the first layer keeps more than the last
+}
+
+}  // namespace
+}  // namespace kvsieve

@@ -348,7 +348,8 @@ void KVCache::compress() {
             c.scores = hc.global().scores().data();
             c.n = hc.global().size();
             c.n_reference = std::max<int64_t>(c.n, n_tokens_ - hc.sinks().size() - hc.window().size());
-            if (policy_.layer_keep) c.keep_override = std::min(c.n, policy_.layer_keep(l, n_layer_, hc.size()));
+            // Layer budgets from the tokens seen (kvpress's q_len), not the entries left: chunks do not compound.
+            if (policy_.layer_keep) c.keep_override = std::min(c.n, policy_.layer_keep(l, n_layer_, n_tokens_));
             cands.push_back(std::move(c));
         }
     apply_rule(policy_.compression, cands);

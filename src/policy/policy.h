@@ -41,7 +41,8 @@ struct Policy {
     Rule compression;                ///< applied to the global region at `timing`
     Timing timing = Timing::kAfterPrefill;
     int every_n = 1;                 ///< for kEveryNDecodeSteps
-    /// Optional per-layer keep count for per-head budgets (PyramidKV); arguments (layer, n_layer, n entries).
+    /// Optional per-layer keep count for per-head budgets (PyramidKV); arguments (layer, n_layer, tokens seen so
+    /// far: kvpress's q_len, so that a chunked prefill sizes each chunk's compression from the whole prompt).
     std::function<int64_t(int, int, int64_t)> layer_keep;
     ReplaySpec replay;
 

@@ -2,7 +2,8 @@
 // (Cai et al. 2024, "PyramidKV: Dynamic KV Cache Compression based on Pyramidal Information Funneling", §3.2,
 // eq. 6–7), with kvpress PyramidKVPress's formula: max_capacity = w + n(1 − R), min = (max_capacity − w)/β,
 // max = 2(max_capacity − w) − min (clipped to n − w), layer l keeps round(max − l·(max − min)/(L − 1)); when
-// the pyramid does not fit, every layer keeps round(n(1 − R)).
+// the pyramid does not fit, every layer keeps round(n(1 − R)). n is the number of tokens seen (kvpress q_len),
+// so under chunked prefill the budgets do not compound.
 #include <algorithm>
 #include <cmath>
 #include <memory>
