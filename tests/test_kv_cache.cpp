@@ -90,9 +90,9 @@ TEST(KVCache, PoliciesWhoseBudgetCoversTheContextEqualFull) {
         SCOPED_TRACE(spec);
         KVCache c(m.config(), 256, parse_policy(spec), pool_for(m));
         const auto got = run(m, c, prompt, 20);
-        // Same entries in the same regions: bit-identical. streaming_llm keeps them in sinks + window pages,
-        // so only the summation order of the online softmax differs.
-        if (std::string(spec).rfind("streaming_llm", 0) == 0)
+        // Same entries in the same regions: bit-identical. streaming_llm and h2o's budget (its recent half)
+        // keep some in window pages, so only the summation order of the online softmax differs.
+        if (std::string(spec).rfind("streaming_llm", 0) == 0 || std::string(spec).rfind("h2o:budget", 0) == 0)
             EXPECT_LE(max_diff(ref, got), 1e-5);
         else
             EXPECT_EQ(max_diff(ref, got), 0.0);

@@ -162,3 +162,38 @@ TEST(Session, PyramidKvLayerBudgetsDoNotCompoundOverChunks) {
 
 }  // namespace
 }  // namespace kvsieve
+
+namespace kvsieve {
+namespace {
+
+TEST(Session, H2OBudgetKeepsItsRecentWindow) {
+    // H2O Alg. 1: a budget K keeps the K/2 most recent entries and the K/2 heaviest hitters among the rest. After
+    // every decode step each head holds exactly 16 entries, the newest 8 among them.
+    const auto tok = Tokenizer::from_gguf(model().file());
+    const auto ids = prompt_ids();
+    auto c = make("h2o:budget=16");
+    EXPECT_EQ(c->policy().window, 8);
+    EXPECT_EQ(c->policy().compression.budget, 8);
+    std::vector<float> logits;
+    prefill(model(), *tok, *c, ids, ids, PrefillPlan{}, logits);
+    for (int step = 0; step < 6; ++step) {
+        model().forward({static_cast<int32_t>(300 + step)}, *c, logits);
+        const int32_t newest = static_cast<int32_t>(c->n_tokens()) - 1;
+        for (int l = 0; l < model().config().n_layer; ++l)
+            for (int h = 0; h < model().config().n_head_kv; ++h) {
+                std::vector<int32_t> got;
+                for (int r = 0; r < 3; ++r)
+                    for (int32_t p : c->head(l, h).region(r)->positions()) got.push_back(p);
+                std::sort(got.begin(), got.end());
+                ASSERT_EQ(got.size(), 16u) << "step " << step << " layer " << l << " head " << h;
+                for (int32_t p = newest - 7; p <= newest; ++p)
+                    EXPECT_TRUE(std::binary_search(got.begin(), got.end(), p)) << "position " << p << " step " << step;
+            }
+    }
+    // window=0 gives the heavy-hitter-only variant; window must leave room for heavy hitters.
+    EXPECT_EQ(parse_policy("h2o:budget=16,window=0").window, 0);
+    expect_error_contains([] { parse_policy("h2o:budget=16,window=16"); }, "window");
+}
+
+}  // namespace
+}  // namespace kvsieve

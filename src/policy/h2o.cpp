@@ -2,8 +2,10 @@
 // Alg. 1). Prefill scores follow kvpress ObservedAttentionPress: the mean softmax weight a key receives
 // from the queries that see it, s_j = (1/|Q_j|) Σ_{i ∈ Q_j} a_ij, averaged over the G query heads of its KV
 // head; over several prefill chunks the mean runs over every query so far. At each decode step the running mean is updated with the new query's weight, so with a per-head
-// budget (h2o:budget=512) the lowest-scored entry is evicted as in the paper's greedy policy.
+// budget (h2o:budget=512) the lowest-scored entry is evicted as in the paper's greedy policy; the budget is split
+// as in Alg. 1 into a recent window of K/2 entries and K/2 heavy hitters (window=W to change it).
 #include "policy/policy.h"
+#include "util/error.h"
 
 namespace kvsieve {
 
@@ -53,6 +55,17 @@ void register_h2o() {
                          Policy pol;
                          pol.scorer = std::make_shared<H2OScorer>();
                          read_budget_rule(p, pol, 0.5);
+                         // A budget K keeps the K/2 most recent entries (a local window, H2O Alg. 1's recent
+                         // half) and K − K/2 heavy hitters beyond it: B = s + w + k. window=W sets the recent
+                         // part (0: heavy hitters only). Ratios follow kvpress (no window) unless window is given.
+                         if (pol.timing != Timing::kAtWindowExit && pol.timing != Timing::kAtWrite) {
+                             const int64_t K = pol.compression.budget;
+                             const int64_t w = p.get_int("window", K > 0 ? K / 2 : 0);
+                             require(w >= 0, "policy h2o: window must be ≥ 0");
+                             require(K <= 0 || w < K, "policy h2o: window=", w, " leaves no room for heavy hitters in budget=", K);
+                             pol.window = static_cast<int>(w);
+                             if (K > 0) pol.compression.budget = K - w;
+                         }
                          return pol;
                      }});
 }
