@@ -132,6 +132,13 @@ TEST(Cli, GenerateFromAFileAndAQuestion) {
     expect_clean_failure("generate -m " + kModel + " -f " + empty.path(), "is empty and no -p was given");
 }
 
+TEST(Cli, QuantizeNamesTheTypesItWrites) {
+    test::TempFile out(".gguf");
+    expect_clean_failure("quantize --type iq4_nl " + kModel + " " + out.path(),
+                         "--type 'iq4_nl' is not a type quantize writes (f32, f16, bf16, q8_0");
+    expect_clean_failure("quantize --type q4_k " + kModel + " " + out.path(), "not Q4_K");
+}
+
 TEST(Cli, PullNamesTheModelsItKnows) {
     expect_clean_failure("pull nosuch-model", "smollm2-135m");
 }

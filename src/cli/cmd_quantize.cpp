@@ -5,6 +5,7 @@
 #include "kernels/parallel.h"
 #include "kernels/quant.h"
 #include "model/quantize.h"
+#include "util/error.h"
 
 namespace kvsieve::cli {
 
@@ -21,7 +22,13 @@ void add_quantize(CLI::App& app) {
     cmd->add_option("-t,--threads", o->threads, "threads (0: all cores)");
     cmd->callback([o] {
         set_num_threads(o->threads);
-        quantize_model(o->in, o->out, parse_type(o->type));
+        TensorType t{};
+        try {
+            t = parse_type(o->type);
+        } catch (const Error&) {
+            fail("--type '", o->type, "' is not a type quantize writes (", quantize_type_names(), ")");
+        }
+        quantize_model(o->in, o->out, t);
         std::fprintf(stderr, "wrote %s\n", o->out.c_str());
     });
 }
