@@ -450,11 +450,6 @@ TEST(Kernels, AttentionMatchesReference) {
     }
 }
 
-}  // namespace
-}  // namespace kvsieve
-
-namespace kvsieve {
-namespace {
 
 TEST(Kernels, PrefillGroupAttentionMatchesReferenceAndReportsKeyWeights) {
     // One KV head with G = 3 query heads, 5 cached keys and T = 150 new queries (two 128-query blocks).

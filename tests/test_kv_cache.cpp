@@ -375,11 +375,6 @@ TEST(Rule, BudgetsPickTheBestEntries) {
     EXPECT_EQ(h[1].keep, (std::vector<char>{0, 0, 1, 1, 0}));
 }
 
-}  // namespace
-}  // namespace kvsieve
-
-namespace kvsieve {
-namespace {
 
 TEST(ExpectedAttention, RotatesQueriesWithTheModelsOwnRope) {
     // Partial rotation (4 of 8 dimensions, halves layout), a frequency factor and linear position scaling: the
@@ -443,27 +438,13 @@ TEST(ExpectedAttention, RotatesQueriesWithTheModelsOwnRope) {
     EXPECT_GT(diff, 1e-3);
 }
 
-}  // namespace
-}  // namespace kvsieve
 
-namespace kvsieve {
-namespace {
-
-const LlamaModel& stories() {
-    static const LlamaModel m(test::model_path("stories260K.gguf"));
-    return m;
-}
-
-std::vector<int32_t> story_ids() {
-    const auto tok = Tokenizer::from_gguf(stories().file());
-    return tok->encode("Once upon a time, there was a little girl named Lily. She loved to play outside in the park.",
-                       true, false);
-}
+const LlamaModel& stories() { return test::stories260k(); }
 
 TEST(KVCacheDirect, RollbackRewindsToAnEarlierPosition) {
     // Prefill, two decode steps, rollback to the prefill's end, one step: the same logits and entries as a cache
     // that never took the two steps.
-    const auto ids = story_ids();
+    const auto ids = test::story_prompt_ids();
     const int64_t n = static_cast<int64_t>(ids.size());
     auto make = [] {
         return KVCache(stories().config(), 128, parse_policy("full"),
@@ -490,7 +471,7 @@ TEST(KVCacheDirect, RollbackRewindsToAnEarlierPosition) {
 TEST(KVCacheDirect, EveryNEvictsOnlyEveryNthDecodeStep) {
     // h2o with a budget of 12 per head, evicting every 4th decode step: between evictions the heads grow by one
     // entry per step, and each eviction brings every head back to the budget.
-    const auto ids = story_ids();
+    const auto ids = test::story_prompt_ids();
     KVCache c(stories().config(), 128, parse_policy("h2o:budget=12,every=4"),
               std::make_shared<KVPool>(stories().config().head_dim, KVType::kF32));
     std::vector<float> logits;

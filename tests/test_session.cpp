@@ -17,17 +17,16 @@
 namespace kvsieve {
 namespace {
 
-const LlamaModel& model() {
-    static const LlamaModel m(test::model_path("stories260K.gguf"));
-    return m;
-}
+const LlamaModel& model() { return test::stories260k(); }
+std::vector<int32_t> prompt_ids() { return test::story_prompt_ids(); }
 
-std::vector<int32_t> prompt_ids() {
-    const auto tok = Tokenizer::from_gguf(model().file());
-    return tok->encode(
-        "Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friend "
-        "Ben. One day, they saw a big red ball under a tree.",
-        true, false);
+/// Positions of the entries a head holds (sinks, global and window regions), sorted.
+std::vector<int32_t> kept_positions(const KVCache& c, int layer, int head) {
+    std::vector<int32_t> got;
+    for (int r = 0; r < 3; ++r)
+        for (int32_t p : c.head(layer, head).region(r)->positions()) got.push_back(p);
+    std::sort(got.begin(), got.end());
+    return got;
 }
 
 std::unique_ptr<KVCache> make(const std::string& spec) {
@@ -108,11 +107,6 @@ TEST(Session, ChunkingAPolicyThatRescoresTheContextIsAnError) {
     expect_error_contains([&] { prefill(model(), *tok, *c, {}, {}, PrefillPlan{}, l); }, "the prompt is empty");
 }
 
-}  // namespace
-}  // namespace kvsieve
-
-namespace kvsieve {
-namespace {
 
 TEST(Session, StreamingLlmRatioUnderChunkedPrefillKeepsSinksAndTheMostRecent) {
     // kvpress StreamingLLMPress keeps the first 4 and the most recent entries; in chunks, after every chunk the
@@ -129,20 +123,10 @@ TEST(Session, StreamingLlmRatioUnderChunkedPrefillKeepsSinksAndTheMostRecent) {
     std::vector<int32_t> want{0, 1, 2, 3};
     for (int64_t p = n - (keep - 4); p < n; ++p) want.push_back(static_cast<int32_t>(p));
     for (int l = 0; l < model().config().n_layer; ++l)
-        for (int h = 0; h < model().config().n_head_kv; ++h) {
-            std::vector<int32_t> got;
-            for (int r = 0; r < 3; ++r)
-                for (int32_t p : c->head(l, h).region(r)->positions()) got.push_back(p);
-            std::sort(got.begin(), got.end());
-            EXPECT_EQ(got, want) << "layer " << l << " head " << h;
-        }
+        for (int h = 0; h < model().config().n_head_kv; ++h)
+            EXPECT_EQ(kept_positions(*c, l, h), want) << "layer " << l << " head " << h;
 }
 
-}  // namespace
-}  // namespace kvsieve
-
-namespace kvsieve {
-namespace {
 
 TEST(Session, PyramidKvLayerBudgetsDoNotCompoundOverChunks) {
     // kvpress PyramidKVPress sizes layer l from the prompt length q_len: in chunks the budgets must come from the
@@ -160,11 +144,6 @@ TEST(Session, PyramidKvLayerBudgetsDoNotCompoundOverChunks) {
     EXPECT_GT(a.front().front(), a.back().front());  // a pyramid: the first layer keeps more than the last
 }
 
-}  // namespace
-}  // namespace kvsieve
-
-namespace kvsieve {
-namespace {
 
 TEST(Session, H2OBudgetKeepsItsRecentWindow) {
     // H2O Alg. 1: a budget K keeps the K/2 most recent entries and the K/2 heaviest hitters among the rest. After
@@ -181,10 +160,7 @@ TEST(Session, H2OBudgetKeepsItsRecentWindow) {
         const int32_t newest = static_cast<int32_t>(c->n_tokens()) - 1;
         for (int l = 0; l < model().config().n_layer; ++l)
             for (int h = 0; h < model().config().n_head_kv; ++h) {
-                std::vector<int32_t> got;
-                for (int r = 0; r < 3; ++r)
-                    for (int32_t p : c->head(l, h).region(r)->positions()) got.push_back(p);
-                std::sort(got.begin(), got.end());
+                const std::vector<int32_t> got = kept_positions(*c, l, h);
                 ASSERT_EQ(got.size(), 16u) << "step " << step << " layer " << l << " head " << h;
                 for (int32_t p = newest - 7; p <= newest; ++p)
                     EXPECT_TRUE(std::binary_search(got.begin(), got.end(), p)) << "position " << p << " step " << step;

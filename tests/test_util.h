@@ -1,9 +1,13 @@
 #pragma once
-// Shared helpers for the tests: paths of bundled data and temporary files.
+// Shared helpers for the tests: paths of bundled data, temporary files, the bundled stories260K model.
 #include <cstdio>
 #include <filesystem>
 #include <unistd.h>
 #include <string>
+#include <vector>
+
+#include "model/llama_model.h"
+#include "text/tokenizer.h"
 
 namespace kvsieve::test {
 
@@ -31,5 +35,20 @@ public:
 private:
     std::string path_;
 };
+
+/// The bundled stories260K model, loaded once per test program.
+inline const LlamaModel& stories260k() {
+    static const LlamaModel m(model_path("stories260K.gguf"));
+    return m;
+}
+
+/// A story prompt of about 40 tokens (BOS first) in stories260K's vocabulary.
+inline std::vector<int32_t> story_prompt_ids() {
+    const auto tok = Tokenizer::from_gguf(stories260k().file());
+    return tok->encode(
+        "Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friend "
+        "Ben. One day, they saw a big red ball under a tree.",
+        true, false);
+}
 
 }  // namespace kvsieve::test

@@ -9,6 +9,7 @@
 #include "cli/cache_options.h"
 #include "cli/chat_session.h"
 #include "cli/commands.h"
+#include "cli/sampler_options.h"
 #include "kernels/parallel.h"
 #include "util/error.h"
 
@@ -113,11 +114,7 @@ void add_chat(CLI::App& app) {
     cmd->add_option("-c,--ctx-size", o->n_ctx, "context size in tokens (0: the model's, at most 4096)")
         ->capture_default_str();
     cmd->add_option("-t,--threads", o->threads, "threads (0: all cores)")->capture_default_str();
-    cmd->add_option("--temp", o->sp.temp, "temperature; 0 is greedy")->capture_default_str();
-    cmd->add_option("--top-k", o->sp.top_k, "top-k sampling (0: off)")->capture_default_str();
-    cmd->add_option("--top-p", o->sp.top_p, "top-p sampling (1: off)")->capture_default_str();
-    cmd->add_option("--min-p", o->sp.min_p, "min-p sampling (0: off)")->capture_default_str();
-    cmd->add_option("--seed", o->sp.seed, "random seed")->capture_default_str();
+    add_sampler_options(cmd, o->sp);
     cmd->add_flag("-q,--quiet", o->quiet, "no model summary or per-turn timings on stderr");
     o->cache.add_to(cmd);
     cmd->callback([o, cmd] {

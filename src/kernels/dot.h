@@ -15,6 +15,11 @@ namespace kvsieve {
 /// included) with float32 activations. Each returns the float32 sum.
 struct DotKernels {
     const char* isa;
+    /// Q8_0 weight rows are re-laid at load in the split layout (kernels/repack.h) for these kernels: true for
+    /// AVX-512 (two blocks per 512-bit load); false for AVX2 and scalar, which read GGUF's interleaved blocks
+    /// (the split layout measured 1.8× slower per thread with AVX2 on a Zen 3 EPYC: each row starts with a load
+    /// from its far end).
+    bool split_q8_0;
     float (*f32)(const float* w, const float* x, int64_t n);
     float (*f16)(const uint16_t* w, const float* x, int64_t n);
     float (*bf16)(const uint16_t* w, const float* x, int64_t n);

@@ -8,6 +8,7 @@
 #include "kernels/attend_f16_avx2.h"
 #include "kernels/dot.h"
 #include "kernels/exp_avx2.h"
+#include "kernels/repack.h"
 
 // Block scales are converted with F16C here (the scalar table lookup is not inlined).
 #define KVSIEVE_HALF(h) _cvtsh_ss(h)
@@ -80,9 +81,8 @@ static float dot_q8_0(const BlockQ8_0* w, const BlockQ8_0* xq, int64_t nb) {
 // to each block's products with one permute.
 static float dot_q8_0_split(const int8_t* wq, const uint16_t* wd, const int8_t* xq, const float* xd, int64_t nb) {
     // A row's scales follow its quants, so each row starts with a load from its far end, before the hardware
-    // prefetcher gets there. Rows are contiguous in the split layout (split_q8_row_bytes): touch the scales of
-    // the next two rows now.
-    const size_t row = (static_cast<size_t>(nb) * (QK8_0 + 2) + 63) & ~size_t{63};
+    // prefetcher gets there. Rows are contiguous in the split layout: touch the scales of the next two rows now.
+    const size_t row = split_q8_row_bytes(nb * QK8_0);
     _mm_prefetch(reinterpret_cast<const char*>(wd) + row, _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(wd) + 2 * row, _MM_HINT_T0);
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
@@ -173,7 +173,7 @@ static void attend_rows_best(TensorType kv, const void* k, const void* v, int n,
 }  // namespace avx2
 
 const DotKernels& dot_kernels_avx2() {
-    static const DotKernels k = {.isa = "avx2",
+    static const DotKernels k = {.isa = "avx2", .split_q8_0 = false,
                                  .f32 = avx2::dot_f32,
                                  .f16 = avx2::dot_f16,
                                  .bf16 = avx2::g_dot_bf16,

@@ -166,7 +166,7 @@ static void attend_rows_best(TensorType kv, const void* k, const void* v, int n,
 }  // namespace avx512
 
 const DotKernels& dot_kernels_avx512() {
-    static const DotKernels k = {.isa = "avx512",
+    static const DotKernels k = {.isa = "avx512", .split_q8_0 = true,
                                  .f32 = avx512::dot_f32,
                                  .f16 = avx512::dot_f16,
                                  .bf16 = avx512::g_dot_bf16,

@@ -46,7 +46,7 @@ TensorType activation_type(TensorType t) {
 }
 
 const DotKernels& dot_kernels_scalar() {
-    static const DotKernels k = {.isa = "scalar",
+    static const DotKernels k = {.isa = "scalar", .split_q8_0 = false,
                                  .f32 = scalar::g_dot_f32,
                                  .f16 = scalar::dot_f16,
                                  .bf16 = scalar::g_dot_bf16,

@@ -132,13 +132,18 @@ void gemm_panels(const DotKernels& k, const WeightMatrix& W, const float* X, int
     }
 }
 
+/// Whether matmul takes the panel-SGEMM path for W and T tokens (else the GEMV path).
+bool gemm_path(const WeightMatrix& W, int64_t T) {
+    return T >= kGemmMinTokens || (W.type == TensorType::F32 && T > 1);
+}
+
 }  // namespace
 
 void matmul(const WeightMatrix& W, const float* X, int64_t T, float* Y, int64_t ldy) {
     if (ldy < 0) ldy = W.rows;
     require(ldy >= W.rows, "matmul: output stride ", ldy, " is smaller than the ", W.rows, " rows of ", W.name);
     const DotKernels& k = dot_kernels();
-    if (T >= kGemmMinTokens || (W.type == TensorType::F32 && T > 1))
+    if (gemm_path(W, T))
         gemm_panels(k, W, X, T, Y, ldy);
     else
         gemv(k, W, X, T, Y, ldy);
@@ -147,13 +152,13 @@ void matmul(const WeightMatrix& W, const float* X, int64_t T, float* Y, int64_t 
 void matmul_shared_input(const std::vector<MatmulTarget>& targets, const float* X, int64_t T) {
     if (targets.empty()) return;
     const int64_t cols = targets[0].W->cols;
-    bool gemv_path = T < kGemmMinTokens;
+    bool any_gemm = false;
     for (const MatmulTarget& t : targets) {
         require(t.W->cols == cols, "matmul_shared_input: ", t.W->name, " has ", t.W->cols, " columns, ",
                 targets[0].W->name, " ", cols);
-        if (t.W->type == TensorType::F32 && T > 1) gemv_path = false;
+        any_gemm = any_gemm || gemm_path(*t.W, T);
     }
-    if (!gemv_path) {
+    if (any_gemm) {
         for (const MatmulTarget& t : targets) matmul(*t.W, X, T, t.Y);
         return;
     }

@@ -16,11 +16,6 @@ AlignedBuffer::AlignedBuffer(size_t n) : n_(n) {
 }
 void AlignedBuffer::Free::operator()(uint8_t* p) const { std::free(p); }
 
-size_t split_q8_row_bytes(int64_t cols) {
-    const size_t nb = static_cast<size_t>(cols / QK8_0);
-    return (nb * (QK8_0 + 2) + 63) / 64 * 64;
-}
-
 WeightMatrix repack_q8_0_split(const WeightMatrix& src, AlignedBuffer& buf) {
     require(src.type == TensorType::Q8_0 && src.layout == RowLayout::kGGUF, "repack: ", src.name,
             " is not a GGUF-layout Q8_0 matrix");

@@ -28,7 +28,10 @@ private:
 };
 
 /// Bytes of one split-Q8_0 row of `cols` weights: 32·nb quants + 2·nb scale bytes, rounded up to 64.
-size_t split_q8_row_bytes(int64_t cols);
+inline size_t split_q8_row_bytes(int64_t cols) {
+    const size_t nb = static_cast<size_t>(cols / 32);
+    return (nb * (32 + 2) + 63) / 64 * 64;
+}
 /// Quants of row r (int8 [cols]) and its scales (binary16 [cols/32]).
 inline const int8_t* split_q8_quants(const WeightMatrix& W, int64_t r) {
     return reinterpret_cast<const int8_t*>(W.row(r));

@@ -63,6 +63,7 @@ void LlamaModel::forward(const std::vector<int32_t>& tokens, SequenceCache& cach
         dequantize_weight_row(w_.tok_embd, tokens[t], x.data() + t * D);
     }
     const Rope::Table rt = rope_->table(pos0, T);
+    const RopeAngles angles = rope_->angles();
 
     for (int l = 0; l < c.n_layer; ++l) {
         const LayerWeights& L = w_.layers[l];
@@ -95,7 +96,7 @@ void LlamaModel::forward(const std::vector<int32_t>& tokens, SequenceCache& cach
         in.q = q.data();
         in.k = k.data();
         in.v = v.data();
-        in.rope = rope_->angles();
+        in.rope = angles;
         cache.attend(in, att.data());
         matmul(L.wo, att.data(), T, tmp.data());
         for (int64_t i = 0; i < T * D; ++i) x[i] += tmp[i];

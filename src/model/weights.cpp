@@ -1,7 +1,5 @@
 #include "model/weights.h"
 
-#include <cstring>
-
 #include "io/gguf.h"
 #include "kernels/dot.h"
 #include "kernels/quant.h"
@@ -41,7 +39,7 @@ WeightMatrix matrix(const GGUFFile& f, const std::string& name, int64_t rows, in
     m.row_bytes = row_bytes(m.type, cols);
     m.data = t.data;
     m.name = name;
-    if (m.type == TensorType::Q8_0 && std::strcmp(dot_kernels().isa, "avx512") == 0) {
+    if (m.type == TensorType::Q8_0 && dot_kernels().split_q8_0) {
         auto buf = std::make_shared<AlignedBuffer>();
         m = repack_q8_0_split(m, *buf);
         w.owned.push_back(std::move(buf));
