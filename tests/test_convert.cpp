@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "io/gguf.h"
-#include "io/llama2c.h"
+#include "model/llama2c.h"
 #include "model/llama_model.h"
 #include "model/sampler.h"
 #include "test_util.h"

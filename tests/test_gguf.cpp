@@ -9,7 +9,7 @@
 #include "io/gguf.h"
 #include "io/gguf_writer.h"
 #include "kernels/quant.h"
-#include "model/config.h"
+#include "io/model_config.h"
 #include "model/llama_model.h"
 #include "test_util.h"
 #include "util/error.h"

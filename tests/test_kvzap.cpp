@@ -13,7 +13,7 @@
 #include "cache/kv_cache.h"
 #include "io/safetensors.h"
 #include "model/llama_model.h"
-#include "predict/kvzap_fit.h"
+#include "fit/kvzap_fit.h"
 #include "predict/kvzap_model.h"
 #include "text/tokenizer.h"
 #include <filesystem>

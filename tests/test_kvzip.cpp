@@ -9,7 +9,7 @@
 #include <set>
 
 #include "cache/kv_cache.h"
-#include "model/kvzip_replay.h"
+#include "session/prefill.h"
 #include "model/llama_model.h"
 #include "test_util.h"
 #include "text/tokenizer.h"

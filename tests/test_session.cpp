@@ -6,7 +6,6 @@
 #include <memory>
 
 #include "cache/kv_cache.h"
-#include "model/kvzip_replay.h"
 #include "model/llama_model.h"
 #include "policy/policy.h"
 #include "session/prefill.h"

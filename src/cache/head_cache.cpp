@@ -14,7 +14,7 @@ HeadCache::Slot HeadCache::append(const float* k, const float* v, int32_t pos, f
         return {0, sinks_.size() - 1};
     }
     if (w_ == 0) {  // admission at write
-        if (!admit(pos, score)) return {};
+        if (!admit(pos, score, nullptr, -1)) return {};
         global_.push(k, v, pos, score);
         return {1, global_.size() - 1};
     }
@@ -24,7 +24,7 @@ HeadCache::Slot HeadCache::append(const float* k, const float* v, int32_t pos, f
     }
     // The ring is full: the oldest entry leaves the window.
     const int64_t slot = ring_head_;
-    if (admit(window_.positions()[slot], window_.scores()[slot])) global_.push_copy(window_, slot);
+    if (admit(window_.positions()[slot], window_.scores()[slot], &window_, slot)) global_.push_copy(window_, slot);
     window_.set(slot, k, v, pos, score);
     ring_head_ = (ring_head_ + 1) % w_;
     return {2, slot};

@@ -11,11 +11,12 @@ namespace kvsieve {
 ///   sinks  — the first s entries written, always kept;
 ///   window — a ring of the w most recent entries, always kept;
 ///   global — entries kept beyond the window; its length differs per head.
-/// An entry leaving a full window is offered to `admit(position, score)`: kept in global if true, dropped
-/// (its slot reused) if false. With w = 0 a new entry goes straight to global (the policy may then drop it).
+/// An entry leaving a full window is offered to `admit(pos, score, &window, slot)`: kept in global if true, with
+/// `score` (which admit may rewrite: a delayed readout), dropped (its slot reused) if false. With w = 0 a new
+/// entry is offered as `admit(pos, score, nullptr, −1)` before it is stored.
 class HeadCache {
 public:
-    using Admit = std::function<bool(int32_t pos, float score)>;
+    using Admit = std::function<bool(int32_t pos, float& score, const PageStore* store, int64_t slot)>;
 
     HeadCache(KVPool* pool, int sinks, int window);
 

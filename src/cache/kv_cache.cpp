@@ -58,13 +58,33 @@ KVCache::KVCache(const ModelConfig& c, int64_t n_ctx, Policy policy, std::shared
     require(n_ctx > 0, "context size must be positive, got ", n_ctx);
     require(pool_ && pool_->head_dim() == c.head_dim, "KV pool head dimension does not match the model");
     require(c.head_dim <= 256, "head dimension ", c.head_dim, " above 256 is not supported by the paged kernels");
-    if (policy_.scorer) policy_.scorer->bind(c);
+    if (policy_.scorer) {
+        policy_.scorer->bind(c);
+        state_ = policy_.scorer->new_state(c);
+    }
     heads_.reserve(static_cast<size_t>(n_layer_) * n_head_kv_);
     for (int i = 0; i < n_layer_ * n_head_kv_; ++i) heads_.emplace_back(pool_.get(), policy_.sinks, policy_.window);
 }
 
-bool KVCache::admit(int32_t pos, float score) const {
-    (void)pos;
+bool KVCache::admit(int layer, int head, int32_t pos, float& score, const PageStore* store, int64_t slot, int64_t now) {
+    if (store && policy_.scorer) {
+        WindowExitEvent e;
+        e.layer = layer;
+        e.head = head;
+        e.head_dim = cfg_.head_dim;
+        e.pos = pos;
+        e.now = now;
+        e.score = score;
+        std::vector<float> k, v;
+        if (policy_.scorer->reads_at_window_exit()) {
+            k.resize(cfg_.head_dim);
+            v.resize(cfg_.head_dim);
+            store->read(slot, k.data(), v.data());
+            e.k = k.data();
+            e.v = v.data();
+        }
+        score = policy_.scorer->on_window_exit(e, state_.get());
+    }
     switch (policy_.admission.kind) {
         case Rule::Kind::kDropAll: return false;
         case Rule::Kind::kThreshold: return score >= policy_.admission.tau;
@@ -74,21 +94,40 @@ bool KVCache::admit(int32_t pos, float score) const {
 
 void KVCache::attend(const LayerInputs& in, float* out) {
     require(in.pos0 + in.T <= n_ctx_, "the sequence needs ", in.pos0 + in.T, " positions but the context holds ", n_ctx_);
+    std::vector<float> ws;  // write-time scores [T][Hkv]
+    if (policy_.scorer && policy_.scorer->scores_at_write()) {
+        WriteEvent e;
+        e.layer = in.layer;
+        e.n_layer = n_layer_;
+        e.n_head_kv = in.n_head_kv;
+        e.head_dim = in.head_dim;
+        e.T = in.T;
+        e.pos0 = in.pos0;
+        e.prefill = in.T > 1;
+        e.hidden_dim = in.hidden_dim;
+        e.hidden = in.hidden;
+        e.k_pre = in.k_pre;
+        e.k = in.k;
+        e.v = in.v;
+        ws.resize(static_cast<size_t>(in.T) * in.n_head_kv);
+        policy_.scorer->on_write(e, state_.get(), ws.data());
+    }
     if (in.T == 1)
-        decode_layer(in, out);
+        decode_layer(in, ws.empty() ? nullptr : ws.data(), out);
     else
-        prefill_layer(in, out);
+        prefill_layer(in, ws.empty() ? nullptr : ws.data(), out);
 }
 
-void KVCache::decode_layer(const LayerInputs& in, float* out) {
+void KVCache::decode_layer(const LayerInputs& in, const float* write_scores, float* out) {
     const int d = in.head_dim, G = in.n_head / in.n_head_kv;
     const auto pos = static_cast<int32_t>(in.pos0);
-    const HeadCache::Admit admit_fn = [this](int32_t p, float s) { return admit(p, s); };
-    const HeadCache::Admit keep_all = [](int32_t, float) { return true; };
-    // 1. Append the new entry to every head (serial: the pool is not thread-safe).
+    const HeadCache::Admit keep_all = [](int32_t, float&, const PageStore*, int64_t) { return true; };
+    // 1. Append the new entry to every head (serial: the pool is not thread-safe). At w = 0 the admission rule
+    //    runs after scoring, below.
     std::vector<HeadCache::Slot> slots(in.n_head_kv);
     for (int h = 0; h < in.n_head_kv; ++h)
-        slots[h] = head(in.layer, h).append(in.k + h * d, in.v + h * d, pos, 0.0f, policy_.window > 0 ? admit_fn : keep_all);
+        slots[h] = head(in.layer, h).append(in.k + h * d, in.v + h * d, pos, write_scores ? write_scores[h] : 0.0f,
+                                            policy_.window > 0 ? admit_fn(in.layer, h, pos) : keep_all);
     // 2. Attention per head over its pages, reading each page once for the G query heads.
     const KeyStat stat = key_stat(policy_);
     const DotKernels& dk = dot_kernels();
@@ -188,9 +227,12 @@ void KVCache::decode_layer(const LayerInputs& in, float* out) {
         di.hidden = in.hidden;
         di.head_dim = d;
         di.hidden_dim = in.hidden_dim;
+        di.state = state_.get();
         return di;
     };
-    if (policy_.scorer && !policy_.scorer->rescore_on_decode()) {
+    if (write_scores) {
+        // Scored at write.
+    } else if (policy_.scorer && !policy_.scorer->rescore_on_decode()) {
         // Only the new entry is scored: no pass over the cache.
         for (int h = 0; h < in.n_head_kv; ++h) {
             const HeadCache::Slot sl = slots[h];
@@ -239,15 +281,16 @@ void KVCache::decode_layer(const LayerInputs& in, float* out) {
     if (policy_.window == 0 && policy_.admission.kind != Rule::Kind::kKeepAll)
         for (int h = 0; h < in.n_head_kv; ++h) {
             PageStore& g = head(in.layer, h).global();
-            if (!g.empty() && g.positions().back() == pos && !admit(pos, g.scores().back())) g.remove(g.size() - 1);
+            if (!g.empty() && g.positions().back() == pos && !admit(in.layer, h, pos, g.scores().back(), nullptr, -1, pos))
+                g.remove(g.size() - 1);
         }
 }
 
-void KVCache::prefill_layer(const LayerInputs& in, float* out) {
+void KVCache::prefill_layer(const LayerInputs& in, const float* write_scores, float* out) {
     const int d = in.head_dim, G = in.n_head / in.n_head_kv, Hkv = in.n_head_kv;
     const int64_t T = in.T, ldq = static_cast<int64_t>(in.n_head) * d, kvd = static_cast<int64_t>(Hkv) * d;
     const KeyStat stat = key_stat(policy_);
-    const bool scored = policy_.scorer != nullptr;
+    const bool scored = policy_.scorer != nullptr && write_scores == nullptr;  // scored after attention
     // 1. Per head: gather the kept entries (float32) followed by the chunk's, attend.
     std::vector<std::vector<float>> K(Hkv), V(Hkv), A(Hkv);
     std::vector<std::vector<int32_t>> P(Hkv);
@@ -300,13 +343,13 @@ void KVCache::prefill_layer(const LayerInputs& in, float* out) {
         si.hidden_dim = in.hidden_dim;
         si.hidden = in.hidden;
         si.rope = in.rope;
+        si.state = state_.get();
         for (int h = 0; h < Hkv; ++h)
             si.heads.push_back({n_old[h] + T, K[h].data(), V[h].data(), P[h].data(), A[h].empty() ? nullptr : A[h].data(),
                                 S_old[h].data()});
         policy_.scorer->score_prefill(si, scores);
     }
     // 3. Write back the scores of kept entries, append the chunk (serial: the pool is not thread-safe).
-    const HeadCache::Admit admit_fn = [this](int32_t p, float s) { return admit(p, s); };
     for (int h = 0; h < Hkv; ++h) {
         HeadCache& hc = head(in.layer, h);
         if (scored) {
@@ -318,7 +361,8 @@ void KVCache::prefill_layer(const LayerInputs& in, float* out) {
         }
         for (int64_t t = 0; t < T; ++t)
             hc.append(in.k + t * kvd + h * d, in.v + t * kvd + h * d, static_cast<int32_t>(in.pos0 + t),
-                      scored ? scores[h][n_old[h] + t] : 0.0f, admit_fn);
+                      write_scores ? write_scores[t * Hkv + h] : scored ? scores[h][n_old[h] + t] : 0.0f,
+                      admit_fn(in.layer, h, in.pos0 + t));
     }
 }
 
@@ -335,10 +379,30 @@ void KVCache::end_prefill() {
     if (policy_.timing == Timing::kAfterPrefill || policy_.timing == Timing::kEveryNDecodeSteps) compress();
 }
 
+void KVCache::set_scores(const EntryScores& es) {
+    require(static_cast<int>(es.by_pos.size()) == n_layer_, "scores for ", es.by_pos.size(), " layers, the cache has ", n_layer_);
+    for (int l = 0; l < n_layer_; ++l) {
+        require(static_cast<int>(es.by_pos[l].size()) == n_head_kv_, "scores for ", es.by_pos[l].size(),
+                " KV heads, the cache has ", n_head_kv_);
+        for (int h = 0; h < n_head_kv_; ++h) {
+            const auto& m = es.by_pos[l][h];
+            HeadCache& hc = head(l, h);
+            for (int r = 0; r < 3; ++r) {
+                PageStore* ps = hc.region(r);
+                for (int64_t i = 0; i < ps->size(); ++i) {
+                    auto it = m.find(ps->positions()[i]);
+                    ps->scores()[i] = it == m.end() ? es.missing : it->second;
+                }
+            }
+        }
+    }
+}
+
 void KVCache::compress() {
     if (policy_.compression.kind == Rule::Kind::kKeepAll) return;
     std::vector<HeadCandidates> cands;
     cands.reserve(heads_.size());
+    std::vector<std::vector<float>> effective(heads_.size());
     for (int l = 0; l < n_layer_; ++l)
         for (int h = 0; h < n_head_kv_; ++h) {
             HeadCache& hc = head(l, h);
@@ -347,12 +411,17 @@ void KVCache::compress() {
             c.head = h;
             c.scores = hc.global().scores().data();
             c.n = hc.global().size();
+            if (policy_.scorer && policy_.scorer->decays()) {  // the scores the rule compares now
+                effective[static_cast<size_t>(l) * n_head_kv_ + h].resize(c.n);
+                float* e = effective[static_cast<size_t>(l) * n_head_kv_ + h].data();
+                for (int64_t i = 0; i < c.n; ++i)
+                    e[i] = policy_.scorer->effective_score(c.scores[i], hc.global().positions()[i], n_tokens_);
+                c.scores = e;
+            }
             c.n_reference = std::max<int64_t>(c.n, n_tokens_ - hc.sinks().size() - hc.window().size());
-            // Layer budgets from the tokens seen (kvpress's q_len), not the entries left: chunks do not compound.
-            if (policy_.layer_keep) c.keep_override = std::min(c.n, policy_.layer_keep(l, n_layer_, n_tokens_));
             cands.push_back(std::move(c));
         }
-    apply_rule(policy_.compression, cands);
+    apply_rule(policy_.compression, cands, RuleContext{n_layer_, n_tokens_});
     size_t i = 0;
     for (int l = 0; l < n_layer_; ++l)
         for (int h = 0; h < n_head_kv_; ++h) head(l, h).global().retain(cands[i++].keep);
@@ -370,14 +439,15 @@ void KVCache::fill_synthetic(int64_t n, uint64_t seed) {
         return 1.7320508f * (2.0f * static_cast<float>(z >> 40) / 16777216.0f - 1.0f);
     };
     std::vector<float> k(d), v(d);
-    const HeadCache::Admit admit_fn = [this](int32_t p, float s) { return admit(p, s); };
     for (int64_t t = 0; t < n; ++t) {
-        for (auto& hc : heads_) {
+        for (size_t hi = 0; hi < heads_.size(); ++hi) {
+            HeadCache& hc = heads_[hi];
             for (int c = 0; c < d; ++c) {
                 k[c] = uniform();
                 v[c] = uniform();
             }
-            hc.append(k.data(), v.data(), static_cast<int32_t>(n_tokens_), 0.0f, admit_fn);
+            hc.append(k.data(), v.data(), static_cast<int32_t>(n_tokens_), 0.0f,
+                      admit_fn(static_cast<int>(hi) / n_head_kv_, static_cast<int>(hi) % n_head_kv_, n_tokens_));
         }
         ++n_tokens_;
     }
@@ -391,6 +461,7 @@ void KVCache::rollback(int64_t n) {
 
 void KVCache::clear() {
     for (auto& hc : heads_) hc.clear();
+    if (policy_.scorer) state_ = policy_.scorer->new_state(cfg_);
     n_tokens_ = 0;
     decode_steps_ = 0;
     peak_bytes_ = 0;

@@ -8,18 +8,19 @@
 #include "cache/kv_pool.h"
 #include "cache/kv_stats.h"
 #include "cache/sequence_cache.h"
-#include "model/config.h"
+#include "io/model_config.h"
 #include "policy/policy.h"
 
 namespace kvsieve {
 
-/// All HeadCaches (L × H_kv) of one sequence over one KVPool, the policy that decides what they keep, and
-/// statistics. Per forward step and layer:
-///   decode (T = 1): the new entry is appended to every head (an entry leaving a full window goes through the
-///     admission rule), attention reads each head's pages once for its GQA group, then the scorer updates
-///     scores from the step's attention statistics;
+/// All HeadCaches (L × H_kv) of one sequence over one KVPool, the policy that decides what they keep, the
+/// scorer's per-sequence state, and statistics. Per forward step and layer (docs/architecture.md):
+///   write-time scorers score the step's new entries first (Scorer::on_write);
+///   decode (T = 1): the new entry is appended to every head (an entry leaving a full window goes through
+///     on_window_exit and the admission rule), attention reads each head's pages once for its GQA group, then
+///     an attention scorer updates scores from the step's statistics;
 ///   prefill (T > 1): each head's kept entries are gathered, the chunk attends to them and causally to itself,
-///     the scorer scores every entry, and the chunk's entries are appended.
+///     an attention scorer scores every entry, and the chunk's entries are appended.
 /// The compression rule runs on the global regions after the prompt (end_prefill) and, for
 /// every_n_decode_steps, every n decode steps.
 class KVCache : public SequenceCache {
@@ -34,6 +35,9 @@ public:
 
     /// Marks the end of the prompt: runs the compression rule for after_prefill and every_n policies.
     void end_prefill();
+    /// Gives every cached entry the score `es` holds for its (layer, KV head, position), es.missing if none
+    /// (the result of a policy's after-prefill step).
+    void set_scores(const EntryScores& es);
     /// Runs the compression rule on every head's global region now.
     void compress();
     /// Appends n synthetic entries per head (positions n_tokens() …, unit-variance uniform random keys and values) as if
@@ -46,14 +50,24 @@ public:
 
     KVStats stats() const;
     const Policy& policy() const { return policy_; }
+    /// The scorer's state of this sequence (null if the scorer keeps none).
+    const ScorerState* scorer_state() const { return state_.get(); }
     const KVPool& pool() const { return *pool_; }
     HeadCache& head(int layer, int h) { return heads_[static_cast<size_t>(layer) * n_head_kv_ + h]; }
     const HeadCache& head(int layer, int h) const { return heads_[static_cast<size_t>(layer) * n_head_kv_ + h]; }
 
 private:
-    void decode_layer(const LayerInputs& in, float* out);
-    void prefill_layer(const LayerInputs& in, float* out);
-    bool admit(int32_t pos, float score) const;
+    void decode_layer(const LayerInputs& in, const float* write_scores, float* out);
+    void prefill_layer(const LayerInputs& in, const float* write_scores, float* out);
+    /// The admission decision for an entry of (layer, head) at position pos: offered at write (store null) or
+    /// when it leaves the window (store = the window, slot its index) pushed out by the entry at `now`. Runs the
+    /// scorer's on_window_exit first, which may rewrite `score`.
+    bool admit(int layer, int head, int32_t pos, float& score, const PageStore* store, int64_t slot, int64_t now);
+    HeadCache::Admit admit_fn(int layer, int head, int64_t now) {
+        return [this, layer, head, now](int32_t p, float& s, const PageStore* st, int64_t slot) {
+            return admit(layer, head, p, s, st, slot, now);
+        };
+    }
 
     ModelConfig cfg_;
     int64_t n_ctx_;
@@ -61,6 +75,7 @@ private:
     std::shared_ptr<KVPool> pool_;
     int n_layer_, n_head_kv_;
     std::vector<HeadCache> heads_;
+    std::unique_ptr<ScorerState> state_;  // the scorer's memory of this sequence (null if it keeps none)
     int64_t n_tokens_ = 0;
     int64_t decode_steps_ = 0;
     uint64_t peak_bytes_ = 0;

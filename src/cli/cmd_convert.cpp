@@ -2,7 +2,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
-#include "io/llama2c.h"
+#include "model/llama2c.h"
 
 namespace kvsieve::cli {
 

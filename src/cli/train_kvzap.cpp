@@ -5,7 +5,7 @@
 #include "cli/trainers.h"
 #include "kernels/parallel.h"
 #include "model/llama_model.h"
-#include "predict/kvzap_fit.h"
+#include "fit/kvzap_fit.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
 #include "util/file.h"

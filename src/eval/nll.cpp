@@ -45,7 +45,7 @@ NllResult evaluate_nll(const LlamaModel& model, const Tokenizer& tok, const std:
     const int64_t samples = std::min<int64_t>(o.samples, static_cast<int64_t>(ids.size()) / per);
 
     Policy p = parse_policy(policy_spec);
-    require(o.protocol == NllProtocol::kPlain || p.replay.kind == ReplaySpec::Kind::kNone, "policy ", p.name,
+    require(o.protocol == NllProtocol::kPlain || !p.after_prefill, "policy ", p.name,
             " scores a whole prompt after its prefill: use --protocol plain");
     if (o.protocol == NllProtocol::kChunked && p.window == 0 && !p.is_full()) {
         p.sinks = std::max(p.sinks, o.sinks);

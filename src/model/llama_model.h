@@ -7,7 +7,7 @@
 
 #include "cache/dense_kv_cache.h"
 #include "io/gguf.h"
-#include "model/config.h"
+#include "io/model_config.h"
 #include "model/rope.h"
 #include "model/weights.h"
 

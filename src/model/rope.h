@@ -7,7 +7,7 @@
 
 #include "kernels/rope_angles.h"
 
-#include "model/config.h"
+#include "io/model_config.h"
 
 namespace kvsieve {
 

@@ -6,7 +6,7 @@
 
 #include "io/gguf_writer.h"
 #include "kernels/quant.h"
-#include "model/config.h"
+#include "io/model_config.h"
 #include "text/vocab.h"
 #include "util/error.h"
 

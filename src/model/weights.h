@@ -6,7 +6,7 @@
 
 #include "kernels/matmul.h"
 #include "kernels/repack.h"
-#include "model/config.h"
+#include "io/model_config.h"
 
 namespace kvsieve {
 

@@ -1,8 +1,9 @@
 // kvzap: learned admission from hidden states (KVzap paper §3.3, Alg. 1; kvpress KVzapPress inside DMSPress).
 // A per-layer surrogate f_l (linear or MLP, predict/kvzap_model.h) maps each token's attention-input hidden
-// state to a predicted log KVzip+ score per KV head, once, when the entry is written. The entry stays in the
-// local window (w = 128 by default) and is kept beyond it iff its score ≥ τ (log space; the paper's defaults
-// are −4 for Qwen3-8B and −7 for Llama-3.1-8B), in prefill and decode alike. Optional sinks (sinks=4).
+// state to a predicted log KVzip+ score per KV head, once, when the entry is written (the on_write event, before
+// attention). The entry stays in the local window (w = 128 by default) and is kept beyond it iff its score ≥ τ
+// (log space; the paper's defaults are −4 for Qwen3-8B and −7 for Llama-3.1-8B), in prefill and decode alike.
+// Optional sinks (sinks=4).
 //   kvzap:model=DIR[,tau=-4][,window=128][,sinks=0]
 #include <map>
 #include <memory>
@@ -28,35 +29,15 @@ public:
                 " heads, the model has ", c.n_head_kv, " KV heads");
     }
 
-    void score_prefill(const PrefillScoreInput& in, std::vector<std::vector<float>>& scores) const override {
-        std::vector<float> pred(static_cast<size_t>(in.T) * in.n_head_kv);
-        m_->predict(in.layer, in.hidden, in.T, pred.data());
-        for (size_t h = 0; h < in.heads.size(); ++h) {
-            const HeadView& v = in.heads[h];
-            const int64_t n_old = v.n - in.T;
-            scores[h].resize(v.n);
-            for (int64_t i = 0; i < n_old; ++i) scores[h][i] = v.scores[i];  // scored when written
-            for (int64_t t = 0; t < in.T; ++t) scores[h][n_old + t] = pred[t * in.n_head_kv + h];
-        }
+    bool scores_at_write() const override { return true; }
+    void on_write(const WriteEvent& e, ScorerState*, float* scores) const override {
+        m_->predict(e.layer, e.hidden, e.T, scores);  // [T][Hkv], one prediction per token serves every head
     }
-
-    void score_decode(const DecodeScoreInput& in, float* scores) const override {
-        // One prediction per (layer, token) serves every head of the layer.
-        if (memo_layer_ != in.layer || memo_pos_ != in.pos) {
-            memo_.resize(m_->output_dim());
-            m_->predict(in.layer, in.hidden, 1, memo_.data());
-            memo_layer_ = in.layer;
-            memo_pos_ = in.pos;
-        }
-        scores[in.n - 1] = memo_[in.head];
-    }
+    void score_prefill(const PrefillScoreInput&, std::vector<std::vector<float>>&) const override {}
 
 private:
     std::shared_ptr<const KVzapModel> m_;
     std::string dir_;
-    mutable std::vector<float> memo_;
-    mutable int memo_layer_ = -1;
-    mutable int64_t memo_pos_ = -1;
 };
 }  // namespace
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "policy/after_prefill.h"
 #include "policy/rule.h"
 #include "policy/scorer.h"
 
@@ -22,14 +23,6 @@ enum class Timing {
 };
 std::string timing_name(Timing t);
 
-/// Context reconstruction run after the prefill (KVzip): the model repeats the context and the attention of
-/// the repeated tokens scores the original entries (model/kvzip_replay.h does it).
-struct ReplaySpec {
-    enum class Kind { kNone, kKVzip, kKVzipPlus } kind = Kind::kNone;
-    int sinks = 4;        ///< first positions never evicted (scored max + 1)
-    int64_t chunk = 2048; ///< context tokens per reconstruction chunk
-};
-
 /// Everything the cache needs to run a method.
 struct Policy {
     std::string name;                ///< preset name
@@ -41,10 +34,10 @@ struct Policy {
     Rule compression;                ///< applied to the global region at `timing`
     Timing timing = Timing::kAfterPrefill;
     int every_n = 1;                 ///< for kEveryNDecodeSteps
-    /// Optional per-layer keep count for per-head budgets (PyramidKV); arguments (layer, n_layer, tokens seen so
-    /// far: kvpress's q_len, so that a chunked prefill sizes each chunk's compression from the whole prompt).
-    std::function<int64_t(int, int, int64_t)> layer_keep;
-    ReplaySpec replay;
+    /// Optional step once the prompt is in the cache (KVzip's context reconstruction); the session runs it, writes
+    /// the scores it returns into the cache, then runs the compression rule. Such a policy scores the whole
+    /// prompt at once, so it cannot be used with a chunked prefill.
+    AfterPrefill after_prefill;
 
     bool needs_scores() const { return scorer != nullptr; }
     /// True when nothing is ever dropped.

@@ -1,9 +1,7 @@
 // pyramidkv: SnapKV scores with layer budgets that shrink linearly from the first layer to the last
 // (Cai et al. 2024, "PyramidKV: Dynamic KV Cache Compression based on Pyramidal Information Funneling", §3.2,
-// eq. 6–7), with kvpress PyramidKVPress's formula: max_capacity = w + n(1 − R), min = (max_capacity − w)/β,
-// max = 2(max_capacity − w) − min (clipped to n − w), layer l keeps round(max − l·(max − min)/(L − 1)); when
-// the pyramid does not fit, every layer keeps round(n(1 − R)). n is the number of tokens seen (kvpress q_len),
-// so under chunked prefill the budgets do not compound.
+// eq. 6–7): the rule pyramid_budget (policy/rule.h, pyramid_keep) with kvpress PyramidKVPress's formula. n is the
+// number of tokens seen (kvpress q_len), so under chunked prefill the budgets do not compound.
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -23,22 +21,10 @@ void register_pyramidkv() {
                          require(w > 0 && k > 0 && k % 2 == 1, "policy pyramidkv: window_size must be positive and kernel odd");
                          require(beta >= 1, "policy pyramidkv: beta must be ≥ 1");
                          pol.scorer = make_snapkv_scorer(static_cast<int>(w), static_cast<int>(k));
-                         pol.compression.kind = Rule::Kind::kHeadBudget;
+                         pol.compression.kind = Rule::Kind::kPyramidBudget;
                          pol.compression.ratio = p.get_ratio("ratio", 0.5);
-                         const double r = pol.compression.ratio;
-                         pol.layer_keep = [w, beta, r](int layer, int n_layer, int64_t n) -> int64_t {
-                             const double max_cap = w + n * (1 - r);
-                             double min_num = (max_cap - w) / beta;
-                             double max_num = (max_cap - w) * 2 - min_num;
-                             if (max_num >= n - w) {
-                                 max_num = static_cast<double>(n - w);
-                                 min_num = (max_cap - w) * 2 - max_num;
-                             }
-                             if (!(n >= max_num && max_num >= min_num && min_num >= w))
-                                 return std::max<int64_t>(1, static_cast<int64_t>(std::nearbyint(n * (1 - r))));
-                             const double steps = n_layer > 1 ? (max_num - min_num) / (n_layer - 1) : 0.0;
-                             return static_cast<int64_t>(std::nearbyint(max_num - layer * steps));
-                         };
+                         pol.compression.pyramid_window = w;
+                         pol.compression.pyramid_beta = beta;
                          return pol;
                      }});
 }

@@ -26,6 +26,7 @@ std::string Rule::describe() const {
         case Kind::kHeadBudget: return "head_budget " + amount();
         case Kind::kLayerBudget: return "layer_budget " + amount() + " safeguard=" + std::to_string(safeguard).substr(0, 4);
         case Kind::kGlobalBudget: return "global_budget " + amount();
+        case Kind::kPyramidBudget: return "pyramid_budget " + amount() + " beta=" + std::to_string(pyramid_beta).substr(0, 4);
     }
     return "?";
 }
@@ -42,9 +43,23 @@ std::vector<int64_t> order_desc(const float* s, int64_t n) {
     return idx;
 }
 
+/// Keeps the k best of one head: the first k of order_desc, found by selection in O(n) rather than a sort (the
+/// per-decode-step eviction of a budget policy evicts one or two entries of n). The order (score descending, NaN
+/// last, lower index first) is total, so the kept set is the sort's.
 void keep_top(HeadCandidates& h, int64_t k) {
-    const auto idx = order_desc(h.scores, h.n);
-    for (int64_t i = 0; i < std::min(k, h.n); ++i) h.keep[idx[i]] = 1;
+    if (k >= h.n) {
+        std::fill(h.keep.begin(), h.keep.end(), 1);
+        return;
+    }
+    if (k <= 0) return;
+    std::vector<int64_t> idx(h.n);
+    std::iota(idx.begin(), idx.end(), 0);
+    const float* s = h.scores;
+    std::nth_element(idx.begin(), idx.begin() + (k - 1), idx.end(), [s](int64_t a, int64_t b) {
+        const float x = std::isnan(s[a]) ? -INFINITY : s[a], y = std::isnan(s[b]) ? -INFINITY : s[b];
+        return x > y || (x == y && a < b);
+    });
+    for (int64_t i = 0; i < k; ++i) h.keep[idx[i]] = 1;
 }
 
 struct Flat {
@@ -54,7 +69,22 @@ struct Flat {
 };
 }  // namespace
 
-void apply_rule(const Rule& r, std::vector<HeadCandidates>& heads) {
+int64_t pyramid_keep(const Rule& r, int layer, int n_layer, int64_t n) {
+    const double w = static_cast<double>(r.pyramid_window), beta = r.pyramid_beta, ratio = r.ratio;
+    const double max_cap = w + n * (1 - ratio);
+    double min_num = (max_cap - w) / beta;
+    double max_num = (max_cap - w) * 2 - min_num;
+    if (max_num >= n - w) {
+        max_num = static_cast<double>(n - w);
+        min_num = (max_cap - w) * 2 - max_num;
+    }
+    if (!(n >= max_num && max_num >= min_num && min_num >= w))
+        return std::max<int64_t>(1, static_cast<int64_t>(std::nearbyint(n * (1 - ratio))));
+    const double steps = n_layer > 1 ? (max_num - min_num) / (n_layer - 1) : 0.0;
+    return static_cast<int64_t>(std::nearbyint(max_num - layer * steps));
+}
+
+void apply_rule(const Rule& r, std::vector<HeadCandidates>& heads, const RuleContext& ctx) {
     for (auto& h : heads) h.keep.assign(h.n, r.kind == Rule::Kind::kKeepAll ? 1 : 0);
     switch (r.kind) {
         case Rule::Kind::kKeepAll:
@@ -65,7 +95,11 @@ void apply_rule(const Rule& r, std::vector<HeadCandidates>& heads) {
                 for (int64_t i = 0; i < h.n; ++i) h.keep[i] = h.scores[i] >= r.tau;
             return;
         case Rule::Kind::kHeadBudget:
-            for (auto& h : heads) keep_top(h, h.keep_override >= 0 ? h.keep_override : r.head_keep(h.n, h.n_reference));
+            for (auto& h : heads) keep_top(h, r.head_keep(h.n, h.n_reference));
+            return;
+        case Rule::Kind::kPyramidBudget:
+            // Layer budgets from the tokens seen, not the entries left: chunks do not compound.
+            for (auto& h : heads) keep_top(h, std::min(h.n, pyramid_keep(r, h.layer, ctx.n_layer, ctx.n_tokens)));
             return;
         case Rule::Kind::kLayerBudget: {
             // AdaKV (Feng et al. 2024, Alg. 1): per layer, the H·k best entries over all its heads, after each
@@ -77,7 +111,7 @@ void apply_rule(const Rule& r, std::vector<HeadCandidates>& heads) {
                 std::vector<Flat> rest;
                 for (size_t hi : ids) {
                     HeadCandidates& h = heads[hi];
-                    const int64_t k = h.keep_override >= 0 ? h.keep_override : r.head_keep(h.n, h.n_reference);
+                    const int64_t k = r.head_keep(h.n, h.n_reference);
                     total += k;
                     const int64_t guard = static_cast<int64_t>(std::floor(r.safeguard * k));
                     const auto idx = order_desc(h.scores, h.n);

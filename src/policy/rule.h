@@ -15,16 +15,19 @@ struct Rule {
         kHeadBudget,    ///< per KV head keep the k highest (k = budget, or (1 − ratio) × candidates)
         kLayerBudget,   ///< per layer keep H_kv·k highest across its heads, each head ≥ safeguard·k (AdaKV)
         kGlobalBudget,  ///< keep the (1 − ratio) highest over all layers and heads (or `budget` entries)
+        kPyramidBudget, ///< per KV head keep the k_l highest, k_l shrinking with depth (PyramidKV; see pyramid_keep)
     } kind = Kind::kKeepAll;
     double tau = 0;
     int64_t budget = -1;   ///< entries per head (head/layer rules) or in total (global rule); −1: use ratio
     double ratio = 0;      ///< compression ratio in [0, 1)
     double safeguard = 0.2;
+    int64_t pyramid_window = 64;  ///< PyramidKV: the observation window w of its budget formula
+    double pyramid_beta = 20;     ///< PyramidKV: β, the ratio of the first layer's budget to the last's
 
     /// Candidates one head may keep under a per-head budget: budget, or max(1, ⌊n_ref·(1 − ratio)⌋) as kvpress,
     /// where n_ref counts every token the ratio refers to (those already dropped included), at most n.
     int64_t head_keep(int64_t n, int64_t n_ref = -1) const;
-    bool is_budget() const { return kind == Kind::kHeadBudget || kind == Kind::kLayerBudget || kind == Kind::kGlobalBudget; }
+    bool is_budget() const { return kind == Kind::kHeadBudget || kind == Kind::kLayerBudget || kind == Kind::kGlobalBudget || kind == Kind::kPyramidBudget; }
     std::string describe() const;
 };
 
@@ -34,12 +37,23 @@ struct HeadCandidates {
     const float* scores = nullptr;
     int64_t n = 0;
     int64_t n_reference = -1;    ///< entries a ratio refers to (tokens seen beyond sinks and window); −1: n
-    int64_t keep_override = -1;  ///< per-head keep count set by a preset (PyramidKV's layer budgets)
     std::vector<char> keep;      ///< out: [n]
 };
 
+/// What the heads' cache has seen, for rules whose budgets depend on it.
+struct RuleContext {
+    int n_layer = 1;
+    int64_t n_tokens = 0;  ///< tokens seen so far (kvpress's q_len), dropped ones included
+};
+
+/// PyramidKV's keep count of layer `layer` of n_layer after n tokens (Cai et al. 2024, §3.2, eqs. 6–7, with
+/// kvpress PyramidKVPress's formula): max_capacity = w + n(1 − R), min = (max_capacity − w)/β,
+/// max = 2(max_capacity − w) − min (clipped to n − w); layer l keeps round(max − l·(max − min)/(L − 1)); when the
+/// pyramid does not fit, every layer keeps max(1, round(n(1 − R))).
+int64_t pyramid_keep(const Rule& r, int layer, int n_layer, int64_t n);
+
 /// Applies a budget or threshold rule jointly to a set of heads (all heads of the cache, so layer and global
 /// rules see what they need). Ties are broken toward the lower index, as a stable top-k.
-void apply_rule(const Rule& r, std::vector<HeadCandidates>& heads);
+void apply_rule(const Rule& r, std::vector<HeadCandidates>& heads, const RuleContext& ctx = {});
 
 }  // namespace kvsieve

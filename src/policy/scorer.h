@@ -6,9 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "io/model_config.h"
 #include "kernels/rope_angles.h"
-
-#include "model/config.h"
 
 namespace kvsieve {
 
@@ -17,6 +16,14 @@ enum class AttnStat {
     kNone,
     kMassSum,   ///< per key: Σ over the step's queries of the softmax weight, per query head of the group
     kMassLast,  ///< per key: the softmax weight of the step's last query, per query head of the group
+};
+
+/// A scorer's memory for one sequence (e.g. a recurrent state per layer and KV head). Scorer::new_state makes
+/// one for each cache; the cache owns it and hands it to every event of that sequence, so one Scorer (shared,
+/// const) serves any number of sequences.
+class ScorerState {
+public:
+    virtual ~ScorerState() = default;
 };
 
 /// One KV head's view after a prefill chunk: every entry it can see (cached entries first, then the chunk's
@@ -42,6 +49,31 @@ struct PrefillScoreInput {
     const float* hidden = nullptr; ///< [T][D] attention inputs
     RopeAngles rope;               ///< the model's rotation (q = RoPE(q_pre))
     std::vector<HeadView> heads;   ///< [Hkv]
+    ScorerState* state = nullptr;  ///< the sequence's state (null if the scorer keeps none)
+};
+
+/// A layer's T new entries (positions pos0 … pos0 + T − 1), before they are stored and before attention runs:
+/// what write-time scorers (KVzap, SP-KV, WG-KV) see.
+struct WriteEvent {
+    int layer = 0, n_layer = 0;
+    int n_head_kv = 0, head_dim = 0;
+    int64_t T = 0, pos0 = 0;
+    bool prefill = true;           ///< false at a decode step
+    int64_t hidden_dim = 0;
+    const float* hidden = nullptr; ///< [T][D] attention inputs (after the input RMSNorm)
+    const float* k_pre = nullptr;  ///< [T][Hkv·d] keys before RoPE (after QK-norm for Qwen3)
+    const float* k = nullptr;      ///< [T][Hkv·d] keys after RoPE
+    const float* v = nullptr;      ///< [T][Hkv·d] values
+};
+
+/// One entry leaving the local window of (layer, head) when a newer one takes its slot.
+struct WindowExitEvent {
+    int layer = 0, head = 0, head_dim = 0;
+    int32_t pos = 0;               ///< the leaving entry's position
+    int64_t now = 0;               ///< position of the entry that pushes it out
+    float score = 0;               ///< its stored score
+    const float* k = nullptr;      ///< [d] its key after RoPE (float32), if the scorer reads_at_window_exit()
+    const float* v = nullptr;      ///< [d] its value, likewise
 };
 
 /// One KV head at a decode step, after the new entry was appended (it is the last).
@@ -57,9 +89,14 @@ struct DecodeScoreInput {
     const float* hidden = nullptr;   ///< [D] the token's attention input
     int head_dim = 0;
     int64_t hidden_dim = 0;
+    ScorerState* state = nullptr;    ///< the sequence's state (null if the scorer keeps none)
 };
 
 /// Gives entries scores. A method is a small file: a docstring with its source and the formula.
+///
+/// Events of one entry, in order (docs/architecture.md): on_write (write-time scorers) before attention;
+/// score_prefill / score_decode after attention (attention-statistics scorers); on_window_exit when it leaves
+/// the local window, before the admission rule; effective_score whenever a budget rule compares it.
 class Scorer {
 public:
     virtual ~Scorer() = default;
@@ -68,6 +105,36 @@ public:
     /// Called once when a cache is built for a model; throws Error if the scorer cannot serve it (e.g. a
     /// learned predictor trained for another shape).
     virtual void bind(const ModelConfig& c) { (void)c; }
+    /// The per-sequence state of a new cache for a model of config c (null: the scorer keeps none).
+    virtual std::unique_ptr<ScorerState> new_state(const ModelConfig& c) const {
+        (void)c;
+        return nullptr;
+    }
+
+    /// True if on_write gives new entries their scores before attention; then score_prefill and score_decode are
+    /// not called and entries keep their write-time scores (KVzap eq. 5: one prediction per token and head).
+    virtual bool scores_at_write() const { return false; }
+    /// Writes scores[t·Hkv + h] for the event's T new entries of every KV head (called only if scores_at_write()).
+    virtual void on_write(const WriteEvent& e, ScorerState* state, float* scores) const {
+        (void)e, (void)state, (void)scores;
+    }
+    /// True if on_window_exit needs the leaving entry's key and value (they are converted to float32 for it).
+    virtual bool reads_at_window_exit() const { return false; }
+    /// The score the admission rule judges a leaving entry by, and that it keeps in the global region (a delayed
+    /// readout, KVpop eqs. 41–42). The default keeps the stored score.
+    virtual float on_window_exit(const WindowExitEvent& e, ScorerState* state) const {
+        (void)state;
+        return e.score;
+    }
+    /// True if effective_score differs from the stored score.
+    virtual bool decays() const { return false; }
+    /// The score a budget rule compares at position `now` for an entry stored with score `stored` at position
+    /// `pos` (e.g. a decayed utility). The default is the stored score.
+    virtual float effective_score(float stored, int32_t pos, int64_t now) const {
+        (void)pos, (void)now;
+        return stored;
+    }
+
     /// Writes scores[h][i] for every entry i of every KV head h after a prefill chunk (kvpress rescores all
     /// keys at each step). scores has Hkv vectors sized like the heads' views.
     virtual void score_prefill(const PrefillScoreInput& in, std::vector<std::vector<float>>& scores) const = 0;

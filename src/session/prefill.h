@@ -6,6 +6,8 @@
 #include <functional>
 #include <vector>
 
+#include "cache/sequence_cache.h"
+
 namespace kvsieve {
 
 class KVCache;
@@ -16,6 +18,8 @@ class Tokenizer;
 struct PrefillPlan {
     int64_t chunk = 0;        ///< tokens per forward; the policy compresses after each chunk (0: one batch)
     bool all_logits = false;  ///< every token's logits per chunk ([n][V], e.g. for NLL), else the last token's [V]
+    /// Called with each layer's inputs of every chunk before the cache stores them (e.g. to record hidden states).
+    std::function<void(const LayerInputs&)> on_layer;
 };
 
 /// Called after each chunk's forward with the chunk's range [begin, end) in the prompt and its logits.
@@ -30,5 +34,10 @@ using ChunkFn = std::function<void(int64_t begin, int64_t end, const std::vector
 void prefill(const LlamaModel& model, const Tokenizer& tok, KVCache& cache, const std::vector<int32_t>& prompt,
              const std::vector<int32_t>& context, const PrefillPlan& plan, std::vector<float>& logits,
              const ChunkFn& on_chunk = {});
+
+/// Ends the prefill of `context` (the tokens the cache holds, positions 0 … n − 1): runs the policy's after-prefill
+/// step if it has one (KVzip's context reconstruction, policy/kvzip.cpp) and writes its scores into the cache,
+/// then runs the policy's compression (KVCache::end_prefill).
+void finish_prefill(const LlamaModel& model, const Tokenizer& tok, KVCache& cache, const std::vector<int32_t>& context);
 
 }  // namespace kvsieve

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-#include "predict/kvzap_fit.h"
+#include "fit/kvzap_fit.h"
 
 namespace kvsieve::train {
 

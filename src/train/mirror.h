@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "io/gguf.h"
-#include "model/config.h"
+#include "io/model_config.h"
 #include "text/vocab.h"
 
 namespace kvsieve::train {

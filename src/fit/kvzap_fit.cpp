@@ -1,4 +1,4 @@
-#include "predict/kvzap_fit.h"
+#include "fit/kvzap_fit.h"
 
 #include <cmath>
 #include <cstdio>
@@ -11,8 +11,8 @@
 
 #include "cache/kv_cache.h"
 #include "io/safetensors.h"
-#include "model/kvzip_replay.h"
 #include "model/llama_model.h"
+#include "session/prefill.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
 #include "util/progress.h"
@@ -46,23 +46,6 @@ std::string KVzapFitReport::table() const {
 
 namespace {
 /// Records each layer's attention inputs on the way to the real cache.
-class RecordingCache : public SequenceCache {
-public:
-    RecordingCache(KVCache& real, int n_layer) : real_(real), hidden_(n_layer) {}
-    int64_t n_tokens() const override { return real_.n_tokens(); }
-    int64_t n_ctx() const override { return real_.n_ctx(); }
-    void attend(const LayerInputs& in, float* out) override {
-        hidden_[in.layer].assign(in.hidden, in.hidden + in.T * in.hidden_dim);
-        real_.attend(in, out);
-    }
-    void finish_step(int64_t pos0, int64_t T) override { real_.finish_step(pos0, T); }
-    const std::vector<float>& hidden(int l) const { return hidden_[l]; }
-
-private:
-    KVCache& real_;
-    std::vector<std::vector<float>> hidden_;
-};
-
 /// Solves (A + λI')w = b for a symmetric positive-definite A (n×n, row-major, double) by Cholesky; I' leaves the
 /// last (bias) coordinate unpenalised. b has m right-hand sides (n×m), overwritten by the solution.
 void ridge_solve(std::vector<double> A, int n, double lambda, std::vector<double>& b, int m) {
@@ -124,10 +107,11 @@ KVzapPairs collect_kvzap_pairs(const LlamaModel& model, const Tokenizer& tok, co
         std::vector<int32_t> prompt{tok.vocab().bos >= 0 ? tok.vocab().bos : ids[0]};
         prompt.insert(prompt.end(), ids.begin() + off, ids.begin() + off + len - 1);
         KVCache cache(c, 2 * static_cast<int64_t>(prompt.size()) + 64, parse_policy("kvzip_plus:ratio=0"), pool);
-        RecordingCache rec(cache, L);
+        std::vector<std::vector<float>> hidden(L);  // [L][T][D] attention inputs
+        PrefillPlan plan;
+        plan.on_layer = [&](const LayerInputs& in) { hidden[in.layer].assign(in.hidden, in.hidden + in.T * in.hidden_dim); };
         std::vector<float> logits;
-        model.forward(prompt, rec, logits);
-        kvzip_replay(model, tok, cache, prompt);
+        prefill(model, tok, cache, prompt, prompt, plan, logits);  // KVzip+ scores every entry; ratio 0 keeps all
         // Sampled positions (sinks excluded: their scores are not predictions).
         std::vector<int32_t> positions;
         for (int32_t t = 4; t < static_cast<int32_t>(prompt.size()); ++t) positions.push_back(t);
@@ -141,7 +125,7 @@ KVzapPairs collect_kvzap_pairs(const LlamaModel& model, const Tokenizer& tok, co
                 for (int r = 0; r < 3; ++r)
                     for (int64_t i = 0; i < hc.region(r)->size(); ++i) sc[h][hc.region(r)->positions()[i]] = hc.region(r)->scores()[i];
             }
-            const std::vector<float>& hid = rec.hidden(l);
+            const std::vector<float>& hid = hidden[l];
             auto& X = is_val ? out.x_val[l] : out.x_train[l];
             auto& Y = is_val ? out.y_val[l] : out.y_train[l];
             for (int32_t t : positions) {

@@ -42,7 +42,8 @@ struct KVzapPairs {
     int64_t n_train = 0, n_val = 0;                                    ///< pairs per layer
 };
 
-/// Collects pairs from prompts cut out of `corpus`: prefill, KVzip+ replay (model/kvzip_replay.h), then
+/// Collects pairs from prompts cut out of `corpus`: a prefill under kvzip_plus (its reconstruction scores every
+/// entry), then
 /// tokens_per_prompt sampled positions (sinks excluded) per prompt. Throws Error for an empty corpus or one
 /// shorter than a prompt.
 KVzapPairs collect_kvzap_pairs(const LlamaModel& model, const Tokenizer& tok, const std::string& corpus,

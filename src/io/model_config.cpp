@@ -1,4 +1,4 @@
-#include "model/config.h"
+#include "io/model_config.h"
 
 #include "io/gguf.h"
 #include "io/gguf_writer.h"

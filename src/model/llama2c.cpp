@@ -1,4 +1,4 @@
-#include "io/llama2c.h"
+#include "model/llama2c.h"
 
 #include <cstdint>
 #include <cstdio>

@@ -1,0 +1,2 @@
+// An upward include: policy/ may not include session/.
+#include "session/prefill.h"

@@ -1,0 +1,226 @@
+// The policy events (policy/scorer.h): per-sequence scorer state, on_write before attention, on_window_exit with
+// a rewritten score, effective_score at eviction, the selection-based top-k, and a policy's after-prefill step
+// through the session's ModelAccess. On the bundled stories260K model.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <numeric>
+#include <random>
+
+#include "cache/kv_cache.h"
+#include "model/llama_model.h"
+#include "policy/policy.h"
+#include "session/model_access.h"
+#include "text/tokenizer.h"
+#include "test_util.h"
+
+namespace kvsieve {
+namespace {
+
+const LlamaModel& model() { return test::stories260k(); }
+
+std::vector<int32_t> positions(const PageStore& ps) {
+    std::vector<int32_t> p = ps.positions();
+    std::sort(p.begin(), p.end());
+    return p;
+}
+
+/// What one sequence saw: every on_write (layer, T, pos0) and on_window_exit (layer, head, pos, now).
+struct Log : ScorerState {
+    std::vector<std::array<int64_t, 3>> writes;
+    std::vector<std::array<int64_t, 4>> exits;
+};
+
+/// Scores each entry by its position at write; at window exit admits even positions with a new score of 100 and
+/// odd ones with −100 (a delayed readout that overrides the write-time score).
+class EventScorer : public Scorer {
+public:
+    std::string name() const override { return "events"; }
+    std::unique_ptr<ScorerState> new_state(const ModelConfig&) const override { return std::make_unique<Log>(); }
+    bool scores_at_write() const override { return true; }
+    void on_write(const WriteEvent& e, ScorerState* st, float* scores) const override {
+        static_cast<Log*>(st)->writes.push_back({e.layer, e.T, e.pos0});
+        for (int64_t t = 0; t < e.T; ++t)
+            for (int h = 0; h < e.n_head_kv; ++h) scores[t * e.n_head_kv + h] = static_cast<float>(e.pos0 + t);
+    }
+    bool reads_at_window_exit() const override { return true; }
+    float on_window_exit(const WindowExitEvent& e, ScorerState* st) const override {
+        EXPECT_NE(e.k, nullptr);
+        EXPECT_EQ(e.score, static_cast<float>(e.pos));  // the write-time score
+        static_cast<Log*>(st)->exits.push_back({e.layer, e.head, e.pos, e.now});
+        return e.pos % 2 == 0 ? 100.0f : -100.0f;
+    }
+    void score_prefill(const PrefillScoreInput&, std::vector<std::vector<float>>&) const override {
+        ADD_FAILURE() << "a write-time scorer is not asked after attention";
+    }
+};
+
+Policy window_exit_policy(int window) {
+    Policy p;
+    p.name = "events";
+    p.window = window;
+    p.scorer = std::make_shared<EventScorer>();
+    p.admission.kind = Rule::Kind::kThreshold;
+    p.admission.tau = 0;
+    p.timing = Timing::kAtWindowExit;
+    return p;
+}
+
+TEST(PolicyEvents, EachSequenceKeepsItsOwnStateAndSeesEventsInOrder) {
+    const ModelConfig& c = model().config();
+    const Policy pol = window_exit_policy(4);  // one scorer shared by both caches
+    auto pool = std::make_shared<KVPool>(c.head_dim, KVType::kF32);
+    KVCache a(c, 64, pol, pool), b(c, 64, pol, pool);
+    const auto ids = test::story_prompt_ids();
+    const std::vector<int32_t> prompt(ids.begin(), ids.begin() + 12);
+    std::vector<float> logits;
+    model().forward(prompt, a, logits);
+    model().forward(prompt, b, logits);
+    for (int s = 0; s < 3; ++s) model().forward({ids[12 + s]}, a, logits);  // only a decodes
+
+    // on_write: once per layer and step, before attention, with the step's T and first position.
+    auto log_of = [&](KVCache& cache) -> const Log& { return *static_cast<const Log*>(cache.scorer_state()); };
+    const Log& la = log_of(a);
+    const Log& lb = log_of(b);
+    ASSERT_EQ(la.writes.size(), static_cast<size_t>(c.n_layer) * 4);
+    ASSERT_EQ(lb.writes.size(), static_cast<size_t>(c.n_layer));
+    for (int l = 0; l < c.n_layer; ++l) EXPECT_EQ(la.writes[l], (std::array<int64_t, 3>{l, 12, 0}));
+    for (int s = 0; s < 3; ++s)
+        for (int l = 0; l < c.n_layer; ++l)
+            EXPECT_EQ(la.writes[static_cast<size_t>(c.n_layer) * (1 + s) + l], (std::array<int64_t, 3>{l, 1, 12 + s}));
+    // on_window_exit: entries 0 … 7 leave in the prefill (pushed by 4 … 11), 8 … 10 at the decode steps.
+    ASSERT_EQ(la.exits.size(), static_cast<size_t>(c.n_layer * c.n_head_kv) * 11);
+    ASSERT_EQ(lb.exits.size(), static_cast<size_t>(c.n_layer * c.n_head_kv) * 8);
+    for (const auto& e : la.exits) EXPECT_EQ(e[3], e[2] + 4);
+    // The rewritten score decided admission and is the one kept.
+    for (int l = 0; l < c.n_layer; ++l)
+        for (int h = 0; h < c.n_head_kv; ++h) {
+            const PageStore& g = a.head(l, h).global();
+            EXPECT_EQ(positions(g), (std::vector<int32_t>{0, 2, 4, 6, 8, 10}));
+            for (float s : g.scores()) EXPECT_EQ(s, 100.0f);
+            EXPECT_EQ(positions(a.head(l, h).window()), (std::vector<int32_t>{11, 12, 13, 14}));
+            EXPECT_EQ(positions(b.head(l, h).global()), (std::vector<int32_t>{0, 2, 4, 6}));
+        }
+    // clear() starts the sequence's state afresh.
+    a.clear();
+    EXPECT_TRUE(log_of(a).writes.empty());
+    EXPECT_EQ(log_of(b).writes.size(), static_cast<size_t>(c.n_layer));
+}
+
+/// Stored score: position mod 3 (high for 2, 5, 8, 11); effective score: −age, so the newest win.
+class DecayScorer : public Scorer {
+public:
+    std::string name() const override { return "decay"; }
+    bool scores_at_write() const override { return true; }
+    void on_write(const WriteEvent& e, ScorerState*, float* scores) const override {
+        for (int64_t t = 0; t < e.T; ++t)
+            for (int h = 0; h < e.n_head_kv; ++h) scores[t * e.n_head_kv + h] = static_cast<float>((e.pos0 + t) % 3);
+    }
+    void score_prefill(const PrefillScoreInput&, std::vector<std::vector<float>>&) const override {}
+    bool decays() const override { return decays_; }
+    float effective_score(float, int32_t pos, int64_t now) const override { return -static_cast<float>(now - pos); }
+    bool decays_ = true;
+};
+
+TEST(PolicyEvents, BudgetEvictionComparesEffectiveScores) {
+    const ModelConfig& c = model().config();
+    for (bool decays : {true, false}) {
+        Policy p;
+        p.name = "decay";
+        auto sc = std::make_shared<DecayScorer>();
+        sc->decays_ = decays;
+        p.scorer = sc;
+        p.compression.kind = Rule::Kind::kHeadBudget;
+        p.compression.budget = 4;
+        p.timing = Timing::kAfterPrefill;
+        KVCache cache(c, 64, p, std::make_shared<KVPool>(c.head_dim, KVType::kF32));
+        const auto ids = test::story_prompt_ids();
+        std::vector<float> logits;
+        model().forward(std::vector<int32_t>(ids.begin(), ids.begin() + 12), cache, logits);
+        cache.end_prefill();
+        const std::vector<int32_t> want = decays ? std::vector<int32_t>{8, 9, 10, 11} : std::vector<int32_t>{2, 5, 8, 11};
+        for (int l = 0; l < c.n_layer; ++l)
+            for (int h = 0; h < c.n_head_kv; ++h) EXPECT_EQ(positions(cache.head(l, h).global()), want);
+    }
+}
+
+TEST(PolicyEvents, HeadBudgetSelectionKeepsWhatAStableSortKeeps) {
+    // Scores with many ties and NaNs: the kept set must be the first k of a stable descending sort (NaN last).
+    std::mt19937 rng(7);
+    for (int trial = 0; trial < 200; ++trial) {
+        const int64_t n = 1 + static_cast<int64_t>(rng() % 60);
+        std::vector<float> s(n);
+        for (auto& x : s) x = rng() % 7 == 0 ? NAN : static_cast<float>(rng() % 5);
+        Rule r;
+        r.kind = Rule::Kind::kHeadBudget;
+        r.budget = 1 + static_cast<int64_t>(rng() % n);
+        std::vector<HeadCandidates> hc(1);
+        hc[0].scores = s.data();
+        hc[0].n = n;
+        apply_rule(r, hc);
+        std::vector<int64_t> idx(n);
+        std::iota(idx.begin(), idx.end(), 0);
+        std::stable_sort(idx.begin(), idx.end(), [&](int64_t a, int64_t b) {
+            const float x = std::isnan(s[a]) ? -INFINITY : s[a], y = std::isnan(s[b]) ? -INFINITY : s[b];
+            return x > y;
+        });
+        std::vector<char> want(n, 0);
+        for (int64_t i = 0; i < r.budget; ++i) want[idx[i]] = 1;
+        ASSERT_EQ(hc[0].keep, want) << "trial " << trial;
+    }
+}
+
+TEST(PolicyEvents, AfterPrefillStepReplaysWithoutChangingTheCache) {
+    const ModelConfig& c = model().config();
+    const auto tok = Tokenizer::from_gguf(model().file());
+    const auto ids = test::story_prompt_ids();
+    const int64_t n = static_cast<int64_t>(ids.size());
+    Policy p = parse_policy("full");
+    int observed = 0;
+    p.after_prefill = [&](ModelAccess& m, const std::vector<int32_t>& context) {
+        EXPECT_EQ(m.n_tokens(), n);
+        EXPECT_EQ(context.size(), static_cast<size_t>(n));
+        const auto extra = m.encode(" and then");
+        m.replay(
+            extra, [](int32_t pos) { return pos % 2 == 1; },
+            [&](const PrefillScoreInput& in) {
+                ++observed;
+                EXPECT_EQ(in.T, static_cast<int64_t>(extra.size()));
+                EXPECT_EQ(in.pos0, n);
+                for (const HeadView& v : in.heads) {
+                    ASSERT_EQ(v.n, n / 2 + in.T);  // the odd positions, then the replayed tokens
+                    for (int64_t i = 0; i < v.n - in.T; ++i) EXPECT_EQ(v.pos[i] % 2, 1);
+                    for (int64_t t = 0; t < in.T; ++t) EXPECT_EQ(v.pos[v.n - in.T + t], n + t);
+                }
+            });
+        EXPECT_EQ(m.n_tokens(), n);  // rolled back
+        EXPECT_EQ(m.output_projection(0).size(), static_cast<size_t>(c.n_embd) * c.n_head * c.head_dim);
+        EntryScores es;
+        es.by_pos.assign(c.n_layer, std::vector<std::unordered_map<int32_t, float>>(c.n_head_kv));
+        for (auto& layer : es.by_pos)
+            for (auto& head : layer)
+                for (int32_t q = 0; q < n; q += 3) head[q] = 10.0f + q;
+        es.missing = -1;
+        return es;
+    };
+    KVCache cache(c, 256, p, std::make_shared<KVPool>(c.head_dim, KVType::kF32));
+    std::vector<float> logits;
+    model().forward(ids, cache, logits);
+    run_after_prefill(model(), *tok, cache, ids);
+    EXPECT_EQ(observed, c.n_layer);
+    EXPECT_EQ(cache.n_tokens(), n);
+    for (int l = 0; l < c.n_layer; ++l)
+        for (int h = 0; h < c.n_head_kv; ++h) {
+            const PageStore& g = cache.head(l, h).global();
+            ASSERT_EQ(g.size(), n);
+            for (int64_t i = 0; i < g.size(); ++i) {
+                const int32_t q = g.positions()[i];
+                EXPECT_EQ(g.scores()[i], q % 3 == 0 ? 10.0f + q : -1.0f);
+            }
+        }
+}
+
+}  // namespace
+}  // namespace kvsieve
