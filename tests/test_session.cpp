@@ -9,6 +9,7 @@
 #include "model/llama_model.h"
 #include "policy/policy.h"
 #include "session/prefill.h"
+#include "session/session.h"
 #include "text/tokenizer.h"
 #include "test_util.h"
 #include "util/error.h"
@@ -168,6 +169,63 @@ TEST(Session, H2OBudgetKeepsItsRecentWindow) {
     // window=0 gives the heavy-hitter-only variant; window must leave room for heavy hitters.
     EXPECT_EQ(parse_policy("h2o:budget=16,window=0").window, 0);
     expect_error_contains([] { parse_policy("h2o:budget=16,window=16"); }, "window");
+}
+
+/// Records whether each on_write came in a prefill or a decode step, and the step's length.
+class PhaseScorer : public Scorer {
+public:
+    std::string name() const override { return "phase"; }
+    bool scores_at_write() const override { return true; }
+    void on_write(const WriteEvent& e, ScorerState*, float* scores) const override {
+        if (e.layer == 0) seen.push_back({e.prefill, e.T});
+        std::fill(scores, scores + e.T * e.n_head_kv, 0.0f);
+    }
+    void score_prefill(const PrefillScoreInput&, std::vector<std::vector<float>>&) const override {}
+    mutable std::vector<std::pair<bool, int64_t>> seen;
+};
+
+TEST(Session, ThePhaseIsTheSessionsNotTheStepLength) {
+    // A chunked prefill whose last chunk is one token is still a prefill; decode steps are decode steps.
+    const auto tok = Tokenizer::from_gguf(model().file());
+    const auto ids = prompt_ids();
+    const std::vector<int32_t> prompt(ids.begin(), ids.begin() + 9);
+    Policy p;
+    p.name = "phase";
+    auto sc = std::make_shared<PhaseScorer>();
+    p.scorer = sc;
+    KVCache cache(model().config(), 64, p, std::make_shared<KVPool>(model().config().head_dim, KVType::kF32));
+    Session s(model(), *tok, cache);
+    PrefillPlan plan;
+    plan.chunk = 4;
+    std::vector<float> logits;
+    s.prefill(prompt, plan, logits);
+    s.decode(ids[9], logits);
+    s.prefill({ids[10]}, PrefillPlan{}, logits);  // a one-token turn is a prefill too
+    const std::vector<std::pair<bool, int64_t>> want{{true, 4}, {true, 4}, {true, 1}, {false, 1}, {true, 1}};
+    EXPECT_EQ(sc->seen, want);
+    EXPECT_EQ(s.tokens(), std::vector<int32_t>(ids.begin(), ids.begin() + 11));
+    EXPECT_EQ(s.n_tokens(), 11);
+    // The same steps outside a session take a one-token step for a decode step.
+    sc->seen.clear();
+    KVCache raw(model().config(), 64, p, std::make_shared<KVPool>(model().config().head_dim, KVType::kF32));
+    model().forward({ids[0]}, raw, logits);
+    EXPECT_EQ(sc->seen, (std::vector<std::pair<bool, int64_t>>{{false, 1}}));
+    s.reset();
+    EXPECT_EQ(s.n_tokens(), 0);
+    EXPECT_TRUE(s.tokens().empty());
+}
+
+TEST(Session, AFullContextIsAnError) {
+    const auto tok = Tokenizer::from_gguf(model().file());
+    const auto ids = prompt_ids();
+    KVCache cache(model().config(), 8, parse_policy("full"), std::make_shared<KVPool>(model().config().head_dim, KVType::kF32));
+    Session s(model(), *tok, cache);
+    std::vector<float> logits;
+    expect_error_contains([&] { s.prefill(ids, PrefillPlan{}, logits); }, "but the context holds 8");
+    EXPECT_EQ(s.n_tokens(), 0);
+    s.prefill(std::vector<int32_t>(ids.begin(), ids.begin() + 8), PrefillPlan{}, logits);
+    expect_error_contains([&] { s.decode(ids[8], logits); }, "the context of 8 positions is full");
+    EXPECT_EQ(s.tokens().size(), 8u);
 }
 
 }  // namespace

@@ -94,6 +94,8 @@ bool KVCache::admit(int layer, int head, int32_t pos, float& score, const PageSt
 
 void KVCache::attend(const LayerInputs& in, float* out) {
     require(in.pos0 + in.T <= n_ctx_, "the sequence needs ", in.pos0 + in.T, " positions but the context holds ", n_ctx_);
+    const bool decode = is_decode(in.T);
+    require(!decode || in.T == 1, "a decode step takes one token, got ", in.T);
     std::vector<float> ws;  // write-time scores [T][Hkv]
     if (policy_.scorer && policy_.scorer->scores_at_write()) {
         WriteEvent e;
@@ -103,7 +105,7 @@ void KVCache::attend(const LayerInputs& in, float* out) {
         e.head_dim = in.head_dim;
         e.T = in.T;
         e.pos0 = in.pos0;
-        e.prefill = in.T > 1;
+        e.prefill = !decode;
         e.hidden_dim = in.hidden_dim;
         e.hidden = in.hidden;
         e.k_pre = in.k_pre;
@@ -112,7 +114,7 @@ void KVCache::attend(const LayerInputs& in, float* out) {
         ws.resize(static_cast<size_t>(in.T) * in.n_head_kv);
         policy_.scorer->on_write(e, state_.get(), ws.data());
     }
-    if (in.T == 1)
+    if (decode)
         decode_layer(in, ws.empty() ? nullptr : ws.data(), out);
     else
         prefill_layer(in, ws.empty() ? nullptr : ws.data(), out);
@@ -368,7 +370,7 @@ void KVCache::prefill_layer(const LayerInputs& in, const float* write_scores, fl
 
 void KVCache::finish_step(int64_t pos0, int64_t T) {
     n_tokens_ = pos0 + T;
-    if (T == 1) {
+    if (is_decode(T)) {
         ++decode_steps_;
         if (policy_.timing == Timing::kEveryNDecodeSteps && decode_steps_ % policy_.every_n == 0) compress();
     }
@@ -465,6 +467,7 @@ void KVCache::clear() {
     n_tokens_ = 0;
     decode_steps_ = 0;
     peak_bytes_ = 0;
+    phase_ = Phase::kAuto;
 }
 
 KVStats KVCache::stats() const {

@@ -16,10 +16,10 @@ namespace kvsieve {
 /// All HeadCaches (L × H_kv) of one sequence over one KVPool, the policy that decides what they keep, the
 /// scorer's per-sequence state, and statistics. Per forward step and layer (docs/architecture.md):
 ///   write-time scorers score the step's new entries first (Scorer::on_write);
-///   decode (T = 1): the new entry is appended to every head (an entry leaving a full window goes through
+///   decode (one token; the session sets the phase): the new entry is appended to every head (an entry leaving a full window goes through
 ///     on_window_exit and the admission rule), attention reads each head's pages once for its GQA group, then
 ///     an attention scorer updates scores from the step's statistics;
-///   prefill (T > 1): each head's kept entries are gathered, the chunk attends to them and causally to itself,
+///   prefill: each head's kept entries are gathered, the chunk attends to them and causally to itself,
 ///     an attention scorer scores every entry, and the chunk's entries are appended.
 /// The compression rule runs on the global regions after the prompt (end_prefill) and, for
 /// every_n_decode_steps, every n decode steps.
@@ -32,6 +32,12 @@ public:
     int64_t n_ctx() const override { return n_ctx_; }
     void attend(const LayerInputs& in, float* out) override;
     void finish_step(int64_t pos0, int64_t T) override;
+
+    /// Whether the next forward steps are prefill or decode steps. kAuto (the default, for callers outside a
+    /// session such as benchmarks) takes a one-token step for a decode step; the session sets the phase itself.
+    enum class Phase { kAuto, kPrefill, kDecode };
+    void set_phase(Phase p) { phase_ = p; }
+    Phase phase() const { return phase_; }
 
     /// Marks the end of the prompt: runs the compression rule for after_prefill and every_n policies.
     void end_prefill();
@@ -62,6 +68,7 @@ private:
     /// The admission decision for an entry of (layer, head) at position pos: offered at write (store null) or
     /// when it leaves the window (store = the window, slot its index) pushed out by the entry at `now`. Runs the
     /// scorer's on_window_exit first, which may rewrite `score`.
+    bool is_decode(int64_t T) const { return phase_ == Phase::kAuto ? T == 1 : phase_ == Phase::kDecode; }
     bool admit(int layer, int head, int32_t pos, float& score, const PageStore* store, int64_t slot, int64_t now);
     HeadCache::Admit admit_fn(int layer, int head, int64_t now) {
         return [this, layer, head, now](int32_t p, float& s, const PageStore* st, int64_t slot) {
@@ -78,6 +85,7 @@ private:
     std::unique_ptr<ScorerState> state_;  // the scorer's memory of this sequence (null if it keeps none)
     int64_t n_tokens_ = 0;
     int64_t decode_steps_ = 0;
+    Phase phase_ = Phase::kAuto;
     uint64_t peak_bytes_ = 0;
 };
 

@@ -29,16 +29,10 @@ std::unique_ptr<KVCache> CacheOptions::make_cache(const LlamaModel& m, int64_t n
     return std::make_unique<KVCache>(m.config(), n_ctx, std::move(p), std::move(pool));
 }
 
-void CacheOptions::prefill(const LlamaModel& m, const Tokenizer& tok, KVCache& cache, const std::vector<int32_t>& prompt,
-                           std::vector<float>& logits) const {
-    prefill(m, tok, cache, prompt, logits, prompt);
-}
-
-void CacheOptions::prefill(const LlamaModel& m, const Tokenizer& tok, KVCache& cache, const std::vector<int32_t>& prompt,
-                           std::vector<float>& logits, const std::vector<int32_t>& context) const {
+void CacheOptions::prefill(Session& session, const std::vector<int32_t>& prompt, std::vector<float>& logits) const {
     PrefillPlan plan;
     plan.chunk = prefill_chunk;
-    kvsieve::prefill(m, tok, cache, prompt, context, plan, logits);
+    session.prefill(prompt, plan, logits);
 }
 
 void CacheOptions::write_stats(const KVStats& s) const {

@@ -8,6 +8,7 @@
 
 #include "cache/kv_cache.h"
 #include "model/llama_model.h"
+#include "session/session.h"
 #include "text/tokenizer.h"
 
 namespace kvsieve::cli {
@@ -23,15 +24,9 @@ struct CacheOptions {
     void add_to(CLI::App* cmd);
     /// Parses and validates them (throws Error naming a bad value) and builds the cache.
     std::unique_ptr<KVCache> make_cache(const LlamaModel& m, int64_t n_ctx) const;
-    /// Runs the prompt through the model in one batch or in chunks of prefill_chunk tokens (compressing
-    /// after each chunk), then marks the end of the prefill. logits: the last token's.
-    void prefill(const LlamaModel& m, const Tokenizer& tok, KVCache& cache, const std::vector<int32_t>& prompt,
-                 std::vector<float>& logits) const;
-    /// The same for a prompt that continues what the cache holds (a chat turn): `context` is every token the
-    /// cache has been given, ending with `prompt` (policies that rescore the context after a prefill, such as
-    /// KVzip, read it).
-    void prefill(const LlamaModel& m, const Tokenizer& tok, KVCache& cache, const std::vector<int32_t>& prompt,
-                 std::vector<float>& logits, const std::vector<int32_t>& context) const;
+    /// Feeds the prompt to the session in one batch or in chunks of prefill_chunk tokens (compressing after
+    /// each chunk), then ends the prefill (Session::prefill). logits: the last token's.
+    void prefill(Session& session, const std::vector<int32_t>& prompt, std::vector<float>& logits) const;
     /// Writes stats as JSON to stats_json if set; throws Error if the file cannot be written.
     void write_stats(const KVStats& s) const;
 };

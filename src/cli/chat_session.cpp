@@ -15,9 +15,8 @@ double now_s() {
 
 ChatSession::ChatSession(const LlamaModel& m, const Tokenizer& tok, ChatTemplate t, KVCache& cache,
                          const CacheOptions& opts, Sampler& sampler, std::optional<std::string> system, bool keep_reply)
-    : m_(m), tok_(tok), t_(std::move(t)), cache_(cache), opts_(opts), sampler_(sampler), system_(std::move(system)),
+    : m_(m), tok_(tok), t_(std::move(t)), session_(m, tok, cache), opts_(opts), sampler_(sampler), system_(std::move(system)),
       keep_reply_(keep_reply), end_of_turn_id_(tok.vocab().find(t_.end_of_turn())) {
-    require(cache_.n_tokens() == 0, "a chat starts on an empty cache");
 }
 
 std::vector<int32_t> ChatSession::turn_prompt(const std::string& user) const {
@@ -46,14 +45,13 @@ ChatTurn ChatSession::turn(const std::string& user, int64_t n_predict,
     const std::vector<int32_t> prompt = turn_prompt(user);
     r.n_prompt = static_cast<int64_t>(prompt.size());
     require(!prompt.empty(), "the chat prompt is empty");
-    if (cache_.n_tokens() + r.n_prompt >= cache_.n_ctx()) {
+    if (session_.n_tokens() + r.n_prompt >= session_.n_ctx()) {
         r.context_full = true;
         return r;
     }
     const double t0 = now_s();
-    tokens_.insert(tokens_.end(), prompt.begin(), prompt.end());
     std::vector<float> logits;
-    opts_.prefill(m_, tok_, cache_, prompt, logits, tokens_);
+    opts_.prefill(session_, prompt, logits);
     const double t1 = now_s();
     if (history_.empty() && system_) history_.push_back({"system", *system_});
     history_.push_back({"user", user});
@@ -74,13 +72,12 @@ ChatTurn ChatSession::turn(const std::string& user, int64_t n_predict,
             r.ended = end;
             break;
         }
-        if (cache_.n_tokens() >= cache_.n_ctx()) {
+        if (session_.n_tokens() >= session_.n_ctx()) {
             r.context_full = true;
             r.ended = end;
             break;
         }
-        m_.forward({next}, cache_, logits);
-        tokens_.push_back(next);
+        session_.decode(next, logits);
         if (end) {
             r.ended = true;
             break;
@@ -96,9 +93,8 @@ ChatTurn ChatSession::turn(const std::string& user, int64_t n_predict,
 }
 
 void ChatSession::reset() {
-    cache_.clear();
+    session_.reset();
     history_.clear();
-    tokens_.clear();
     last_ended_ = true;
 }
 

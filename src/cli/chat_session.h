@@ -48,7 +48,7 @@ public:
 
     const std::vector<ChatMessage>& history() const { return history_; }
     /// Every token given to the cache, in order (its positions 0 … n − 1).
-    const std::vector<int32_t>& tokens() const { return tokens_; }
+    const std::vector<int32_t>& tokens() const { return session_.tokens(); }
     const ChatTemplate& chat_template() const { return t_; }
 
 private:
@@ -57,14 +57,13 @@ private:
     const LlamaModel& m_;
     const Tokenizer& tok_;
     ChatTemplate t_;
-    KVCache& cache_;
+    Session session_;
     const CacheOptions& opts_;
     Sampler& sampler_;
     std::optional<std::string> system_;
     bool keep_reply_;
     int32_t end_of_turn_id_;
     std::vector<ChatMessage> history_;
-    std::vector<int32_t> tokens_;
     bool last_ended_ = true;  // whether the last answer ended with its end-of-turn token (in the cache)
 };
 

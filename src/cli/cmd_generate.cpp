@@ -126,8 +126,9 @@ void run(GenerateOpts o) {
         std::fputs(o.prompt.c_str(), stdout);
         std::fflush(stdout);
     }
+    Session session(model, *tok, *cache);
     const double t0 = now_s();
-    o.cache.prefill(model, *tok, *cache, prompt, logits);
+    o.cache.prefill(session, prompt, logits);
     const double t1 = now_s();
     for (int64_t i = 0; i < n_gen; ++i) {
         const int32_t next = sampler.sample(logits.data(), c.n_vocab);
@@ -137,7 +138,7 @@ void run(GenerateOpts o) {
             std::fputs(text.push(tok->token_to_piece(next)).c_str(), stdout);
             std::fflush(stdout);
         }
-        if (i + 1 < n_gen) model.forward({next}, *cache, logits);
+        if (i + 1 < n_gen) session.decode(next, logits);
     }
     const double t2 = now_s();
     if (o.ids) {

@@ -5,7 +5,7 @@
 
 #include "cache/kv_cache.h"
 #include "model/llama_model.h"
-#include "session/prefill.h"
+#include "session/session.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
 #include "util/progress.h"
@@ -69,17 +69,19 @@ NllResult evaluate_nll(const LlamaModel& model, const Tokenizer& tok, const std:
             PrefillPlan plan;
             plan.chunk = o.chunk;
             plan.all_logits = true;
-            prefill(model, tok, cache, w, w, plan, logits, [&](int64_t b, int64_t e, const std::vector<float>& lg) {
+            Session session(model, tok, cache);
+            session.prefill(w, plan, logits, [&](int64_t b, int64_t e, const std::vector<float>& lg) {
                 for (int64_t t = b; t < e && t + 1 < W; ++t, ++n) nll += token_nll(lg.data() + (t - b) * c.n_vocab, c.n_vocab, w[t + 1]);
             });
         } else {
             const int64_t prefix = o.prefix > 0 ? std::min(o.prefix, W - 1) : W / 2;
             const std::vector<int32_t> head(w.begin(), w.begin() + prefix);
-            prefill(model, tok, cache, head, head, PrefillPlan{}, logits);
+            Session session(model, tok, cache);
+            session.prefill(head, PrefillPlan{}, logits);
             for (int64_t t = prefix; t < W; ++t) {
                 nll += token_nll(logits.data(), c.n_vocab, w[t]);
                 ++n;
-                if (t + 1 < W) model.forward({w[t]}, cache, logits);
+                if (t + 1 < W) session.decode(w[t], logits);
             }
         }
         const KVStats st = cache.stats();

@@ -9,7 +9,7 @@
 #include "eval/tasks.h"
 #include "model/llama_model.h"
 #include "model/sampler.h"
-#include "session/prefill.h"
+#include "session/session.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
 #include "util/progress.h"
@@ -84,13 +84,14 @@ RulerResult run_ruler(const LlamaModel& model, const Tokenizer& tok, const std::
         std::vector<float> logits;
         PrefillPlan plan;
         plan.chunk = o.prefill_chunk;
-        prefill(model, tok, cache, ids, ids, plan, logits);
+        Session session(model, tok, cache);
+        session.prefill(ids, plan, logits);
         std::vector<int32_t> out;
         for (int64_t t = 0; t < ex.max_new_tokens; ++t) {
             const int32_t next = argmax(logits.data(), c.n_vocab);
             if (tok.is_eog(next)) break;
             out.push_back(next);
-            if (t + 1 < ex.max_new_tokens) model.forward({next}, cache, logits);
+            if (t + 1 < ex.max_new_tokens) session.decode(next, logits);
         }
         RulerSample s;
         s.task = ex.task;

@@ -1,0 +1,45 @@
+#include "session/session.h"
+
+#include "cache/kv_cache.h"
+#include "model/llama_model.h"
+#include "util/error.h"
+
+namespace kvsieve {
+
+Session::Session(const LlamaModel& model, const Tokenizer& tok, KVCache& cache)
+    : model_(model), tok_(tok), cache_(cache) {
+    require(cache.n_tokens() == 0, "a session starts from an empty cache (it holds ", cache.n_tokens(), " tokens)");
+}
+
+int64_t Session::n_tokens() const { return cache_.n_tokens(); }
+int64_t Session::n_ctx() const { return cache_.n_ctx(); }
+
+void Session::prefill(const std::vector<int32_t>& prompt, const PrefillPlan& plan, std::vector<float>& logits,
+                      const ChunkFn& on_chunk) {
+    require(n_tokens() + static_cast<int64_t>(prompt.size()) <= n_ctx(), "the prompt needs ", n_tokens() + prompt.size(),
+            " positions but the context holds ", n_ctx());
+    tokens_.insert(tokens_.end(), prompt.begin(), prompt.end());
+    cache_.set_phase(KVCache::Phase::kPrefill);
+    try {
+        kvsieve::prefill(model_, tok_, cache_, prompt, tokens_, plan, logits, on_chunk);
+    } catch (...) {
+        tokens_.resize(static_cast<size_t>(cache_.n_tokens()));  // what the cache really holds
+        cache_.set_phase(KVCache::Phase::kDecode);
+        throw;
+    }
+    cache_.set_phase(KVCache::Phase::kDecode);
+}
+
+void Session::decode(int32_t token, std::vector<float>& logits) {
+    require(n_tokens() < n_ctx(), "the context of ", n_ctx(), " positions is full");
+    cache_.set_phase(KVCache::Phase::kDecode);
+    model_.forward({token}, cache_, logits);
+    tokens_.push_back(token);
+}
+
+void Session::reset() {
+    cache_.clear();
+    tokens_.clear();
+}
+
+}  // namespace kvsieve
