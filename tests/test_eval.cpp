@@ -31,7 +31,7 @@ TEST(EvalNll, FullChunkedEqualsOneShotDenseNll) {
     LlamaModel m(test::model_path("stories260K.gguf"));
     const auto tok = Tokenizer::from_gguf(m.file());
     NllOptions o;
-    o.window_tokens = 128;
+    o.sample_tokens = 128;
     o.samples = 2;
     o.kv_type = "f32";
     o.progress = false;
@@ -64,7 +64,7 @@ TEST(EvalNll, CompressionShowsInDensityAndNll) {
     LlamaModel m(test::model_path("stories260K.gguf"));
     const auto tok = Tokenizer::from_gguf(m.file());
     NllOptions o;
-    o.window_tokens = 256;
+    o.sample_tokens = 256;
     o.samples = 1;
     o.progress = false;
     const NllResult full = evaluate_nll(m, *tok, kText + " " + kText + " " + kText, "full", o);
@@ -87,10 +87,10 @@ TEST(EvalNll, BadInputIsReportedBeforeWork) {
     NllOptions o;
     o.progress = false;
     EXPECT_THROW(evaluate_nll(m, *tok, "", "full", o), Error);
-    o.window_tokens = 4096;  // beyond the 512-token context
+    o.sample_tokens = 4096;  // beyond the 512-token context
     EXPECT_THROW(evaluate_nll(m, *tok, kText, "full", o), Error);
-    o.window_tokens = 2048;
-    o.window_tokens = 512;
+    o.sample_tokens = 2048;
+    o.sample_tokens = 512;
     EXPECT_THROW(evaluate_nll(m, *tok, "short text", "full", o), Error);  // fewer tokens than one window
     EXPECT_THROW(evaluate_nll(m, *tok, kText, "nosuch", o), Error);
 }
@@ -103,7 +103,7 @@ TEST(EvalSweep, KvpressLayoutSummaryAndResume) {
     o.policies = {"knorm", "streaming_llm", "streaming_llm:sinks=2"};
     o.ratios = {0.5, 0.75};
     o.out_dir = dir;
-    o.nll.window_tokens = 160;
+    o.nll.sample_tokens = 160;
     o.nll.samples = 1;
     o.nll.progress = false;
     run_nll_sweep(m, *tok, kText + " " + kText, o);

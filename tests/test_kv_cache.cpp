@@ -153,7 +153,7 @@ TEST(KVCache, RaggedDecodeEqualsMaskedDenseAttention) {
         in.n_head = Hq;
         in.n_head_kv = Hkv;
         in.head_dim = d;
-        in.hidden_dim = 64;
+        in.n_embd = 64;
         in.T = T;
         in.q = in.q_pre = q.data();
         in.k = in.k_pre = k.data();

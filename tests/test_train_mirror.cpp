@@ -5,8 +5,10 @@
 #include <cmath>
 
 #include "model/llama_model.h"
+#include "predict/predictor_tensors.h"
 #include "test_util.h"
 #include "train/mirror.h"
+#include "util/error.h"
 
 namespace kvsieve {
 namespace {
@@ -65,6 +67,37 @@ TEST(Mirror, SavedGGUFRunsInTheEngineWithTheSameLogits) {
     double maxd = 0;
     for (size_t i = 0; i < ref.size(); ++i) maxd = std::max(maxd, static_cast<double>(std::abs(got.data_ptr<float>()[i] - ref[i])));
     EXPECT_LT(maxd, 1e-4);
+}
+
+TEST(Mirror, PredictorTensorsRoundTripThroughTheGGUFAndTheModelStillRuns) {
+    const std::string src = test::model_path("tiny-qwen3-f32.gguf");
+    auto m = train::load_mirror(src);
+    const int D = m->config().n_embd;
+    auto fc1 = torch::arange(0, 4 * D, torch::kFloat32).reshape({4, D}) * 0.01f;  // [out, in]
+    auto bias = torch::tensor({5.0f, 5.0f, 5.0f});
+    std::map<std::string, torch::Tensor> pred{{predictor_tensor_name("spkv", 1, "fc1.weight"), fc1},
+                                              {predictor_tensor_name("spkv", 1, "fc2.bias"), bias}};
+    test::TempFile out(".gguf");
+    train::save_mirror(m, out.path(), train::tokenizer_metadata(src), pred);
+    GGUFFile f(out.path());
+    const auto got = read_predictor_tensors(f, "spkv", 1);
+    ASSERT_EQ(got.size(), 2u);
+    EXPECT_EQ(got.at("fc1.weight").shape, (std::vector<int64_t>{4, D}));
+    for (int64_t i = 0; i < 4 * D; ++i) EXPECT_FLOAT_EQ(got.at("fc1.weight").data[i], 0.01f * static_cast<float>(i));
+    EXPECT_EQ(got.at("fc2.bias").data, (std::vector<float>{5, 5, 5}));
+    EXPECT_TRUE(read_predictor_tensors(f, "spkv", 0).empty());
+    EXPECT_TRUE(read_predictor_tensors(f, "wgkv", 1).empty());
+    // The engine ignores predictor tensors: the file still runs, with the mirror's logits.
+    const auto toks = some_tokens(m->config().n_vocab, 12);
+    const auto ref = engine_logits(out.path(), toks);
+    torch::NoGradGuard ng;
+    auto logits = m->forward(as_tensor(toks)).contiguous();
+    double maxd = 0;
+    for (size_t i = 0; i < ref.size(); ++i) maxd = std::max(maxd, static_cast<double>(std::abs(logits.data_ptr<float>()[i] - ref[i])));
+    EXPECT_LT(maxd, 1e-4);
+    // A name outside the schema, or one that shadows a model tensor, is refused.
+    EXPECT_THROW(train::save_mirror(m, out.path(), {}, {{"spkv_gate", bias}}), kvsieve::Error);
+    EXPECT_THROW(train::save_mirror(m, out.path(), {}, {{"blk.0.attn_q.weight", fc1}}), kvsieve::Error);
 }
 
 TEST(Mirror, KeepMaskEqualsMinusInfinityBiasAndKvHeadHooksCoverTheGroup) {

@@ -106,7 +106,7 @@ void KVCache::attend(const LayerInputs& in, float* out) {
         e.T = in.T;
         e.pos0 = in.pos0;
         e.prefill = !decode;
-        e.hidden_dim = in.hidden_dim;
+        e.n_embd = in.n_embd;
         e.hidden = in.hidden;
         e.k_pre = in.k_pre;
         e.k = in.k;
@@ -228,7 +228,7 @@ void KVCache::decode_layer(const LayerInputs& in, const float* write_scores, flo
         di.v = in.v + h * d;
         di.hidden = in.hidden;
         di.head_dim = d;
-        di.hidden_dim = in.hidden_dim;
+        di.n_embd = in.n_embd;
         di.state = state_.get();
         return di;
     };
@@ -342,7 +342,7 @@ void KVCache::prefill_layer(const LayerInputs& in, const float* write_scores, fl
         si.q = in.q;
         si.q_pre = in.q_pre;
         si.k_pre = in.k_pre;
-        si.hidden_dim = in.hidden_dim;
+        si.n_embd = in.n_embd;
         si.hidden = in.hidden;
         si.rope = in.rope;
         si.state = state_.get();

@@ -11,7 +11,7 @@ namespace kvsieve {
 struct LayerInputs {
     int layer = 0;
     int64_t pos0 = 0, T = 0;
-    int n_head = 0, n_head_kv = 0, head_dim = 0, hidden_dim = 0;
+    int n_head = 0, n_head_kv = 0, head_dim = 0, n_embd = 0;
     const float* hidden = nullptr;  ///< [T][D] attention input (after the input RMSNorm)
     const float* q_pre = nullptr;   ///< [T][Hq·d] queries before RoPE (after QK-norm for Qwen3)
     const float* k_pre = nullptr;   ///< [T][Hkv·d] keys before RoPE (after QK-norm for Qwen3)

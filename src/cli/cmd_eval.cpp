@@ -23,7 +23,7 @@ namespace kvsieve::cli {
 namespace {
 struct EvalCommon {
     std::string model, corpus, out = "results", protocol = "chunked", kv_type = "f16";
-    int64_t samples = 8, window_tokens = 512, chunk = 16, prefix = -1;
+    int64_t samples = 8, sample_tokens = 512, chunk = 16, prefix = -1;
     int threads = 0, sinks = 4, window = 128;
     uint64_t seed = 0;
     bool quiet = false;
@@ -32,7 +32,7 @@ struct EvalCommon {
         cmd->add_option("-m,--model", model, "GGUF model")->required()->check(CLI::ExistingFile);
         cmd->add_option("--corpus", corpus, "text file to evaluate on")->required();
         cmd->add_option("--samples", samples, "evaluation windows (taken in order from the corpus start)")->capture_default_str();
-        cmd->add_option("--length", window_tokens, "tokens per window, BOS included")->capture_default_str();
+        cmd->add_option("--length", sample_tokens, "tokens per window, BOS included")->capture_default_str();
         cmd->add_option("--protocol", protocol, "chunked (SP-KV App. A.2: chunks, compression after each) or plain")
             ->capture_default_str();
         cmd->add_option("--chunk", chunk, "chunk size of the chunked protocol")->capture_default_str();
@@ -49,7 +49,7 @@ struct EvalCommon {
         NllOptions o;
         require(protocol == "chunked" || protocol == "plain", "--protocol must be chunked or plain, got '", protocol, "'");
         o.protocol = protocol == "chunked" ? NllProtocol::kChunked : NllProtocol::kPlain;
-        o.window_tokens = window_tokens;
+        o.sample_tokens = sample_tokens;
         o.samples = samples;
         o.chunk = chunk;
         o.sinks = sinks;

@@ -33,13 +33,13 @@ NllResult evaluate_nll(const LlamaModel& model, const Tokenizer& tok, const std:
                        const std::string& policy_spec, const NllOptions& o) {
     const ModelConfig& c = model.config();
     require(!corpus_text.empty(), "the corpus is empty");
-    require(o.window_tokens >= 4, "the NLL window must be at least 4 tokens, got ", o.window_tokens);
-    require(o.window_tokens <= c.n_ctx_train, "the NLL window of ", o.window_tokens,
+    require(o.sample_tokens >= 4, "the NLL window must be at least 4 tokens, got ", o.sample_tokens);
+    require(o.sample_tokens <= c.n_ctx_train, "the NLL window of ", o.sample_tokens,
             " tokens is longer than the model's context of ", c.n_ctx_train);
     require(o.samples >= 1, "--samples must be ≥ 1");
     require(o.chunk >= 1, "the chunk size must be ≥ 1");
     const std::vector<int32_t> ids = tok.encode(corpus_text, false, false);
-    const int64_t per = o.window_tokens - 1;  // BOS + per corpus tokens
+    const int64_t per = o.sample_tokens - 1;  // BOS + per corpus tokens
     require(static_cast<int64_t>(ids.size()) >= per, "the corpus has ", ids.size(), " tokens, fewer than one window of ",
             per);
     const int64_t samples = std::min<int64_t>(o.samples, static_cast<int64_t>(ids.size()) / per);

@@ -24,7 +24,7 @@ enum class NllProtocol {
 
 struct NllOptions {
     NllProtocol protocol = NllProtocol::kChunked;
-    int64_t window_tokens = 512;  ///< tokens per evaluation window (BOS included)
+    int64_t sample_tokens = 512;  ///< tokens per evaluation window (BOS included)
     int64_t samples = 8;          ///< windows, taken one after another from the start of the corpus
     int64_t chunk = 16;           ///< chunked protocol: chunk size
     int sinks = 4;                ///< chunked protocol: protected first positions

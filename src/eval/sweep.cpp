@@ -160,7 +160,7 @@ void run_nll_sweep(const LlamaModel& model, const Tokenizer& tok, const std::str
         std::ostringstream yaml;
         yaml << "task: nll\npolicy: \"" << spec << "\"\nmodel: \"" << o.model_path << "\"\ncorpus: \"" << o.corpus_path
              << "\"\nprotocol: " << (o.nll.protocol == NllProtocol::kChunked ? "chunked" : "plain")
-             << "\nwindow_tokens: " << o.nll.window_tokens << "\nsamples: " << o.nll.samples << "\nchunk: " << o.nll.chunk
+             << "\nwindow_tokens: " << o.nll.sample_tokens << "\nsamples: " << o.nll.samples << "\nchunk: " << o.nll.chunk
              << "\nsinks: " << o.nll.sinks << "\nwindow: " << o.nll.window << "\nkv_type: " << o.nll.kv_type << "\n";
         write_text(dir / "config.yaml", yaml.str());
         nlohmann::json m = r.to_json();

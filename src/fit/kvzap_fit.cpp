@@ -109,7 +109,7 @@ KVzapPairs collect_kvzap_pairs(const LlamaModel& model, const Tokenizer& tok, co
         KVCache cache(c, 2 * static_cast<int64_t>(prompt.size()) + 64, parse_policy("kvzip_plus:ratio=0"), pool);
         std::vector<std::vector<float>> hidden(L);  // [L][T][D] attention inputs
         PrefillPlan plan;
-        plan.on_layer = [&](const LayerInputs& in) { hidden[in.layer].assign(in.hidden, in.hidden + in.T * in.hidden_dim); };
+        plan.on_layer = [&](const LayerInputs& in) { hidden[in.layer].assign(in.hidden, in.hidden + in.T * in.n_embd); };
         std::vector<float> logits;
         prefill(model, tok, cache, prompt, prompt, plan, logits);  // KVzip+ scores every entry; ratio 0 keeps all
         // Sampled positions (sinks excluded: their scores are not predictions).

@@ -89,7 +89,7 @@ void LlamaModel::forward(const std::vector<int32_t>& tokens, SequenceCache& cach
         in.n_head = c.n_head;
         in.n_head_kv = c.n_head_kv;
         in.head_dim = c.head_dim;
-        in.hidden_dim = c.n_embd;
+        in.n_embd = c.n_embd;
         in.hidden = xn.data();
         in.q_pre = q_pre.data();
         in.k_pre = k_pre.data();

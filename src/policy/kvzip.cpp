@@ -31,7 +31,7 @@ void score_chunk(const PrefillScoreInput& in, const KVzipSpec& spec, int64_t sta
                  std::vector<std::unordered_map<int32_t, float>>& out) {
     const int d = in.head_dim, G = in.n_head / in.n_head_kv;
     const int64_t T = in.T, ldq = static_cast<int64_t>(in.n_head) * d;
-    const int64_t D = in.hidden_dim;
+    const int64_t D = in.n_embd;
     std::vector<double> hnorm(T);
     for (int64_t t = 0; t < T; ++t) {
         double s = 0;

@@ -45,7 +45,7 @@ struct PrefillScoreInput {
     const float* q = nullptr;      ///< [T][Hq·d] queries after RoPE
     const float* q_pre = nullptr;  ///< [T][Hq·d] queries before RoPE
     const float* k_pre = nullptr;  ///< [T][Hkv·d] the chunk's keys before RoPE (after QK-norm for Qwen3)
-    int64_t hidden_dim = 0;
+    int64_t n_embd = 0;
     const float* hidden = nullptr; ///< [T][D] attention inputs
     RopeAngles rope;               ///< the model's rotation (q = RoPE(q_pre))
     std::vector<HeadView> heads;   ///< [Hkv]
@@ -59,7 +59,7 @@ struct WriteEvent {
     int n_head_kv = 0, head_dim = 0;
     int64_t T = 0, pos0 = 0;
     bool prefill = true;           ///< false at a decode step
-    int64_t hidden_dim = 0;
+    int64_t n_embd = 0;
     const float* hidden = nullptr; ///< [T][D] attention inputs (after the input RMSNorm)
     const float* k_pre = nullptr;  ///< [T][Hkv·d] keys before RoPE (after QK-norm for Qwen3)
     const float* k = nullptr;      ///< [T][Hkv·d] keys after RoPE
@@ -88,7 +88,7 @@ struct DecodeScoreInput {
     const float* v = nullptr;        ///< [d] its value
     const float* hidden = nullptr;   ///< [D] the token's attention input
     int head_dim = 0;
-    int64_t hidden_dim = 0;
+    int64_t n_embd = 0;
     ScorerState* state = nullptr;    ///< the sequence's state (null if the scorer keeps none)
 };
 

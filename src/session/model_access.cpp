@@ -57,7 +57,7 @@ public:
         si.q = in.q;
         si.q_pre = in.q_pre;
         si.k_pre = in.k_pre;
-        si.hidden_dim = in.hidden_dim;
+        si.n_embd = in.n_embd;
         si.hidden = in.hidden;
         si.rope = in.rope;
         for (int h = 0; h < Hkv; ++h)

@@ -1,5 +1,6 @@
 #include "train/mirror.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "io/gguf_writer.h"
@@ -210,13 +211,25 @@ GGUFMetadata tokenizer_metadata(const Vocab& v) {
     return out;
 }
 
-void save_mirror(LlamaMirror& m, const std::string& path, const GGUFMetadata& extra) {
+void save_mirror(LlamaMirror& m, const std::string& path, const GGUFMetadata& extra,
+                 const std::map<std::string, torch::Tensor>& predictors) {
     const ModelConfig& c = m->config();
     GGUFWriter w;
     c.to_gguf(w);
     for (const auto& [k, v] : extra) w.set(k, v);
     std::vector<torch::Tensor> keep;  // contiguous copies that outlive write()
     for (const auto& [name, t] : m->gguf_tensors()) {
+        auto ct = t.detach().to(torch::kFloat32).contiguous();
+        keep.push_back(ct);
+        std::vector<int64_t> ne(ct.sizes().rbegin(), ct.sizes().rend());
+        w.add_tensor_ref(name, static_cast<uint32_t>(TensorType::F32), ne, ct.data_ptr<float>(),
+                         static_cast<uint64_t>(ct.numel()) * 4);
+    }
+    const auto model_tensors = m->gguf_tensors();
+    for (const auto& [name, t] : predictors) {
+        const bool schema = name.rfind("blk.", 0) == 0 && std::count(name.begin(), name.end(), '.') >= 3;
+        require(schema, "predictor tensor '", name, "' is not named blk.<layer>.<method>.<name>");
+        for (const auto& [mn, mt] : model_tensors) require(mn != name, "predictor tensor '", name, "' is a model tensor");
         auto ct = t.detach().to(torch::kFloat32).contiguous();
         keep.push_back(ct);
         std::vector<int64_t> ne(ct.sizes().rbegin(), ct.sizes().rend());

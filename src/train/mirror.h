@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -86,7 +87,11 @@ GGUFMetadata tokenizer_metadata(const std::string& gguf_path);
 GGUFMetadata tokenizer_metadata(const Vocab& v);
 
 /// Writes the mirror as an F32 GGUF: general.architecture and the hyperparameters from its config, then
-/// `extra` (general.name, tokenizer.* …) in order. Throws Error on I/O failure.
-void save_mirror(LlamaMirror& m, const std::string& path, const GGUFMetadata& extra);
+/// `extra` (general.name, tokenizer.* …) in order, the model's tensors, then `predictors`: learned predictor
+/// tensors by GGUF name (predict/predictor_tensors.h: blk.<layer>.<method>.<name>, shape outermost first), written
+/// as F32. Throws Error on I/O failure or a predictor name that is not in that schema or collides with a model
+/// tensor.
+void save_mirror(LlamaMirror& m, const std::string& path, const GGUFMetadata& extra,
+                 const std::map<std::string, torch::Tensor>& predictors = {});
 
 }  // namespace kvsieve::train

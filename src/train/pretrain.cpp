@@ -18,71 +18,24 @@
 #include "train/attn_supervision.h"
 #include "train/data.h"
 #include "train/loop.h"
+#include "train/lm_eval.h"
 #include "train/mirror.h"
+#include "train/run_config.h"
 #include "util/error.h"
 #include "util/file.h"
 
 namespace kvsieve::train {
 
-namespace {
 using json = nlohmann::json;
 
-/// Throws Error naming the first key of `j` (an object at `where`) that is not in `known`.
-void check_keys(const json& j, const std::string& where, const std::set<std::string>& known) {
-    require(j.is_object(), where, " must be a JSON object");
-    for (auto it = j.begin(); it != j.end(); ++it) {
-        if (known.count(it.key())) continue;
-        std::string k;
-        for (const auto& s : known) k += (k.empty() ? "" : ", ") + s;
-        fail("unknown config key '", where, ".", it.key(), "' (known: ", k, ")");
-    }
-}
-
-std::string resolve(const std::filesystem::path& base, const std::string& p) {
-    std::filesystem::path q(p);
-    return q.is_absolute() ? p : (base / q).lexically_normal().string();
-}
-
-/// Weighted cross-entropy of logits [B, T, V] predicting tokens[:, 1:], weights [B, T] (weight of target t).
-torch::Tensor weighted_ce(const torch::Tensor& logits, const torch::Tensor& tokens, const torch::Tensor& w) {
-    const int64_t V = logits.size(2);
-    auto lp = torch::log_softmax(logits.narrow(1, 0, logits.size(1) - 1).reshape({-1, V}), -1);
-    auto tgt = tokens.narrow(1, 1, tokens.size(1) - 1).reshape({-1});
-    auto ww = w.narrow(1, 1, w.size(1) - 1).reshape({-1});
-    auto nll = -lp.gather(1, tgt.unsqueeze(1)).squeeze(1);
-    return (nll * ww).sum() / ww.sum().clamp_min(1e-6);
-}
-/// Teacher-forced answer tokens of `s` from `answer_begin` to before its final EOS: (predicted correctly, count).
-/// All correct is the same as greedy decoding producing the answer exactly.
-std::pair<int64_t, int64_t> answer_hits(LlamaMirror& model, const Sequence& s, int64_t answer_begin) {
-    const int64_t n = static_cast<int64_t>(s.tokens.size());
-    auto t = torch::tensor(std::vector<int64_t>(s.tokens.begin(), s.tokens.end()));
-    auto pred = model->forward(t.unsqueeze(0)).argmax(-1).squeeze(0);  // pred[i] predicts token i+1
-    auto ok = pred.slice(0, answer_begin - 1, n - 2).eq(t.slice(0, answer_begin, n - 1));
-    return {ok.sum().item<int64_t>(), n - 1 - answer_begin};
-}
-
-/// (correct, total) greedy predictions over the tokens of `s` whose weight is > 0 (teacher-forced, one forward).
-std::pair<int64_t, int64_t> weighted_hits(LlamaMirror& model, const Sequence& s) {
-    const int64_t n = static_cast<int64_t>(s.tokens.size());
-    auto t = torch::tensor(std::vector<int64_t>(s.tokens.begin(), s.tokens.end()));
-    auto pred = model->forward(t.unsqueeze(0)).argmax(-1).squeeze(0);  // pred[i] predicts token i+1
-    auto w = torch::tensor(std::vector<float>(s.weight.begin() + 1, s.weight.end())).gt(0);
-    auto ok = pred.slice(0, 0, n - 1).eq(t.slice(0, 1, n)).logical_and(w);
-    return {ok.sum().item<int64_t>(), w.sum().item<int64_t>()};
-}
-
-}  // namespace
-
 bool run_pretrain(const std::string& config_path, bool resume, bool progress) {
-    const json cfg = json::parse(read_whole_file(config_path, "config"), nullptr, false);
-    require(!cfg.is_discarded(), "config '", config_path, "' is not valid JSON");
-    const std::filesystem::path base = std::filesystem::path(config_path).parent_path();
+    const RunConfig rc = RunConfig::read(config_path);
+    const json& cfg = rc.root;
     check_keys(cfg, "config", {"out", "output", "name", "seed", "threads", "model", "init", "tokenizer", "data", "optim",
                                 "eval", "checkpoint_every", "log_every", "attention_supervision"});
     require(cfg.contains("out"), "config needs \"out\" (the run directory)");
-    const std::string out = resolve(base, cfg["out"].get<std::string>());
-    const std::string output = cfg.contains("output") ? resolve(base, cfg["output"].get<std::string>()) : out + "/model.gguf";
+    const std::string out = rc.resolve(cfg["out"].get<std::string>());
+    const std::string output = cfg.contains("output") ? rc.resolve(cfg["output"].get<std::string>()) : out + "/model.gguf";
     const uint64_t seed = cfg.value("seed", uint64_t(1));
     set_num_threads(cfg.value("threads", 0));
     torch::set_num_threads(std::max(1, num_threads()));
@@ -93,11 +46,11 @@ bool run_pretrain(const std::string& config_path, bool resume, bool progress) {
     check_keys(d, "data", {"text", "haystack", "holdout_fraction", "synthetic_fraction", "tasks", "lengths",
                            "length_weights", "tokens_per_batch", "prompt_weight", "answer_weight"});
     std::vector<std::string> text_paths, texts;
-    for (const auto& p : d.at("text")) text_paths.push_back(resolve(base, p.get<std::string>()));
+    for (const auto& p : d.at("text")) text_paths.push_back(rc.resolve(p.get<std::string>()));
     require(!text_paths.empty(), "data.text lists no files");
     for (const auto& p : text_paths) texts.push_back(read_whole_file(p, "corpus file"));
     std::string haystack;
-    for (const auto& p : d.value("haystack", json::array())) haystack += read_whole_file(resolve(base, p.get<std::string>()), "haystack file") + "\n";
+    for (const auto& p : d.value("haystack", json::array())) haystack += read_whole_file(rc.resolve(p.get<std::string>()), "haystack file") + "\n";
     MixSpec mix;
     mix.synthetic_fraction = d.value("synthetic_fraction", 0.5);
     const json tasks = d.value("tasks", json::object());
@@ -116,22 +69,9 @@ bool run_pretrain(const std::string& config_path, bool resume, bool progress) {
     const double holdout = d.value("holdout_fraction", 0.05);
 
     // --- optimiser and loop options ---
-    const json o = cfg.value("optim", json::object());
-    check_keys(o, "optim", {"steps", "lr", "min_lr_ratio", "schedule", "warmup_steps", "decay_fraction", "weight_decay",
-                            "beta1", "beta2", "clip", "grad_accum"});
-    LoopOptions lo;
-    lo.steps = o.value("steps", int64_t(1000));
-    lo.grad_accum = o.value("grad_accum", int64_t(1));
-    lo.clip = o.value("clip", 1.0);
-    lo.beta1 = o.value("beta1", 0.9);
-    lo.beta2 = o.value("beta2", 0.95);
-    lo.schedule.kind = o.value("schedule", std::string("cosine"));
-    lo.schedule.warmup = o.value("warmup_steps", int64_t(100));
-    lo.schedule.total = lo.steps;
-    lo.schedule.min_ratio = o.value("min_lr_ratio", 0.1);
-    lo.schedule.decay_fraction = o.value("decay_fraction", 0.2);
-    (void)lo.schedule.factor(0);  // validates the kind
-    const double lr = o.value("lr", 1e-3), wd = o.value("weight_decay", 0.1);
+    const OptimConfig oc = read_optim(cfg.value("optim", json::object()));
+    LoopOptions lo = oc.loop;
+    const double lr = oc.lr, wd = oc.weight_decay;
     lo.out_dir = out;
     lo.resume = resume;
     lo.progress = progress;
@@ -158,73 +98,14 @@ bool run_pretrain(const std::string& config_path, bool resume, bool progress) {
         if (!is_copy_task(t) && !is_recall_style_task(t)) check_task_name(t);
 
     // --- tokenizer ---
-    const json tk = cfg.value("tokenizer", json::object());
-    check_keys(tk, "tokenizer", {"from_gguf", "train_bpe"});
-    GGUFMetadata tok_meta;
-    std::unique_ptr<Tokenizer> tok;
-    if (tk.contains("from_gguf")) {
-        const std::string p = resolve(base, tk["from_gguf"].get<std::string>());
-        GGUFFile f(p);
-        tok = Tokenizer::from_gguf(f);
-        tok_meta = tokenizer_metadata(p);
-    } else {
-        const json tb = tk.value("train_bpe", json::object());
-        check_keys(tb, "tokenizer.train_bpe", {"vocab_size", "min_char_count", "extra_task_samples"});
-        BpeTrainOptions bo;
-        bo.vocab_size = tb.value("vocab_size", 2048);
-        bo.min_char_count = tb.value("min_char_count", 50);
-        std::string text;
-        for (const auto& t : texts) text += t + "\n";
-        // Task templates go into the merge statistics too, so their fixed words become single tokens.
-        const int extra = tb.value("extra_task_samples", 0);
-        if (extra > 0 && !mix.tasks.empty()) {
-            auto byte_vocab = train_bpe_vocab(text.substr(0, 1 << 20), BpeTrainOptions{512, bo.min_char_count, true});
-            SpmTokenizer tmp(byte_vocab);
-            int i = 0;
-            for (int s = 0; s < extra; ++s)
-                for (const auto& [name, w] : mix.tasks)
-                if (!is_training_only_task(name)) text += make_task_example(name, 1024, tmp, haystack, seed * 7919 + ++i).input + "\n";
-        }
-        Vocab v = train_bpe_vocab(text, bo);
-        if (progress) std::fprintf(stderr, "trained a BPE vocabulary of %d tokens\n", v.size());
-        tok_meta = tokenizer_metadata(v);
-        tok = std::make_unique<SpmTokenizer>(std::move(v));
-    }
+    std::vector<std::string> task_names;
+    for (const auto& [name, w] : mix.tasks) task_names.push_back(name);
+    TokenizerConfig tc = read_tokenizer(rc, cfg.value("tokenizer", json::object()), texts, task_names, haystack, seed, progress);
+    const GGUFMetadata tok_meta = tc.meta;
+    std::unique_ptr<Tokenizer> tok = std::move(tc.tok);
 
     // --- model ---
-    LlamaMirror model(nullptr);
-    if (cfg.contains("init")) {
-        model = load_mirror(resolve(base, cfg["init"].get<std::string>()));
-        require(model->config().n_vocab == tok->vocab().size(), "init model has a vocabulary of ", model->config().n_vocab,
-                " tokens but the tokenizer has ", tok->vocab().size());
-    } else {
-        require(cfg.contains("model"), "config needs \"model\" (a shape) or \"init\" (a GGUF to start from)");
-        const json m = cfg["model"];
-        check_keys(m, "model", {"arch", "n_layer", "n_embd", "n_head", "n_head_kv", "head_dim", "n_ff", "n_ctx",
-                                "rope_base", "rms_eps", "tied"});
-        ModelConfig c;
-        c.arch_name = m.value("arch", std::string("llama"));
-        require(c.arch_name == "llama" || c.arch_name == "qwen2" || c.arch_name == "qwen3", "model.arch '", c.arch_name,
-                "' is not one the trainer knows (llama, qwen2, qwen3)");
-        c.arch = c.arch_name == "llama" ? Arch::kLlama : c.arch_name == "qwen2" ? Arch::kQwen2 : Arch::kQwen3;
-        c.rope_layout = c.arch == Arch::kLlama ? RopeLayout::kNormal : RopeLayout::kNeox;
-        c.qkv_bias = c.arch == Arch::kQwen2;
-        c.qk_norm = c.arch == Arch::kQwen3;
-        c.n_layer = m.at("n_layer");
-        c.n_embd = m.at("n_embd");
-        c.n_head = m.at("n_head");
-        c.n_head_kv = m.value("n_head_kv", c.n_head);
-        c.head_dim = m.value("head_dim", c.n_embd / c.n_head);
-        c.n_rot = c.head_dim;
-        c.n_ff = m.at("n_ff");
-        c.n_ctx_train = m.value("n_ctx", int64_t(2048));
-        c.rope_base = m.value("rope_base", 10000.0f);
-        c.rms_eps = m.value("rms_eps", 1e-5f);
-        c.n_vocab = tok->vocab().size();
-        require(c.n_head % c.n_head_kv == 0, "model.n_head must be a multiple of model.n_head_kv");
-        torch::manual_seed(seed);
-        model = LlamaMirror(c, m.value("tied", true));
-    }
+    LlamaMirror model = read_model(rc, *tok, seed);
     for (const auto& [what, lh] : {std::pair{"carry", as_carry}, std::pair{"lookup", as_lookup}})
         if (as_weight > 0)
             require(lh[0] >= 0 && lh[0] < model->config().n_layer && lh[1] >= 0 && lh[1] < model->config().n_head,
@@ -311,19 +192,9 @@ bool run_pretrain(const std::string& config_path, bool resume, bool progress) {
         }
     }
     auto eval = [&](int64_t) {
-        json e;
-        for (size_t f = 0; f < text_paths.size(); ++f) {
-            const std::string name = std::filesystem::path(text_paths[f]).stem().string();
-            double s = 0;
-            int64_t n = 0;
-            for (const auto& seq : stream.heldout_windows(f, ev_win, ev_windows)) {
-                auto t = torch::tensor(std::vector<int64_t>(seq.tokens.begin(), seq.tokens.end())).unsqueeze(0);
-                auto w = torch::ones_like(t, torch::kFloat32);
-                s += weighted_ce(model->forward(t), t, w).item<double>();
-                ++n;
-            }
-            if (n) e["nll_" + name] = s / n;
-        }
+        std::vector<std::string> names;
+        for (const auto& p : text_paths) names.push_back(std::filesystem::path(p).stem().string());
+        json e = heldout_nll(model, stream, names, ev_win, ev_windows);
         for (const auto& task : eval_tasks) {
             int64_t hit = 0, total = 0, exact = 0;
             for (int64_t i = 0; i < ev_n; ++i) {

@@ -1,0 +1,33 @@
+#pragma once
+// The language-model losses and evaluations every trainer shares: weighted next-token cross-entropy, held-out
+// NLL of text windows, and teacher-forced answer accuracy.
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "train/data.h"
+#include "train/mirror.h"
+
+namespace kvsieve::train {
+
+/// Weighted cross-entropy (nats per weighted target token) of logits [B, T, V] predicting tokens[:, 1:] ([B, T]
+/// int64), with weights w [B, T] float (w[:, t] weighs the target at t; the first column is unused).
+torch::Tensor weighted_ce(const torch::Tensor& logits, const torch::Tensor& tokens, const torch::Tensor& w);
+
+/// Teacher-forced answer tokens of `s` from `answer_begin` to before its final EOS: (predicted correctly, count).
+/// All correct is the same as greedy decoding producing the answer exactly.
+std::pair<int64_t, int64_t> answer_hits(LlamaMirror& model, const Sequence& s, int64_t answer_begin);
+
+/// (correct, total) greedy predictions over the tokens of `s` whose weight is > 0 (teacher-forced, one forward).
+std::pair<int64_t, int64_t> weighted_hits(LlamaMirror& model, const Sequence& s);
+
+/// Mean NLL (nats/token) of `count` held-out windows of `window` tokens of each text of `stream`, as
+/// {"nll_<name>": value} with names[i] the i-th text's name; texts without a window are left out.
+nlohmann::json heldout_nll(LlamaMirror& model, const TextStream& stream, const std::vector<std::string>& names,
+                           int64_t window, int64_t count);
+
+}  // namespace kvsieve::train
