@@ -228,5 +228,90 @@ TEST(Session, AFullContextIsAnError) {
     EXPECT_EQ(s.tokens().size(), 8u);
 }
 
+TEST(Session, APrefillWithoutCompressionOnlyExtendsTheCache) {
+    // The query-agnostic protocol: the context is compressed, then the question is added whole.
+    const auto tok = Tokenizer::from_gguf(model().file());
+    const auto ids = prompt_ids();
+    const int64_t n_ctx = 30;
+    const std::vector<int32_t> context(ids.begin(), ids.begin() + n_ctx), question(ids.begin() + n_ctx, ids.end());
+    auto c = make("snapkv:ratio=0.75,window_size=4");
+    Session s(model(), *tok, *c);
+    std::vector<float> logits;
+    s.prefill(context, PrefillPlan{}, logits);
+    const auto after_context = c->stats().entries;
+    PrefillPlan q;
+    q.compress = false;
+    s.prefill(question, q, logits);
+    for (int l = 0; l < model().config().n_layer; ++l)
+        for (int h = 0; h < model().config().n_head_kv; ++h) {
+            const auto kept = kept_positions(*c, l, h);
+            EXPECT_LE(after_context[l][h], n_ctx / 2);  // the context was compressed
+            EXPECT_EQ(static_cast<int64_t>(kept.size()), after_context[l][h] + static_cast<int64_t>(question.size()));
+            for (int64_t p = n_ctx; p < static_cast<int64_t>(ids.size()); ++p)
+                EXPECT_TRUE(std::binary_search(kept.begin(), kept.end(), static_cast<int32_t>(p)));
+        }
+    // The same tokens with compression would have been cut again.
+    auto d = make("snapkv:ratio=0.75,window_size=4");
+    Session s2(model(), *tok, *d);
+    s2.prefill(context, PrefillPlan{}, logits);
+    s2.prefill(question, PrefillPlan{}, logits);
+    EXPECT_LT(d->stats().density, c->stats().density);
+}
+
+TEST(Session, EveryBudgetRuleKeepsSinksWindowAndItsBudget) {
+    // B = s + w + k per head (KVpop eq. 1): the first s positions, the newest w, and k chosen by the scores.
+    const auto tok = Tokenizer::from_gguf(model().file());
+    const auto ids = prompt_ids();
+    const int64_t n = static_cast<int64_t>(ids.size()) - 3;
+    for (const char* spec : {"snapkv:budget=8,sinks=2,window=4,window_size=4", "knorm:budget=8,sinks=2,window=4",
+                             "tova:budget=8,sinks=2,window=4", "expected_attention:budget=8,sinks=2,window=4"}) {
+        SCOPED_TRACE(spec);
+        auto c = make(spec);
+        Session s(model(), *tok, *c);
+        std::vector<float> logits;
+        s.prefill(std::vector<int32_t>(ids.begin(), ids.begin() + n), PrefillPlan{}, logits);
+        for (int step = 0; step <= 3; ++step) {
+            const int64_t seen = n + step;
+            for (int l = 0; l < model().config().n_layer; ++l)
+                for (int h = 0; h < model().config().n_head_kv; ++h) {
+                    const auto kept = kept_positions(*c, l, h);
+                    ASSERT_EQ(kept.size(), 14u) << "step " << step;
+                    EXPECT_EQ(kept[0], 0);
+                    EXPECT_EQ(kept[1], 1);
+                    for (int64_t p = seen - 4; p < seen; ++p)
+                        EXPECT_TRUE(std::binary_search(kept.begin(), kept.end(), static_cast<int32_t>(p)));
+                }
+            if (step < 3) s.decode(ids[n + step], logits);
+        }
+    }
+    // A ratio counts the tokens beyond the protected regions: 4 + 8 + ⌊(n − 12)·0.5⌋.
+    auto c = make("knorm:ratio=0.5,sinks=4,window=8");
+    Session s(model(), *tok, *c);
+    std::vector<float> logits;
+    s.prefill(ids, PrefillPlan{}, logits);
+    const int64_t m = static_cast<int64_t>(ids.size());
+    EXPECT_EQ(static_cast<int64_t>(kept_positions(*c, 0, 0).size()), 12 + (m - 12) / 2);
+}
+
+TEST(Session, TovaMakesOneChoicePerLayer) {
+    // The last query's attention averaged over every query head of the layer: all KV heads keep the same positions,
+    // after the prefill and after each decode-step eviction.
+    const auto tok = Tokenizer::from_gguf(model().file());
+    const auto ids = prompt_ids();
+    auto c = make("tova:budget=12");
+    Session s(model(), *tok, *c);
+    std::vector<float> logits;
+    s.prefill(std::vector<int32_t>(ids.begin(), ids.begin() + 30), PrefillPlan{}, logits);
+    for (int step = 0; step < 8; ++step) {
+        s.decode(ids[30 + step], logits);
+        for (int l = 0; l < model().config().n_layer; ++l) {
+            const auto first = kept_positions(*c, l, 0);
+            EXPECT_EQ(first.size(), 12u);
+            for (int h = 1; h < model().config().n_head_kv; ++h)
+                EXPECT_EQ(kept_positions(*c, l, h), first) << "layer " << l << " head " << h << " step " << step;
+        }
+    }
+}
+
 }  // namespace
 }  // namespace kvsieve

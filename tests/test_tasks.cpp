@@ -1,6 +1,8 @@
 // RULER-style task generators and metrics, and running them under policies.
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include "eval/ruler.h"
 #include "eval/tasks.h"
 #include "io/gguf.h"
@@ -39,6 +41,22 @@ TEST(Tasks, EveryTaskFitsItsLengthAndHidesItsAnswers) {
                 for (const auto& a : ex.answers) EXPECT_NE(ex.input.find(a), std::string::npos) << a;
             EXPECT_GT(ex.max_new_tokens, 0);
         }
+    }
+}
+
+TEST(Tasks, EveryTaskSplitsIntoContextAndQuestion) {
+    // Query-agnostic evaluation compresses context() before it feeds question (kvpress, KVzap Figs. 1-2).
+    const Tokenizer& tok = qwen_tok();
+    for (const auto& task : task_names()) {
+        SCOPED_TRACE(task);
+        const TaskExample ex = make_task_example(task, 1024, tok, kCorpus, 5);
+        ASSERT_FALSE(ex.question.empty());
+        EXPECT_EQ(ex.context() + ex.question, ex.input);
+        EXPECT_EQ(ex.question[0], '\n');  // the question starts after the document
+        EXPECT_TRUE(ex.question.find("Question") != std::string::npos || ex.question.find("What") != std::string::npos);
+        EXPECT_GT(ex.context().size(), 4 * ex.question.size());
+        if (task.rfind("niah", 0) == 0)  // the key asked for is in the question, and only the needle holds the value
+            for (const auto& a : ex.answers) EXPECT_EQ(ex.question.find(a), std::string::npos);
     }
 }
 
@@ -125,8 +143,10 @@ TEST(Ruler, RunsUnderPoliciesAndRejectsLengthsBeyondTheContext) {
     ASSERT_EQ(full.samples.size(), 4u);
     EXPECT_EQ(full.samples[0].task, "niah_single_1");
     EXPECT_EQ(full.samples[2].task, "vt");
+    o.query_aware = true;  // the whole prompt compressed (query-agnostic keeps the question: see below)
     const RulerResult half = run_ruler(m, *tok, kCorpus, "snapkv:ratio=0.5", o);
     for (const auto& s : half.samples) EXPECT_NEAR(s.compression_ratio, 0.45, 0.08);
+    o.query_aware = false;
     const auto j = half.metrics();
     for (const char* k : {"score", "density", "compression_ratio", "tasks"}) EXPECT_TRUE(j.contains(k)) << k;
     o.lengths = {2048};
@@ -134,6 +154,31 @@ TEST(Ruler, RunsUnderPoliciesAndRejectsLengthsBeyondTheContext) {
     o.lengths = {400};
     o.tasks = {"nosuch"};
     EXPECT_THROW(run_ruler(m, *tok, kCorpus, "full", o), Error);
+}
+
+TEST(Ruler, QueryAgnosticByDefaultAndRecordedInTheCell) {
+    LlamaModel m(test::model_path("stories260K.gguf"));
+    const auto tok = Tokenizer::from_gguf(m.file());
+    RulerOptions o;
+    o.tasks = {"niah_single_1"};
+    o.lengths = {400};
+    o.samples = 2;
+    o.progress = false;
+    const RulerResult agnostic = run_ruler(m, *tok, kCorpus, "snapkv:ratio=0.75", o);
+    o.query_aware = true;
+    const RulerResult aware = run_ruler(m, *tok, kCorpus, "snapkv:ratio=0.75", o);
+    EXPECT_FALSE(agnostic.metrics()["query_aware"].get<bool>());
+    EXPECT_TRUE(aware.metrics()["query_aware"].get<bool>());
+    // Query-agnostic keeps the whole question besides a quarter of the context: more entries than query-aware,
+    // which compresses the question with the context.
+    for (size_t i = 0; i < agnostic.samples.size(); ++i)
+        EXPECT_GT(agnostic.samples[i].density, aware.samples[i].density + 0.02);
+    test::TempFile dir("_cell");
+    write_ruler_cell(dir.path(), aware, o, "m.gguf", "c.txt");
+    std::ifstream y(dir.path() + "/config.yaml");
+    const std::string yaml((std::istreambuf_iterator<char>(y)), std::istreambuf_iterator<char>());
+    EXPECT_NE(yaml.find("query_aware: true"), std::string::npos);
+    std::filesystem::remove_all(dir.path());
 }
 
 }  // namespace

@@ -253,31 +253,47 @@ void KVCache::decode_layer(const LayerInputs& in, const float* write_scores, flo
             hc.region(sl.region)->scores()[sl.index] = score;
         }
     } else if (policy_.scorer) {
-        for (int h = 0; h < in.n_head_kv; ++h) {
+        // Every head's entries in attention order with the new entry moved last (the scorer's convention), then one
+        // call for the layer (a scorer may choose per layer, as TOVA).
+        const int Hkv = in.n_head_kv;
+        std::vector<std::vector<RegionIndex>> idx(Hkv);
+        std::vector<std::vector<size_t>> order(Hkv);
+        std::vector<std::vector<float>> s2(Hkv), a2(Hkv);
+        std::vector<std::vector<int32_t>> p2(Hkv);
+        std::vector<DecodeScoreInput> dis;
+        std::vector<float*> outs;
+        for (int h = 0; h < Hkv; ++h) {
             HeadCache& hc = head(in.layer, h);
-            const auto idx = flat_index(hc);
-            // Attention order, with the new entry moved last (the scorer's convention).
-            const size_t n = idx.size(), new_at = static_cast<size_t>(attention_index(hc, slots[h]));
-            std::vector<size_t> order;
-            order.reserve(n);
+            idx[h] = flat_index(hc);
+            const size_t n = idx[h].size(), new_at = static_cast<size_t>(attention_index(hc, slots[h]));
+            order[h].reserve(n);
             for (size_t j = 0; j < n; ++j)
-                if (j != new_at) order.push_back(j);
-            order.push_back(new_at);
-            std::vector<float> s2(n), a2(stat != KeyStat::kNone ? G * n : 0);
-            std::vector<int32_t> p2(n);
+                if (j != new_at) order[h].push_back(j);
+            order[h].push_back(new_at);
+            s2[h].resize(n);
+            p2[h].resize(n);
+            a2[h].resize(stat != KeyStat::kNone ? G * n : 0);
             for (size_t j = 0; j < n; ++j) {
-                const PageStore* ps = hc.region(idx[order[j]].region);
-                s2[j] = ps->scores()[idx[order[j]].i];
-                p2[j] = ps->positions()[idx[order[j]].i];
-                for (int g = 0; g < G && !a2.empty(); ++g) a2[g * n + j] = probs[h][g * n + order[j]];
+                const RegionIndex ri = idx[h][order[h][j]];
+                const PageStore* ps = hc.region(ri.region);
+                s2[h][j] = ps->scores()[ri.i];
+                p2[h][j] = ps->positions()[ri.i];
+                for (int g = 0; g < G && !a2[h].empty(); ++g) a2[h][g * n + j] = probs[h][g * n + order[h][j]];
             }
             DecodeScoreInput di = base_input(h);
-            di.n = static_cast<int64_t>(idx.size());
-            di.positions = p2.data();
-            di.attn = a2.empty() ? nullptr : a2.data();
-            policy_.scorer->score_decode(di, s2.data());
-            for (size_t j = 0; j < idx.size(); ++j)
-                hc.region(idx[order[j]].region)->scores()[idx[order[j]].i] = s2[j];
+            di.n = static_cast<int64_t>(n);
+            di.positions = p2[h].data();
+            di.attn = a2[h].empty() ? nullptr : a2[h].data();
+            dis.push_back(di);
+            outs.push_back(s2[h].data());
+        }
+        policy_.scorer->score_decode_layer(dis, outs);
+        for (int h = 0; h < Hkv; ++h) {
+            HeadCache& hc = head(in.layer, h);
+            for (size_t j = 0; j < idx[h].size(); ++j) {
+                const RegionIndex ri = idx[h][order[h][j]];
+                hc.region(ri.region)->scores()[ri.i] = s2[h][j];
+            }
         }
     }
     if (policy_.window == 0 && policy_.admission.kind != Rule::Kind::kKeepAll)

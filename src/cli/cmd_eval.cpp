@@ -133,7 +133,11 @@ void add_eval(CLI::App& app) {
         return n;
     }())->capture_default_str();
     ruler->add_option("--lengths", *rlengths, "comma-separated input lengths in the model's tokens")->capture_default_str();
-    ruler->callback([c3, rpolicy, rtasks, rlengths] {
+    auto rqa = std::make_shared<bool>(false);
+    ruler->add_flag("--query-aware", *rqa,
+                    "compress after the question too (default: query-agnostic, the context is compressed before the "
+                    "question is fed, as kvpress)");
+    ruler->callback([c3, rpolicy, rtasks, rlengths, rqa] {
         set_num_threads(c3->threads);
         RulerOptions o;
         o.tasks = split_names(*rtasks);
@@ -143,6 +147,7 @@ void add_eval(CLI::App& app) {
         o.seed = c3->seed;
         o.kv_type = c3->kv_type;
         o.progress = !c3->quiet;
+        o.query_aware = *rqa;
         for (auto& t : o.tasks) check_task_name(canonical_task(t));
         parse_policy(*rpolicy);
         const std::string text = c3->read_corpus();
@@ -171,7 +176,9 @@ void add_eval(CLI::App& app) {
     sweep->add_option("--task", *task, "nll or ruler")->capture_default_str();
     sweep->add_option("--tasks", *stasks, "ruler: comma-separated tasks")->capture_default_str();
     sweep->add_option("--lengths", *slengths, "ruler: comma-separated lengths in tokens")->capture_default_str();
-    sweep->callback([c2, policies, ratios, thresholds, task, stasks, slengths] {
+    auto sqa = std::make_shared<bool>(false);
+    sweep->add_flag("--query-aware", *sqa, "ruler: compress after the question too (default: query-agnostic)");
+    sweep->callback([c2, policies, ratios, thresholds, task, stasks, slengths, sqa] {
         require(*task == "nll" || *task == "ruler", "sweep task '", *task, "' is not nll or ruler");
         set_num_threads(c2->threads);
         SweepOptions o;
@@ -200,6 +207,8 @@ void add_eval(CLI::App& app) {
         o.ruler.seed = c2->seed;
         o.ruler.kv_type = c2->kv_type;
         o.ruler.progress = !c2->quiet;
+        o.ruler.query_aware = *sqa;
+        require(*task == "ruler" || !*sqa, "--query-aware applies to --task ruler");
         const std::string text = c2->read_corpus();
         LlamaModel m(c2->model);
         const auto tok = Tokenizer::from_gguf(m.file());

@@ -41,6 +41,7 @@ nlohmann::json RulerResult::metrics() const {
     }
     nlohmann::json j;
     j["policy"] = policy;
+    j["query_aware"] = query_aware;
     j["score"] = score();
     j["density"] = samples.empty() ? 1.0 : dens / samples.size();
     j["compression_ratio"] = samples.empty() ? 0.0 : comp / samples.size();
@@ -75,17 +76,26 @@ RulerResult run_ruler(const LlamaModel& model, const Tokenizer& tok, const std::
     auto pool = std::make_shared<KVPool>(c.head_dim, parse_kv_type(o.kv_type));
     RulerResult r;
     r.policy = policy_spec;
+    r.query_aware = o.query_aware;
     Progress bar("ruler " + policy_spec, static_cast<int64_t>(examples.size()), o.progress);
     for (size_t e = 0; e < examples.size(); ++e) {
         const TaskExample& ex = examples[e].first;
-        std::vector<int32_t> ids = tok.encode(ex.input, true, false);
+        // Query-aware: one prompt. Query-agnostic: the context (BOS first), compressed, then the question.
+        const std::vector<int32_t> ids = tok.encode(o.query_aware ? ex.input : ex.context(), true, false);
+        const std::vector<int32_t> question = o.query_aware ? std::vector<int32_t>{} : tok.encode(ex.question, false, false);
+        const int64_t n_in = static_cast<int64_t>(ids.size() + question.size());
         // Room for the answer, and for KVzip's reconstruction prompt if the policy replays the context.
-        KVCache cache(c, 2 * static_cast<int64_t>(ids.size()) + ex.max_new_tokens + 64, policy, pool);
+        KVCache cache(c, 2 * n_in + ex.max_new_tokens + 64, policy, pool);
         std::vector<float> logits;
         PrefillPlan plan;
         plan.chunk = o.prefill_chunk;
         Session session(model, tok, cache);
         session.prefill(ids, plan, logits);
+        if (!question.empty()) {
+            PrefillPlan q;
+            q.compress = false;
+            session.prefill(question, q, logits);
+        }
         std::vector<int32_t> out;
         for (int64_t t = 0; t < ex.max_new_tokens; ++t) {
             const int32_t next = argmax(logits.data(), c.n_vocab);
@@ -134,7 +144,7 @@ void write_ruler_cell(const std::string& dir, const RulerResult& r, const RulerO
     }
     std::ofstream y(fs::path(dir) / "config.yaml");
     y << "task: ruler\npolicy: \"" << r.policy << "\"\nmodel: \"" << model_path << "\"\ncorpus: \"" << corpus_path
-      << "\"\nsamples: " << o.samples << "\nseed: " << o.seed << "\nkv_type: " << o.kv_type << "\ntasks: [";
+      << "\"\nquery_aware: " << (o.query_aware ? "true" : "false") << "\nsamples: " << o.samples << "\nseed: " << o.seed << "\nkv_type: " << o.kv_type << "\ntasks: [";
     for (size_t i = 0; i < o.tasks.size(); ++i) y << (i ? ", " : "") << o.tasks[i];
     y << "]\nlengths: [";
     for (size_t i = 0; i < o.lengths.size(); ++i) y << (i ? ", " : "") << o.lengths[i];

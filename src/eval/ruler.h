@@ -19,6 +19,10 @@ struct RulerOptions {
     uint64_t seed = 0;      ///< example i of a (task, length) uses seed + i; held-out data uses other seeds
     std::string kv_type = "f16";
     int64_t prefill_chunk = 0;  ///< 0: one batch
+    /// false (default, kvpress and the KVzap paper's protocol): the context is prefilled and compressed, then the
+    /// question is fed uncompressed and the answer generated; true: context and question are one prompt, compressed
+    /// after the question was seen (query-aware).
+    bool query_aware = false;
     bool progress = true;
 };
 
@@ -33,6 +37,7 @@ struct RulerSample {
 
 struct RulerResult {
     std::string policy;
+    bool query_aware = false;
     std::vector<RulerSample> samples;
     /// Mean score ×100 per "task@length" and overall, mean density and compression ratio.
     nlohmann::json metrics() const;

@@ -46,6 +46,8 @@ struct SweepKind {
     std::string metric, metric_label;  // "nll" / "score"
     std::string x_key, x_label;        // "density" / "compression_ratio"
     std::string plot_stem;
+    /// Throws Error if a finished cell's metrics were made under other settings than this sweep's (optional).
+    std::function<void(const nlohmann::json& metrics, const fs::path& dir)> check_done;
 };
 
 void run_sweep(const SweepOptions& o, const SweepKind& kind) {
@@ -69,6 +71,7 @@ void run_sweep(const SweepOptions& o, const SweepKind& kind) {
         if (fs::exists(metrics)) {
             std::ifstream f(metrics);
             results[specs[i]] = nlohmann::json::parse(f);
+            if (kind.check_done) kind.check_done(results[specs[i]], dir);
             std::fprintf(stderr, "[%zu/%zu] %s: done before, skipped\n", i + 1, specs.size(), specs[i].c_str());
             continue;
         }
@@ -180,6 +183,13 @@ void run_ruler_sweep(const LlamaModel& model, const Tokenizer& tok, const std::s
     k.x_key = "compression_ratio";
     k.x_label = "compression ratio";
     k.plot_stem = "score_vs_compression";
+    k.check_done = [&](const nlohmann::json& m, const fs::path& dir) {
+        // Cells written before the protocol was recorded were query-aware.
+        const bool qa = m.value("query_aware", true);
+        require(qa == o.ruler.query_aware, "sweep: cell ", dir.string(), " was made ", qa ? "query-aware" : "query-agnostic",
+                "; this sweep is ", o.ruler.query_aware ? "query-aware" : "query-agnostic",
+                " (use another --out, or --query-aware to match)");
+    };
     k.run_cell = [&](const std::string& spec, const fs::path& dir) {
         const RulerResult r = run_ruler(model, tok, corpus_text, spec, o.ruler);
         write_ruler_cell(dir.string(), r, o.ruler, o.model_path, o.corpus_path);

@@ -159,6 +159,9 @@ TaskExample niah(const std::string& task, const NiahSpec& sp, int64_t length, co
     for (size_t i = 0; i < needles.size(); ++i) depth.push_back(std::uniform_real_distribution<double>(0, 1)(rng.g));
     std::vector<std::string> query_keys(keys.begin(), keys.begin() + sp.queries);
     const std::string q = join(query_keys, ", ");
+    const std::string question = "\nWhat are all the special magic " + kind + " for " + q +
+                                 " mentioned in the provided text? The special magic " + kind + " for " + q +
+                                 " mentioned in the provided text are";
     auto build = [&](size_t n) {
         std::vector<std::string> units(hay.begin(), hay.begin() + std::min(n, hay.size()));
         std::vector<std::pair<size_t, std::string>> ins;
@@ -166,13 +169,12 @@ TaskExample niah(const std::string& task, const NiahSpec& sp, int64_t length, co
         std::sort(ins.begin(), ins.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
         for (const auto& [at, nd] : ins) units.insert(units.begin() + at, nd);
         return "Some special magic " + kind + " are hidden within the following text. Make sure to memorize it. I will "
-               "quiz you about the " + kind + " afterwards.\n" + join(units, " ") + "\nWhat are all the special magic " + kind +
-               " for " + q + " mentioned in the provided text? The special magic " + kind + " for " + q +
-               " mentioned in the provided text are";
+               "quiz you about the " + kind + " afterwards.\n" + join(units, " ") + question;
     };
     TaskExample ex;
     ex.task = task;
     ex.input = fit(build, hay.size(), length, tok, &ex.input_tokens);
+    ex.question = question;
     for (int k = 0; k < sp.queries; ++k) ex.answers.insert(ex.answers.end(), vals[k].begin(), vals[k].end());
     ex.max_new_tokens = sp.uuid_values ? 64 : 32;
     return ex;
@@ -228,6 +230,7 @@ TaskExample variable_tracking(const std::string& task, int chains, int64_t lengt
     TaskExample ex;
     ex.task = task;
     ex.input = fit(build, static_cast<size_t>(length), length, tok, &ex.input_tokens);
+    ex.question = variable_tracking_question(asked_value, hops + 1);
     ex.answers = answers;
     ex.max_new_tokens = 40;
     return ex;
@@ -239,6 +242,8 @@ TaskExample common_words(int64_t length, const Tokenizer& tok, Rng& rng) {
     std::vector<std::string> pool(kWords, kWords + kNumWords);
     std::shuffle(pool.begin(), pool.end(), rng.g);
     std::vector<std::string> common(pool.begin(), pool.begin() + 10), rare(pool.begin() + 10, pool.end());
+    const std::string question = "\nQuestion: What are the 10 most common words in the above list? Answer: The top 10 "
+                                 "words that appear most often in the list are:";
     auto build = [&](size_t n_rare) {
         std::vector<std::string> list;
         for (int r = 0; r < 6; ++r) list.insert(list.end(), common.begin(), common.end());
@@ -248,12 +253,12 @@ TaskExample common_words(int64_t length, const Tokenizer& tok, Rng& rng) {
         std::string s;
         for (size_t i = 0; i < list.size(); ++i) s += std::to_string(i + 1) + ". " + list[i] + " ";
         return "Below is a numbered list of words. In these words, some appear more often than others. Memorize the "
-               "ones that appear most often.\n" + s + "\nQuestion: What are the 10 most common words in the above list? "
-               "Answer: The top 10 words that appear most often in the list are:";
+               "ones that appear most often.\n" + s + question;
     };
     TaskExample ex;
     ex.task = "cwe";
     ex.input = fit(build, static_cast<size_t>(length), length, tok, &ex.input_tokens);
+    ex.question = question;
     ex.answers = common;
     ex.max_new_tokens = 80;
     return ex;
@@ -270,6 +275,9 @@ TaskExample frequent_words(int64_t length, const Tokenizer& tok, Rng& rng) {
     std::vector<double> weights;
     for (int i = 0; i < 40; ++i) weights.push_back(1.0 / ((i + 1.0) * (i + 1.0)));
     const uint64_t draw_seed = rng.g();
+    const std::string question = "\nQuestion: Do not provide any explanation. Please ignore the dots '....'. What are "
+                                 "the three most frequently appeared words in the above coded text? Answer: According "
+                                 "to the coded text above, the three most frequently appeared words are:";
     auto build = [&](size_t n) {
         std::mt19937_64 g(draw_seed);
         std::discrete_distribution<int> d(weights.begin(), weights.end());
@@ -279,13 +287,12 @@ TaskExample frequent_words(int64_t length, const Tokenizer& tok, Rng& rng) {
         for (size_t i = 0; i < n; ++i) words.push_back(vocab[d(g)]);
         std::shuffle(words.begin(), words.end(), g);
         return "Read the following coded text and track the frequency of each coded word. Find the three most frequently "
-               "appeared coded words. " + join(words, " ") + "\nQuestion: Do not provide any explanation. Please ignore the "
-               "dots '....'. What are the three most frequently appeared words in the above coded text? Answer: According "
-               "to the coded text above, the three most frequently appeared words are:";
+               "appeared coded words. " + join(words, " ") + question;
     };
     TaskExample ex;
     ex.task = "fwe";
     ex.input = fit(build, static_cast<size_t>(length), length, tok, &ex.input_tokens);
+    ex.question = question;
     // With few words the Zipf tail may tie with the top three; the answer is computed from the text itself.
     std::map<std::string, int> freq;
     {
@@ -316,16 +323,17 @@ TaskExample question_answering(int64_t length, const Tokenizer& tok, const std::
     const std::string fact = "The " + attr + " of " + name + " is " + value + ".";
     const auto hay = corpus_sentences(corpus, rng, static_cast<size_t>(length));
     const double depth = std::uniform_real_distribution<double>(0, 1)(rng.g);
+    const std::string question = "\n\nQuestion: What is the " + attr + " of " + name + "? Answer:";
     auto build = [&](size_t n) {
         std::vector<std::string> units(hay.begin(), hay.begin() + std::min(n, hay.size()));
         units.insert(units.begin() + static_cast<size_t>(depth * units.size()), fact);
         return "Answer the question based on the given documents. Only give me the answer and do not output any other "
-               "words.\n\nThe following are given documents.\n\n" + join(units, " ") +
-               "\n\nQuestion: What is the " + attr + " of " + name + "? Answer:";
+               "words.\n\nThe following are given documents.\n\n" + join(units, " ") + question;
     };
     TaskExample ex;
     ex.task = "qa";
     ex.input = fit(build, hay.size(), length, tok, &ex.input_tokens);
+    ex.question = question;
     ex.answers = {value};
     ex.max_new_tokens = 16;
     return ex;

@@ -13,10 +13,13 @@ class Tokenizer;
 /// One example: the prompt (haystack, needles, question and answer prefix) and the reference answers.
 struct TaskExample {
     std::string task;
-    std::string input;                 ///< prompt text, ending with the answer prefix
+    std::string input;                 ///< prompt text, ending with the answer prefix: context() + question
+    std::string question;              ///< the input's tail after the context: the question and the answer prefix
     std::vector<std::string> answers;  ///< every string expected in the completion
     int64_t input_tokens = 0;          ///< tokens of input (BOS excluded)
     int64_t max_new_tokens = 0;        ///< tokens to generate
+    /// The input without the question (the document a query-agnostic policy compresses before it sees the question).
+    std::string context() const { return input.substr(0, input.size() - question.size()); }
 };
 
 /// Names of the tasks: niah_single_1/2/3, niah_multikey_1/2/3, niah_multivalue, niah_multiquery, vt, vt_2 (two

@@ -130,6 +130,12 @@ void read_budget_rule(PolicyParams& p, Policy& policy, double default_ratio, con
     } else if (timing != "after_prefill" && timing != "every_n_decode_steps") {
         fail("policy ", p.preset(), ": timing='", timing,
              "' is not at_write, at_window_exit, after_prefill or every_n_decode_steps");
+    } else {
+        // A protected local window beside the budget: each head keeps B = s + w + k (KVpop eq. 1), the rule ranking
+        // only the entries beyond the sinks and the window.
+        const int64_t w = p.get_int("window", policy.window);
+        require(w >= 0, "policy ", p.preset(), ": window must be ≥ 0");
+        policy.window = static_cast<int>(w);
     }
     policy.sinks = static_cast<int>(p.get_int("sinks", policy.sinks));
     require(policy.sinks >= 0, "policy ", p.preset(), ": sinks must be ≥ 0");

@@ -84,8 +84,10 @@ const std::map<std::string, PresetInfo>& presets();
 Policy parse_policy(const std::string& spec);
 
 /// Shared handling of the budget keys of scored presets: `ratio` (kvpress compression ratio) or
-/// `budget` (entries per head), `rule` = head (default) | layer | global, `safeguard` for layer, `every`
-/// (decode steps between evictions; 0 = prefill only). Sets policy.compression and timing.
+/// `budget` (entries k per head beyond the sinks and the window), `rule` = head (default) | layer | global,
+/// `safeguard` for layer, `every` (decode steps between evictions; 0 = prefill only), `sinks` = s and `window` = w
+/// (protected regions, so that a head keeps B = s + w + k; both 0 by default, when ratio and budget count every
+/// entry). Sets policy.compression, timing, sinks and window.
 void read_budget_rule(PolicyParams& p, Policy& policy, double default_ratio, const std::string& default_rule = "head");
 
 }  // namespace kvsieve

@@ -144,6 +144,9 @@ public:
     /// Updates one head's scores [n] at a decode step (old values in; the new entry is last). The default
     /// gives the new entry +∞ (kept until a later prefill rescoring) and leaves the others.
     virtual void score_decode(const DecodeScoreInput& in, float* scores) const;
+    /// For scorers that rescore_on_decode(): updates every KV head of a layer at once (heads[h], scores[h] as in
+    /// score_decode), so a scorer can make one choice per layer. The default calls score_decode per head.
+    virtual void score_decode_layer(const std::vector<DecodeScoreInput>& heads, const std::vector<float*>& scores) const;
 };
 
 }  // namespace kvsieve

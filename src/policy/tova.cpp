@@ -1,8 +1,10 @@
 // tova: attention of the last query (Oren et al. 2024, "Transformers are Multi-State RNNs", §3.3, TOVA).
-// Prefill follows kvpress TOVAPress: the last query's softmax weights averaged over all query heads of the
-// layer, the same score for every KV head, and the last key protected (max + 1). When the heads' entries
-// differ (after compression) the mean is taken over the G query heads of each KV head. At decode steps the
-// score is the new query's weight, so with a budget (tova:budget=512) the least attended entry is evicted.
+// The last query's softmax weights averaged over all query heads of the layer: one score per position for every
+// KV head, so the layer makes one choice (the paper's eviction and kvpress TOVAPress); in prefill the last key is
+// protected (max + 1, kvpress). At decode steps the score is the new query's weight averaged the same way, so
+// with a budget (tova:budget=512) the least attended position of the layer is evicted from every head. Only if
+// the heads hold different positions (a rule other than the per-head budget made them differ) is the mean taken
+// over the G query heads of each KV head.
 #include <algorithm>
 #include <cmath>
 
@@ -47,6 +49,25 @@ public:
             if (in.heads[h].n > 0) scores[h][in.heads[h].n - 1] = (std::isfinite(mx) ? mx : 0.0f) + 1;
     }
     bool rescore_on_decode() const override { return true; }
+    void score_decode_layer(const std::vector<DecodeScoreInput>& heads, const std::vector<float*>& scores) const override {
+        bool same = true;
+        for (const auto& h : heads)
+            same = same && h.n == heads[0].n && std::equal(h.positions, h.positions + h.n, heads[0].positions);
+        if (!same) {
+            Scorer::score_decode_layer(heads, scores);
+            return;
+        }
+        const int64_t n = heads[0].n;
+        std::vector<double> mean(n, 0.0);
+        int n_query = 0;
+        for (const auto& h : heads) {
+            for (int g = 0; g < h.group; ++g)
+                for (int64_t i = 0; i < n; ++i) mean[i] += h.attn[g * n + i];
+            n_query += h.group;
+        }
+        for (size_t h = 0; h < heads.size(); ++h)
+            for (int64_t i = 0; i < n; ++i) scores[h][i] = static_cast<float>(mean[i] / n_query);
+    }
     void score_decode(const DecodeScoreInput& in, float* scores) const override {
         for (int64_t i = 0; i < in.n; ++i) {
             double a = 0;

@@ -33,7 +33,7 @@ void prefill(const LlamaModel& model, const Tokenizer& tok, KVCache& cache, cons
              const ChunkFn& on_chunk) {
     require(!prompt.empty(), "prefill: the prompt is empty");
     require(plan.chunk >= 0, "prefill: chunk must be ≥ 0, got ", plan.chunk);
-    require(plan.chunk == 0 || !cache.policy().after_prefill, "policy ", cache.policy().name,
+    require(plan.chunk == 0 || !plan.compress || !cache.policy().after_prefill, "policy ", cache.policy().name,
             " scores the whole prompt after the prefill; a chunked prefill cannot be used with it");
     const int64_t n = static_cast<int64_t>(prompt.size());
     const int64_t step = plan.chunk > 0 ? plan.chunk : n;
@@ -47,9 +47,9 @@ void prefill(const LlamaModel& model, const Tokenizer& tok, KVCache& cache, cons
             model.forward(std::vector<int32_t>(prompt.begin() + b, prompt.begin() + e), target, logits, plan.all_logits);
         }
         if (on_chunk) on_chunk(b, e, logits);
-        if (e < n) cache.end_prefill();
+        if (e < n && plan.compress) cache.end_prefill();
     }
-    finish_prefill(model, tok, cache, context);
+    if (plan.compress) finish_prefill(model, tok, cache, context);
 }
 
 }  // namespace kvsieve

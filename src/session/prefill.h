@@ -18,6 +18,9 @@ class Tokenizer;
 struct PrefillPlan {
     int64_t chunk = 0;        ///< tokens per forward; the policy compresses after each chunk (0: one batch)
     bool all_logits = false;  ///< every token's logits per chunk ([n][V], e.g. for NLL), else the last token's [V]
+    /// false: the tokens only extend the cache; no compression between chunks or at the end and no after-prefill
+    /// step (a question fed after a compressed context, as kvpress feeds it after its press).
+    bool compress = true;
     /// Called with each layer's inputs of every chunk before the cache stores them (e.g. to record hidden states).
     std::function<void(const LayerInputs&)> on_layer;
 };
