@@ -7,12 +7,14 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <tuple>
 
 #include "cache/kv_cache.h"
 #include "session/prefill.h"
 #include "model/llama_model.h"
 #include "test_util.h"
 #include "text/tokenizer.h"
+#include "util/error.h"
 
 namespace kvsieve {
 namespace {
@@ -68,6 +70,40 @@ TEST_P(KVzipParity, ScoresAndEvictionsMatchKvpress) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Presses, KVzipParity, ::testing::Values("kvzip", "kvzip_plus", "kvzip_plus_chunk64"));
+
+TEST(KVzip, RepeatRowsOnlyScoresAreAMaxOverFewerRows) {
+    // rows=repeat (KVzap eq. 3) maxes over the rows that repeat the context, a subset of rows=all: never higher,
+    // and lower somewhere (the instruction's rows attend to the context too).
+    LlamaModel m(test::model_path("tiny-qwen3-f32.gguf"));
+    const auto tok = Tokenizer::from_gguf(m.file());
+    std::ifstream in(test::data_dir() + "/kvzip/kvzip_plus.json");
+    const auto prompt = nlohmann::json::parse(in).at("prompt_tokens").get<std::vector<int32_t>>();
+    auto run = [&](const std::string& rows) {
+        auto pool = std::make_shared<KVPool>(m.config().head_dim, KVType::kF32);
+        auto c = std::make_unique<KVCache>(m.config(), 512, parse_policy("kvzip_plus:ratio=0,rows=" + rows), pool);
+        std::vector<float> logits;
+        m.forward(prompt, *c, logits);
+        finish_prefill(m, *tok, *c, prompt);
+        std::map<std::tuple<int, int, int32_t>, float> s;
+        for (int l = 0; l < m.config().n_layer; ++l)
+            for (int h = 0; h < m.config().n_head_kv; ++h)
+                for (int r = 0; r < 3; ++r) {
+                    const PageStore* ps = c->head(l, h).region(r);
+                    for (int64_t i = 0; i < ps->size(); ++i) s[{l, h, ps->positions()[i]}] = ps->scores()[i];
+                }
+        return s;
+    };
+    const auto all = run("all"), rep = run("repeat");
+    ASSERT_EQ(all.size(), rep.size());
+    int lower = 0;
+    for (const auto& [key, a] : all) {
+        if (std::get<2>(key) < 4) continue;  // sinks: max + 1 of each run
+        EXPECT_LE(rep.at(key), a * (1 + 1e-6f) + 1e-12f);
+        lower += rep.at(key) < a * (1 - 1e-4f);
+    }
+    EXPECT_GT(lower, 0);
+    EXPECT_THROW(parse_policy("kvzip:rows=some"), Error);
+}
 
 }  // namespace
 }  // namespace kvsieve

@@ -27,9 +27,17 @@ double KVzapFitReport::mean_r2() const {
     return n ? s / n : 0;
 }
 
+double KVzapFitReport::mean_pearson() const {
+    double s = 0;
+    int64_t n = 0;
+    for (const auto& l : pearson)
+        for (double x : l) s += x, ++n;
+    return n ? s / n : 0;
+}
+
 std::string KVzapFitReport::table() const {
-    std::string s = "layer | R² per KV head\n";
-    char buf[64];
+    std::string s = "layer | R² = 1 − SS_res/SS_tot per KV head | r² (squared Pearson) per KV head\n";
+    char buf[96];
     for (size_t l = 0; l < r2.size(); ++l) {
         std::snprintf(buf, sizeof buf, "%5zu |", l);
         s += buf;
@@ -37,15 +45,19 @@ std::string KVzapFitReport::table() const {
             std::snprintf(buf, sizeof buf, " %.3f", x);
             s += buf;
         }
+        s += " |";
+        for (double x : l < pearson.size() ? pearson[l] : std::vector<double>{}) {
+            std::snprintf(buf, sizeof buf, " %.3f", x);
+            s += buf;
+        }
         s += "\n";
     }
-    std::snprintf(buf, sizeof buf, "mean R² %.3f (%ld train / %ld held-out pairs)\n", mean_r2(),
-                  static_cast<long>(train_pairs), static_cast<long>(val_pairs));
+    std::snprintf(buf, sizeof buf, "mean R² %.3f, mean r² (Pearson) %.3f (%ld train / %ld held-out pairs)\n", mean_r2(),
+                  mean_pearson(), static_cast<long>(train_pairs), static_cast<long>(val_pairs));
     return s + buf;
 }
 
 namespace {
-/// Records each layer's attention inputs on the way to the real cache.
 /// Solves (A + λI')w = b for a symmetric positive-definite A (n×n, row-major, double) by Cholesky; I' leaves the
 /// last (bias) coordinate unpenalised. b has m right-hand sides (n×m), overwritten by the solution.
 void ridge_solve(std::vector<double> A, int n, double lambda, std::vector<double>& b, int m) {
@@ -106,7 +118,7 @@ KVzapPairs collect_kvzap_pairs(const LlamaModel& model, const Tokenizer& tok, co
         const int64_t off = std::uniform_int_distribution<int64_t>(0, static_cast<int64_t>(ids.size()) - len - 1)(rng);
         std::vector<int32_t> prompt{tok.vocab().bos >= 0 ? tok.vocab().bos : ids[0]};
         prompt.insert(prompt.end(), ids.begin() + off, ids.begin() + off + len - 1);
-        KVCache cache(c, 2 * static_cast<int64_t>(prompt.size()) + 64, parse_policy("kvzip_plus:ratio=0"), pool);
+        KVCache cache(c, 2 * static_cast<int64_t>(prompt.size()) + 64, parse_policy("kvzip_plus:ratio=0,rows=repeat"), pool);
         std::vector<std::vector<float>> hidden(L);  // [L][T][D] attention inputs
         PrefillPlan plan;
         plan.on_layer = [&](const LayerInputs& in) { hidden[in.layer].assign(in.hidden, in.hidden + in.T * in.n_embd); };
@@ -161,10 +173,35 @@ std::vector<std::vector<double>> kvzap_r2(const KVzapPairs& p, const std::vector
     return r2;
 }
 
+std::vector<std::vector<double>> kvzap_pearson_r2(const KVzapPairs& p, const std::vector<std::vector<float>>& pred) {
+    const int H = p.n_head_kv;
+    std::vector<std::vector<double>> r2(p.n_layer, std::vector<double>(H, 0.0));
+    for (int l = 0; l < p.n_layer; ++l)
+        for (int h = 0; h < H; ++h) {
+            double sy = 0, sp = 0;
+            for (int64_t i = 0; i < p.n_val; ++i) {
+                sy += p.y_val[l][static_cast<size_t>(i * H + h)];
+                sp += pred[l][static_cast<size_t>(i * H + h)];
+            }
+            const double my = sy / std::max<int64_t>(1, p.n_val), mp = sp / std::max<int64_t>(1, p.n_val);
+            double cov = 0, vy = 0, vp = 0;
+            for (int64_t i = 0; i < p.n_val; ++i) {
+                const double dy = p.y_val[l][static_cast<size_t>(i * H + h)] - my;
+                const double dp = pred[l][static_cast<size_t>(i * H + h)] - mp;
+                cov += dy * dp;
+                vy += dy * dy;
+                vp += dp * dp;
+            }
+            r2[l][h] = vy > 0 && vp > 0 ? cov * cov / (vy * vp) : 0.0;
+        }
+    return r2;
+}
+
 KVzapFitReport finish_kvzap_fit(const KVzapPairs& p, const std::vector<std::vector<float>>& pred, int hidden_dim,
                                 const std::map<std::string, SafeTensor>& tensors, const std::string& out_dir) {
     KVzapFitReport rep;
     rep.r2 = kvzap_r2(p, pred);
+    rep.pearson = kvzap_pearson_r2(p, pred);
     rep.train_pairs = p.n_train;
     rep.val_pairs = p.n_val;
     std::filesystem::create_directories(out_dir);

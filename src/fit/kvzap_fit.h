@@ -27,9 +27,11 @@ struct KVzapFitOptions {
 
 /// R² of the fitted model on the held-out pairs, per layer and KV head.
 struct KVzapFitReport {
-    std::vector<std::vector<double>> r2;  ///< [L][Hkv]
+    std::vector<std::vector<double>> r2;       ///< [L][Hkv] 1 − SS_res/SS_tot
+    std::vector<std::vector<double>> pearson;  ///< [L][Hkv] squared Pearson correlation (KVzap paper, Table 1)
     int64_t train_pairs = 0, val_pairs = 0;
     double mean_r2() const;
+    double mean_pearson() const;
     std::string table() const;
 };
 
@@ -51,6 +53,10 @@ KVzapPairs collect_kvzap_pairs(const LlamaModel& model, const Tokenizer& tok, co
 
 /// R² = 1 − SS_res / SS_tot per layer and head of predictions `pred` ([L] × [n_val × H]) on the validation pairs.
 std::vector<std::vector<double>> kvzap_r2(const KVzapPairs& p, const std::vector<std::vector<float>>& pred);
+/// The squared Pearson correlation r² between targets and predictions per layer and head (what the KVzap paper
+/// reports as R², Table 1): 1 for any prediction a·y + b with a ≠ 0, unlike 1 − SS_res/SS_tot. 0 when either side
+/// is constant.
+std::vector<std::vector<double>> kvzap_pearson_r2(const KVzapPairs& p, const std::vector<std::vector<float>>& pred);
 
 /// Finishes a fit: R² of `pred` ([L] × [n_val × H]) on p's validation pairs, and the checkpoint written to out_dir
 /// in kvpress's KVzapModel layout (config.json with hidden_dim, null when 0 = linear; model.safetensors holding

@@ -4,7 +4,9 @@
 // attention). The entry stays in the local window (w = 128 by default) and is kept beyond it iff its score ≥ τ
 // (log space; the paper's defaults are −4 for Qwen3-8B and −7 for Llama-3.1-8B), in prefill and decode alike.
 // Optional sinks (sinks=4).
-//   kvzap:model=DIR[,tau=-4][,window=128][,sinks=0]
+// rule=head|layer ranks the same scores by a budget after the prefill instead (kvpress kvzap_mlp_head and
+// kvzap_mlp_layer); window=0 judges each entry as it is written (the paper's window ablation).
+//   kvzap:model=DIR[,tau=-4][,window=128][,sinks=0]   kvzap:model=DIR,rule=head|layer,ratio=R[,sinks=S,window=W]
 #include <map>
 #include <memory>
 
@@ -47,15 +49,24 @@ void register_kvzap() {
                          require(!dir.empty(), "policy kvzap: model=<checkpoint directory> is required");
                          Policy pol;
                          pol.scorer = std::make_shared<KVzapScorer>(std::make_shared<KVzapModel>(KVzapModel::load(dir)), dir);
+                         const std::string rule = p.get_string("rule", "threshold");
+                         if (rule != "threshold") {
+                             // kvpress kvzap_mlp_head (KVzapPress) / kvzap_mlp_layer (AdaKVPress(KVzapPress)): the
+                             // predicted scores ranked by a per-head or per-layer budget after the prefill.
+                             require(rule == "head" || rule == "layer", "policy kvzap: rule='", rule,
+                                     "' is not threshold, head or layer");
+                             read_budget_rule(p, pol, 0.5, rule);
+                             return pol;
+                         }
                          pol.admission.kind = Rule::Kind::kThreshold;
-                         require(p.get_string("rule", "threshold") == "threshold", "policy kvzap: rule must be threshold");
                          pol.admission.tau = p.get_double("tau", -4.0);
                          const int64_t w = p.get_int("window", 128), s = p.get_int("sinks", 0);
-                         require(w > 0, "policy kvzap: window=", w, " must be positive");
+                         require(w >= 0, "policy kvzap: window=", w, " must be ≥ 0");
                          require(s >= 0, "policy kvzap: sinks must be ≥ 0");
                          pol.window = static_cast<int>(w);
                          pol.sinks = static_cast<int>(s);
-                         pol.timing = Timing::kAtWindowExit;
+                         // w = 0: the paper's window ablation, each entry judged as it is written.
+                         pol.timing = w > 0 ? Timing::kAtWindowExit : Timing::kAtWrite;
                          return pol;
                      }});
 }

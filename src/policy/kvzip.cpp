@@ -4,7 +4,9 @@
 // KV head scores s_i = max over the repeated tokens j and the G query heads of a_ji (softmax over sinks, the
 // chunk being repeated and the repeat itself), times ‖W_O,head vᵢ‖ / ‖h_j‖ for KVzip+. The first `sinks`
 // entries score max + 1 over every layer and head (kvpress), so any budget keeps them.
-//   kvzip[_plus]:ratio=R[,rule=global|layer|head|threshold,tau=T][,sinks=4][,chunk=2048]
+// rows=repeat takes the max over the rows that repeat the context only, not over the instruction's (KVzap eq. 3,
+// the target of the KVzap fit); rows=all (default) over every replayed token, as kvpress.
+//   kvzip[_plus]:ratio=R[,rule=global|layer|head|threshold,tau=T][,sinks=4][,chunk=2048][,rows=all|repeat]
 #include <algorithm>
 #include <cmath>
 
@@ -22,13 +24,14 @@ struct KVzipSpec {
     bool plus = false;
     int sinks = 4;         ///< first positions never evicted
     int64_t chunk = 2048;  ///< context tokens per reconstruction chunk
+    bool repeat_rows_only = false;  ///< max over the rows repeating the context only, not the instruction's
 };
 
 /// Scores the cached entries at positions [start, end) from one reconstruction forward: per KV head (in
 /// parallel) and per group member one SGEMM for q·k, a causal row softmax over the scored subset (sinks before
 /// the chunk, the chunk, the repeat), and for KVzip+ one SGEMM for W_O,head · v of every scored entry.
-void score_chunk(const PrefillScoreInput& in, const KVzipSpec& spec, int64_t start, const std::vector<float>& wo,
-                 std::vector<std::unordered_map<int32_t, float>>& out) {
+void score_chunk(const PrefillScoreInput& in, const KVzipSpec& spec, int64_t start, int64_t first_row,
+                 const std::vector<float>& wo, std::vector<std::unordered_map<int32_t, float>>& out) {
     const int d = in.head_dim, G = in.n_head / in.n_head_kv;
     const int64_t T = in.T, ldq = static_cast<int64_t>(in.n_head) * d;
     const int64_t D = in.n_embd;
@@ -59,7 +62,7 @@ void score_chunk(const PrefillScoreInput& in, const KVzipSpec& spec, int64_t sta
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(T), static_cast<int>(nk), d,
                         1.0f / std::sqrt(static_cast<float>(d)), in.q + hq * d, static_cast<int>(ldq), v.k, d, 0.0f, S.data(),
                         static_cast<int>(nk));
-            for (int64_t t = 0; t < T; ++t) {
+            for (int64_t t = first_row; t < T; ++t) {
                 float* row = S.data() + t * nk;
                 const int64_t visible = n_fixed + t + 1;
                 float mx = -INFINITY;
@@ -102,11 +105,13 @@ EntryScores reconstruct(ModelAccess& m, const std::vector<int32_t>& context, con
         require(n + static_cast<int64_t>(ids.size()) <= m.n_ctx(), "KVzip replay needs ", n + ids.size(),
                 " positions but the context holds ", m.n_ctx(), " (give a larger -c)");
         const int64_t sink = std::min<int64_t>(spec.sinks, start);
+        // Rows that score: every replayed token (kvpress), or only those repeating the context (KVzap eq. 3).
+        const int64_t first_row = spec.repeat_rows_only ? static_cast<int64_t>(ids.size()) - (end - start) : 0;
         m.replay(
             ids, [&](int32_t p) { return p < sink || (p >= start && p < end); },
             [&](const PrefillScoreInput& in) {
                 if (spec.plus && wo[in.layer].empty()) wo[in.layer] = m.output_projection(in.layer);
-                score_chunk(in, spec, start, wo[in.layer], es.by_pos[in.layer]);
+                score_chunk(in, spec, start, first_row, wo[in.layer], es.by_pos[in.layer]);
             });
     }
     // The sinks score max + 1 over every layer and head (kvpress KVzipPress), so any budget keeps them.
@@ -128,6 +133,9 @@ Policy make_kvzip(PolicyParams& p, bool plus) {
     KVzipSpec spec;
     spec.plus = plus;
     spec.chunk = p.get_int("chunk", 2048);
+    const std::string rows = p.get_string("rows", "all");
+    require(rows == "all" || rows == "repeat", "policy ", p.preset(), ": rows='", rows, "' is not all or repeat");
+    spec.repeat_rows_only = rows == "repeat";
     require(spec.chunk > 0, "policy ", p.preset(), ": chunk must be positive");
     spec.sinks = pol.sinks;
     pol.sinks = 0;  // protected by their scores (max + 1, as kvpress), not held in a separate region
