@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "util/file.h"
+#include "eval/leaderboard.h"
 #include "eval/nll.h"
 #include "eval/ruler.h"
 #include "eval/tasks.h"
@@ -159,6 +160,17 @@ void add_eval(CLI::App& app) {
         for (const auto& [k, v] : j["tasks"].items()) std::printf("%-24s %6.1f\n", k.c_str(), v.get<double>());
         std::printf("policy=%s score=%.2f density=%.4f compression_ratio=%.4f\n", rpolicy->c_str(), r.score(),
                     j["density"].get<double>(), j["compression_ratio"].get<double>());
+    });
+
+    auto* board = eval->add_subcommand("leaderboard", "sweep directories → one table per model and a score-vs-compression plot");
+    auto board_dirs = std::make_shared<std::vector<std::string>>();
+    auto board_out = std::make_shared<std::string>("leaderboard");
+    board->add_option("dirs", *board_dirs, "sweep directories (eval sweep --out)")->required()->check(CLI::ExistingDirectory);
+    board->add_option("--out", *board_out, "output directory (leaderboard.md, plots)")->capture_default_str();
+    board->callback([board_dirs, board_out] {
+        const auto rows = collect_leaderboard(*board_dirs);
+        std::fputs(write_leaderboard(rows, *board_out).c_str(), stdout);
+        std::fprintf(stderr, "wrote %s/leaderboard.md\n", board_out->c_str());
     });
 
     auto* sweep = eval->add_subcommand("sweep", "policies × ratios (or thresholds): NLL vs density, kvpress layout");

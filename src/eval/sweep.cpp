@@ -11,6 +11,7 @@
 
 #include "policy/policy.h"
 #include "util/error.h"
+#include "util/file.h"
 
 namespace kvsieve {
 
@@ -30,13 +31,6 @@ std::string cell_name(const std::string& spec) {
     return s;
 }
 
-namespace {
-void write_text(const fs::path& p, const std::string& text) {
-    std::ofstream f(p);
-    if (!f) fail("cannot write '", p.string(), "'");
-    f << text;
-}
-}  // namespace
 
 namespace {
 
@@ -104,7 +98,7 @@ void run_sweep(const SweepOptions& o, const SweepKind& kind) {
         }
         md << "\n";
     }
-    write_text(fs::path(o.out_dir) / "summary.md", md.str());
+    write_text((fs::path(o.out_dir) / "summary.md").string(), md.str());
 
     std::ostringstream dat;
     std::vector<std::string> names;  // curve titles: the policy name, or its whole spec where two share a name
@@ -127,7 +121,7 @@ void run_sweep(const SweepOptions& o, const SweepKind& kind) {
         }
         dat << "\n\n";
     }
-    write_text(fs::path(o.out_dir) / (kind.plot_stem + ".dat"), dat.str());
+    write_text((fs::path(o.out_dir) / (kind.plot_stem + ".dat")).string(), dat.str());
     std::ostringstream gp;
     gp << "set terminal pngcairo size 900,600 noenhanced\nset output '" << kind.plot_stem << ".png'\nset xlabel '" << kind.x_label
        << "'\nset ylabel '" << kind.metric_label << "'\nset title '" << kind.metric_label << " vs " << kind.x_label << ": "
@@ -135,7 +129,7 @@ void run_sweep(const SweepOptions& o, const SweepKind& kind) {
     for (size_t i = 0; i < names.size(); ++i)
         gp << (i ? ", " : "") << "'" << kind.plot_stem << ".dat' index " << i << " using 1:2 with linespoints title '" << names[i] << "'";
     gp << "\n";
-    write_text(fs::path(o.out_dir) / (kind.plot_stem + ".gp"), gp.str());
+    write_text((fs::path(o.out_dir) / (kind.plot_stem + ".gp")).string(), gp.str());
     if (std::system("command -v gnuplot >/dev/null 2>&1") == 0) {
         const std::string cmd = "cd '" + o.out_dir + "' && gnuplot " + kind.plot_stem + ".gp";
         if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "gnuplot failed; data and script are in %s\n", o.out_dir.c_str());
@@ -159,13 +153,13 @@ void run_nll_sweep(const LlamaModel& model, const Tokenizer& tok, const std::str
         std::ostringstream csv;
         csv << "sample,nll,density,compression_ratio\n";
         for (size_t s = 0; s < r.nll.size(); ++s) csv << s << "," << r.nll[s] << "," << r.density[s] << "," << r.compression[s] << "\n";
-        write_text(dir / "predictions.csv", csv.str());
+        write_text((dir / "predictions.csv").string(), csv.str());
         std::ostringstream yaml;
         yaml << "task: nll\npolicy: \"" << spec << "\"\nmodel: \"" << o.model_path << "\"\ncorpus: \"" << o.corpus_path
              << "\"\nprotocol: " << (o.nll.protocol == NllProtocol::kChunked ? "chunked" : "plain")
              << "\nwindow_tokens: " << o.nll.sample_tokens << "\nsamples: " << o.nll.samples << "\nchunk: " << o.nll.chunk
              << "\nsinks: " << o.nll.sinks << "\nwindow: " << o.nll.window << "\nkv_type: " << o.nll.kv_type << "\n";
-        write_text(dir / "config.yaml", yaml.str());
+        write_text((dir / "config.yaml").string(), yaml.str());
         nlohmann::json m = r.to_json();
         m["score"] = nullptr;  // NLL cells have no task score
         const fs::path metrics = dir / "metrics.json";

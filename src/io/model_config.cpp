@@ -8,6 +8,7 @@ namespace kvsieve {
 
 ModelConfig ModelConfig::from_gguf(const GGUFFile& f) {
     ModelConfig c;
+    c.path = f.path();
     c.arch_name = f.get_string("general.architecture");
     const std::string& a = c.arch_name;
     if (a == "llama" || a == "mistral") {

@@ -34,6 +34,8 @@ struct ModelConfig {
     RopeLayout rope_layout = RopeLayout::kNormal;
     bool qkv_bias = false;      ///< qwen2
     bool qk_norm = false;       ///< qwen3
+    std::string path;           ///< the GGUF file it was read from (empty if built by hand); predictors stored
+                                ///< in the same file (predict/predictor_tensors.h) are loaded from it
 
     int gqa_group() const { return n_head / n_head_kv; }
     /// Reads and validates the config; throws Error naming an unknown architecture or a missing or

@@ -14,6 +14,7 @@ void register_pyramidkv();
 void register_expected_attention();
 void register_kvzap();
 void register_kvzip();
+void register_spkv();
 
 void register_all_presets() {
     register_full();
@@ -27,6 +28,7 @@ void register_all_presets() {
     register_expected_attention();
     register_kvzap();
     register_kvzip();
+    register_spkv();
 }
 
 }  // namespace kvsieve

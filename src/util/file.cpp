@@ -16,4 +16,11 @@ std::string read_whole_file(const std::string& path, const std::string& what) {
     return s;
 }
 
+void write_text(const std::string& path, const std::string& text) {
+    std::ofstream f(path, std::ios::binary);
+    require(f.good(), "cannot write '", path, "'");
+    f << text;
+    require(f.good(), "cannot write '", path, "'");
+}
+
 }  // namespace kvsieve

@@ -8,4 +8,7 @@ namespace kvsieve {
 /// "cannot open <what> '<path>'" if it cannot be read and "<what> '<path>' is empty" if it holds no bytes.
 std::string read_whole_file(const std::string& path, const std::string& what);
 
+/// Writes `text` to `path` (replacing it). Throws Error "cannot write '<path>'" if it cannot be written.
+void write_text(const std::string& path, const std::string& text);
+
 }  // namespace kvsieve

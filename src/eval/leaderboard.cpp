@@ -1,0 +1,212 @@
+#include "eval/leaderboard.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "util/error.h"
+#include "util/file.h"
+
+namespace kvsieve {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+/// `key: value` lines of a cell's config.yaml (values unquoted).
+std::map<std::string, std::string> read_yaml(const fs::path& p) {
+    std::map<std::string, std::string> kv;
+    std::istringstream in(read_whole_file(p.string(), "cell config"));
+    for (std::string line; std::getline(in, line);) {
+        const size_t c = line.find(": ");
+        if (c == std::string::npos) continue;
+        std::string v = line.substr(c + 2);
+        if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
+        kv[line.substr(0, c)] = v;
+    }
+    return kv;
+}
+
+/// Records of a CSV file whose fields may be quoted ("" inside quotes is a quote; quoted fields may hold commas
+/// and newlines, as predictions do).
+std::vector<std::vector<std::string>> read_csv(const fs::path& p) {
+    const std::string text = read_whole_file(p.string(), "cell predictions");
+    std::vector<std::vector<std::string>> rows(1);
+    std::string field;
+    bool quoted = false;
+    for (size_t i = 0; i < text.size(); ++i) {
+        const char c = text[i];
+        if (quoted) {
+            if (c == '"' && i + 1 < text.size() && text[i + 1] == '"') field += '"', ++i;
+            else if (c == '"') quoted = false;
+            else field += c;
+        } else if (c == '"') {
+            quoted = true;
+        } else if (c == ',') {
+            rows.back().push_back(std::move(field));
+            field.clear();
+        } else if (c == '\n') {
+            rows.back().push_back(std::move(field));
+            field.clear();
+            rows.emplace_back();
+        } else if (c != '\r') {
+            field += c;
+        }
+    }
+    if (!field.empty() || !rows.back().empty()) rows.back().push_back(field);
+    if (rows.back().empty()) rows.pop_back();
+    return rows;
+}
+
+/// Mean and 95% half-width (1.96 · s / √n) of one CSV column.
+std::pair<double, double> column_stats(const fs::path& csv, const std::string& column) {
+    const auto rows = read_csv(csv);
+    require(!rows.empty(), csv.string(), " has no header");
+    const auto it = std::find(rows[0].begin(), rows[0].end(), column);
+    require(it != rows[0].end(), csv.string(), " has no column '", column, "'");
+    const size_t at = static_cast<size_t>(it - rows[0].begin());
+    std::vector<double> v;
+    for (size_t r = 1; r < rows.size(); ++r) {
+        require(at < rows[r].size(), csv.string(), ": record ", r, " has no '", column, "' field");
+        char* end = nullptr;
+        const double x = std::strtod(rows[r][at].c_str(), &end);
+        require(end && *end == '\0' && !rows[r][at].empty(), csv.string(), ": record ", r, " has '", rows[r][at],
+                "' for ", column, ", not a number");
+        v.push_back(x);
+    }
+    if (v.size() < 2) return {v.empty() ? 0.0 : v[0], 0.0};
+    double m = 0;
+    for (double x : v) m += x / static_cast<double>(v.size());
+    double ss = 0;
+    for (double x : v) ss += (x - m) * (x - m);
+    return {m, 1.96 * std::sqrt(ss / static_cast<double>(v.size() - 1)) / std::sqrt(static_cast<double>(v.size()))};
+}
+
+std::string method_of(const std::string& spec) {
+    std::string m = spec.substr(0, spec.find(':'));
+    const size_t r = spec.find("rule=");
+    if (r != std::string::npos) m += " (" + spec.substr(r, spec.find(',', r) - r) + ")";
+    return m;
+}
+
+}  // namespace
+
+std::vector<LeaderboardRow> collect_leaderboard(const std::vector<std::string>& dirs) {
+    std::vector<LeaderboardRow> rows;
+    for (const auto& d : dirs) {
+        require(fs::is_directory(d), "leaderboard: '", d, "' is not a directory");
+        std::vector<LeaderboardRow> sweep;
+        for (const auto& e : fs::directory_iterator(d)) {
+            if (!e.is_directory() || !fs::exists(e.path() / "metrics.json")) continue;
+            const auto cfg = read_yaml(e.path() / "config.yaml");
+            const auto m = nlohmann::json::parse(read_whole_file((e.path() / "metrics.json").string(), "cell metrics"), nullptr, false);
+            require(!m.is_discarded(), "leaderboard: ", (e.path() / "metrics.json").string(), " is not valid JSON");
+            LeaderboardRow r;
+            r.task = cfg.count("task") ? cfg.at("task") : "ruler";
+            r.model = fs::path(cfg.count("model") ? cfg.at("model") : "?").filename().string();
+            r.policy = m.value("policy", cfg.count("policy") ? cfg.at("policy") : e.path().filename().string());
+            r.method = method_of(r.policy);
+            r.compression = m.value("compression_ratio", 0.0);
+            r.density = m.value("density", 1.0);
+            r.query_aware = m.value("query_aware", true);
+            if (r.task == "ruler") {
+                const auto [mean, ci] = column_stats(e.path() / "predictions.csv", "score");
+                r.value = 100 * mean;
+                r.ci95 = 100 * ci;
+            } else {
+                const auto [mean, ci] = column_stats(e.path() / "predictions.csv", "nll");
+                r.value = m.value("nll", mean);
+                r.ci95 = ci;
+            }
+            r.samples = m.value("samples", int64_t(0));
+            sweep.push_back(r);
+        }
+        require(!sweep.empty(), "leaderboard: '", d, "' holds no finished cells (<cell>/metrics.json)");
+        const auto full = std::find_if(sweep.begin(), sweep.end(), [](const LeaderboardRow& r) { return r.policy == "full"; });
+        require(full != sweep.end(), "leaderboard: '", d, "' has no full-cache cell to compare with");
+        for (auto& r : sweep) r.full = full->value;
+        rows.insert(rows.end(), sweep.begin(), sweep.end());
+    }
+    return rows;
+}
+
+std::string write_leaderboard(const std::vector<LeaderboardRow>& rows, const std::string& out_dir) {
+    fs::create_directories(out_dir);
+    std::map<std::pair<std::string, std::string>, std::vector<LeaderboardRow>> groups;  // (model, task)
+    for (const auto& r : rows) groups[{r.model, r.task + (r.task == "ruler" ? (r.query_aware ? ", query-aware" : ", query-agnostic") : "")}].push_back(r);
+    std::ostringstream md;
+    md << "# Leaderboard\n";
+    for (auto& [key, g] : groups) {
+        const bool ruler = key.second.rfind("ruler", 0) == 0;
+        std::sort(g.begin(), g.end(), [](const LeaderboardRow& a, const LeaderboardRow& b) {
+            return a.policy == "full" ? b.policy != "full" : b.policy == "full" ? false
+                   : a.method != b.method ? a.method < b.method : a.compression < b.compression;
+        });
+        md << "\n## " << key.first << " — " << key.second << "\n\n";
+        md << "| method | spec | compression ratio | density | " << (ruler ? "score (0–100) ± 95% CI" : "NLL ± 95% CI")
+           << " | Δ vs full |\n|---|---|---|---|---|---|\n";
+        char buf[512];
+        for (const auto& r : g) {
+            const double delta = ruler ? r.value - r.full : 100 * (r.value - r.full) / r.full;
+            std::snprintf(buf, sizeof buf, "| %s | `%s` | %.3f | %.3f | %.2f ± %.2f | %+.2f%s |\n", r.method.c_str(),
+                          r.policy.c_str(), r.compression, r.density, r.value, r.ci95, delta, ruler ? "" : "%");
+            md << buf;
+        }
+        if (ruler) {
+            // The highest compression at which a method still keeps ≥ 95% of the full score.
+            std::map<std::string, double> best;
+            for (const auto& r : g)
+                if (r.policy != "full" && r.value >= 0.95 * r.full) best[r.method] = std::max(best[r.method], r.compression);
+            md << "\nKeeps ≥ 95% of the full score (" << std::fixed;
+            md.precision(2);
+            md << g.front().full << ") up to compression ratio: ";
+            bool first = true;
+            for (const auto& r : g) {
+                if (r.policy == "full" || best.count(r.method) == 0) continue;
+                md << (first ? "" : ", ") << r.method << " " << best[r.method];
+                best.erase(r.method);
+                first = false;
+            }
+            md << (first ? "none" : "") << ".\n";
+            md.unsetf(std::ios::fixed);
+            md.precision(6);
+        }
+        // Plot: one curve per method, through the full-cache point.
+        const std::string stem = "score_vs_compression_" + key.first + (ruler ? "" : "_nll");
+        std::ostringstream dat;
+        std::vector<std::string> methods;
+        for (const auto& r : g)
+            if (r.policy != "full" && std::find(methods.begin(), methods.end(), r.method) == methods.end()) methods.push_back(r.method);
+        for (const auto& mth : methods) {
+            dat << "# " << mth << "\n0 " << g.front().full << " 0\n";
+            for (const auto& r : g)
+                if (r.method == mth) dat << r.compression << " " << r.value << " " << r.ci95 << "\n";
+            dat << "\n\n";
+        }
+        write_text((fs::path(out_dir) / (stem + ".dat")).string(), dat.str());
+        std::ostringstream gp;
+        gp << "set terminal pngcairo size 900,600 noenhanced\nset output '" << stem << ".png'\nset xlabel 'compression ratio'\n"
+           << "set ylabel '" << (ruler ? "score (0-100)" : "NLL (nats/token)") << "'\nset title '" << key.first << ": "
+           << key.second << "'\nset key outside right\nset grid\nset xrange [0:1.02]\n" << (ruler ? "set yrange [0:*]\n" : "")
+           << "plot ";
+        for (size_t i = 0; i < methods.size(); ++i)
+            gp << (i ? ", " : "") << "'" << stem << ".dat' index " << i << " using 1:2:3 with yerrorlines title '" << methods[i] << "'";
+        gp << "\n";
+        write_text((fs::path(out_dir) / (stem + ".gp")).string(), gp.str());
+        if (!methods.empty() && std::system("command -v gnuplot >/dev/null 2>&1") == 0) {
+            const std::string cmd = "cd '" + out_dir + "' && gnuplot " + stem + ".gp";
+            if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "gnuplot failed; data and script are in %s\n", out_dir.c_str());
+        }
+    }
+    write_text((fs::path(out_dir) / "leaderboard.md").string(), md.str());
+    return md.str();
+}
+
+}  // namespace kvsieve

@@ -1,0 +1,33 @@
+#pragma once
+// The leaderboard: sweep directories (eval sweep, kvpress's layout) collected into one table per model and a
+// score-vs-compression plot, as kvpress's leaderboard presents its presses.
+#include <string>
+#include <vector>
+
+namespace kvsieve {
+
+/// One cell of a sweep.
+struct LeaderboardRow {
+    std::string model;          ///< the model file's name
+    std::string task;           ///< "ruler" or "nll"
+    std::string policy;         ///< the cell's spec
+    std::string method;         ///< the preset (spec up to ':'), with the spec's rule when it has one
+    double compression = 0;     ///< mean compression ratio
+    double density = 1;         ///< mean density ρ
+    double value = 0;           ///< RULER: score 0–100; NLL: nats/token
+    double ci95 = 0;            ///< half-width of the 95% interval of `value` (normal approximation over samples)
+    double full = 0;            ///< the same sweep's full-cache value
+    int64_t samples = 0;
+    bool query_aware = false;   ///< RULER protocol (cells written before it was recorded count as query-aware)
+};
+
+/// Reads every cell (<dir>/<cell>/{config.yaml, metrics.json, predictions.csv}) of the sweep directories. Throws Error
+/// naming a directory with no cells, a cell whose files cannot be read, or a sweep without its full-cache cell.
+std::vector<LeaderboardRow> collect_leaderboard(const std::vector<std::string>& dirs);
+
+/// Writes <out>/leaderboard.md (per model and task: rows sorted by method then compression, value ± 95% interval,
+/// Δ vs full, and the smallest compression ratio at which each method falls below 95% of the full score) and per model
+/// a gnuplot script and PNG (score_vs_compression_<model>.png, if gnuplot is installed). Returns the markdown.
+std::string write_leaderboard(const std::vector<LeaderboardRow>& rows, const std::string& out_dir);
+
+}  // namespace kvsieve

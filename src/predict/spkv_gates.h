@@ -1,0 +1,39 @@
+#pragma once
+// SP-KV's utility predictor, inference side (Szilvasy, Faysse et al., "Self-Pruned Key-Value Attention", eq. 1 and
+// App. I): per layer, u = σ(f(h)) ∈ (0, 1) per KV head from the layer's attention-input hidden state h [D], with f
+// linear (W [Hkv, D], b [Hkv]) or an MLP D → hidden → Hkv with SiLU between. The tensors live in the model's GGUF
+// under the predictor schema (predict/predictor_tensors.h, method "spkv"):
+//   blk.<l>.spkv.fc1.weight [hidden, D] (ne {D, hidden}), blk.<l>.spkv.fc1.bias [hidden],
+//   blk.<l>.spkv.fc2.weight [Hkv, hidden], blk.<l>.spkv.fc2.bias [Hkv]          (MLP)
+//   blk.<l>.spkv.fc.weight [Hkv, D], blk.<l>.spkv.fc.bias [Hkv]                  (linear)
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kvsieve {
+
+class GGUFFile;
+
+/// The gates of every layer of one model.
+class SpkvGates {
+public:
+    /// Reads the gates of layers 0 … n_layer − 1 from `f`. Throws Error naming the file if it holds no SP-KV gates
+    /// (a model not trained with SP-KV), or naming the first missing or mis-shaped tensor (every layer must have the
+    /// same form).
+    static SpkvGates load(const GGUFFile& f, int n_layer, int n_embd, int n_head_kv);
+
+    /// u[t·Hkv + h] ∈ (0, 1) for T hidden states x [T][D] of `layer`.
+    void predict(int layer, const float* x, int64_t T, float* u) const;
+
+    int hidden() const { return hidden_; }  ///< 0: linear
+    int n_layers() const { return static_cast<int>(layers_.size()); }
+
+private:
+    struct Layer {
+        std::vector<float> w1, b1, w2, b2;  // MLP: w1 [hidden][D], w2 [Hkv][hidden]; linear: w2 [Hkv][D]
+    };
+    std::vector<Layer> layers_;
+    int d_ = 0, hkv_ = 0, hidden_ = 0;
+};
+
+}  // namespace kvsieve

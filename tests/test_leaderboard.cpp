@@ -1,0 +1,68 @@
+// eval leaderboard: sweep cells collected into tables with 95% intervals (eval/leaderboard.h).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "eval/leaderboard.h"
+#include "test_util.h"
+#include "util/error.h"
+
+namespace kvsieve {
+namespace {
+
+namespace fs = std::filesystem;
+
+/// A RULER cell with the given per-sample scores (0/1).
+void cell(const fs::path& dir, const std::string& name, const std::string& policy, double compression,
+          const std::vector<int>& scores, bool query_aware) {
+    fs::create_directories(dir / name);
+    std::ofstream(dir / name / "config.yaml") << "task: ruler\npolicy: \"" << policy << "\"\nmodel: \"models/m.gguf\"\n";
+    double mean = 0;
+    std::ofstream csv(dir / name / "predictions.csv");
+    csv << "task,length,index,score,density,compression_ratio,prediction,answers\n";
+    for (size_t i = 0; i < scores.size(); ++i) {
+        csv << "vt,1024," << i << "," << scores[i] << ",1," << compression << ",\"x\",\"y\"\n";
+        mean += scores[i] / static_cast<double>(scores.size());
+    }
+    std::ofstream(dir / name / "metrics.json") << "{\"policy\": \"" << policy << "\", \"score\": " << 100 * mean
+                                                << ", \"compression_ratio\": " << compression << ", \"density\": "
+                                                << 1 - compression << ", \"samples\": " << scores.size()
+                                                << ", \"query_aware\": " << (query_aware ? "true" : "false") << "}\n";
+}
+
+TEST(Leaderboard, TablesWithIntervalsAndTheNinetyFivePercentLine) {
+    test::TempFile root("_board");
+    const fs::path a = fs::path(root.path()) / "a";
+    cell(a, "full", "full", 0.0, {1, 1, 1, 1, 1, 1, 1, 0}, false);          // 87.5
+    cell(a, "snapkv_ratio_0.5", "snapkv:ratio=0.5", 0.5, {1, 1, 1, 1, 1, 1, 1, 0}, false);
+    cell(a, "snapkv_ratio_0.75", "snapkv:ratio=0.75", 0.75, {1, 0, 1, 0, 1, 0, 1, 0}, false);
+    cell(a, "knorm_ratio_0.5", "knorm:ratio=0.5", 0.5, {0, 0, 0, 0, 0, 0, 0, 1}, false);
+    const auto rows = collect_leaderboard({a.string()});
+    ASSERT_EQ(rows.size(), 4u);
+    for (const auto& r : rows) {
+        EXPECT_EQ(r.model, "m.gguf");
+        EXPECT_DOUBLE_EQ(r.full, 87.5);
+        if (r.policy == "snapkv:ratio=0.75") {
+            EXPECT_DOUBLE_EQ(r.value, 50.0);
+            // s = √(8·0.25/7), half-width 1.96·s/√8, in points.
+            EXPECT_NEAR(r.ci95, 100 * 1.96 * std::sqrt(2.0 / 7.0) / std::sqrt(8.0), 1e-9);
+        }
+    }
+    const std::string md = write_leaderboard(rows, (fs::path(root.path()) / "out").string());
+    EXPECT_NE(md.find("## m.gguf — ruler, query-agnostic"), std::string::npos) << md;
+    EXPECT_NE(md.find("| snapkv | `snapkv:ratio=0.75` | 0.750 | 0.250 | 50.00 ± 37.04 | -37.50 |"), std::string::npos) << md;
+    EXPECT_NE(md.find("up to compression ratio: snapkv 0.50."), std::string::npos) << md;
+    EXPECT_TRUE(fs::exists(fs::path(root.path()) / "out" / "leaderboard.md"));
+    // A sweep without its full-cache cell, or an empty directory, is refused.
+    const fs::path b = fs::path(root.path()) / "b";
+    cell(b, "tova_ratio_0.5", "tova:ratio=0.5", 0.5, {1, 0}, true);
+    EXPECT_THROW(collect_leaderboard({b.string()}), Error);
+    fs::create_directories(fs::path(root.path()) / "empty");
+    EXPECT_THROW(collect_leaderboard({(fs::path(root.path()) / "empty").string()}), Error);
+    fs::remove_all(root.path());
+}
+
+}  // namespace
+}  // namespace kvsieve

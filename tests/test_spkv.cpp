@@ -1,0 +1,167 @@
+// SP-KV inference (policy/spkv.cpp, predict/spkv_gates.h): gates read from the model's GGUF, utility at write,
+// admission at window exit; a closed gate removes the key in prefill and decode. On stories260K with gates added.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <set>
+
+#include "cache/kv_cache.h"
+#include "io/gguf.h"
+#include "io/gguf_writer.h"
+#include "kernels/tensor_types.h"
+#include "model/llama_model.h"
+#include "policy/policy.h"
+#include "predict/predictor_tensors.h"
+#include "predict/spkv_gates.h"
+#include "test_util.h"
+#include "util/error.h"
+
+namespace kvsieve {
+namespace {
+
+/// A named F32 tensor, shape outermost first.
+struct T {
+    std::string name;
+    std::vector<int64_t> shape;
+    std::vector<float> data;
+};
+
+/// stories260K.gguf with `extra` tensors added, written to `path`.
+void write_with(const std::string& path, const std::vector<T>& extra) {
+    GGUFFile src(test::model_path("stories260K.gguf"));
+    GGUFWriter w;
+    for (const auto& [k, v] : src.metadata()) w.set(k, v);
+    for (const GGUFTensorInfo& t : src.tensors())
+        w.add_tensor_ref(t.name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims), t.data, t.nbytes);
+    for (const T& t : extra)
+        w.add_tensor_ref(t.name, static_cast<uint32_t>(TensorType::F32), std::vector<int64_t>(t.shape.rbegin(), t.shape.rend()),
+                         t.data.data(), t.data.size() * sizeof(float));
+    w.write(path);
+}
+
+const ModelConfig& config() { return test::stories260k().config(); }
+
+/// Linear gates with zero weights: u = σ(bias[h]) for every token.
+std::vector<T> constant_gates(const std::vector<float>& bias) {
+    std::vector<T> g;
+    const int D = config().n_embd, H = config().n_head_kv;
+    for (int l = 0; l < config().n_layer; ++l) {
+        g.push_back({predictor_tensor_name("spkv", l, "fc.weight"), {H, D}, std::vector<float>(static_cast<size_t>(H) * D, 0.0f)});
+        g.push_back({predictor_tensor_name("spkv", l, "fc.bias"), {H}, bias});
+    }
+    return g;
+}
+
+std::set<int32_t> kept(const KVCache& c, int l, int h) {
+    std::set<int32_t> s;
+    for (int r = 0; r < 3; ++r)
+        for (int32_t p : c.head(l, h).region(r)->positions()) s.insert(p);
+    return s;
+}
+
+TEST(Spkv, AClosedGateRemovesTheKeyInPrefillAndDecode) {
+    test::TempFile file(".gguf");
+    write_with(file.path(), constant_gates({5, -5, 5, -5}));  // heads 1 and 3 closed (u ≈ 0.0067)
+    LlamaModel m(file.path());
+    KVCache c(m.config(), 128, parse_policy("spkv:tau=0.5,window=8"), std::make_shared<KVPool>(m.config().head_dim, KVType::kF32));
+    const auto ids = test::story_prompt_ids();
+    std::vector<float> logits;
+    m.forward(std::vector<int32_t>(ids.begin(), ids.begin() + 30), c, logits);
+    c.end_prefill();
+    for (int s = 0; s < 5; ++s) m.forward({ids[30 + s]}, c, logits);
+    for (int l = 0; l < m.config().n_layer; ++l)
+        for (int h = 0; h < m.config().n_head_kv; ++h) {
+            const auto k = kept(c, l, h);
+            if (h % 2 == 0) {
+                EXPECT_EQ(k.size(), 35u);
+                for (float u : c.head(l, h).global().scores()) EXPECT_NEAR(u, 1 / (1 + std::exp(-5.0)), 1e-6);
+            } else {
+                EXPECT_EQ(k, (std::set<int32_t>{27, 28, 29, 30, 31, 32, 33, 34}));  // the window only
+            }
+        }
+    EXPECT_NEAR(c.stats().density, 0.5, 1e-9);  // beyond the window: all of two heads, none of the others
+}
+
+TEST(Spkv, MlpGatesComputeSiluThenSigmoidAndDecideAtWrite) {
+    const int D = config().n_embd, H = config().n_head_kv, hid = 6;
+    std::mt19937 rng(3);
+    std::normal_distribution<float> nd(0.0f, 0.3f);
+    std::vector<T> g;
+    std::vector<std::vector<float>> w1(config().n_layer), b1(config().n_layer), w2(config().n_layer), b2(config().n_layer);
+    for (int l = 0; l < config().n_layer; ++l) {
+        for (int i = 0; i < hid * D; ++i) w1[l].push_back(nd(rng));
+        for (int i = 0; i < hid; ++i) b1[l].push_back(nd(rng));
+        for (int i = 0; i < H * hid; ++i) w2[l].push_back(3 * nd(rng));
+        for (int i = 0; i < H; ++i) b2[l].push_back(nd(rng));
+        g.push_back({predictor_tensor_name("spkv", l, "fc1.weight"), {hid, D}, w1[l]});
+        g.push_back({predictor_tensor_name("spkv", l, "fc1.bias"), {hid}, b1[l]});
+        g.push_back({predictor_tensor_name("spkv", l, "fc2.weight"), {H, hid}, w2[l]});
+        g.push_back({predictor_tensor_name("spkv", l, "fc2.bias"), {H}, b2[l]});
+    }
+    test::TempFile file(".gguf");
+    write_with(file.path(), g);
+    GGUFFile f(file.path());
+    const SpkvGates gates = SpkvGates::load(f, config().n_layer, D, H);
+    EXPECT_EQ(gates.hidden(), hid);
+    // Against the formula written out here: u = σ(W2 · SiLU(W1 x + b1) + b2).
+    std::vector<float> x(2 * D), u(2 * H);
+    for (auto& v : x) v = nd(rng) * 3;
+    for (int l = 0; l < config().n_layer; ++l) {
+        gates.predict(l, x.data(), 2, u.data());
+        for (int t = 0; t < 2; ++t)
+            for (int h = 0; h < H; ++h) {
+                double s = b2[l][h];
+                for (int j = 0; j < hid; ++j) {
+                    double a = b1[l][j];
+                    for (int c = 0; c < D; ++c) a += double(w1[l][j * D + c]) * x[t * D + c];
+                    s += w2[l][h * hid + j] * (a / (1 + std::exp(-a)));
+                }
+                EXPECT_NEAR(u[t * H + h], 1 / (1 + std::exp(-s)), 1e-6);
+            }
+    }
+    // window=0: each entry is kept iff its own u ≥ τ; the stored scores are the utilities.
+    LlamaModel m(file.path());
+    KVCache c(m.config(), 128, parse_policy("spkv:tau=0.5,window=0"), std::make_shared<KVPool>(m.config().head_dim, KVType::kF32));
+    const auto ids = test::story_prompt_ids();
+    std::vector<float> logits;
+    m.forward(std::vector<int32_t>(ids.begin(), ids.begin() + 20), c, logits);
+    for (int s = 0; s < 4; ++s) m.forward({ids[20 + s]}, c, logits);
+    int64_t total = 0, dropped = 0;
+    for (int l = 0; l < m.config().n_layer; ++l)
+        for (int h = 0; h < m.config().n_head_kv; ++h) {
+            for (float s : c.head(l, h).global().scores()) EXPECT_GE(s, 0.5f);
+            total += 24;
+            dropped += 24 - static_cast<int64_t>(kept(c, l, h).size());
+        }
+    EXPECT_GT(dropped, 0);
+    EXPECT_LT(dropped, total);
+}
+
+TEST(Spkv, AModelWithoutGatesIsAClearError) {
+    const auto pol = parse_policy("spkv");
+    EXPECT_EQ(pol.window, 128);
+    EXPECT_EQ(pol.admission.tau, 0.5);
+    try {
+        KVCache c(config(), 64, pol, std::make_shared<KVPool>(config().head_dim, KVType::kF32));
+        FAIL() << "no error";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("has no SP-KV gates"), std::string::npos) << e.what();
+    }
+    // A missing tensor in a later layer is named.
+    auto g = constant_gates({1, 1, 1, 1});
+    g.pop_back();
+    test::TempFile file(".gguf");
+    write_with(file.path(), g);
+    GGUFFile f(file.path());
+    try {
+        (void)SpkvGates::load(f, config().n_layer, config().n_embd, config().n_head_kv);
+        FAIL() << "no error";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("blk.4.spkv.fc.bias is missing"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(parse_policy("spkv:tau=2"), Error);
+}
+
+}  // namespace
+}  // namespace kvsieve
