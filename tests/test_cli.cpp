@@ -150,6 +150,7 @@ TEST(Cli, BadPolicyOptionsAreReported) {
     expect_clean_failure("generate -m " + kModel + " -p hi --policy knorm:rule=threshold,tau=x", "not a number");
     expect_clean_failure("generate -m " + kModel + " -p hi -c 128 --policy h2o:budget=4096", "larger than the context");
     expect_clean_failure("generate -m " + kModel + " -p hi --kv-type f8", "unknown KV cache type 'f8'");
+    expect_clean_failure("generate -m " + kModel + " -p hi --policy spkv", "has no SP-KV gates");
     expect_clean_failure("generate -m " + kModel + " -p 'Once upon a time there was' -n 400 --kv-budget-mb 0.01",
                          "KV cache budget exhausted");
 }
