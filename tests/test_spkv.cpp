@@ -9,6 +9,7 @@
 #include "cache/kv_cache.h"
 #include "io/gguf.h"
 #include "io/gguf_writer.h"
+#include "kernels/attention.h"
 #include "kernels/tensor_types.h"
 #include "model/llama_model.h"
 #include "policy/policy.h"
@@ -136,6 +137,84 @@ TEST(Spkv, MlpGatesComputeSiluThenSigmoidAndDecideAtWrite) {
         }
     EXPECT_GT(dropped, 0);
     EXPECT_LT(dropped, total);
+}
+
+TEST(Spkv, GatedPrefillAttentionIsExactAgainstADenseMaskedReference) {
+    // Random keys, positions with gaps (cached entries of a compressed head), random gates, several windows.
+    std::mt19937 rng(11);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    const int G = 3, d = 16;
+    for (int64_t window : {0, 1, 5, 40}) {
+        for (int64_t T : {1, 7, 150, 300}) {
+            const int64_t n_prefix = 37, n = n_prefix + T, pos_q0 = 200;
+            std::vector<float> q(static_cast<size_t>(T) * G * d), k(static_cast<size_t>(n) * d), v(k.size()), out(q.size());
+            for (auto& x : q) x = nd(rng);
+            for (auto& x : k) x = nd(rng);
+            for (auto& x : v) x = nd(rng);
+            std::vector<int32_t> pos(n);
+            std::vector<char> open(n);
+            for (int64_t j = 0; j < n_prefix; ++j) pos[j] = static_cast<int32_t>(j * 5);  // all before pos_q0
+            for (int64_t t = 0; t < T; ++t) pos[n_prefix + t] = static_cast<int32_t>(pos_q0 + t);
+            for (auto& o : open) o = rng() % 3 == 0;
+            attention_prefill_gated(q.data(), G * d, G, d, T, k.data(), v.data(), n_prefix, pos.data(), open.data(), pos_q0,
+                                    window, out.data(), G * d);
+            double worst = 0;
+            for (int64_t t = 0; t < T; ++t)
+                for (int g = 0; g < G; ++g) {
+                    std::vector<double> p(n, 0.0);
+                    double mx = -INFINITY;
+                    for (int64_t j = 0; j < n; ++j) {
+                        const bool causal = j < n_prefix || j - n_prefix <= t;
+                        const bool vis = causal && (open[j] || pos_q0 + t - pos[j] < std::max<int64_t>(window, 1));
+                        if (!vis) {
+                            p[j] = -INFINITY;
+                            continue;
+                        }
+                        double dot = 0;
+                        for (int c = 0; c < d; ++c) dot += double(q[(t * G + g) * d + c]) * k[j * d + c];
+                        p[j] = dot / std::sqrt(double(d));
+                        mx = std::max(mx, p[j]);
+                    }
+                    double sum = 0;
+                    for (auto& x : p) sum += (x = x == -INFINITY ? 0.0 : std::exp(x - mx));
+                    for (int c = 0; c < d; ++c) {
+                        double o = 0;
+                        for (int64_t j = 0; j < n; ++j) o += p[j] / sum * v[j * d + c];
+                        worst = std::max(worst, std::fabs(o - out[(t * G + g) * d + c]));
+                    }
+                }
+            EXPECT_LT(worst, 2e-5) << "window " << window << " T " << T;
+        }
+    }
+}
+
+TEST(Spkv, GatedPrefillSeesWhatDecodeSteps) {
+    // With the paper's gated prefill, prefilling N tokens gives the logits that feeding them one decode step at a time
+    // gives (closed keys gone once they leave the window); a dense prefill does not.
+    test::TempFile file(".gguf");
+    write_with(file.path(), constant_gates({5, -5, 5, -5}));
+    LlamaModel m(file.path());
+    const auto ids = test::story_prompt_ids();
+    const std::vector<int32_t> prompt(ids.begin(), ids.begin() + 30);
+    auto logits_of = [&](const std::string& spec, bool stepwise) {
+        KVCache c(m.config(), 128, parse_policy(spec), std::make_shared<KVPool>(m.config().head_dim, KVType::kF32));
+        std::vector<float> logits;
+        if (stepwise)
+            for (int32_t t : prompt) m.forward({t}, c, logits);
+        else
+            m.forward(prompt, c, logits);
+        return logits;
+    };
+    const auto steps = logits_of("spkv:tau=0.5,window=8", true);
+    const auto gated = logits_of("spkv:tau=0.5,window=8", false);
+    const auto dense = logits_of("spkv:tau=0.5,window=8,sparse_prefill=0", false);
+    double d_gated = 0, d_dense = 0;
+    for (size_t i = 0; i < steps.size(); ++i) {
+        d_gated = std::max(d_gated, static_cast<double>(std::fabs(steps[i] - gated[i])));
+        d_dense = std::max(d_dense, static_cast<double>(std::fabs(steps[i] - dense[i])));
+    }
+    EXPECT_LT(d_gated, 1e-3);
+    EXPECT_GT(d_dense, 1e-2);
 }
 
 TEST(Spkv, AModelWithoutGatesIsAClearError) {

@@ -309,6 +309,12 @@ void KVCache::prefill_layer(const LayerInputs& in, const float* write_scores, fl
     const int64_t T = in.T, ldq = static_cast<int64_t>(in.n_head) * d, kvd = static_cast<int64_t>(Hkv) * d;
     const KeyStat stat = key_stat(policy_);
     const bool scored = policy_.scorer != nullptr && write_scores == nullptr;  // scored after attention
+    // Gated prefill: each query sees its window plus the keys that are or will be admitted, as a decode step would.
+    const bool gated = policy_.gated_prefill && stat == KeyStat::kNone;
+    const Rule& adm = policy_.admission;
+    auto will_keep = [&](float score) {
+        return adm.kind == Rule::Kind::kKeepAll || (adm.kind == Rule::Kind::kThreshold && score >= adm.tau);
+    };
     // 1. Per head: gather the kept entries (float32) followed by the chunk's, attend.
     std::vector<std::vector<float>> K(Hkv), V(Hkv), A(Hkv);
     std::vector<std::vector<int32_t>> P(Hkv);
@@ -323,22 +329,30 @@ void KVCache::prefill_layer(const LayerInputs& in, const float* write_scores, fl
         V[h].resize(static_cast<size_t>(n) * d);
         P[h].resize(n);
         int64_t j = 0;
+        std::vector<char> open(gated ? n : 0);
         for (int r = 0; r < 3; ++r) {
             const PageStore* ps = hc.region(r);
             for (int64_t i = 0; i < ps->size(); ++i, ++j) {
                 ps->read(i, K[h].data() + j * d, V[h].data() + j * d);
                 P[h][j] = ps->positions()[i];
                 if (scored) S_old[h].push_back(ps->scores()[i]);
+                if (gated) open[j] = r != 2 || will_keep(ps->scores()[i]);  // sinks and global are kept already
             }
         }
         for (int64_t t = 0; t < T; ++t, ++j) {
             std::copy_n(in.k + t * kvd + h * d, d, K[h].data() + j * d);
             std::copy_n(in.v + t * kvd + h * d, d, V[h].data() + j * d);
             P[h][j] = static_cast<int32_t>(in.pos0 + t);
+            if (gated)  // the first s entries become sinks
+                open[j] = hc.sinks().size() + t < policy_.sinks || will_keep(write_scores ? write_scores[t * Hkv + h] : 0.0f);
         }
         if (stat != KeyStat::kNone) A[h].resize(static_cast<size_t>(G) * n);
-        attention_prefill_group(in.q + static_cast<int64_t>(h) * G * d, ldq, G, d, T, K[h].data(), V[h].data(), no,
-                                out + static_cast<int64_t>(h) * G * d, ldq, stat, A[h].data());
+        if (gated)
+            attention_prefill_gated(in.q + static_cast<int64_t>(h) * G * d, ldq, G, d, T, K[h].data(), V[h].data(), no,
+                                    P[h].data(), open.data(), in.pos0, policy_.window, out + static_cast<int64_t>(h) * G * d, ldq);
+        else
+            attention_prefill_group(in.q + static_cast<int64_t>(h) * G * d, ldq, G, d, T, K[h].data(), V[h].data(), no,
+                                    out + static_cast<int64_t>(h) * G * d, ldq, stat, A[h].data());
         if (!scored) {  // nothing else needs the gathered copy
             std::vector<float>().swap(K[h]);
             std::vector<float>().swap(V[h]);

@@ -111,6 +111,56 @@ void attention_prefill_group(const float* q, int64_t ldq, int G, int d, int64_t 
         }
 }
 
+void attention_prefill_gated(const float* q, int64_t ldq, int G, int d, int64_t T, const float* k, const float* v,
+                             int64_t n_prefix, const int32_t* pos_k, const char* open, int64_t pos_q0, int64_t window,
+                             float* out, int64_t ldo) {
+    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+    const int64_t w = std::max<int64_t>(window, 1);
+    constexpr int64_t kBlock = 128;
+    std::vector<int64_t> idx;
+    std::vector<float> Kb, Vb, S;
+    for (int64_t t0 = 0; t0 < T; t0 += kBlock) {
+        const int64_t nt = std::min(kBlock, T - t0), nk = n_prefix + t0 + nt;
+        // The keys some query of the block may see: open ones, and those inside the window of its first query.
+        const int64_t lo = pos_q0 + t0 - w + 1;
+        idx.clear();
+        for (int64_t j = 0; j < nk; ++j)
+            if (open[j] || pos_k[j] >= lo) idx.push_back(j);
+        const int64_t m = static_cast<int64_t>(idx.size());
+        Kb.resize(static_cast<size_t>(m) * d);
+        Vb.resize(static_cast<size_t>(m) * d);
+        for (int64_t i = 0; i < m; ++i) {
+            std::copy_n(k + idx[i] * d, d, Kb.data() + i * d);
+            std::copy_n(v + idx[i] * d, d, Vb.data() + i * d);
+        }
+        S.resize(static_cast<size_t>(nt * m));
+        for (int g = 0; g < G; ++g) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(nt), static_cast<int>(m), d, scale,
+                        q + t0 * ldq + g * d, static_cast<int>(ldq), Kb.data(), d, 0.0f, S.data(), static_cast<int>(m));
+            for (int64_t i = 0; i < nt; ++i) {
+                float* row = S.data() + i * m;
+                const int64_t t = t0 + i, pq = pos_q0 + t, causal_end = n_prefix + t + 1;
+                float mx = -INFINITY;
+                for (int64_t c = 0; c < m; ++c) {
+                    const int64_t j = idx[c];
+                    const bool vis = j < causal_end && (open[j] || pq - pos_k[j] < w);
+                    if (!vis) row[c] = -INFINITY;
+                    mx = std::max(mx, row[c]);
+                }
+                double sum = 0;
+                for (int64_t c = 0; c < m; ++c) {
+                    row[c] = row[c] == -INFINITY ? 0.0f : std::exp(row[c] - mx);
+                    sum += row[c];
+                }
+                const float inv = static_cast<float>(1.0 / sum);
+                for (int64_t c = 0; c < m; ++c) row[c] *= inv;
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(nt), d, static_cast<int>(m), 1.0f,
+                        S.data(), static_cast<int>(m), Vb.data(), d, 0.0f, out + t0 * ldo + g * d, static_cast<int>(ldo));
+        }
+    }
+}
+
 void attention_dense_causal(const float* q, int64_t T, int64_t pos0, const float* k, const float* v, int64_t ld_kv,
                             const AttnShape& s, float* out) {
     if (T < 8)

@@ -33,6 +33,18 @@ enum class KeyStat { kNone, kSum, kLast };
 void attention_prefill_group(const float* q, int64_t ldq, int G, int d, int64_t T, const float* k, const float* v,
                              int64_t n_prefix, float* out, int64_t ldo, KeyStat stat, float* stat_out);
 
+/// Gated causal attention of the G query heads of one KV group (SP-KV eqs. 3–5; WG-KV §4.2): as
+/// attention_prefill_group (keys [n][d], the first n_prefix cached and visible to every query, then the T new ones
+/// causally), except that key j is visible to query t (position pos_q0 + t) only if it is open (open[j] ≠ 0: a sink,
+/// an admitted entry, an entry whose gate is open) or inside the query's local window, pos_q0 + t − pos_k[j] <
+/// max(window, 1) (a query always sees itself). So each query sees what a decode step at its position would see.
+/// Per block of 128 queries only the keys open or inside some query's window are gathered and read: closed keys
+/// outside every window cost nothing (the paper's block skipping, §2.2, at single-key granularity).
+/// pos_k [n] positions of the keys; open [n]; out as attention_prefill_group.
+void attention_prefill_gated(const float* q, int64_t ldq, int G, int d, int64_t T, const float* k, const float* v,
+                             int64_t n_prefix, const int32_t* pos_k, const char* open, int64_t pos_q0, int64_t window,
+                             float* out, int64_t ldo);
+
 /// Plain scalar reference of the same computation (for tests).
 void attention_reference(const float* q, int64_t T, int64_t pos0, const float* k, const float* v, int64_t ld_kv,
                          const AttnShape& s, float* out);

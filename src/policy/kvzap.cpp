@@ -67,6 +67,8 @@ void register_kvzap() {
                          pol.sinks = static_cast<int>(s);
                          // w = 0: the paper's window ablation, each entry judged as it is written.
                          pol.timing = w > 0 ? Timing::kAtWindowExit : Timing::kAtWrite;
+                         // kvpress prefills densely and evicts after; sparse_prefill=1 gates the prefill instead.
+                         pol.gated_prefill = p.get_int("sparse_prefill", 0) != 0;
                          return pol;
                      }});
 }

@@ -33,6 +33,10 @@ struct Policy {
     Rule admission;                  ///< applied at write (w = 0) or window exit: keep_all, drop_all or threshold
     Rule compression;                ///< applied to the global region at `timing`
     Timing timing = Timing::kAfterPrefill;
+    /// Prefill attention in which each query sees its local window plus the entries the admission rule keeps (by
+    /// their stored scores), exactly what a decode step at its position sees (SP-KV eqs. 3–5); false: dense causal
+    /// prefill, compression afterwards (kvpress). Needs a scorer without attention statistics.
+    bool gated_prefill = false;
     int every_n = 1;                 ///< for kEveryNDecodeSteps
     /// Optional step once the prompt is in the cache (KVzip's context reconstruction); the session runs it, writes
     /// the scores it returns into the cache, then runs the compression rule. Such a policy scores the whole

@@ -3,7 +3,9 @@
 // when it is written (eq. 1; predict/spkv_gates.h, gates stored in the model's own GGUF). The entry stays in the local
 // window (w = 128, the paper's default) and is kept beyond it iff u ≥ τ (the paper's hard threshold, eq. 7; τ = 0.5
 // by default), in prefill and decode alike. Optional sinks.
-//   spkv[:tau=0.5][,window=128][,sinks=0]
+// The prefill is gated as the paper's (eqs. 3–5): each query sees its window and the admitted keys only, what a
+// decode step would see (sparse_prefill=0: dense prefill, admission afterwards).
+//   spkv[:tau=0.5][,window=128][,sinks=0][,sparse_prefill=1]
 #include <memory>
 
 #include "io/gguf.h"
@@ -49,6 +51,7 @@ void register_spkv() {
                          pol.window = static_cast<int>(w);
                          pol.sinks = static_cast<int>(s);
                          pol.timing = w > 0 ? Timing::kAtWindowExit : Timing::kAtWrite;
+                         pol.gated_prefill = p.get_int("sparse_prefill", 1) != 0;  // the paper's prefill (eqs. 3–5)
                          return pol;
                      }});
 }
