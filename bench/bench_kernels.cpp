@@ -1,10 +1,12 @@
 // Micro-benchmarks of the matmul kernels: GEMV (decode) bytes/s per weight type and instruction set, and
-// panel-SGEMM (prefill) FLOP/s. Run: build/bin/kvsieve_bench_kernels [--benchmark_filter=...]
+// panel-SGEMM (prefill) FLOP/s; and prefill attention of one GQA group, dense against gated (SP-KV's sparse
+// prefill) at several densities. Run: build/bin/kvsieve_bench_kernels [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
 
 #include <random>
 #include <vector>
 
+#include "kernels/attention.h"
 #include "kernels/matmul.h"
 #include "kernels/parallel.h"
 #include "kernels/quant.h"
@@ -58,6 +60,38 @@ void args(benchmark::internal::Benchmark* b) {
     for (TensorType t : {TensorType::F16, TensorType::Q8_0}) b->Args({static_cast<int64_t>(t), 3072, 1024, 512, 2});
 }
 BENCHMARK(BM_Matmul)->Apply(args)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// Prefill attention of one KV group (SmolLM2: G = 3, d = 64) over n keys. args: n, density ‰ (0: dense kernel),
+// window. The gated kernel sees each query's window plus a fraction `density` of the older keys (open at random).
+void BM_PrefillAttention(benchmark::State& st) {
+    const int64_t n = st.range(0), density = st.range(1), window = st.range(2);
+    const int G = 3, d = 64;
+    std::mt19937 rng(2);
+    std::normal_distribution<float> nd(0, 1);
+    std::vector<float> q(static_cast<size_t>(n) * G * d), k(static_cast<size_t>(n) * d), v(k.size()), out(q.size());
+    for (auto& x : q) x = nd(rng);
+    for (auto& x : k) x = nd(rng);
+    for (auto& x : v) x = nd(rng);
+    std::vector<int32_t> pos(n);
+    std::vector<char> open(n);
+    for (int64_t j = 0; j < n; ++j) {
+        pos[j] = static_cast<int32_t>(j);
+        open[j] = static_cast<int64_t>(rng() % 1000) < density;
+    }
+    for (auto _ : st) {
+        if (density == 0)
+            attention_prefill_group(q.data(), G * d, G, d, n, k.data(), v.data(), 0, out.data(), G * d, KeyStat::kNone, nullptr);
+        else
+            attention_prefill_gated(q.data(), G * d, G, d, n, k.data(), v.data(), 0, pos.data(), open.data(), 0, window,
+                                    out.data(), G * d);
+        benchmark::DoNotOptimize(out.data());
+    }
+    st.SetLabel(density == 0 ? "dense" : "gated density " + std::to_string(density / 10.0).substr(0, 4) + "%");
+}
+BENCHMARK(BM_PrefillAttention)
+    ->ArgsProduct({{2048, 4096, 8192}, {0, 100, 250, 500}, {128}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace kvsieve
