@@ -52,6 +52,24 @@ std::vector<RegionIndex> flat_index(const HeadCache& hc) {
 }
 }  // namespace
 
+PrefillScoreInput prefill_score_input(const LayerInputs& in, int n_layer) {
+    PrefillScoreInput si;
+    si.layer = in.layer;
+    si.n_layer = n_layer;
+    si.n_head = in.n_head;
+    si.n_head_kv = in.n_head_kv;
+    si.head_dim = in.head_dim;
+    si.T = in.T;
+    si.pos0 = in.pos0;
+    si.q = in.q;
+    si.q_pre = in.q_pre;
+    si.k_pre = in.k_pre;
+    si.n_embd = in.n_embd;
+    si.hidden = in.hidden;
+    si.rope = in.rope;
+    return si;
+}
+
 KVCache::KVCache(const ModelConfig& c, int64_t n_ctx, Policy policy, std::shared_ptr<KVPool> pool)
     : cfg_(c), n_ctx_(n_ctx), policy_(std::move(policy)), pool_(std::move(pool)), n_layer_(c.n_layer),
       n_head_kv_(c.n_head_kv) {
@@ -361,20 +379,7 @@ void KVCache::prefill_layer(const LayerInputs& in, const float* write_scores, fl
     // 2. Scores of every entry.
     std::vector<std::vector<float>> scores(Hkv);
     if (scored) {
-        PrefillScoreInput si;
-        si.layer = in.layer;
-        si.n_layer = n_layer_;
-        si.n_head = in.n_head;
-        si.n_head_kv = Hkv;
-        si.head_dim = d;
-        si.T = T;
-        si.pos0 = in.pos0;
-        si.q = in.q;
-        si.q_pre = in.q_pre;
-        si.k_pre = in.k_pre;
-        si.n_embd = in.n_embd;
-        si.hidden = in.hidden;
-        si.rope = in.rope;
+        PrefillScoreInput si = prefill_score_input(in, n_layer_);
         si.state = state_.get();
         for (int h = 0; h < Hkv; ++h)
             si.heads.push_back({n_old[h] + T, K[h].data(), V[h].data(), P[h].data(), A[h].empty() ? nullptr : A[h].data(),

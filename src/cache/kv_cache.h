@@ -13,6 +13,9 @@
 
 namespace kvsieve {
 
+/// A scorer's view of a layer's step (everything but the heads, whose entries the caller gathers).
+PrefillScoreInput prefill_score_input(const LayerInputs& in, int n_layer);
+
 /// All HeadCaches (L × H_kv) of one sequence over one KVPool, the policy that decides what they keep, the
 /// scorer's per-sequence state, and statistics. Per forward step and layer (docs/architecture.md):
 ///   write-time scorers score the step's new entries first (Scorer::on_write);

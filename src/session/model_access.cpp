@@ -46,20 +46,7 @@ public:
                 P[h].push_back(static_cast<int32_t>(in.pos0 + t));
             }
         }
-        PrefillScoreInput si;
-        si.layer = in.layer;
-        si.n_layer = n_layer_;
-        si.n_head = in.n_head;
-        si.n_head_kv = Hkv;
-        si.head_dim = d;
-        si.T = T;
-        si.pos0 = in.pos0;
-        si.q = in.q;
-        si.q_pre = in.q_pre;
-        si.k_pre = in.k_pre;
-        si.n_embd = in.n_embd;
-        si.hidden = in.hidden;
-        si.rope = in.rope;
+        PrefillScoreInput si = prefill_score_input(in, n_layer_);
         for (int h = 0; h < Hkv; ++h)
             si.heads.push_back({static_cast<int64_t>(P[h].size()), K[h].data(), V[h].data(), P[h].data(), nullptr, nullptr});
         observe_(si);
