@@ -19,21 +19,20 @@
 
 namespace kvsieve {
 
-double KVzapFitReport::mean_r2() const {
+namespace {
+/// Mean over every layer and head of a [L][Hkv] grid (0 when empty).
+double grid_mean(const std::vector<std::vector<double>>& g) {
     double s = 0;
     int64_t n = 0;
-    for (const auto& l : r2)
+    for (const auto& l : g)
         for (double x : l) s += x, ++n;
     return n ? s / n : 0;
 }
+}  // namespace
 
-double KVzapFitReport::mean_pearson() const {
-    double s = 0;
-    int64_t n = 0;
-    for (const auto& l : pearson)
-        for (double x : l) s += x, ++n;
-    return n ? s / n : 0;
-}
+double KVzapFitReport::mean_r2() const { return grid_mean(r2); }
+
+double KVzapFitReport::mean_pearson() const { return grid_mean(pearson); }
 
 std::string KVzapFitReport::table() const {
     std::string s = "layer | R² = 1 − SS_res/SS_tot per KV head | r² (squared Pearson) per KV head\n";
