@@ -112,10 +112,16 @@ torch::Tensor LlamaMirrorImpl::hidden(const torch::Tensor& tokens, const MirrorH
     const int64_t B = tokens.size(0), T = tokens.size(1);
     const int hq = c_.n_head, hkv = c_.n_head_kv, G = hq / hkv, d = c_.head_dim;
     auto x = torch::embedding(tok_embd_, tokens);  // [B, T, D]
-    const auto causal = torch::ones({T, T}, torch::kBool).tril();
-    const auto diag = torch::eye(T, torch::kBool);
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
     if (hooks.capture) hooks.capture->clear();
+    const bool blocked = hooks.blocked || static_cast<bool>(hooks.key_gate);
+    require(!blocked || (!hooks.attn_bias && !hooks.keep_mask && !hooks.capture),
+            "the blocked (gated) attention path cannot be combined with attn_bias, keep_mask or capture hooks");
+    torch::Tensor causal, diag;  // [T, T] masks of the dense path only
+    if (!blocked) {
+        causal = torch::ones({T, T}, torch::kBool).tril();
+        diag = torch::eye(T, torch::kBool);
+    }
     for (int l = 0; l < c_.n_layer; ++l) {
         const Layer& L = layers_[l];
         auto h = rms(x, L.attn_norm);
@@ -131,24 +137,30 @@ torch::Tensor LlamaMirrorImpl::hidden(const torch::Tensor& tokens, const MirrorH
         k = rope(k, pos0);
         at.k_post = k;
         auto qg = q.reshape({B, hkv, G, T, d});
-        auto s = torch::matmul(qg, k.unsqueeze(2).transpose(-1, -2)) * scale;  // [B, Hkv, G, T, T]
-        if (hooks.attn_bias) {
-            auto b = hooks.attn_bias(l, at);
-            if (b.defined()) s = s + to_group(b, hq, hkv, "attention bias");
+        torch::Tensor og;  // [B, Hkv, G, T, d]
+        if (blocked) {
+            const torch::Tensor g = hooks.key_gate ? hooks.key_gate(l, at) : torch::Tensor();
+            og = gated_attention(qg, k, v, g, hooks.gate_window, scale, hooks.attn_block);
+        } else {
+            auto s = torch::matmul(qg, k.unsqueeze(2).transpose(-1, -2)) * scale;  // [B, Hkv, G, T, T]
+            if (hooks.attn_bias) {
+                auto b = hooks.attn_bias(l, at);
+                if (b.defined()) s = s + to_group(b, hq, hkv, "attention bias");
+            }
+            torch::Tensor keep = causal;
+            if (hooks.keep_mask) {
+                auto m = hooks.keep_mask(l, at);
+                if (m.defined()) keep = (to_group(m.to(torch::kBool), hq, hkv, "keep mask") & causal) | diag;
+            }
+            s = s.masked_fill(keep.logical_not(), -std::numeric_limits<float>::infinity());
+            if (hooks.capture) {
+                at.lse = torch::logsumexp(s, -1).reshape({B, hq, T});
+                at.q_post = q;
+                hooks.capture->push_back(at);
+            }
+            og = torch::matmul(torch::softmax(s, -1), v.unsqueeze(2));
         }
-        torch::Tensor keep = causal;
-        if (hooks.keep_mask) {
-            auto m = hooks.keep_mask(l, at);
-            if (m.defined()) keep = (to_group(m.to(torch::kBool), hq, hkv, "keep mask") & causal) | diag;
-        }
-        s = s.masked_fill(keep.logical_not(), -std::numeric_limits<float>::infinity());
-        if (hooks.capture) {
-            at.lse = torch::logsumexp(s, -1).reshape({B, hq, T});
-            at.q_post = q;
-            hooks.capture->push_back(at);
-        }
-        auto p = torch::softmax(s, -1);
-        auto o = torch::matmul(p, v.unsqueeze(2)).reshape({B, hq, T, d}).transpose(1, 2).reshape({B, T, hq * d});
+        auto o = og.reshape({B, hq, T, d}).transpose(1, 2).reshape({B, T, hq * d});
         x = x + torch::linear(o, L.wo);
         auto h2 = rms(x, L.ffn_norm);
         x = x + torch::linear(torch::silu(torch::linear(h2, L.w_gate)) * torch::linear(h2, L.w_up), L.w_down);

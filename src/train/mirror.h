@@ -12,6 +12,7 @@
 #include "io/gguf.h"
 #include "io/model_config.h"
 #include "text/vocab.h"
+#include "train/gated_attention.h"
 
 namespace kvsieve::train {
 
@@ -37,6 +38,15 @@ struct MirrorHooks {
     std::function<torch::Tensor(int, const AttnTensors&)> keep_mask;
     /// When set, receives every layer's tensors (with lse) after its attention.
     std::vector<AttnTensors>* capture = nullptr;
+    /// Gated attention (train/gated_attention.h) instead of the dense path: returns the layer's per-key keep gate
+    /// [B, Hkv, T] ∈ [0, 1], whose log biases the keys outside each query's `gate_window` (undefined: no gate).
+    /// Blocked, so no [T, T] tensor per head is held in the forward or the backward. Cannot be combined with
+    /// attn_bias, keep_mask or capture (Error).
+    std::function<torch::Tensor(int, const AttnTensors&)> key_gate;
+    GateWindow gate_window;
+    /// Blocked attention without a gate (the dense twin of a gated run, long sequences); implied by key_gate.
+    bool blocked = false;
+    int64_t attn_block = 128;  ///< key and query block of the blocked path (tokens)
 };
 
 /// The model. Each parameter is registered under its GGUF name with dots as underscores ("blk.3.attn_q.weight" →

@@ -1,0 +1,124 @@
+// The blocked gated attention (train/gated_attention.h) against the dense autograd reference: outputs and the
+// gradients of q, k, v and the log-gate, with GQA, ragged last blocks, a window, sinks and removed (−∞) keys.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "train/gated_attention.h"
+#include "train/mirror.h"
+#include "util/error.h"
+
+namespace kvsieve {
+namespace {
+
+struct Case {
+    int64_t B, H, G, T, d, window, sinks, block;
+    bool gate, closed;  // closed: some gates are exactly 0 (log −∞)
+};
+
+class GatedAttention : public ::testing::TestWithParam<Case> {};
+
+TEST_P(GatedAttention, BlockedEqualsDenseReferenceInValueAndGradient) {
+    const Case c = GetParam();
+    torch::manual_seed(7);
+    auto q = torch::randn({c.B, c.H, c.G, c.T, c.d}).requires_grad_(true);
+    auto k = torch::randn({c.B, c.H, c.T, c.d}).requires_grad_(true);
+    auto v = torch::randn({c.B, c.H, c.T, c.d}).requires_grad_(true);
+    torch::Tensor g, closed;
+    if (c.gate) {
+        auto raw = torch::rand({c.B, c.H, c.T}) * 0.98 + 0.01;
+        closed = c.closed ? torch::rand({c.B, c.H, c.T}) < 0.3 : torch::zeros({c.B, c.H, c.T}, torch::kBool);
+        g = raw.masked_fill(closed, 0.0f).requires_grad_(true);
+    }
+    const train::GateWindow win{c.window, c.sinks};
+    const double scale = 1.0 / std::sqrt(static_cast<double>(c.d));
+    auto w = torch::randn({c.B, c.H, c.G, c.T, c.d});  // a random linear loss, so every output element matters
+
+    auto out = train::gated_attention(q, k, v, g, win, scale, c.block);
+    (out * w).sum().backward();
+    auto dq = q.grad().clone(), dk = k.grad().clone(), dv = v.grad().clone();
+    torch::Tensor dg = c.gate ? g.grad().clone() : torch::Tensor();
+    q.grad().zero_(), k.grad().zero_(), v.grad().zero_();
+    if (c.gate) g.grad().zero_();
+
+    // The reference's gate gradient is (1/gate)·∂L/∂log gate, NaN at 0: give it 1e-30 for closed gates (whose
+    // weight exp(logit − 69) is nil in float32) and compare its gradient there with ours at exactly 0.
+    torch::Tensor g_ref;
+    if (c.gate) g_ref = torch::where(closed, torch::full_like(g, 1e-30f), g.detach()).requires_grad_(true);
+    auto ref = train::gated_attention_reference(q, k, v, g_ref, win, scale);
+    (ref * w).sum().backward();
+    EXPECT_TRUE(torch::allclose(out, ref, 1e-5, 1e-5)) << (out - ref).abs().max().item<float>();
+    EXPECT_TRUE(torch::allclose(dq, q.grad(), 1e-4, 1e-5)) << (dq - q.grad()).abs().max().item<float>();
+    EXPECT_TRUE(torch::allclose(dk, k.grad(), 1e-4, 1e-5)) << (dk - k.grad()).abs().max().item<float>();
+    EXPECT_TRUE(torch::allclose(dv, v.grad(), 1e-4, 1e-5)) << (dv - v.grad()).abs().max().item<float>();
+    if (c.gate) {
+        EXPECT_TRUE(torch::isfinite(dg).all().item<bool>());
+        EXPECT_TRUE(torch::allclose(dg, g_ref.grad(), 1e-3, 1e-4)) << (dg - g_ref.grad()).abs().max().item<float>();
+        if (c.closed) EXPECT_GT(torch::where(closed, dg, torch::zeros_like(dg)).abs().max().item<float>(), 0.0f)
+            << "a closed gate still gets the gradient of opening it";
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, GatedAttention,
+    ::testing::Values(Case{2, 2, 3, 37, 8, 5, 0, 8, true, false},    // GQA 3, ragged last block
+                      Case{1, 3, 1, 64, 16, 16, 0, 16, true, false},  // window = block
+                      Case{1, 2, 2, 50, 8, 7, 3, 16, true, true},     // sinks and removed keys
+                      Case{2, 1, 4, 33, 8, 0, 0, 32, true, true},     // window 0: a query still sees itself
+                      Case{1, 2, 2, 40, 8, 4, 0, 8, false, false},    // no gate: plain causal attention
+                      Case{1, 1, 1, 9, 4, 100, 0, 4, true, false}));  // window beyond T: the gate is never used
+
+TEST(GatedAttention, TheGateGradientIsZeroForKeysNoQuerySeesAsGlobal) {
+    torch::manual_seed(3);
+    const int64_t T = 20, w = 6;
+    auto q = torch::randn({1, 1, 1, T, 4}), k = torch::randn({1, 1, T, 4}), v = torch::randn({1, 1, T, 4});
+    auto g = torch::full({1, 1, T}, 0.6f).requires_grad_(true);
+    train::gated_attention(q, k, v, g, {w, 2}, 0.5, 8).sum().backward();
+    auto dg = g.grad().squeeze();
+    for (int64_t j = 0; j < T; ++j) {
+        // Key j is global for some query iff j ≥ sinks and (T − 1) − j ≥ w.
+        const bool global = j >= 2 && (T - 1) - j >= w;
+        if (!global) EXPECT_EQ(dg[j].item<float>(), 0.0f) << j;
+        else EXPECT_NE(dg[j].item<float>(), 0.0f) << j;
+    }
+}
+
+TEST(GatedAttention, MismatchedShapesAreOneClearError) {
+    auto q = torch::randn({1, 2, 1, 8, 4}), k = torch::randn({1, 2, 8, 4}), v = torch::randn({1, 2, 8, 4});
+    EXPECT_THROW(train::gated_attention(q, k, v, torch::ones({1, 2, 7}), {4, 0}, 0.5), Error);
+    EXPECT_THROW(train::gated_attention(q, torch::randn({1, 2, 9, 4}), v, {}, {4, 0}, 0.5), Error);
+    EXPECT_THROW(train::gated_attention(q.to(torch::kFloat64), k, v, {}, {4, 0}, 0.5), Error);
+}
+
+TEST(GatedAttention, MirrorBlockedPathEqualsTheDensePathWithTheSameBias) {
+    ModelConfig c;
+    c.arch_name = "llama";
+    c.n_layer = 2, c.n_embd = 32, c.n_head = 4, c.n_head_kv = 2, c.head_dim = 8, c.n_ff = 48, c.n_vocab = 50;
+    c.n_ctx_train = 64, c.n_rot = 8, c.rope_base = 10000, c.rms_eps = 1e-5f;
+    torch::manual_seed(11);
+    train::LlamaMirror m(c);
+    auto toks = torch::randint(0, 50, {2, 30}, torch::kInt64);
+    const int64_t w = 5;
+    auto gate = [](int l, const train::AttnTensors& a) {  // a gate that depends on the hidden state
+        return torch::sigmoid(a.h.sum(-1).unsqueeze(1).expand({a.h.size(0), 2, a.h.size(1)}) * (0.3 + l));
+    };
+    train::MirrorHooks blocked;
+    blocked.key_gate = gate;
+    blocked.gate_window = {w, 0};
+    blocked.attn_block = 8;
+    train::MirrorHooks dense;
+    dense.attn_bias = [&](int l, const train::AttnTensors& a) {
+        auto g = gate(l, a);  // [B, Hkv, T] → [B, Hkv, T, T] on global keys
+        auto global = train::global_key_mask(0, a.h.size(1), 0, a.h.size(1), {w, 0});
+        return torch::where(global, torch::log(g).unsqueeze(2), torch::zeros({}));
+    };
+    auto a = m->forward(toks, blocked), b = m->forward(toks, dense);
+    EXPECT_TRUE(torch::allclose(a, b, 1e-4, 1e-4)) << (a - b).abs().max().item<float>();
+    train::MirrorHooks bad = blocked;
+    bad.keep_mask = [](int, const train::AttnTensors&) { return torch::Tensor(); };
+    EXPECT_THROW(m->forward(toks, bad), Error);
+}
+
+}  // namespace
+}  // namespace kvsieve
