@@ -16,6 +16,7 @@ void register_builtin_trainers() {
     if (!registry().empty()) return;
     register_trainer(kvzap_trainer());
     register_trainer(pretrain_trainer());
+    register_trainer(spkv_trainer());
 }
 }  // namespace
 
@@ -25,6 +26,27 @@ void register_trainer(TrainerSpec spec) {
 }
 
 const std::vector<TrainerSpec>& trainers() { return registry(); }
+
+TrainerSpec config_trainer(std::string name, std::string help, bool (*run)(const std::string&, bool, bool)) {
+    TrainerSpec s;
+    s.name = name;
+    s.help = std::move(help);
+    s.setup = [name, run](CLI::App& cmd) {
+        auto config = std::make_shared<std::string>();
+        auto resume = std::make_shared<bool>(false), quiet = std::make_shared<bool>(false);
+        cmd.add_option("--config", *config, "JSON config (docs/training.md)")->required()->check(CLI::ExistingFile);
+        cmd.add_flag("--resume", *resume, "continue from the run directory's checkpoint");
+        cmd.add_flag("-q,--quiet", *quiet, "no progress output");
+        cmd.callback([name, run, config, resume, quiet] {
+            if (!run)
+                fail("train ", name, " needs the libtorch training stack, which this build does not include (install "
+                     "libtorch-dev and rebuild)");
+            // Interrupted (SIGINT/SIGTERM, checkpoint saved): exit 130 so scripts chaining runs stop here.
+            if (!run(*config, *resume, !*quiet)) throw CLI::RuntimeError(130);
+        });
+    };
+    return s;
+}
 
 void add_train(CLI::App& app) {
     auto* train = app.add_subcommand("train", "fit learned KV policies");

@@ -23,8 +23,14 @@ void register_trainer(TrainerSpec spec);
 /// Every registered trainer, in registration order (after register_builtin_trainers()).
 const std::vector<TrainerSpec>& trainers();
 
+/// A trainer driven by one JSON config: options --config FILE, --resume, -q/--quiet, and `run(config, resume,
+/// progress)`, which returns false when interrupted (the command then exits 130 so chained runs stop). `run` is
+/// null in a build without the libtorch training stack: the command then says so.
+TrainerSpec config_trainer(std::string name, std::string help, bool (*run)(const std::string&, bool, bool));
+
 /// The trainers, one line each.
 TrainerSpec kvzap_trainer();     // cli/train_kvzap.cpp
 TrainerSpec pretrain_trainer();  // cli/train_pretrain.cpp
+TrainerSpec spkv_trainer();      // cli/train_spkv.cpp
 
 }  // namespace kvsieve::cli

@@ -11,25 +11,26 @@ torch::Tensor weighted_ce(const torch::Tensor& logits, const torch::Tensor& toke
     return (nll * ww).sum() / ww.sum().clamp_min(1e-6);
 }
 
-std::pair<int64_t, int64_t> answer_hits(LlamaMirror& model, const Sequence& s, int64_t answer_begin) {
+std::pair<int64_t, int64_t> answer_hits(LlamaMirror& model, const Sequence& s, int64_t answer_begin,
+                                        const MirrorHooks& hooks) {
     const int64_t n = static_cast<int64_t>(s.tokens.size());
     auto t = torch::tensor(std::vector<int64_t>(s.tokens.begin(), s.tokens.end()));
-    auto pred = model->forward(t.unsqueeze(0)).argmax(-1).squeeze(0);  // pred[i] predicts token i+1
+    auto pred = model->forward(t.unsqueeze(0), hooks).argmax(-1).squeeze(0);  // pred[i] predicts token i+1
     auto ok = pred.slice(0, answer_begin - 1, n - 2).eq(t.slice(0, answer_begin, n - 1));
     return {ok.sum().item<int64_t>(), n - 1 - answer_begin};
 }
 
-std::pair<int64_t, int64_t> weighted_hits(LlamaMirror& model, const Sequence& s) {
+std::pair<int64_t, int64_t> weighted_hits(LlamaMirror& model, const Sequence& s, const MirrorHooks& hooks) {
     const int64_t n = static_cast<int64_t>(s.tokens.size());
     auto t = torch::tensor(std::vector<int64_t>(s.tokens.begin(), s.tokens.end()));
-    auto pred = model->forward(t.unsqueeze(0)).argmax(-1).squeeze(0);  // pred[i] predicts token i+1
+    auto pred = model->forward(t.unsqueeze(0), hooks).argmax(-1).squeeze(0);  // pred[i] predicts token i+1
     auto w = torch::tensor(std::vector<float>(s.weight.begin() + 1, s.weight.end())).gt(0);
     auto ok = pred.slice(0, 0, n - 1).eq(t.slice(0, 1, n)).logical_and(w);
     return {ok.sum().item<int64_t>(), w.sum().item<int64_t>()};
 }
 
 nlohmann::json heldout_nll(LlamaMirror& model, const TextStream& stream, const std::vector<std::string>& names,
-                           int64_t window, int64_t count) {
+                           int64_t window, int64_t count, const MirrorHooks& hooks) {
     nlohmann::json e = nlohmann::json::object();
     for (size_t f = 0; f < names.size(); ++f) {
         double s = 0;
@@ -37,7 +38,7 @@ nlohmann::json heldout_nll(LlamaMirror& model, const TextStream& stream, const s
         for (const auto& seq : stream.heldout_windows(f, window, count)) {
             auto t = torch::tensor(std::vector<int64_t>(seq.tokens.begin(), seq.tokens.end())).unsqueeze(0);
             auto w = torch::ones_like(t, torch::kFloat32);
-            s += weighted_ce(model->forward(t), t, w).item<double>();
+            s += weighted_ce(model->forward(t, hooks), t, w).item<double>();
             ++n;
         }
         if (n) e["nll_" + names[f]] = s / n;

@@ -20,14 +20,16 @@ torch::Tensor weighted_ce(const torch::Tensor& logits, const torch::Tensor& toke
 
 /// Teacher-forced answer tokens of `s` from `answer_begin` to before its final EOS: (predicted correctly, count).
 /// All correct is the same as greedy decoding producing the answer exactly.
-std::pair<int64_t, int64_t> answer_hits(LlamaMirror& model, const Sequence& s, int64_t answer_begin);
+std::pair<int64_t, int64_t> answer_hits(LlamaMirror& model, const Sequence& s, int64_t answer_begin,
+                                        const MirrorHooks& hooks = {});
 
 /// (correct, total) greedy predictions over the tokens of `s` whose weight is > 0 (teacher-forced, one forward).
-std::pair<int64_t, int64_t> weighted_hits(LlamaMirror& model, const Sequence& s);
+std::pair<int64_t, int64_t> weighted_hits(LlamaMirror& model, const Sequence& s, const MirrorHooks& hooks = {});
 
 /// Mean NLL (nats/token) of `count` held-out windows of `window` tokens of each text of `stream`, as
-/// {"nll_<name>": value} with names[i] the i-th text's name; texts without a window are left out.
+/// {"nll_<name>": value} with names[i] the i-th text's name; texts without a window are left out. `hooks` apply
+/// to every forward (e.g. SP-KV's gates).
 nlohmann::json heldout_nll(LlamaMirror& model, const TextStream& stream, const std::vector<std::string>& names,
-                           int64_t window, int64_t count);
+                           int64_t window, int64_t count, const MirrorHooks& hooks = {});
 
 }  // namespace kvsieve::train

@@ -107,7 +107,7 @@ int64_t TrainLoop::run(const MicroStep& micro, const EvalFn& eval, const SaveFn&
         module_.train();
         opt_->zero_grad();
         const double f = o_.schedule.factor(step);
-        set_learning_rates(*opt_, groups_, f);
+        set_learning_rates(*opt_, groups_, f, step);
         double step_loss = 0;
         for (int64_t m = 0; m < o_.grad_accum; ++m) {
             MicroResult r = micro(step, m);

@@ -34,11 +34,14 @@ std::unique_ptr<torch::optim::AdamW> make_adamw(const std::vector<ParamGroup>& g
     return std::make_unique<torch::optim::AdamW>(pg, defaults);
 }
 
-void set_learning_rates(torch::optim::AdamW& opt, const std::vector<ParamGroup>& groups, double factor) {
+void set_learning_rates(torch::optim::AdamW& opt, const std::vector<ParamGroup>& groups, double factor,
+                        int64_t step) {
     auto& pg = opt.param_groups();
     require(pg.size() == groups.size(), "optimizer has ", pg.size(), " parameter groups, expected ", groups.size());
-    for (size_t i = 0; i < pg.size(); ++i)
-        static_cast<torch::optim::AdamWOptions&>(pg[i].options()).lr(groups[i].lr * factor);
+    for (size_t i = 0; i < pg.size(); ++i) {
+        const bool frozen = step >= 0 && groups[i].frozen_from >= 0 && step >= groups[i].frozen_from;
+        static_cast<torch::optim::AdamWOptions&>(pg[i].options()).lr(frozen ? 0.0 : groups[i].lr * factor);
+    }
 }
 
 double clip_gradients(const std::vector<ParamGroup>& groups, double max_norm) {

@@ -30,13 +30,18 @@ struct ParamGroup {
     std::vector<torch::Tensor> params;
     double lr = 1e-3;
     double weight_decay = 0.0;
+    /// From this optimizer step on the group is frozen (learning rate 0, so neither Adam's update nor the
+    /// decoupled decay lr·wd·θ moves it); −1: never. E.g. SP-KV's predictor in threshold-aware hard gating.
+    int64_t frozen_from = -1;
 };
 
 /// AdamW over the groups (β₁, β₂, ε shared). Groups with no parameters are skipped.
 std::unique_ptr<torch::optim::AdamW> make_adamw(const std::vector<ParamGroup>& groups, double beta1, double beta2,
                                                 double eps = 1e-8);
-/// Sets every group's learning rate to its base rate × factor (groups in the order given to make_adamw).
-void set_learning_rates(torch::optim::AdamW& opt, const std::vector<ParamGroup>& groups, double factor);
+/// Sets every group's learning rate to its base rate × factor (groups in the order given to make_adamw), and to 0
+/// for a group frozen at `step` (step < 0: no group is).
+void set_learning_rates(torch::optim::AdamW& opt, const std::vector<ParamGroup>& groups, double factor,
+                        int64_t step = -1);
 /// Clips the global L2 norm of the gradients of all groups to max_norm (if > 0); returns the norm before clipping.
 double clip_gradients(const std::vector<ParamGroup>& groups, double max_norm);
 

@@ -19,6 +19,7 @@
 #include "train/data.h"
 #include "train/loop.h"
 #include "train/lm_eval.h"
+#include "train/lm_run.h"
 #include "train/mirror.h"
 #include "train/run_config.h"
 #include "util/error.h"
@@ -42,31 +43,8 @@ bool run_pretrain(const std::string& config_path, bool resume, bool progress) {
 
     // --- data (validated before anything is built) ---
     require(cfg.contains("data"), "config needs \"data\"");
-    const json& d = cfg["data"];
-    check_keys(d, "data", {"text", "haystack", "holdout_fraction", "synthetic_fraction", "tasks", "lengths",
-                           "length_weights", "tokens_per_batch", "prompt_weight", "answer_weight"});
-    std::vector<std::string> text_paths, texts;
-    for (const auto& p : d.at("text")) text_paths.push_back(rc.resolve(p.get<std::string>()));
-    require(!text_paths.empty(), "data.text lists no files");
-    for (const auto& p : text_paths) texts.push_back(read_whole_file(p, "corpus file"));
-    std::string haystack;
-    for (const auto& p : d.value("haystack", json::array())) haystack += read_whole_file(rc.resolve(p.get<std::string>()), "haystack file") + "\n";
-    MixSpec mix;
-    mix.synthetic_fraction = d.value("synthetic_fraction", 0.5);
-    const json tasks = d.value("tasks", json::object());
-    require(tasks.is_object(), "data.tasks must map task names to weights");
-    for (auto it = tasks.begin(); it != tasks.end(); ++it) {
-        if (!is_training_only_task(it.key())) check_task_name(it.key());
-        mix.tasks[it.key()] = it.value().get<double>();
-    }
-    mix.lengths = d.value("lengths", std::vector<int64_t>{512});
-    mix.length_weights = d.value("length_weights", std::vector<double>{});
-    require(mix.length_weights.empty() || mix.length_weights.size() == mix.lengths.size(),
-            "data.length_weights has ", mix.length_weights.size(), " entries for ", mix.lengths.size(), " lengths");
-    mix.tokens_per_batch = d.value("tokens_per_batch", int64_t(16384));
-    mix.prompt_weight = d.value("prompt_weight", 1.0f);
-    mix.answer_weight = d.value("answer_weight", 1.0f);
-    const double holdout = d.value("holdout_fraction", 0.05);
+    const LmData data = read_lm_data(rc, cfg["data"]);
+    const MixSpec& mix = data.mix;
 
     // --- optimiser and loop options ---
     const OptimConfig oc = read_optim(cfg.value("optim", json::object()));
@@ -90,17 +68,12 @@ bool run_pretrain(const std::string& config_path, bool resume, bool progress) {
         as_carry = as["carry"].get<std::array<int, 2>>();
         as_lookup = as["lookup"].get<std::array<int, 2>>();
     }
-    const json ev = cfg.value("eval", json::object());
-    check_keys(ev, "eval", {"every", "tasks", "length", "samples", "text_windows", "window"});
-    lo.eval_every = ev.value("every", int64_t(0));
-    std::vector<std::string> eval_tasks = ev.value("tasks", std::vector<std::string>{});
-    for (const auto& t : eval_tasks)
-        if (!is_copy_task(t) && !is_recall_style_task(t)) check_task_name(t);
+    const LmEvalSpec ev = read_lm_eval(cfg.value("eval", json::object()));
+    lo.eval_every = ev.every;
 
     // --- tokenizer ---
-    std::vector<std::string> task_names;
-    for (const auto& [name, w] : mix.tasks) task_names.push_back(name);
-    TokenizerConfig tc = read_tokenizer(rc, cfg.value("tokenizer", json::object()), texts, task_names, haystack, seed, progress);
+    TokenizerConfig tc = read_tokenizer(rc, cfg.value("tokenizer", json::object()), data.texts, data.task_names(),
+                                        data.haystack, seed, progress);
     const GGUFMetadata tok_meta = tc.meta;
     std::unique_ptr<Tokenizer> tok = std::move(tc.tok);
 
@@ -120,9 +93,9 @@ bool run_pretrain(const std::string& config_path, bool resume, bool progress) {
     meta.insert(meta.begin(), {"general.name", GGUFValue::make_string(cfg.value("name", std::string("kvsieve-model")))});
 
     std::filesystem::create_directories(out);
-    const TextStream stream(texts, *tok, holdout);
-    for (size_t i = 0; i < text_paths.size(); ++i) {
-        std::ofstream(out + "/heldout_" + std::filesystem::path(text_paths[i]).filename().string(), std::ios::binary)
+    const TextStream stream(data.texts, *tok, data.holdout);
+    for (size_t i = 0; i < data.text_paths.size(); ++i) {
+        std::ofstream(out + "/heldout_" + std::filesystem::path(data.text_paths[i]).filename().string(), std::ios::binary)
             << stream.heldout_text(i);
     }
     if (progress)
@@ -137,7 +110,7 @@ bool run_pretrain(const std::string& config_path, bool resume, bool progress) {
 
     auto micro = [&](int64_t step, int64_t m) {
         const auto t0 = std::chrono::steady_clock::now();
-        const Batch b = make_batch(mix, stream, *tok, haystack, seed, step * lo.grad_accum + m);
+        const Batch b = make_batch(mix, stream, *tok, data.haystack, seed, step * lo.grad_accum + m);
         const double data_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         auto toks = torch::from_blob(const_cast<int64_t*>(b.tokens.data()), {b.B, b.T}, torch::kInt64);
         auto w = torch::from_blob(const_cast<float*>(b.weight.data()), {b.B, b.T}, torch::kFloat32);
@@ -161,64 +134,8 @@ bool run_pretrain(const std::string& config_path, bool resume, bool progress) {
         r.data_seconds = data_s;
         return r;
     };
-    const int64_t ev_len = ev.value("length", int64_t(1024)), ev_n = ev.value("samples", int64_t(16));
-    const int64_t ev_win = ev.value("window", int64_t(512)), ev_windows = ev.value("text_windows", int64_t(8));
-    // Row i of an eval task (answers weigh 1, prompts 0 for the recall-style tasks); *a0 = first answer token.
-    auto eval_row = [&](const std::string& task, int64_t i, int64_t* a0) {
-        if (is_recall_style_task(task)) {
-            uint64_t st = mix_seed(seed ^ 0x5EC1, static_cast<uint64_t>(i));
-            return recall_style_maker(task)(*tok, ev_len, st, 0, 1, a0);
-        }
-        if (is_copy_task(task)) {
-            uint64_t st = mix_seed(seed ^ 0xC0B1, static_cast<uint64_t>(i));
-            return copy_task_sequence(task, *tok, ev_len, st, 1, 1, a0);
-        }
-        return synthetic_sequence(task, ev_len, *tok, haystack, mix_seed(seed ^ 0xE7A1, i), 1, 1, a0);
-    };
-    for (const auto& [task, w] : mix.tasks)  // say now which tasks a batch length leaves out
-        for (int64_t T : mix.lengths) {
-            if (w <= 0 || task_fits_length(task, T, *tok, haystack)) continue;
-            require(task != kRepeatTask && !is_copy_task(task), "task '", task, "' does not fit data.lengths ", T,
-                    " tokens");
-            std::fprintf(stderr, "warning: task '%s' does not fit data.lengths %lld tokens; its rows at that length are text rows\n",
-                         task.c_str(), static_cast<long long>(T));
-        }
-    for (const auto& task : eval_tasks) {  // a length too short for a task is an error now, not at the first eval
-        int64_t a0 = 0;
-        try {
-            (void)eval_row(task, 0, &a0);
-        } catch (const Error& e) {
-            fail("eval task '", task, "' at eval.length ", ev_len, ": ", e.what());
-        }
-    }
-    auto eval = [&](int64_t) {
-        std::vector<std::string> names;
-        for (const auto& p : text_paths) names.push_back(std::filesystem::path(p).stem().string());
-        json e = heldout_nll(model, stream, names, ev_win, ev_windows);
-        for (const auto& task : eval_tasks) {
-            int64_t hit = 0, total = 0, exact = 0;
-            for (int64_t i = 0; i < ev_n; ++i) {
-                int64_t a0 = 0;
-                const Sequence s = eval_row(task, i, &a0);
-                if (is_recall_style_task(task)) {
-                    const auto [h, n] = weighted_hits(model, s);
-                    hit += h;
-                    total += n;
-                    continue;
-                }
-                const auto [h, n] = answer_hits(model, s, a0);
-                hit += h;
-                total += n;
-                exact += h == n;
-            }
-            // copy: token accuracy of the copied half (≈ 0 before induction forms, → 1 after); recall-style tasks:
-            // token accuracy of the answers; eval tasks: exact match.
-            e["acc_" + task] = is_copy_task(task) || is_recall_style_task(task)
-                                   ? (total ? static_cast<double>(hit) / static_cast<double>(total) : 0.0)
-                                                 : static_cast<double>(exact) / static_cast<double>(ev_n);
-        }
-        return e;
-    };
+    const LmEval lm_eval(ev, data, stream, *tok, seed);
+    auto eval = [&](int64_t) { return lm_eval(model); };
     auto save = [&](int64_t) { save_mirror(model, out + "/model.gguf", meta); };
     const int64_t reached = loop.run(micro, eval, save);
     if (reached < lo.steps) return false;

@@ -1,0 +1,224 @@
+// SP-KV training (train/spkv.h, train/spkv_predictor.h): the TAHG schedule, the gate of each training variant,
+// and the trained model with its gates: the engine under --policy spkv computes what the trainer's hard-gated
+// forward computes, and `kvsieve train spkv` trains, resumes and writes it.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "cache/kv_cache.h"
+#include "cli_runner.h"
+#include "io/gguf.h"
+#include "model/llama_model.h"
+#include "policy/policy.h"
+#include "predict/spkv_gates.h"
+#include "test_util.h"
+#include "train/mirror.h"
+#include "train/spkv.h"
+#include "train/spkv_predictor.h"
+#include "util/error.h"
+
+namespace kvsieve {
+namespace {
+
+using test::run_cli;
+
+TEST(SpkvTraining, TahgStartsAtThreeQuartersAndAnnealsLinearly) {
+    train::SpkvOptions o;
+    o.tahg_fraction = 0.25;
+    o.tahg_anneal_steps = 10;
+    EXPECT_EQ(train::tahg_start(o, 200), 150);
+    EXPECT_EQ(train::tahg_alpha(o, 0, 200), 0.0);
+    EXPECT_EQ(train::tahg_alpha(o, 149, 200), 0.0);
+    EXPECT_DOUBLE_EQ(train::tahg_alpha(o, 150, 200), 0.1);  // the first TAHG step already moves
+    EXPECT_DOUBLE_EQ(train::tahg_alpha(o, 154, 200), 0.5);
+    EXPECT_DOUBLE_EQ(train::tahg_alpha(o, 159, 200), 1.0);
+    EXPECT_DOUBLE_EQ(train::tahg_alpha(o, 199, 200), 1.0);
+    o.tahg_anneal_steps = 0;
+    EXPECT_DOUBLE_EQ(train::tahg_alpha(o, 150, 200), 1.0);
+    o.tahg_fraction = 0;
+    EXPECT_EQ(train::tahg_start(o, 200), 200);
+    EXPECT_EQ(train::tahg_alpha(o, 199, 200), 0.0);
+    o.tahg_fraction = 0.25;
+    o.mode = "hard";  // TAHG belongs to soft gating
+    EXPECT_EQ(train::tahg_alpha(o, 199, 200), 0.0);
+}
+
+TEST(SpkvTraining, EachVariantGivesItsGateAndGradient) {
+    train::SpkvOptions o;
+    o.tau = 0.5;
+    auto u = torch::tensor({0.1f, 0.4f, 0.6f, 0.9f}).reshape({1, 1, 4}).requires_grad_(true);
+    const auto hard = torch::tensor({0.f, 0.f, 1.f, 1.f}).reshape({1, 1, 4});
+    // Evaluation: the inference decision, no gradient.
+    auto e = train::spkv_training_gate(o, u, 0.0, false);
+    EXPECT_TRUE(torch::equal(e, hard));
+    EXPECT_FALSE(e.requires_grad());
+    // Soft (eq. 6): the utility itself.
+    auto s = train::spkv_training_gate(o, u, 0.0, true);
+    s.sum().backward();
+    EXPECT_TRUE(torch::allclose(s, u));
+    EXPECT_TRUE(torch::allclose(u.grad(), torch::ones_like(u)));
+    // TAHG (eq. 7): (1 − α) u + α 1[u ≥ τ], the predictor frozen (no gradient).
+    auto t = train::spkv_training_gate(o, u, 0.25, true);
+    EXPECT_TRUE(torch::allclose(t, 0.75 * u.detach() + 0.25 * hard));
+    EXPECT_FALSE(t.requires_grad());
+    EXPECT_TRUE(torch::equal(train::spkv_training_gate(o, u, 1.0, true), hard));
+    // Hard (eqs. 10–12): 0/1 samples with P(open) = max(u, p_min), the gradient straight through to u.
+    o.mode = "hard";
+    o.p_min = 0.2;
+    torch::manual_seed(5);
+    auto many = torch::tensor({0.0f, 0.5f, 1.0f}).reshape({3, 1, 1}).expand({3, 1, 20000}).contiguous();
+    many.requires_grad_(true);
+    auto z = train::spkv_training_gate(o, many, 0.0, true);
+    EXPECT_TRUE(torch::equal(z.detach() * (1 - z.detach()), torch::zeros_like(z)));  // every value is 0 or 1
+    auto rate = z.detach().mean(-1).squeeze();
+    EXPECT_NEAR(rate[0].item<float>(), 0.2, 0.02);  // clipped up to p_min
+    EXPECT_NEAR(rate[1].item<float>(), 0.5, 0.02);
+    EXPECT_EQ(rate[2].item<float>(), 1.0f);
+    (z * 3).sum().backward();
+    EXPECT_TRUE(torch::allclose(many.grad(), torch::full_like(many, 3.0f)));  // straight through
+    // Dense: no gate.
+    o.mode = "dense";
+    EXPECT_FALSE(train::spkv_training_gate(o, u, 0.0, true).defined());
+}
+
+/// A mirror of stories260K with random gates (bias 0: about half of them closed), saved with its gates; the
+/// engine under --policy spkv must compute the logits the trainer's hard-gated forward computes.
+TEST(SpkvTraining, TheEngineComputesWhatTheHardGatedTrainingForwardComputes) {
+    auto m = train::load_mirror(test::model_path("stories260K.gguf"));
+    const ModelConfig& c = m->config();
+    for (int hidden : {0, 16}) {
+        torch::manual_seed(9 + hidden);
+        train::SpkvPredictor g(c, hidden, 0.0);
+        test::TempFile file(".gguf");
+        train::save_mirror(m, file.path(), train::tokenizer_metadata(test::model_path("stories260K.gguf")),
+                           g->gguf_tensors());
+
+        train::SpkvOptions o;
+        o.window = 8;
+        const auto ids = test::story_prompt_ids();
+        const std::vector<int32_t> prompt(ids.begin(), ids.begin() + 40);
+        train::MirrorHooks hooks;
+        hooks.gate_window = {o.window, 0};
+        hooks.attn_block = 16;
+        double closed = 0, total = 0;
+        hooks.key_gate = [&](int l, const train::AttnTensors& a) {
+            auto gate = train::spkv_training_gate(o, torch::sigmoid(g->logits(l, a.h)), 0.0, false);
+            closed += (gate == 0).sum().item<double>();
+            total += static_cast<double>(gate.numel());
+            return gate;
+        };
+        torch::NoGradGuard ng;
+        auto toks = torch::tensor(std::vector<int64_t>(prompt.begin(), prompt.end())).unsqueeze(0);
+        auto ref = m->forward(toks, hooks).select(1, static_cast<int64_t>(prompt.size()) - 1).squeeze(0);
+        EXPECT_GT(closed / total, 0.2) << "the test needs closed gates";
+        EXPECT_LT(closed / total, 0.8);
+
+        LlamaModel em(file.path());
+        auto run = [&](const std::string& spec) {
+            KVCache kc(em.config(), 64, parse_policy(spec), std::make_shared<KVPool>(em.config().head_dim, KVType::kF32));
+            std::vector<float> logits;
+            em.forward(prompt, kc, logits);
+            return torch::tensor(logits);
+        };
+        auto gated = run("spkv:tau=0.5,window=8");
+        auto dense = run("full");
+        EXPECT_TRUE(torch::allclose(gated, ref, 1e-3, 1e-3)) << "hidden " << hidden << ": " << (gated - ref).abs().max().item<float>();
+        EXPECT_GT((dense - ref).abs().max().item<float>(), 1e-2) << "closed gates must change the logits";
+    }
+}
+
+class SpkvCli : public ::testing::Test {
+protected:
+    void SetUp() override {
+        dir_ = std::filesystem::temp_directory_path() / ("kvsieve_spkv_" + std::to_string(::getpid()));
+        std::filesystem::create_directories(dir_);
+        std::string text;
+        for (int i = 0; i < 40; ++i)
+            text += "Once upon a time there was a little cat named Tom number " + std::to_string(i) +
+                    ". She liked to sit in the sun and watch the birds fly.\n";
+        std::ofstream(dir_ / "text.txt") << text;
+        cfg_ = {{"out", (dir_ / "run").string()},
+                {"output", (dir_ / "out.gguf").string()},
+                {"init", test::model_path("stories260K.gguf")},
+                {"data", {{"text", {(dir_ / "text.txt").string()}}, {"lengths", {96}}, {"tokens_per_batch", 192},
+                          {"synthetic_fraction", 0.0}, {"holdout_fraction", 0.3}}},
+                {"optim", {{"steps", 4}, {"warmup_steps", 1}, {"lr", 1e-3}}},
+                {"spkv", {{"window", 16}, {"hidden", 8}, {"tahg_anneal_steps", 1}}},
+                {"eval", {{"window", 64}, {"text_windows", 2}}},
+                {"threads", 1}, {"log_every", 1}, {"checkpoint_every", 2}};
+    }
+    void TearDown() override { std::filesystem::remove_all(dir_); }
+    std::string write(const nlohmann::json& j) {
+        const auto p = dir_ / ("cfg" + std::to_string(n_++) + ".json");
+        std::ofstream(p) << j.dump(2);
+        return p.string();
+    }
+    std::filesystem::path dir_;
+    nlohmann::json cfg_;
+    int n_ = 0;
+};
+
+TEST_F(SpkvCli, TrainsResumesAndWritesAModelWithGatesThatSpkvRuns) {
+    auto cfg = cfg_;
+    cfg["optim"]["steps"] = 2;
+    ASSERT_EQ(run_cli("train spkv -q --config " + write(cfg)).status, 0);
+    cfg["optim"]["steps"] = 4;  // resume to step 4: the last step is TAHG (α = 1, predictor frozen)
+    const auto r = run_cli("train spkv -q --resume --config " + write(cfg));
+    ASSERT_EQ(r.status, 0) << r.err;
+    GGUFFile f((dir_ / "out.gguf").string());
+    const ModelConfig c = ModelConfig::from_gguf(f);
+    const SpkvGates g = SpkvGates::load(f, c.n_layer, c.n_embd, c.n_head_kv);
+    EXPECT_EQ(g.hidden(), 8);
+    EXPECT_EQ(f.get_int("kvsieve.predictor.spkv.window"), 16);
+    std::ifstream log(dir_ / "run" / "log.jsonl");
+    int steps = 0;
+    double alpha_last = -1;
+    for (std::string line; std::getline(log, line);) {
+        const auto j = nlohmann::json::parse(line);
+        if (j.contains("loss")) {
+            ++steps;
+            EXPECT_GT(j["density"].get<double>(), 0.5) << line;  // bias +5: gates start open
+            alpha_last = j["tahg_alpha"].get<double>();
+        }
+        if (j.contains("eval")) {
+            ASSERT_TRUE(j["eval"].contains("head_density")) << line;
+            EXPECT_TRUE(j["eval"].contains("nll_text")) << line;
+            EXPECT_EQ(j["eval"]["head_density"].size(), static_cast<size_t>(c.n_layer));
+        }
+    }
+    EXPECT_EQ(steps, 4);
+    EXPECT_EQ(alpha_last, 1.0);
+    const auto gen = run_cli("generate -m " + (dir_ / "out.gguf").string() +
+                             " --policy spkv:window=16 -n 8 --temp 0 -p 'Once upon a time'");
+    EXPECT_EQ(gen.status, 0) << gen.err;
+    EXPECT_FALSE(gen.out.empty());
+}
+
+TEST_F(SpkvCli, TheDenseTwinHasNoGatesAndBadOptionsAreClearErrors) {
+    auto cfg = cfg_;
+    cfg["spkv"] = {{"mode", "dense"}};
+    cfg["optim"]["steps"] = 1;
+    ASSERT_EQ(run_cli("train spkv -q --config " + write(cfg)).status, 0);
+    const auto r = run_cli("generate -m " + (dir_ / "out.gguf").string() + " --policy spkv -n 2 -p 'Once'");
+    EXPECT_NE(r.status, 0);
+    EXPECT_NE(r.err.find("has no SP-KV gates"), std::string::npos) << r.err;
+    for (auto [key, value, message] : {std::tuple<const char*, nlohmann::json, const char*>{"mode", "sparse", "is not soft, hard or dense"},
+                                      {"tau", 1.5, "spkv.tau must be in (0, 1)"},
+                                      {"windw", 8, "unknown config key 'spkv.windw'"}}) {
+        auto bad = cfg_;
+        bad["out"] = (dir_ / "bad").string();
+        bad["spkv"][key] = value;
+        const auto b = run_cli("train spkv -q --config " + write(bad));
+        EXPECT_EQ(b.status, 1) << key;
+        EXPECT_NE(b.err.find(message), std::string::npos) << b.err;
+        EXPECT_FALSE(std::filesystem::exists(dir_ / "bad" / "checkpoint.pt"));
+    }
+}
+
+}  // namespace
+}  // namespace kvsieve
