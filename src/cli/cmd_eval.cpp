@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "util/file.h"
+#include "eval/head_density.h"
 #include "eval/leaderboard.h"
 #include "eval/nll.h"
 #include "eval/ruler.h"
@@ -160,6 +161,28 @@ void add_eval(CLI::App& app) {
         for (const auto& [k, v] : j["tasks"].items()) std::printf("%-24s %6.1f\n", k.c_str(), v.get<double>());
         std::printf("policy=%s score=%.2f density=%.4f compression_ratio=%.4f\n", rpolicy->c_str(), r.score(),
                     j["density"].get<double>(), j["compression_ratio"].get<double>());
+    });
+
+    auto* dens = eval->add_subcommand("density", "per-head density map of a policy (heatmap) and the hybrid local/global layouts it suggests");
+    auto c4 = std::make_shared<EvalCommon>();
+    auto dpolicy = std::make_shared<std::string>();
+    auto dglobal = std::make_shared<int>(-1);
+    auto dno_hybrid = std::make_shared<bool>(false);
+    c4->add_to(dens);
+    dens->add_option("--policy", *dpolicy, "policy spec, e.g. spkv:tau=0.5")->required();
+    dens->add_option("--global-heads", *dglobal, "global heads of the densest and random layouts (-1: as many as layout A)")
+        ->capture_default_str();
+    dens->add_flag("--no-hybrid", *dno_hybrid, "only the density map");
+    dens->callback([c4, dpolicy, dglobal, dno_hybrid] {
+        set_num_threads(c4->threads);
+        const NllOptions o = c4->nll_options();
+        parse_policy(*dpolicy);
+        const std::string text = c4->read_corpus();
+        LlamaModel m(c4->model);
+        const auto tok = Tokenizer::from_gguf(m.file());
+        std::fputs(head_density_report(m, *tok, text, *dpolicy, o, c4->out, !*dno_hybrid, *dglobal, c4->seed ? c4->seed : 1).c_str(),
+                   stdout);
+        std::fprintf(stderr, "wrote %s/head_density.{md,json,png} and %s/hybrid.md\n", c4->out.c_str(), c4->out.c_str());
     });
 
     auto* board = eval->add_subcommand("leaderboard", "sweep directories → one table per model and a score-vs-compression plot");

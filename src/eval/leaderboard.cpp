@@ -1,4 +1,5 @@
 #include "eval/leaderboard.h"
+#include "eval/plot.h"
 
 #include <algorithm>
 #include <cmath>
@@ -199,11 +200,7 @@ std::string write_leaderboard(const std::vector<LeaderboardRow>& rows, const std
         for (size_t i = 0; i < methods.size(); ++i)
             gp << (i ? ", " : "") << "'" << stem << ".dat' index " << i << " using 1:2:3 with yerrorlines title '" << methods[i] << "'";
         gp << "\n";
-        write_text((fs::path(out_dir) / (stem + ".gp")).string(), gp.str());
-        if (!methods.empty() && std::system("command -v gnuplot >/dev/null 2>&1") == 0) {
-            const std::string cmd = "cd '" + out_dir + "' && gnuplot " + stem + ".gp";
-            if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "gnuplot failed; data and script are in %s\n", out_dir.c_str());
-        }
+        if (!methods.empty()) render_gnuplot(out_dir, stem, gp.str());
     }
     write_text((fs::path(out_dir) / "leaderboard.md").string(), md.str());
     return md.str();

@@ -40,6 +40,9 @@ struct NllResult {
     std::vector<double> nll;          ///< mean NLL (nats/token) of each window
     std::vector<double> density;      ///< density ρ of each window's cache at its end
     std::vector<double> compression;  ///< compression ratio of each window's cache at its end
+    /// [L][Hkv] density of each (layer, KV head) at the end of a window (kept / a full cache's entries beyond the
+    /// window), averaged over the windows.
+    std::vector<std::vector<double>> head_density;
     double mean_nll = 0, ppl = 0, mean_density = 0, mean_compression = 0;
     int64_t tokens = 0;               ///< predicted tokens in all windows
     nlohmann::json to_json() const;
