@@ -207,7 +207,7 @@ TEST_F(SpkvCli, TheDenseTwinHasNoGatesAndBadOptionsAreClearErrors) {
     const auto r = run_cli("generate -m " + (dir_ / "out.gguf").string() + " --policy spkv -n 2 -p 'Once'");
     EXPECT_NE(r.status, 0);
     EXPECT_NE(r.err.find("has no SP-KV gates"), std::string::npos) << r.err;
-    for (auto [key, value, message] : {std::tuple<const char*, nlohmann::json, const char*>{"mode", "sparse", "is not soft, hard or dense"},
+    for (auto [key, value, message] : {std::tuple<const char*, nlohmann::json, const char*>{"mode", "sparse", "is not soft, hard, dense or local"},
                                       {"tau", 1.5, "spkv.tau must be in (0, 1)"},
                                       {"windw", 8, "unknown config key 'spkv.windw'"}}) {
         auto bad = cfg_;

@@ -5,7 +5,7 @@
 // by default), in prefill and decode alike. Optional sinks.
 // The prefill is gated as the paper's (eqs. 3–5): each query sees its window and the admitted keys only, what a
 // decode step would see (sparse_prefill=0: dense prefill, admission afterwards).
-//   spkv[:tau=0.5][,window=128][,sinks=0][,sparse_prefill=1]
+//   spkv[:tau=0.5][,window=128][,sinks=0][,sparse_prefill=1][,rule=threshold]
 #include <memory>
 
 #include "io/gguf.h"
@@ -43,6 +43,9 @@ void register_spkv() {
                          Policy pol;
                          pol.scorer = std::make_shared<SpkvScorer>();
                          pol.admission.kind = Rule::Kind::kThreshold;
+                         // rule=threshold is the only rule (accepted so `eval sweep --thresholds` can name it).
+                         require(p.get_string("rule", "threshold") == "threshold",
+                                 "policy spkv keeps an entry iff u ≥ tau: rule must be threshold");
                          pol.admission.tau = p.get_double("tau", 0.5);
                          require(pol.admission.tau >= 0 && pol.admission.tau <= 1, "policy spkv: tau=", pol.admission.tau,
                                  " is not a utility in [0, 1]");

@@ -10,6 +10,7 @@
 
 #include "eval/tasks.h"
 #include "text/tokenizer.h"
+#include "train/palindrome.h"
 #include "util/error.h"
 
 namespace kvsieve::train {
@@ -448,7 +449,8 @@ RecallStyleMaker recall_style_maker(const std::string& task) {
     if (task == kLinksTask) return links_sequence;
     if (task == kLinksWordsTask) return links_words_sequence;
     if (task == kChainsTask) return chains_sequence;
-    fail("'", task, "' is not a recall-style task (recall, links, links_words, chains)");
+    if (task == kPalindromeTask) return palindrome_sequence;
+    fail("'", task, "' is not a recall-style task (recall, links, links_words, chains, palindrome)");
 }
 
 namespace {

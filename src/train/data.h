@@ -141,10 +141,14 @@ Sequence chains_sequence(const Tokenizer& tok, int64_t length, uint64_t& rng_sta
 /// Name of the training-only task of chains_sequence().
 inline constexpr const char* kChainsTask = "chains";
 
-/// True for the recall-style training tasks (recall, links, links_words, chains): rows whose weighted tokens are
+/// Name of the training-only task of palindrome_sequence() (train/palindrome.h).
+inline constexpr const char* kPalindromeTask = "palindrome";
+
+/// True for the recall-style training tasks (recall, links, links_words, chains, palindrome): rows whose weighted tokens are
 /// answers, made by recall_style_maker().
 inline bool is_recall_style_task(const std::string& name) {
-    return name == kRecallTask || name == kLinksTask || name == kLinksWordsTask || name == kChainsTask;
+    return name == kRecallTask || name == kLinksTask || name == kLinksWordsTask || name == kChainsTask ||
+           name == kPalindromeTask;
 }
 
 /// The row maker of a recall-style task (same arguments as recall_sequence()); throws Error for any other name.

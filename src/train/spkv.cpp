@@ -42,8 +42,8 @@ SpkvOptions read_spkv(const json& j) {
                            "freeze_lm", "attn_block"});
     SpkvOptions o;
     o.mode = j.value("mode", o.mode);
-    require(o.mode == "soft" || o.mode == "hard" || o.mode == "dense", "spkv.mode '", o.mode,
-            "' is not soft, hard or dense");
+    require(o.mode == "soft" || o.mode == "hard" || o.mode == "dense" || o.mode == "local", "spkv.mode '", o.mode,
+            "' is not soft, hard, dense or local");
     o.window = j.value("window", o.window);
     o.sinks = j.value("sinks", o.sinks);
     o.tau = j.value("tau", o.tau);
@@ -67,7 +67,8 @@ SpkvOptions read_spkv(const json& j) {
     require(o.density_weight >= 0, "spkv.density_weight must be ≥ 0");
     require(o.lr_mult > 0, "spkv.lr_mult must be > 0");
     require(o.attn_block >= 1, "spkv.attn_block must be ≥ 1");
-    require(!(o.freeze_lm && o.mode == "dense"), "spkv.freeze_lm with mode dense trains nothing");
+    require(!(o.freeze_lm && (o.mode == "dense" || o.mode == "local")), "spkv.freeze_lm with mode ", o.mode,
+            " trains nothing");
     return o;
 }
 
@@ -126,7 +127,8 @@ bool run_spkv(const std::string& config_path, bool resume, bool progress) {
         require(L <= c.n_ctx_train, "data.lengths holds ", L, ", beyond the model's context of ", c.n_ctx_train);
     const int hidden = so.hidden >= 0 ? so.hidden : std::max(8, c.n_embd / 8);
     torch::manual_seed(seed ^ 0x5B4B);
-    SpkvPredictor gates = so.mode == "dense" ? SpkvPredictor(nullptr) : SpkvPredictor(c, hidden, so.bias_init);
+    const bool learned = so.mode == "soft" || so.mode == "hard";
+    SpkvPredictor gates = learned ? SpkvPredictor(c, hidden, so.bias_init) : SpkvPredictor(nullptr);
     SpkvRun run(lm, gates);
 
     GGUFMetadata meta = tc.meta;
@@ -171,6 +173,10 @@ bool run_spkv(const std::string& config_path, bool resume, bool progress) {
         h.blocked = true;
         h.gate_window = {so.window, so.sinks};
         h.attn_block = so.attn_block;
+        if (so.mode == "local")  // every gate closed: a sliding window
+            h.key_gate = [&](int, const AttnTensors& a) {
+                return torch::zeros({a.h.size(0), c.n_head_kv, a.h.size(1)}, a.h.options());
+            };
         if (!gates) return h;
         h.key_gate = [&, alpha, training, st](int l, const AttnTensors& a) {
             auto u = torch::sigmoid(gates->logits(l, a.h));  // [B, Hkv, T]

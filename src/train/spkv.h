@@ -8,7 +8,8 @@
 //    `tahg_anneal_steps`, so the model finishes training with the gates it will have at inference.
 //  - "hard" (eqs. 10–12): gate = z ~ Bernoulli(max(u, p_min)) in the forward; the straight-through estimator
 //    passes ∂L/∂z to u (z + u − sg(u)); p_min keeps every key sampled open now and then.
-//  - "dense": no gates (the dense twin trained on the same batches, the baseline ΔNLL is measured against).
+//  - "dense": no gates (the dense twin trained on the same batches, the baseline ΔNLL is measured against);
+//  - "local": every gate closed, a sliding window of w tokens (the baseline of the palindrome task, App. G).
 // Optional density regulariser (eq. 13 in the form we use): λ · max(0, ρ̄ − ρ*) with ρ̄ the mean utility of the
 // keys that are global for some query, ρ* the target density.
 // This header does not include libtorch.
@@ -19,7 +20,7 @@ namespace kvsieve::train {
 
 /// The "spkv" section of the config (docs/training.md).
 struct SpkvOptions {
-    std::string mode = "soft";       ///< soft | hard | dense
+    std::string mode = "soft";       ///< soft | hard | dense | local
     int64_t window = 128;            ///< local window w (tokens), never gated
     int64_t sinks = 0;               ///< leading tokens never gated
     double tau = 0.5;                ///< inference threshold τ (TAHG binarises at it; evaluation uses it)

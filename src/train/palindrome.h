@@ -1,0 +1,23 @@
+#pragma once
+// The palindrome-reversal task of SP-KV App. G (Szilvasy, Faysse et al.): a fixed instruction of more than 50
+// tokens, a list of random two-digit numbers, then the list reversed. Only the reversed list carries the loss.
+// Reversal needs every number at a distance that grows to the whole list, so a sliding window of w tokens
+// cannot answer beyond its reach (its loss stays near ln 100 per number), while full attention and SP-KV with
+// the same window (keeping the numbers, dropping the instruction) can.
+#include <cstdint>
+
+#include "train/data.h"
+
+namespace kvsieve::train {
+
+/// Numbers per row (App. G).
+inline constexpr int kPalindromeNumbers = 32;
+
+/// BOS, the instruction, "\nNumbers:" and 32 numbers " 10" … " 99", "\nReversed:" and the same numbers in reverse
+/// order, then EOS. The reversed numbers and EOS weigh `answer_weight`, everything else `prompt_weight`.
+/// *answer_begin (if set) receives the index of the first answer token. Throws Error if the row does not fit in
+/// `length` tokens (about 230 with a SentencePiece vocabulary of single digits).
+Sequence palindrome_sequence(const Tokenizer& tok, int64_t length, uint64_t& rng_state, float prompt_weight,
+                             float answer_weight, int64_t* answer_begin = nullptr);
+
+}  // namespace kvsieve::train
