@@ -53,6 +53,13 @@ LmData read_lm_data(const RunConfig& rc, const json& d) {
     return out;
 }
 
+void write_heldout_texts(const std::string& dir, const LmData& data, const TextStream& stream) {
+    for (size_t i = 0; i < data.text_paths.size(); ++i)
+        write_text((std::filesystem::path(dir) / ("heldout_" + std::filesystem::path(data.text_paths[i]).filename().string()))
+                       .string(),
+                   stream.heldout_text(i));
+}
+
 LmEvalSpec read_lm_eval(const json& ev) {
     check_keys(ev, "eval", {"every", "tasks", "length", "samples", "text_windows", "window"});
     LmEvalSpec s;

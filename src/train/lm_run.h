@@ -31,6 +31,10 @@ struct LmData {
 /// Throws Error naming an unknown key or task, an unreadable file, or no corpus.
 LmData read_lm_data(const RunConfig& rc, const nlohmann::json& section);
 
+/// Writes the held-out part of each corpus to DIR/heldout_<file name> (what the run never trains on, for later
+/// evaluation). Throws Error on I/O failure.
+void write_heldout_texts(const std::string& dir, const LmData& data, const TextStream& stream);
+
 /// The "eval" section: every `every` steps (0: at the end), held-out NLL over `text_windows` windows of `window`
 /// tokens per corpus, and per task `samples` rows of `length` tokens.
 struct LmEvalSpec {

@@ -94,10 +94,7 @@ bool run_pretrain(const std::string& config_path, bool resume, bool progress) {
 
     std::filesystem::create_directories(out);
     const TextStream stream(data.texts, *tok, data.holdout);
-    for (size_t i = 0; i < data.text_paths.size(); ++i) {
-        std::ofstream(out + "/heldout_" + std::filesystem::path(data.text_paths[i]).filename().string(), std::ios::binary)
-            << stream.heldout_text(i);
-    }
+    write_heldout_texts(out, data, stream);
     if (progress)
         std::fprintf(stderr, "model %s, %.2fM parameters; %lld training text tokens; %zu synthetic tasks\n",
                      model->config().summary().c_str(), model->n_params() / 1e6,

@@ -143,6 +143,7 @@ bool run_spkv(const std::string& config_path, bool resume, bool progress) {
 
     std::filesystem::create_directories(out);
     const TextStream stream(data.texts, *tok, data.holdout);
+    write_heldout_texts(out, data, stream);
     const LmEval lm_eval(ev, data, stream, *tok, seed);
     if (progress)
         std::fprintf(stderr, "SP-KV %s: model %s, %.2fM parameters; gates: %s; window %lld, τ %.2f; %lld training text tokens\n",
