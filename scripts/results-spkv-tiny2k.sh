@@ -29,7 +29,7 @@ $K eval sweep $NLL -m "$TW" --policies h2o,expected_attention,streaming_llm --ra
 [ -f runs/tiny2k-twin-kvzap/model.safetensors ] ||
   $K train kvzap --model "$TW" --corpus ../shared/data/tinystories_val_sample.txt ../shared/data/kjv_bible.txt \
     --prompts 24 --out runs/tiny2k-twin-kvzap
-$K eval sweep $NLL -m "$TW" --policies "kvzap:model=runs/tiny2k-twin-kvzap,sinks=4" --thresholds -8,-7,-6,-5,-4 \
+$K eval sweep $NLL -m "$TW" --policies "kvzap:model=runs/tiny2k-twin-kvzap,sinks=4" --thresholds -8,-7,-6,-5,-4,-3,-2,-1 \
   --out "$OUT/nll_twin_kvzap"
 
 RULER="--task ruler --corpus ../shared/data/wiki.test.raw --tasks niah_single_1,niah_multikey_1,vt --lengths 1024 --samples 25"
@@ -38,3 +38,32 @@ $K eval sweep $RULER -m "$SP" --policies spkv --thresholds 0.5 --out "$OUT/ruler
 
 [ -f "$OUT/density/hybrid.md" ] ||
   $K eval density -m "$SP" --policy spkv:tau=0.5 --corpus "$CORPUS" --length 1024 --samples 8 --out "$OUT/density"
+
+# Density during training (the paper's Figure 5): the batch density per logged step and each head's density at
+# each evaluation (hard gates at τ on the held-out windows).
+python3 - "$OUT" <<'PY'
+import json, sys
+out = sys.argv[1]
+evals = []
+with open(f"{out}/train_log_spkv.jsonl") as f, open(f"{out}/density_steps.dat", "w") as d:
+    for line in f:
+        j = json.loads(line)
+        if "loss" in j:
+            d.write(f'{j["step"]} {j["density"]} {j["mean_u"]} {j["tahg_alpha"]}\n')
+        if "eval" in j and "head_density" in j["eval"]:
+            evals.append((j["step"], j["eval"]["head_density"]))
+heads = [(l, h) for l in range(len(evals[0][1])) for h in range(len(evals[0][1][0]))]
+with open(f"{out}/density_heads.dat", "w") as d:
+    for step, hd in evals:
+        d.write(f"{step} " + " ".join(str(hd[l][h]) for l, h in heads) + "\n")
+with open(f"{out}/density_trajectory.gp", "w") as g:
+    g.write("set terminal pngcairo size 900,500 noenhanced\nset output 'density_trajectory.png'\n"
+            "set title 'SP-KV on kvsieve-tiny-2k: density during training'\nset xlabel 'step'\n"
+            "set ylabel 'density'\nset yrange [0:1.05]\nset grid\nset key outside right\n"
+            "plot 'density_steps.dat' using 1:2 with lines lw 2 lc rgb 'black' title 'batch (u >= tau)', "
+            "'density_steps.dat' using 1:4 with lines dt 2 lc rgb 'gray' title 'TAHG alpha'")
+    for i, (l, h) in enumerate(heads):
+        g.write(f", 'density_heads.dat' using 1:{i + 2} with linespoints title 'layer {l} head {h}'")
+    g.write("\n")
+PY
+command -v gnuplot >/dev/null && (cd "$OUT" && gnuplot density_trajectory.gp)

@@ -12,6 +12,7 @@
 #include "kernels/attention.h"
 #include "kernels/tensor_types.h"
 #include "model/llama_model.h"
+#include "model/quantize.h"
 #include "policy/policy.h"
 #include "predict/predictor_tensors.h"
 #include "predict/spkv_gates.h"
@@ -215,6 +216,24 @@ TEST(Spkv, GatedPrefillSeesWhatDecodeSteps) {
     }
     EXPECT_LT(d_gated, 1e-3);
     EXPECT_GT(d_dense, 1e-2);
+}
+
+TEST(Spkv, QuantizingTheModelKeepsItsGatesAsTheyAre) {
+    test::TempFile file(".gguf"), q8(".gguf");
+    write_with(file.path(), constant_gates({5, -5, 0.25f, -0.25f}));
+    quantize_model(file.path(), q8.path(), TensorType::Q8_0);
+    GGUFFile f(q8.path());
+    EXPECT_EQ(f.find_tensor("blk.0.attn_q.weight")->type, static_cast<uint32_t>(TensorType::Q8_0));
+    const GGUFTensorInfo* g = f.find_tensor(predictor_tensor_name("spkv", 2, "fc.weight"));
+    ASSERT_NE(g, nullptr);
+    EXPECT_EQ(g->type, static_cast<uint32_t>(TensorType::F32));
+    const SpkvGates gates = SpkvGates::load(f, config().n_layer, config().n_embd, config().n_head_kv);
+    std::vector<float> x(config().n_embd, 1.0f), u(config().n_head_kv);
+    gates.predict(2, x.data(), 1, u.data());
+    EXPECT_NEAR(u[2], 1.0f / (1.0f + std::exp(-0.25f)), 1e-6);
+    EXPECT_TRUE(is_predictor_tensor("blk.12.spkv.fc1.weight"));
+    EXPECT_FALSE(is_predictor_tensor("blk.12.attn_q.weight"));
+    EXPECT_FALSE(is_predictor_tensor("token_embd.weight"));
 }
 
 TEST(Spkv, AModelWithoutGatesIsAClearError) {

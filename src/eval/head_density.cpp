@@ -129,7 +129,7 @@ std::string head_density_report(const LlamaModel& model, const Tokenizer& tok, c
     const Policy pol = parse_policy(policy);
     const NllResult r = evaluate_nll(model, tok, text, policy, o);
     HeadDensityMap m{r.head_density};
-    const std::string name = fs::path(model.config().path).stem().string();
+    const std::string name = model.file().get_string("general.name", fs::path(model.config().path).stem().string());
     write_head_density(out_dir, "head_density", name + ": " + policy, m);
     std::ostringstream md;
     char buf[512];

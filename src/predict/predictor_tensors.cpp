@@ -16,6 +16,18 @@ std::string predictor_tensor_name(const std::string& method, int layer, const st
     return "blk." + std::to_string(layer) + "." + method + "." + name;
 }
 
+bool is_predictor_tensor(const std::string& name) {
+    if (name.compare(0, 4, "blk.") != 0) return false;
+    const size_t a = name.find('.', 4);
+    if (a == std::string::npos) return false;
+    const size_t b = name.find('.', a + 1);
+    if (b == std::string::npos) return false;
+    const std::string method = name.substr(a + 1, b - a - 1);
+    for (const char* m : kPredictorMethods)
+        if (method == m) return true;
+    return false;
+}
+
 std::string predictor_metadata_key(const std::string& method, const std::string& key) {
     return "kvsieve.predictor." + method + "." + key;
 }
