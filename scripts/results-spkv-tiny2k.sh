@@ -5,7 +5,8 @@
 #  2. NLL vs density, SP-KV's chunked protocol (App. A.2), on the held-out tail of WikiText-2 that neither run saw:
 #     SP-KV at τ 0.1–0.9, and on the dense twin H2O, Expected Attention, StreamingLLM and KVzap-Linear (4 sinks);
 #  3. RULER-style tasks at 1k, query-agnostic: the twin with its full cache, SP-KV with its full cache and at τ 0.5;
-#  4. the per-head density map and the hybrid layouts (eval density).
+#  4. Table 4's variants: hard-gated training and the frozen-LM ablation, NLL at τ 0.5;
+#  5. the per-head density map and the hybrid layouts (eval density).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 K=build/bin/kvsieve
@@ -35,6 +36,13 @@ $K eval sweep $NLL -m "$TW" --policies "kvzap:model=runs/tiny2k-twin-kvzap,sinks
 RULER="--task ruler --corpus ../shared/data/wiki.test.raw --tasks niah_single_1,niah_multikey_1,vt --lengths 1024 --samples 25"
 $K eval sweep $RULER -m "$TW" --policies streaming_llm --ratios 0.9 --out "$OUT/ruler_twin"
 $K eval sweep $RULER -m "$SP" --policies spkv --thresholds 0.5 --out "$OUT/ruler_spkv"
+
+# Table 4's rows: hard-gated training (Bernoulli + straight-through) and the frozen-LM ablation (gates only).
+for v in hard frozen-lm; do
+  train "configs/spkv/tiny2k-spkv-$v.json" "tiny2k-spkv-$v"
+  cp "runs/tiny2k-spkv-$v/log.jsonl" "$OUT/train_log_spkv_$v.jsonl"
+  $K eval sweep $NLL -m "runs/tiny2k-spkv-$v/final.gguf" --policies spkv --thresholds 0.5 --out "$OUT/nll_spkv_$v"
+done
 
 [ -f "$OUT/density/hybrid.md" ] ||
   $K eval density -m "$SP" --policy spkv:tau=0.5 --corpus "$CORPUS" --length 1024 --samples 8 --out "$OUT/density"
