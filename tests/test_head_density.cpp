@@ -25,6 +25,20 @@ HeadDensityMap eight_layers() {  // 8 layers × 2 heads, density = (l·2 + h) / 
     return m;
 }
 
+std::string story_text() {
+    std::string text;
+    for (int i = 0; i < 6; ++i) text += "Once upon a time, there was a little girl named Lily. She loved to play outside. ";
+    return text;
+}
+
+NllOptions one_window() {  // one chunked-protocol window of 96 tokens
+    NllOptions o;
+    o.sample_tokens = 96;
+    o.samples = 1;
+    o.progress = false;
+    return o;
+}
+
 TEST(HeadDensity, StrategiesChooseTheirHeads) {
     const HeadDensityMap m = eight_layers();
     using S = HybridStrategy;
@@ -44,14 +58,10 @@ TEST(HeadDensity, StrategiesChooseTheirHeads) {
 }
 
 TEST(HeadDensity, HybridHeadsPolicyKeepsEverythingOnGlobalHeadsAndOnlyTheWindowElsewhere) {
-    LlamaModel m(test::model_path("stories260K.gguf"));
+    const LlamaModel& m = test::stories260k();
     const auto tok = Tokenizer::from_gguf(m.file());
-    std::string text;
-    for (int i = 0; i < 6; ++i) text += "Once upon a time, there was a little girl named Lily. She loved to play outside. ";
-    NllOptions o;
-    o.sample_tokens = 96;
-    o.samples = 1;
-    o.progress = false;
+    const std::string text = story_text();
+    const NllOptions o = one_window();
     const NllResult r = evaluate_nll(m, *tok, text, "hybrid_heads:global=0.1/3.2,window=8", o);
     ASSERT_EQ(r.head_density.size(), 5u);
     for (int l = 0; l < 5; ++l)
@@ -78,14 +88,10 @@ TEST(HeadDensity, HybridHeadsPolicyKeepsEverythingOnGlobalHeadsAndOnlyTheWindowE
 }
 
 TEST(HeadDensity, ReportWritesTheMapAndOneRowPerLayout) {
-    LlamaModel m(test::model_path("stories260K.gguf"));
+    const LlamaModel& m = test::stories260k();
     const auto tok = Tokenizer::from_gguf(m.file());
-    std::string text;
-    for (int i = 0; i < 6; ++i) text += "Once upon a time, there was a little girl named Lily. She loved to play outside. ";
-    NllOptions o;
-    o.sample_tokens = 96;
-    o.samples = 1;
-    o.progress = false;
+    const std::string text = story_text();
+    const NllOptions o = one_window();
     const auto dir = std::filesystem::temp_directory_path() / ("kvsieve_density_" + std::to_string(::getpid()));
     const std::string md = head_density_report(m, *tok, text, "hybrid_heads:global=1.0/1.1/1.2/1.3,window=8", o,
                                                dir.string(), true, 4, 1);

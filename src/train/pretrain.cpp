@@ -32,14 +32,10 @@ using json = nlohmann::json;
 bool run_pretrain(const std::string& config_path, bool resume, bool progress) {
     const RunConfig rc = RunConfig::read(config_path);
     const json& cfg = rc.root;
-    check_keys(cfg, "config", {"out", "output", "name", "seed", "threads", "model", "init", "tokenizer", "data", "optim",
-                                "eval", "checkpoint_every", "log_every", "attention_supervision"});
-    require(cfg.contains("out"), "config needs \"out\" (the run directory)");
-    const std::string out = rc.resolve(cfg["out"].get<std::string>());
-    const std::string output = cfg.contains("output") ? rc.resolve(cfg["output"].get<std::string>()) : out + "/model.gguf";
-    const uint64_t seed = cfg.value("seed", uint64_t(1));
-    set_num_threads(cfg.value("threads", 0));
-    torch::set_num_threads(std::max(1, num_threads()));
+    const RunBasics rb = read_run_basics(rc, {"model", "init", "tokenizer", "data", "eval", "attention_supervision"},
+                                         resume, progress);
+    const std::string &out = rb.out, &output = rb.output;
+    const uint64_t seed = rb.seed;
 
     // --- data (validated before anything is built) ---
     require(cfg.contains("data"), "config needs \"data\"");
@@ -47,14 +43,8 @@ bool run_pretrain(const std::string& config_path, bool resume, bool progress) {
     const MixSpec& mix = data.mix;
 
     // --- optimiser and loop options ---
-    const OptimConfig oc = read_optim(cfg.value("optim", json::object()));
-    LoopOptions lo = oc.loop;
-    const double lr = oc.lr, wd = oc.weight_decay;
-    lo.out_dir = out;
-    lo.resume = resume;
-    lo.progress = progress;
-    lo.checkpoint_every = cfg.value("checkpoint_every", int64_t(100));
-    lo.log_every = cfg.value("log_every", int64_t(10));
+    LoopOptions lo = rb.loop;
+    const double lr = rb.optim.lr, wd = rb.optim.weight_decay;
     // Attention supervision of the chain-following circuit (train/attn_supervision.h): weight × the mean
     // −log p of the carry and lookup edges, added to the LM loss.
     const json as = cfg.value("attention_supervision", json::object());

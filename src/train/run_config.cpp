@@ -1,5 +1,7 @@
 #include "train/run_config.h"
 
+#include "kernels/parallel.h"
+
 #include <cstdio>
 
 #include "eval/tasks.h"
@@ -57,6 +59,28 @@ OptimConfig read_optim(const json& o) {
     oc.lr = o.value("lr", 1e-3);
     oc.weight_decay = o.value("weight_decay", 0.1);
     return oc;
+}
+
+RunBasics read_run_basics(const RunConfig& rc, const std::set<std::string>& trainer_keys, bool resume, bool progress) {
+    const json& cfg = rc.root;
+    std::set<std::string> keys{"out", "output", "name", "seed", "threads", "optim", "checkpoint_every", "log_every"};
+    keys.insert(trainer_keys.begin(), trainer_keys.end());
+    check_keys(cfg, "config", keys);
+    require(cfg.contains("out"), "config needs \"out\" (the run directory)");
+    RunBasics b;
+    b.out = rc.resolve(cfg["out"].get<std::string>());
+    b.output = cfg.contains("output") ? rc.resolve(cfg["output"].get<std::string>()) : b.out + "/model.gguf";
+    b.seed = cfg.value("seed", uint64_t(1));
+    set_num_threads(cfg.value("threads", 0));
+    torch::set_num_threads(std::max(1, num_threads()));
+    b.optim = read_optim(cfg.value("optim", json::object()));
+    b.loop = b.optim.loop;
+    b.loop.out_dir = b.out;
+    b.loop.resume = resume;
+    b.loop.progress = progress;
+    b.loop.checkpoint_every = cfg.value("checkpoint_every", int64_t(100));
+    b.loop.log_every = cfg.value("log_every", int64_t(10));
+    return b;
 }
 
 TokenizerConfig read_tokenizer(const RunConfig& rc, const json& tk, const std::vector<std::string>& texts,

@@ -27,6 +27,7 @@ struct RunConfig {
     std::string resolve(const std::string& p) const;
 };
 
+
 /// Throws Error naming the first key of `j` (an object at `where`, e.g. "data") that is not in `known`.
 void check_keys(const nlohmann::json& j, const std::string& where, const std::set<std::string>& known);
 
@@ -37,6 +38,18 @@ struct OptimConfig {
     double lr = 1e-3, weight_decay = 0.1;
 };
 OptimConfig read_optim(const nlohmann::json& optim);
+
+/// What every trainer's config has at its top level: the run directory "out" (required), the final model "output"
+/// (default <out>/model.gguf), "seed" (default 1), "threads" (0: all cores; applied to the engine's pool and to
+/// libtorch), "checkpoint_every" and "log_every", and the "optim" section — as the loop's options for a run that
+/// resumes or not and shows progress or not. Checks the top-level keys against `trainer_keys` besides those.
+struct RunBasics {
+    std::string out, output;
+    uint64_t seed = 1;
+    OptimConfig optim;
+    LoopOptions loop;  ///< optim.loop with out_dir, resume, progress, checkpoint_every and log_every set
+};
+RunBasics read_run_basics(const RunConfig& rc, const std::set<std::string>& trainer_keys, bool resume, bool progress);
 
 /// The tokenizer of a run and the GGUF metadata that describes it (written into the trained model).
 struct TokenizerConfig {

@@ -93,26 +93,16 @@ struct GateStats {
 
 bool run_spkv(const std::string& config_path, bool resume, bool progress) {
     const RunConfig rc = RunConfig::read(config_path);
-    json cfg = rc.root;
-    check_keys(cfg, "config", {"out", "output", "name", "seed", "threads", "model", "init", "tokenizer", "data", "optim",
-                                "eval", "checkpoint_every", "log_every", "spkv"});
-    require(cfg.contains("out"), "config needs \"out\" (the run directory)");
-    const std::string out = rc.resolve(cfg["out"].get<std::string>());
-    const std::string output = cfg.contains("output") ? rc.resolve(cfg["output"].get<std::string>()) : out + "/model.gguf";
-    const uint64_t seed = cfg.value("seed", uint64_t(1));
-    set_num_threads(cfg.value("threads", 0));
-    torch::set_num_threads(std::max(1, num_threads()));
+    const json& cfg = rc.root;
+    const RunBasics rb = read_run_basics(rc, {"model", "init", "tokenizer", "data", "eval", "spkv"}, resume, progress);
+    const std::string &out = rb.out, &output = rb.output;
+    const uint64_t seed = rb.seed;
     const SpkvOptions so = read_spkv(cfg.value("spkv", json::object()));
 
     require(cfg.contains("data"), "config needs \"data\"");
     const LmData data = read_lm_data(rc, cfg["data"]);
-    const OptimConfig oc = read_optim(cfg.value("optim", json::object()));
-    LoopOptions lo = oc.loop;
-    lo.out_dir = out;
-    lo.resume = resume;
-    lo.progress = progress;
-    lo.checkpoint_every = cfg.value("checkpoint_every", int64_t(100));
-    lo.log_every = cfg.value("log_every", int64_t(10));
+    const OptimConfig& oc = rb.optim;
+    LoopOptions lo = rb.loop;
     const LmEvalSpec ev = read_lm_eval(cfg.value("eval", json::object()));
     lo.eval_every = ev.every;
 
