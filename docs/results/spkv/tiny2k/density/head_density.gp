@@ -1,6 +1,6 @@
 set terminal pngcairo size 400,300 noenhanced
 set output 'head_density.png'
-set title 'final: spkv:tau=0.5'
+set title 'kvsieve-tiny-2k-spkv: spkv:tau=0.5'
 set xlabel 'KV head'
 set ylabel 'layer'
 set cblabel 'density'
