@@ -18,7 +18,10 @@ fi
 cp "$R/log.jsonl" "$OUT/train_log.jsonl"
 NLL="--task nll --corpus $R/heldout_wiki.test.raw --length 1024 --samples ${SAMPLES:-6}"
 $K eval sweep $NLL -m "$R/final.gguf" --policies spkv --thresholds ${THRESHOLDS:-0.5} --out "$OUT/nll_spkv"
-$K eval sweep $NLL -m "$M" --policies "${BASELINES:-streaming_llm,h2o}" --ratios ${RATIOS:-0.9} --out "$OUT/nll_baselines"
+# Baselines on the same weights (the gates are ignored by every other policy); BASELINES= skips them.
+BASELINES=${BASELINES-streaming_llm,h2o}
+[ -z "$BASELINES" ] ||
+  $K eval sweep $NLL -m "$R/final.gguf" --policies "$BASELINES" --ratios ${RATIOS:-0.9} --out "$OUT/nll_baselines"
 [ -f "$OUT/density/hybrid.md" ] ||
   $K eval density -m "$R/final.gguf" --policy spkv:tau=0.5 --corpus "$R/heldout_wiki.test.raw" --length 1024 \
-    --samples 4 --out "$OUT/density" ${HYBRID:---no-hybrid}
+    --samples ${DENSITY_SAMPLES:-4} --out "$OUT/density" ${HYBRID:---no-hybrid}
