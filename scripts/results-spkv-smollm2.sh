@@ -24,4 +24,10 @@ BASELINES=${BASELINES-streaming_llm,h2o}
   $K eval sweep $NLL -m "$R/final.gguf" --policies "$BASELINES" --ratios ${RATIOS:-0.9} --out "$OUT/nll_baselines"
 [ -f "$OUT/density/hybrid.md" ] ||
   $K eval density -m "$R/final.gguf" --policy spkv:tau=0.5 --corpus "$R/heldout_wiki.test.raw" --length 1024 \
-    --samples ${DENSITY_SAMPLES:-4} --out "$OUT/density" ${HYBRID:---no-hybrid}
+    --samples ${DENSITY_SAMPLES:-4} --out "$OUT/density" ${HYBRID---no-hybrid}
+# The same with 4 sink tokens on every head (static local heads without sinks lose the attention sinks a model
+# trained with full attention relies on).
+[ -z "${HYBRID-x}" ] && [ ! -f "$OUT/density_sinks4/hybrid.md" ] &&
+  $K eval density -m "$R/final.gguf" --policy spkv:tau=0.5,sinks=4 --corpus "$R/heldout_wiki.test.raw" \
+    --length 1024 --samples ${DENSITY_SAMPLES:-4} --out "$OUT/density_sinks4"
+true
