@@ -13,6 +13,14 @@ std::string mib(uint64_t b) {
 }
 }  // namespace
 
+std::vector<std::vector<double>> KVStats::head_density() const {
+    const int64_t full_beyond = tokens - window;  // entries a full cache holds beyond the window, per head
+    std::vector<std::vector<double>> d(beyond.size());
+    for (size_t l = 0; l < beyond.size(); ++l)
+        for (int64_t b : beyond[l]) d[l].push_back(full_beyond > 0 ? static_cast<double>(b) / full_beyond : 1.0);
+    return d;
+}
+
 std::string KVStats::table() const {
     char buf[256];
     std::string s;

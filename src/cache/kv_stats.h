@@ -21,6 +21,10 @@ struct KVStats {
     uint64_t kv_bytes_peak = 0;    ///< most bytes of pages in use at once
     uint64_t kv_bytes_full = 0;    ///< bytes a full F16 cache of the same tokens would take (unpaged)
 
+    /// [L][Hkv] density of each head: beyond[l][h] / (tokens − window), the per-head form of `density` (1 when
+    /// nothing lies beyond the window yet).
+    std::vector<std::vector<double>> head_density() const;
+
     /// A compact table: totals, then per layer min / median / max head length.
     std::string table() const;
     /// JSON with the keys policy, tokens, compression_ratio, density, kv_bytes_peak, kv_bytes_final,

@@ -88,11 +88,10 @@ NllResult evaluate_nll(const LlamaModel& model, const Tokenizer& tok, const std:
         r.nll.push_back(nll / n);
         r.density.push_back(st.density);
         r.compression.push_back(st.compression_ratio);
-        const int64_t beyond = st.tokens - st.window;  // entries a full cache holds beyond the window, per head
-        if (r.head_density.empty()) r.head_density.assign(st.beyond.size(), std::vector<double>(st.beyond[0].size(), 0.0));
-        for (size_t l = 0; l < st.beyond.size(); ++l)
-            for (size_t h = 0; h < st.beyond[l].size(); ++h)
-                r.head_density[l][h] += (beyond > 0 ? static_cast<double>(st.beyond[l][h]) / beyond : 1.0) / samples;
+        const auto hd = st.head_density();
+        if (r.head_density.empty()) r.head_density.assign(hd.size(), std::vector<double>(hd.empty() ? 0 : hd[0].size(), 0.0));
+        for (size_t l = 0; l < hd.size(); ++l)
+            for (size_t h = 0; h < hd[l].size(); ++h) r.head_density[l][h] += hd[l][h] / samples;
         r.tokens += n;
         total += nll;
         char extra[64];
