@@ -107,10 +107,15 @@ Sequence LmEval::row(const std::string& task, int64_t i, int64_t* a0) const {
     return synthetic_sequence(task, spec_.length, tok_, data_.haystack, mix_seed(seed_ ^ 0xE7A1, i), 1, 1, a0);
 }
 
-json LmEval::operator()(LlamaMirror& model, const MirrorHooks& hooks, const std::string& prefix) const {
+json LmEval::heldout(LlamaMirror& model, const MirrorHooks& hooks, const std::string& prefix) const {
     json e = json::object();
     const json nll = heldout_nll(model, stream_, data_.names(), spec_.window, spec_.text_windows, hooks);
     for (auto it = nll.begin(); it != nll.end(); ++it) e[prefix + it.key()] = it.value();
+    return e;
+}
+
+json LmEval::operator()(LlamaMirror& model, const MirrorHooks& hooks, const std::string& prefix) const {
+    json e = heldout(model, hooks, prefix);
     for (const auto& task : spec_.tasks) {
         int64_t hit = 0, total = 0, exact = 0;
         for (int64_t i = 0; i < spec_.samples; ++i) {

@@ -52,6 +52,8 @@ public:
     /// {"nll_<corpus>": nats/token, "acc_<task>": …} of `model` with `hooks` (e.g. SP-KV's gates); `prefix` is put
     /// before every key. Copy and recall-style tasks: token accuracy of the answers; eval tasks: exact match.
     nlohmann::json operator()(LlamaMirror& model, const MirrorHooks& hooks = {}, const std::string& prefix = "") const;
+    /// The held-out NLL part alone: {"<prefix>nll_<corpus>": nats/token}.
+    nlohmann::json heldout(LlamaMirror& model, const MirrorHooks& hooks = {}, const std::string& prefix = "") const;
     const LmEvalSpec& spec() const { return spec_; }
 
 private:

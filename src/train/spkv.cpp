@@ -153,7 +153,8 @@ bool run_spkv(const std::string& config_path, bool resume, bool progress) {
     }
     if (gates) {
         ParamGroup g{"spkv_predictor", gates->parameters(), oc.lr * so.lr_mult, so.weight_decay};
-        g.frozen_from = tahg_start(so, lo.steps) < lo.steps ? tahg_start(so, lo.steps) : -1;
+        const int64_t tahg0 = tahg_start(so, lo.steps);
+        g.frozen_from = tahg0 < lo.steps ? tahg0 : -1;
         groups.push_back(g);
     }
     TrainLoop loop(run, groups, lo);
@@ -229,9 +230,8 @@ bool run_spkv(const std::string& config_path, bool resume, bool progress) {
             }
             e["head_density"] = hd;
             if (so.mode == "soft" && tahg_alpha(so, step - 1, lo.steps) < 1.0) {
-                json soft = lm_eval(lm, gate_hooks(0.0, true, nullptr), "soft_");
-                for (auto it = soft.begin(); it != soft.end(); ++it)
-                    if (it.key().rfind("soft_nll_", 0) == 0) e[it.key()] = it.value();
+                const json soft = lm_eval.heldout(lm, gate_hooks(0.0, true, nullptr), "soft_");
+                for (auto it = soft.begin(); it != soft.end(); ++it) e[it.key()] = it.value();
             }
         }
         return e;

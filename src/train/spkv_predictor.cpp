@@ -57,14 +57,13 @@ namespace kvsieve::train {
 
 torch::Tensor spkv_training_gate(const SpkvOptions& o, const torch::Tensor& u, double alpha, bool training) {
     if (o.mode == "dense") return torch::Tensor();
-    if (o.mode == "local") return torch::zeros_like(u).detach();
     auto hard = (u >= o.tau).to(u.scalar_type());
     if (!training) return hard.detach();
     if (o.mode == "hard") {
         auto z = torch::bernoulli(u.detach().clamp(o.p_min, 1.0));
         return z + u - u.detach();
     }
-    require(o.mode == "soft", "spkv.mode '", o.mode, "' is not soft, hard, dense or local");
+    require(o.mode == "soft", "spkv.mode '", o.mode, "' has no learned gate (soft or hard)");
     if (alpha <= 0) return u;
     auto ud = u.detach();
     return (1.0 - alpha) * ud + alpha * hard.detach();

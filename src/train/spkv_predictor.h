@@ -45,7 +45,7 @@ struct SpkvOptions;
 
 /// The gate the attention sees for utilities u [B, Hkv, T] ∈ (0, 1) (train/spkv.h):
 /// - evaluation (training = false): the inference decision 1[u ≥ τ];
-/// - dense mode: undefined (no gate); local mode: 0 (every key outside the window removed);
+/// - dense mode: undefined (no gate); local mode has no utilities (run_spkv closes every gate itself);
 /// - soft mode: (1 − α)·u + α·1[u ≥ τ], with u detached once α > 0 (TAHG freezes the predictor, eq. 7);
 /// - hard mode: z ~ Bernoulli(max(u, p_min)), returned as z + u − sg(u) (straight-through, eqs. 10–11).
 torch::Tensor spkv_training_gate(const SpkvOptions& o, const torch::Tensor& u, double alpha, bool training);
