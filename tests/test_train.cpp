@@ -20,6 +20,7 @@
 #include "fit/kvzap_fit.h"
 #include "predict/kvzap_model.h"
 #include "test_util.h"
+#include "trainer_cli_fixture.h"
 #include "text/tokenizer.h"
 #include "train/data.h"
 #include "train/kvzap_mlp.h"
@@ -458,11 +459,10 @@ Cli run_cli(const std::string& args) {
     return {WIFEXITED(st) ? WEXITSTATUS(st) : 128, std::string(std::istreambuf_iterator<char>(e), {})};
 }
 
-class PretrainCli : public ::testing::Test {
+class PretrainCli : public test::TrainerCliTest {
 protected:
+    PretrainCli() : TrainerCliTest("kvsieve_pretrain_") {}
     void SetUp() override {
-        dir_ = std::filesystem::temp_directory_path() / ("kvsieve_pretrain_" + std::to_string(::getpid()));
-        std::filesystem::create_directories(dir_);
         std::ofstream(dir_ / "text.txt") << story_text();
         cfg_ = {{"out", (dir_ / "run").string()},
                 {"output", (dir_ / "out.gguf").string()},
@@ -474,15 +474,6 @@ protected:
                 {"eval", {{"tasks", {"niah_single_1", "links"}}, {"length", 300}, {"samples", 2}, {"window", 64}, {"text_windows", 2}}},
                 {"threads", 1}, {"log_every", 1}};
     }
-    void TearDown() override { std::filesystem::remove_all(dir_); }
-    std::string write(const nlohmann::json& j) {
-        const auto p = dir_ / ("cfg" + std::to_string(n_++) + ".json");
-        std::ofstream(p) << j.dump(2);
-        return p.string();
-    }
-    std::filesystem::path dir_;
-    nlohmann::json cfg_;
-    int n_ = 0;
 };
 
 TEST_F(PretrainCli, TrainsAndWritesAModelTheEngineLoads) {

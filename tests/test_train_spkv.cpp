@@ -17,6 +17,7 @@
 #include "policy/policy.h"
 #include "predict/spkv_gates.h"
 #include "test_util.h"
+#include "trainer_cli_fixture.h"
 #include "train/mirror.h"
 #include "train/spkv.h"
 #include "train/spkv_predictor.h"
@@ -132,11 +133,10 @@ TEST(SpkvTraining, TheEngineComputesWhatTheHardGatedTrainingForwardComputes) {
     }
 }
 
-class SpkvCli : public ::testing::Test {
+class SpkvCli : public test::TrainerCliTest {
 protected:
+    SpkvCli() : TrainerCliTest("kvsieve_spkv_") {}
     void SetUp() override {
-        dir_ = std::filesystem::temp_directory_path() / ("kvsieve_spkv_" + std::to_string(::getpid()));
-        std::filesystem::create_directories(dir_);
         std::string text;
         for (int i = 0; i < 40; ++i)
             text += "Once upon a time there was a little cat named Tom number " + std::to_string(i) +
@@ -152,15 +152,6 @@ protected:
                 {"eval", {{"window", 64}, {"text_windows", 2}}},
                 {"threads", 1}, {"log_every", 1}, {"checkpoint_every", 2}};
     }
-    void TearDown() override { std::filesystem::remove_all(dir_); }
-    std::string write(const nlohmann::json& j) {
-        const auto p = dir_ / ("cfg" + std::to_string(n_++) + ".json");
-        std::ofstream(p) << j.dump(2);
-        return p.string();
-    }
-    std::filesystem::path dir_;
-    nlohmann::json cfg_;
-    int n_ = 0;
 };
 
 TEST_F(SpkvCli, TrainsResumesAndWritesAModelWithGatesThatSpkvRuns) {
