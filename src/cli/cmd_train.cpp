@@ -17,6 +17,7 @@ void register_builtin_trainers() {
     register_trainer(kvzap_trainer());
     register_trainer(pretrain_trainer());
     register_trainer(spkv_trainer());
+    register_trainer(wgkv_trainer());
 }
 }  // namespace
 

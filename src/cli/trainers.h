@@ -32,5 +32,6 @@ TrainerSpec config_trainer(std::string name, std::string help, bool (*run)(const
 TrainerSpec kvzap_trainer();     // cli/train_kvzap.cpp
 TrainerSpec pretrain_trainer();  // cli/train_pretrain.cpp
 TrainerSpec spkv_trainer();      // cli/train_spkv.cpp
+TrainerSpec wgkv_trainer();      // cli/train_wgkv.cpp
 
 }  // namespace kvsieve::cli

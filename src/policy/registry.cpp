@@ -15,6 +15,7 @@ void register_expected_attention();
 void register_kvzap();
 void register_kvzip();
 void register_spkv();
+void register_wgkv();
 void register_hybrid_heads();
 
 void register_all_presets() {
@@ -30,6 +31,7 @@ void register_all_presets() {
     register_kvzap();
     register_kvzip();
     register_spkv();
+    register_wgkv();
     register_hybrid_heads();
 }
 

@@ -1,0 +1,64 @@
+// wgkv: WG-KV's learned write gates (Huang et al., "Learning What to Write: Write-Gated KV"; DESIGN §5). Each entry's
+// gate g ∈ (0, 1) per KV head is computed from its own key before and after RoPE when it is written (§3.2;
+// predict/wgkv_gates.h, gates in a safetensors file of the reference layout). The entry stays in the local window
+// (w = 256, the paper's default) and is promoted to the global cache when it leaves the window iff g ≥ τ (lazy
+// promotion, §4.3; τ = 0.1), in prefill and decode alike; no sinks by default. The prefill is sparse as the paper's
+// (§4.2, the "vertical-slash" pattern): each query sees its window (the slash) and the admitted keys before it (the
+// verticals), what a decode step at its position sees (sparse_prefill=0: dense prefill, admission afterwards).
+//   wgkv:model=PATH[,tau=0.1][,window=256][,sinks=0][,sparse_prefill=1][,rule=threshold]
+// PATH: a .safetensors file or a directory holding model.safetensors (`kvsieve train wgkv` writes one).
+#include <memory>
+
+#include "policy/policy.h"
+#include "predict/wgkv_gates.h"
+#include "util/error.h"
+
+namespace kvsieve {
+
+namespace {
+class WgkvScorer : public Scorer {
+public:
+    explicit WgkvScorer(std::string path) : path_(std::move(path)) {}
+    std::string name() const override { return "wgkv"; }
+    void bind(const ModelConfig& c) override {
+        // One load serves every sequence of the model; the shapes are checked against the model here.
+        if (!gates_ || n_layer_ != c.n_layer || hkv_ != c.n_head_kv || d_ != c.head_dim)
+            gates_ = std::make_shared<WgkvGates>(WgkvGates::load(path_, c.n_layer, c.n_head_kv, c.head_dim));
+        n_layer_ = c.n_layer, hkv_ = c.n_head_kv, d_ = c.head_dim;
+    }
+    bool scores_at_write() const override { return true; }
+    void on_write(const WriteEvent& e, ScorerState*, float* scores) const override {
+        gates_->predict(e.layer, e.k_pre, e.k, e.T, scores);
+    }
+    void score_prefill(const PrefillScoreInput&, std::vector<std::vector<float>>&) const override {}
+
+private:
+    std::string path_;
+    std::shared_ptr<const WgkvGates> gates_;
+    int n_layer_ = 0, hkv_ = 0, d_ = 0;
+};
+}  // namespace
+
+void register_wgkv() {
+    register_preset({"wgkv", "learned write gates on pre/post-RoPE keys, distilled (WG-KV)", [](PolicyParams& p) {
+                         const std::string path = p.get_string("model", "");
+                         require(!path.empty(), "policy wgkv: model=<gates .safetensors or directory> is required");
+                         Policy pol;
+                         pol.scorer = std::make_shared<WgkvScorer>(path);
+                         pol.admission.kind = Rule::Kind::kThreshold;
+                         require(p.get_string("rule", "threshold") == "threshold",
+                                 "policy wgkv keeps an entry iff g ≥ tau: rule must be threshold");
+                         pol.admission.tau = p.get_double("tau", 0.1);
+                         require(pol.admission.tau >= 0 && pol.admission.tau <= 1, "policy wgkv: tau=",
+                                 pol.admission.tau, " is not a gate value in [0, 1]");
+                         const int64_t w = p.get_int("window", 256), s = p.get_int("sinks", 0);
+                         require(w >= 0 && s >= 0, "policy wgkv: window and sinks must be ≥ 0");
+                         pol.window = static_cast<int>(w);
+                         pol.sinks = static_cast<int>(s);
+                         pol.timing = w > 0 ? Timing::kAtWindowExit : Timing::kAtWrite;
+                         pol.gated_prefill = p.get_int("sparse_prefill", 1) != 0;  // the paper's prefill (§4.2)
+                         return pol;
+                     }});
+}
+
+}  // namespace kvsieve
