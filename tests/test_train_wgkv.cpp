@@ -10,6 +10,7 @@
 
 #include "cache/kv_cache.h"
 #include "cli_runner.h"
+#include "io/safetensors.h"
 #include "model/llama_model.h"
 #include "policy/policy.h"
 #include "predict/wgkv_gates.h"
@@ -150,7 +151,7 @@ protected:
                 {"data", {{"text", {(dir_ / "text.txt").string()}}, {"lengths", {96}}, {"tokens_per_batch", 192},
                           {"synthetic_fraction", 0.0}, {"holdout_fraction", 0.3}}},
                 {"optim", {{"steps", 4}, {"warmup_steps", 1}, {"lr", 1e-2}, {"weight_decay", 0.01}}},
-                {"wgkv", {{"window", 16}, {"lambda", 1.0}, {"g_expand", 2.0}}},
+                {"wgkv", {{"window", 16}, {"lambda", 1.0}, {"g_expand", 2.0}, {"save_f16", true}}},
                 {"eval", {{"window", 64}, {"text_windows", 2}}},
                 {"threads", 1}, {"log_every", 1}, {"checkpoint_every", 2}};
     }
@@ -168,6 +169,8 @@ TEST_F(WgkvCli, TrainsResumesAndWritesGatesThatWgkvRuns) {
     EXPECT_EQ(card["model_type"], "wgkv");
     EXPECT_EQ(card["inner"], 16);
     EXPECT_EQ(card["window"], 16);
+    EXPECT_EQ(card["dtype"], "F16");
+    EXPECT_EQ(read_safetensors((dir_ / "gates" / "model.safetensors").string()).begin()->second.dtype, "F16");
     const ModelConfig& c = test::stories260k().config();
     EXPECT_EQ(WgkvGates::load((dir_ / "gates").string(), c.n_layer, c.n_head_kv, c.head_dim).inner(), 16);
     std::ifstream log(dir_ / "run" / "log.jsonl");

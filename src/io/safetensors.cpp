@@ -75,8 +75,11 @@ void write_safetensors(const std::string& path, const std::map<std::string, Safe
         uint64_t count = 1;
         for (int64_t d : t.shape) count *= static_cast<uint64_t>(d);
         require(count == t.data.size(), "safetensors: tensor '", name, "' has ", t.data.size(), " values for its shape");
-        h[name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {off, off + 4 * count}}};
-        off += 4 * count;
+        require(t.dtype == "F32" || t.dtype == "F16" || t.dtype.empty(), "safetensors: tensor '", name, "': cannot write dtype ",
+                t.dtype, " (F32 or F16)");
+        const uint64_t bytes = (t.dtype == "F16" ? 2 : 4) * count;
+        h[name] = {{"dtype", t.dtype == "F16" ? "F16" : "F32"}, {"shape", t.shape}, {"data_offsets", {off, off + bytes}}};
+        off += bytes;
     }
     std::string header = h.dump();
     while ((header.size() + 8) % 8 != 0) header += ' ';  // keep the data 8-byte aligned
@@ -85,8 +88,15 @@ void write_safetensors(const std::string& path, const std::map<std::string, Safe
     const uint64_t n = header.size();
     f.write(reinterpret_cast<const char*>(&n), 8);
     f.write(header.data(), static_cast<std::streamsize>(n));
-    for (const auto& [name, t] : tensors)
-        f.write(reinterpret_cast<const char*>(t.data.data()), static_cast<std::streamsize>(4 * t.data.size()));
+    for (const auto& [name, t] : tensors) {
+        if (t.dtype == "F16") {
+            std::vector<uint16_t> half(t.data.size());
+            for (size_t i = 0; i < half.size(); ++i) half[i] = fp32_to_fp16(t.data[i]);
+            f.write(reinterpret_cast<const char*>(half.data()), static_cast<std::streamsize>(2 * half.size()));
+        } else {
+            f.write(reinterpret_cast<const char*>(t.data.data()), static_cast<std::streamsize>(4 * t.data.size()));
+        }
+    }
     if (!f) fail("write error on '", path, "'");
 }
 

@@ -20,7 +20,8 @@ struct SafeTensor {
 /// lie outside the file.
 std::map<std::string, SafeTensor> read_safetensors(const std::string& path);
 
-/// Writes tensors as F32 (data must hold the product of shape values); throws Error on I/O failure.
+/// Writes each tensor as its dtype says, F32 (also when empty) or F16 (rounded to nearest); data must hold the
+/// product of the shape values. Throws Error for another dtype or on I/O failure.
 void write_safetensors(const std::string& path, const std::map<std::string, SafeTensor>& tensors);
 
 }  // namespace kvsieve

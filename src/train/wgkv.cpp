@@ -24,7 +24,7 @@ using json = nlohmann::json;
 namespace {
 
 WgkvOptions read_wgkv(const json& j) {
-    check_keys(j, "wgkv", {"window", "sinks", "tau", "g_expand", "lambda", "g_min", "bias_init", "attn_block"});
+    check_keys(j, "wgkv", {"window", "sinks", "tau", "g_expand", "lambda", "g_min", "bias_init", "attn_block", "save_f16"});
     WgkvOptions o;
     o.window = j.value("window", o.window);
     o.sinks = j.value("sinks", o.sinks);
@@ -34,6 +34,7 @@ WgkvOptions read_wgkv(const json& j) {
     o.g_min = j.value("g_min", o.g_min);
     o.bias_init = j.value("bias_init", o.bias_init);
     o.attn_block = j.value("attn_block", o.attn_block);
+    o.save_f16 = j.value("save_f16", o.save_f16);
     require(o.window >= 0 && o.sinks >= 0, "wgkv.window and wgkv.sinks must be ≥ 0");
     require(o.tau > 0 && o.tau < 1, "wgkv.tau must be in (0, 1), got ", o.tau);
     require(o.g_expand > 0, "wgkv.g_expand must be > 0, got ", o.g_expand);
@@ -174,9 +175,9 @@ bool run_wgkv(const std::string& config_path, bool resume, bool progress) {
         for (auto it = full.begin(); it != full.end(); ++it) e[it.key()] = it.value();
         return e;
     };
-    auto save_to = [&](const std::string& dir) {
+    auto save_to = [&](const std::string& dir, bool f16) {
         std::filesystem::create_directories(dir);
-        gates->save_safetensors((std::filesystem::path(dir) / "model.safetensors").string());
+        gates->save_safetensors((std::filesystem::path(dir) / "model.safetensors").string(), f16);
         const json card = {{"model_type", "wgkv"},
                            {"base_model", rc.resolve(cfg["init"].get<std::string>())},
                            {"n_layer", c.n_layer},
@@ -187,13 +188,14 @@ bool run_wgkv(const std::string& config_path, bool resume, bool progress) {
                            {"window", wo.window},
                            {"sinks", wo.sinks},
                            {"tau", wo.tau},
-                           {"lambda", wo.lambda}};
+                           {"lambda", wo.lambda},
+                           {"dtype", f16 ? "F16" : "F32"}};
         write_text((std::filesystem::path(dir) / "config.json").string(), card.dump(2) + "\n");
     };
-    auto save = [&](int64_t) { save_to(out + "/gates"); };
+    auto save = [&](int64_t) { save_to(out + "/gates", false); };
     const int64_t reached = loop.run(micro, eval, save);
     if (reached < lo.steps) return false;
-    save_to(output);
+    save_to(output, wo.save_f16);
     if (progress) std::fprintf(stderr, "wrote %s\n", output.c_str());
     return true;
 }

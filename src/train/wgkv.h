@@ -25,6 +25,7 @@ struct WgkvOptions {
     double g_min = 1e-3;      ///< training clamp of the gate
     double bias_init = 3.0;   ///< output bias of the gate MLP at initialisation (σ(3) ≈ 0.95)
     int64_t attn_block = 128; ///< block of the gated attention (tokens)
+    bool save_f16 = false;    ///< write the output gates in F16 (half the size; checkpoints stay F32)
 };
 
 /// Reads the config, validates every key and path before training, then trains the gates of the frozen model

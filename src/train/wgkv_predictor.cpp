@@ -62,12 +62,12 @@ std::map<std::string, torch::Tensor> WgkvPredictorImpl::named_tensors() const {
     return out;
 }
 
-void WgkvPredictorImpl::save_safetensors(const std::string& path) const {
+void WgkvPredictorImpl::save_safetensors(const std::string& path, bool f16) const {
     std::map<std::string, SafeTensor> st;
     for (const auto& [name, t] : named_tensors()) {
         auto c = t.detach().to(torch::kFloat32).contiguous();
         SafeTensor s;
-        s.dtype = "F32";
+        s.dtype = f16 ? "F16" : "F32";
         s.shape = c.sizes().vec();
         s.data.assign(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
         st[name] = std::move(s);

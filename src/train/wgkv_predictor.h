@@ -26,8 +26,9 @@ public:
 
     /// The tensors by reference name (model.layers.{i}.self_attn.g_predictors.conv1.weight [Hkv·inner, 2d, 1] …).
     std::map<std::string, torch::Tensor> named_tensors() const;
-    /// Writes them as an F32 safetensors file; throws Error on I/O failure.
-    void save_safetensors(const std::string& path) const;
+    /// Writes them as a safetensors file in F32, or F16 when `f16` (half the size; the gate's values then move by
+    /// about 1e-3). Throws Error on I/O failure.
+    void save_safetensors(const std::string& path, bool f16 = false) const;
 
     int inner() const { return inner_; }
 
