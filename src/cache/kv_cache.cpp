@@ -138,6 +138,42 @@ void KVCache::attend(const LayerInputs& in, float* out) {
         prefill_layer(in, ws.empty() ? nullptr : ws.data(), out);
 }
 
+namespace {
+/// Quest's read-time selection over one KV head's pages (policy/selection.h): the pages not marked `always` are
+/// ranked by the bound of their keys for the group's queries q [G][d], and the best ceil(budget / page) kept.
+template <class PageRef>
+void select_quest_pages(std::vector<PageRef>& pl, const KVPool& pool, const Selection& sel, const float* q, int G,
+                        int d, int64_t& read, int64_t& total) {
+    std::vector<int> cand;
+    for (size_t i = 0; i < pl.size(); ++i) {
+        total += pl[i].cnt;
+        if (!pl[i].always) cand.push_back(static_cast<int>(i));
+    }
+    const int keep = static_cast<int>((sel.budget + pool.page_tokens() - 1) / pool.page_tokens());
+    if (static_cast<int>(cand.size()) > keep) {
+        std::vector<float> kmin(cand.size() * d, INFINITY), kmax(cand.size() * d, -INFINITY), row(d);
+        for (size_t c = 0; c < cand.size(); ++c)
+            for (int r = 0; r < pl[cand[c]].cnt; ++r) {
+                load_row(pool.type(), pool.keys(pl[cand[c]].page) + r * pool.row_bytes(), row.data(), d);
+                for (int j = 0; j < d; ++j) {
+                    kmin[c * d + j] = std::min(kmin[c * d + j], row[j]);
+                    kmax[c * d + j] = std::max(kmax[c * d + j], row[j]);
+                }
+            }
+        const std::vector<int> chosen =
+            quest_choose_pages(q, G, d, kmin.data(), kmax.data(), static_cast<int>(cand.size()), keep);
+        std::vector<char> keep_page(pl.size(), 0);
+        for (size_t i = 0; i < pl.size(); ++i) keep_page[i] = pl[i].always;
+        for (int c : chosen) keep_page[cand[c]] = 1;
+        std::vector<PageRef> out;
+        for (size_t i = 0; i < pl.size(); ++i)
+            if (keep_page[i]) out.push_back(pl[i]);
+        pl.swap(out);
+    }
+    for (const auto& p : pl) read += p.cnt;
+}
+}  // namespace
+
 void KVCache::decode_layer(const LayerInputs& in, const float* write_scores, float* out) {
     const int d = in.head_dim, G = in.n_head / in.n_head_kv;
     const auto pos = static_cast<int32_t>(in.pos0);
@@ -160,8 +196,10 @@ void KVCache::decode_layer(const LayerInputs& in, const float* write_scores, flo
         int32_t page;
         int cnt;
         int64_t off;  // index of its first entry in the head's attention order
+        bool always;  // read whatever a read-time selection chooses (sinks, window, the current token's page)
     };
     std::vector<std::vector<PageRef>> pages(in.n_head_kv);
+    const bool select = policy_.selection.active() && in.layer >= policy_.selection.skip_layers;
     for (int h = 0; h < in.n_head_kv; ++h) {
         const HeadCache& hc = head(in.layer, h);
         int64_t off = 0;
@@ -170,11 +208,16 @@ void KVCache::decode_layer(const LayerInputs& in, const float* write_scores, flo
             const int P = pool_->page_tokens();
             for (size_t pi = 0; pi < ps->pages().size(); ++pi) {
                 const int cnt = static_cast<int>(std::min<int64_t>(P, ps->size() - static_cast<int64_t>(pi) * P));
-                pages[h].push_back({ps->pages()[pi], cnt, off});
+                pages[h].push_back({ps->pages()[pi], cnt, off, r != 1});
                 off += cnt;
             }
+            // Without a window the newest entry is the last of the global region.
+            if (r == 1 && policy_.window == 0 && !ps->pages().empty()) pages[h].back().always = true;
         }
         if (stat != KeyStat::kNone) probs[h].assign(static_cast<size_t>(G) * off, 0.0f);
+        if (select)
+            select_quest_pages(pages[h], *pool_, policy_.selection, in.q + static_cast<int64_t>(h) * G * d, G, d,
+                               selected_read_, selected_total_);
     }
     // About four spans per thread (dynamic scheduling then balances heads of unequal lengths, and 3 KV heads on 2
     // threads), none shorter than four pages.
@@ -532,6 +575,7 @@ KVStats KVCache::stats() const {
     s.kv_bytes_final = static_cast<uint64_t>(pages) * pool_->page_bytes();
     s.kv_bytes_peak = std::max(peak_bytes_, s.kv_bytes_final);
     s.kv_bytes_full = static_cast<uint64_t>(total) * 2 * cfg_.head_dim * 2;
+    if (selected_total_ > 0) s.read_fraction = static_cast<double>(selected_read_) / static_cast<double>(selected_total_);
     return s;
 }
 

@@ -88,6 +88,7 @@ private:
     std::unique_ptr<ScorerState> state_;  // the scorer's memory of this sequence (null if it keeps none)
     int64_t n_tokens_ = 0;
     int64_t decode_steps_ = 0;
+    int64_t selected_read_ = 0, selected_total_ = 0;  // entries read / kept at decode steps under a selection
     Phase phase_ = Phase::kAuto;
     uint64_t peak_bytes_ = 0;
 };

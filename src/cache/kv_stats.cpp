@@ -37,6 +37,11 @@ std::string KVStats::table() const {
                       saved / 1048576.0, 100.0 * saved / static_cast<double>(kv_bytes_full));
         s += buf;
     }
+    if (read_fraction < 1) {
+        std::snprintf(buf, sizeof buf, "  read-time selection: %.1f%% of the kept entries read per decode step\n",
+                      100.0 * read_fraction);
+        s += buf;
+    }
     s += "  layer | head entries min / median / max\n";
     for (size_t l = 0; l < entries.size(); ++l) {
         std::vector<int64_t> e = entries[l];
@@ -60,6 +65,7 @@ nlohmann::json KVStats::to_json() const {
     j["kv_bytes_peak"] = kv_bytes_peak;
     j["kv_bytes_final"] = kv_bytes_final;
     j["kv_bytes_full"] = kv_bytes_full;
+    j["read_fraction"] = read_fraction;
     j["layers"] = nlohmann::json::array();
     for (size_t l = 0; l < entries.size(); ++l) j["layers"].push_back({{"layer", l}, {"entries", entries[l]}});
     return j;

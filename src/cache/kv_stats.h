@@ -20,6 +20,9 @@ struct KVStats {
     uint64_t kv_bytes_final = 0;   ///< bytes of pages in use now
     uint64_t kv_bytes_peak = 0;    ///< most bytes of pages in use at once
     uint64_t kv_bytes_full = 0;    ///< bytes a full F16 cache of the same tokens would take (unpaged)
+    /// Under a read-time selection: entries read / entries kept, summed over the decode steps and heads of the
+    /// selected layers (1 without a selection, or before any decode step).
+    double read_fraction = 1;
 
     /// [L][Hkv] density of each head: beyond[l][h] / (tokens − window), the per-head form of `density` (1 when
     /// nothing lies beyond the window yet).
@@ -28,7 +31,7 @@ struct KVStats {
     /// A compact table: totals, then per layer min / median / max head length.
     std::string table() const;
     /// JSON with the keys policy, tokens, compression_ratio, density, kv_bytes_peak, kv_bytes_final,
-    /// kv_bytes_full, sinks, window and layers: [{layer, entries: [per head]}].
+    /// kv_bytes_full, read_fraction, sinks, window and layers: [{layer, entries: [per head]}].
     nlohmann::json to_json() const;
 };
 

@@ -30,7 +30,9 @@ std::string Policy::describe() const {
         s += ", " + compression.describe() + " " + timing_name(timing);
         if (timing == Timing::kEveryNDecodeSteps) s += "(n=" + std::to_string(every_n) + ")";
     }
-    return s + ", s=" + std::to_string(sinks) + ", w=" + std::to_string(window);
+    s += ", s=" + std::to_string(sinks) + ", w=" + std::to_string(window);
+    if (selection.active()) s += ", read-time selection " + selection.describe();
+    return s;
 }
 
 PolicyParams::PolicyParams(std::string preset, std::map<std::string, std::string> kv)
@@ -141,37 +143,82 @@ void read_budget_rule(PolicyParams& p, Policy& policy, double default_ratio, con
     require(policy.sinks >= 0, "policy ", p.preset(), ": sinks must be ≥ 0");
 }
 
-Policy parse_policy(const std::string& spec) {
-    const size_t colon = spec.find(':');
-    const std::string name = spec.substr(0, colon);
-    const auto& all = presets();
-    auto it = all.find(name);
-    if (it == all.end()) {
-        std::string names;
-        for (const auto& [n, i] : all) names += (names.empty() ? "" : ", ") + n;
-        fail("unknown policy '", name, "' (known: ", names, ")");
-    }
+namespace {
+std::map<std::string, SelectionInfo>& selection_registry() {
+    static std::map<std::string, SelectionInfo> r;
+    return r;
+}
+
+/// "key=value,..." of `name` (text after the colon) into a map; throws Error for an item that is not key=value or
+/// a key given twice.
+std::map<std::string, std::string> parse_params(const std::string& name, const std::string& rest) {
     std::map<std::string, std::string> kv;
-    if (colon != std::string::npos) {
-        std::string rest = spec.substr(colon + 1);
-        size_t start = 0;
-        while (start <= rest.size()) {
-            const size_t comma = rest.find(',', start);
-            const std::string item = rest.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-            if (!item.empty()) {
-                const size_t eq = item.find('=');
-                require(eq != std::string::npos && eq > 0, "policy ", name, ": '", item, "' is not key=value");
-                const std::string k = item.substr(0, eq);
-                require(!kv.count(k), "policy ", name, ": key '", k, "' given twice");
-                kv[k] = item.substr(eq + 1);
-            }
-            if (comma == std::string::npos) break;
-            start = comma + 1;
+    size_t start = 0;
+    while (start <= rest.size()) {
+        const size_t comma = rest.find(',', start);
+        const std::string item = rest.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+        if (!item.empty()) {
+            const size_t eq = item.find('=');
+            require(eq != std::string::npos && eq > 0, "policy ", name, ": '", item, "' is not key=value");
+            const std::string k = item.substr(0, eq);
+            require(!kv.count(k), "policy ", name, ": key '", k, "' given twice");
+            kv[k] = item.substr(eq + 1);
         }
+        if (comma == std::string::npos) break;
+        start = comma + 1;
     }
-    PolicyParams params(name, kv);
+    return kv;
+}
+
+template <class Info>
+std::string known_names(const std::map<std::string, Info>& m) {
+    std::string names;
+    for (const auto& [n, i] : m) names += (names.empty() ? "" : ", ") + n;
+    return names;
+}
+}  // namespace
+
+void register_selection(SelectionInfo info) { selection_registry()[info.name] = std::move(info); }
+
+const std::map<std::string, SelectionInfo>& selections() {
+    (void)presets();  // registration of presets and selections happens together
+    return selection_registry();
+}
+
+Policy parse_policy(const std::string& spec) {
+    std::vector<std::string> parts;
+    for (size_t start = 0;;) {
+        const size_t plus = spec.find('+', start);
+        parts.push_back(spec.substr(start, plus == std::string::npos ? std::string::npos : plus - start));
+        if (plus == std::string::npos) break;
+        start = plus + 1;
+    }
+    auto name_of = [](const std::string& part) { return part.substr(0, part.find(':')); };
+    auto rest_of = [](const std::string& part) {
+        const size_t colon = part.find(':');
+        return colon == std::string::npos ? std::string() : part.substr(colon + 1);
+    };
+    const auto& all = presets();
+    const auto& sels = selections();
+    // A selection alone reads the full cache.
+    if (sels.count(name_of(parts[0]))) parts.insert(parts.begin(), "full");
+    require(parts.size() <= 2, "policy '", spec, "': at most one read-time selection may follow the preset");
+    const std::string name = name_of(parts[0]);
+    auto it = all.find(name);
+    if (it == all.end())
+        fail("unknown policy '", name, "' (known: ", known_names(all), "; read-time selections after '+': ",
+             known_names(sels), ")");
+    PolicyParams params(name, parse_params(name, rest_of(parts[0])));
     Policy p = it->second.make(params);
     params.check_all_used();
+    if (parts.size() == 2) {
+        const std::string sname = name_of(parts[1]);
+        auto si = sels.find(sname);
+        require(si != sels.end(), "unknown read-time selection '", sname, "' after '+' (known: ", known_names(sels), ")");
+        PolicyParams sp(sname, parse_params(sname, rest_of(parts[1])));
+        p.selection = si->second.make(sp);
+        sp.check_all_used();
+    }
     p.name = name;
     p.spec = spec;
     return p;

@@ -11,6 +11,7 @@
 #include "policy/after_prefill.h"
 #include "policy/rule.h"
 #include "policy/scorer.h"
+#include "policy/selection.h"
 
 namespace kvsieve {
 
@@ -42,6 +43,8 @@ struct Policy {
     /// the scores it returns into the cache, then runs the compression rule. Such a policy scores the whole
     /// prompt at once, so it cannot be used with a chunked prefill.
     AfterPrefill after_prefill;
+    /// Read-time selection at decode steps (policy/selection.h), composed after a '+' in the spec.
+    Selection selection;
 
     bool needs_scores() const { return scorer != nullptr; }
     /// True when nothing is ever dropped.
@@ -83,8 +86,21 @@ void register_preset(PresetInfo info);
 /// All presets, by name.
 const std::map<std::string, PresetInfo>& presets();
 
-/// Parses "NAME[:key=value,...]" into a policy. Throws Error for an unknown preset or key, or a bad value
-/// (a ratio outside [0, 1), a budget that is not a positive integer, a threshold that is not a number).
+/// A read-time selection (policy/selection.h), named in a spec after a '+'.
+struct SelectionInfo {
+    std::string name;
+    std::string summary;  ///< one line with the source paper
+    std::function<Selection(PolicyParams&)> make;
+};
+/// Registers a selection (called from policy/registry.cpp).
+void register_selection(SelectionInfo info);
+/// All selections, by name.
+const std::map<std::string, SelectionInfo>& selections();
+
+/// Parses "NAME[:key=value,...][+SELECTION[:key=value,...]]" into a policy: a preset, optionally followed by a
+/// read-time selection; a selection alone ("quest:budget=512") applies to the full cache. Throws Error for an unknown
+/// preset, selection or key, or a bad value (a ratio outside [0, 1), a budget that is not a positive integer, a
+/// threshold that is not a number), or more than one selection.
 Policy parse_policy(const std::string& spec);
 
 /// Shared handling of the budget keys of scored presets: `ratio` (kvpress compression ratio) or

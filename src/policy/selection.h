@@ -1,0 +1,32 @@
+#pragma once
+// Selection: the read-time primitive (DESIGN §1). At a decode step each KV head's attention reads only a subset of
+// its cached entries, chosen for the step's queries; the cache itself is unchanged, so a selection composes with any
+// admission or eviction policy ("wgkv:…+quest:budget=512").
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kvsieve {
+
+/// Which selection, and its parameters. kind "" means none: every kept entry is read.
+struct Selection {
+    std::string kind;         ///< "" or "quest"
+    int64_t budget = 0;       ///< global-region entries read per KV head and decode step (whole pages, rounded up);
+                              ///< sinks, the local window and the current token's page are read besides
+    int page = 16;            ///< tokens per page (must be the KV pool's page size)
+    int skip_layers = 2;      ///< the first layers read everything (Quest §4: its first two layers)
+    bool active() const { return !kind.empty(); }
+    /// "quest(budget=512,page=16,skip_layers=2)", or "" for none.
+    std::string describe() const;
+};
+
+/// Quest's page choice (Tang et al. 2024, "Quest: Query-Aware Sparsity for Efficient Long-Context LLM Inference", §3):
+/// page i with per-channel key bounds kmin_i, kmax_i [d] gets the upper bound of any of its attention logits,
+/// U_i = Σ_c max(q_c · kmin_i,c, q_c · kmax_i,c). Under GQA the G query heads q [G][d] of the KV head share one
+/// choice, ranked by Σ_g U_i(q_g) (the bound of the group's summed logits; Quest is defined for one query head).
+/// Returns the indices of the `keep` pages of highest bound (ties to the lower index; all when n_pages ≤ keep) in
+/// increasing order. kmin, kmax: [n_pages][d].
+std::vector<int> quest_choose_pages(const float* q, int G, int d, const float* kmin, const float* kmax, int n_pages,
+                                    int keep);
+
+}  // namespace kvsieve

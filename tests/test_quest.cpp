@@ -1,0 +1,128 @@
+// Read-time selection (policy/selection.h, policy/quest.cpp): Quest's page bound and choice against a direct
+// computation, the selection's composition with any policy in a spec, and its effect at decode steps: the cache is
+// unchanged, only the chosen pages are read, a budget covering every page reads everything.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <set>
+
+#include "cache/kv_cache.h"
+#include "model/llama_model.h"
+#include "policy/policy.h"
+#include "policy/selection.h"
+#include "test_util.h"
+#include "util/error.h"
+
+namespace kvsieve {
+namespace {
+
+TEST(Quest, ThePageBoundIsAnUpperBoundAndTheBestPagesAreChosen) {
+    std::mt19937 rng(5);
+    std::normal_distribution<float> nd;
+    const int G = 3, d = 8, n_pages = 12, P = 16, keep = 4;
+    std::vector<float> q(G * d), keys(static_cast<size_t>(n_pages) * P * d), kmin(n_pages * d, INFINITY),
+        kmax(n_pages * d, -INFINITY);
+    for (auto& x : q) x = nd(rng);
+    for (int i = 0; i < n_pages; ++i)
+        for (int r = 0; r < P; ++r)
+            for (int c = 0; c < d; ++c) {
+                const float k = nd(rng) * (1 + 0.3f * static_cast<float>(i % 4));
+                keys[(static_cast<size_t>(i) * P + r) * d + c] = k;
+                kmin[i * d + c] = std::min(kmin[i * d + c], k);
+                kmax[i * d + c] = std::max(kmax[i * d + c], k);
+            }
+    // The bound written out: U_i = Σ_g Σ_c max(q_gc·min_ic, q_gc·max_ic), ≥ every key's summed logit.
+    std::vector<std::pair<double, int>> bound;
+    for (int i = 0; i < n_pages; ++i) {
+        double u = 0;
+        for (int g = 0; g < G; ++g)
+            for (int c = 0; c < d; ++c) u += std::max(q[g * d + c] * kmin[i * d + c], q[g * d + c] * kmax[i * d + c]);
+        for (int r = 0; r < P; ++r) {
+            double s = 0;
+            for (int g = 0; g < G; ++g)
+                for (int c = 0; c < d; ++c) s += q[g * d + c] * keys[(static_cast<size_t>(i) * P + r) * d + c];
+            EXPECT_LE(s, u + 1e-9);
+        }
+        bound.push_back({-u, i});
+    }
+    std::sort(bound.begin(), bound.end());
+    std::set<int> want;
+    for (int j = 0; j < keep; ++j) want.insert(bound[j].second);
+    const auto got = quest_choose_pages(q.data(), G, d, kmin.data(), kmax.data(), n_pages, keep);
+    EXPECT_EQ(std::set<int>(got.begin(), got.end()), want);
+    EXPECT_TRUE(std::is_sorted(got.begin(), got.end()));
+    EXPECT_EQ(quest_choose_pages(q.data(), G, d, kmin.data(), kmax.data(), n_pages, 20).size(), 12u);
+}
+
+TEST(Quest, ComposesWithAnyPolicyInASpec) {
+    const Policy alone = parse_policy("quest:budget=64");
+    EXPECT_EQ(alone.name, "full");
+    EXPECT_EQ(alone.selection.kind, "quest");
+    EXPECT_EQ(alone.selection.budget, 64);
+    EXPECT_EQ(alone.selection.skip_layers, 2);
+    const Policy both = parse_policy("streaming_llm:window=64+quest:budget=32,skip_layers=0");
+    EXPECT_EQ(both.name, "streaming_llm");
+    EXPECT_EQ(both.window, 64);
+    EXPECT_EQ(both.selection.skip_layers, 0);
+    EXPECT_NE(both.describe().find("read-time selection quest(budget=32,page=16,skip_layers=0)"), std::string::npos);
+    EXPECT_FALSE(parse_policy("full").selection.active());
+    auto error_of = [](const std::string& spec) {
+        try {
+            (void)parse_policy(spec);
+        } catch (const Error& e) {
+            return std::string(e.what());
+        }
+        return std::string("no error");
+    };
+    EXPECT_NE(error_of("quest").find("budget=<entries read per KV head> is required"), std::string::npos);
+    EXPECT_NE(error_of("full+snapkv:ratio=0.5").find("unknown read-time selection 'snapkv'"), std::string::npos);
+    EXPECT_NE(error_of("full+quest:budget=8+quest:budget=8").find("at most one read-time selection"), std::string::npos);
+    EXPECT_NE(error_of("quest:budget=8,pages=4").find("unknown"), std::string::npos);
+}
+
+/// Decode steps of stories260K (5 layers) after a 60-token prompt under `spec`; logits of the last step.
+std::vector<float> decode(const std::string& spec, KVStats* st = nullptr) {
+    const LlamaModel& m = test::stories260k();
+    KVCache c(m.config(), 128, parse_policy(spec), std::make_shared<KVPool>(m.config().head_dim, KVType::kF32));
+    auto ids = test::story_prompt_ids();
+    while (ids.size() < 66) ids.insert(ids.end(), ids.begin() + 1, ids.end());
+    std::vector<float> logits;
+    m.forward(std::vector<int32_t>(ids.begin(), ids.begin() + 60), c, logits);
+    c.end_prefill();
+    for (int s = 0; s < 6; ++s) m.forward({ids[60 + s]}, c, logits);
+    if (st) *st = c.stats();
+    return logits;
+}
+
+TEST(Quest, DecodeReadsOnlyTheChosenPagesAndLeavesTheCacheWhole) {
+    KVStats full_st, wide_st, narrow_st;
+    const auto full = decode("full", &full_st);
+    const auto wide = decode("quest:budget=128", &wide_st);  // every page fits the budget
+    for (size_t i = 0; i < full.size(); ++i) ASSERT_EQ(full[i], wide[i]) << "a budget covering the cache reads it all";
+    EXPECT_EQ(wide_st.read_fraction, 1.0);
+    const auto narrow = decode("quest:budget=16", &narrow_st);
+    // The cache is unchanged: every head still holds all 66 entries.
+    EXPECT_EQ(narrow_st.entries, full_st.entries);
+    EXPECT_EQ(narrow_st.density, 1.0);
+    // Layers 2–4 read one chosen page and the current token's page of 61 … 66 entries (4–5 pages) at each step.
+    int64_t read = 0, total = 0;
+    for (int n = 61; n <= 66; ++n) {
+        const int pages = (n + 15) / 16;
+        const int last = n - 16 * (pages - 1);
+        read += 16 + last;
+        total += n;
+    }
+    EXPECT_NEAR(narrow_st.read_fraction, static_cast<double>(read) / total, 1e-12);
+    double diff = 0;
+    for (size_t i = 0; i < full.size(); ++i) diff = std::max(diff, static_cast<double>(std::fabs(full[i] - narrow[i])));
+    EXPECT_GT(diff, 1e-4) << "reading a subset changes the attention";
+    // Composed with a windowed policy the window is always read; the global pages are chosen.
+    KVStats sw;
+    (void)decode("knorm:ratio=0.25,window=16+quest:budget=16,skip_layers=0", &sw);
+    EXPECT_LT(sw.read_fraction, 1.0);
+    EXPECT_GT(sw.read_fraction, 0.5);
+}
+
+}  // namespace
+}  // namespace kvsieve
