@@ -183,5 +183,16 @@ TEST(Cli, SynthWritesALoadableModelAndBenchRunsIt) {
     EXPECT_NE(r.out.find("streaming read measured in this run"), std::string::npos) << r.out;
 }
 
+TEST(Cli, BenchTakesItsTokensFromATextAndReportsTheCacheAfterThePrefill) {
+    test::TempFile text(".txt");
+    std::ofstream(text.path()) << "Once upon a time there was a little girl named Lily. She liked to play in the park.";
+    CmdResult r = run("bench -m " + kModel + " -p 48 -n 2 -r 1 --text " + text.path() + " --policy streaming_llm:window=8");
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.out.find("pp48"), std::string::npos) << r.out;
+    // 48 tokens through a window of 8 (and 4 sinks): 36 of the 40 beyond the window dropped.
+    EXPECT_NE(r.err.find("after the prefill test: density 0.100"), std::string::npos) << r.err;
+    expect_clean_failure("bench -m " + kModel + " --text /nonexistent.txt", "/nonexistent.txt");
+}
+
 }  // namespace
 }  // namespace kvsieve

@@ -11,7 +11,9 @@
 #include "kernels/dot.h"
 #include "kernels/parallel.h"
 #include "model/llama_model.h"
+#include "text/tokenizer.h"
 #include "util/error.h"
+#include "util/file.h"
 
 namespace kvsieve::cli {
 
@@ -24,6 +26,7 @@ struct BenchOpts {
     uint64_t seed = 42;
     CacheOptions cache;
     std::string fill = "prefill";
+    std::string text;  // token ids from this file instead of random ones
 };
 
 double now_s() {
@@ -54,9 +57,23 @@ void run(const BenchOpts& o) {
     KVCache& cache = *cache_ptr;
     std::mt19937 rng(static_cast<uint32_t>(o.seed));
     std::uniform_int_distribution<int32_t> tok(3, c.n_vocab - 1);
+    // Token ids: random, or consecutive ones of a text file (wrapping around), so that learned policies see text.
+    std::vector<int32_t> text_ids;
+    size_t text_at = 0;
+    if (!o.text.empty()) {
+        text_ids = Tokenizer::from_gguf(model.file())->encode(read_whole_file(o.text, "bench text"), false, false);
+        require(text_ids.size() >= 16, "--text '", o.text, "' holds ", text_ids.size(), " tokens; give a longer text");
+    }
     auto random_tokens = [&](int64_t n) {
         std::vector<int32_t> t(n);
-        for (auto& x : t) x = tok(rng);
+        for (auto& x : t) {
+            if (text_ids.empty()) {
+                x = tok(rng);
+            } else {
+                x = text_ids[text_at];
+                text_at = (text_at + 1) % text_ids.size();
+            }
+        }
         return t;
     };
     std::vector<float> logits;
@@ -100,16 +117,19 @@ void run(const BenchOpts& o) {
             if (r > 0) tps.push_back(o.n_prompt / (now_s() - t0));
         }
         report("pp" + std::to_string(o.n_prompt) + at, tps);
+        const KVStats after = cache.stats();
+        std::fprintf(stderr, "after the prefill test: density %.3f, %.1f MiB kept (full F16: %.1f MiB)\n", after.density,
+                     after.kv_bytes_final / 1048576.0, after.kv_bytes_full / 1048576.0);
     }
     if (o.n_gen > 0) {
         std::vector<double> tps;
         for (int r = 0; r <= o.reps; ++r) {
             cache.rollback(o.depth);
-            int32_t next = tok(rng);
+            int32_t next = random_tokens(1)[0];
             const double t0 = now_s();
             for (int i = 0; i < o.n_gen; ++i) {
                 model.forward({next}, cache, logits);
-                next = tok(rng);
+                next = random_tokens(1)[0];
             }
             if (r > 0) tps.push_back(o.n_gen / (now_s() - t0));
         }
@@ -138,6 +158,8 @@ void add_bench(CLI::App& app) {
     cmd->add_option("-t,--threads", o->threads, "threads (0: all cores)")->capture_default_str();
     cmd->add_option("--bandwidth-gbs", o->bandwidth_gbs, "memory bandwidth to compare decode against, GB/s (0: measure a streaming read)")
         ->capture_default_str();
+    cmd->add_option("--text", o->text, "take the token ids from this text file (consecutive, wrapping) instead of random ones")
+        ->check(CLI::ExistingFile);
     cmd->add_option("--seed", o->seed, "seed of the random token ids")->capture_default_str();
     cmd->add_option("--fill", o->fill, "how the context is filled to the depth: prefill (real tokens) or random (synthetic "
                                        "entries, much faster; decode cost does not depend on their values)")
