@@ -12,6 +12,7 @@
 #include "eval/nll.h"
 #include "eval/sweep.h"
 #include "model/llama_model.h"
+#include "policy/policy.h"
 #include "test_util.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
@@ -93,6 +94,15 @@ TEST(EvalNll, BadInputIsReportedBeforeWork) {
     o.sample_tokens = 512;
     EXPECT_THROW(evaluate_nll(m, *tok, "short text", "full", o), Error);  // fewer tokens than one window
     EXPECT_THROW(evaluate_nll(m, *tok, kText, "nosuch", o), Error);
+}
+
+TEST(EvalSweep, ACellsParameterGoesToThePresetNotToTheSelection) {
+    EXPECT_EQ(cell_spec("knorm", "ratio", 0.5), "knorm:ratio=0.5");
+    EXPECT_EQ(cell_spec("kvzap:model=D", "tau", -4), "kvzap:model=D,rule=threshold,tau=-4");
+    const std::string s = cell_spec("knorm:window=8+quest:budget=16", "ratio", 0.25);
+    EXPECT_EQ(s, "knorm:window=8,ratio=0.25+quest:budget=16");
+    EXPECT_EQ(parse_policy(s).compression.ratio, 0.25);
+    EXPECT_EQ(parse_policy(s).selection.budget, 16);
 }
 
 TEST(EvalSweep, KvpressLayoutSummaryAndResume) {

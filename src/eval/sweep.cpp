@@ -20,8 +20,12 @@ namespace fs = std::filesystem;
 std::string cell_spec(const std::string& policy, const char* param, double value) {
     std::ostringstream v;
     v << value;
-    if (std::string(param) == "tau") return policy + (policy.find(':') == std::string::npos ? ":" : ",") + "rule=threshold,tau=" + v.str();
-    return policy + (policy.find(':') == std::string::npos ? ":" : ",") + "ratio=" + v.str();
+    // The parameter belongs to the preset, before a read-time selection ("wgkv:…+quest:…").
+    const size_t plus = policy.find('+');
+    const std::string base = policy.substr(0, plus), tail = plus == std::string::npos ? "" : policy.substr(plus);
+    const std::string sep = base.find(':') == std::string::npos ? ":" : ",";
+    if (std::string(param) == "tau") return base + sep + "rule=threshold,tau=" + v.str() + tail;
+    return base + sep + "ratio=" + v.str() + tail;
 }
 
 std::string cell_name(const std::string& spec) {

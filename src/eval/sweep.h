@@ -19,7 +19,8 @@ struct SweepOptions {
     RulerOptions ruler;
 };
 
-/// The policy spec of one cell.
+/// The policy spec of one cell: `policy` with param = value added to its preset ("ratio=R", or "rule=threshold,tau=T"
+/// for param "tau"), before a read-time selection if the spec has one ("wgkv:…,rule=threshold,tau=0.1+quest:…").
 std::string cell_spec(const std::string& policy, const char* param, double value);
 /// Cell directory name, file-system safe.
 std::string cell_name(const std::string& spec);
