@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "util/file.h"
 #include "eval/head_density.h"
+#include "eval/retrieval_heads.h"
 #include "eval/leaderboard.h"
 #include "eval/nll.h"
 #include "eval/ruler.h"
@@ -183,6 +184,26 @@ void add_eval(CLI::App& app) {
         std::fputs(head_density_report(m, *tok, text, *dpolicy, o, c4->out, !*dno_hybrid, *dglobal, c4->seed ? c4->seed : 1).c_str(),
                    stdout);
         std::fprintf(stderr, "wrote %s/head_density.{md,json,png} and %s/hybrid.md\n", c4->out.c_str(), c4->out.c_str());
+    });
+
+    auto* rh = eval->add_subcommand("retrieval-heads", "long-range attention mass per head on a calibration text, and the "
+                                    "static hybrid layout whose global heads have the most (DuoAttention-style)");
+    auto c5 = std::make_shared<EvalCommon>();
+    auto rglobal = std::make_shared<int>(-1);
+    c5->add_to(rh);
+    rh->add_option("--global-heads", *rglobal, "global heads of the layout (-1: a quarter of all heads)")->capture_default_str();
+    rh->callback([c5, rglobal] {
+        set_num_threads(c5->threads);
+        const std::string text = c5->read_corpus();
+        LlamaModel m(c5->model);
+        const auto tok = Tokenizer::from_gguf(m.file());
+        const int total = m.config().n_layer * m.config().n_head_kv;
+        const int n = *rglobal >= 0 ? *rglobal : std::max(1, total / 4);
+        std::fputs(retrieval_heads_report(m, *tok, text, c5->sample_tokens, c5->samples, c5->window, c5->sinks, n, c5->out,
+                                          !c5->quiet)
+                       .c_str(),
+                   stdout);
+        std::fprintf(stderr, "wrote %s/retrieval_heads.{md,json,png} and %s/policy.txt\n", c5->out.c_str(), c5->out.c_str());
     });
 
     auto* board = eval->add_subcommand("leaderboard", "sweep directories → one table per model and a score-vs-compression plot");

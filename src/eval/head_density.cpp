@@ -83,14 +83,13 @@ std::string hybrid_policy_spec(const std::vector<HeadId>& global, int window, in
 }
 
 void write_head_density(const std::string& dir, const std::string& stem, const std::string& title,
-                        const HeadDensityMap& m) {
+                        const HeadDensityMap& m, const std::string& what) {
     namespace fs = std::filesystem;
     fs::create_directories(dir);
     const int L = m.n_layer(), H = m.n_head_kv();
     std::ostringstream md, dat;
     char buf[64];
-    md << "# " << title << "\n\nDensity ρ per layer and KV head (fraction of the entries beyond the local window "
-       << "kept); mean " << (std::snprintf(buf, sizeof buf, "%.3f", m.mean()), buf) << ".\n\n| layer |";
+    md << "# " << title << "\n\n" << what << "; mean " << (std::snprintf(buf, sizeof buf, "%.3f", m.mean()), buf) << ".\n\n| layer |";
     for (int h = 0; h < H; ++h) md << " head " << h << " |";
     md << " layer mean |\n|---|";
     for (int h = 0; h <= H; ++h) md << "---|";

@@ -45,11 +45,13 @@ double density_coverage(const HeadDensityMap& m, const std::vector<HeadId>& glob
 /// The policy spec of a layout: "hybrid_heads:global=l.h/l.h/…,window=W,sinks=S" (policy/hybrid_heads.cpp).
 std::string hybrid_policy_spec(const std::vector<HeadId>& global, int window, int sinks);
 
-/// Writes DIR/STEM.md (a table: one row per layer, one column per KV head, and the layer mean), DIR/STEM.json,
-/// DIR/STEM.dat and a gnuplot heatmap DIR/STEM.png (layer × KV head, colour = density). Throws Error on I/O
-/// failure.
+/// Writes DIR/STEM.md (`what` the values are, then a table: one row per layer, one column per KV head, and the layer
+/// mean), DIR/STEM.json, DIR/STEM.dat and a gnuplot heatmap DIR/STEM.png (layer × KV head, colour = value in
+/// [0, 1]). Throws Error on I/O failure.
 void write_head_density(const std::string& dir, const std::string& stem, const std::string& title,
-                        const HeadDensityMap& m);
+                        const HeadDensityMap& m,
+                        const std::string& what = "Density ρ per layer and KV head (fraction of the entries beyond "
+                                                  "the local window kept)");
 
 /// `kvsieve eval density`: evaluates `policy` on `text` (evaluate_nll with `o`), writes its map to
 /// OUT/head_density.{md,json,dat,png}; with `hybrid`, also evaluates the full cache, every-head-local, and the
