@@ -145,5 +145,27 @@ TEST(EvalSweep, KvpressLayoutSummaryAndResume) {
     std::filesystem::remove_all(dir);
 }
 
+TEST(EvalSweep, WithoutRatiosOrThresholdsEachSpecIsOneCell) {
+    LlamaModel m(test::model_path("stories260K.gguf"));
+    const auto tok = Tokenizer::from_gguf(m.file());
+    const std::string dir = (std::filesystem::temp_directory_path() / ("kvsieve_fixed_" + std::to_string(::getpid()))).string();
+    SweepOptions o;
+    o.policies = {"streaming_llm:window=16,sinks=2", "knorm:ratio=0.5,window=8+quest:budget=16"};
+    o.out_dir = dir;
+    o.nll.sample_tokens = 160;
+    o.nll.samples = 1;
+    o.nll.progress = false;
+    run_nll_sweep(m, *tok, kText + " " + kText, o);
+    for (const auto& spec : o.policies) {
+        std::ifstream f(std::filesystem::path(dir) / cell_name(spec) / "metrics.json");
+        ASSERT_TRUE(f.good()) << spec;
+        EXPECT_LT(nlohmann::json::parse(f)["density"].get<double>(), 1.0) << spec;
+    }
+    std::ifstream dat(std::filesystem::path(dir) / "nll_vs_density.dat");
+    const std::string d((std::istreambuf_iterator<char>(dat)), {});
+    EXPECT_NE(d.find("# knorm:ratio=0.5,window=8+quest:budget=16"), std::string::npos) << d;
+    std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace kvsieve

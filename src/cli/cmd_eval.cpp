@@ -226,7 +226,7 @@ void add_eval(CLI::App& app) {
     c2->add_to(sweep);
     sweep->add_option("--policies", *policies, "comma-separated presets, e.g. streaming_llm,h2o,snapkv")->required();
     sweep->add_option("--ratios", *ratios, "comma-separated compression ratios, e.g. 0.25,0.5,0.75");
-    sweep->add_option("--thresholds", *thresholds, "comma-separated thresholds τ (rule=threshold)");
+    sweep->add_option("--thresholds", *thresholds, "comma-separated thresholds τ (rule=threshold); with neither, each policy spec is one cell as written");
     auto stasks = std::make_shared<std::string>("niah_single_1");
     auto slengths = std::make_shared<std::string>("1024");
     sweep->add_option("--task", *task, "nll or ruler")->capture_default_str();

@@ -50,14 +50,20 @@ struct SweepKind {
 
 void run_sweep(const SweepOptions& o, const SweepKind& kind) {
     require(!o.policies.empty(), "sweep: --policies is empty");
-    require(!o.ratios.empty() || !o.thresholds.empty(), "sweep: give --ratios or --thresholds");
     for (double r : o.ratios) require(r >= 0 && r < 1, "sweep: ratio ", r, " is outside [0, 1)");
+    // The cells of one policy: one per ratio and threshold, or the spec as written when neither is given.
+    auto cells_of = [&](const std::string& p) {
+        std::vector<std::string> c;
+        for (double r : o.ratios) c.push_back(cell_spec(p, "ratio", r));
+        for (double t : o.thresholds) c.push_back(cell_spec(p, "tau", t));
+        if (o.ratios.empty() && o.thresholds.empty()) c.push_back(p);
+        return c;
+    };
     // Build and validate every cell before any work.
     std::vector<std::string> specs{"full"};
     for (const auto& p : o.policies) {
         if (p == "full") continue;
-        for (double r : o.ratios) specs.push_back(cell_spec(p, "ratio", r));
-        for (double t : o.thresholds) specs.push_back(cell_spec(p, "tau", t));
+        for (const auto& c : cells_of(p)) specs.push_back(c);
     }
     for (const auto& s : specs) parse_policy(s);
     fs::create_directories(o.out_dir);
@@ -115,12 +121,8 @@ void run_sweep(const SweepOptions& o, const SweepKind& kind) {
         title.erase(std::remove(title.begin(), title.end(), '\''), title.end());  // gnuplot's quotes
         names.push_back(title);
         dat << "# " << p << "\n" << results["full"][kind.x_key].get<double>() << " " << base << "\n";
-        for (double r : o.ratios) {
-            const auto& m = results[cell_spec(p, "ratio", r)];
-            dat << m[kind.x_key].get<double>() << " " << m[kind.metric].get<double>() << "\n";
-        }
-        for (double t : o.thresholds) {
-            const auto& m = results[cell_spec(p, "tau", t)];
+        for (const auto& c : cells_of(p)) {
+            const auto& m = results[c];
             dat << m[kind.x_key].get<double>() << " " << m[kind.metric].get<double>() << "\n";
         }
         dat << "\n\n";

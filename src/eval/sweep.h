@@ -13,6 +13,7 @@ struct SweepOptions {
     std::vector<std::string> policies;  ///< preset names, or full specs (NAME:key=value,...)
     std::vector<double> ratios;         ///< compression ratios; each becomes ratio=R (window for streaming_llm:window)
     std::vector<double> thresholds;     ///< τ values; each becomes rule=threshold,tau=T
+                                        ///< (neither ratios nor thresholds: each policy is one cell, as written)
     std::string out_dir = "results";
     std::string model_path, corpus_path;
     NllOptions nll;
@@ -27,8 +28,8 @@ std::string cell_name(const std::string& spec);
 
 /// Runs every cell not already finished (metrics.json present), writing <out>/<cell>/{metrics.json,
 /// config.yaml, predictions.csv}, then <out>/summary.md and, if gnuplot is installed, <out>/nll_vs_density.png.
-/// Throws Error for a malformed sweep (no policies, no ratios or thresholds, a ratio outside [0, 1)) before any
-/// work starts.
+/// Throws Error for a malformed sweep (no policies, a ratio outside [0, 1), a cell spec that does not parse) before
+/// any work starts.
 void run_nll_sweep(const LlamaModel& model, const Tokenizer& tok, const std::string& corpus_text, const SweepOptions& o);
 
 /// The same for RULER-style tasks: metrics.json has score (0–100), compression_ratio, density and per-task
