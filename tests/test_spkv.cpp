@@ -199,23 +199,11 @@ TEST(Spkv, GatedPrefillSeesWhatDecodeSteps) {
     LlamaModel m(file.path());
     const auto ids = test::story_prompt_ids();
     const std::vector<int32_t> prompt(ids.begin(), ids.begin() + 30);
-    auto logits_of = [&](const std::string& spec, bool stepwise) {
-        KVCache c(m.config(), 128, parse_policy(spec), std::make_shared<KVPool>(m.config().head_dim, KVType::kF32));
-        std::vector<float> logits;
-        if (stepwise)
-            for (int32_t t : prompt) m.forward({t}, c, logits);
-        else
-            m.forward(prompt, c, logits);
-        return logits;
-    };
+    auto logits_of = [&](const std::string& spec, bool stepwise) { return test::logits_under(m, spec, prompt, stepwise); };
     const auto steps = logits_of("spkv:tau=0.5,window=8", true);
     const auto gated = logits_of("spkv:tau=0.5,window=8", false);
     const auto dense = logits_of("spkv:tau=0.5,window=8,sparse_prefill=0", false);
-    double d_gated = 0, d_dense = 0;
-    for (size_t i = 0; i < steps.size(); ++i) {
-        d_gated = std::max(d_gated, static_cast<double>(std::fabs(steps[i] - gated[i])));
-        d_dense = std::max(d_dense, static_cast<double>(std::fabs(steps[i] - dense[i])));
-    }
+    const double d_gated = test::max_abs_diff(steps, gated), d_dense = test::max_abs_diff(steps, dense);
     EXPECT_LT(d_gated, 1e-3);
     EXPECT_GT(d_dense, 1e-2);
 }

@@ -137,20 +137,9 @@ class SpkvCli : public test::TrainerCliTest {
 protected:
     SpkvCli() : TrainerCliTest("kvsieve_spkv_") {}
     void SetUp() override {
-        std::string text;
-        for (int i = 0; i < 40; ++i)
-            text += "Once upon a time there was a little cat named Tom number " + std::to_string(i) +
-                    ". She liked to sit in the sun and watch the birds fly.\n";
-        std::ofstream(dir_ / "text.txt") << text;
-        cfg_ = {{"out", (dir_ / "run").string()},
-                {"output", (dir_ / "out.gguf").string()},
-                {"init", test::model_path("stories260K.gguf")},
-                {"data", {{"text", {(dir_ / "text.txt").string()}}, {"lengths", {96}}, {"tokens_per_batch", 192},
-                          {"synthetic_fraction", 0.0}, {"holdout_fraction", 0.3}}},
-                {"optim", {{"steps", 4}, {"warmup_steps", 1}, {"lr", 1e-3}}},
-                {"spkv", {{"window", 16}, {"hidden", 8}, {"tahg_anneal_steps", 1}}},
-                {"eval", {{"window", 64}, {"text_windows", 2}}},
-                {"threads", 1}, {"log_every", 1}, {"checkpoint_every", 2}};
+        cfg_ = continued_training_config(test::model_path("stories260K.gguf"));
+        cfg_["output"] = (dir_ / "out.gguf").string();
+        cfg_["spkv"] = {{"window", 16}, {"hidden", 8}, {"tahg_anneal_steps", 1}};
     }
 };
 

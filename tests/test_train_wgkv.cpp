@@ -140,20 +140,11 @@ class WgkvCli : public test::TrainerCliTest {
 protected:
     WgkvCli() : TrainerCliTest("kvsieve_wgkv_") {}
     void SetUp() override {
-        std::string text;
-        for (int i = 0; i < 40; ++i)
-            text += "Once upon a time there was a little cat named Tom number " + std::to_string(i) +
-                    ". She liked to sit in the sun and watch the birds fly.\n";
-        std::ofstream(dir_ / "text.txt") << text;
-        cfg_ = {{"out", (dir_ / "run").string()},
-                {"output", (dir_ / "gates").string()},
-                {"init", test::model_path("stories260K.gguf")},
-                {"data", {{"text", {(dir_ / "text.txt").string()}}, {"lengths", {96}}, {"tokens_per_batch", 192},
-                          {"synthetic_fraction", 0.0}, {"holdout_fraction", 0.3}}},
-                {"optim", {{"steps", 4}, {"warmup_steps", 1}, {"lr", 1e-2}, {"weight_decay", 0.01}}},
-                {"wgkv", {{"window", 16}, {"lambda", 1.0}, {"g_expand", 2.0}, {"save_f16", true}}},
-                {"eval", {{"window", 64}, {"text_windows", 2}}},
-                {"threads", 1}, {"log_every", 1}, {"checkpoint_every", 2}};
+        cfg_ = continued_training_config(test::model_path("stories260K.gguf"));
+        cfg_["output"] = (dir_ / "gates").string();
+        cfg_["optim"]["lr"] = 1e-2;
+        cfg_["optim"]["weight_decay"] = 0.01;
+        cfg_["wgkv"] = {{"window", 16}, {"lambda", 1.0}, {"g_expand", 2.0}, {"save_f16", true}};
     }
 };
 

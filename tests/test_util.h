@@ -1,12 +1,15 @@
 #pragma once
 // Shared helpers for the tests: paths of bundled data, temporary files, the bundled stories260K model.
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <unistd.h>
 #include <string>
 #include <vector>
 
+#include "cache/kv_cache.h"
 #include "model/llama_model.h"
+#include "policy/policy.h"
 #include "text/tokenizer.h"
 
 namespace kvsieve::test {
@@ -49,6 +52,26 @@ inline std::vector<int32_t> story_prompt_ids() {
         "Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friend "
         "Ben. One day, they saw a big red ball under a tree.",
         true, false);
+}
+
+/// The last logits of `prompt` on `m` under policy `spec` (F32 cache of 128 positions): one prefill, or one decode
+/// step per token (`stepwise`).
+inline std::vector<float> logits_under(const LlamaModel& m, const std::string& spec, const std::vector<int32_t>& prompt,
+                                       bool stepwise) {
+    KVCache c(m.config(), 128, parse_policy(spec), std::make_shared<KVPool>(m.config().head_dim, KVType::kF32));
+    std::vector<float> logits;
+    if (stepwise)
+        for (int32_t t : prompt) m.forward({t}, c, logits);
+    else
+        m.forward(prompt, c, logits);
+    return logits;
+}
+
+/// max |a − b| over two vectors of one length.
+inline double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+    double d = 0;
+    for (size_t i = 0; i < a.size() && i < b.size(); ++i) d = std::max(d, static_cast<double>(std::abs(a[i] - b[i])));
+    return d;
 }
 
 }  // namespace kvsieve::test

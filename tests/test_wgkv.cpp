@@ -173,23 +173,11 @@ TEST(Wgkv, SparsePrefillSeesWhatDecodeStepsSee) {
     const LlamaModel& m = test::stories260k();
     const auto ids = test::story_prompt_ids();
     const std::vector<int32_t> prompt(ids.begin(), ids.begin() + 30);
-    auto logits_of = [&](const std::string& spec, bool stepwise) {
-        KVCache c(m.config(), 128, parse_policy(spec), std::make_shared<KVPool>(m.config().head_dim, KVType::kF32));
-        std::vector<float> logits;
-        if (stepwise)
-            for (int32_t t : prompt) m.forward({t}, c, logits);
-        else
-            m.forward(prompt, c, logits);
-        return logits;
-    };
+    auto logits_of = [&](const std::string& spec, bool stepwise) { return test::logits_under(m, spec, prompt, stepwise); };
     const std::string spec = "wgkv:model=" + converted() + ",tau=0.5,window=8";
     const auto steps = logits_of(spec, true), sparse = logits_of(spec, false);
     const auto dense = logits_of(spec + ",sparse_prefill=0", false);
-    double d_sparse = 0, d_dense = 0;
-    for (size_t i = 0; i < steps.size(); ++i) {
-        d_sparse = std::max(d_sparse, static_cast<double>(std::fabs(steps[i] - sparse[i])));
-        d_dense = std::max(d_dense, static_cast<double>(std::fabs(steps[i] - dense[i])));
-    }
+    const double d_sparse = test::max_abs_diff(steps, sparse), d_dense = test::max_abs_diff(steps, dense);
     EXPECT_LT(d_sparse, 1e-3);
     EXPECT_GT(d_dense, 1e-2) << "dropped keys must change what later queries see";
 }

@@ -26,6 +26,23 @@ protected:
         std::ofstream(p) << j.dump(2);
         return p.string();
     }
+    /// The base config of a short continued training of stories260K: writes a small story corpus to dir_/text.txt;
+    /// out dir_/run, 96-token rows, 192 tokens per batch, 30% held out, 4 steps with one warm-up step, held-out
+    /// evaluation over two 64-token windows, one thread, a log line every step, a checkpoint every 2 steps.
+    nlohmann::json continued_training_config(const std::string& init) {
+        std::string text;
+        for (int i = 0; i < 40; ++i)
+            text += "Once upon a time there was a little cat named Tom number " + std::to_string(i) +
+                    ". She liked to sit in the sun and watch the birds fly.\n";
+        std::ofstream(dir_ / "text.txt") << text;
+        return {{"out", (dir_ / "run").string()},
+                {"init", init},
+                {"data", {{"text", {(dir_ / "text.txt").string()}}, {"lengths", {96}}, {"tokens_per_batch", 192},
+                          {"synthetic_fraction", 0.0}, {"holdout_fraction", 0.3}}},
+                {"optim", {{"steps", 4}, {"warmup_steps", 1}, {"lr", 1e-3}}},
+                {"eval", {{"window", 64}, {"text_windows", 2}}},
+                {"threads", 1}, {"log_every", 1}, {"checkpoint_every", 2}};
+    }
     std::filesystem::path dir_;
     nlohmann::json cfg_;
 

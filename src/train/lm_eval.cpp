@@ -46,4 +46,15 @@ nlohmann::json heldout_nll(LlamaMirror& model, const TextStream& stream, const s
     return e;
 }
 
+nlohmann::json gate_density_json(const std::vector<torch::Tensor>& per_layer, int64_t n_layer, int64_t n_head_kv) {
+    auto dens = torch::stack(per_layer).reshape({-1, n_layer, n_head_kv}).mean(0);  // [L, Hkv]
+    nlohmann::json hd = nlohmann::json::array();
+    for (int64_t l = 0; l < n_layer; ++l) {
+        nlohmann::json row = nlohmann::json::array();
+        for (int64_t h = 0; h < n_head_kv; ++h) row.push_back(dens[l][h].item<double>());
+        hd.push_back(row);
+    }
+    return {{"density", dens.mean().item<double>()}, {"head_density", hd}};
+}
+
 }  // namespace kvsieve::train

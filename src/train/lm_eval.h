@@ -32,4 +32,9 @@ std::pair<int64_t, int64_t> weighted_hits(LlamaMirror& model, const Sequence& s,
 nlohmann::json heldout_nll(LlamaMirror& model, const TextStream& stream, const std::vector<std::string>& names,
                            int64_t window, int64_t count, const MirrorHooks& hooks = {});
 
+/// The density of a gated model's evaluation: `per_layer` holds, for each forward in turn, each layer's [Hkv] density
+/// (fraction of the gated keys kept), layer-major. Returns {"density": overall mean, "head_density": [L][Hkv] means
+/// over the forwards} (Figure 5's per-head trajectories, one point per evaluation).
+nlohmann::json gate_density_json(const std::vector<torch::Tensor>& per_layer, int64_t n_layer, int64_t n_head_kv);
+
 }  // namespace kvsieve::train

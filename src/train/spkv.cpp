@@ -219,19 +219,9 @@ bool run_spkv(const std::string& config_path, bool resume, bool progress) {
         GateStats st;
         json e = lm_eval(lm, gate_hooks(0.0, false, &st));
         if (!st.density.empty()) {
-            const int64_t L = c.n_layer;
-            auto dens = torch::stack(st.density).reshape({-1, L, c.n_head_kv}).mean(0);  // [L, Hkv]
-            e["density"] = dens.mean().item<double>();
-            json hd = json::array();
-            for (int64_t l = 0; l < L; ++l) {
-                json row = json::array();
-                for (int64_t h = 0; h < c.n_head_kv; ++h) row.push_back(dens[l][h].item<double>());
-                hd.push_back(row);
-            }
-            e["head_density"] = hd;
+            e.update(gate_density_json(st.density, c.n_layer, c.n_head_kv));
             if (so.mode == "soft" && tahg_alpha(so, step - 1, lo.steps) < 1.0) {
-                const json soft = lm_eval.heldout(lm, gate_hooks(0.0, true, nullptr), "soft_");
-                for (auto it = soft.begin(); it != soft.end(); ++it) e[it.key()] = it.value();
+                e.update(lm_eval.heldout(lm, gate_hooks(0.0, true, nullptr), "soft_"));
             }
         }
         return e;

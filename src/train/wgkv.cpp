@@ -157,22 +157,9 @@ bool run_wgkv(const std::string& config_path, bool resume, bool progress) {
             e["distill"] = hard_mse / n;
             e["soft_distill"] = soft_mse / n;
         }
-        if (!st.density.empty()) {
-            const int64_t L = c.n_layer;
-            auto dens = torch::stack(st.density).reshape({-1, L, c.n_head_kv}).mean(0);  // [L, Hkv]
-            e["density"] = dens.mean().item<double>();
-            json hd = json::array();
-            for (int64_t l = 0; l < L; ++l) {
-                json row = json::array();
-                for (int64_t h = 0; h < c.n_head_kv; ++h) row.push_back(dens[l][h].item<double>());
-                hd.push_back(row);
-            }
-            e["head_density"] = hd;
-        }
-        const json gated = lm_eval(lm, student_hooks(true, nullptr));
-        for (auto it = gated.begin(); it != gated.end(); ++it) e[it.key()] = it.value();
-        const json full = lm_eval.heldout(lm, teacher_hooks, "full_");
-        for (auto it = full.begin(); it != full.end(); ++it) e[it.key()] = it.value();
+        if (!st.density.empty()) e.update(gate_density_json(st.density, c.n_layer, c.n_head_kv));
+        e.update(lm_eval(lm, student_hooks(true, nullptr)));
+        e.update(lm_eval.heldout(lm, teacher_hooks, "full_"));
         return e;
     };
     auto save_to = [&](const std::string& dir, bool f16) {
