@@ -24,7 +24,30 @@ def family(sweep, cell):
     return cell
 
 
+def training_table(out, prefix, lambdas):
+    """OUT/training.md: per λ, the run (steps, tokens, wall time) and its last evaluation."""
+    lines = ["| λ | steps | tokens | wall time | density (τ) | held-out distillation MSE (hard / soft gates) | "
+             "held-out NLL gated / frozen model |", "|---|---|---|---|---|---|---|"]
+    for lam in sorted(lambdas, key=float):
+        log = f"{prefix}{lam}/train_log.jsonl"
+        if not os.path.exists(log):
+            continue
+        steps = [json.loads(l) for l in open(log) if '"loss"' in l]
+        evals = [json.loads(l)["eval"] for l in open(log) if '"eval"' in l]
+        if not steps or not evals:
+            continue
+        e, last = evals[-1], steps[-1]
+        cfg = json.load(open(f"{prefix}{lam}/config.json"))
+        nll = [(k[4:], v, e.get("full_" + k)) for k, v in sorted(e.items()) if k.startswith("nll_")]
+        nll_txt = "; ".join(f"{name}: {v:.4f} / {f:.4f} ({100 * (v - f) / f:+.2f}%)" for name, v, f in nll if f)
+        lines.append(f"| {lam} | {last['step']} | {last['tokens_seen']:,} | {last['elapsed_s'] / 60:.0f} min | "
+                     f"{e['density']:.3f} ({cfg['tau']}) | {e['distill']:.5f} / {e['soft_distill']:.5f} | {nll_txt} |")
+    with open(os.path.join(out, "training.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
 def main(out, prefix, lambdas):
+    training_table(out, prefix, lambdas)
     rows = []  # (family, setting, density, nll, delta %, distill)
     for sweep in sorted(os.listdir(out)):
         sd = os.path.join(out, sweep)
