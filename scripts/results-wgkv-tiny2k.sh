@@ -4,7 +4,7 @@
 #  1. the λ sweep (0.01 … 2.56, ×2 steps; configs/wgkv/tiny2k-wgkv.json with λ and the run directory replaced):
 #     one set of gates per λ, copied to models/wgkv/tiny2k-lambda<λ>/ with the training log;
 #  2. NLL vs density, SP-KV's chunked protocol, on the held-out tail of WikiText-2 no run trained on: WG-KV at
-#     τ = 0.1 for every λ, and on the same frozen model H2O, Expected Attention, StreamingLLM and KVzap-MLP (4 sinks);
+#     τ ∈ {0.05, 0.1, 0.3, 0.5} for every λ (and with 4 sinks at τ = 0.1), and on the same frozen model H2O, Expected Attention, StreamingLLM and KVzap-MLP (4 sinks);
 #  3. the Pareto table and plots (held-out distillation loss and ΔNLL against density).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,7 +35,10 @@ CORPUS=runs/wgkv-tiny2k/l$(echo $LAMBDAS | cut -d' ' -f1)/heldout_wiki.test.raw
 NLL="--task nll --corpus $CORPUS --length 1024 --samples ${SAMPLES:-8}"
 for lam in $LAMBDAS; do
   $K eval sweep $NLL -m "$M" --policies "wgkv:model=models/wgkv/tiny2k-lambda$lam,window=128" \
-    --thresholds ${THRESHOLDS:-0.1} --out "$OUT/nll_wgkv_l$lam"
+    --thresholds ${THRESHOLDS:-0.05,0.1,0.3,0.5} --out "$OUT/nll_wgkv_l$lam"
+  # The same gates with 4 sink tokens kept at inference (the baselines keep 4; the paper's WG-KV keeps none).
+  $K eval sweep $NLL -m "$M" --policies "wgkv:model=models/wgkv/tiny2k-lambda$lam,window=128,sinks=4" \
+    --thresholds 0.1 --out "$OUT/nll_wgkv_sinks4_l$lam"
 done
 $K eval sweep $NLL -m "$M" --policies h2o,expected_attention,streaming_llm --ratios 0.5,0.75,0.9 --out "$OUT/nll_baselines"
 $K eval sweep $NLL -m "$M" --policies "kvzap:model=models/kvzap/kvsieve-tiny-2k-mlp,sinks=4" --thresholds -7,-6,-5,-4,-3 \

@@ -15,6 +15,8 @@ import sys
 
 
 def family(sweep, cell):
+    if sweep.startswith("nll_wgkv_sinks4"):
+        return "WG-KV + 4 sinks"
     if sweep.startswith("nll_wgkv"):
         return "WG-KV"
     for name, label in (("kvzap", "KVzap"), ("h2o", "H2O"), ("expected_attention", "Expected Attention"),
@@ -73,7 +75,11 @@ def main(out, prefix, lambdas):
             elif ratio:
                 setting = f"ratio {ratio.group(1)}"
             distill = None
-            if lam:
+            # The training's held-out distillation loss was measured at its own τ, without sinks.
+            cfgf = f"{prefix}{lam.group(1)}/config.json" if lam else ""
+            same_tau = (lam and tau and os.path.exists(cfgf) and not sweep.startswith("nll_wgkv_sinks")
+                        and abs(float(tau.group(1)) - json.load(open(cfgf))["tau"]) < 1e-9)
+            if same_tau:
                 log = f"{prefix}{lam.group(1)}/train_log.jsonl"
                 if os.path.exists(log):
                     for line in open(log):
