@@ -18,7 +18,8 @@ def family(sweep, cell):
     if sweep.startswith("nll_wgkv_sinks4"):
         return "WG-KV + 4 sinks"
     if sweep.startswith("nll_wgkv"):
-        return "WG-KV"
+        tau = re.search(r"tau_([-0-9.]+)", cell)
+        return "WG-KV" + (f" (tau {tau.group(1)})" if tau else "")
     for name, label in (("kvzap", "KVzap"), ("h2o", "H2O"), ("expected_attention", "Expected Attention"),
                         ("streaming_llm", "StreamingLLM"), ("spkv", "SP-KV"), ("local", "Local")):
         if cell.startswith(name):
