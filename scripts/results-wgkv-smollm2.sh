@@ -44,3 +44,10 @@ $K eval sweep $NLL -m "$M" --policies h2o,expected_attention,streaming_llm --rat
 python3 scripts/wgkv_pareto.py "$OUT" models/wgkv/smollm2-135m-lambda $LAMBDAS
 command -v gnuplot >/dev/null && (cd "$OUT" && gnuplot pareto.gp)
 true
+# RULER-style tasks at 2k, query-aware off (kvpress's protocol), against local attention of about the same cache size.
+if [ -n "${RULER:-}" ]; then
+  W="wgkv:model=models/wgkv/smollm2-135m-lambda"
+  $K eval sweep --task ruler --corpus ../shared/data/wiki.test.raw --tasks niah_single_1,niah_multikey_1,vt \
+    --lengths 2048 --samples ${RULER_SAMPLES:-10} -m "$M" \
+    --policies "full;${W}0.04;${W}0.16;streaming_llm:window=512,sinks=4" --out "$OUT/ruler_2k"
+fi
