@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include "cache/kv_cache.h"
@@ -116,6 +118,21 @@ TEST(Wgkv, GatesOfTheWrongShapeOrNoneAreOneClearError) {
     const auto r = test::run_cli("generate -m " + test::model_path("stories260K.gguf") + " --policy wgkv -n 2 -p 'Once'");
     EXPECT_NE(r.status, 0);
     EXPECT_NE(r.err.find("policy wgkv: model=<gates .safetensors or directory> is required"), std::string::npos) << r.err;
+}
+
+TEST(Wgkv, TheGatesTrainingWindowAndTauAreThePresetsDefaults) {
+    const auto dir = std::filesystem::temp_directory_path() / ("kvsieve_wgkv_cfg_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    std::filesystem::copy_file(converted(), dir / "model.safetensors");
+    EXPECT_EQ(parse_policy("wgkv:model=" + dir.string()).window, 256) << "no config.json: the paper's window";
+    std::ofstream(dir / "config.json") << R"({"model_type": "wgkv", "window": 8, "tau": 0.3})";
+    const Policy p = parse_policy("wgkv:model=" + dir.string());
+    EXPECT_EQ(p.window, 8);
+    EXPECT_DOUBLE_EQ(p.admission.tau, 0.3);
+    EXPECT_EQ(parse_policy("wgkv:model=" + dir.string() + ",window=16,tau=0.5").window, 16) << "given values win";
+    std::ofstream(dir / "config.json") << "{not json";
+    EXPECT_THROW(parse_policy("wgkv:model=" + dir.string()), Error);
+    std::filesystem::remove_all(dir);
 }
 
 std::map<int32_t, float> entries(const KVCache& c, int l, int h, std::set<int32_t>* kept = nullptr) {

@@ -6,8 +6,14 @@
 // (§4.2, the "vertical-slash" pattern): each query sees its window (the slash) and the admitted keys before it (the
 // verticals), what a decode step at its position sees (sparse_prefill=0: dense prefill, admission afterwards).
 //   wgkv:model=PATH[,tau=0.1][,window=256][,sinks=0][,sparse_prefill=1][,rule=threshold]
-// PATH: a .safetensors file or a directory holding model.safetensors (`kvsieve train wgkv` writes one).
+// PATH: a .safetensors file or a directory holding model.safetensors (`kvsieve train wgkv` writes one). When the
+// directory has the config.json the trainer writes, its window and tau are the defaults (the gates were trained
+// for them); otherwise the paper's 256 and 0.1.
+#include <filesystem>
+#include <fstream>
 #include <memory>
+
+#include <nlohmann/json.hpp>
 
 #include "policy/policy.h"
 #include "predict/wgkv_gates.h"
@@ -48,10 +54,24 @@ void register_wgkv() {
                          pol.admission.kind = Rule::Kind::kThreshold;
                          require(p.get_string("rule", "threshold") == "threshold",
                                  "policy wgkv keeps an entry iff g ≥ tau: rule must be threshold");
-                         pol.admission.tau = p.get_double("tau", 0.1);
+                         // Defaults: the training's window and τ when the gates say them, else the paper's.
+                         double tau0 = 0.1;
+                         int64_t w0 = 256;
+                         const auto cfg = std::filesystem::path(path) / "config.json";
+                         if (std::filesystem::is_directory(path) && std::filesystem::exists(cfg)) {
+                             nlohmann::json j;
+                             try {
+                                 j = nlohmann::json::parse(std::ifstream(cfg));
+                             } catch (const nlohmann::json::exception& e) {
+                                 fail("policy wgkv: '", cfg.string(), "' is not JSON: ", e.what());
+                             }
+                             if (j.contains("tau") && j["tau"].is_number()) tau0 = j["tau"].get<double>();
+                             if (j.contains("window") && j["window"].is_number_integer()) w0 = j["window"].get<int64_t>();
+                         }
+                         pol.admission.tau = p.get_double("tau", tau0);
                          require(pol.admission.tau >= 0 && pol.admission.tau <= 1, "policy wgkv: tau=",
                                  pol.admission.tau, " is not a gate value in [0, 1]");
-                         const int64_t w = p.get_int("window", 256), s = p.get_int("sinks", 0);
+                         const int64_t w = p.get_int("window", w0), s = p.get_int("sinks", 0);
                          require(w >= 0 && s >= 0, "policy wgkv: window and sinks must be ≥ 0");
                          pol.window = static_cast<int>(w);
                          pol.sinks = static_cast<int>(s);
