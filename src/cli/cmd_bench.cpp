@@ -64,7 +64,7 @@ void run(const BenchOpts& o) {
         text_ids = Tokenizer::from_gguf(model.file())->encode(read_whole_file(o.text, "bench text"), false, false);
         require(text_ids.size() >= 16, "--text '", o.text, "' holds ", text_ids.size(), " tokens; give a longer text");
     }
-    auto random_tokens = [&](int64_t n) {
+    auto bench_tokens = [&](int64_t n) {
         std::vector<int32_t> t(n);
         for (auto& x : t) {
             if (text_ids.empty()) {
@@ -85,7 +85,7 @@ void run(const BenchOpts& o) {
         std::fprintf(stderr, "filling context to depth %ld...\n", static_cast<long>(o.depth));
         for (int64_t done = 0; done < o.depth;) {
             const int64_t n = std::min<int64_t>(512, o.depth - done);
-            model.forward(random_tokens(n), cache, logits);
+            model.forward(bench_tokens(n), cache, logits);
             done += n;
             std::fprintf(stderr, "\r  %ld / %ld", static_cast<long>(done), static_cast<long>(o.depth));
         }
@@ -111,7 +111,7 @@ void run(const BenchOpts& o) {
         std::vector<double> tps;
         for (int r = 0; r <= o.reps; ++r) {  // repetition 0 is a warm-up
             cache.rollback(o.depth);
-            const auto toks = random_tokens(o.n_prompt);
+            const auto toks = bench_tokens(o.n_prompt);
             const double t0 = now_s();
             model.forward(toks, cache, logits);
             if (r > 0) tps.push_back(o.n_prompt / (now_s() - t0));
@@ -125,11 +125,11 @@ void run(const BenchOpts& o) {
         std::vector<double> tps;
         for (int r = 0; r <= o.reps; ++r) {
             cache.rollback(o.depth);
-            int32_t next = random_tokens(1)[0];
+            int32_t next = bench_tokens(1)[0];
             const double t0 = now_s();
             for (int i = 0; i < o.n_gen; ++i) {
                 model.forward({next}, cache, logits);
-                next = random_tokens(1)[0];
+                next = bench_tokens(1)[0];
             }
             if (r > 0) tps.push_back(o.n_gen / (now_s() - t0));
         }

@@ -137,6 +137,7 @@ bool run_wgkv(const std::string& config_path, bool resume, bool progress) {
         r.data_seconds = data_s;
         return r;
     };
+    json full_nll;  // held-out NLL of the frozen model (without gates)
     auto eval = [&](int64_t) {
         // Held-out distillation loss under the inference decision and under the soft gates, the density and the
         // per-head density of the decision, and the held-out NLL of the gated model (the frozen model's beside it).
@@ -159,7 +160,9 @@ bool run_wgkv(const std::string& config_path, bool resume, bool progress) {
         }
         if (!st.density.empty()) e.update(gate_density_json(st.density, c.n_layer, c.n_head_kv));
         e.update(lm_eval(lm, student_hooks(true, nullptr)));
-        e.update(lm_eval.heldout(lm, teacher_hooks, "full_"));
+        // The frozen model's own held-out NLL never changes: computed at the first evaluation only.
+        if (full_nll.empty()) full_nll = lm_eval.heldout(lm, teacher_hooks, "full_");
+        e.update(full_nll);
         return e;
     };
     auto save_to = [&](const std::string& dir, bool f16) {
