@@ -120,7 +120,7 @@ public:
     }
     void score_prefill(const PrefillScoreInput&, std::vector<std::vector<float>>&) const override {}
     bool decays() const override { return decays_; }
-    float effective_score(float, int32_t pos, int64_t now) const override { return -static_cast<float>(now - pos); }
+    float effective_score(float, int32_t pos, int64_t now, int, int) const override { return -static_cast<float>(now - pos); }
     bool decays_ = true;
 };
 

@@ -495,7 +495,7 @@ void KVCache::compress() {
                 effective[static_cast<size_t>(l) * n_head_kv_ + h].resize(c.n);
                 float* e = effective[static_cast<size_t>(l) * n_head_kv_ + h].data();
                 for (int64_t i = 0; i < c.n; ++i)
-                    e[i] = policy_.scorer->effective_score(c.scores[i], hc.global().positions()[i], n_tokens_);
+                    e[i] = policy_.scorer->effective_score(c.scores[i], hc.global().positions()[i], n_tokens_, l, h);
                 c.scores = e;
             }
             c.n_reference = std::max<int64_t>(c.n, n_tokens_ - hc.sinks().size() - hc.window().size());

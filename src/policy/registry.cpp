@@ -16,6 +16,7 @@ void register_kvzap();
 void register_kvzip();
 void register_spkv();
 void register_wgkv();
+void register_kvpop();
 void register_quest();
 void register_hybrid_heads();
 
@@ -33,6 +34,7 @@ void register_all_presets() {
     register_kvzip();
     register_spkv();
     register_wgkv();
+    register_kvpop();
     register_quest();
     register_hybrid_heads();
 }

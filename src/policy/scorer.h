@@ -128,10 +128,11 @@ public:
     }
     /// True if effective_score differs from the stored score.
     virtual bool decays() const { return false; }
-    /// The score a budget rule compares at position `now` for an entry stored with score `stored` at position
-    /// `pos` (e.g. a decayed utility). The default is the stored score.
-    virtual float effective_score(float stored, int32_t pos, int64_t now) const {
-        (void)pos, (void)now;
+    /// The score a budget rule compares when `now` tokens have been seen, for an entry of (layer, head) stored with
+    /// score `stored` at position `pos` (e.g. a per-head decayed priority, KVpop eq. 5). The default is the stored
+    /// score.
+    virtual float effective_score(float stored, int32_t pos, int64_t now, int layer, int head) const {
+        (void)pos, (void)now, (void)layer, (void)head;
         return stored;
     }
 

@@ -1,0 +1,148 @@
+// kvpop, kvpop_mlp: fixed-budget learned eviction (Hauzenberger et al., "KVpop — Key-Value Cache Compression with
+// Predictive Online Pruning", §3; DESIGN §5). Every KV head keeps at most B = s + w + k entries (eq. 1): s sinks, the
+// protected window of the w most recent, and the k long-range entries of highest effective score. An entry is scored
+// once, when it becomes eligible (leaves the window), by a learned scorer on its key and value (predict/kvpop_scorer.h):
+//   kvpop      the per-head mLSTM read *delayed*: the leaving entry u is scored with its own query against the head's
+//              recurrent state at the step q = u + w that pushes it out (eqs. 41–42); delayed=0 reads at write;
+//   kvpop_mlp  the stateless MLP (eqs. 35–36), scored at write.
+// Whenever the long-range region holds more than k entries the lowest effective score r + ⌊(q − t)/n⌋ · log γ_h
+// (eqs. 5, 18–21; learned per-head decay) is evicted, after each prefill chunk and at every decode step, so the
+// memory of a sequence is constant once the budget is reached. The mLSTM state (per sequence, layer and KV head: C,
+// n, m, and the last w queries φ(q̃) awaiting their delayed readout) lives in the cache's scorer state.
+//   kvpop:model=PATH,budget=B[,sinks=4][,window=256][,delayed=1]     kvpop_mlp:model=PATH,budget=B[,sinks][,window]
+// PATH: a .safetensors file or a directory with model.safetensors and config.json (`kvsieve train kvpop` writes
+// one); the config's sinks, window and delayed are the defaults (what the scorer was trained for), else 4, 256, 1.
+#include <cmath>
+#include <memory>
+#include <unordered_map>
+
+#include "policy/policy.h"
+#include "predict/kvpop_scorer.h"
+#include "util/error.h"
+
+namespace kvsieve {
+
+namespace {
+
+/// The mLSTM memory of one sequence.
+class KvpopState : public ScorerState {
+public:
+    KvpopState(const KvpopScorerNet& net, int n_heads, int64_t window) : w(window) {
+        mem.assign(n_heads, net.new_state());
+        ring.assign(n_heads, std::vector<float>(static_cast<size_t>(std::max<int64_t>(window, 1)) * 2 * net.feature_dim()));
+        pending.resize(n_heads);
+    }
+    int64_t w;
+    std::vector<MlstmState> mem;                           // [L·Hkv]
+    std::vector<std::vector<float>> ring;                  // [L·Hkv][w][2f]: φ(q̃) of the last w tokens
+    std::vector<std::unordered_map<int32_t, float>> pending;  // delayed scores computed, not yet read at exit
+};
+
+class KvpopScorer : public Scorer {
+public:
+    KvpopScorer(std::string path, bool want_mlstm, int64_t window, bool delayed)
+        : path_(std::move(path)), want_mlstm_(want_mlstm), window_(window), delayed_(delayed) {}
+    std::string name() const override { return want_mlstm_ ? "kvpop" : "kvpop_mlp"; }
+    void bind(const ModelConfig& c) override {
+        if (!net_ || n_layer_ != c.n_layer || hkv_ != c.n_head_kv || d_ != c.head_dim) {
+            auto net = std::make_shared<KvpopScorerNet>(KvpopScorerNet::load(path_, c.n_layer, c.n_head_kv, c.head_dim));
+            require(net->stateful() == want_mlstm_, "policy ", name(), ": '", path_, "' holds a ",
+                    net->stateful() ? "stateful mLSTM scorer: use policy kvpop" : "stateless MLP scorer: use policy kvpop_mlp");
+            net_ = std::move(net);
+        }
+        n_layer_ = c.n_layer, hkv_ = c.n_head_kv, d_ = c.head_dim;
+    }
+    std::unique_ptr<ScorerState> new_state(const ModelConfig& c) const override {
+        if (!net_->stateful()) return nullptr;
+        return std::make_unique<KvpopState>(*net_, c.n_layer * c.n_head_kv, window_);
+    }
+    bool scores_at_write() const override { return true; }
+    void on_write(const WriteEvent& e, ScorerState* state, float* scores) const override {
+        if (!net_->stateful()) {
+            net_->score_mlp(e.layer, e.k, e.v, e.T, scores);
+            return;
+        }
+        auto& st = *static_cast<KvpopState*>(state);
+        const int d = e.head_dim, kvd = e.n_head_kv * d, F = 2 * net_->feature_dim();
+        const int64_t w = std::max<int64_t>(window_, 1);
+        MlstmInputs in;
+        for (int h = 0; h < e.n_head_kv; ++h) {
+            const int hi = e.layer * e.n_head_kv + h;
+            MlstmState& mem = st.mem[hi];
+            float* ring = st.ring[hi].data();
+            for (int64_t t = 0; t < e.T; ++t) {
+                const int64_t q = e.pos0 + t;
+                net_->inputs(e.layer, h, e.k + t * kvd + h * d, e.v + t * kvd + h * d, in);
+                net_->step(in, mem);
+                if (!delayed_ || window_ == 0) {  // immediate: read at write (Fig. 5's ablation)
+                    scores[t * e.n_head_kv + h] = net_->readout(e.layer, h, in.q.data(), mem);
+                    continue;
+                }
+                scores[t * e.n_head_kv + h] = 0;  // not compared while in the window
+                float* slot = ring + (q % w) * F;
+                // The entry u = q − w leaves the window at this step: its query against the state at q (eqs. 41–42).
+                if (q >= w) st.pending[hi][static_cast<int32_t>(q - w)] = net_->readout(e.layer, h, slot, mem);
+                std::copy(in.q.begin(), in.q.end(), slot);
+            }
+        }
+    }
+    float on_window_exit(const WindowExitEvent& e, ScorerState* state) const override {
+        if (!state || !delayed_) return e.score;
+        auto& pend = static_cast<KvpopState*>(state)->pending[e.layer * hkv_ + e.head];
+        auto it = pend.find(e.pos);
+        if (it == pend.end()) return e.score;
+        const float r = it->second;
+        pend.erase(it);
+        return r;
+    }
+    bool decays() const override { return true; }
+    /// r + ⌊(q − t)/n⌋ · log γ_h with q = now − 1, the newest position (eq. 5).
+    float effective_score(float stored, int32_t pos, int64_t now, int layer, int head) const override {
+        const int64_t age = std::max<int64_t>(now - 1 - pos, 0) / net_->config().decay_every;
+        return stored + static_cast<float>(age) * net_->log_gamma(layer, head);
+    }
+    void score_prefill(const PrefillScoreInput&, std::vector<std::vector<float>>&) const override {}
+
+private:
+    std::string path_;
+    bool want_mlstm_;
+    int64_t window_;
+    bool delayed_;
+    std::shared_ptr<const KvpopScorerNet> net_;
+    int n_layer_ = 0, hkv_ = 0, d_ = 0;
+};
+
+Policy make_kvpop(PolicyParams& p, bool mlstm) {
+    const std::string name = mlstm ? "kvpop" : "kvpop_mlp";
+    const std::string path = p.get_string("model", "");
+    require(!path.empty(), "policy ", name, ": model=<scorer .safetensors or directory> is required");
+    // Defaults: what the scorer was trained for (its config.json), else the paper's s = 4, w = 256.
+    const KvpopConfig trained = read_kvpop_config(path);
+    const int64_t s = p.get_int("sinks", trained.sinks), w = p.get_int("window", trained.window);
+    require(s >= 0 && w >= 0, "policy ", name, ": sinks and window must be ≥ 0");
+    require(p.has("budget"), "policy ", name, ": budget=B (entries per KV head, B = sinks + window + k) is required");
+    const int64_t B = p.get_int("budget", 0);
+    require(B > s + w, "policy ", name, ": budget=", B, " leaves no long-range entries beyond sinks=", s, " and window=",
+            w, " (B = s + w + k with k ≥ 1)");
+    const bool delayed = p.get_int("delayed", trained.delayed ? 1 : 0) != 0;
+    require(mlstm || !p.has("delayed") || !delayed, "policy kvpop_mlp scores at write: delayed=1 needs the mLSTM (kvpop)");
+    Policy pol;
+    pol.scorer = std::make_shared<KvpopScorer>(path, mlstm, w, delayed && mlstm);
+    pol.sinks = static_cast<int>(s);
+    pol.window = static_cast<int>(w);
+    pol.compression.kind = Rule::Kind::kHeadBudget;
+    pol.compression.budget = B - s - w;
+    pol.timing = Timing::kEveryNDecodeSteps;  // after the prompt (each chunk) and at every decode step
+    pol.every_n = 1;
+    return pol;
+}
+}  // namespace
+
+void register_kvpop() {
+    register_preset({"kvpop", "fixed-budget eviction, delayed mLSTM scorer (KVpop)",
+                     [](PolicyParams& p) { return make_kvpop(p, true); }});
+    register_preset({"kvpop_mlp", "fixed-budget eviction, stateless MLP scorer (KVpop_mlp)",
+                     [](PolicyParams& p) { return make_kvpop(p, false); }});
+}
+
+}  // namespace kvsieve
