@@ -1,13 +1,26 @@
-// KVpop training (train/kvpop_target.h): the transposed pass's future attention equals the dense attention's,
-// computed here with plain loops from the model's own attention.
+// KVpop training (train/kvpop*.h): the transposed pass's future attention equals the dense attention's, computed
+// here with plain loops from the model's own attention; the teacher's decisions equal a brute-force top-k; the
+// trainer's parallel mLSTM and its MLP score what the engine's recurrence scores from the saved file; `kvsieve train
+// kvpop` trains, resumes and writes a scorer that `--policy kvpop` runs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <random>
 #include <vector>
 
+#include "cli_runner.h"
+#include "io/safetensors.h"
+#include "predict/kvpop_scorer.h"
 #include "test_util.h"
+#include "train/kvpop_pairs.h"
+#include "train/kvpop_predictor.h"
 #include "train/kvpop_target.h"
 #include "train/mirror.h"
+#include "trainer_cli_fixture.h"
 
 namespace kvsieve {
 namespace {
@@ -85,6 +98,167 @@ TEST(KvpopTarget, BadShapesAreOneClearError) {
     auto k2 = torch::randn({1, 2, 8, 5});
     EXPECT_THROW(train::future_attention(q, k2, lse, -1, 1.0), Error);
     EXPECT_THROW(train::future_attention(q, k2, torch::randn({1, 4, 7}), 2, 1.0), Error);
+}
+
+TEST(KvpopPairs, TheTeachersDecisionsAreThoseOfABruteForceTopK) {
+    std::mt19937 rng(5);
+    for (int trial = 0; trial < 30; ++trial) {
+        const int64_t T = 20 + rng() % 120, s = rng() % 4, w = rng() % 9, k = 1 + rng() % 12;
+        std::vector<float> p(T);
+        for (auto& x : p) x = trial % 3 == 0 ? static_cast<float>(rng() % 5) : std::normal_distribution<float>()(rng);
+        const auto pairs = train::boundary_pairs(p, s, w, k);
+        // Brute force: at step q the eligible entries are s … q − w; sort them (priority desc, older first).
+        size_t next = 0;
+        for (int64_t q = s + w; q < T; ++q) {
+            std::vector<int64_t> e(q - w - s + 1);
+            std::iota(e.begin(), e.end(), s);
+            if (static_cast<int64_t>(e.size()) <= k) continue;
+            std::stable_sort(e.begin(), e.end(), [&](int64_t a, int64_t b) { return p[a] > p[b]; });
+            const int64_t t_new = q - w;
+            const bool keep = std::find(e.begin(), e.begin() + k, t_new) != e.begin() + k;
+            ASSERT_LT(next, pairs.size());
+            const auto& got = pairs[next++];
+            EXPECT_EQ(got.q, q);
+            EXPECT_EQ(got.t_new, t_new);
+            EXPECT_EQ(got.keep, keep) << "q " << q;
+            EXPECT_EQ(got.t_bnd, keep ? e[k] : e[k - 1]) << "q " << q;
+            EXPECT_FLOAT_EQ(got.margin, std::abs(p[t_new] - p[got.t_bnd]));
+        }
+        EXPECT_EQ(next, pairs.size());
+    }
+    EXPECT_THROW(train::boundary_pairs({1, 2, 3}, 0, 0, 0), Error);
+}
+
+TEST(KvpopScorerTraining, TheParallelFormScoresWhatTheEnginesRecurrenceScoresFromTheSavedFile) {
+    ModelConfig c;
+    c.n_layer = 2, c.n_head_kv = 3, c.head_dim = 8;
+    torch::manual_seed(3);
+    const int64_t T = 37, w = 6;
+    for (const std::string kind : {"mlstm", "mlp"}) {
+        train::KvpopScorerShape shape;
+        shape.kind = kind;
+        shape.softcap = 5;
+        shape.forget_bias = 1;  // a short memory, so the forget gates matter
+        train::KvpopPredictor p(c, shape);
+        {
+            torch::NoGradGuard ng;  // move everything off its initialisation (decay logits, biases)
+            for (auto& t : p->parameters()) t.add_(0.3 * torch::randn_like(t));
+        }
+        test::TempFile file(".safetensors");
+        p->save_safetensors(file.path());
+        KvpopConfig cfg;
+        cfg.softcap = 5;
+        const KvpopScorerNet net = KvpopScorerNet::from_tensors(read_safetensors(file.path()), file.path(), c.n_layer,
+                                                                c.n_head_kv, c.head_dim, cfg);
+        auto k = 2 * torch::randn({2, c.n_head_kv, T, c.head_dim}), v = torch::randn({2, c.n_head_kv, T, c.head_dim});
+        for (int l = 0; l < c.n_layer; ++l) {
+            const auto lg = p->log_gamma(l);
+            for (int h = 0; h < c.n_head_kv; ++h) EXPECT_NEAR(net.log_gamma(l, h), lg[h].item<float>(), 1e-9);
+            for (int64_t delay : {int64_t{0}, w}) {
+                if (kind == "mlp" && delay > 0) continue;
+                const auto r = p->scores(l, k, v, delay).detach();
+                const auto kr = k[1].permute({1, 0, 2}).contiguous(), vr = v[1].permute({1, 0, 2}).contiguous();  // [T, H, d]
+                if (kind == "mlp") {
+                    std::vector<float> er(T * c.n_head_kv);
+                    net.score_mlp(l, kr.data_ptr<float>(), vr.data_ptr<float>(), T, er.data());
+                    for (int64_t t = 0; t < T; ++t)
+                        for (int h = 0; h < c.n_head_kv; ++h) ASSERT_NEAR(er[t * c.n_head_kv + h], r[1][h][t].item<float>(), 1e-4);
+                    continue;
+                }
+                for (int h = 0; h < c.n_head_kv; ++h) {
+                    MlstmState st = net.new_state();
+                    std::vector<std::vector<float>> fq;
+                    MlstmInputs in;
+                    for (int64_t q = 0; q < T; ++q) {
+                        net.inputs(l, h, kr.data_ptr<float>() + (q * c.n_head_kv + h) * c.head_dim,
+                                   vr.data_ptr<float>() + (q * c.n_head_kv + h) * c.head_dim, in);
+                        net.step(in, st);
+                        fq.push_back(in.q);
+                        const int64_t u = q - delay;
+                        if (u < 0) continue;
+                        ASSERT_NEAR(net.readout(l, h, fq[u].data(), st), r[1][h][u].item<float>(), 1e-4)
+                            << "layer " << l << " head " << h << " entry " << u << " delay " << delay;
+                    }
+                    for (int64_t u = T - delay; u < T; ++u) EXPECT_EQ(r[1][h][u].item<float>(), 0.0f);  // never read
+                }
+            }
+        }
+    }
+}
+
+class KvpopCli : public test::TrainerCliTest {
+protected:
+    KvpopCli() : TrainerCliTest("kvsieve_kvpop_cli_") {
+        cfg_ = continued_training_config(test::model_path("stories260K.gguf"));
+        cfg_["output"] = (dir_ / "scorer").string();
+        cfg_["kvpop"] = {{"window", 16}, {"sinks", 2}, {"budget", 24}, {"queries", 64}};
+    }
+};
+
+TEST_F(KvpopCli, TrainsResumesAndWritesAScorerThatKvpopRuns) {
+    for (const std::string kind : {"mlstm", "mlp"}) {
+        auto cfg = cfg_;
+        cfg["out"] = (dir_ / ("run_" + kind)).string();
+        cfg["output"] = (dir_ / ("scorer_" + kind)).string();
+        cfg["kvpop"]["kind"] = kind;
+        cfg["optim"]["steps"] = 2;
+        ASSERT_EQ(test::run_cli("train kvpop -q --config " + write(cfg)).status, 0);
+        EXPECT_TRUE(std::filesystem::exists(dir_ / ("run_" + kind) / "scorer" / "model.safetensors"));
+        cfg["optim"]["steps"] = 4;
+        const auto r = test::run_cli("train kvpop -q --resume --config " + write(cfg));
+        ASSERT_EQ(r.status, 0) << r.err;
+        const auto out = dir_ / ("scorer_" + kind);
+        const auto card = nlohmann::json::parse(std::ifstream(out / "config.json"));
+        EXPECT_EQ(card["model_type"], "kvpop");
+        EXPECT_EQ(card["kind"], kind);
+        EXPECT_EQ(card["window"], 16);
+        EXPECT_EQ(card["sinks"], 2);
+        const ModelConfig& c = test::stories260k().config();
+        const KvpopScorerNet net = KvpopScorerNet::load(out.string(), c.n_layer, c.n_head_kv, c.head_dim);
+        EXPECT_EQ(net.stateful(), kind == "mlstm");
+        EXPECT_EQ(net.config().window, 16);
+        std::ifstream log(dir_ / ("run_" + kind) / "log.jsonl");
+        int steps = 0, evals = 0;
+        for (std::string line; std::getline(log, line);) {
+            const auto j = nlohmann::json::parse(line);
+            if (j.contains("loss")) {
+                ++steps;
+                EXPECT_GT(j["loss"].get<double>(), 0.0) << line;
+                EXPECT_GE(j["pair_acc"].get<double>(), 0.0) << line;
+            }
+            if (j.contains("eval")) {
+                ++evals;
+                for (const char* key : {"pair_loss", "pair_acc", "recall", "recall_recent", "recall_heads"})
+                    EXPECT_TRUE(j["eval"].contains(key)) << key << ": " << line;
+                EXPECT_EQ(j["eval"]["recall_heads"].size(), static_cast<size_t>(c.n_layer));
+            }
+        }
+        EXPECT_EQ(steps, 4);
+        EXPECT_GE(evals, 1);
+        // The scorer's window and sinks are the preset's defaults; B = 2 + 16 + 8.
+        const std::string preset = kind == "mlp" ? "kvpop_mlp" : "kvpop";
+        const auto gen = test::run_cli("generate -m " + test::model_path("stories260K.gguf") + " --policy " + preset +
+                                       ":model=" + out.string() + ",budget=26 -n 40 --temp 0 -p 'Once upon a time'");
+        EXPECT_EQ(gen.status, 0) << gen.err;
+        EXPECT_NE(gen.err.find("26 / 26 / 26"), std::string::npos) << gen.err;  // every head at its budget
+    }
+}
+
+TEST_F(KvpopCli, BadOptionsAreClearErrorsBeforeTraining) {
+    for (auto [key, value, message] :
+         {std::tuple<const char*, nlohmann::json, const char*>{"kind", "lstm", "kvpop.kind must be mlstm or mlp"},
+          {"budget", 0, "kvpop.budget (k, long-range entries per head) must be ≥ 1"},
+          {"teacher_gamma", 1.5, "kvpop.teacher_gamma must be in (0, 1]"},
+          {"budget", 200, "no eviction happens within s + w + k"},
+          {"windw", 1, "unknown config key 'kvpop.windw'"}}) {
+        auto bad = cfg_;
+        bad["out"] = (dir_ / "bad").string();
+        bad["kvpop"][key] = value;
+        const auto b = test::run_cli("train kvpop -q --config " + write(bad));
+        EXPECT_EQ(b.status, 1) << key;
+        EXPECT_NE(b.err.find(message), std::string::npos) << b.err;
+        EXPECT_FALSE(std::filesystem::exists(dir_ / "bad" / "checkpoint.pt"));
+    }
 }
 
 }  // namespace

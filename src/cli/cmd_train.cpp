@@ -18,6 +18,7 @@ void register_builtin_trainers() {
     register_trainer(pretrain_trainer());
     register_trainer(spkv_trainer());
     register_trainer(wgkv_trainer());
+    register_trainer(kvpop_trainer());
 }
 }  // namespace
 

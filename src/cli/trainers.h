@@ -33,5 +33,6 @@ TrainerSpec kvzap_trainer();     // cli/train_kvzap.cpp
 TrainerSpec pretrain_trainer();  // cli/train_pretrain.cpp
 TrainerSpec spkv_trainer();      // cli/train_spkv.cpp
 TrainerSpec wgkv_trainer();      // cli/train_wgkv.cpp
+TrainerSpec kvpop_trainer();     // cli/train_kvpop.cpp
 
 }  // namespace kvsieve::cli

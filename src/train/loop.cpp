@@ -111,7 +111,7 @@ int64_t TrainLoop::run(const MicroStep& micro, const EvalFn& eval, const SaveFn&
         double step_loss = 0;
         for (int64_t m = 0; m < o_.grad_accum; ++m) {
             MicroResult r = micro(step, m);
-            (r.loss / static_cast<double>(o_.grad_accum)).backward();
+            if (!r.backward_done) (r.loss / static_cast<double>(o_.grad_accum)).backward();
             step_loss += r.loss.item<double>() / static_cast<double>(o_.grad_accum);
             tokens_interval += r.tokens;
             data_s += r.data_seconds;

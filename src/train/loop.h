@@ -37,6 +37,9 @@ struct MicroResult {
     /// Extra scalars of the micro-step (e.g. an auxiliary loss), averaged over each log interval and logged
     /// under their names.
     std::map<std::string, double> metrics;
+    /// True when the micro-step back-propagated its loss itself, already divided by grad_accum (e.g. one layer's
+    /// graph at a time, to hold less memory); `loss` is then only logged.
+    bool backward_done = false;
 };
 
 /// Runs the loop over `module`'s parameters (grouped). Throws Error if out_dir holds a checkpoint and resume is

@@ -1,0 +1,325 @@
+#include "train/kvpop.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+#include <nlohmann/json.hpp>
+
+#include "policy/running_topk.h"
+#include "predict/kvpop_scorer.h"
+#include "train/data.h"
+#include "train/kvpop_pairs.h"
+#include "train/kvpop_predictor.h"
+#include "train/kvpop_target.h"
+#include "train/lm_run.h"
+#include "train/loop.h"
+#include "train/mirror.h"
+#include "train/run_config.h"
+#include "util/error.h"
+#include "util/file.h"
+
+namespace kvsieve::train {
+
+using json = nlohmann::json;
+
+namespace {
+
+KvpopOptions read_kvpop(const json& j) {
+    check_keys(j, "kvpop", {"kind", "window", "sinks", "budget", "delayed", "decay_every", "teacher_gamma", "eps",
+                            "margin_cap", "temperature", "queries", "softcap", "forget_bias", "hidden", "feature",
+                            "value", "target_block"});
+    KvpopOptions o;
+    o.kind = j.value("kind", o.kind);
+    o.window = j.value("window", o.window);
+    o.sinks = j.value("sinks", o.sinks);
+    o.budget = j.value("budget", o.budget);
+    o.delayed = j.value("delayed", o.delayed);
+    o.decay_every = j.value("decay_every", o.decay_every);
+    o.teacher_gamma = j.value("teacher_gamma", o.teacher_gamma);
+    o.eps = j.value("eps", o.eps);
+    o.margin_cap = j.value("margin_cap", o.margin_cap);
+    o.temperature = j.value("temperature", o.temperature);
+    o.queries = j.value("queries", o.queries);
+    o.softcap = j.value("softcap", o.softcap);
+    o.forget_bias = j.value("forget_bias", o.forget_bias);
+    o.hidden = j.value("hidden", o.hidden);
+    o.feature = j.value("feature", o.feature);
+    o.value = j.value("value", o.value);
+    o.target_block = j.value("target_block", o.target_block);
+    require(o.kind == "mlstm" || o.kind == "mlp", "kvpop.kind must be mlstm or mlp, got '", o.kind, "'");
+    require(o.window >= 0 && o.sinks >= 0, "kvpop.window and kvpop.sinks must be ≥ 0");
+    require(o.budget >= 1, "kvpop.budget (k, long-range entries per head) must be ≥ 1");
+    require(o.decay_every >= 1, "kvpop.decay_every must be ≥ 1");
+    require(o.teacher_gamma > 0 && o.teacher_gamma <= 1, "kvpop.teacher_gamma must be in (0, 1]");
+    require(o.eps > 0, "kvpop.eps must be > 0");
+    require(o.margin_cap > 0 && o.temperature > 0, "kvpop.margin_cap and kvpop.temperature must be > 0");
+    require(o.queries >= 0, "kvpop.queries must be ≥ 0");
+    require(o.softcap > 0, "kvpop.softcap must be > 0");
+    require(o.target_block >= 1, "kvpop.target_block must be ≥ 1");
+    return o;
+}
+
+/// The teacher of one layer: every row's and head's decisions, and the priorities they came from.
+struct LayerTeacher {
+    std::vector<std::vector<BoundaryPair>> pairs;  // [B·Hkv]
+    std::vector<std::vector<float>> prio;          // [B·Hkv][T]
+};
+
+LayerTeacher teach(const AttnTensors& a, const KvpopOptions& o, double scale) {
+    const auto fa = future_attention(a.q_post, a.k_post, a.lse, o.window, scale, o.target_block);
+    const auto y = future_attention_target(fa, o.eps).contiguous();  // [B, Hkv, T]
+    const int64_t B = y.size(0), H = y.size(1), T = y.size(2);
+    const double lg = std::log(o.teacher_gamma);
+    LayerTeacher lt;
+    const float* yp = y.data_ptr<float>();
+    for (int64_t bh = 0; bh < B * H; ++bh) {
+        std::vector<float> p(T);
+        for (int64_t t = 0; t < T; ++t) p[t] = static_cast<float>(yp[bh * T + t] - static_cast<double>(t / o.decay_every) * lg);
+        lt.pairs.push_back(boundary_pairs(p, o.sinks, o.window, o.budget));
+        lt.prio.push_back(std::move(p));
+    }
+    return lt;
+}
+
+/// The pair loss of one layer over `chosen` decisions [B·Hkv] of each row and head; also counts agreements.
+struct PairLoss {
+    torch::Tensor loss;  // weighted mean (differentiable)
+    int64_t n = 0, agree = 0;
+};
+
+PairLoss pair_loss(const torch::Tensor& r, const torch::Tensor& log_gamma, const std::vector<std::vector<BoundaryPair>>& chosen,
+                   const KvpopOptions& o) {
+    const int64_t H = r.size(1), T = r.size(2);
+    std::vector<int64_t> i_new, i_bnd;
+    std::vector<float> age, lab, w;
+    std::vector<int64_t> head;
+    int64_t n_keep = 0, n_drop = 0;
+    for (size_t bh = 0; bh < chosen.size(); ++bh)
+        for (const auto& p : chosen[bh]) {
+            i_new.push_back(static_cast<int64_t>(bh) * T + p.t_new);
+            i_bnd.push_back(static_cast<int64_t>(bh) * T + p.t_bnd);
+            // ⌊(q − t_new)/n⌋ − ⌊(q − t_bnd)/n⌋: the decay difference in units of log γ_h.
+            age.push_back(static_cast<float>((p.q - p.t_new) / o.decay_every - (p.q - p.t_bnd) / o.decay_every));
+            lab.push_back(p.keep ? 1.0f : -1.0f);
+            w.push_back(static_cast<float>(std::min<double>(p.margin, o.margin_cap)));
+            head.push_back(static_cast<int64_t>(bh) % H);
+            (p.keep ? n_keep : n_drop)++;
+        }
+    PairLoss pl;
+    pl.n = static_cast<int64_t>(lab.size());
+    if (pl.n == 0) {
+        pl.loss = r.sum() * 0;
+        return pl;
+    }
+    // Keep and drop decisions carry equal total weight (App. B.5).
+    for (size_t i = 0; i < w.size(); ++i) w[i] *= lab[i] > 0 ? 0.5f * pl.n / std::max<int64_t>(n_keep, 1) : 0.5f * pl.n / std::max<int64_t>(n_drop, 1);
+    auto T64 = [](const std::vector<int64_t>& v) { return torch::tensor(v, torch::kInt64); };
+    auto TF = [](const std::vector<float>& v) { return torch::tensor(v, torch::kFloat32); };
+    const auto flat = r.reshape({-1});
+    const auto diff = flat.index_select(0, T64(i_new)) - flat.index_select(0, T64(i_bnd)) +
+                      TF(age) * log_gamma.index_select(0, T64(head));
+    const auto l = TF(lab), wt = TF(w);
+    pl.loss = (wt * torch::softplus(-l * diff / o.temperature)).sum() / wt.sum().clamp_min(1e-12);
+    pl.agree = ((diff.detach() * l) > 0).sum().item<int64_t>();
+    return pl;
+}
+
+/// The teacher's top-k kept set at the end of a sequence vs the student's (static priorities), and vs the k most
+/// recent eligible entries: fractions of the teacher's set each keeps.
+std::pair<double, double> recall_at_end(const std::vector<float>& teacher_prio, const std::vector<float>& student_prio,
+                                        const KvpopOptions& o) {
+    const int64_t T = static_cast<int64_t>(teacher_prio.size()), n = T - o.window - o.sinks;
+    if (n <= o.budget) return {1.0, 1.0};
+    auto top = [&](const std::vector<float>& p) {
+        std::vector<float> e(p.begin() + o.sinks, p.begin() + o.sinks + n);
+        const auto rank = priority_ranks(e);
+        std::vector<char> in(n, 0);
+        for (int64_t i = 0; i < n; ++i) in[i] = rank[i] < o.budget;
+        return in;
+    };
+    const auto a = top(teacher_prio), b = top(student_prio);
+    int64_t both = 0, recent = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        both += a[i] && b[i];
+        recent += a[i] && i >= n - o.budget;
+    }
+    return {static_cast<double>(both) / o.budget, static_cast<double>(recent) / o.budget};
+}
+
+}  // namespace
+
+bool run_kvpop(const std::string& config_path, bool resume, bool progress) {
+    const RunConfig rc = RunConfig::read(config_path);
+    const json& cfg = rc.root;
+    RunBasics rb = read_run_basics(rc, {"init", "data", "eval", "kvpop"}, resume, progress);
+    const std::string& out = rb.out;
+    const std::string output = cfg.contains("output") ? rb.output : out + "/scorer";
+    const KvpopOptions ko = read_kvpop(cfg.value("kvpop", json::object()));
+    require(cfg.contains("init"), "config needs \"init\" (the GGUF model whose scorer is trained; it stays frozen)");
+    require(cfg.contains("data"), "config needs \"data\"");
+    const LmData data = read_lm_data(rc, cfg["data"]);
+    LoopOptions lo = rb.loop;
+    const LmEvalSpec ev = read_lm_eval(cfg.value("eval", json::object()));
+    lo.eval_every = ev.every;
+
+    json tk = {{"from_gguf", cfg["init"]}};
+    TokenizerConfig tc = read_tokenizer(rc, tk, data.texts, data.task_names(), data.haystack, rb.seed, progress);
+    std::unique_ptr<Tokenizer> tok = std::move(tc.tok);
+    LlamaMirror lm = read_model(rc, *tok, rb.seed);
+    const ModelConfig& c = lm->config();
+    for (int64_t L : data.mix.lengths) {
+        require(L <= c.n_ctx_train, "data.lengths holds ", L, ", beyond the model's context of ", c.n_ctx_train);
+        require(L > ko.sinks + ko.window + ko.budget, "data.lengths holds ", L, ": no eviction happens within s + w + k = ",
+                ko.sinks + ko.window + ko.budget, " tokens, so there is nothing to learn");
+    }
+    require(ev.window > ko.sinks + ko.window + ko.budget, "eval.window = ", ev.window, " must exceed s + w + k = ",
+            ko.sinks + ko.window + ko.budget);
+    for (auto& p : lm->parameters()) p.set_requires_grad(false);
+    torch::manual_seed(rb.seed ^ 0x7A11);
+    KvpopScorerShape shape;
+    shape.kind = ko.kind;
+    shape.hidden = ko.hidden, shape.feature = ko.feature, shape.value = ko.value;
+    shape.softcap = ko.softcap, shape.forget_bias = ko.forget_bias;
+    KvpopPredictor scorer(c, shape);
+    const int64_t delay = ko.kind == "mlstm" && ko.delayed ? ko.window : 0;
+    const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+
+    std::filesystem::create_directories(out);
+    const TextStream stream(data.texts, *tok, data.holdout);
+    write_heldout_texts(out, data, stream);
+    if (progress)
+        std::fprintf(stderr, "KVpop: frozen model %s; scorer %s%s; s %lld, w %lld, k %lld (B = %lld); %lld training text "
+                     "tokens\n", c.summary().c_str(), ko.kind.c_str(), ko.kind == "mlstm" ? (ko.delayed ? " (delayed)" : " (immediate)") : "",
+                     static_cast<long long>(ko.sinks), static_cast<long long>(ko.window), static_cast<long long>(ko.budget),
+                     static_cast<long long>(ko.sinks + ko.window + ko.budget), static_cast<long long>(stream.train_tokens()));
+
+    const OptimConfig& oc = rb.optim;
+    TrainLoop loop(*scorer, {ParamGroup{"kvpop_scorer", scorer->parameters(), oc.lr, oc.weight_decay}}, lo);
+
+    auto capture = [&](const torch::Tensor& toks) {
+        std::vector<AttnTensors> cap;
+        MirrorHooks h;
+        h.capture = &cap;
+        torch::NoGradGuard ng;
+        lm->forward(toks, h);
+        return cap;
+    };
+    std::mt19937_64 rng(rb.seed ^ 0x51CE);
+
+    auto micro = [&](int64_t step, int64_t m) {
+        const auto t0 = std::chrono::steady_clock::now();
+        const Batch b = make_batch(data.mix, stream, *tok, data.haystack, rb.seed, step * lo.grad_accum + m);
+        const double data_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        auto toks = torch::from_blob(const_cast<int64_t*>(b.tokens.data()), {b.B, b.T}, torch::kInt64);
+        const auto cap = capture(toks);
+        double loss_sum = 0;
+        int64_t n = 0, agree = 0, keep = 0;
+        for (int l = 0; l < c.n_layer; ++l) {
+            const LayerTeacher lt = teach(cap[l], ko, scale);
+            std::vector<std::vector<BoundaryPair>> chosen(lt.pairs.size());
+            for (size_t bh = 0; bh < lt.pairs.size(); ++bh) {
+                chosen[bh] = lt.pairs[bh];
+                if (ko.queries > 0 && static_cast<int64_t>(chosen[bh].size()) > ko.queries) {
+                    std::shuffle(chosen[bh].begin(), chosen[bh].end(), rng);
+                    chosen[bh].resize(ko.queries);
+                }
+                for (const auto& p : chosen[bh]) keep += p.keep;
+            }
+            const auto r = scorer->scores(l, cap[l].k_post, cap[l].v, delay);
+            const PairLoss pl = pair_loss(r, scorer->log_gamma(l), chosen, ko);
+            (pl.loss / static_cast<double>(c.n_layer * lo.grad_accum)).backward();
+            loss_sum += pl.loss.item<double>();
+            n += pl.n;
+            agree += pl.agree;
+        }
+        MicroResult res;
+        res.loss = torch::tensor(loss_sum / c.n_layer);
+        res.backward_done = true;
+        res.metrics["pair_acc"] = n ? static_cast<double>(agree) / n : 0.0;
+        res.metrics["keep_frac"] = n ? static_cast<double>(keep) / n : 0.0;
+        res.tokens = b.B * b.T;
+        res.data_seconds = data_s;
+        return res;
+    };
+    auto eval = [&](int64_t) {
+        json e = json::object();
+        torch::NoGradGuard ng;
+        double loss = 0;
+        int64_t n = 0, agree = 0, windows = 0;
+        std::vector<std::vector<double>> rec(c.n_layer, std::vector<double>(c.n_head_kv, 0.0)), recent = rec;
+        for (size_t f = 0; f < stream.files(); ++f)
+            for (const auto& seq : stream.heldout_windows(f, ev.window, ev.text_windows)) {
+                auto t = torch::tensor(std::vector<int64_t>(seq.tokens.begin(), seq.tokens.end())).unsqueeze(0);
+                const auto cap = capture(t);
+                for (int l = 0; l < c.n_layer; ++l) {
+                    const LayerTeacher lt = teach(cap[l], ko, scale);
+                    const auto r = scorer->scores(l, cap[l].k_post, cap[l].v, delay).contiguous();
+                    const PairLoss pl = pair_loss(r, scorer->log_gamma(l), lt.pairs, ko);
+                    loss += pl.loss.item<double>() * pl.n;
+                    n += pl.n;
+                    agree += pl.agree;
+                    const auto lg = scorer->log_gamma(l).contiguous();
+                    const int64_t T = r.size(2);
+                    const float* rp = r.data_ptr<float>();
+                    for (int h = 0; h < c.n_head_kv; ++h) {
+                        std::vector<float> sp(T);
+                        const float g = lg[h].item<float>();
+                        for (int64_t i = 0; i < T; ++i) sp[i] = rp[h * T + i] - static_cast<float>(i / ko.decay_every) * g;
+                        const auto [a, b] = recall_at_end(lt.prio[h], sp, ko);
+                        rec[l][h] += a;
+                        recent[l][h] += b;
+                    }
+                }
+                ++windows;
+            }
+        if (n) {
+            e["pair_loss"] = loss / n;
+            e["pair_acc"] = static_cast<double>(agree) / n;
+        }
+        if (windows) {
+            double ra = 0, rb2 = 0;
+            for (auto* m : {&rec, &recent})
+                for (auto& row : *m)
+                    for (auto& x : row) x /= windows;
+            for (int l = 0; l < c.n_layer; ++l)
+                for (int h = 0; h < c.n_head_kv; ++h) ra += rec[l][h], rb2 += recent[l][h];
+            e["recall"] = ra / (c.n_layer * c.n_head_kv);
+            e["recall_recent"] = rb2 / (c.n_layer * c.n_head_kv);
+            e["recall_heads"] = rec;
+            e["recall_recent_heads"] = recent;
+        }
+        return e;
+    };
+    auto save_to = [&](const std::string& dir) {
+        std::filesystem::create_directories(dir);
+        scorer->save_safetensors((std::filesystem::path(dir) / "model.safetensors").string());
+        const json card = {{"model_type", "kvpop"},
+                           {"kind", ko.kind},
+                           {"base_model", rc.resolve(cfg["init"].get<std::string>())},
+                           {"n_layer", c.n_layer},
+                           {"n_head_kv", c.n_head_kv},
+                           {"head_dim", c.head_dim},
+                           {"window", ko.window},
+                           {"sinks", ko.sinks},
+                           {"budget_k", ko.budget},
+                           {"delayed", ko.delayed},
+                           {"decay_every", ko.decay_every},
+                           {"softcap", ko.softcap},
+                           {"teacher_gamma", ko.teacher_gamma},
+                           {"hidden", scorer->shape().hidden},
+                           {"feature", scorer->shape().feature},
+                           {"value", scorer->shape().value}};
+        write_text((std::filesystem::path(dir) / "config.json").string(), card.dump(2) + "\n");
+    };
+    auto save = [&](int64_t) { save_to(out + "/scorer"); };
+    const int64_t reached = loop.run(micro, eval, save);
+    if (reached < lo.steps) return false;
+    save_to(output);
+    if (progress) std::fprintf(stderr, "wrote %s\n", output.c_str());
+    return true;
+}
+
+}  // namespace kvsieve::train
