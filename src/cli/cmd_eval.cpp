@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "util/file.h"
+#include "eval/fidelity.h"
 #include "eval/head_density.h"
 #include "eval/retrieval_heads.h"
 #include "eval/leaderboard.h"
@@ -215,6 +216,62 @@ void add_eval(CLI::App& app) {
         const auto rows = collect_leaderboard(*board_dirs);
         std::fputs(write_leaderboard(rows, *board_out).c_str(), stdout);
         std::fprintf(stderr, "wrote %s/leaderboard.md\n", board_out->c_str());
+    });
+
+    auto* fid = eval->add_subcommand("fidelity", "decode-heavy fidelity: long greedy generations of the full cache, fed to "
+                                                 "each policy; greedy prefix, token accuracy, KL and KV memory along the way");
+    struct FidOpts {
+        std::string model, corpus, policies, out = "results", kv_type = "f16";
+        int64_t prompt = 512, gen = 1024, samples = 2, top = 256, chunk = 0, every = 64;
+        int threads = 0;
+        bool quiet = false;
+    };
+    auto fo = std::make_shared<FidOpts>();
+    fid->add_option("-m,--model", fo->model, "GGUF model")->required()->check(CLI::ExistingFile);
+    fid->add_option("--corpus", fo->corpus, "text file the prompts are taken from")->required();
+    fid->add_option("--policies", fo->policies, "policy specs separated by ';' (e.g. 'full;kvpop:model=M,budget=512')")->required();
+    fid->add_option("--prompt", fo->prompt, "prompt tokens, BOS included")->capture_default_str();
+    fid->add_option("--gen", fo->gen, "generated tokens per prompt")->capture_default_str();
+    fid->add_option("--samples", fo->samples, "prompts (consecutive windows of the corpus)")->capture_default_str();
+    fid->add_option("--top", fo->top, "teacher probabilities kept per step for the KL")->capture_default_str();
+    fid->add_option("--prefill-chunk", fo->chunk, "chunked prefill of the prompt, compression after each chunk (0: one batch)")->capture_default_str();
+    fid->add_option("--every", fo->every, "steps between KV-memory records and accuracy bins")->capture_default_str();
+    fid->add_option("--kv-type", fo->kv_type, "f32, f16 or bf16")->capture_default_str();
+    fid->add_option("--out", fo->out, "output directory")->capture_default_str();
+    fid->add_option("-t,--threads", fo->threads, "threads (0: all cores)");
+    fid->add_flag("-q,--quiet", fo->quiet, "no progress bar");
+    fid->callback([fo] {
+        set_num_threads(fo->threads);
+        std::vector<std::string> specs;
+        std::stringstream ss(fo->policies);
+        for (std::string p; std::getline(ss, p, ';');)
+            if (!p.empty()) specs.push_back(p);
+        require(!specs.empty(), "--policies names no policy");
+        for (const auto& p : specs) parse_policy(p);  // bad specs fail before the model loads
+        FidelityOptions o;
+        o.prompt_tokens = fo->prompt;
+        o.gen_tokens = fo->gen;
+        o.samples = fo->samples;
+        o.top = fo->top;
+        o.prefill_chunk = fo->chunk;
+        o.memory_every = fo->every;
+        o.kv_type = fo->kv_type;
+        o.progress = !fo->quiet;
+        require(fo->chunk >= 0 && fo->every >= 1, "--prefill-chunk must be ≥ 0 and --every ≥ 1");
+        const std::string text = read_whole_file(fo->corpus, "corpus");
+        LlamaModel m(fo->model);
+        const auto tok = Tokenizer::from_gguf(m.file());
+        const auto teachers = fidelity_teachers(m, *tok, text, o);
+        std::vector<FidelityResult> results;
+        for (const auto& p : specs) {
+            results.push_back(evaluate_fidelity(m, *tok, teachers, p, o));
+            const auto& r = results.back();
+            std::printf("policy=%s greedy_prefix=%.0f token_accuracy=%.4f kl=%.5f compression_ratio=%.3f kv_mib=%.2f\n",
+                        p.c_str(), r.mean_prefix, r.mean_accuracy, r.mean_kl, r.compression, r.kv_bytes_final / 1048576.0);
+            std::fflush(stdout);
+        }
+        const std::string name = m.file().get_string("general.name", std::filesystem::path(fo->model).stem().string());
+        write_fidelity_report(fo->out, name, o, results);
     });
 
     auto* sweep = eval->add_subcommand("sweep", "policies × ratios (or thresholds): NLL vs density, kvpress layout");

@@ -1,0 +1,244 @@
+#include "eval/fidelity.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <numeric>
+#include <sstream>
+
+#include "cache/kv_cache.h"
+#include "eval/plot.h"
+#include "model/llama_model.h"
+#include "policy/policy.h"
+#include "session/session.h"
+#include "text/tokenizer.h"
+#include "util/error.h"
+#include "util/file.h"
+#include "util/progress.h"
+
+namespace kvsieve {
+
+namespace {
+/// softmax of logits [V] in double.
+std::vector<double> softmax(const std::vector<float>& logits) {
+    const float mx = *std::max_element(logits.begin(), logits.end());
+    std::vector<double> p(logits.size());
+    double z = 0;
+    for (size_t i = 0; i < p.size(); ++i) z += p[i] = std::exp(static_cast<double>(logits[i]) - mx);
+    for (auto& x : p) x /= z;
+    return p;
+}
+
+/// A policy spec for a plot key: model=PATH shortened to the last component of PATH.
+std::string short_label(const std::string& spec) {
+    std::string out = spec;
+    for (size_t at = out.find("model="); at != std::string::npos; at = out.find("model=", at + 6)) {
+        const size_t b = at + 6, e = std::min(out.find(',', b), out.find('+', b));
+        std::string path = out.substr(b, e == std::string::npos ? std::string::npos : e - b);
+        while (!path.empty() && path.back() == '/') path.pop_back();
+        const std::string last = std::filesystem::path(path).filename().string();
+        const std::string parent = std::filesystem::path(path).parent_path().filename().string();
+        const std::string name = last == "scorer" || last == "gates" || last == "output" ? parent + "/" + last : last;
+        out.replace(b, path.size() + (e != std::string::npos && out[b + path.size()] == '/' ? 1 : 0), name);
+    }
+    return out;
+}
+
+int32_t argmax(const std::vector<float>& v) {
+    return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+std::vector<float> prompt_logits(Session& s, const std::vector<int32_t>& prompt, int64_t chunk) {
+    PrefillPlan plan;
+    plan.chunk = chunk;
+    std::vector<float> logits;
+    s.prefill(prompt, plan, logits);
+    return logits;
+}
+}  // namespace
+
+nlohmann::json FidelityResult::to_json() const {
+    nlohmann::json mem = nlohmann::json::array();
+    for (const auto& [t, b] : memory) mem.push_back({t, b});
+    return {{"policy", policy},       {"greedy_prefix", prefix},     {"token_accuracy", accuracy},
+            {"kl", kl},               {"mean_greedy_prefix", mean_prefix}, {"mean_token_accuracy", mean_accuracy},
+            {"mean_kl", mean_kl},     {"accuracy_by_step", accuracy_by_step}, {"compression_ratio", compression},
+            {"kv_bytes_final", kv_bytes_final}, {"kv_bytes_peak", kv_bytes_peak}, {"kv_bytes_full", kv_bytes_full},
+            {"decode_tok_s", decode_tok_s}, {"memory", mem}};
+}
+
+std::vector<FidelityTeacher> fidelity_teachers(const LlamaModel& model, const Tokenizer& tok, const std::string& corpus,
+                                               const FidelityOptions& o) {
+    const ModelConfig& c = model.config();
+    require(o.prompt_tokens >= 2 && o.gen_tokens >= 1 && o.samples >= 1 && o.top >= 1,
+            "fidelity: prompt ≥ 2, gen ≥ 1, samples ≥ 1 and top ≥ 1 tokens needed");
+    require(o.prompt_tokens + o.gen_tokens <= c.n_ctx_train, "fidelity: prompt ", o.prompt_tokens, " + generation ",
+            o.gen_tokens, " tokens exceed the model's context of ", c.n_ctx_train);
+    const std::vector<int32_t> ids = tok.encode(corpus, false, false);
+    const int64_t per = o.prompt_tokens - 1;
+    require(static_cast<int64_t>(ids.size()) >= per * o.samples, "fidelity: the corpus has ", ids.size(),
+            " tokens, fewer than ", o.samples, " prompts of ", per);
+    auto pool = std::make_shared<KVPool>(c.head_dim, parse_kv_type(o.kv_type));
+    std::vector<FidelityTeacher> out;
+    Progress bar("teacher (full cache)", o.samples * o.gen_tokens, o.progress);
+    for (int64_t s = 0; s < o.samples; ++s) {
+        FidelityTeacher t;
+        t.prompt.push_back(tok.vocab().bos >= 0 ? tok.vocab().bos : ids[0]);
+        t.prompt.insert(t.prompt.end(), ids.begin() + s * per, ids.begin() + (s + 1) * per);
+        KVCache cache(c, o.prompt_tokens + o.gen_tokens + 1, parse_policy("full"), pool);
+        Session session(model, tok, cache);
+        std::vector<float> logits = prompt_logits(session, t.prompt, o.prefill_chunk);
+        for (int64_t g = 0; g < o.gen_tokens; ++g) {
+            const std::vector<double> p = softmax(logits);
+            std::vector<int32_t> idx(p.size());
+            std::iota(idx.begin(), idx.end(), 0);
+            const int64_t m = std::min<int64_t>(o.top, static_cast<int64_t>(p.size()));
+            std::partial_sort(idx.begin(), idx.begin() + m, idx.end(), [&](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+            std::vector<std::pair<int32_t, float>> top;
+            double kept = 0;
+            for (int64_t i = 0; i < m; ++i) top.emplace_back(idx[i], static_cast<float>(p[idx[i]])), kept += p[idx[i]];
+            const int32_t next = argmax(logits);
+            t.tokens.push_back(next);
+            t.top.push_back(std::move(top));
+            t.rest.push_back(static_cast<float>(std::max(0.0, 1.0 - kept)));
+            if (g + 1 < o.gen_tokens) session.decode(next, logits);
+            bar.update(s * o.gen_tokens + g + 1);
+        }
+        out.push_back(std::move(t));
+    }
+    bar.finish();
+    return out;
+}
+
+FidelityResult evaluate_fidelity(const LlamaModel& model, const Tokenizer& tok, const std::vector<FidelityTeacher>& teachers,
+                                 const std::string& policy_spec, const FidelityOptions& o) {
+    const ModelConfig& c = model.config();
+    const Policy pol = parse_policy(policy_spec);
+    auto pool = std::make_shared<KVPool>(c.head_dim, parse_kv_type(o.kv_type));
+    FidelityResult r;
+    r.policy = policy_spec;
+    const int64_t every = std::max<int64_t>(o.memory_every, 1);
+    std::vector<double> bin_hits, bin_n;
+    int64_t total_steps = 0;
+    double decode_s = 0;
+    Progress bar(policy_spec, static_cast<int64_t>(teachers.size()) * o.gen_tokens, o.progress);
+    for (size_t s = 0; s < teachers.size(); ++s) {
+        const FidelityTeacher& t = teachers[s];
+        const int64_t G = static_cast<int64_t>(t.tokens.size());
+        KVCache cache(c, static_cast<int64_t>(t.prompt.size()) + G + 1, pol, pool);
+        Session session(model, tok, cache);
+        std::vector<float> logits = prompt_logits(session, t.prompt, o.prefill_chunk);
+        int64_t prefix = -1, hits = 0;
+        double kl = 0;
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int64_t g = 0; g < G; ++g) {
+            const bool hit = argmax(logits) == t.tokens[g];
+            hits += hit;
+            if (!hit && prefix < 0) prefix = g;
+            const size_t bin = static_cast<size_t>(g / every);
+            if (bin_hits.size() <= bin) bin_hits.resize(bin + 1, 0.0), bin_n.resize(bin + 1, 0.0);
+            bin_hits[bin] += hit;
+            bin_n[bin] += 1;
+            // KL over the teacher's top tokens and one bucket for the rest.
+            const std::vector<double> q = softmax(logits);
+            double step = 0, q_top = 0;
+            for (const auto& [id, pt] : t.top[g]) {
+                q_top += q[id];
+                if (pt > 0) step += pt * std::log(pt / std::max(q[id], 1e-300));
+            }
+            const double pr = t.rest[g], qr = std::max(1.0 - q_top, 1e-300);
+            if (pr > 0) step += pr * std::log(pr / qr);
+            kl += std::max(step, 0.0);
+            if (s == 0 && (g % every == 0 || g + 1 == G))
+                r.memory.emplace_back(session.n_tokens(), cache.stats().kv_bytes_final);
+            if (g + 1 < G) session.decode(t.tokens[g], logits);
+            bar.update(static_cast<int64_t>(s) * o.gen_tokens + g + 1);
+        }
+        decode_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        total_steps += G;
+        r.prefix.push_back(static_cast<double>(prefix < 0 ? G : prefix));
+        r.accuracy.push_back(static_cast<double>(hits) / G);
+        r.kl.push_back(kl / G);
+        const KVStats st = cache.stats();
+        r.compression += st.compression_ratio / static_cast<double>(teachers.size());
+        if (s == 0) {
+            r.kv_bytes_final = st.kv_bytes_final;
+            r.kv_bytes_peak = st.kv_bytes_peak;
+            r.kv_bytes_full = st.kv_bytes_full;
+        }
+    }
+    bar.finish();
+    const double n = static_cast<double>(teachers.size());
+    for (size_t i = 0; i < teachers.size(); ++i)
+        r.mean_prefix += r.prefix[i] / n, r.mean_accuracy += r.accuracy[i] / n, r.mean_kl += r.kl[i] / n;
+    for (size_t b = 0; b < bin_hits.size(); ++b) r.accuracy_by_step.push_back(bin_hits[b] / bin_n[b]);
+    r.decode_tok_s = decode_s > 0 ? static_cast<double>(total_steps) / decode_s : 0.0;
+    return r;
+}
+
+void write_fidelity_report(const std::string& dir, const std::string& model_name, const FidelityOptions& o,
+                           const std::vector<FidelityResult>& results) {
+    namespace fs = std::filesystem;
+    fs::create_directories(dir);
+    nlohmann::json j = {{"model", model_name},
+                        {"prompt_tokens", o.prompt_tokens},
+                        {"gen_tokens", o.gen_tokens},
+                        {"samples", o.samples},
+                        {"kl_top", o.top},
+                        {"prefill_chunk", o.prefill_chunk},
+                        {"kv_type", o.kv_type},
+                        {"results", nlohmann::json::array()}};
+    for (const auto& r : results) j["results"].push_back(r.to_json());
+    write_text((fs::path(dir) / "fidelity.json").string(), j.dump(2) + "\n");
+
+    std::ostringstream md;
+    char buf[512];
+    std::snprintf(buf, sizeof buf,
+                  "# %s: decode-heavy fidelity\n\n%lld prompts of %lld tokens, %lld generated tokens each (the full "
+                  "cache's greedy continuation, fed back to every policy). Greedy prefix: tokens until the policy's "
+                  "greedy choice first differs; accuracy: greedy agreement over all steps (teacher = 1); KL: nats per "
+                  "step over the teacher's top %lld tokens and one rest bucket. KV bytes at the end of the first "
+                  "prompt's generation.\n\n",
+                  model_name.c_str(), static_cast<long long>(o.samples), static_cast<long long>(o.prompt_tokens),
+                  static_cast<long long>(o.gen_tokens), static_cast<long long>(o.top));
+    md << buf << "| policy | greedy prefix | token accuracy | KL (nats/step) | compression ratio | KV MiB (final / peak / full) | decode tok/s |\n"
+       << "|---|---:|---:|---:|---:|---|---:|\n";
+    for (const auto& r : results) {
+        std::snprintf(buf, sizeof buf, "| `%s` | %.0f | %.3f | %.4f | %.3f | %.1f / %.1f / %.1f | %.1f |\n", r.policy.c_str(),
+                      r.mean_prefix, r.mean_accuracy, r.mean_kl, r.compression, r.kv_bytes_final / 1048576.0,
+                      r.kv_bytes_peak / 1048576.0, r.kv_bytes_full / 1048576.0, r.decode_tok_s);
+        md << buf;
+    }
+    md << "\n![KV memory vs generated tokens](fidelity_memory.png)\n\n![token accuracy along the generation](fidelity_accuracy.png)\n";
+    write_text((fs::path(dir) / "fidelity.md").string(), md.str());
+
+    // Plots: one .dat block per policy.
+    std::ostringstream mem, acc;
+    for (const auto& r : results) {
+        mem << "# " << r.policy << "\n";
+        for (const auto& [t, b] : r.memory) mem << t << " " << b / 1048576.0 << "\n";
+        mem << "\n\n";
+        acc << "# " << r.policy << "\n";
+        for (size_t b = 0; b < r.accuracy_by_step.size(); ++b) acc << (b + 0.5) * o.memory_every << " " << r.accuracy_by_step[b] << "\n";
+        acc << "\n\n";
+    }
+    write_text((fs::path(dir) / "fidelity_memory.dat").string(), mem.str());
+    write_text((fs::path(dir) / "fidelity_accuracy.dat").string(), acc.str());
+    auto script = [&](const std::string& stem, const std::string& ylabel, const std::string& title) {
+        std::ostringstream gp;
+        gp << "set terminal pngcairo size 900,640 noenhanced\nset output '" << stem << ".png'\nset title '" << title
+           << "'\nset xlabel 'tokens in the sequence'\nset ylabel '" << ylabel << "'\nset key below\nset grid\nplot ";
+        for (size_t i = 0; i < results.size(); ++i)
+            gp << (i ? ", " : "") << "'" << stem << ".dat' index " << i << " with linespoints title '" << short_label(results[i].policy) << "'";
+        gp << "\n";
+        return gp.str();
+    };
+    render_gnuplot(dir, "fidelity_memory", script("fidelity_memory", "KV cache (MiB)", model_name + ": KV memory during generation"));
+    std::string acc_gp = script("fidelity_accuracy", "greedy agreement with the full cache", model_name + ": token accuracy along the generation");
+    acc_gp.replace(acc_gp.find("tokens in the sequence"), 22, "generated tokens");
+    render_gnuplot(dir, "fidelity_accuracy", acc_gp);
+}
+
+}  // namespace kvsieve
