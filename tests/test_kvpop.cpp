@@ -452,3 +452,68 @@ TEST(KvpopPolicy, DecodeMemoryIsFlatAtTheBudgetOver4kGeneratedTokens) {
 
 }  // namespace
 }  // namespace kvsieve
+
+namespace kvsieve {
+namespace {
+
+TEST(KvpopPolicy, AnAdmissionInFrontOfTheBudgetThinsTheCandidates) {
+    // kvzap (a learned write-time admission) in front of kvpop: only entries whose KVzap score passes τ enter the
+    // global region, and among them the budget keeps the top-k of KVpop's decayed scores.
+    const LlamaModel& m = test::stories260k();
+    const ModelConfig& c = m.config();
+    const int64_t s = 2, w = 8, k = 5;
+    ScorerDir dir(c, "mlstm", w, s);
+    const std::string kvzap = "kvzap:model=" + std::string(KVSIEVE_SOURCE_DIR) + "/models/kvzap/stories260K-linear";
+    const auto ids = test::story_prompt_ids();
+    auto run = [&](const std::string& spec) {
+        auto kc = std::make_unique<KVCache>(c, 128, parse_policy(spec), std::make_shared<KVPool>(c.head_dim, KVType::kF32));
+        std::vector<float> logits;
+        m.forward(ids, *kc, logits);
+        kc->end_prefill();
+        for (int i = 0; i < 12; ++i) m.forward({static_cast<int32_t>(100 + i)}, *kc, logits);
+        return kc;
+    };
+    // τ: the median KVzap score of layer 0's entries beyond the window.
+    const auto all = run(kvzap + ",tau=-1e30,window=8,sinks=2");
+    std::vector<float> zs = all->head(0, 0).global().scores();
+    ASSERT_GT(zs.size(), 20u);
+    std::nth_element(zs.begin(), zs.begin() + zs.size() / 2, zs.end());
+    const std::string tau = std::to_string(zs[zs.size() / 2]);
+    const auto alone = run(kvzap + ",tau=" + tau + ",window=8,sinks=2");
+    const auto wide = run(kvzap + ",tau=" + tau + ">kvpop:model=" + dir.path + ",budget=1000");
+    const auto tight = run(kvzap + ",tau=" + tau + ">kvpop:model=" + dir.path + ",budget=" + std::to_string(s + w + k));
+    EXPECT_EQ(wide->policy().name, "kvzap>kvpop");
+    EXPECT_EQ(wide->policy().window, w);
+    const int64_t now = static_cast<int64_t>(ids.size()) + 12;
+    const KvpopScorerNet net = KvpopScorerNet::load(dir.path, c.n_layer, c.n_head_kv, c.head_dim);
+    for (int l = 0; l < c.n_layer; ++l)
+        for (int h = 0; h < c.n_head_kv; ++h) {
+            // Without eviction the stack keeps what KVzap alone keeps (so every layer's inputs agree).
+            std::vector<int32_t> a = alone->head(l, h).global().positions(), b = wide->head(l, h).global().positions();
+            std::sort(a.begin(), a.end());
+            std::sort(b.begin(), b.end());
+            EXPECT_EQ(a, b) << "layer " << l << " head " << h;
+            for (float r : wide->head(l, h).global().scores()) EXPECT_TRUE(std::isfinite(r));
+        }
+    for (int h = 0; h < c.n_head_kv; ++h) {  // layer 0: the same inputs whatever the cache holds
+        const auto& g = wide->head(0, h).global();
+        std::vector<float> prio;
+        for (int64_t i = 0; i < g.size(); ++i)
+            prio.push_back(g.scores()[i] + static_cast<float>(now - 1 - g.positions()[i]) * net.log_gamma(0, h));
+        const auto rank = priority_ranks(prio);
+        std::vector<int32_t> want;
+        for (int64_t i = 0; i < g.size(); ++i)
+            if (rank[i] < k) want.push_back(g.positions()[i]);
+        std::sort(want.begin(), want.end());
+        std::vector<int32_t> got = tight->head(0, h).global().positions();
+        std::sort(got.begin(), got.end());
+        EXPECT_EQ(got, want) << "head " << h;
+    }
+    // The parts must be an admission and an eviction.
+    EXPECT_THROW(parse_policy("kvpop:model=" + dir.path + ",budget=40>" + kvzap), Error);
+    EXPECT_THROW(parse_policy("h2o:budget=64>kvpop:model=" + dir.path + ",budget=40"), Error);
+    EXPECT_THROW(parse_policy(kvzap + ">kvpop:model=" + dir.path + ",budget=40>" + kvzap), Error);
+}
+
+}  // namespace
+}  // namespace kvsieve

@@ -203,14 +203,31 @@ Policy parse_policy(const std::string& spec) {
     // A selection alone reads the full cache.
     if (sels.count(name_of(parts[0]))) parts.insert(parts.begin(), "full");
     require(parts.size() <= 2, "policy '", spec, "': at most one read-time selection may follow the preset");
-    const std::string name = name_of(parts[0]);
-    auto it = all.find(name);
-    if (it == all.end())
-        fail("unknown policy '", name, "' (known: ", known_names(all), "; read-time selections after '+': ",
-             known_names(sels), ")");
-    PolicyParams params(name, parse_params(name, rest_of(parts[0])));
-    Policy p = it->second.make(params);
-    params.check_all_used();
+    auto make = [&](const std::string& part) {
+        const std::string name = name_of(part);
+        auto it = all.find(name);
+        if (it == all.end())
+            fail("unknown policy '", name, "' (known: ", known_names(all), "; read-time selections after '+': ",
+                 known_names(sels), ")");
+        PolicyParams params(name, parse_params(name, rest_of(part)));
+        Policy p = it->second.make(params);
+        params.check_all_used();
+        p.name = name;
+        p.spec = part;
+        return p;
+    };
+    Policy p;
+    std::string name;
+    if (const size_t gt = parts[0].find('>'); gt != std::string::npos) {
+        // Admission in front of eviction: "A>B".
+        const std::string a = parts[0].substr(0, gt), b = parts[0].substr(gt + 1);
+        require(b.find('>') == std::string::npos, "policy '", spec, "': at most one admission ('>') in front of an eviction");
+        p = stack_admission(make(a), make(b));
+        name = name_of(a) + ">" + name_of(b);
+    } else {
+        p = make(parts[0]);
+        name = p.name;
+    }
     if (parts.size() == 2) {
         const std::string sname = name_of(parts[1]);
         auto si = sels.find(sname);

@@ -97,8 +97,16 @@ void register_selection(SelectionInfo info);
 /// All selections, by name.
 const std::map<std::string, SelectionInfo>& selections();
 
+/// An admission policy in front of an eviction policy ("ADMISSION>EVICTION" in a spec; policy/stacked.cpp): an entry
+/// leaving the eviction policy's window enters its global region only if the admission policy's threshold rule keeps
+/// it, and the admitted entries compete for the eviction policy's per-head budget by its scores. Throws Error unless
+/// `admit` is a write-time scorer with a threshold (kvzap, spkv, wgkv) and `evict` a write-time scorer with a per-head
+/// budget and a window (kvpop, kvpop_mlp).
+Policy stack_admission(const Policy& admit, const Policy& evict);
+
 /// Parses "NAME[:key=value,...][+SELECTION[:key=value,...]]" into a policy: a preset, optionally followed by a
-/// read-time selection; a selection alone ("quest:budget=512") applies to the full cache. Throws Error for an unknown
+/// read-time selection; a selection alone ("quest:budget=512") applies to the full cache. "A>B[+SELECTION]" stacks
+/// admission policy A in front of eviction policy B (stack_admission). Throws Error for an unknown
 /// preset, selection or key, or a bad value (a ratio outside [0, 1), a budget that is not a positive integer, a
 /// threshold that is not a number), or more than one selection.
 Policy parse_policy(const std::string& spec);

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# KVpop results (docs/results/kvpop/<model>). Usage: bash scripts/results-kvpop.sh tiny2k|smollm2
+# Resumable: a trained scorer (models/kvpop/<model>-<kind>/) or a finished fidelity table is skipped, an interrupted
+# training continues from its checkpoint.
+#  1. the scorers, scorer-only (the model frozen; configs/kvpop/<model>-kvpop-<kind>.json): the delayed mLSTM (KVpop),
+#     the MLP (KVpop_mlp) and, on tiny2k, the mLSTM read at write (Fig. 5's ablation);
+#  2. decode-heavy fidelity (`eval fidelity`): prompts from the held-out tail of WikiText-2, the full cache's greedy
+#     continuation fed to each policy, at two budgets B per KV head chosen so that B / (prompt + generation) leaves
+#     75% and 88% of the entries out (KVpop Table 1's compression ratios): KVpop, KVpop_mlp, StreamingLLM (4 sinks
+#     and a window of B − 4), TOVA and H2O at the same B, and at 75% WG-KV's admission in front of the KVpop budget
+#     and WG-KV alone (its memory grows with the sequence: KVpop Fig. 4).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+K=build/bin/kvsieve
+MODEL=${1:-tiny2k}
+case "$MODEL" in
+  tiny2k) M=models/kvsieve-tiny-2k.gguf; PROMPT=${PROMPT:-256}; GEN=${GEN:-1792}; KINDS=${KINDS:-"mlstm mlp mlstm-immediate"}
+          GATES=models/wgkv/tiny2k-lambda0.08; NAME=tiny2k ;;
+  smollm2) M=models/SmolLM2-135M-Instruct.Q4_1.gguf; PROMPT=${PROMPT:-1024}; GEN=${GEN:-2048}; KINDS=${KINDS:-"mlstm mlp"}
+           GATES=models/wgkv/smollm2-135m-lambda0.04; NAME=smollm2-135m
+           [ -f "$M" ] || bash scripts/get-model.sh ;;
+  *) echo "usage: $0 tiny2k|smollm2" >&2; exit 2 ;;
+esac
+OUT=docs/results/kvpop/$MODEL
+mkdir -p "$OUT" runs models/kvpop
+for kind in $KINDS; do
+  S=models/kvpop/$NAME-$kind
+  [ -f "$S/model.safetensors" ] && continue
+  R=runs/$MODEL-kvpop-$kind
+  python3 - "$MODEL" "$kind" "$R" "$S" <<'PY'
+import json, sys
+model, kind, run, out = sys.argv[1:]
+c = json.load(open(f"configs/kvpop/{model}-kvpop-{kind.split('-')[0]}.json"))
+c["out"] = "../../" + run
+c["output"] = "../../" + out
+if kind.endswith("-immediate"):
+    c["kvpop"]["delayed"] = False
+json.dump(c, open(f"configs/kvpop/.{model}-{kind}.json", "w"), indent=2)
+PY
+  if [ -f "$R/checkpoint.pt" ]; then args=--resume; else args=; fi
+  $K train kvpop --config "configs/kvpop/.$MODEL-$kind.json" $args
+  cp "$R/log.jsonl" "$S/train_log.jsonl"
+done
+[ -n "${TRAIN_ONLY:-}" ] && exit 0
+CORPUS=$(ls runs/$MODEL-kvpop-mlstm/heldout_wiki.test.raw 2>/dev/null || echo ../shared/data/wiki.test.raw)
+TOTAL=$((PROMPT + GEN))
+for pct in 75 88; do
+  B=$(( (TOTAL * (100 - pct) + 50) / 100 ))
+  D=$OUT/fidelity_$pct
+  [ -f "$D/fidelity.json" ] && continue
+  P="full;kvpop:model=models/kvpop/$NAME-mlstm,budget=$B;kvpop_mlp:model=models/kvpop/$NAME-mlp,budget=$B"
+  [ -d models/kvpop/$NAME-mlstm-immediate ] && P="$P;kvpop:model=models/kvpop/$NAME-mlstm-immediate,budget=$B"
+  P="$P;streaming_llm:window=$((B - 4)),sinks=4;tova:budget=$B;h2o:budget=$B"
+  [ "$pct" = 75 ] && P="$P;wgkv:model=$GATES>kvpop:model=models/kvpop/$NAME-mlstm,budget=$B;wgkv:model=$GATES"
+  $K eval fidelity -m "$M" --corpus "$CORPUS" --prompt "$PROMPT" --gen "$GEN" --samples "${SAMPLES:-2}" \
+    --every 128 --policies "$P" --out "$D"
+done
