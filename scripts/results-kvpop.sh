@@ -4,8 +4,9 @@
 # training continues from its checkpoint.
 #  1. the scorers, scorer-only (the model frozen; configs/kvpop/<model>-kvpop-<kind>.json): the delayed mLSTM (KVpop),
 #     the MLP (KVpop_mlp) and, on tiny2k, the mLSTM read at write (Fig. 5's ablation);
-#  2. decode-heavy fidelity (`eval fidelity`): prompts from the held-out tail of WikiText-2, the full cache's greedy
-#     continuation fed to each policy, at two budgets B per KV head chosen so that B / (prompt + generation) leaves
+#  2. decode-heavy fidelity (`eval fidelity`): prompts from the held-out tail of WikiText-2, the full cache's
+#     continuation sampled at temperature 0.7 (greedy ones soon loop) fed to each policy, prompts prefilled in chunks
+#     of 256 with the rule after each (so no cache ever holds the whole prompt), at two budgets B per KV head chosen so that B / (prompt + generation) leaves
 #     75% and 88% of the entries out (KVpop Table 1's compression ratios): KVpop, KVpop_mlp, StreamingLLM (4 sinks
 #     and a window of B − 4), TOVA and H2O at the same B, and at 75% WG-KV's admission in front of the KVpop budget
 #     and WG-KV alone (its memory grows with the sequence: KVpop Fig. 4).
@@ -53,5 +54,5 @@ for pct in 75 88; do
   P="$P;streaming_llm:window=$((B - 4)),sinks=4;tova:budget=$B;h2o:budget=$B"
   [ "$pct" = 75 ] && P="$P;wgkv:model=$GATES>kvpop:model=models/kvpop/$NAME-mlstm,budget=$B;wgkv:model=$GATES"
   $K eval fidelity -m "$M" --corpus "$CORPUS" --prompt "$PROMPT" --gen "$GEN" --samples "${SAMPLES:-2}" \
-    --every 128 --policies "$P" --out "$D"
+    --every 128 --temp "${TEMP:-0.7}" --prefill-chunk 256 --policies "$P" --out "$D"
 done

@@ -118,6 +118,31 @@ TEST(EvalFidelity, TeacherForcedMetricsEqualFreeRunningAndFullKl) {
     std::filesystem::remove_all(dir.path());
 }
 
+TEST(EvalFidelity, ASampledTeacherIsSeededAndComparedByItsMostLikelyToken) {
+    const LlamaModel& m = test::stories260k();
+    const auto tok = Tokenizer::from_gguf(m.file());
+    FidelityOptions o;
+    o.prompt_tokens = 32;
+    o.gen_tokens = 48;
+    o.samples = 2;
+    o.temp = 1.0;
+    o.seed = 9;
+    o.progress = false;
+    const auto a = fidelity_teachers(m, *tok, corpus(), o), b = fidelity_teachers(m, *tok, corpus(), o);
+    EXPECT_EQ(a[0].tokens, b[0].tokens);  // the seed fixes the sample
+    EXPECT_NE(a[0].tokens, a[0].best);    // sampled, not greedy
+    EXPECT_NE(a[0].tokens, a[1].tokens);
+    o.seed = 10;
+    EXPECT_NE(fidelity_teachers(m, *tok, corpus(), o)[0].tokens, a[0].tokens);
+    const FidelityResult full = evaluate_fidelity(m, *tok, a, "full", o);
+    EXPECT_EQ(full.mean_accuracy, 1.0);
+    EXPECT_EQ(full.mean_prefix, 48);
+    EXPECT_NEAR(full.mean_kl, 0.0, 1e-6);
+    const FidelityResult r = evaluate_fidelity(m, *tok, a, "streaming_llm:window=8,sinks=2", o);
+    EXPECT_LT(r.mean_accuracy, 1.0);
+    EXPECT_GT(r.mean_kl, 0.0);
+}
+
 TEST(EvalFidelity, BadInputIsOneClearError) {
     const LlamaModel& m = test::stories260k();
     const auto tok = Tokenizer::from_gguf(m.file());
@@ -133,6 +158,8 @@ TEST(EvalFidelity, BadInputIsOneClearError) {
     o.prompt_tokens = 16;
     const auto t = fidelity_teachers(m, *tok, corpus(), o);
     EXPECT_THROW(evaluate_fidelity(m, *tok, t, "nosuchpolicy", o), Error);
+    o.temp = -1;
+    EXPECT_THROW(fidelity_teachers(m, *tok, corpus(), o), Error);
 }
 
 }  // namespace

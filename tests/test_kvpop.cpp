@@ -442,6 +442,13 @@ TEST(KvpopPolicy, DecodeMemoryIsFlatAtTheBudgetOver4kGeneratedTokens) {
             for (int h = 0; h < syn.c.n_head_kv; ++h) ASSERT_EQ(kc.head(l, h).size(), B) << "step " << t;
     }
     EXPECT_EQ(most, after_prompt);
+    // The mLSTM's state: C [2f][dv], n [2f] and m per head, the w queries q̃ [f] awaiting their readout; flat too.
+    const uint64_t state = kc.stats().scorer_state_bytes;
+    const int f = std::max(4, syn.c.head_dim / 2);
+    const uint64_t per_head = (2 * f * f + 2 * f + 1 + w * f) * 4;
+    EXPECT_GE(state, static_cast<uint64_t>(syn.c.n_layer * syn.c.n_head_kv) * per_head);
+    EXPECT_LT(state, 2 * static_cast<uint64_t>(syn.c.n_layer * syn.c.n_head_kv) * per_head);
+    EXPECT_NE(kc.stats().table().find("scorer state"), std::string::npos);
     EXPECT_EQ(kc.stats().kv_bytes_final, after_prompt);
     EXPECT_EQ(pool->pages_in_use(), pages_after_prompt);
     EXPECT_EQ(kc.stats().tokens, 4396);

@@ -575,6 +575,7 @@ KVStats KVCache::stats() const {
     s.kv_bytes_final = static_cast<uint64_t>(pages) * pool_->page_bytes();
     s.kv_bytes_peak = std::max(peak_bytes_, s.kv_bytes_final);
     s.kv_bytes_full = static_cast<uint64_t>(total) * 2 * cfg_.head_dim * 2;
+    s.scorer_state_bytes = state_ ? state_->bytes() : 0;
     if (selected_total_ > 0) s.read_fraction = static_cast<double>(selected_read_) / static_cast<double>(selected_total_);
     return s;
 }

@@ -31,6 +31,10 @@ std::string KVStats::table() const {
                   density, compression_ratio, mib(kv_bytes_peak).c_str(), mib(kv_bytes_final).c_str(),
                   mib(kv_bytes_full).c_str());
     s += buf;
+    if (scorer_state_bytes > 0) {
+        std::snprintf(buf, sizeof buf, "  scorer state %s beside the pages (per sequence)\n", mib(scorer_state_bytes).c_str());
+        s += buf;
+    }
     if (kv_bytes_full > 0) {
         const double saved = static_cast<double>(kv_bytes_full) - static_cast<double>(kv_bytes_final);
         std::snprintf(buf, sizeof buf, "  memory saved against the full F16 cache: %.2f MiB (%.1f%%)\n",
@@ -65,6 +69,7 @@ nlohmann::json KVStats::to_json() const {
     j["kv_bytes_peak"] = kv_bytes_peak;
     j["kv_bytes_final"] = kv_bytes_final;
     j["kv_bytes_full"] = kv_bytes_full;
+    j["scorer_state_bytes"] = scorer_state_bytes;
     j["read_fraction"] = read_fraction;
     j["layers"] = nlohmann::json::array();
     for (size_t l = 0; l < entries.size(); ++l) j["layers"].push_back({{"layer", l}, {"entries", entries[l]}});

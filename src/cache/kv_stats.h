@@ -20,6 +20,7 @@ struct KVStats {
     uint64_t kv_bytes_final = 0;   ///< bytes of pages in use now
     uint64_t kv_bytes_peak = 0;    ///< most bytes of pages in use at once
     uint64_t kv_bytes_full = 0;    ///< bytes a full F16 cache of the same tokens would take (unpaged)
+    uint64_t scorer_state_bytes = 0;  ///< bytes of the scorer's per-sequence state (e.g. KVpop's mLSTM memories)
     /// Under a read-time selection: entries read / entries kept, summed over the decode steps and heads of the
     /// selected layers (1 without a selection, or before any decode step).
     double read_fraction = 1;

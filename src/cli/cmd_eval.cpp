@@ -223,6 +223,8 @@ void add_eval(CLI::App& app) {
     struct FidOpts {
         std::string model, corpus, policies, out = "results", kv_type = "f16";
         int64_t prompt = 512, gen = 1024, samples = 2, top = 256, chunk = 0, every = 64;
+        double temp = 0;
+        uint64_t seed = 1;
         int threads = 0;
         bool quiet = false;
     };
@@ -237,6 +239,8 @@ void add_eval(CLI::App& app) {
     fid->add_option("--prefill-chunk", fo->chunk, "chunked prefill of the prompt, compression after each chunk (0: one batch)")->capture_default_str();
     fid->add_option("--every", fo->every, "steps between KV-memory records and accuracy bins")->capture_default_str();
     fid->add_option("--kv-type", fo->kv_type, "f32, f16 or bf16")->capture_default_str();
+    fid->add_option("--temp", fo->temp, "teacher's sampling temperature (0: greedy)")->capture_default_str();
+    fid->add_option("--seed", fo->seed, "teacher's sampling seed")->capture_default_str();
     fid->add_option("--out", fo->out, "output directory")->capture_default_str();
     fid->add_option("-t,--threads", fo->threads, "threads (0: all cores)");
     fid->add_flag("-q,--quiet", fo->quiet, "no progress bar");
@@ -256,7 +260,10 @@ void add_eval(CLI::App& app) {
         o.prefill_chunk = fo->chunk;
         o.memory_every = fo->every;
         o.kv_type = fo->kv_type;
+        o.temp = fo->temp;
+        o.seed = fo->seed;
         o.progress = !fo->quiet;
+        require(fo->temp >= 0, "--temp must be ≥ 0");
         require(fo->chunk >= 0 && fo->every >= 1, "--prefill-chunk must be ≥ 0 and --every ≥ 1");
         const std::string text = read_whole_file(fo->corpus, "corpus");
         LlamaModel m(fo->model);

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <numeric>
+#include <random>
 #include <sstream>
 
 #include "cache/kv_cache.h"
@@ -65,7 +66,7 @@ nlohmann::json FidelityResult::to_json() const {
     return {{"policy", policy},       {"greedy_prefix", prefix},     {"token_accuracy", accuracy},
             {"kl", kl},               {"mean_greedy_prefix", mean_prefix}, {"mean_token_accuracy", mean_accuracy},
             {"mean_kl", mean_kl},     {"accuracy_by_step", accuracy_by_step}, {"compression_ratio", compression},
-            {"kv_bytes_final", kv_bytes_final}, {"kv_bytes_peak", kv_bytes_peak}, {"kv_bytes_full", kv_bytes_full},
+            {"kv_bytes_final", kv_bytes_final}, {"kv_bytes_peak", kv_bytes_peak}, {"kv_bytes_full", kv_bytes_full}, {"scorer_state_bytes", state_bytes},
             {"decode_tok_s", decode_tok_s}, {"memory", mem}};
 }
 
@@ -82,9 +83,11 @@ std::vector<FidelityTeacher> fidelity_teachers(const LlamaModel& model, const To
             " tokens, fewer than ", o.samples, " prompts of ", per);
     auto pool = std::make_shared<KVPool>(c.head_dim, parse_kv_type(o.kv_type));
     std::vector<FidelityTeacher> out;
+    require(o.temp >= 0, "fidelity: temperature must be ≥ 0");
     Progress bar("teacher (full cache)", o.samples * o.gen_tokens, o.progress);
     for (int64_t s = 0; s < o.samples; ++s) {
         FidelityTeacher t;
+        std::mt19937_64 rng(o.seed + static_cast<uint64_t>(s));
         t.prompt.push_back(tok.vocab().bos >= 0 ? tok.vocab().bos : ids[0]);
         t.prompt.insert(t.prompt.end(), ids.begin() + s * per, ids.begin() + (s + 1) * per);
         KVCache cache(c, o.prompt_tokens + o.gen_tokens + 1, parse_policy("full"), pool);
@@ -99,7 +102,14 @@ std::vector<FidelityTeacher> fidelity_teachers(const LlamaModel& model, const To
             std::vector<std::pair<int32_t, float>> top;
             double kept = 0;
             for (int64_t i = 0; i < m; ++i) top.emplace_back(idx[i], static_cast<float>(p[idx[i]])), kept += p[idx[i]];
-            const int32_t next = argmax(logits);
+            const int32_t best = argmax(logits);
+            int32_t next = best;
+            if (o.temp > 0) {  // sample from p^(1/T)
+                std::vector<double> w(p.size());
+                for (size_t i = 0; i < p.size(); ++i) w[i] = std::exp((static_cast<double>(logits[i]) - logits[best]) / o.temp);
+                next = static_cast<int32_t>(std::discrete_distribution<int32_t>(w.begin(), w.end())(rng));
+            }
+            t.best.push_back(best);
             t.tokens.push_back(next);
             t.top.push_back(std::move(top));
             t.rest.push_back(static_cast<float>(std::max(0.0, 1.0 - kept)));
@@ -134,7 +144,7 @@ FidelityResult evaluate_fidelity(const LlamaModel& model, const Tokenizer& tok, 
         double kl = 0;
         const auto t0 = std::chrono::steady_clock::now();
         for (int64_t g = 0; g < G; ++g) {
-            const bool hit = argmax(logits) == t.tokens[g];
+            const bool hit = argmax(logits) == t.best[g];
             hits += hit;
             if (!hit && prefix < 0) prefix = g;
             const size_t bin = static_cast<size_t>(g / every);
@@ -167,6 +177,7 @@ FidelityResult evaluate_fidelity(const LlamaModel& model, const Tokenizer& tok, 
             r.kv_bytes_final = st.kv_bytes_final;
             r.kv_bytes_peak = st.kv_bytes_peak;
             r.kv_bytes_full = st.kv_bytes_full;
+            r.state_bytes = st.scorer_state_bytes;
         }
     }
     bar.finish();
@@ -188,27 +199,34 @@ void write_fidelity_report(const std::string& dir, const std::string& model_name
                         {"samples", o.samples},
                         {"kl_top", o.top},
                         {"prefill_chunk", o.prefill_chunk},
+                        {"temperature", o.temp},
+                        {"seed", o.seed},
                         {"kv_type", o.kv_type},
                         {"results", nlohmann::json::array()}};
     for (const auto& r : results) j["results"].push_back(r.to_json());
     write_text((fs::path(dir) / "fidelity.json").string(), j.dump(2) + "\n");
 
     std::ostringstream md;
-    char buf[512];
+    char buf[1024];
+    std::string temp_text = "greedy";
+    if (o.temp > 0) {
+        std::snprintf(buf, sizeof buf, "sampled at temperature %g, seed %llu", o.temp, static_cast<unsigned long long>(o.seed));
+        temp_text = buf;
+    }
     std::snprintf(buf, sizeof buf,
                   "# %s: decode-heavy fidelity\n\n%lld prompts of %lld tokens, %lld generated tokens each (the full "
-                  "cache's greedy continuation, fed back to every policy). Greedy prefix: tokens until the policy's "
-                  "greedy choice first differs; accuracy: greedy agreement over all steps (teacher = 1); KL: nats per "
-                  "step over the teacher's top %lld tokens and one rest bucket. KV bytes at the end of the first "
-                  "prompt's generation.\n\n",
+                  "cache's continuation, %s, fed back to every policy). Greedy prefix: tokens until the policy's most "
+                  "likely token first differs from the full cache's; accuracy: their agreement over all steps (full "
+                  "cache = 1); KL: nats per step over the full cache's top %lld tokens and one rest bucket. KV bytes "
+                  "at the end of the first prompt's generation.\n\n",
                   model_name.c_str(), static_cast<long long>(o.samples), static_cast<long long>(o.prompt_tokens),
-                  static_cast<long long>(o.gen_tokens), static_cast<long long>(o.top));
-    md << buf << "| policy | greedy prefix | token accuracy | KL (nats/step) | compression ratio | KV MiB (final / peak / full) | decode tok/s |\n"
-       << "|---|---:|---:|---:|---:|---|---:|\n";
+                  static_cast<long long>(o.gen_tokens), temp_text.c_str(), static_cast<long long>(o.top));
+    md << buf << "| policy | greedy prefix | token accuracy | KL (nats/step) | compression ratio | KV MiB (final / peak / full) | scorer state MiB | decode tok/s |\n"
+       << "|---|---:|---:|---:|---:|---|---:|---:|\n";
     for (const auto& r : results) {
-        std::snprintf(buf, sizeof buf, "| `%s` | %.0f | %.3f | %.4f | %.3f | %.1f / %.1f / %.1f | %.1f |\n", r.policy.c_str(),
-                      r.mean_prefix, r.mean_accuracy, r.mean_kl, r.compression, r.kv_bytes_final / 1048576.0,
-                      r.kv_bytes_peak / 1048576.0, r.kv_bytes_full / 1048576.0, r.decode_tok_s);
+        std::snprintf(buf, sizeof buf, "| `%s` | %.0f | %.3f | %.4f | %.3f | %.2f / %.2f / %.2f | %.2f | %.1f |\n",
+                      r.policy.c_str(), r.mean_prefix, r.mean_accuracy, r.mean_kl, r.compression, r.kv_bytes_final / 1048576.0,
+                      r.kv_bytes_peak / 1048576.0, r.kv_bytes_full / 1048576.0, r.state_bytes / 1048576.0, r.decode_tok_s);
         md << buf;
     }
     md << "\n![KV memory vs generated tokens](fidelity_memory.png)\n\n![token accuracy along the generation](fidelity_accuracy.png)\n";

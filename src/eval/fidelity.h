@@ -1,13 +1,15 @@
 #pragma once
 // Decode-heavy fidelity: how closely a compressed cache follows the full cache through a long generation (the
 // setting of KVpop's evaluation, §4: long reasoning traces, scored relative to the dense teacher as in its Table 1).
-// For each prompt (a window of a corpus), the teacher is the same model with a full cache generating `gen` tokens
-// greedily. Each policy then reads the prompt and is fed the teacher's tokens one decode step at a time (teacher
-// forcing), and at every step its next-token distribution is compared with the teacher's:
-//   greedy prefix   steps until its greedy choice first differs from the teacher's token — under teacher forcing
-//                   its context equals its own free-running one up to that point, so this is the length of the
-//                   free-running greedy continuation that agrees with the teacher;
-//   token accuracy  fraction of steps whose greedy choice is the teacher's token;
+// For each prompt (a window of a corpus), the teacher is the same model with a full cache generating `gen` tokens,
+// greedily or sampled at a temperature (a small model's greedy continuation soon repeats itself, which every cache
+// reproduces; sampling keeps the text moving). Each policy then reads the prompt and is fed the teacher's tokens one
+// decode step at a time (teacher forcing), and at every step its next-token distribution is compared with the
+// teacher's:
+//   greedy prefix   steps until its most likely token first differs from the teacher's most likely token — for a
+//                   greedy teacher its context equals its own free-running one up to that point, so this is the
+//                   length of the free-running greedy continuation that agrees with the teacher;
+//   token accuracy  fraction of steps whose most likely token is the teacher's most likely token;
 //   KL              KL(teacher ‖ policy) in nats per step over the teacher's `top` most likely tokens and one bucket
 //                   for the rest (a lower bound of the full KL, by the data-processing inequality; the teacher's
 //                   distribution is kept in this form so it is computed once per prompt);
@@ -31,6 +33,8 @@ struct FidelityOptions {
     int64_t top = 256;            ///< teacher probabilities kept per step for the KL
     int64_t prefill_chunk = 0;    ///< chunked prefill of the prompt, compression after each chunk (0: one batch)
     int64_t memory_every = 64;    ///< steps between KV-byte records
+    double temp = 0;              ///< teacher's sampling temperature (0: greedy)
+    uint64_t seed = 1;            ///< its sampling seed (prompt i uses seed + i)
     std::string kv_type = "f16";
     bool progress = true;
 };
@@ -38,7 +42,8 @@ struct FidelityOptions {
 /// The full-cache teacher of one prompt.
 struct FidelityTeacher {
     std::vector<int32_t> prompt;  ///< BOS + prompt tokens
-    std::vector<int32_t> tokens;  ///< its greedy continuation
+    std::vector<int32_t> tokens;  ///< its continuation (greedy or sampled)
+    std::vector<int32_t> best;    ///< its most likely token at each step (= tokens when greedy)
     /// Per step: the `top` most likely tokens with their probabilities, and the probability of all others.
     std::vector<std::vector<std::pair<int32_t, float>>> top;
     std::vector<float> rest;
@@ -55,6 +60,7 @@ struct FidelityResult {
     double mean_prefix = 0, mean_accuracy = 0, mean_kl = 0;
     double compression = 0;      ///< compression ratio at the end of the generation (mean over prompts)
     uint64_t kv_bytes_final = 0, kv_bytes_peak = 0, kv_bytes_full = 0;  ///< first prompt, at its end
+    uint64_t state_bytes = 0;    ///< the scorer's per-sequence state, first prompt, at its end
     double decode_tok_s = 0;     ///< decode steps per second (all prompts)
     nlohmann::json to_json() const;
 };

@@ -8,7 +8,7 @@
 // Whenever the long-range region holds more than k entries the lowest effective score r + ⌊(q − t)/n⌋ · log γ_h
 // (eqs. 5, 18–21; learned per-head decay) is evicted, after each prefill chunk and at every decode step, so the
 // memory of a sequence is constant once the budget is reached. The mLSTM state (per sequence, layer and KV head: C,
-// n, m, and the last w queries φ(q̃) awaiting their delayed readout) lives in the cache's scorer state.
+// n, m, and the last w queries q̃ awaiting their delayed readout) lives in the cache's scorer state.
 //   kvpop:model=PATH,budget=B[,sinks=4][,window=256][,delayed=1]     kvpop_mlp:model=PATH,budget=B[,sinks][,window]
 // PATH: a .safetensors file or a directory with model.safetensors and config.json (`kvsieve train kvpop` writes
 // one); the config's sinks, window and delayed are the defaults (what the scorer was trained for), else 4, 256, 1.
@@ -29,13 +29,21 @@ class KvpopState : public ScorerState {
 public:
     KvpopState(const KvpopScorerNet& net, int n_heads, int64_t window) : w(window) {
         mem.assign(n_heads, net.new_state());
-        ring.assign(n_heads, std::vector<float>(static_cast<size_t>(std::max<int64_t>(window, 1)) * 2 * net.feature_dim()));
+        ring.assign(n_heads, std::vector<float>(static_cast<size_t>(std::max<int64_t>(window, 1)) * net.feature_dim()));
         pending.resize(n_heads);
     }
     int64_t w;
     std::vector<MlstmState> mem;                           // [L·Hkv]
-    std::vector<std::vector<float>> ring;                  // [L·Hkv][w][2f]: φ(q̃) of the last w tokens
+    std::vector<std::vector<float>> ring;                  // [L·Hkv][w][f]: q̃ of the last w tokens
     std::vector<std::unordered_map<int32_t, float>> pending;  // delayed scores computed, not yet read at exit
+    /// C and n of every head, the queries awaiting their readout, and the pending scores (as a hash map holds them).
+    uint64_t bytes() const override {
+        uint64_t b = 0;
+        for (const auto& m : mem) b += (m.C.size() + m.n.size() + 1) * sizeof(float);
+        for (const auto& r : ring) b += r.size() * sizeof(float);
+        for (const auto& p : pending) b += p.size() * (sizeof(int32_t) + sizeof(float) + 2 * sizeof(void*));
+        return b;
+    }
 };
 
 class KvpopScorer : public Scorer {
@@ -63,9 +71,10 @@ public:
             return;
         }
         auto& st = *static_cast<KvpopState*>(state);
-        const int d = e.head_dim, kvd = e.n_head_kv * d, F = 2 * net_->feature_dim();
+        const int d = e.head_dim, kvd = e.n_head_kv * d, f = net_->feature_dim();
         const int64_t w = std::max<int64_t>(window_, 1);
         MlstmInputs in;
+        std::vector<float> phi(2 * f);
         for (int h = 0; h < e.n_head_kv; ++h) {
             const int hi = e.layer * e.n_head_kv + h;
             MlstmState& mem = st.mem[hi];
@@ -79,10 +88,13 @@ public:
                     continue;
                 }
                 scores[t * e.n_head_kv + h] = 0;  // not compared while in the window
-                float* slot = ring + (q % w) * F;
+                float* slot = ring + (q % w) * f;
                 // The entry u = q − w leaves the window at this step: its query against the state at q (eqs. 41–42).
-                if (q >= w) st.pending[hi][static_cast<int32_t>(q - w)] = net_->readout(e.layer, h, slot, mem);
-                std::copy(in.q.begin(), in.q.end(), slot);
+                if (q >= w) {
+                    net_->features(slot, phi.data());
+                    st.pending[hi][static_cast<int32_t>(q - w)] = net_->readout(e.layer, h, phi.data(), mem);
+                }
+                std::copy(in.q_raw.begin(), in.q_raw.end(), slot);
             }
         }
     }

@@ -24,6 +24,8 @@ enum class AttnStat {
 class ScorerState {
 public:
     virtual ~ScorerState() = default;
+    /// Bytes this state holds (reported beside the cache's pages: a recurrent scorer's memory costs as entries do).
+    virtual uint64_t bytes() const { return 0; }
 };
 
 /// One KV head's view after a prefill chunk: every entry it can see (cached entries first, then the chunk's

@@ -20,6 +20,11 @@ class StackedState : public ScorerState {
 public:
     std::unique_ptr<ScorerState> admit, evict;
     std::vector<std::unordered_map<int32_t, float>> pending;  // [L·Hkv]: admission scores of entries in the window
+    uint64_t bytes() const override {
+        uint64_t b = (admit ? admit->bytes() : 0) + (evict ? evict->bytes() : 0);
+        for (const auto& p : pending) b += p.size() * (sizeof(int32_t) + sizeof(float) + 2 * sizeof(void*));
+        return b;
+    }
 };
 
 class StackedScorer : public Scorer {

@@ -176,6 +176,8 @@ void KvpopScorerNet::score_mlp(int layer, const float* k, const float* v, int64_
         }
 }
 
+void KvpopScorerNet::features(const float* z, float* out) const { hedgehog(z, f_, out); }
+
 MlstmState KvpopScorerNet::new_state() const {
     MlstmState s;
     s.C.assign(static_cast<size_t>(2 * f_) * dv_, 0.0f);
@@ -193,6 +195,7 @@ void KvpopScorerNet::inputs(int layer, int head, const float* k, const float* v,
         zq[j] = dot(&L.wq[(static_cast<size_t>(head) * f_ + j) * xd], x.data(), xd);
         zk[j] = dot(&L.wk[(static_cast<size_t>(head) * f_ + j) * xd], x.data(), xd);
     }
+    out.q_raw = zq;
     out.q.resize(2 * f_);
     out.k.resize(2 * f_);
     out.v.resize(dv_);

@@ -70,6 +70,7 @@ struct MlstmState {
 
 /// The projections of one token for one head's mLSTM.
 struct MlstmInputs {
+    std::vector<float> q_raw;    ///< q̃ [f] (what a delayed readout keeps: φ(q̃) is recomputed from it)
     std::vector<float> q, k, v;  ///< φ(q̃) [2f], φ(k̃) [2f], ṽ [dv]
     float log_i = 0, log_f = 0;  ///< ĩ and log σ(f̃)
 };
@@ -101,6 +102,8 @@ public:
     void inputs(int layer, int head, const float* k, const float* v, MlstmInputs& out) const;
     /// mLSTM: one recurrent step (the update above) with a token's inputs.
     void step(const MlstmInputs& in, MlstmState& s) const;
+    /// mLSTM: φ(z) = [softmax(z); softmax(−z)] of z [f] into out [2f].
+    void features(const float* z, float* out) const;
     /// mLSTM: the soft-capped score of query φ(q̃) [2f] against state s (an empty state scores 0).
     float readout(int layer, int head, const float* phi_q, const MlstmState& s) const;
 
