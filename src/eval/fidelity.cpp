@@ -36,7 +36,7 @@ std::vector<double> softmax(const std::vector<float>& logits) {
 std::string short_label(const std::string& spec) {
     std::string out = spec;
     for (size_t at = out.find("model="); at != std::string::npos; at = out.find("model=", at + 6)) {
-        const size_t b = at + 6, e = std::min(out.find(',', b), out.find('+', b));
+        const size_t b = at + 6, e = out.find_first_of(",+>", b);
         std::string path = out.substr(b, e == std::string::npos ? std::string::npos : e - b);
         while (!path.empty() && path.back() == '/') path.pop_back();
         const std::string last = std::filesystem::path(path).filename().string();
