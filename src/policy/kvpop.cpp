@@ -27,9 +27,11 @@ namespace {
 /// The mLSTM memory of one sequence.
 class KvpopState : public ScorerState {
 public:
-    KvpopState(const KvpopScorerNet& net, int n_heads, int64_t window) : w(window) {
+    /// delayed: the queries of the last w tokens wait in a ring for their readout (none for an immediate readout).
+    KvpopState(const KvpopScorerNet& net, int n_heads, int64_t window, bool delayed) : w(window) {
         mem.assign(n_heads, net.new_state());
-        ring.assign(n_heads, std::vector<float>(static_cast<size_t>(std::max<int64_t>(window, 1)) * net.feature_dim()));
+        const size_t ring_floats = delayed ? static_cast<size_t>(std::max<int64_t>(window, 1)) * net.feature_dim() : 0;
+        ring.assign(n_heads, std::vector<float>(ring_floats));
         pending.resize(n_heads);
     }
     int64_t w;
@@ -62,7 +64,7 @@ public:
     }
     std::unique_ptr<ScorerState> new_state(const ModelConfig& c) const override {
         if (!net_->stateful()) return nullptr;
-        return std::make_unique<KvpopState>(*net_, c.n_layer * c.n_head_kv, window_);
+        return std::make_unique<KvpopState>(*net_, c.n_layer * c.n_head_kv, window_, delayed_ && window_ > 0);
     }
     bool scores_at_write() const override { return true; }
     void on_write(const WriteEvent& e, ScorerState* state, float* scores) const override {

@@ -152,32 +152,19 @@ std::pair<double, double> recall_at_end(const std::vector<float>& teacher_prio, 
 }  // namespace
 
 bool run_kvpop(const std::string& config_path, bool resume, bool progress) {
-    const RunConfig rc = RunConfig::read(config_path);
+    KvpopOptions ko;
+    FrozenModelRun run = open_frozen_run(config_path, "kvpop", "scorer", "scorer", resume, progress,
+                                         [&](const json& j) { ko = read_kvpop(j); });
+    auto& [rc, rb, output, data, lo, ev, tok, lm] = run;
     const json& cfg = rc.root;
-    RunBasics rb = read_run_basics(rc, {"init", "data", "eval", "kvpop"}, resume, progress);
     const std::string& out = rb.out;
-    const std::string output = cfg.contains("output") ? rb.output : out + "/scorer";
-    const KvpopOptions ko = read_kvpop(cfg.value("kvpop", json::object()));
-    require(cfg.contains("init"), "config needs \"init\" (the GGUF model whose scorer is trained; it stays frozen)");
-    require(cfg.contains("data"), "config needs \"data\"");
-    const LmData data = read_lm_data(rc, cfg["data"]);
-    LoopOptions lo = rb.loop;
-    const LmEvalSpec ev = read_lm_eval(cfg.value("eval", json::object()));
-    lo.eval_every = ev.every;
-
-    json tk = {{"from_gguf", cfg["init"]}};
-    TokenizerConfig tc = read_tokenizer(rc, tk, data.texts, data.task_names(), data.haystack, rb.seed, progress);
-    std::unique_ptr<Tokenizer> tok = std::move(tc.tok);
-    LlamaMirror lm = read_model(rc, *tok, rb.seed);
     const ModelConfig& c = lm->config();
     for (int64_t L : data.mix.lengths) {
-        require(L <= c.n_ctx_train, "data.lengths holds ", L, ", beyond the model's context of ", c.n_ctx_train);
         require(L > ko.sinks + ko.window + ko.budget, "data.lengths holds ", L, ": no eviction happens within s + w + k = ",
                 ko.sinks + ko.window + ko.budget, " tokens, so there is nothing to learn");
     }
     require(ev.window > ko.sinks + ko.window + ko.budget, "eval.window = ", ev.window, " must exceed s + w + k = ",
             ko.sinks + ko.window + ko.budget);
-    for (auto& p : lm->parameters()) p.set_requires_grad(false);
     torch::manual_seed(rb.seed ^ 0x7A11);
     KvpopScorerShape shape;
     shape.kind = ko.kind;

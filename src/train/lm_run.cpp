@@ -141,4 +141,30 @@ json LmEval::operator()(LlamaMirror& model, const MirrorHooks& hooks, const std:
     return e;
 }
 
+FrozenModelRun open_frozen_run(const std::string& config_path, const std::string& section,
+                               const std::string& output_subdir, const std::string& what, bool resume, bool progress,
+                               const std::function<void(const nlohmann::json&)>& read_section) {
+    FrozenModelRun r;
+    r.rc = RunConfig::read(config_path);
+    const nlohmann::json& cfg = r.rc.root;
+    r.rb = read_run_basics(r.rc, {"init", "data", "eval", section}, resume, progress);
+    r.output = cfg.contains("output") ? r.rb.output : r.rb.out + "/" + output_subdir;
+    read_section(cfg.value(section, nlohmann::json::object()));
+    require(cfg.contains("init"), "config needs \"init\" (the GGUF model the ", what, " is trained for; it stays frozen)");
+    require(cfg.contains("data"), "config needs \"data\"");
+    r.data = read_lm_data(r.rc, cfg["data"]);
+    r.loop = r.rb.loop;
+    r.eval = read_lm_eval(cfg.value("eval", nlohmann::json::object()));
+    r.loop.eval_every = r.eval.every;
+    nlohmann::json tk = {{"from_gguf", cfg["init"]}};
+    TokenizerConfig tc = read_tokenizer(r.rc, tk, r.data.texts, r.data.task_names(), r.data.haystack, r.rb.seed, progress);
+    r.tok = std::move(tc.tok);
+    r.lm = read_model(r.rc, *r.tok, r.rb.seed);
+    for (int64_t L : r.data.mix.lengths)
+        require(L <= r.lm->config().n_ctx_train, "data.lengths holds ", L, ", beyond the model's context of ",
+                r.lm->config().n_ctx_train);
+    for (auto& p : r.lm->parameters()) p.set_requires_grad(false);
+    return r;
+}
+
 }  // namespace kvsieve::train

@@ -11,6 +11,7 @@
 
 #include "text/tokenizer.h"
 #include "train/data.h"
+#include "train/loop.h"
 #include "train/mirror.h"
 #include "train/run_config.h"
 
@@ -64,5 +65,25 @@ private:
     const Tokenizer& tok_;
     uint64_t seed_;
 };
+
+/// What a trainer of a frozen model (WG-KV, KVpop) reads before training.
+struct FrozenModelRun {
+    RunConfig rc;
+    RunBasics rb;
+    std::string output;            ///< "output", or <out>/<output_subdir>
+    LmData data;
+    LoopOptions loop;              ///< rb.loop with eval_every from the "eval" section
+    LmEvalSpec eval;
+    std::unique_ptr<Tokenizer> tok;  ///< the init model's
+    LlamaMirror lm{nullptr};       ///< the init model, every parameter frozen
+};
+
+/// Reads, in order: the config, the run basics (`section` is the trainer's own key), that section through
+/// `read_section` (so a bad option fails before any model or data is read), "init" and "data" (both required; `what`
+/// names what is trained in the error), the "eval" section, the init model's tokenizer and the model, whose
+/// parameters it freezes; every data length must fit the model's context. Throws Error naming the first problem.
+FrozenModelRun open_frozen_run(const std::string& config_path, const std::string& section,
+                               const std::string& output_subdir, const std::string& what, bool resume, bool progress,
+                               const std::function<void(const nlohmann::json&)>& read_section);
 
 }  // namespace kvsieve::train

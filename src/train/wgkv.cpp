@@ -53,27 +53,13 @@ struct GateStats {
 }  // namespace
 
 bool run_wgkv(const std::string& config_path, bool resume, bool progress) {
-    const RunConfig rc = RunConfig::read(config_path);
+    WgkvOptions wo;
+    FrozenModelRun run = open_frozen_run(config_path, "wgkv", "gates", "gates", resume, progress,
+                                         [&](const json& j) { wo = read_wgkv(j); });
+    auto& [rc, rb, output, data, lo, ev, tok, lm] = run; // lm is frozen: only gate gradients are kept
     const json& cfg = rc.root;
-    RunBasics rb = read_run_basics(rc, {"init", "data", "eval", "wgkv"}, resume, progress);
     const std::string& out = rb.out;
-    const std::string output = cfg.contains("output") ? rb.output : out + "/gates";
-    const WgkvOptions wo = read_wgkv(cfg.value("wgkv", json::object()));
-    require(cfg.contains("init"), "config needs \"init\" (the GGUF model whose gates are trained; it stays frozen)");
-    require(cfg.contains("data"), "config needs \"data\"");
-    const LmData data = read_lm_data(rc, cfg["data"]);
-    LoopOptions lo = rb.loop;
-    const LmEvalSpec ev = read_lm_eval(cfg.value("eval", json::object()));
-    lo.eval_every = ev.every;
-
-    json tk = {{"from_gguf", cfg["init"]}};
-    TokenizerConfig tc = read_tokenizer(rc, tk, data.texts, data.task_names(), data.haystack, rb.seed, progress);
-    std::unique_ptr<Tokenizer> tok = std::move(tc.tok);
-    LlamaMirror lm = read_model(rc, *tok, rb.seed);
     const ModelConfig& c = lm->config();
-    for (int64_t L : data.mix.lengths)
-        require(L <= c.n_ctx_train, "data.lengths holds ", L, ", beyond the model's context of ", c.n_ctx_train);
-    for (auto& p : lm->parameters()) p.set_requires_grad(false);  // the LM is frozen: only gate gradients are kept
     torch::manual_seed(rb.seed ^ 0x3C6B);
     WgkvPredictor gates(c, wo.g_expand, wo.bias_init);
 
