@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <sys/wait.h>
@@ -170,6 +171,30 @@ TEST(Cli, EvalTasksPrintsAccuracyLast) {
     { std::ofstream(empty.path()).flush(); }
     expect_clean_failure("eval nll -m " + kModel + " --corpus " + empty.path(), "is empty");
     expect_clean_failure("eval sweep -m " + kModel + " --corpus " + kModel + " --policies knorm --ratios 0.5,x", "'x' is not a number");
+}
+
+TEST(Cli, EvalFidelityWritesItsReportAndRejectsBadInput) {
+    test::TempFile corpus(".txt"), out(".fidelity");
+    {
+        std::ofstream f(corpus.path());
+        for (int i = 0; i < 10; ++i) f << "Once upon a time, there was a little girl named Lily. She loved to play outside. ";
+    }
+    const CmdResult r = run("eval fidelity -q -m " + kModel + " --corpus " + corpus.path() +
+                            " --prompt 32 --gen 24 --samples 1 --every 8 --temp 0.8 --policies 'full;streaming_llm:window=8,sinks=2'"
+                            " --out " + out.path());
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.out.find("policy=full greedy_prefix=24 token_accuracy=1.0000"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("policy=streaming_llm:window=8,sinks=2 "), std::string::npos) << r.out;
+    const auto j = nlohmann::json::parse(std::ifstream(out.path() + "/fidelity.json"));
+    EXPECT_EQ(j["temperature"], 0.8);
+    EXPECT_EQ(j["results"].size(), 2u);
+    std::filesystem::remove_all(out.path());
+    expect_clean_failure("eval fidelity -m " + kModel + " --corpus " + corpus.path() + " --policies 'full;nosuch'",
+                         "unknown policy 'nosuch'");
+    expect_clean_failure("eval fidelity -m " + kModel + " --corpus " + corpus.path() + " --policies full --prompt 400 --gen 400",
+                         "exceed the model's context");
+    expect_clean_failure("eval fidelity -m " + kModel + " --corpus " + corpus.path() + " --policies full --temp -1",
+                         "--temp must be ≥ 0");
 }
 
 TEST(Cli, SynthWritesALoadableModelAndBenchRunsIt) {
