@@ -12,6 +12,7 @@
 #include "cache/kv_cache.h"
 #include "eval/plot.h"
 #include "model/llama_model.h"
+#include "model/sampler.h"
 #include "policy/policy.h"
 #include "session/session.h"
 #include "text/tokenizer.h"
@@ -45,10 +46,6 @@ std::string short_label(const std::string& spec) {
         out.replace(b, path.size() + (e != std::string::npos && out[b + path.size()] == '/' ? 1 : 0), name);
     }
     return out;
-}
-
-int32_t argmax(const std::vector<float>& v) {
-    return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
 }
 
 std::vector<float> prompt_logits(Session& s, const std::vector<int32_t>& prompt, int64_t chunk) {
@@ -102,7 +99,7 @@ std::vector<FidelityTeacher> fidelity_teachers(const LlamaModel& model, const To
             std::vector<std::pair<int32_t, float>> top;
             double kept = 0;
             for (int64_t i = 0; i < m; ++i) top.emplace_back(idx[i], static_cast<float>(p[idx[i]])), kept += p[idx[i]];
-            const int32_t best = argmax(logits);
+            const int32_t best = argmax(logits.data(), static_cast<int>(logits.size()));
             int32_t next = best;
             if (o.temp > 0) {  // sample from p^(1/T)
                 std::vector<double> w(p.size());
@@ -144,7 +141,7 @@ FidelityResult evaluate_fidelity(const LlamaModel& model, const Tokenizer& tok, 
         double kl = 0;
         const auto t0 = std::chrono::steady_clock::now();
         for (int64_t g = 0; g < G; ++g) {
-            const bool hit = argmax(logits) == t.best[g];
+            const bool hit = argmax(logits.data(), static_cast<int>(logits.size())) == t.best[g];
             hits += hit;
             if (!hit && prefix < 0) prefix = g;
             const size_t bin = static_cast<size_t>(g / every);

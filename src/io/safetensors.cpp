@@ -1,6 +1,7 @@
 #include "io/safetensors.h"
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 
@@ -66,6 +67,24 @@ std::map<std::string, SafeTensor> read_safetensors(const std::string& path) {
         }
     }
     return out;
+}
+
+std::string safetensors_file(const std::string& path) {
+    return std::filesystem::is_directory(path) ? (std::filesystem::path(path) / "model.safetensors").string() : path;
+}
+
+const std::vector<float>& shaped_tensor(const std::map<std::string, SafeTensor>& t, const std::string& name,
+                                        const std::vector<int64_t>& shape, const std::string& what) {
+    auto it = t.find(name);
+    require(it != t.end(), what, ": tensor ", name, " is missing");
+    auto text = [](const std::vector<int64_t>& s) {
+        std::string o;
+        for (int64_t x : s) o += (o.empty() ? "" : ", ") + std::to_string(x);
+        return "[" + o + "]";
+    };
+    require(it->second.shape == shape, what, ": tensor ", name, " has shape ", text(it->second.shape), ", expected ",
+            text(shape), " for this model");
+    return it->second.data;
 }
 
 void write_safetensors(const std::string& path, const std::map<std::string, SafeTensor>& tensors) {

@@ -28,13 +28,12 @@ namespace {
 class KvpopState : public ScorerState {
 public:
     /// delayed: the queries of the last w tokens wait in a ring for their readout (none for an immediate readout).
-    KvpopState(const KvpopScorerNet& net, int n_heads, int64_t window, bool delayed) : w(window) {
+    KvpopState(const KvpopScorerNet& net, int n_heads, int64_t window, bool delayed) {
         mem.assign(n_heads, net.new_state());
         const size_t ring_floats = delayed ? static_cast<size_t>(std::max<int64_t>(window, 1)) * net.feature_dim() : 0;
         ring.assign(n_heads, std::vector<float>(ring_floats));
         pending.resize(n_heads);
     }
-    int64_t w;
     std::vector<MlstmState> mem;                           // [L·Hkv]
     std::vector<std::vector<float>> ring;                  // [L·Hkv][w][f]: q̃ of the last w tokens
     std::vector<std::unordered_map<int32_t, float>> pending;  // delayed scores computed, not yet read at exit
@@ -50,6 +49,7 @@ public:
 
 class KvpopScorer : public Scorer {
 public:
+    /// delayed: the mLSTM reads an entry when it leaves the window (needs a window); false: at write.
     KvpopScorer(std::string path, bool want_mlstm, int64_t window, bool delayed)
         : path_(std::move(path)), want_mlstm_(want_mlstm), window_(window), delayed_(delayed) {}
     std::string name() const override { return want_mlstm_ ? "kvpop" : "kvpop_mlp"; }
@@ -64,7 +64,7 @@ public:
     }
     std::unique_ptr<ScorerState> new_state(const ModelConfig& c) const override {
         if (!net_->stateful()) return nullptr;
-        return std::make_unique<KvpopState>(*net_, c.n_layer * c.n_head_kv, window_, delayed_ && window_ > 0);
+        return std::make_unique<KvpopState>(*net_, c.n_layer * c.n_head_kv, window_, delayed_);
     }
     bool scores_at_write() const override { return true; }
     void on_write(const WriteEvent& e, ScorerState* state, float* scores) const override {
@@ -74,7 +74,7 @@ public:
         }
         auto& st = *static_cast<KvpopState*>(state);
         const int d = e.head_dim, kvd = e.n_head_kv * d, f = net_->feature_dim();
-        const int64_t w = std::max<int64_t>(window_, 1);
+        const int64_t w = window_;
         MlstmInputs in;
         std::vector<float> phi(2 * f);
         for (int h = 0; h < e.n_head_kv; ++h) {
@@ -85,7 +85,7 @@ public:
                 const int64_t q = e.pos0 + t;
                 net_->inputs(e.layer, h, e.k + t * kvd + h * d, e.v + t * kvd + h * d, in);
                 net_->step(in, mem);
-                if (!delayed_ || window_ == 0) {  // immediate: read at write (Fig. 5's ablation)
+                if (!delayed_) {  // immediate: read at write (Fig. 5's ablation)
                     scores[t * e.n_head_kv + h] = net_->readout(e.layer, h, in.q.data(), mem);
                     continue;
                 }
@@ -141,7 +141,7 @@ Policy make_kvpop(PolicyParams& p, bool mlstm) {
     const bool delayed = p.get_int("delayed", trained.delayed ? 1 : 0) != 0;
     require(mlstm || !p.has("delayed") || !delayed, "policy kvpop_mlp scores at write: delayed=1 needs the mLSTM (kvpop)");
     Policy pol;
-    pol.scorer = std::make_shared<KvpopScorer>(path, mlstm, w, delayed && mlstm);
+    pol.scorer = std::make_shared<KvpopScorer>(path, mlstm, w, delayed && mlstm && w > 0);
     pol.sinks = static_cast<int>(s);
     pol.window = static_cast<int>(w);
     pol.compression.kind = Rule::Kind::kHeadBudget;

@@ -31,10 +31,7 @@ const SafeTensor& find(const std::map<std::string, SafeTensor>& t, int layer, co
 
 const std::vector<float>& need(const std::map<std::string, SafeTensor>& t, int layer, const std::string& name,
                                const std::vector<int64_t>& shape, const std::string& source) {
-    const SafeTensor& x = find(t, layer, name, source);
-    require(x.shape == shape, "KVpop scorer '", source, "': tensor ", kvpop_tensor_name(layer, name), " has shape ",
-            shape_text(x.shape), ", expected ", shape_text(shape), " for this model");
-    return x.data;
+    return shaped_tensor(t, kvpop_tensor_name(layer, name), shape, "KVpop scorer '" + source + "'");
 }
 
 /// x = [RMSNorm(k); RMSNorm(v)] (2d).
@@ -154,8 +151,7 @@ KvpopConfig read_kvpop_config(const std::string& path) {
 }
 
 KvpopScorerNet KvpopScorerNet::load(const std::string& path, int n_layer, int n_head_kv, int head_dim) {
-    const bool dir = std::filesystem::is_directory(path);
-    const std::string file = dir ? (std::filesystem::path(path) / "model.safetensors").string() : path;
+    const std::string file = safetensors_file(path);
     return from_tensors(read_safetensors(file), file, n_layer, n_head_kv, head_dim, read_kvpop_config(path));
 }
 
@@ -189,18 +185,20 @@ void KvpopScorerNet::inputs(int layer, int head, const float* k, const float* v,
     require(stateful(), "KVpop scorer: mLSTM inputs on an MLP scorer");
     const Layer& L = layers_.at(layer);
     const int xd = 2 * d_;
-    std::vector<float> x(xd), zq(f_), zk(f_);
+    std::vector<float>& x = out.x;
+    x.resize(xd);
+    out.q_raw.resize(f_);
+    out.k_raw.resize(f_);
     scorer_input(k, v, d_, x.data());
     for (int j = 0; j < f_; ++j) {
-        zq[j] = dot(&L.wq[(static_cast<size_t>(head) * f_ + j) * xd], x.data(), xd);
-        zk[j] = dot(&L.wk[(static_cast<size_t>(head) * f_ + j) * xd], x.data(), xd);
+        out.q_raw[j] = dot(&L.wq[(static_cast<size_t>(head) * f_ + j) * xd], x.data(), xd);
+        out.k_raw[j] = dot(&L.wk[(static_cast<size_t>(head) * f_ + j) * xd], x.data(), xd);
     }
-    out.q_raw = zq;
     out.q.resize(2 * f_);
     out.k.resize(2 * f_);
     out.v.resize(dv_);
-    hedgehog(zq.data(), f_, out.q.data());
-    hedgehog(zk.data(), f_, out.k.data());
+    hedgehog(out.q_raw.data(), f_, out.q.data());
+    hedgehog(out.k_raw.data(), f_, out.k.data());
     for (int j = 0; j < dv_; ++j) out.v[j] = dot(&L.wv[(static_cast<size_t>(head) * dv_ + j) * xd], x.data(), xd);
     out.log_i = dot(&L.wi[static_cast<size_t>(head) * xd], x.data(), xd) + L.bi[head];
     out.log_f = log_sigmoid(dot(&L.wf[static_cast<size_t>(head) * xd], x.data(), xd) + L.bf[head]);

@@ -73,6 +73,7 @@ struct MlstmInputs {
     std::vector<float> q_raw;    ///< q̃ [f] (what a delayed readout keeps: φ(q̃) is recomputed from it)
     std::vector<float> q, k, v;  ///< φ(q̃) [2f], φ(k̃) [2f], ṽ [dv]
     float log_i = 0, log_f = 0;  ///< ĩ and log σ(f̃)
+    std::vector<float> x, k_raw; ///< working space: the scorer input [2d] and k̃ [f] (reused from token to token)
 };
 
 /// The scorers of every layer of one model.

@@ -3,7 +3,6 @@
 #include <cblas.h>
 
 #include <cmath>
-#include <filesystem>
 
 #include "io/safetensors.h"
 #include "util/error.h"
@@ -17,15 +16,7 @@ std::string wgkv_tensor_name(int layer, const std::string& name) {
 namespace {
 const std::vector<float>& need(const std::map<std::string, SafeTensor>& t, int layer, const std::string& name,
                                const std::vector<int64_t>& shape, const std::string& source) {
-    const std::string full = wgkv_tensor_name(layer, name);
-    auto it = t.find(full);
-    require(it != t.end(), "WG-KV gates '", source, "': tensor ", full, " is missing");
-    std::string want, got;
-    for (int64_t s : shape) want += (want.empty() ? "" : ", ") + std::to_string(s);
-    for (int64_t s : it->second.shape) got += (got.empty() ? "" : ", ") + std::to_string(s);
-    require(it->second.shape == shape, "WG-KV gates '", source, "': tensor ", full, " has shape [", got, "], expected [",
-            want, "] for this model");
-    return it->second.data;
+    return shaped_tensor(t, wgkv_tensor_name(layer, name), shape, "WG-KV gates '" + source + "'");
 }
 
 // RMSNorm(z) ⊙ w into out [d].
@@ -67,8 +58,7 @@ WgkvGates WgkvGates::from_tensors(const std::map<std::string, SafeTensor>& t, co
 }
 
 WgkvGates WgkvGates::load(const std::string& path, int n_layer, int n_head_kv, int head_dim) {
-    const std::string file =
-        std::filesystem::is_directory(path) ? (std::filesystem::path(path) / "model.safetensors").string() : path;
+    const std::string file = safetensors_file(path);
     return from_tensors(read_safetensors(file), file, n_layer, n_head_kv, head_dim);
 }
 
