@@ -197,6 +197,19 @@ TEST(Cli, EvalFidelityWritesItsReportAndRejectsBadInput) {
                          "--temp must be ≥ 0");
 }
 
+TEST(Cli, BenchHonoursPrefillChunkAndWritesStatsJson) {
+    // Filling the depth in chunks with the rule after each keeps the peak near the budget; without, the whole depth
+    // is held before the first compression.
+    test::TempFile chunked(".json"), whole(".json");
+    const std::string base = "bench -m " + kModel + " -p 0 -n 4 -d 240 -r 1 --policy h2o:budget=64 --bandwidth-gbs 10";
+    ASSERT_EQ(run(base + " --prefill-chunk 40 --stats-json " + chunked.path()).status, 0);
+    ASSERT_EQ(run(base + " --stats-json " + whole.path()).status, 0);
+    const auto a = nlohmann::json::parse(std::ifstream(chunked.path())), b = nlohmann::json::parse(std::ifstream(whole.path()));
+    EXPECT_EQ(a["tokens"], 244);
+    EXPECT_EQ(a["kv_bytes_final"], b["kv_bytes_final"]);
+    EXPECT_LT(a["kv_bytes_peak"].get<uint64_t>(), b["kv_bytes_peak"].get<uint64_t>());
+}
+
 TEST(Cli, SynthWritesALoadableModelAndBenchRunsIt) {
     test::TempFile m(".gguf");
     CmdResult r = run("synth tiny-qwen3 -o " + m.path() + " --type q8_0");

@@ -83,10 +83,13 @@ void run(const BenchOpts& o) {
         cache.fill_synthetic(o.depth, o.seed);
     } else if (o.depth > 0) {
         std::fprintf(stderr, "filling context to depth %ld...\n", static_cast<long>(o.depth));
+        // --prefill-chunk: chunks of that size with the policy's rule after each (as a chunked prefill); else 512.
+        const int64_t chunk = o.cache.prefill_chunk > 0 ? o.cache.prefill_chunk : 512;
         for (int64_t done = 0; done < o.depth;) {
-            const int64_t n = std::min<int64_t>(512, o.depth - done);
+            const int64_t n = std::min<int64_t>(chunk, o.depth - done);
             model.forward(bench_tokens(n), cache, logits);
             done += n;
+            if (o.cache.prefill_chunk > 0 && done < o.depth) cache.end_prefill();
             std::fprintf(stderr, "\r  %ld / %ld", static_cast<long>(done), static_cast<long>(o.depth));
         }
         std::fprintf(stderr, "\n");
@@ -144,6 +147,7 @@ void run(const BenchOpts& o) {
                     bytes / 1e6, model.weight_bytes_per_token() / 1e6, kv_bytes / 1e6, gbs, 100.0 * gbs / ref, ref,
                     measured ? "streaming read measured in this run" : "given");
     }
+    o.cache.write_stats(cache.stats());
 }
 }  // namespace
 
