@@ -39,6 +39,21 @@ public:
     void forward(const std::vector<int32_t>& tokens, SequenceCache& cache, std::vector<float>& logits,
                  bool all_logits = false) const;
 
+    /// One sequence's part of a batched forward step: its tokens, run at positions cache->n_tokens() onwards.
+    struct Segment {
+        const std::vector<int32_t>* tokens = nullptr;  ///< T_s ≥ 1 ids
+        SequenceCache* cache = nullptr;                ///< the sequence's cache (distinct for each segment)
+        std::vector<float>* logits = nullptr;          ///< becomes [T_s][n_vocab] (all_logits) or the last token's [n_vocab]
+        bool all_logits = false;
+    };
+    /// Runs several sequences in one step: the weight matrices are applied once to the Σ T_s rows of every
+    /// segment (decode steps of many sequences and prefill chunks share each GEMM), while RoPE, the cache store
+    /// and attention run per segment over its own cache. Each segment's logits equal forward() of it alone
+    /// (up to the float rounding of the matrix kernels, which are row-independent here). Throws Error for an
+    /// empty batch or segment, a cache given twice, an out-of-vocabulary id or a full cache (checked before any
+    /// cache changes); a KVBudgetExhausted from a cache leaves the step half-done for every segment.
+    void forward_batch(const std::vector<Segment>& segments) const;
+
     /// Bytes of weights read by one decode step (every matrix once, plus one embedding row).
     uint64_t weight_bytes_per_token() const;
 

@@ -1,0 +1,100 @@
+// The batched forward step (LlamaModel::forward_batch): several sequences, each with its own cache and policy,
+// share every weight matrix of a step; each sequence's logits must equal running it alone.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+
+#include "cache/kv_cache.h"
+#include "model/llama_model.h"
+#include "policy/policy.h"
+#include "test_util.h"
+#include "util/error.h"
+
+namespace kvsieve {
+namespace {
+
+std::unique_ptr<KVCache> make_cache(const LlamaModel& m, const std::string& spec) {
+    return std::make_unique<KVCache>(m.config(), 128, parse_policy(spec),
+                                     std::make_shared<KVPool>(m.config().head_dim, KVType::kF32));
+}
+
+float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+    EXPECT_EQ(a.size(), b.size());
+    float m = 0;
+    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+    return m;
+}
+
+int argmax(const std::vector<float>& v) { return static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin()); }
+
+/// Three sequences of different lengths and policies: one batched prefill of all three, then batched greedy
+/// decode steps, against each sequence run alone with forward().
+void check_batch_equals_alone(const LlamaModel& m, float tol) {
+    const int V = m.config().n_vocab;
+    const std::vector<std::string> specs = {"full", "h2o:budget=12", "streaming_llm:window=8,sinks=2"};
+    std::vector<std::vector<int32_t>> prompts = {{1, 5, 9, 13, 17, 21, 25}, {1, 7, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20}};
+    for (auto& p : prompts)
+        for (auto& id : p) id %= V;
+    std::vector<std::unique_ptr<KVCache>> batched, alone;
+    for (const auto& s : specs) {
+        batched.push_back(make_cache(m, s));
+        alone.push_back(make_cache(m, s));
+    }
+    std::vector<std::vector<float>> lb(3), la(3);
+    std::vector<LlamaModel::Segment> segs;
+    for (int i = 0; i < 3; ++i) segs.push_back({&prompts[i], batched[i].get(), &lb[i], i == 0});
+    m.forward_batch(segs);
+    for (int i = 0; i < 3; ++i) {
+        m.forward(prompts[i], *alone[i], la[i], i == 0);
+        batched[i]->end_prefill();
+        alone[i]->end_prefill();
+        ASSERT_EQ(lb[i].size(), (i == 0 ? prompts[0].size() : 1) * static_cast<size_t>(V));
+        EXPECT_LE(max_abs_diff(lb[i], la[i]), tol) << specs[i];
+    }
+    for (int step = 0; step < 12; ++step) {
+        std::vector<std::vector<int32_t>> next(3);
+        segs.clear();
+        for (int i = 0; i < 3; ++i) {
+            const std::vector<float> last(la[i].end() - V, la[i].end());
+            next[i] = {argmax(last)};
+            segs.push_back({&next[i], batched[i].get(), &lb[i], false});
+        }
+        m.forward_batch(segs);
+        for (int i = 0; i < 3; ++i) {
+            m.forward(next[i], *alone[i], la[i]);
+            EXPECT_LE(max_abs_diff(lb[i], la[i]), tol) << specs[i] << " step " << step;
+            EXPECT_EQ(argmax(lb[i]), argmax(la[i])) << specs[i] << " step " << step;
+            EXPECT_EQ(batched[i]->n_tokens(), alone[i]->n_tokens());
+            EXPECT_EQ(batched[i]->stats().entries, alone[i]->stats().entries) << specs[i];
+        }
+    }
+}
+
+TEST(ForwardBatch, EqualsEachSequenceAloneF32) { check_batch_equals_alone(test::stories260k(), 1e-4f); }
+
+TEST(ForwardBatch, EqualsEachSequenceAloneQuantized) {
+    for (const char* f : {"tiny-qwen3-q4_k_m.gguf", "tiny-qwen3-q8_0.gguf", "tiny-llama-q2_k-pure.gguf"}) {
+        SCOPED_TRACE(f);
+        const LlamaModel m(test::model_path(f));
+        check_batch_equals_alone(m, 1e-4f);
+    }
+}
+
+TEST(ForwardBatch, BadBatchIsOneErrorAndChangesNoCache) {
+    const LlamaModel& m = test::stories260k();
+    auto a = make_cache(m, "full"), b = make_cache(m, "full");
+    std::vector<int32_t> ok = {1, 2, 3}, bad = {1, m.config().n_vocab}, empty;
+    std::vector<float> la, lb;
+    EXPECT_THROW(m.forward_batch({}), Error);
+    EXPECT_THROW(m.forward_batch({{&ok, a.get(), &la, false}, {&bad, b.get(), &lb, false}}), Error);
+    EXPECT_THROW(m.forward_batch({{&ok, a.get(), &la, false}, {&ok, a.get(), &lb, false}}), Error);
+    EXPECT_THROW(m.forward_batch({{&ok, a.get(), &la, false}, {&empty, b.get(), &lb, false}}), Error);
+    EXPECT_EQ(a->n_tokens(), 0);
+    EXPECT_EQ(b->n_tokens(), 0);
+    EXPECT_EQ(a->pool().pages_in_use(), 0);
+}
+
+}  // namespace
+}  // namespace kvsieve
