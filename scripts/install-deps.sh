@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs kvsieve's build dependencies from Debian 12 packages (needs root or sudo).
 set -euo pipefail
-PKGS=(build-essential cmake pkg-config libopenblas-openmp-dev libpcre2-dev nlohmann-json3-dev libcli11-dev
-      libgtest-dev libbenchmark-dev libtorch-dev libjemalloc-dev python3 python3-pip)
+PKGS=(build-essential cmake pkg-config libopenblas-openmp-dev libpcre2-dev nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
+      libgtest-dev libbenchmark-dev libtorch-dev libjemalloc-dev python3 python3-pip python3-venv)
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

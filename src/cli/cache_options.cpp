@@ -22,9 +22,7 @@ std::unique_ptr<KVCache> CacheOptions::make_cache(const LlamaModel& m, int64_t n
     const KVType t = parse_kv_type(kv_type);
     require(kv_budget_mb >= 0, "--kv-budget-mb must be ≥ 0, got ", kv_budget_mb);
     require(prefill_chunk >= 0, "--prefill-chunk must be ≥ 0, got ", prefill_chunk);
-    if (p.compression.budget > n_ctx)
-        fail("policy ", p.name, ": budget=", p.compression.budget, " is larger than the context of ", n_ctx, " tokens");
-    if (p.window > n_ctx) fail("policy ", p.name, ": window=", p.window, " is larger than the context of ", n_ctx, " tokens");
+    check_policy_fits(p, n_ctx);
     auto pool = std::make_shared<KVPool>(m.config().head_dim, t, 16, static_cast<uint64_t>(kv_budget_mb * 1048576.0));
     return std::make_unique<KVCache>(m.config(), n_ctx, std::move(p), std::move(pool));
 }

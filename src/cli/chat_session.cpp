@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "text/chat_prompt.h"
 #include "text/utf8_stream.h"
 #include "util/error.h"
 
@@ -20,18 +21,11 @@ ChatSession::ChatSession(const LlamaModel& m, const Tokenizer& tok, ChatTemplate
 }
 
 std::vector<int32_t> ChatSession::turn_prompt(const std::string& user) const {
-    const Vocab& v = tok_.vocab();
     if (history_.empty()) {
         std::vector<ChatMessage> msgs;
         if (system_) msgs.push_back({"system", *system_});
         msgs.push_back({"user", user});
-        const std::string text = render(t_, msgs, true);
-        std::vector<int32_t> ids;
-        // The template may write the BOS text itself (Llama-3, Llama-2, Mistral, Gemma): then it is parsed, not added.
-        if (v.add_bos && v.bos >= 0 && text.rfind(v.tokens[v.bos], 0) != 0) ids.push_back(v.bos);
-        const std::vector<int32_t> body = tok_.encode(text, false, true);
-        ids.insert(ids.end(), body.begin(), body.end());
-        return ids;
+        return encode_conversation(tok_, t_, msgs, true);
     }
     // The cache ends with the previous answer (and its end-of-turn token when the model wrote one).
     const std::string text = (last_ended_ ? std::string() : t_.end_of_turn()) + t_.after_end_of_turn() +

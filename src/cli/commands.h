@@ -6,6 +6,7 @@ namespace kvsieve::cli {
 
 void add_generate(CLI::App& app);
 void add_chat(CLI::App& app);
+void add_serve(CLI::App& app);
 void add_tokenize(CLI::App& app);
 void add_convert(CLI::App& app);
 void add_bench(CLI::App& app);

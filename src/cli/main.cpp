@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
     app.set_version_flag("--version", "kvsieve 0.1.0");
     kvsieve::cli::add_generate(app);
     kvsieve::cli::add_chat(app);
+    kvsieve::cli::add_serve(app);
     kvsieve::cli::add_pull(app);
     kvsieve::cli::add_tokenize(app);
     kvsieve::cli::add_convert(app);

@@ -185,6 +185,12 @@ const std::map<std::string, SelectionInfo>& selections() {
     return selection_registry();
 }
 
+void check_policy_fits(const Policy& p, int64_t n_ctx) {
+    if (p.compression.budget > n_ctx)
+        fail("policy ", p.name, ": budget=", p.compression.budget, " is larger than the context of ", n_ctx, " tokens");
+    if (p.window > n_ctx) fail("policy ", p.name, ": window=", p.window, " is larger than the context of ", n_ctx, " tokens");
+}
+
 Policy parse_policy(const std::string& spec) {
     std::vector<std::string> parts;
     for (size_t start = 0;;) {

@@ -111,6 +111,9 @@ Policy stack_admission(const Policy& admit, const Policy& evict);
 /// threshold that is not a number), or more than one selection.
 Policy parse_policy(const std::string& spec);
 
+/// Throws Error naming the value when the policy's budget or window is larger than a context of n_ctx tokens.
+void check_policy_fits(const Policy& p, int64_t n_ctx);
+
 /// Shared handling of the budget keys of scored presets: `ratio` (kvpress compression ratio) or
 /// `budget` (entries k per head beyond the sinks and the window), `rule` = head (default) | layer | global,
 /// `safeguard` for layer, `every` (decode steps between evictions; 0 = prefill only), `sinks` = s and `window` = w

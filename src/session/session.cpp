@@ -1,5 +1,7 @@
 #include "session/session.h"
 
+#include <algorithm>
+
 #include "cache/kv_cache.h"
 #include "model/llama_model.h"
 #include "util/error.h"
@@ -35,6 +37,29 @@ void Session::decode(int32_t token, std::vector<float>& logits) {
     cache_.set_phase(KVCache::Phase::kDecode);
     model_.forward({token}, cache_, logits);
     tokens_.push_back(token);
+}
+
+LlamaModel::Segment Session::begin_step(const std::vector<int32_t>& ids, StepKind kind, std::vector<float>& logits) {
+    require(!ids.empty(), "a step needs at least one token");
+    require(kind != StepKind::kDecode || ids.size() == 1, "a decode step is one token, got ", ids.size());
+    require(n_tokens() + static_cast<int64_t>(ids.size()) <= n_ctx(), "the sequence needs ", n_tokens() + ids.size(),
+            " positions but the context holds ", n_ctx());
+    cache_.set_phase(kind == StepKind::kDecode ? KVCache::Phase::kDecode : KVCache::Phase::kPrefill);
+    tokens_.insert(tokens_.end(), ids.begin(), ids.end());
+    return {&ids, &cache_, &logits, false};
+}
+
+void Session::end_step(StepKind kind) {
+    if (kind == StepKind::kPrefillChunk) cache_.end_prefill();
+    if (kind == StepKind::kPrefillLast) {
+        finish_prefill(model_, tok_, cache_, tokens_);
+        cache_.set_phase(KVCache::Phase::kDecode);
+    }
+}
+
+void Session::abort_step() {
+    tokens_.resize(static_cast<size_t>(std::min<int64_t>(cache_.n_tokens(), static_cast<int64_t>(tokens_.size()))));
+    cache_.set_phase(KVCache::Phase::kDecode);
 }
 
 void Session::reset() {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "model/llama_model.h"
 #include "session/prefill.h"
 
 namespace kvsieve {
@@ -28,6 +29,19 @@ public:
     void decode(int32_t token, std::vector<float>& logits);
     /// Empties the cache and the history.
     void reset();
+
+    /// What a batched step does for this sequence: a chunk of its prompt (the policy compresses after it), the
+    /// prompt's last chunk (then the prefill ends: after-prefill step and compression), or one decode token.
+    enum class StepKind { kPrefillChunk, kPrefillLast, kDecode };
+    /// The batched form of prefill() and decode(), for a caller that runs many sequences in one
+    /// LlamaModel::forward_batch: begin_step() appends `ids` to the history and returns this sequence's segment
+    /// (logits land in `logits`); after the batch has run, end_step() does what prefill()/decode() do after their
+    /// forward; if the batch failed, abort_step() makes the history what the cache holds again. A chunked prompt
+    /// is kPrefillChunk … kPrefillChunk, kPrefillLast (one kPrefillLast for a prompt in one piece). Throws Error
+    /// when `ids` is empty, does not fit in the context, or is a decode step of more than one token.
+    LlamaModel::Segment begin_step(const std::vector<int32_t>& ids, StepKind kind, std::vector<float>& logits);
+    void end_step(StepKind kind);
+    void abort_step();
 
     /// Every token given, in order (the cache's positions 0 … n − 1).
     const std::vector<int32_t>& tokens() const { return tokens_; }

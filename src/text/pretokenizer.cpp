@@ -3,6 +3,8 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <memory>
+#include <new>
 #include <utility>
 
 #include "util/error.h"
@@ -47,9 +49,7 @@ const char* kCjk = "[\\x{4E00}-\\x{9FA5}\\x{0800}-\\x{4E00}\\x{AC00}-\\x{D7FF}]+
 
 struct PreTokenizer::Compiled {
     pcre2_code* code = nullptr;
-    pcre2_match_data* md = nullptr;
     ~Compiled() {
-        if (md) pcre2_match_data_free(md);
         if (code) pcre2_code_free(code);
     }
 };
@@ -94,7 +94,6 @@ PreTokenizer::PreTokenizer(const std::vector<std::string>& regexes) {
             fail("pre-tokenizer regex does not compile at offset ", off, ": ", reinterpret_cast<char*>(buf));
         }
         pcre2_jit_compile(c->code, PCRE2_JIT_COMPLETE);  // optional speed-up; the interpreter is the fallback
-        c->md = pcre2_match_data_create_from_pattern(c->code, nullptr);
         re_.push_back(std::move(c));
     }
 }
@@ -108,6 +107,11 @@ std::vector<std::string> PreTokenizer::split(const std::string& text) const {
     if (text.empty()) return {};
     bool checked = false;  // the UTF-8 check runs on the first match only (PCRE2_NO_UTF_CHECK afterwards)
     for (const auto& re : re_) {
+        // Match data per call, so that one tokenizer may split texts on several threads at once.
+        std::unique_ptr<pcre2_match_data, void (*)(pcre2_match_data*)> md_owner(
+            pcre2_match_data_create_from_pattern(re->code, nullptr), pcre2_match_data_free);
+        pcre2_match_data* md = md_owner.get();
+        if (!md) throw std::bad_alloc();
         std::vector<std::pair<size_t, size_t>> next;
         for (const auto& [s, e] : pieces) {
             const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data() + s);
@@ -115,15 +119,15 @@ std::vector<std::string> PreTokenizer::split(const std::string& text) const {
             size_t last = 0, start = 0;
             while (start < len) {
                 const uint32_t opts = checked ? PCRE2_NO_UTF_CHECK : 0;
-                const int rc = pcre2_match(re->code, subject, len, start, opts, re->md, nullptr);
+                const int rc = pcre2_match(re->code, subject, len, start, opts, md, nullptr);
                 if (rc == PCRE2_ERROR_NOMATCH) break;
                 if (rc < 0) {
                     if (rc <= PCRE2_ERROR_UTF8_ERR1 && rc >= PCRE2_ERROR_UTF8_ERR21)
-                        fail("text is not valid UTF-8 (byte ", pcre2_get_startchar(re->md), ")");
+                        fail("text is not valid UTF-8 (byte ", pcre2_get_startchar(md), ")");
                     fail("pre-tokenizer regex failed with PCRE2 error ", rc);
                 }
                 checked = true;
-                const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(re->md);
+                const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
                 const size_t ms = ov[0], me = ov[1];
                 if (me == ms) {  // empty match: step one character
                     start = ms + 1;

@@ -19,7 +19,7 @@ public:
     PreTokenizer(PreTokenizer&&) noexcept;
     PreTokenizer& operator=(PreTokenizer&&) noexcept;
 
-    /// Pieces of text in order; throws Error if text is not valid UTF-8.
+    /// Pieces of text in order; throws Error if text is not valid UTF-8. Safe to call from several threads at once.
     std::vector<std::string> split(const std::string& text) const;
     /// True for pre-tokenizers whose whole-word vocabulary hits bypass the merges (Llama 3).
     bool ignore_merges() const { return ignore_merges_; }

@@ -1,0 +1,121 @@
+// kvsieve serve: the OpenAI-compatible server. Sequences share one KV pool and decode together; each request may
+// name its own KV policy. SIGINT / SIGTERM stop it: running and queued requests end with a 503 error.
+#include <algorithm>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <pthread.h>
+#include <thread>
+
+#include "cli/commands.h"
+#include "kernels/parallel.h"
+#include "model/llama_model.h"
+#include "serve/http_server.h"
+#include "serve/scheduler.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
+#include "util/error.h"
+
+namespace kvsieve::cli {
+
+namespace {
+struct ServeOpts {
+    std::string model, alias, policy = "full", kv_type = "f16", chat_template;
+    double kv_budget_mb = 0;
+    HttpOptions http;
+    SchedulerOptions sched;
+    int threads = 0;
+    double max_body_mb = 8;
+};
+
+void run(const ServeOpts& o) {
+    require(o.kv_budget_mb >= 0, "--kv-budget-mb must be ≥ 0, got ", o.kv_budget_mb);
+    require(o.max_body_mb > 0, "--max-body-mb must be > 0, got ", o.max_body_mb);
+    require(o.http.port >= 0 && o.http.port <= 65535, "--port must be in [0, 65535], got ", o.http.port);
+    // Signals go to one waiting thread only (blocked here, before any thread starts, so every thread inherits it).
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+    std::signal(SIGPIPE, SIG_IGN);
+
+    set_num_threads(o.threads);
+    LlamaModel model(o.model);
+    const auto tok = Tokenizer::from_gguf(model.file());
+    std::optional<ChatTemplate> tmpl;
+    try {
+        tmpl = chat_template_for_model(model.file(), tok->vocab(), o.chat_template);
+    } catch (const Error& e) {
+        if (!o.chat_template.empty()) throw;
+        std::fprintf(stderr, "note: %s; /v1/chat/completions is off\n", e.what());
+    }
+    SchedulerOptions so = o.sched;
+    if (so.n_ctx == 0) so.n_ctx = std::min<int64_t>(model.config().n_ctx_train, 4096);
+    const Policy check = parse_policy(o.policy);  // a bad default policy is an error at start, not per request
+    check_policy_fits(check, so.n_ctx);
+    auto pool = std::make_shared<KVPool>(model.config().head_dim, parse_kv_type(o.kv_type), 16,
+                                         static_cast<uint64_t>(o.kv_budget_mb * 1048576.0));
+    Scheduler sched(model, *tok, pool, so);
+    ApiContext ctx;
+    ctx.tok = tok.get();
+    ctx.chat_template = tmpl ? &*tmpl : nullptr;
+    ctx.model_id = o.alias.empty() ? std::filesystem::path(o.model).stem().string() : o.alias;
+    ctx.default_policy = o.policy;
+    ctx.n_ctx = so.n_ctx;
+    HttpOptions ho = o.http;
+    ho.max_body_bytes = static_cast<size_t>(o.max_body_mb * 1048576.0);
+    HttpServer http(sched, ctx, ho);
+    const int port = http.bind();
+    std::fprintf(stderr, "model: %s\n", model.config().summary().c_str());
+    std::fprintf(stderr, "kvsieve serve: listening on http://%s:%d (model id '%s', policy %s, %d slots of %ld tokens, "
+                 "KV pool %s, chat template %s)\n",
+                 ho.host.c_str(), port, ctx.model_id.c_str(), o.policy.c_str(), so.slots, static_cast<long>(so.n_ctx),
+                 o.kv_budget_mb > 0 ? (std::to_string(static_cast<long>(o.kv_budget_mb)) + " MiB").c_str() : "grows on demand",
+                 tmpl ? tmpl->name().c_str() : "none");
+    std::fflush(stderr);
+    std::thread waiter([&] {
+        int sig = 0;
+        sigwait(&sigs, &sig);
+        std::fprintf(stderr, "kvsieve serve: stopping (signal %d)\n", sig);
+        sched.stop();
+        http.stop();
+    });
+    http.listen();
+    sched.stop();
+    // listen() only returns after stop(); wake the waiter if it is still waiting (stop from elsewhere).
+    pthread_kill(waiter.native_handle(), SIGTERM);
+    waiter.join();
+}
+}  // namespace
+
+void add_serve(CLI::App& app) {
+    auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, "
+                                            "/v1/models, /health, /metrics); sequences share one KV pool");
+    auto o = std::make_shared<ServeOpts>();
+    cmd->add_option("-m,--model", o->model, "GGUF model file")->required()->check(CLI::ExistingFile);
+    cmd->add_option("--alias", o->alias, "model id reported by /v1/models (default: the file name without .gguf)");
+    cmd->add_option("--host", o->http.host, "address to listen on")->capture_default_str();
+    cmd->add_option("--port", o->http.port, "port (0: any free port, printed at start)")->capture_default_str();
+    cmd->add_option("--policy", o->policy, "default KV policy of a request (a request's kv_policy overrides it)")
+        ->capture_default_str();
+    cmd->add_option("--kv-type", o->kv_type, "element type of cached keys/values: f32, f16, bf16")->capture_default_str();
+    cmd->add_option("--kv-budget-mb", o->kv_budget_mb, "size of the KV pool all sequences share, in MiB (0: grow on demand)")
+        ->capture_default_str();
+    cmd->add_option("--slots", o->sched.slots, "sequences decoded together")->capture_default_str();
+    cmd->add_option("-c,--ctx-size", o->sched.n_ctx, "positions per sequence, prompt and answer (0: the model's, at most 4096)")
+        ->capture_default_str();
+    cmd->add_option("--prefill-chunk", o->sched.prefill_chunk, "prompt tokens per step, interleaved with decoding")
+        ->capture_default_str();
+    cmd->add_option("--max-queue", o->sched.max_queue, "requests that may wait for a slot (one more gets 503)")
+        ->capture_default_str();
+    cmd->add_flag("--queue", o->sched.wait_for_memory,
+                  "when the KV pool is full, a request waits for others to finish instead of failing with 503");
+    cmd->add_option("--chat-template", o->chat_template, "chat format instead of the model's: " + chat_template_names());
+    cmd->add_option("-t,--threads", o->threads, "compute threads (0: all cores)")->capture_default_str();
+    cmd->add_option("--http-threads", o->http.threads, "connection threads (0: 2 × slots + max-queue + 4)")->capture_default_str();
+    cmd->add_option("--max-body-mb", o->max_body_mb, "largest request body in MiB (larger: 413)")->capture_default_str();
+    cmd->callback([o] { run(*o); });
+}
+
+}  // namespace kvsieve::cli

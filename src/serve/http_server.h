@@ -1,0 +1,54 @@
+#pragma once
+// The OpenAI-compatible HTTP front of the scheduler (cpp-httplib): /v1/completions, /v1/chat/completions,
+// /v1/models, /health and /metrics.
+#include <atomic>
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "serve/metrics.h"
+#include "serve/openai_api.h"
+#include "serve/scheduler.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace kvsieve {
+
+struct HttpOptions {
+    std::string host = "127.0.0.1";
+    int port = 8080;                        ///< 0: any free port (bind() returns it)
+    size_t max_body_bytes = 8u << 20;       ///< larger request bodies get 413
+    int threads = 0;                        ///< connection threads (0: 2 × slots + queue + 4, at least 8)
+};
+
+/// Routes requests to the scheduler. POST bodies are parsed by parse_api_request (errors: JSON bodies with the
+/// status ApiError gives; invalid JSON 400; a body over max_body_bytes 413; queue full or KV pool exhausted 503).
+/// A streamed request (`stream: true`) answers with server-sent events `data: {chunk}` ending in `data: [DONE]`;
+/// its status is that of its first event, so a request the pool cannot hold gets 503 even when streamed; an error
+/// after the first token comes as a last `data: {"error": …}` event. A client that disconnects from a stream
+/// cancels its request (its pages are freed at the next step).
+class HttpServer {
+public:
+    HttpServer(Scheduler& scheduler, ApiContext ctx, HttpOptions opts);
+    ~HttpServer();
+    /// Binds the address; returns the port. Throws Error when it cannot (address in use, bad host).
+    int bind();
+    /// Serves until stop() (call after bind()).
+    void listen();
+    /// Makes listen() return; safe from another thread.
+    void stop();
+
+private:
+    void routes();
+
+    Scheduler& sched_;
+    ApiContext ctx_;
+    HttpOptions opts_;
+    HttpCounters counters_;
+    std::unique_ptr<httplib::Server> svr_;
+    std::atomic<uint64_t> next_id_{1};
+};
+
+}  // namespace kvsieve

@@ -1,0 +1,259 @@
+#include "serve/openai_api.h"
+
+#include <random>
+#include <set>
+
+#include "policy/policy.h"
+#include "text/chat_prompt.h"
+
+namespace kvsieve {
+
+namespace {
+using json = nlohmann::json;
+
+[[noreturn]] void bad(const std::string& msg) { throw ApiError(400, msg); }
+
+double number_in(const json& v, const char* name, double lo, double hi) {
+    if (!v.is_number()) bad(std::string("'") + name + "' must be a number, got " + v.dump());
+    const double x = v.get<double>();
+    if (!(x >= lo && x <= hi))
+        bad(std::string("'") + name + "' must be in [" + json(lo).dump() + ", " + json(hi).dump() + "], got " + v.dump());
+    return x;
+}
+
+int64_t integer_in(const json& v, const char* name, int64_t lo, int64_t hi) {
+    if (!v.is_number_integer()) bad(std::string("'") + name + "' must be an integer, got " + v.dump());
+    const int64_t x = v.get<int64_t>();
+    if (x < lo || x > hi)
+        bad(std::string("'") + name + "' must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + v.dump());
+    return x;
+}
+
+/// A field that changes nothing in kvsieve, accepted only at the value that means "off".
+void neutral(const json& v, const char* name, const std::vector<json>& allowed) {
+    for (const auto& a : allowed)
+        if (v == a) return;
+    bad(std::string("'") + name + "' = " + v.dump() + " is not supported (only " + json(allowed).dump() + ")");
+}
+
+std::string message_text(const json& content, size_t i) {
+    if (content.is_string()) return content.get<std::string>();
+    if (content.is_array()) {
+        std::string text;
+        for (const auto& part : content) {
+            if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+                bad("messages[" + std::to_string(i) + "].content: only parts {\"type\": \"text\", \"text\": \"…\"} are supported");
+            text += part["text"].get<std::string>();
+        }
+        return text;
+    }
+    bad("messages[" + std::to_string(i) + "].content must be a string or an array of text parts");
+}
+
+std::vector<ChatMessage> parse_messages(const json& m) {
+    if (!m.is_array() || m.empty()) bad("'messages' must be a non-empty array");
+    std::vector<ChatMessage> out;
+    for (size_t i = 0; i < m.size(); ++i) {
+        const json& e = m[i];
+        if (!e.is_object()) bad("messages[" + std::to_string(i) + "] must be an object");
+        for (const auto& [k, v] : e.items())
+            if (k != "role" && k != "content" && k != "name")
+                bad("messages[" + std::to_string(i) + "] has unknown field '" + k + "' (tool calls are not supported)");
+        if (!e.contains("role") || !e["role"].is_string()) bad("messages[" + std::to_string(i) + "].role must be a string");
+        std::string role = e["role"].get<std::string>();
+        if (role == "developer") role = "system";
+        if (role != "system" && role != "user" && role != "assistant")
+            bad("messages[" + std::to_string(i) + "].role '" + role + "' is not supported (system, developer, user, assistant)");
+        if (!e.contains("content")) bad("messages[" + std::to_string(i) + "] has no content");
+        out.push_back({role, message_text(e["content"], i)});
+    }
+    return out;
+}
+}  // namespace
+
+ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx) {
+    if (!body.is_object()) bad("the request body must be a JSON object");
+    static const std::set<std::string> common = {"model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed",
+                                                 "stop", "stream", "stream_options", "n", "user", "presence_penalty",
+                                                 "frequency_penalty", "logit_bias", "logprobs", "kv_policy"};
+    static const std::set<std::string> completion_only = {"prompt", "echo", "suffix", "best_of"};
+    static const std::set<std::string> chat_only = {"messages", "max_completion_tokens", "top_logprobs", "response_format"};
+    for (const auto& [k, v] : body.items()) {
+        if (common.count(k) || (chat ? chat_only : completion_only).count(k)) continue;
+        bad("unknown field '" + k + "' in a " + (chat ? "chat completion" : "completion") + " request");
+    }
+    ApiRequest r;
+    r.chat = chat;
+    GenerationRequest& g = r.gen;
+    g.sampling.temp = 1.0f;
+    g.sampling.top_k = 0;
+    g.sampling.top_p = 1.0f;
+    g.sampling.min_p = 0.0f;
+    g.sampling.seed = std::random_device{}();
+
+    if (body.contains("model") && !body["model"].is_string()) bad("'model' must be a string");
+    // The prompt.
+    const Tokenizer& tok = *ctx.tok;
+    if (chat) {
+        if (!body.contains("messages")) bad("'messages' is required");
+        if (!ctx.chat_template) bad("the model has no chat template; use /v1/completions");
+        const std::vector<ChatMessage> msgs = parse_messages(body["messages"]);
+        try {
+            g.prompt = encode_conversation(tok, *ctx.chat_template, msgs, true);
+        } catch (const Error& e) {
+            bad(std::string("messages: ") + e.what());
+        }
+        g.end_token = tok.vocab().find(ctx.chat_template->end_of_turn());
+    } else {
+        if (!body.contains("prompt")) bad("'prompt' is required");
+        const json& p = body["prompt"];
+        const json* text = nullptr;
+        if (p.is_string()) text = &p;
+        else if (p.is_array() && p.size() == 1 && p[0].is_string()) text = &p[0];
+        if (text) {
+            try {
+                g.prompt = tok.encode(text->get<std::string>(), true, false);
+            } catch (const Error& e) {
+                bad(std::string("prompt: ") + e.what());
+            }
+        } else if (p.is_array() && !p.empty() && std::all_of(p.begin(), p.end(), [](const json& x) { return x.is_number_integer(); })) {
+            for (const auto& x : p) {
+                const int64_t id = x.get<int64_t>();
+                if (id < 0 || id >= tok.vocab().size())
+                    bad("prompt token id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(tok.vocab().size()));
+                g.prompt.push_back(static_cast<int32_t>(id));
+            }
+        } else {
+            bad("'prompt' must be a string, an array of one string, or an array of token ids (batched prompts are not supported)");
+        }
+    }
+    if (g.prompt.empty()) bad("the prompt is empty");
+    const int64_t n_prompt = static_cast<int64_t>(g.prompt.size());
+    if (n_prompt >= ctx.n_ctx)
+        bad("the prompt has " + std::to_string(n_prompt) + " tokens; the context holds " + std::to_string(ctx.n_ctx) +
+            " (prompt and answer together; the server's -c)");
+
+    g.max_tokens = chat ? ctx.n_ctx - n_prompt : 16;
+    const char* max_key = chat && body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+    if (body.contains(max_key) && !body[max_key].is_null()) g.max_tokens = integer_in(body[max_key], max_key, 1, INT32_MAX);
+    if (body.contains("temperature") && !body["temperature"].is_null())
+        g.sampling.temp = static_cast<float>(number_in(body["temperature"], "temperature", 0, 2));
+    if (body.contains("top_p") && !body["top_p"].is_null()) {
+        g.sampling.top_p = static_cast<float>(number_in(body["top_p"], "top_p", 0, 1));
+        if (g.sampling.top_p <= 0) bad("'top_p' must be > 0");
+    }
+    if (body.contains("top_k") && !body["top_k"].is_null()) g.sampling.top_k = static_cast<int>(integer_in(body["top_k"], "top_k", 0, INT32_MAX));
+    if (body.contains("min_p") && !body["min_p"].is_null()) g.sampling.min_p = static_cast<float>(number_in(body["min_p"], "min_p", 0, 1));
+    if (body.contains("seed") && !body["seed"].is_null()) {
+        if (!body["seed"].is_number_integer()) bad("'seed' must be an integer");
+        g.sampling.seed = body["seed"].is_number_unsigned() ? body["seed"].get<uint64_t>() : static_cast<uint64_t>(body["seed"].get<int64_t>());
+    }
+    if (body.contains("stop") && !body["stop"].is_null()) {
+        const json& s = body["stop"];
+        if (s.is_string()) {
+            g.stop.push_back(s.get<std::string>());
+        } else if (s.is_array() && s.size() <= 4 && std::all_of(s.begin(), s.end(), [](const json& x) { return x.is_string(); })) {
+            for (const auto& x : s) g.stop.push_back(x.get<std::string>());
+        } else {
+            bad("'stop' must be a string or an array of at most 4 strings");
+        }
+    }
+    if (body.contains("stream") && !body["stream"].is_null()) {
+        if (!body["stream"].is_boolean()) bad("'stream' must be true or false");
+        r.stream = body["stream"].get<bool>();
+    }
+    if (body.contains("stream_options") && !body["stream_options"].is_null()) {
+        const json& o = body["stream_options"];
+        if (!o.is_object()) bad("'stream_options' must be an object");
+        for (const auto& [k, v] : o.items()) {
+            if (k != "include_usage") bad("unknown field 'stream_options." + k + "'");
+            if (!v.is_boolean()) bad("'stream_options.include_usage' must be true or false");
+            r.include_usage = v.get<bool>();
+        }
+    }
+    if (body.contains("n")) neutral(body["n"], "n", {1, nullptr});
+    if (body.contains("best_of")) neutral(body["best_of"], "best_of", {1, nullptr});
+    if (body.contains("echo")) neutral(body["echo"], "echo", {false, nullptr});
+    if (body.contains("suffix")) neutral(body["suffix"], "suffix", {nullptr, ""});
+    if (body.contains("logprobs")) neutral(body["logprobs"], "logprobs", {nullptr, false});
+    if (body.contains("top_logprobs")) neutral(body["top_logprobs"], "top_logprobs", {nullptr, 0});
+    if (body.contains("presence_penalty")) neutral(body["presence_penalty"], "presence_penalty", {0, 0.0, nullptr});
+    if (body.contains("frequency_penalty")) neutral(body["frequency_penalty"], "frequency_penalty", {0, 0.0, nullptr});
+    if (body.contains("logit_bias")) neutral(body["logit_bias"], "logit_bias", {nullptr, json::object()});
+    if (body.contains("response_format")) neutral(body["response_format"], "response_format", {nullptr, json{{"type", "text"}}});
+    if (body.contains("user") && !body["user"].is_string() && !body["user"].is_null()) bad("'user' must be a string");
+
+    g.policy_spec = ctx.default_policy;
+    if (body.contains("kv_policy") && !body["kv_policy"].is_null()) {
+        if (!body["kv_policy"].is_string()) bad("'kv_policy' must be a string such as \"snapkv:ratio=0.5\"");
+        g.policy_spec = body["kv_policy"].get<std::string>();
+    }
+    try {
+        g.policy = parse_policy(g.policy_spec);
+        check_policy_fits(g.policy, ctx.n_ctx);
+    } catch (const Error& e) {
+        bad(std::string("kv_policy: ") + e.what());
+    }
+    return r;
+}
+
+json error_body(int status, const std::string& message) {
+    return {{"error",
+             {{"message", message}, {"type", status < 500 ? "invalid_request_error" : "server_error"}, {"code", status}}}};
+}
+
+json usage_json(const GenerationUsage& u) {
+    return {{"prompt_tokens", u.prompt_tokens},
+            {"completion_tokens", u.completion_tokens},
+            {"total_tokens", u.prompt_tokens + u.completion_tokens},
+            {"kv_bytes", u.kv_bytes},
+            {"kv_bytes_full", u.kv_bytes_full},
+            {"density", u.density},
+            {"compression_ratio", u.compression_ratio},
+            {"time_to_first_token_ms", 1e3 * u.time_to_first_token_s}};
+}
+
+json completion_body(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model,
+                     const std::string& text, const GenerationEvent& done) {
+    json choice = {{"index", 0}, {"finish_reason", done.finish_reason}, {"logprobs", nullptr}};
+    if (r.chat)
+        choice["message"] = {{"role", "assistant"}, {"content", text}};
+    else
+        choice["text"] = text;
+    return {{"id", id},
+            {"object", r.chat ? "chat.completion" : "text_completion"},
+            {"created", created},
+            {"model", model},
+            {"choices", json::array({choice})},
+            {"usage", usage_json(done.usage)}};
+}
+
+json chunk_body(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model,
+                const std::string& text, const std::string& finish, bool role_only) {
+    json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish.empty() ? json(nullptr) : json(finish)}};
+    if (r.chat) {
+        json delta = json::object();
+        if (role_only) delta = {{"role", "assistant"}, {"content", ""}};
+        else if (finish.empty()) delta = {{"content", text}};
+        choice["delta"] = delta;
+    } else {
+        choice["text"] = text;
+    }
+    return {{"id", id},
+            {"object", r.chat ? "chat.completion.chunk" : "text_completion"},
+            {"created", created},
+            {"model", model},
+            {"choices", json::array({choice})}};
+}
+
+json usage_chunk_body(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model,
+                      const GenerationUsage& u) {
+    return {{"id", id},
+            {"object", r.chat ? "chat.completion.chunk" : "text_completion"},
+            {"created", created},
+            {"model", model},
+            {"choices", json::array()},
+            {"usage", usage_json(u)}};
+}
+
+}  // namespace kvsieve

@@ -1,0 +1,73 @@
+#pragma once
+// The OpenAI API's request and response bodies (completions and chat completions) as kvsieve reads and writes them.
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "serve/request.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
+#include "util/error.h"
+
+namespace kvsieve {
+
+/// A request the server refuses, with the HTTP status (400: bad field, 413: too large, …) and one line naming
+/// the problem.
+class ApiError : public Error {
+public:
+    ApiError(int status, const std::string& message) : Error(message), status_(status) {}
+    int status() const { return status_; }
+
+private:
+    int status_;
+};
+
+/// What the API layer needs to know about the server.
+struct ApiContext {
+    const Tokenizer* tok = nullptr;
+    const ChatTemplate* chat_template = nullptr;  ///< null: the model has no chat template (chat requests get 400)
+    std::string model_id;                         ///< the name /v1/models lists and responses carry
+    std::string default_policy = "full";          ///< kv_policy when a request names none
+    int64_t n_ctx = 4096;                         ///< positions per sequence
+};
+
+/// A parsed request: what to generate and how to answer.
+struct ApiRequest {
+    GenerationRequest gen;
+    bool chat = false;
+    bool stream = false;
+    bool include_usage = false;  ///< stream_options.include_usage: a last chunk with usage before [DONE]
+};
+
+/// Parses the body of POST /v1/completions (`chat` false) or /v1/chat/completions (`chat` true).
+/// Fields read: model (any string; the server has one model), prompt (a string, [string] of one, or [int] token
+/// ids) or messages ([{role: system|developer|user|assistant, content: string or [{type: "text", text}]}]),
+/// max_tokens (max_completion_tokens for chat; default 16 for completions, the rest of the context for chat),
+/// temperature (default 1, 0 greedy), top_p (default 1), seed (default random), stop (string or up to 4
+/// strings), stream, stream_options.include_usage, n (1), and the extensions top_k, min_p and kv_policy (a KV
+/// policy spec for this request's cache). Fields with no effect are accepted at their neutral value only
+/// (user; n 1, best_of 1, echo false, suffix null, logprobs null or false, presence_penalty and frequency_penalty
+/// 0, logit_bias empty, response_format text). Throws ApiError 400 naming the field for anything else: an
+/// unknown field, a wrong type or range, a kv_policy that does not parse or does not fit in the context, a prompt
+/// that does not fit in the context.
+ApiRequest parse_api_request(const nlohmann::json& body, bool chat, const ApiContext& ctx);
+
+/// The error body {"error": {"message", "type", "code"}} (type: invalid_request_error for 4xx, server_error for 5xx).
+nlohmann::json error_body(int status, const std::string& message);
+
+/// The whole response of a non-streamed request: `text` is the answer, `done` its kDone event.
+nlohmann::json completion_body(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model,
+                               const std::string& text, const GenerationEvent& done);
+/// One streamed chunk (the `data:` payload of a server-sent event): a text piece (finish_reason null), the first
+/// chat chunk with the assistant role (`role_only`), or the last one with its finish reason (`finish` not empty).
+nlohmann::json chunk_body(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model,
+                          const std::string& text, const std::string& finish, bool role_only = false);
+/// The usage chunk of a stream (choices empty), sent when stream_options.include_usage is set.
+nlohmann::json usage_chunk_body(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model,
+                                const GenerationUsage& u);
+/// OpenAI `usage` with kvsieve's additions: kv_bytes (pages the sequence held at its end), kv_bytes_full (a full
+/// F16 cache of the same tokens), density and compression_ratio (KVStats), time_to_first_token_ms.
+nlohmann::json usage_json(const GenerationUsage& u);
+
+}  // namespace kvsieve

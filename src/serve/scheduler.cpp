@@ -1,0 +1,364 @@
+#include "serve/scheduler.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "cache/kv_cache.h"
+#include "serve/stop_strings.h"
+#include "session/session.h"
+#include "text/utf8_stream.h"
+
+namespace kvsieve {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+}  // namespace
+
+struct Scheduler::Queued {
+    GenerationRequest req;
+    std::shared_ptr<RequestHandle> handle;
+    Clock::time_point submitted;
+};
+
+struct Scheduler::Slot {
+    int index = 0;
+    std::unique_ptr<Queued> q;
+    std::unique_ptr<KVCache> cache;
+    std::unique_ptr<Session> session;
+    std::unique_ptr<Sampler> sampler;
+    Utf8Stream utf8;
+    StopMatcher stops;
+    int64_t prompt_done = 0, generated = 0;
+    std::vector<int32_t> ids;  // what the next step feeds
+    Session::StepKind kind = Session::StepKind::kPrefillChunk;
+    std::vector<float> logits;
+    double queue_s = 0, first_token_s = 0;
+    bool done = false;
+};
+
+Scheduler::Scheduler(const LlamaModel& model, const Tokenizer& tok, std::shared_ptr<KVPool> pool, SchedulerOptions opts)
+    : model_(model), tok_(tok), pool_(std::move(pool)), opts_(opts) {
+    require(opts_.slots >= 1, "--slots must be ≥ 1, got ", opts_.slots);
+    require(opts_.n_ctx >= 2, "the context must hold at least 2 tokens, got ", opts_.n_ctx);
+    require(opts_.prefill_chunk >= 1, "--prefill-chunk must be ≥ 1, got ", opts_.prefill_chunk);
+    require(opts_.max_queue >= 0, "--max-queue must be ≥ 0, got ", opts_.max_queue);
+    require(pool_ && pool_->head_dim() == model_.config().head_dim, "the KV pool does not match the model's head dimension");
+    snap_.slots = opts_.slots;
+    thread_ = std::thread([this] { loop(); });
+}
+
+Scheduler::~Scheduler() { stop(); }
+
+void Scheduler::stop() {
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+}
+
+std::shared_ptr<RequestHandle> Scheduler::submit(GenerationRequest req) {
+    const int n_vocab = model_.config().n_vocab;
+    require(!req.prompt.empty(), "the prompt is empty");
+    for (int32_t id : req.prompt)
+        require(id >= 0 && id < n_vocab, "token id ", id, " is outside the vocabulary of ", n_vocab);
+    require(static_cast<int64_t>(req.prompt.size()) < opts_.n_ctx, "the prompt has ", req.prompt.size(),
+            " tokens; the context holds ", opts_.n_ctx, " (prompt and answer together)");
+    require(req.max_tokens >= 1, "max_tokens must be ≥ 1, got ", req.max_tokens);
+    req.sampling.validate();
+    check_policy_fits(req.policy, opts_.n_ctx);
+    auto q = std::make_unique<Queued>();
+    q->handle = std::make_shared<RequestHandle>();
+    q->submitted = Clock::now();
+    q->req = std::move(req);
+    auto h = q->handle;
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (stop_) throw ServerBusy("the server is shutting down");
+        if (static_cast<int>(queue_.size()) >= opts_.max_queue + opts_.slots - static_cast<int>(snap_.active.size())) {
+            ++snap_.requests_refused;
+            throw ServerBusy("all " + std::to_string(opts_.slots) + " slots are busy and " +
+                             std::to_string(queue_.size()) + " requests are waiting (--max-queue " +
+                             std::to_string(opts_.max_queue) + "); try again later");
+        }
+        queue_.push_back(std::move(q));
+        snap_.queued = static_cast<int>(queue_.size());
+    }
+    cv_.notify_all();
+    return h;
+}
+
+SchedulerSnapshot Scheduler::snapshot() const {
+    std::lock_guard<std::mutex> lk(mu_);
+    SchedulerSnapshot s = snap_;
+    s.pool_pages_in_use = pool_->pages_in_use();
+    s.pool_pages_capacity = pool_->capacity_pages();
+    s.pool_page_bytes = static_cast<int64_t>(pool_->page_bytes());
+    return s;
+}
+
+int64_t Scheduler::pages_needed(int64_t rows) const {
+    // Each appended entry goes to one of a head's three regions (sinks, window ring, global); a region opens a
+    // page per page_tokens entries it gains, plus possibly one it had not started. The ring reuses its slots.
+    const ModelConfig& c = model_.config();
+    const int64_t P = pool_->page_tokens();
+    const int64_t per_head = std::min<int64_t>(rows, (rows + P - 1) / P + 3);
+    return static_cast<int64_t>(c.n_layer) * c.n_head_kv * per_head;
+}
+
+void Scheduler::fail(Slot& s, int status, const std::string& message) {
+    GenerationEvent ev;
+    ev.kind = GenerationEvent::Kind::kError;
+    ev.status = status;
+    ev.error = message;
+    s.q->handle->push(std::move(ev));
+    s.done = true;
+    std::lock_guard<std::mutex> lk(mu_);
+    if (status == 503)
+        ++snap_.requests_refused;
+    else
+        ++snap_.requests_failed;
+}
+
+void Scheduler::finish(Slot& s, const std::string& reason) {
+    const KVStats st = s.cache->stats();
+    GenerationEvent ev;
+    ev.kind = GenerationEvent::Kind::kDone;
+    ev.finish_reason = reason;
+    GenerationUsage& u = ev.usage;
+    u.prompt_tokens = static_cast<int64_t>(s.q->req.prompt.size());
+    u.completion_tokens = s.generated;
+    u.kv_bytes = st.kv_bytes_final;
+    u.kv_bytes_full = st.kv_bytes_full;
+    u.density = st.density;
+    u.compression_ratio = st.compression_ratio;
+    u.queue_s = s.queue_s;
+    u.time_to_first_token_s = s.first_token_s;
+    u.total_s = seconds_since(s.q->submitted);
+    s.q->handle->push(std::move(ev));
+    s.done = true;
+    std::lock_guard<std::mutex> lk(mu_);
+    ++snap_.requests_finished;
+    auto& p = snap_.by_policy[s.q->req.policy_spec];
+    ++p.finished;
+    p.density_sum += st.density;
+    p.compression_ratio_sum += st.compression_ratio;
+}
+
+void Scheduler::sampled(Slot& s, int32_t id) {
+    if (++s.generated == 1) s.first_token_s = seconds_since(s.q->submitted);
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        ++snap_.generated_tokens;
+    }
+    const GenerationRequest& r = s.q->req;
+    const bool end = tok_.is_eog(id) || id == r.end_token;
+    auto send = [&](const std::string& text) {
+        if (text.empty()) return;
+        GenerationEvent ev;
+        ev.text = text;
+        s.q->handle->push(std::move(ev));
+    };
+    if (!end) send(s.stops.push(s.utf8.push(tok_.token_to_piece(id))));
+    if (s.stops.stopped()) return finish(s, "stop");
+    const bool length = s.generated >= r.max_tokens || s.session->n_tokens() >= opts_.n_ctx;
+    if (end || length) {
+        std::string rest = s.stops.push(s.utf8.finish());
+        rest += s.stops.finish();
+        send(rest);
+        return finish(s, end || s.stops.stopped() ? "stop" : "length");
+    }
+    s.ids = {id};
+    s.kind = Session::StepKind::kDecode;
+}
+
+void Scheduler::step(std::vector<std::unique_ptr<Slot>>& active) {
+    for (auto& s : active)
+        if (s->q->handle->cancelled()) {
+            s->done = true;
+            std::lock_guard<std::mutex> lk(mu_);
+            ++snap_.requests_cancelled;
+        }
+    active.erase(std::remove_if(active.begin(), active.end(), [](const auto& s) { return s->done; }), active.end());
+    if (active.empty()) return;
+
+    // What each sequence feeds now: its next prompt chunk, or the token it sampled last.
+    for (auto& s : active) {
+        const auto& prompt = s->q->req.prompt;
+        const int64_t n = static_cast<int64_t>(prompt.size());
+        if (s->prompt_done < n) {
+            const int64_t len = s->cache->policy().after_prefill ? n - s->prompt_done
+                                                                 : std::min(opts_.prefill_chunk, n - s->prompt_done);
+            s->ids.assign(prompt.begin() + s->prompt_done, prompt.begin() + s->prompt_done + len);
+            s->kind = s->prompt_done + len == n ? Session::StepKind::kPrefillLast : Session::StepKind::kPrefillChunk;
+        }
+    }
+    // Oldest sequences first, as long as the pool can give the pages their rows may need.
+    int64_t free_pages = pool_->capacity_pages() - pool_->pages_in_use();
+    std::vector<Slot*> batch, left_out;
+    for (auto& s : active) {
+        const int64_t need = pages_needed(static_cast<int64_t>(s->ids.size()));
+        if (need <= free_pages) {
+            free_pages -= need;
+            batch.push_back(s.get());
+        } else {
+            left_out.push_back(s.get());
+        }
+    }
+    const double mib = static_cast<double>(pool_->page_bytes()) / 1048576.0;
+    for (size_t i = 0; i < left_out.size(); ++i) {
+        Slot* s = left_out[i];
+        const bool may_wait = opts_.wait_for_memory && (!batch.empty() || i + 1 < left_out.size());
+        if (may_wait) continue;
+        const int64_t need = pages_needed(static_cast<int64_t>(s->ids.size()));
+        char msg[400];
+        std::snprintf(msg, sizeof msg,
+                      "the KV pool is exhausted: this request's next step may need %lld pages (%.2f MiB) and %lld of "
+                      "%lld are free; other requests hold the rest. Retry later, use a compressing kv_policy, or start "
+                      "the server with a larger --kv-budget-mb",
+                      static_cast<long long>(need), need * mib,
+                      static_cast<long long>(pool_->capacity_pages() - pool_->pages_in_use()),
+                      static_cast<long long>(pool_->capacity_pages()));
+        fail(*s, 503, msg);
+    }
+    if (batch.empty()) return;
+
+    std::vector<LlamaModel::Segment> segs;
+    std::vector<Slot*> run;
+    for (Slot* s : batch) {
+        try {
+            segs.push_back(s->session->begin_step(s->ids, s->kind, s->logits));
+            run.push_back(s);
+        } catch (const std::exception& e) {
+            fail(*s, 500, e.what());
+        }
+    }
+    if (run.empty()) return;
+    int64_t prefill_rows = 0, decode_rows = 0;
+    for (Slot* s : run) (s->kind == Session::StepKind::kDecode ? decode_rows : prefill_rows) += s->ids.size();
+    const auto t0 = Clock::now();
+    try {
+        model_.forward_batch(segs);
+    } catch (const KVBudgetExhausted& e) {
+        for (Slot* s : run) {
+            s->session->abort_step();
+            fail(*s, 503, std::string("the KV pool is exhausted: ") + e.what());
+        }
+        return;
+    } catch (const std::exception& e) {
+        for (Slot* s : run) {
+            s->session->abort_step();
+            fail(*s, 500, e.what());
+        }
+        return;
+    }
+    const double dt = seconds_since(t0);
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        const double rows = static_cast<double>(prefill_rows + decode_rows);
+        snap_.prefill_rows += prefill_rows;
+        snap_.decode_rows += decode_rows;
+        snap_.prefill_s += dt * prefill_rows / rows;
+        snap_.decode_s += dt * decode_rows / rows;
+        ++snap_.steps;
+    }
+    const int n_vocab = model_.config().n_vocab;
+    for (Slot* s : run) {
+        try {
+            s->session->end_step(s->kind);
+        } catch (const KVBudgetExhausted& e) {
+            fail(*s, 503, std::string("the KV pool is exhausted: ") + e.what());
+            continue;
+        } catch (const std::exception& e) {
+            fail(*s, 500, e.what());
+            continue;
+        }
+        if (s->kind != Session::StepKind::kDecode) s->prompt_done += static_cast<int64_t>(s->ids.size());
+        if (s->kind == Session::StepKind::kPrefillChunk) continue;
+        sampled(*s, s->sampler->sample(s->logits.data(), n_vocab));
+    }
+}
+
+void Scheduler::loop() {
+    std::vector<std::unique_ptr<Slot>> active;
+    const ModelConfig& c = model_.config();
+    for (;;) {
+        std::vector<std::unique_ptr<Queued>> admitted;
+        {
+            std::unique_lock<std::mutex> lk(mu_);
+            cv_.wait(lk, [&] { return stop_ || !queue_.empty() || !active.empty(); });
+            if (stop_) break;
+            while (static_cast<int>(active.size() + admitted.size()) < opts_.slots && !queue_.empty()) {
+                admitted.push_back(std::move(queue_.front()));
+                queue_.pop_front();
+            }
+            snap_.queued = static_cast<int>(queue_.size());
+        }
+        for (auto& q : admitted) {
+            if (q->handle->cancelled()) {
+                std::lock_guard<std::mutex> lk(mu_);
+                ++snap_.requests_cancelled;
+                continue;
+            }
+            auto s = std::make_unique<Slot>();
+            for (int i = 0;; ++i)
+                if (std::none_of(active.begin(), active.end(), [&](const auto& a) { return a->index == i; })) {
+                    s->index = i;
+                    break;
+                }
+            s->queue_s = seconds_since(q->submitted);
+            s->stops = StopMatcher(q->req.stop);
+            s->sampler = std::make_unique<Sampler>(q->req.sampling);
+            s->q = std::move(q);
+            try {
+                s->cache = std::make_unique<KVCache>(c, opts_.n_ctx, s->q->req.policy, pool_);
+                s->session = std::make_unique<Session>(model_, tok_, *s->cache);
+            } catch (const std::exception& e) {
+                fail(*s, 500, e.what());
+                continue;
+            }
+            {
+                std::lock_guard<std::mutex> lk(mu_);
+                snap_.prompt_tokens += static_cast<int64_t>(s->q->req.prompt.size());
+            }
+            active.push_back(std::move(s));
+        }
+        step(active);
+        active.erase(std::remove_if(active.begin(), active.end(), [](const auto& s) { return s->done; }), active.end());
+        std::vector<SchedulerSnapshot::SlotInfo> info;
+        for (const auto& s : active) {
+            const KVStats st = s->cache->stats();
+            SchedulerSnapshot::SlotInfo i;
+            i.slot = s->index;
+            i.policy = s->q->req.policy_spec;
+            i.prompt_tokens = static_cast<int64_t>(s->q->req.prompt.size());
+            i.prompt_done = s->prompt_done;
+            i.generated = s->generated;
+            for (const auto& layer : st.entries)
+                for (int64_t n : layer) i.live_entries += n;
+            i.kv_bytes = st.kv_bytes_final;
+            i.density = st.density;
+            i.compression_ratio = st.compression_ratio;
+            info.push_back(i);
+        }
+        std::lock_guard<std::mutex> lk(mu_);
+        snap_.active = std::move(info);
+    }
+    // Stopping: everything still running or waiting ends with an error its client can read.
+    for (auto& s : active) fail(*s, 503, "the server is shutting down");
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto& q : queue_) {
+        GenerationEvent ev;
+        ev.kind = GenerationEvent::Kind::kError;
+        ev.status = 503;
+        ev.error = "the server is shutting down";
+        q->handle->push(std::move(ev));
+    }
+    queue_.clear();
+    snap_.running = false;
+    snap_.active.clear();
+}
+
+}  // namespace kvsieve

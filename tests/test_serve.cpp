@@ -1,0 +1,404 @@
+// The server's engine and API layer without HTTP: the batched scheduler against one sequence run alone, the KV
+// pool shared and exhausted, cancellation, stop strings, the OpenAI request parser and the metrics text.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "cache/kv_cache.h"
+#include "model/llama_model.h"
+#include "serve/metrics.h"
+#include "serve/openai_api.h"
+#include "serve/scheduler.h"
+#include "serve/stop_strings.h"
+#include "session/session.h"
+#include "test_util.h"
+#include "text/chat_prompt.h"
+
+namespace kvsieve {
+namespace {
+
+using json = nlohmann::json;
+
+const LlamaModel& model() { return test::stories260k(); }
+const Tokenizer& tokenizer() {
+    static const auto tok = Tokenizer::from_gguf(model().file());
+    return *tok;
+}
+
+/// Everything a request produced: its text and its last event.
+struct Result {
+    std::string text;
+    GenerationEvent last;
+};
+
+Result collect(RequestHandle& h) {
+    Result r;
+    GenerationEvent ev;
+    for (;;) {
+        while (!h.next(ev, std::chrono::milliseconds(100))) {
+        }
+        if (ev.kind != GenerationEvent::Kind::kText) break;
+        r.text += ev.text;
+    }
+    r.last = ev;
+    return r;
+}
+
+GenerationRequest greedy(const std::string& prompt, int64_t n, const std::string& policy = "full") {
+    GenerationRequest g;
+    g.prompt = tokenizer().encode(prompt, true, false);
+    g.max_tokens = n;
+    g.sampling.temp = 0;
+    g.policy_spec = policy;
+    g.policy = parse_policy(policy);
+    return g;
+}
+
+/// The same generation with one Session alone: prefill in one batch, greedy decode, text of the pieces.
+std::string alone(const GenerationRequest& g, int64_t n_ctx) {
+    KVCache cache(model().config(), n_ctx, g.policy, std::make_shared<KVPool>(model().config().head_dim, KVType::kF16));
+    Session s(model(), tokenizer(), cache);
+    std::vector<float> logits;
+    s.prefill(g.prompt, PrefillPlan{}, logits);
+    std::string text;
+    for (int64_t i = 0; i < g.max_tokens; ++i) {
+        const int32_t id = argmax(logits.data(), model().config().n_vocab);
+        if (tokenizer().is_eog(id)) break;
+        text += tokenizer().token_to_piece(id);
+        if (i + 1 < g.max_tokens) s.decode(id, logits);
+    }
+    return text;
+}
+
+SchedulerOptions options(int slots, int64_t n_ctx = 256) {
+    SchedulerOptions o;
+    o.slots = slots;
+    o.n_ctx = n_ctx;
+    o.prefill_chunk = 64;
+    return o;
+}
+
+TEST(Scheduler, ConcurrentRequestsEachEqualTheSequenceRunAlone) {
+    auto pool = std::make_shared<KVPool>(model().config().head_dim, KVType::kF16);
+    Scheduler sched(model(), tokenizer(), pool, options(3));
+    const std::vector<GenerationRequest> reqs = {
+        greedy("Once upon a time, there was a little girl named Lily.", 40),
+        greedy("The cat sat on the mat and", 25, "h2o:budget=16"),
+        greedy("Tom had a big red ball. One day", 30, "streaming_llm:window=12,sinks=2"),
+        greedy("Sue liked to sing.", 35, "snapkv:ratio=0.5"),
+        greedy("A dog ran to the park", 20, "tova:budget=10")};
+    std::vector<std::shared_ptr<RequestHandle>> hs;
+    for (const auto& r : reqs) hs.push_back(sched.submit(r));  // five requests, three slots: two wait their turn
+    for (size_t i = 0; i < reqs.size(); ++i) {
+        SCOPED_TRACE(reqs[i].policy_spec);
+        const Result r = collect(*hs[i]);
+        ASSERT_EQ(r.last.kind, GenerationEvent::Kind::kDone) << r.last.error;
+        EXPECT_EQ(r.text, alone(reqs[i], 256));
+        EXPECT_EQ(r.last.usage.prompt_tokens, static_cast<int64_t>(reqs[i].prompt.size()));
+        EXPECT_GE(r.last.usage.completion_tokens, 1);
+        EXPECT_LE(r.last.usage.completion_tokens, reqs[i].max_tokens);
+        if (r.last.finish_reason == "length") EXPECT_EQ(r.last.usage.completion_tokens, reqs[i].max_tokens);
+        if (reqs[i].policy_spec == "full") {
+            EXPECT_DOUBLE_EQ(r.last.usage.compression_ratio, 0.0);
+        } else {
+            EXPECT_GT(r.last.usage.compression_ratio, 0.0);
+        }
+    }
+    // Every sequence's pages went back to the shared pool.
+    for (int i = 0; i < 100 && sched.snapshot().pool_pages_in_use > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    const SchedulerSnapshot snap = sched.snapshot();
+    EXPECT_EQ(snap.pool_pages_in_use, 0);
+    EXPECT_EQ(snap.requests_finished, 5);
+    EXPECT_GT(snap.decode_rows, 0);
+    EXPECT_LT(snap.steps, snap.decode_rows);  // decode steps were batched
+    EXPECT_EQ(snap.by_policy.at("full").finished, 1);
+}
+
+TEST(Scheduler, ExhaustedPoolFailsOnlyTheRequestThatDoesNotFit) {
+    const ModelConfig& c = model().config();
+    // Room for one sequence of ~64 tokens per head (4 pages of 16), not two.
+    const int64_t pages = static_cast<int64_t>(c.n_layer) * c.n_head_kv * 6;
+    auto pool = std::make_shared<KVPool>(c.head_dim, KVType::kF16, 16, static_cast<uint64_t>(pages) * 16 * c.head_dim * 2 * 2);
+    ASSERT_EQ(pool->capacity_pages(), pages);
+    Scheduler sched(model(), tokenizer(), pool, options(2));
+    const GenerationRequest a = greedy("Once upon a time, there was a little girl named Lily. She loved to play.", 40);
+    auto ha = sched.submit(a);
+    GenerationEvent ev;
+    while (!ha->next(ev, std::chrono::milliseconds(100))) {
+    }
+    ASSERT_EQ(ev.kind, GenerationEvent::Kind::kText);  // a runs
+    std::string text_a = ev.text;
+    auto hb = sched.submit(greedy("Once upon a time, there was a little girl named Lily. She loved to play.", 40));
+    const Result rb = collect(*hb);
+    ASSERT_EQ(rb.last.kind, GenerationEvent::Kind::kError);
+    EXPECT_EQ(rb.last.status, 503);
+    EXPECT_NE(rb.last.error.find("KV pool is exhausted"), std::string::npos) << rb.last.error;
+    const Result ra = collect(*ha);
+    ASSERT_EQ(ra.last.kind, GenerationEvent::Kind::kDone) << ra.last.error;
+    EXPECT_EQ(text_a + ra.text, alone(a, 256));  // untouched by b's failure
+    EXPECT_GE(sched.snapshot().requests_refused, 1);
+    // Once a has finished, the same request fits.
+    const Result again = collect(*sched.submit(greedy("Once upon a time", 10)));
+    EXPECT_EQ(again.last.kind, GenerationEvent::Kind::kDone) << again.last.error;
+}
+
+TEST(Scheduler, QueueWaitsForMemoryInsteadOfFailing) {
+    const ModelConfig& c = model().config();
+    const int64_t pages = static_cast<int64_t>(c.n_layer) * c.n_head_kv * 6;
+    auto pool = std::make_shared<KVPool>(c.head_dim, KVType::kF16, 16, static_cast<uint64_t>(pages) * 16 * c.head_dim * 2 * 2);
+    SchedulerOptions o = options(2);
+    o.wait_for_memory = true;
+    Scheduler sched(model(), tokenizer(), pool, o);
+    const GenerationRequest a = greedy("Once upon a time, there was a little girl named Lily. She loved to play.", 40);
+    auto ha = sched.submit(a);
+    auto hb = sched.submit(a);
+    const Result ra = collect(*ha), rb = collect(*hb);
+    EXPECT_EQ(ra.last.kind, GenerationEvent::Kind::kDone) << ra.last.error;
+    EXPECT_EQ(rb.last.kind, GenerationEvent::Kind::kDone) << rb.last.error;
+    EXPECT_EQ(ra.text, rb.text);
+}
+
+TEST(Scheduler, CancelFreesThePagesAndOthersGoOn) {
+    auto pool = std::make_shared<KVPool>(model().config().head_dim, KVType::kF16);
+    Scheduler sched(model(), tokenizer(), pool, options(2, 512));
+    const GenerationRequest b = greedy("The cat sat on the mat and", 30);
+    auto ha = sched.submit(greedy("Once upon a time", 400));
+    auto hb = sched.submit(b);
+    GenerationEvent ev;
+    while (!ha->next(ev, std::chrono::milliseconds(100))) {
+    }
+    ha->cancel();
+    const Result rb = collect(*hb);
+    ASSERT_EQ(rb.last.kind, GenerationEvent::Kind::kDone);
+    EXPECT_EQ(rb.text, alone(b, 512));
+    for (int i = 0; i < 200 && sched.snapshot().pool_pages_in_use > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_EQ(sched.snapshot().pool_pages_in_use, 0);
+    EXPECT_EQ(sched.snapshot().requests_cancelled, 1);
+}
+
+TEST(Scheduler, StopStringEndsTheAnswerBeforeIt) {
+    auto pool = std::make_shared<KVPool>(model().config().head_dim, KVType::kF16);
+    Scheduler sched(model(), tokenizer(), pool, options(1));
+    GenerationRequest g = greedy("Once upon a time, there was a little girl named Lily.", 40);
+    const std::string full = alone(g, 256);
+    const size_t cut = full.find(' ', 8);
+    ASSERT_NE(cut, std::string::npos);
+    const std::string stop = full.substr(cut, 3);
+    g.stop = {stop};
+    const Result r = collect(*sched.submit(g));
+    ASSERT_EQ(r.last.kind, GenerationEvent::Kind::kDone);
+    EXPECT_EQ(r.last.finish_reason, "stop");
+    EXPECT_EQ(r.text, full.substr(0, full.find(stop)));
+}
+
+TEST(Scheduler, BadRequestsAndAFullQueueAreOneErrorEach) {
+    auto pool = std::make_shared<KVPool>(model().config().head_dim, KVType::kF16);
+    SchedulerOptions o = options(1, 64);
+    o.max_queue = 0;
+    Scheduler sched(model(), tokenizer(), pool, o);
+    GenerationRequest g = greedy("Once", 5);
+    g.prompt.clear();
+    EXPECT_THROW(sched.submit(g), Error);
+    g = greedy("Once", 5);
+    g.prompt.assign(64, 5);
+    EXPECT_THROW(sched.submit(g), Error);  // no room left for an answer
+    g = greedy("Once", 0);
+    EXPECT_THROW(sched.submit(g), Error);
+    g = greedy("Once", 5, "tova:budget=100");
+    EXPECT_THROW(sched.submit(g), Error);  // budget larger than the context
+    auto h1 = sched.submit(greedy("Once upon a time", 50));
+    try {
+        auto h2 = sched.submit(greedy("Once upon a time", 50));
+        auto h3 = sched.submit(greedy("Once upon a time", 50));
+        ADD_FAILURE() << "a third request found room in a queue of 0";
+    } catch (const ServerBusy& e) {
+        EXPECT_NE(std::string(e.what()).find("--max-queue"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(SchedulerOptions bad = options(0); Scheduler(model(), tokenizer(), pool, bad), Error);
+}
+
+TEST(StopMatcher, HoldsBackWhatMayStartAStopStringAndCutsBeforeIt) {
+    StopMatcher m({"END", "\n\n"});
+    EXPECT_EQ(m.push("abc E"), "abc ");
+    EXPECT_EQ(m.push("N"), "");
+    EXPECT_EQ(m.push("x"), "ENx");
+    EXPECT_EQ(m.push("y\n"), "y");
+    EXPECT_FALSE(m.stopped());
+    EXPECT_EQ(m.push("\nzz"), "");
+    EXPECT_TRUE(m.stopped());
+    EXPECT_EQ(m.push("more"), "");
+    StopMatcher n({"stop"});
+    EXPECT_EQ(n.push("a st"), "a ");
+    EXPECT_EQ(n.finish(), "st");
+    StopMatcher none;
+    EXPECT_EQ(none.push("anything"), "anything");
+    StopMatcher utf({"é!"});
+    EXPECT_EQ(utf.push("caféé"), "café");
+    EXPECT_EQ(utf.push("!x"), "");
+    EXPECT_TRUE(utf.stopped());
+}
+
+ApiContext context(const ChatTemplate* t) {
+    ApiContext c;
+    c.tok = &tokenizer();
+    c.chat_template = t;
+    c.model_id = "stories";
+    c.n_ctx = 256;
+    return c;
+}
+
+/// parse_api_request throws ApiError with this status and a one-line message containing needle.
+void expect_api_error(const json& body, bool chat, const std::string& needle, int status = 400) {
+    static const ChatTemplate chatml = chat_template_by_name("chatml");
+    try {
+        parse_api_request(body, chat, context(&chatml));
+        ADD_FAILURE() << "accepted " << body.dump();
+    } catch (const ApiError& e) {
+        EXPECT_EQ(e.status(), status);
+        EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+        EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
+    }
+}
+
+TEST(OpenAIApi, ParsesCompletionAndChatRequests) {
+    const ChatTemplate chatml = chat_template_by_name("chatml");
+    const ApiContext ctx = context(&chatml);
+    ApiRequest r = parse_api_request(json::parse(R"({"model":"x","prompt":"Once upon","max_tokens":7,"temperature":0,
+        "seed":3,"stop":["a","b"],"stream":true,"stream_options":{"include_usage":true},"n":1,"kv_policy":"snapkv:ratio=0.5",
+        "user":"u","logprobs":null,"presence_penalty":0})"), false, ctx);
+    EXPECT_EQ(r.gen.prompt, tokenizer().encode("Once upon", true, false));
+    EXPECT_EQ(r.gen.max_tokens, 7);
+    EXPECT_EQ(r.gen.sampling.temp, 0.0f);
+    EXPECT_EQ(r.gen.sampling.seed, 3u);
+    EXPECT_EQ(r.gen.stop, (std::vector<std::string>{"a", "b"}));
+    EXPECT_TRUE(r.stream);
+    EXPECT_TRUE(r.include_usage);
+    EXPECT_EQ(r.gen.policy.name, "snapkv");
+    // Defaults: OpenAI's sampling (temperature 1, top_p 1), 16 tokens, the server's policy.
+    r = parse_api_request(json{{"prompt", json::array({"Once"})}}, false, ctx);
+    EXPECT_EQ(r.gen.sampling.temp, 1.0f);
+    EXPECT_EQ(r.gen.sampling.top_p, 1.0f);
+    EXPECT_EQ(r.gen.sampling.top_k, 0);
+    EXPECT_EQ(r.gen.max_tokens, 16);
+    EXPECT_EQ(r.gen.policy_spec, "full");
+    r = parse_api_request(json{{"prompt", json::array({1, 5, 9})}}, false, ctx);
+    EXPECT_EQ(r.gen.prompt, (std::vector<int32_t>{1, 5, 9}));
+    // Chat: the template's rendering, the end-of-turn token, the rest of the context by default.
+    const json msgs = json::array({{{"role", "system"}, {"content", "Be brief."}},
+                                   {{"role", "user"}, {"content", json::array({{{"type", "text"}, {"text", "Hi"}}})}}});
+    r = parse_api_request(json{{"messages", msgs}}, true, ctx);
+    EXPECT_EQ(r.gen.prompt, encode_conversation(tokenizer(), chatml, {{"system", "Be brief."}, {"user", "Hi"}}, true));
+    EXPECT_EQ(r.gen.end_token, tokenizer().vocab().find("<|im_end|>"));
+    EXPECT_EQ(r.gen.max_tokens, 256 - static_cast<int64_t>(r.gen.prompt.size()));
+    r = parse_api_request(json{{"messages", msgs}, {"max_completion_tokens", 5}}, true, ctx);
+    EXPECT_EQ(r.gen.max_tokens, 5);
+}
+
+TEST(OpenAIApi, RefusesWhatItCannotDoWithOneClearError) {
+    expect_api_error(json::array(), false, "JSON object");
+    expect_api_error(json{{"prompt", "x"}, {"foo", 1}}, false, "unknown field 'foo'");
+    expect_api_error(json{{"prompt", "x"}, {"messages", json::array()}}, false, "unknown field 'messages'");
+    expect_api_error(json{{"max_tokens", 3}}, false, "'prompt' is required");
+    expect_api_error(json{{"prompt", json::array({"a", "b"})}}, false, "batched prompts");
+    expect_api_error(json{{"prompt", json::array({1, 999999})}}, false, "outside the vocabulary");
+    expect_api_error(json{{"prompt", ""}, {"max_tokens", 0}}, false, "max_tokens");
+    expect_api_error(json{{"prompt", "x"}, {"max_tokens", "ten"}}, false, "'max_tokens' must be an integer");
+    expect_api_error(json{{"prompt", "x"}, {"temperature", 3}}, false, "'temperature' must be in [0");
+    expect_api_error(json{{"prompt", "x"}, {"top_p", 0}}, false, "top_p");
+    expect_api_error(json{{"prompt", "x"}, {"n", 2}}, false, "'n' = 2 is not supported");
+    expect_api_error(json{{"prompt", "x"}, {"echo", true}}, false, "'echo'");
+    expect_api_error(json{{"prompt", "x"}, {"stop", json::array({"a", "b", "c", "d", "e"})}}, false, "at most 4");
+    expect_api_error(json{{"prompt", "x"}, {"stream", "yes"}}, false, "'stream' must be true or false");
+    expect_api_error(json{{"prompt", "x"}, {"stream_options", {{"x", true}}}}, false, "stream_options.x");
+    expect_api_error(json{{"prompt", "x"}, {"kv_policy", "nosuch"}}, false, "kv_policy:");
+    expect_api_error(json{{"prompt", "x"}, {"kv_policy", "h2o:budget=1000"}}, false, "larger than the context");
+    expect_api_error(json{{"prompt", "x"}, {"kv_policy", 5}}, false, "'kv_policy' must be a string");
+    expect_api_error(json{{"prompt", std::string(2000, 'a') + " b c d e f g h i j k l m n o p q r s t u v w x y z " +
+                                         std::string(600, 'z')}}, false, "the context holds 256");
+    expect_api_error(json{{"messages", "hi"}}, true, "'messages' must be a non-empty array");
+    expect_api_error(json{{"messages", json::array({{{"role", "tool"}, {"content", "x"}}})}}, true, "role 'tool'");
+    expect_api_error(json{{"messages", json::array({{{"role", "user"}, {"content", "x"}, {"tool_calls", 1}}})}}, true,
+                     "unknown field 'tool_calls'");
+    expect_api_error(json{{"messages", json::array({{{"role", "user"}, {"content", json::array({{{"type", "image_url"}}})}}})}},
+                     true, "only parts");
+    expect_api_error(json{{"messages", json::array({{{"role", "user"}, {"content", "x"}}})}, {"tools", json::array()}},
+                     true, "unknown field 'tools'");
+    // No chat template: chat requests are refused.
+    try {
+        parse_api_request(json{{"messages", json::array({{{"role", "user"}, {"content", "x"}}})}}, true, context(nullptr));
+        ADD_FAILURE();
+    } catch (const ApiError& e) {
+        EXPECT_NE(std::string(e.what()).find("no chat template"), std::string::npos);
+    }
+}
+
+TEST(OpenAIApi, ResponseBodiesFollowTheSchema) {
+    ApiRequest r;
+    r.chat = true;
+    GenerationEvent done;
+    done.kind = GenerationEvent::Kind::kDone;
+    done.finish_reason = "stop";
+    done.usage.prompt_tokens = 7;
+    done.usage.completion_tokens = 3;
+    done.usage.density = 0.25;
+    done.usage.compression_ratio = 0.6;
+    done.usage.kv_bytes = 4096;
+    json b = completion_body(r, "chatcmpl-1", 5, "m", "Hello", done);
+    EXPECT_EQ(b["object"], "chat.completion");
+    EXPECT_EQ(b["choices"][0]["message"]["content"], "Hello");
+    EXPECT_EQ(b["choices"][0]["message"]["role"], "assistant");
+    EXPECT_EQ(b["choices"][0]["finish_reason"], "stop");
+    EXPECT_EQ(b["usage"]["total_tokens"], 10);
+    EXPECT_EQ(b["usage"]["kv_bytes"], 4096);
+    EXPECT_EQ(b["usage"]["density"], 0.25);
+    EXPECT_EQ(b["usage"]["compression_ratio"], 0.6);
+    json c = chunk_body(r, "chatcmpl-1", 5, "m", "He", "");
+    EXPECT_EQ(c["object"], "chat.completion.chunk");
+    EXPECT_EQ(c["choices"][0]["delta"]["content"], "He");
+    EXPECT_TRUE(c["choices"][0]["finish_reason"].is_null());
+    c = chunk_body(r, "chatcmpl-1", 5, "m", "", "length");
+    EXPECT_TRUE(c["choices"][0]["delta"].empty());
+    EXPECT_EQ(c["choices"][0]["finish_reason"], "length");
+    r.chat = false;
+    b = completion_body(r, "cmpl-1", 5, "m", "Hello", done);
+    EXPECT_EQ(b["object"], "text_completion");
+    EXPECT_EQ(b["choices"][0]["text"], "Hello");
+    json e = error_body(503, "full");
+    EXPECT_EQ(e["error"]["type"], "server_error");
+    EXPECT_EQ(e["error"]["code"], 503);
+    EXPECT_EQ(error_body(400, "x")["error"]["type"], "invalid_request_error");
+}
+
+TEST(Metrics, PrometheusTextHasTheCountersAndEscapesLabels) {
+    SchedulerSnapshot s;
+    s.slots = 4;
+    s.pool_pages_in_use = 10;
+    s.pool_pages_capacity = 100;
+    s.pool_page_bytes = 4096;
+    s.requests_finished = 3;
+    s.decode_rows = 200;
+    s.decode_s = 2;
+    s.by_policy["snapkv:ratio=0.5"] = {2, 1.0, 1.2};
+    SchedulerSnapshot::SlotInfo a;
+    a.slot = 1;
+    a.policy = "we\"ird";
+    a.live_entries = 77;
+    s.active.push_back(a);
+    HttpCounters http;
+    http.count("/v1/completions", 200);
+    http.count("/v1/completions", 200);
+    const std::string t = prometheus_text(s, http, "m");
+    EXPECT_NE(t.find("kvsieve_http_requests_total{endpoint=\"/v1/completions\",status=\"200\"} 2\n"), std::string::npos) << t;
+    EXPECT_NE(t.find("kvsieve_kv_bytes_in_use 40960\n"), std::string::npos);
+    EXPECT_NE(t.find("kvsieve_kv_bytes_free 368640\n"), std::string::npos);
+    EXPECT_NE(t.find("kvsieve_decode_tokens_per_second 100\n"), std::string::npos);
+    EXPECT_NE(t.find("kvsieve_policy_density{policy=\"snapkv:ratio=0.5\"} 0.5\n"), std::string::npos);
+    EXPECT_NE(t.find("kvsieve_policy_compression_ratio{policy=\"snapkv:ratio=0.5\"} 0.6\n"), std::string::npos);
+    EXPECT_NE(t.find("kvsieve_slot_live_entries{slot=\"1\",policy=\"we\\\"ird\"} 77\n"), std::string::npos);
+    EXPECT_NE(t.find("kvsieve_slots_busy 1\n"), std::string::npos);
+    EXPECT_NE(t.find("# TYPE kvsieve_requests_finished_total counter\n"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvsieve
