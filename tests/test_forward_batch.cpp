@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "cache/kv_cache.h"
+#include "kernels/matmul.h"
 #include "model/llama_model.h"
 #include "policy/policy.h"
 #include "test_util.h"
@@ -30,11 +31,14 @@ float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
 int argmax(const std::vector<float>& v) { return static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin()); }
 
 /// Three sequences of different lengths and policies: one batched prefill of all three, then batched greedy
-/// decode steps, against each sequence run alone with forward().
+/// decode steps, against each sequence run alone with forward(). At step 3 a fourth sequence joins with a prompt
+/// long enough for the SGEMM path (≥ kGemmMinTokens), so prefill and decode rows share those steps.
 void check_batch_equals_alone(const LlamaModel& m, float tol) {
     const int V = m.config().n_vocab;
-    const std::vector<std::string> specs = {"full", "h2o:budget=12", "streaming_llm:window=8,sinks=2"};
-    std::vector<std::vector<int32_t>> prompts = {{1, 5, 9, 13, 17, 21, 25}, {1, 7, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20}};
+    const std::vector<std::string> specs = {"full", "h2o:budget=12", "streaming_llm:window=8,sinks=2", "full"};
+    std::vector<std::vector<int32_t>> prompts = {{1, 5, 9, 13, 17, 21, 25}, {1, 7, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20}, {}};
+    for (int i = 0; i < 40; ++i) prompts[3].push_back(1 + (7 * i) % 50);
+    ASSERT_GE(static_cast<int64_t>(prompts[3].size()), kGemmMinTokens);
     for (auto& p : prompts)
         for (auto& id : p) id %= V;
     std::vector<std::unique_ptr<KVCache>> batched, alone;
@@ -42,7 +46,7 @@ void check_batch_equals_alone(const LlamaModel& m, float tol) {
         batched.push_back(make_cache(m, s));
         alone.push_back(make_cache(m, s));
     }
-    std::vector<std::vector<float>> lb(3), la(3);
+    std::vector<std::vector<float>> lb(4), la(4);
     std::vector<LlamaModel::Segment> segs;
     for (int i = 0; i < 3; ++i) segs.push_back({&prompts[i], batched[i].get(), &lb[i], i == 0});
     m.forward_batch(segs);
@@ -53,16 +57,24 @@ void check_batch_equals_alone(const LlamaModel& m, float tol) {
         ASSERT_EQ(lb[i].size(), (i == 0 ? prompts[0].size() : 1) * static_cast<size_t>(V));
         EXPECT_LE(max_abs_diff(lb[i], la[i]), tol) << specs[i];
     }
+    int n_seq = 3;
     for (int step = 0; step < 12; ++step) {
-        std::vector<std::vector<int32_t>> next(3);
+        std::vector<std::vector<int32_t>> next(4);
         segs.clear();
-        for (int i = 0; i < 3; ++i) {
+        for (int i = 0; i < n_seq; ++i) {
             const std::vector<float> last(la[i].end() - V, la[i].end());
             next[i] = {argmax(last)};
             segs.push_back({&next[i], batched[i].get(), &lb[i], false});
         }
+        const bool join = step == 3;
+        if (join) segs.push_back({&prompts[3], batched[3].get(), &lb[3], true});
         m.forward_batch(segs);
-        for (int i = 0; i < 3; ++i) {
+        if (join) {
+            m.forward(prompts[3], *alone[3], la[3], true);
+            EXPECT_LE(max_abs_diff(lb[3], la[3]), tol) << "the long prompt that joined";
+            n_seq = 4;
+        }
+        for (int i = 0; i < n_seq - (join ? 1 : 0); ++i) {
             m.forward(next[i], *alone[i], la[i]);
             EXPECT_LE(max_abs_diff(lb[i], la[i]), tol) << specs[i] << " step " << step;
             EXPECT_EQ(argmax(lb[i]), argmax(la[i])) << specs[i] << " step " << step;
@@ -78,7 +90,7 @@ TEST(ForwardBatch, EqualsEachSequenceAloneQuantized) {
     for (const char* f : {"tiny-qwen3-q4_k_m.gguf", "tiny-qwen3-q8_0.gguf", "tiny-llama-q2_k-pure.gguf"}) {
         SCOPED_TRACE(f);
         const LlamaModel m(test::model_path(f));
-        check_batch_equals_alone(m, 1e-4f);
+        check_batch_equals_alone(m, 0.0f);  // quantized weights: bit for bit
     }
 }
 
@@ -96,5 +108,21 @@ TEST(ForwardBatch, BadBatchIsOneErrorAndChangesNoCache) {
     EXPECT_EQ(a->pool().pages_in_use(), 0);
 }
 
+TEST(ForwardBatch, LongPrefillChunksTogetherEqualEachAloneBitForBit) {
+    // Two chunks long enough for the SGEMM path in one step, with a decode-sized one.
+    const LlamaModel m(test::model_path("tiny-qwen3-q4_k_m.gguf"));
+    std::vector<int32_t> a, b, c = {1, 2, 3};
+    for (int i = 0; i < 37; ++i) a.push_back(1 + (7 * i) % 50), b.push_back(2 + (5 * i) % 60);
+    auto ca = make_cache(m, "full"), cb = make_cache(m, "full"), cc = make_cache(m, "full");
+    auto da = make_cache(m, "full"), db = make_cache(m, "full"), dc = make_cache(m, "full");
+    std::vector<float> la, lb, lc, ra, rb, rc;
+    m.forward_batch({{&a, ca.get(), &la, true}, {&c, cc.get(), &lc, false}, {&b, cb.get(), &lb, false}});
+    m.forward(a, *da, ra, true);
+    m.forward(b, *db, rb);
+    m.forward(c, *dc, rc);
+    EXPECT_EQ(max_abs_diff(la, ra), 0.0f);
+    EXPECT_EQ(max_abs_diff(lb, rb), 0.0f);
+    EXPECT_EQ(max_abs_diff(lc, rc), 0.0f);
+}
 }  // namespace
 }  // namespace kvsieve

@@ -139,24 +139,24 @@ bool gemm_path(const WeightMatrix& W, int64_t T) {
 
 }  // namespace
 
-void matmul(const WeightMatrix& W, const float* X, int64_t T, float* Y, int64_t ldy) {
+void matmul(const WeightMatrix& W, const float* X, int64_t T, float* Y, int64_t ldy, MatmulPath path) {
     if (ldy < 0) ldy = W.rows;
     require(ldy >= W.rows, "matmul: output stride ", ldy, " is smaller than the ", W.rows, " rows of ", W.name);
     const DotKernels& k = dot_kernels();
-    if (gemm_path(W, T))
+    if (path == MatmulPath::kAuto && gemm_path(W, T))
         gemm_panels(k, W, X, T, Y, ldy);
     else
         gemv(k, W, X, T, Y, ldy);
 }
 
-void matmul_shared_input(const std::vector<MatmulTarget>& targets, const float* X, int64_t T) {
+void matmul_shared_input(const std::vector<MatmulTarget>& targets, const float* X, int64_t T, MatmulPath path) {
     if (targets.empty()) return;
     const int64_t cols = targets[0].W->cols;
     bool any_gemm = false;
     for (const MatmulTarget& t : targets) {
         require(t.W->cols == cols, "matmul_shared_input: ", t.W->name, " has ", t.W->cols, " columns, ",
                 targets[0].W->name, " ", cols);
-        any_gemm = any_gemm || gemm_path(*t.W, T);
+        any_gemm = any_gemm || (path == MatmulPath::kAuto && gemm_path(*t.W, T));
     }
     if (any_gemm) {
         for (const MatmulTarget& t : targets) matmul(*t.W, X, T, t.Y);

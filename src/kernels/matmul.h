@@ -33,7 +33,11 @@ struct WeightMatrix {
 /// for all T vectors (activations quantized to Q8_0 / Q8_1 / Q8_K where activation_type() says so). Large T: row
 /// panels of W are dequantized to float32 into a bounded scratch buffer and multiplied with OpenBLAS SGEMM; F32 weights
 /// go to SGEMM directly. Never holds a dequantized copy of more than one panel.
-void matmul(const WeightMatrix& W, const float* X, int64_t T, float* Y, int64_t ldy = -1);
+/// path kRowExact: always the GEMV path, whose result for a row of X does not depend on T or on the other rows
+/// (what a batch of sequences needs so that each gets the numbers it would get alone).
+enum class MatmulPath { kAuto, kRowExact };
+void matmul(const WeightMatrix& W, const float* X, int64_t T, float* Y, int64_t ldy = -1,
+            MatmulPath path = MatmulPath::kAuto);
 
 /// One output of matmul_shared_input: Y = X · Wᵀ with Y [T][W->rows] row-major.
 struct MatmulTarget {
@@ -45,7 +49,8 @@ struct MatmulTarget {
 /// projections: the same results as calling matmul for each target, but on the GEMV path the activations are
 /// quantized once per activation format and all rows of all targets are shared out in one parallel loop (one
 /// fork and barrier instead of one per matrix). Throws Error if the column counts differ.
-void matmul_shared_input(const std::vector<MatmulTarget>& targets, const float* X, int64_t T);
+void matmul_shared_input(const std::vector<MatmulTarget>& targets, const float* X, int64_t T,
+                         MatmulPath path = MatmulPath::kAuto);
 
 /// Same product through the scalar reference kernels only (for tests).
 void matmul_reference(const WeightMatrix& W, const float* X, int64_t T, float* Y);

@@ -55,31 +55,55 @@ void LlamaModel::forward_batch(const std::vector<Segment>& segs) const {
     require(!segs.empty(), "forward: no sequences");
     const int64_t D = c.n_embd, d = c.head_dim, q_dim = int64_t(c.n_head) * d, kv_dim = int64_t(c.n_head_kv) * d;
     const size_t S = segs.size();
-    std::vector<int64_t> row0(S + 1, 0), pos0(S);
     for (size_t s = 0; s < S; ++s) {
         const Segment& g = segs[s];
         require(g.tokens && g.cache && g.logits, "forward: segment ", s, " lacks its tokens, cache or logits");
         const int64_t T = static_cast<int64_t>(g.tokens->size());
         require(T > 0, "forward: no tokens");
         for (size_t r = 0; r < s; ++r) require(segs[r].cache != g.cache, "forward: one cache is given twice in a batch");
-        pos0[s] = g.cache->n_tokens();
-        require(pos0[s] + T <= g.cache->n_ctx(), "the sequence needs ", pos0[s] + T,
+        require(g.cache->n_tokens() + T <= g.cache->n_ctx(), "the sequence needs ", g.cache->n_tokens() + T,
                 " positions but the context holds ", g.cache->n_ctx());
         for (int32_t id : *g.tokens)
             require(id >= 0 && id < c.n_vocab, "token id ", id, " is outside the vocabulary of ", c.n_vocab);
-        row0[s + 1] = row0[s] + T;
     }
-    const int64_t N = row0[S];  // rows of every segment together
+    // Rows are laid out segment after segment, short segments (decode steps, small chunks) first: their rows take
+    // the row-exact GEMV path together, so each gets the numbers it would get alone; long prefill chunks follow
+    // and take the path their length picks, as alone. A single segment is exactly forward() of it.
+    auto small = [&](int64_t n) { return n < kGemmMinTokens; };
+    std::vector<size_t> order;
+    for (int pass = 0; pass < 2; ++pass)
+        for (size_t s = 0; s < S; ++s)
+            if (small(static_cast<int64_t>(segs[s].tokens->size())) == (pass == 0)) order.push_back(s);
+    std::vector<int64_t> row0(S), len(S), pos0(S);
+    int64_t N = 0, n_small = 0;
+    for (size_t s : order) {
+        row0[s] = N;
+        len[s] = static_cast<int64_t>(segs[s].tokens->size());
+        pos0[s] = segs[s].cache->n_tokens();
+        N += len[s];
+        if (small(len[s])) n_small += len[s];
+    }
+    const MatmulPath small_path = S == 1 ? MatmulPath::kAuto : MatmulPath::kRowExact;
+    // Y = X·Wᵀ over all rows: the short rows in one row-exact product, each long segment in a product of its own
+    // (SGEMM's rounding depends on the number of rows, so a long chunk gets exactly the numbers it gets alone).
+    auto mm = [&](const std::vector<MatmulTarget>& targets, const float* X, int64_t cols) {
+        if (n_small > 0) matmul_shared_input(targets, X, n_small, small_path);
+        for (size_t s : order) {
+            if (small(len[s])) continue;
+            std::vector<MatmulTarget> part = targets;
+            for (auto& t : part) t.Y += row0[s] * t.W->rows;
+            matmul_shared_input(part, X + row0[s] * cols, len[s]);
+        }
+    };
 
     std::vector<float> x(N * D), xn(N * D), q(N * q_dim), k(N * kv_dim), v(N * kv_dim), att(N * q_dim);
     std::vector<float> g(N * c.n_ff), u(N * c.n_ff), tmp(N * D), q_pre(N * q_dim), k_pre(N * kv_dim);
 
     // One RoPE table for all rows: each segment's rows at its own positions.
     Rope::Table rt;
-    for (size_t s = 0; s < S; ++s) {
-        const int64_t T = row0[s + 1] - row0[s];
-        for (int64_t t = 0; t < T; ++t) dequantize_weight_row(w_.tok_embd, (*segs[s].tokens)[t], x.data() + (row0[s] + t) * D);
-        Rope::Table part = rope_->table(pos0[s], T);
+    for (size_t s : order) {
+        for (int64_t t = 0; t < len[s]; ++t) dequantize_weight_row(w_.tok_embd, (*segs[s].tokens)[t], x.data() + (row0[s] + t) * D);
+        Rope::Table part = rope_->table(pos0[s], len[s]);
         if (S == 1) {
             rt = std::move(part);
         } else {
@@ -93,7 +117,7 @@ void LlamaModel::forward_batch(const std::vector<Segment>& segs) const {
     for (int l = 0; l < c.n_layer; ++l) {
         const LayerWeights& L = w_.layers[l];
         rms_norm(x.data(), L.attn_norm.data(), xn.data(), N, D, c.rms_eps);
-        matmul_shared_input({{&L.wq, q.data()}, {&L.wk, k.data()}, {&L.wv, v.data()}}, xn.data(), N);
+        mm({{&L.wq, q.data()}, {&L.wk, k.data()}, {&L.wv, v.data()}}, xn.data(), D);
         if (c.qkv_bias) {
             add_bias(q.data(), L.bq, N);
             add_bias(k.data(), L.bk, N);
@@ -112,7 +136,7 @@ void LlamaModel::forward_batch(const std::vector<Segment>& segs) const {
             LayerInputs in;
             in.layer = l;
             in.pos0 = pos0[s];
-            in.T = row0[s + 1] - r;
+            in.T = len[s];
             in.n_head = c.n_head;
             in.n_head_kv = c.n_head_kv;
             in.head_dim = c.head_dim;
@@ -126,38 +150,44 @@ void LlamaModel::forward_batch(const std::vector<Segment>& segs) const {
             in.rope = angles;
             segs[s].cache->attend(in, att.data() + r * q_dim);
         }
-        matmul(L.wo, att.data(), N, tmp.data());
+        mm({{&L.wo, tmp.data()}}, att.data(), q_dim);
         for (int64_t i = 0; i < N * D; ++i) x[i] += tmp[i];
 
         rms_norm(x.data(), L.ffn_norm.data(), xn.data(), N, D, c.rms_eps);
-        matmul_shared_input({{&L.w_gate, g.data()}, {&L.w_up, u.data()}}, xn.data(), N);
+        mm({{&L.w_gate, g.data()}, {&L.w_up, u.data()}}, xn.data(), D);
         for (int64_t i = 0; i < N * c.n_ff; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
-        matmul(L.w_down, g.data(), N, tmp.data());
+        mm({{&L.w_down, tmp.data()}}, g.data(), c.n_ff);
         for (int64_t i = 0; i < N * D; ++i) x[i] += tmp[i];
     }
-    for (size_t s = 0; s < S; ++s) segs[s].cache->finish_step(pos0[s], row0[s + 1] - row0[s]);
+    for (size_t s = 0; s < S; ++s) segs[s].cache->finish_step(pos0[s], len[s]);
 
-    // The output head runs on the rows whose logits are wanted, all segments in one matmul.
-    std::vector<int64_t> out_rows;
+    // The output head on the rows whose logits are wanted: segments with few such rows first (row-exact), then
+    // each that wants every row of a long chunk, on its own.
+    std::vector<int64_t> n_out(S), out0(S);
+    for (size_t s = 0; s < S; ++s) n_out[s] = segs[s].all_logits ? len[s] : 1;
+    int64_t n_rows = 0, n_out_small = 0;
+    for (int pass = 0; pass < 2; ++pass)
+        for (size_t s = 0; s < S; ++s)
+            if (small(n_out[s]) == (pass == 0)) {
+                out0[s] = n_rows;
+                n_rows += n_out[s];
+                if (pass == 0) n_out_small += n_out[s];
+            }
+    std::vector<float> last(n_rows * D);
     for (size_t s = 0; s < S; ++s)
-        for (int64_t t = segs[s].all_logits ? row0[s] : row0[s + 1] - 1; t < row0[s + 1]; ++t) out_rows.push_back(t);
-    const int64_t n_out = static_cast<int64_t>(out_rows.size());
-    std::vector<float> last(n_out * D);
-    for (int64_t i = 0; i < n_out; ++i) std::copy_n(x.data() + out_rows[i] * D, D, last.data() + i * D);
-    rms_norm(last.data(), w_.output_norm.data(), last.data(), n_out, D, c.rms_eps);
+        std::copy_n(x.data() + (row0[s] + len[s] - n_out[s]) * D, n_out[s] * D, last.data() + out0[s] * D);
+    rms_norm(last.data(), w_.output_norm.data(), last.data(), n_rows, D, c.rms_eps);
     if (S == 1) {
-        segs[0].logits->resize(static_cast<size_t>(n_out * c.n_vocab));
-        matmul(w_.output, last.data(), n_out, segs[0].logits->data());
+        segs[0].logits->resize(static_cast<size_t>(n_rows * c.n_vocab));
+        matmul(w_.output, last.data(), n_rows, segs[0].logits->data());
         return;
     }
-    std::vector<float> all(n_out * c.n_vocab);
-    matmul(w_.output, last.data(), n_out, all.data());
-    int64_t i = 0;
-    for (size_t s = 0; s < S; ++s) {
-        const int64_t n = segs[s].all_logits ? row0[s + 1] - row0[s] : 1;
-        segs[s].logits->assign(all.begin() + i * c.n_vocab, all.begin() + (i + n) * c.n_vocab);
-        i += n;
-    }
+    std::vector<float> all(n_rows * c.n_vocab);
+    if (n_out_small > 0) matmul(w_.output, last.data(), n_out_small, all.data(), -1, MatmulPath::kRowExact);
+    for (size_t s = 0; s < S; ++s)
+        if (!small(n_out[s])) matmul(w_.output, last.data() + out0[s] * D, n_out[s], all.data() + out0[s] * c.n_vocab);
+    for (size_t s = 0; s < S; ++s)
+        segs[s].logits->assign(all.begin() + out0[s] * c.n_vocab, all.begin() + (out0[s] + n_out[s]) * c.n_vocab);
 }
 
 }  // namespace kvsieve

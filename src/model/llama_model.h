@@ -48,8 +48,11 @@ public:
     };
     /// Runs several sequences in one step: the weight matrices are applied once to the Σ T_s rows of every
     /// segment (decode steps of many sequences and prefill chunks share each GEMM), while RoPE, the cache store
-    /// and attention run per segment over its own cache. Each segment's logits equal forward() of it alone
-    /// (up to the float rounding of the matrix kernels, which are row-independent here). Throws Error for an
+    /// and attention run per segment over its own cache. Each segment's logits equal forward() of it alone: short
+    /// segments (< kGemmMinTokens rows: decode steps, small chunks) share one row-exact GEMV product (every weight
+    /// read once for all of them), each long chunk gets an SGEMM of its own (compute-bound; SGEMM's rounding depends
+    /// on the row count); the one difference is a short multi-token segment of an F32-weight model, which alone
+    /// would take SGEMM (float rounding only). Throws Error for an
     /// empty batch or segment, a cache given twice, an out-of-vocabulary id or a full cache (checked before any
     /// cache changes); a KVBudgetExhausted from a cache leaves the step half-done for every segment.
     void forward_batch(const std::vector<Segment>& segments) const;
