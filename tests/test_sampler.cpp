@@ -53,6 +53,24 @@ TEST(Sampler, FrequenciesFollowSoftmax) {
     EXPECT_NEAR(count[2] / double(N), 0.2, 0.02);
 }
 
+TEST(Sampler, FrequenciesFollowSoftmaxAtTemperatureWithoutTruncation) {
+    // Nothing cut at temperature 0.5: p ∝ q², i.e. 25 : 9 : 4 for q = 0.5, 0.3, 0.2.
+    const std::vector<float> l{std::log(0.5f), std::log(0.3f), std::log(0.2f), -1e30f};
+    SamplerParams p;
+    p.temp = 0.5f;
+    p.top_k = 0;
+    p.top_p = 1;
+    p.min_p = 0;
+    Sampler s(p);
+    std::vector<int> count(4);
+    const int N = 40000;
+    for (int i = 0; i < N; ++i) ++count[s.sample(l.data(), 4)];
+    EXPECT_NEAR(count[0] / double(N), 25.0 / 38, 0.015);
+    EXPECT_NEAR(count[1] / double(N), 9.0 / 38, 0.015);
+    EXPECT_NEAR(count[2] / double(N), 4.0 / 38, 0.015);
+    EXPECT_EQ(count[3], 0);  // probability 0 is never drawn
+}
+
 TEST(Sampler, TruncationRules) {
     const std::vector<float> l{std::log(0.5f), std::log(0.3f), std::log(0.2f)};
     auto seen = [&](SamplerParams p) {

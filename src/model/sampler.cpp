@@ -24,6 +24,19 @@ Sampler::Sampler(const SamplerParams& p) : p_(p), rng_(p.seed) { p_.validate(); 
 
 int32_t Sampler::sample(const float* logits, int n_vocab) {
     if (p_.temp <= 0) return argmax(logits, n_vocab);
+    if ((p_.top_k <= 0 || p_.top_k >= n_vocab) && p_.top_p >= 1 && p_.min_p <= 0) {
+        // Nothing is cut (OpenAI's defaults): draw from softmax(logits / temp) over the vocabulary in id order,
+        // without sorting it.
+        const float m = logits[argmax(logits, n_vocab)];
+        wts_.resize(n_vocab);
+        double total = 0;
+        for (int i = 0; i < n_vocab; ++i) total += (wts_[i] = std::exp((double(logits[i]) - m) / p_.temp));
+        const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng_) * total;
+        double cum = 0;
+        for (int i = 0; i < n_vocab; ++i)
+            if ((cum += wts_[i]) > u && wts_[i] > 0) return i;
+        return argmax(logits, n_vocab);  // u rounded up to the total
+    }
     cand_.resize(n_vocab);
     for (int i = 0; i < n_vocab; ++i) cand_[i] = {logits[i], i};
     auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };

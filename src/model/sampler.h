@@ -19,7 +19,8 @@ struct SamplerParams {
 };
 
 /// Applies top-k → top-p → min-p to the softmax of logits / temp, then draws from what remains
-/// (the order llama.cpp's default chain uses). Deterministic for a given seed.
+/// (the order llama.cpp's default chain uses). When nothing is cut (top_k ≤ 0, top_p 1, min_p 0: OpenAI's
+/// defaults) it draws from the whole softmax without sorting the vocabulary. Deterministic for a given seed.
 class Sampler {
 public:
     explicit Sampler(const SamplerParams& p);
@@ -29,6 +30,7 @@ private:
     SamplerParams p_;
     std::mt19937_64 rng_;
     std::vector<std::pair<float, int32_t>> cand_;
+    std::vector<double> wts_;
 };
 
 /// Index of the largest logit (lowest index on ties).
