@@ -54,6 +54,35 @@ TEST(Cli, GenerateSampledIsSeedDeterministic) {
     EXPECT_NE(r1.out, r3.out);
 }
 
+TEST(Cli, SavedSequenceContinuesAsIfNeverSaved) {
+    // 8 sampled tokens, save, 8 more from the file == 16 in one run (same seed: the sampler's state is saved too);
+    // then new text after the saved sequence; then errors.
+    test::TempFile f(".kvseq");
+    const std::string base = "generate -m " + kModel + " --temp 1 --seed 3 --ids -q --policy h2o:budget=24 ";
+    const CmdResult whole = run(base + "-p 'Tom was sad' -n 16");
+    const CmdResult first = run(base + "-p 'Tom was sad' -n 8 --save-cache " + f.path());
+    const CmdResult rest = run(base + "-n 8 --load-cache " + f.path());
+    ASSERT_EQ(first.status, 0) << first.err;
+    ASSERT_EQ(rest.status, 0) << rest.err;
+    std::string joined = first.out;
+    joined.back() = ' ';
+    EXPECT_EQ(joined + rest.out, whole.out);
+    const CmdResult more = run("generate -m " + kModel + " --temp 0 -q --load-cache " + f.path() + " -p ' Then' -n 4");
+    EXPECT_EQ(more.status, 0) << more.err;
+    EXPECT_EQ(more.out.rfind(" Then", 0), 0u) << more.out;
+    const CmdResult other = run("generate -m " + kModel + " -q --load-cache " + f.path() + " --policy snapkv:ratio=0.5 -n 2");
+    EXPECT_EQ(other.status, 1);
+    EXPECT_NE(other.err.find("was saved under policy 'h2o:budget=24'"), std::string::npos) << other.err;
+    test::TempFile junk(".kvseq");
+    {
+        std::ofstream o(junk.path());
+        o << "junk";
+    }
+    const CmdResult bad = run("generate -m " + kModel + " -q --load-cache " + junk.path() + " -n 2");
+    EXPECT_EQ(bad.status, 1);
+    EXPECT_NE(bad.err.find("not a kvsieve cache file"), std::string::npos) << bad.err;
+}
+
 TEST(Cli, BadInputGivesOneLineErrors) {
     test::TempFile trunc(".gguf");
     {

@@ -62,4 +62,20 @@ void HeadCache::clear() {
     ring_head_ = 0;
 }
 
+void HeadCache::save(BinaryWriter& w) const {
+    w.pod<int64_t>(ring_head_);
+    sinks_.save(w);
+    window_.save(w);
+    global_.save(w);
+}
+
+void HeadCache::load(BinaryReader& r, int64_t max_entries) {
+    ring_head_ = r.pod<int64_t>();
+    sinks_.load(r, s_);
+    window_.load(r, w_);
+    global_.load(r, max_entries);
+    if (ring_head_ < 0 || (ring_head_ > 0 && ring_head_ >= window_.size()) || sinks_.size() > s_ || window_.size() > w_)
+        fail(r.what(), " is corrupted (a head's regions do not fit its sinks and window)");
+}
+
 }  // namespace kvsieve

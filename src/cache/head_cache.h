@@ -45,6 +45,11 @@ public:
     int64_t size() const { return sinks_.size() + window_.size() + global_.size(); }
     int window_capacity() const { return w_; }
     void clear();
+    /// The three regions and the ring's position (PageStore::save each).
+    void save(BinaryWriter& w) const;
+    /// Restores what save() wrote for a head of the same sinks and window; at most max_entries per region.
+    /// Throws Error for a record that does not fit these sizes, KVBudgetExhausted if the pool runs out.
+    void load(BinaryReader& r, int64_t max_entries);
 
 private:
     int s_, w_;

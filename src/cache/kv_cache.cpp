@@ -544,6 +544,7 @@ void KVCache::clear() {
     if (policy_.scorer) state_ = policy_.scorer->new_state(cfg_);
     n_tokens_ = 0;
     decode_steps_ = 0;
+    selected_read_ = selected_total_ = 0;
     peak_bytes_ = 0;
     phase_ = Phase::kAuto;
 }
@@ -578,6 +579,61 @@ KVStats KVCache::stats() const {
     s.scorer_state_bytes = state_ ? state_->bytes() : 0;
     if (selected_total_ > 0) s.read_fraction = static_cast<double>(selected_read_) / static_cast<double>(selected_total_);
     return s;
+}
+
+namespace {
+constexpr uint32_t kCacheRecordVersion = 1;
+}
+
+void KVCache::save(BinaryWriter& w) const {
+    w.pod(kCacheRecordVersion);
+    w.pod<int32_t>(n_layer_);
+    w.pod<int32_t>(n_head_kv_);
+    w.pod<int32_t>(pool_->head_dim());
+    w.pod<int32_t>(static_cast<int32_t>(pool_->type()));
+    w.pod<int32_t>(pool_->page_tokens());
+    w.pod(n_ctx_);
+    w.str(policy_.spec);
+    w.pod(n_tokens_);
+    w.pod(decode_steps_);
+    w.pod(selected_read_);
+    w.pod(selected_total_);
+    for (const HeadCache& h : heads_) h.save(w);
+    w.pod<uint8_t>(state_ ? 1 : 0);
+    if (state_) state_->save(w);
+}
+
+void KVCache::load(BinaryReader& r) {
+    const std::string& what = r.what();
+    const uint32_t version = r.pod<uint32_t>();
+    require(version == kCacheRecordVersion, what, " has cache record version ", version, "; this build reads ",
+            kCacheRecordVersion);
+    const int32_t L = r.pod<int32_t>(), H = r.pod<int32_t>(), d = r.pod<int32_t>(), type = r.pod<int32_t>(),
+                  page = r.pod<int32_t>();
+    require(L == n_layer_ && H == n_head_kv_ && d == pool_->head_dim(), what, " holds a cache of ", L, " layers × ", H,
+            " KV heads × d ", d, "; this model has ", n_layer_, " × ", n_head_kv_, " × ", pool_->head_dim());
+    require(type == static_cast<int32_t>(pool_->type()) && page == pool_->page_tokens(), what,
+            " holds keys and values of another element type or page size than this cache (--kv-type)");
+    const int64_t n_ctx = r.pod<int64_t>();
+    require(n_ctx <= n_ctx_, what, " holds a sequence of context ", n_ctx, ", larger than this cache's ", n_ctx_);
+    const std::string spec = r.str(1 << 16);
+    require(spec == policy_.spec, what, " was saved under policy '", spec, "', this cache runs '", policy_.spec, "'");
+    clear();
+    try {
+        n_tokens_ = r.pod<int64_t>();
+        decode_steps_ = r.pod<int64_t>();
+        selected_read_ = r.pod<int64_t>();
+        selected_total_ = r.pod<int64_t>();
+        if (n_tokens_ < 0 || n_tokens_ > n_ctx_) fail(what, " is corrupted (position ", n_tokens_, ")");
+        for (HeadCache& h : heads_) h.load(r, n_tokens_);
+        const bool has_state = r.pod<uint8_t>() != 0;
+        if (has_state != (state_ != nullptr)) fail(what, " does not hold the scorer state this policy keeps");
+        if (state_) state_->load(r);
+    } catch (...) {
+        clear();
+        throw;
+    }
+    peak_bytes_ = stats().kv_bytes_final;
 }
 
 }  // namespace kvsieve

@@ -56,6 +56,29 @@ void PageStore::push_copy(const PageStore& src, int64_t j) {
     std::memcpy(vslot(i), src.value_ptr(j), pool_->row_bytes());
 }
 
+void PageStore::save(BinaryWriter& w) const {
+    w.vec(pos_);
+    w.vec(score_);
+    for (int64_t i = 0; i < size(); ++i) {
+        w.bytes(key_ptr(i), pool_->row_bytes());
+        w.bytes(value_ptr(i), pool_->row_bytes());
+    }
+}
+
+void PageStore::load(BinaryReader& r, int64_t max_entries) {
+    clear();
+    std::vector<int32_t> pos = r.vec<int32_t>(static_cast<size_t>(max_entries));
+    std::vector<float> score = r.vec<float>(static_cast<size_t>(max_entries));
+    if (pos.size() != score.size()) fail(r.what(), " is corrupted (", pos.size(), " positions, ", score.size(), " scores)");
+    for (size_t i = 0; i < pos.size(); ++i) {
+        if (i % pool_->page_tokens() == 0) pages_.push_back(pool_->alloc());
+        pos_.push_back(pos[i]);
+        score_.push_back(score[i]);
+        r.bytes(kslot(static_cast<int64_t>(i)), pool_->row_bytes());
+        r.bytes(vslot(static_cast<int64_t>(i)), pool_->row_bytes());
+    }
+}
+
 void PageStore::set(int64_t i, const float* k, const float* v, int32_t pos, float score) {
     pos_[i] = pos;
     score_[i] = score;

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "cache/kv_pool.h"
+#include "util/binary_io.h"
 
 namespace kvsieve {
 
@@ -35,6 +36,11 @@ public:
     void retain(const std::vector<char>& keep);
     /// Returns every page to the pool.
     void clear();
+    /// Appends the entries to `w`: count, positions, scores, then each entry's key and value bytes as stored.
+    void save(BinaryWriter& w) const;
+    /// Replaces the contents with entries saved by save() from a store of the same pool layout (at most
+    /// max_entries). Throws Error for a truncated or corrupted record, KVBudgetExhausted if the pool runs out.
+    void load(BinaryReader& r, int64_t max_entries);
 
     /// Entry i converted to float32.
     void read(int64_t i, float* k, float* v) const;

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "cli/cache_options.h"
@@ -12,6 +13,8 @@
 #include "kernels/parallel.h"
 #include "model/llama_model.h"
 #include "model/sampler.h"
+#include "session/cache_file.h"
+#include "util/binary_io.h"
 #include "text/tokenizer.h"
 #include "text/utf8_stream.h"
 #include "util/error.h"
@@ -31,6 +34,7 @@ struct GenerateOpts {
     bool chat = false;
     std::string system, chat_template;
     bool has_system = false;
+    std::string save_cache, load_cache;
     CacheOptions cache;
 };
 
@@ -94,8 +98,19 @@ std::string read_prompt_file(const std::string& path, const std::string& prompt)
     return prompt.empty() ? text : text + "\n\n" + prompt;
 }
 
+/// What a saved sequence carries for `generate` beyond the cache: the next token's logits and the sampler's state.
+std::string generation_extra(const std::vector<float>& logits, const Sampler& sampler) {
+    BinaryWriter w;
+    w.vec(logits);
+    w.str(sampler.state());
+    return w.data();
+}
+
 void run(GenerateOpts o) {
-    require(!o.prompt.empty() || !o.file.empty(), "give a prompt with -p, a document with -f, or both");
+    require(!o.prompt.empty() || !o.file.empty() || !o.load_cache.empty(),
+            "give a prompt with -p, a document with -f, or both (or --load-cache to continue a saved sequence)");
+    require(o.load_cache.empty() || !o.chat, "--load-cache does not apply to --chat");
+    require(o.save_cache.empty() || !o.chat, "--save-cache does not apply to --chat");
     if (!o.file.empty()) o.prompt = read_prompt_file(o.file, o.prompt);
     o.sp.validate();
     require(o.n_predict >= 0, "-n must be ≥ 0, got ", o.n_predict);
@@ -106,39 +121,77 @@ void run(GenerateOpts o) {
     LlamaModel model(o.model);
     const auto tok = Tokenizer::from_gguf(model.file());
     const ModelConfig& c = model.config();
+    if (o.chat) return run_chat(o, model, *tok, o.n_ctx > 0 ? o.n_ctx : std::min<int64_t>(c.n_ctx_train, 4096));
+
+    // --load-cache: the saved sequence (its policy, context and history) is where this run starts.
+    std::optional<SavedSequence> saved;
+    if (!o.load_cache.empty()) {
+        saved = read_sequence(o.load_cache, model);
+        require(o.cache.policy == "full" || o.cache.policy == saved->policy_spec, "--load-cache ", o.load_cache,
+                " was saved under policy '", saved->policy_spec, "'; drop --policy or give the same one");
+        o.cache.policy = saved->policy_spec;
+        if (o.n_ctx == 0) o.n_ctx = saved->n_ctx;
+    }
     const int64_t n_ctx = o.n_ctx > 0 ? o.n_ctx : std::min<int64_t>(c.n_ctx_train, 4096);
-    if (o.chat) return run_chat(o, model, *tok, n_ctx);
-
-    std::vector<int32_t> prompt = tok->encode(o.prompt, !o.no_bos, true);
-    require(!prompt.empty(), "the prompt is empty (and the model adds no BOS token)");
-    require(static_cast<int64_t>(prompt.size()) <= n_ctx, "the prompt has ", prompt.size(),
-            " tokens, longer than the context of ", n_ctx, " (-c)");
-    const int64_t n_gen = std::min<int64_t>(o.n_predict, n_ctx - static_cast<int64_t>(prompt.size()));
-    if (!o.quiet) std::fprintf(stderr, "model: %s\n", c.summary().c_str());
-
     std::unique_ptr<KVCache> cache = o.cache.make_cache(model, n_ctx);
+    Session session(model, *tok, *cache);
     Sampler sampler(o.sp);
     std::vector<float> logits;
-    std::vector<int32_t> out;
+    if (saved) {
+        restore_sequence(session, *saved);
+        BinaryReader r(saved->extra.data(), saved->extra.size(), "the cache file's generation state");
+        logits = r.vec<float>(static_cast<size_t>(c.n_vocab));
+        sampler.set_state(r.str());
+    }
+    // A continued sequence takes the new text without BOS, after what it holds.
+    std::vector<int32_t> prompt;
+    if (!o.prompt.empty()) prompt = tok->encode(o.prompt, !o.no_bos && !saved, true);
+    require(saved || !prompt.empty(), "the prompt is empty (and the model adds no BOS token)");
+    require(!saved || !prompt.empty() || static_cast<int64_t>(logits.size()) == c.n_vocab, "--load-cache ", o.load_cache,
+            " ended its generation (end of text or a full context); give a new prompt with -p to continue it");
+    const int64_t held = session.n_tokens();
+    require(held + static_cast<int64_t>(prompt.size()) <= n_ctx, "the prompt has ", prompt.size(), " tokens",
+            held ? " after the " + std::to_string(held) + " the saved sequence holds" : std::string(),
+            ", longer than the context of ", n_ctx, " (-c)");
+    const int64_t n_gen = std::min<int64_t>(o.n_predict, n_ctx - held - static_cast<int64_t>(prompt.size()));
+    if (!o.quiet) std::fprintf(stderr, "model: %s\n", c.summary().c_str());
+    if (saved && !o.quiet)
+        std::fprintf(stderr, "continuing %s: %ld tokens, policy %s\n", o.load_cache.c_str(), static_cast<long>(held),
+                     saved->policy_spec.c_str());
 
+    std::vector<int32_t> out;
     Utf8Stream text;  // byte tokens may split characters
     if (!o.ids) {
         std::fputs(o.prompt.c_str(), stdout);
         std::fflush(stdout);
     }
-    Session session(model, *tok, *cache);
     const double t0 = now_s();
-    o.cache.prefill(session, prompt, logits);
+    if (!prompt.empty()) o.cache.prefill(session, prompt, logits);
     const double t1 = now_s();
+    bool ended = false;
     for (int64_t i = 0; i < n_gen; ++i) {
         const int32_t next = sampler.sample(logits.data(), c.n_vocab);
         out.push_back(next);
-        if (tok->is_eog(next)) break;
+        if (tok->is_eog(next)) {
+            ended = true;
+            break;
+        }
         if (!o.ids) {
             std::fputs(text.push(tok->token_to_piece(next)).c_str(), stdout);
             std::fflush(stdout);
         }
-        if (i + 1 < n_gen) session.decode(next, logits);
+        // The last token is run too when the sequence is saved, so that a continuation samples right away.
+        if (i + 1 < n_gen || !o.save_cache.empty()) {
+            if (session.n_tokens() >= n_ctx) {
+                ended = true;
+                break;
+            }
+            session.decode(next, logits);
+        }
+    }
+    if (!o.save_cache.empty()) {
+        if (ended || (out.empty() && prompt.empty())) logits.clear();  // nothing to continue from without new text
+        save_sequence(o.save_cache, model, session, generation_extra(logits, sampler));
     }
     const double t2 = now_s();
     if (o.ids) {
@@ -149,6 +202,9 @@ void run(GenerateOpts o) {
     std::fflush(stdout);
     if (!o.quiet) {
         print_timings(static_cast<int64_t>(prompt.size()), out.size(), t1 - t0, t2 - t1);
+        if (!o.save_cache.empty())
+            std::fprintf(stderr, "saved the sequence (%ld tokens) to %s\n", static_cast<long>(session.n_tokens()),
+                         o.save_cache.c_str());
         std::fputs(cache->stats().table().c_str(), stderr);
     }
     o.cache.write_stats(cache->stats());
@@ -176,6 +232,13 @@ void add_generate(CLI::App& app) {
     cmd->add_option("--system", o->system, "with --chat: a system message before the user's");
     cmd->add_option("--chat-template", o->chat_template,
                     "with --chat: chat format instead of the model's template: " + chat_template_names());
+    cmd->add_option("--save-cache", o->save_cache,
+                     "after generating, save the sequence (its compressed KV cache, history, policy state and the "
+                     "next token's logits) to this file");
+    cmd->add_option("--load-cache", o->load_cache,
+                    "continue a sequence saved with --save-cache (same model and policy): -p adds text after it, "
+                    "without -p generation goes on where it stopped")
+        ->check(CLI::ExistingFile);
     o->cache.add_to(cmd);
     cmd->callback([o, cmd] {
         o->has_system = cmd->count("--system") > 0;

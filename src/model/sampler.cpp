@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <sstream>
 
 #include "util/error.h"
 
@@ -21,6 +22,20 @@ int32_t argmax(const float* logits, int n) {
 }
 
 Sampler::Sampler(const SamplerParams& p) : p_(p), rng_(p.seed) { p_.validate(); }
+
+std::string Sampler::state() const {
+    std::ostringstream o;
+    o << rng_;
+    return o.str();
+}
+
+void Sampler::set_state(const std::string& s) {
+    std::istringstream in(s);
+    std::mt19937_64 r;
+    in >> r;
+    require(static_cast<bool>(in), "the saved sampler state is not a generator state");
+    rng_ = r;
+}
 
 int32_t Sampler::sample(const float* logits, int n_vocab) {
     if (p_.temp <= 0) return argmax(logits, n_vocab);

@@ -2,6 +2,7 @@
 // Choosing the next token from logits: greedy or temperature sampling with top-k, top-p and min-p.
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace kvsieve {
@@ -25,6 +26,10 @@ class Sampler {
 public:
     explicit Sampler(const SamplerParams& p);
     int32_t sample(const float* logits, int n_vocab);
+    /// The random generator's state as text (std::mt19937_64's stream form), to continue a saved sequence with
+    /// the same draws; set_state throws Error for text that is not such a state.
+    std::string state() const;
+    void set_state(const std::string& s);
 
 private:
     SamplerParams p_;

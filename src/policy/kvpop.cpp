@@ -45,6 +45,30 @@ public:
         for (const auto& p : pending) b += p.size() * (sizeof(int32_t) + sizeof(float) + 2 * sizeof(void*));
         return b;
     }
+    void save(BinaryWriter& w) const override {
+        w.pod<uint64_t>(mem.size());
+        for (size_t h = 0; h < mem.size(); ++h) {
+            w.vec(mem[h].C);
+            w.vec(mem[h].n);
+            w.pod(mem[h].m);
+            w.vec(ring[h]);
+            save_position_scores(w, pending[h]);
+        }
+    }
+    void load(BinaryReader& r) override {
+        if (r.pod<uint64_t>() != mem.size()) fail(r.what(), " does not hold a KVpop state of this model");
+        for (size_t h = 0; h < mem.size(); ++h) {
+            auto C = r.vec<float>(mem[h].C.size()), n = r.vec<float>(mem[h].n.size());
+            if (C.size() != mem[h].C.size() || n.size() != mem[h].n.size()) fail(r.what(), " holds a KVpop state of another shape");
+            mem[h].C = std::move(C);
+            mem[h].n = std::move(n);
+            mem[h].m = r.pod<float>();
+            auto q = r.vec<float>(ring[h].size());
+            if (q.size() != ring[h].size()) fail(r.what(), " holds a KVpop state of another window");
+            ring[h] = std::move(q);
+            load_position_scores(r, pending[h]);
+        }
+    }
 };
 
 class KvpopScorer : public Scorer {

@@ -1,5 +1,7 @@
 #include "policy/scorer.h"
 
+#include <algorithm>
+
 #include <cmath>
 
 namespace kvsieve {
@@ -8,6 +10,25 @@ void Scorer::score_decode(const DecodeScoreInput& in, float* scores) const { sco
 
 void Scorer::score_decode_layer(const std::vector<DecodeScoreInput>& heads, const std::vector<float*>& scores) const {
     for (size_t h = 0; h < heads.size(); ++h) score_decode(heads[h], scores[h]);
+}
+
+void save_position_scores(BinaryWriter& w, const std::unordered_map<int32_t, float>& m) {
+    std::vector<std::pair<int32_t, float>> v(m.begin(), m.end());
+    std::sort(v.begin(), v.end());
+    w.pod<uint64_t>(v.size());
+    for (const auto& [p, x] : v) {
+        w.pod(p);
+        w.pod(x);
+    }
+}
+
+void load_position_scores(BinaryReader& r, std::unordered_map<int32_t, float>& m) {
+    m.clear();
+    const uint64_t n = r.count(1u << 26);
+    for (uint64_t i = 0; i < n; ++i) {
+        const int32_t p = r.pod<int32_t>();
+        m[p] = r.pod<float>();
+    }
 }
 
 }  // namespace kvsieve

@@ -4,7 +4,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
+
+#include "util/binary_io.h"
 
 #include "io/model_config.h"
 #include "kernels/rope_angles.h"
@@ -18,6 +21,10 @@ enum class AttnStat {
     kMassLast,  ///< per key: the softmax weight of the step's last query, per query head of the group
 };
 
+/// A map of position → score as a saved record (sorted by position), and back.
+void save_position_scores(BinaryWriter& w, const std::unordered_map<int32_t, float>& m);
+void load_position_scores(BinaryReader& r, std::unordered_map<int32_t, float>& m);
+
 /// A scorer's memory for one sequence (e.g. a recurrent state per layer and KV head). Scorer::new_state makes
 /// one for each cache; the cache owns it and hands it to every event of that sequence, so one Scorer (shared,
 /// const) serves any number of sequences.
@@ -26,6 +33,10 @@ public:
     virtual ~ScorerState() = default;
     /// Bytes this state holds (reported beside the cache's pages: a recurrent scorer's memory costs as entries do).
     virtual uint64_t bytes() const { return 0; }
+    /// Appends the state to w (a saved cache), and reads it back into a state made by the same scorer for the
+    /// same model. Throws Error for a record that does not fit.
+    virtual void save(BinaryWriter& w) const {}
+    virtual void load(BinaryReader& r) {}
 };
 
 /// One KV head's view after a prefill chunk: every entry it can see (cached entries first, then the chunk's

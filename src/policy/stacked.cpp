@@ -25,6 +25,18 @@ public:
         for (const auto& p : pending) b += p.size() * (sizeof(int32_t) + sizeof(float) + 2 * sizeof(void*));
         return b;
     }
+    void save(BinaryWriter& w) const override {
+        if (admit) admit->save(w);
+        if (evict) evict->save(w);
+        w.pod<uint64_t>(pending.size());
+        for (const auto& p : pending) save_position_scores(w, p);
+    }
+    void load(BinaryReader& r) override {
+        if (admit) admit->load(r);
+        if (evict) evict->load(r);
+        if (r.pod<uint64_t>() != pending.size()) fail(r.what(), " does not hold a stacked state of this model");
+        for (auto& p : pending) load_position_scores(r, p);
+    }
 };
 
 class StackedScorer : public Scorer {

@@ -62,6 +62,13 @@ void Session::abort_step() {
     cache_.set_phase(KVCache::Phase::kDecode);
 }
 
+void Session::restore_tokens(const std::vector<int32_t>& tokens) {
+    require(cache_.n_tokens() == static_cast<int64_t>(tokens.size()), "a history of ", tokens.size(),
+            " tokens does not match a cache of ", cache_.n_tokens(), " positions");
+    tokens_ = tokens;
+    cache_.set_phase(KVCache::Phase::kDecode);
+}
+
 void Session::reset() {
     cache_.clear();
     tokens_.clear();

@@ -29,6 +29,9 @@ public:
     void decode(int32_t token, std::vector<float>& logits);
     /// Empties the cache and the history.
     void reset();
+    /// Sets the history after the cache has been loaded from a saved sequence (session/cache_file.h). Throws
+    /// Error unless the cache holds exactly tokens.size() positions.
+    void restore_tokens(const std::vector<int32_t>& tokens);
 
     /// What a batched step does for this sequence: a chunk of its prompt (the policy compresses after it), the
     /// prompt's last chunk (then the prefill ends: after-prefill step and compression), or one decode token.

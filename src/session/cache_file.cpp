@@ -1,0 +1,106 @@
+#include "session/cache_file.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "cache/kv_cache.h"
+#include "model/llama_model.h"
+#include "util/binary_io.h"
+
+namespace kvsieve {
+
+namespace {
+const char kMagic[12] = "KVSIEVE-SEQ";  // 11 characters and the terminating zero
+constexpr uint32_t kVersion = 1;
+}  // namespace
+
+uint64_t model_fingerprint(const LlamaModel& m) {
+    const std::string summary = m.config().summary();
+    uint64_t h = fnv1a64(summary.data(), summary.size());
+    for (const GGUFTensorInfo& t : m.file().tensors()) {
+        h = fnv1a64(t.name.data(), t.name.size(), h);
+        h = fnv1a64(&t.type, sizeof t.type, h);
+        h = fnv1a64(t.ne, sizeof t.ne, h);
+    }
+    const WeightMatrix& e = m.weights().tok_embd;
+    h = fnv1a64(e.data, std::min<size_t>(e.nbytes(), 65536), h);
+    return h;
+}
+
+void save_sequence(const std::string& path, const LlamaModel& m, const Session& s, const std::string& extra) {
+    BinaryWriter w;
+    w.bytes(kMagic, sizeof kMagic);
+    w.pod(kVersion);
+    w.pod(model_fingerprint(m));
+    w.str(m.config().summary());
+    w.str(s.cache().policy().spec);
+    w.pod<int64_t>(s.n_ctx());
+    w.vec(s.tokens());
+    w.str(extra);
+    BinaryWriter cache;
+    s.cache().save(cache);
+    w.str(cache.data());
+    const uint64_t sum = fnv1a64(w.data().data(), w.data().size());
+    w.pod(sum);
+    const std::string tmp = path + ".tmp";
+    {
+        std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+        if (!f) fail("cannot write '", tmp, "'");
+        f.write(w.data().data(), static_cast<std::streamsize>(w.data().size()));
+        f.flush();
+        if (!f) {
+            std::remove(tmp.c_str());
+            fail("write error on '", tmp, "' (disk full?)");
+        }
+    }
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+        std::remove(tmp.c_str());
+        fail("cannot rename '", tmp, "' to '", path, "'");
+    }
+}
+
+SavedSequence read_sequence(const std::string& path, const LlamaModel& m) {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) fail("cannot read the cache file '", path, "'");
+    std::ostringstream ss;
+    ss << f.rdbuf();
+    const std::string data = ss.str();
+    const std::string what = "cache file '" + path + "'";
+    require(data.size() >= sizeof kMagic && data.compare(0, sizeof kMagic, std::string(kMagic, sizeof kMagic)) == 0,
+            "'", path, "' is not a kvsieve cache file (no KVSIEVE-SEQ header)");
+    require(data.size() >= sizeof kMagic + sizeof(uint32_t) + sizeof(uint64_t), what, " is truncated");
+    BinaryReader r(data.data(), data.size() - sizeof(uint64_t), what);
+    char magic[sizeof kMagic];
+    r.bytes(magic, sizeof magic);
+    const uint32_t version = r.pod<uint32_t>();
+    require(version == kVersion, what, " has format version ", version, "; this build reads version ", kVersion);
+    uint64_t sum = 0;
+    std::memcpy(&sum, data.data() + data.size() - sizeof sum, sizeof sum);
+    require(fnv1a64(data.data(), data.size() - sizeof sum) == sum, what,
+            " is corrupted or truncated (its checksum does not match)");
+    const uint64_t fp = r.pod<uint64_t>();
+    const std::string summary = r.str(4096);
+    require(fp == model_fingerprint(m), what, " was saved with another model (", summary, "); this is ",
+            m.config().summary(), (summary == m.config().summary() ? " with other weights" : ""));
+    SavedSequence s;
+    s.policy_spec = r.str(1 << 16);
+    s.n_ctx = r.pod<int64_t>();
+    s.tokens = r.vec<int32_t>(1u << 24);
+    s.extra = r.str(1u << 30);
+    s.cache_record = r.str(1ull << 40);
+    require(r.left() == 0, what, " is corrupted (", r.left(), " bytes after the cache record)");
+    return s;
+}
+
+void restore_sequence(Session& s, const SavedSequence& saved) {
+    BinaryReader r(saved.cache_record.data(), saved.cache_record.size(), "the saved cache record");
+    s.cache().load(r);
+    require(s.cache().n_tokens() == static_cast<int64_t>(saved.tokens.size()), "the saved cache holds ",
+            s.cache().n_tokens(), " positions but its history ", saved.tokens.size(), " tokens");
+    s.restore_tokens(saved.tokens);
+}
+
+}  // namespace kvsieve

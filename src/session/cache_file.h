@@ -1,0 +1,40 @@
+#pragma once
+// A sequence saved to a file and restored: its compressed KV cache (only the kept entries), token history, the
+// policy's state and the model's identity, with a checksum.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "session/session.h"
+
+namespace kvsieve {
+
+/// What a cache file holds besides the cache record.
+struct SavedSequence {
+    std::string policy_spec;       ///< the policy the cache ran (the restoring cache must run it too)
+    int64_t n_ctx = 0;             ///< the context the sequence was given
+    std::vector<int32_t> tokens;   ///< every token given to the cache, in order
+    std::string extra;             ///< the caller's bytes (e.g. the next token's logits and the sampler's state)
+    std::string cache_record;      ///< KVCache::save's record
+};
+
+/// A 64-bit identity of a model: FNV-1a over its hyperparameters, every tensor's name, type and shape, and the
+/// first 64 KiB of the token embedding's bytes (two files of the same shape with other weights differ).
+uint64_t model_fingerprint(const LlamaModel& m);
+
+/// Writes the session's sequence to `path` (through a temporary file renamed into place, so an existing file is
+/// never half-overwritten): magic "KVSIEVE-SEQ", format version, model fingerprint and summary, policy spec,
+/// context, tokens, `extra`, the cache record, and an FNV-1a 64 checksum of everything before it. Throws Error
+/// if the file cannot be written.
+void save_sequence(const std::string& path, const LlamaModel& m, const Session& s, const std::string& extra);
+
+/// Reads a file written by save_sequence for model m. Throws Error, naming the file, when it cannot be read, is
+/// not a kvsieve sequence file, has another format version, is truncated or corrupted (checksum), or was saved
+/// with another model.
+SavedSequence read_sequence(const std::string& path, const LlamaModel& m);
+
+/// Loads the saved cache record into `s`'s cache (built with the saved policy and at least the saved context)
+/// and its token history into `s`. Throws Error as KVCache::load.
+void restore_sequence(Session& s, const SavedSequence& saved);
+
+}  // namespace kvsieve
