@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 
@@ -12,14 +13,24 @@ namespace kvsieve {
 
 namespace {
 // One 64-byte load per cache line, two independent chains: the loads, not the adds, set the pace.
-__attribute__((target("avx512f"))) uint64_t sum_avx512(const uint64_t* p, size_t n) {
+__attribute__((target("avx512f"))) uint64_t sum_avx512_range(const uint64_t* p, size_t begin, size_t end) {
     uint64_t total = 0;
-#pragma omp parallel for schedule(static) reduction(+ : total)
-    for (size_t i = 0; i < n; i += 16) {
+    for (size_t i = begin; i < end; i += 16) {
         const __m512i a = _mm512_load_si512(p + i);
         const __m512i b = _mm512_load_si512(p + i + 8);
         total += static_cast<uint64_t>(_mm512_reduce_add_epi64(_mm512_add_epi64(a, b)));
     }
+    return total;
+}
+
+// The threads take blocks of 64 KiB (the AVX-512 code stays in a function of its own: an OpenMP region's body is
+// compiled without the enclosing function's target attribute by some compilers).
+uint64_t sum_avx512(const uint64_t* p, size_t n) {
+    constexpr size_t kBlock = 8192;  // uint64 values, a multiple of 16
+    const size_t blocks = (n + kBlock - 1) / kBlock;
+    uint64_t total = 0;
+#pragma omp parallel for schedule(static) reduction(+ : total)
+    for (size_t b = 0; b < blocks; ++b) total += sum_avx512_range(p, b * kBlock, std::min(n, (b + 1) * kBlock));
     return total;
 }
 

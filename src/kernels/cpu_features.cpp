@@ -1,5 +1,7 @@
 #include "kernels/cpu_features.h"
 
+#include <cpuid.h>
+
 #include <cstdlib>
 #include <string>
 
@@ -14,7 +16,9 @@ const CpuFeatures& cpu_features() {
         __builtin_cpu_init();
         c.avx2 = __builtin_cpu_supports("avx2");
         c.fma = __builtin_cpu_supports("fma");
-        c.f16c = __builtin_cpu_supports("f16c");
+        // F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does not know "f16c".
+        unsigned a = 0, b = 0, cx = 0, d = 0;
+        c.f16c = __get_cpuid(1, &a, &b, &cx, &d) && (cx & bit_F16C) != 0;
         c.avx512f = __builtin_cpu_supports("avx512f");
         c.avx512bw = __builtin_cpu_supports("avx512bw");
         c.avx512vl = __builtin_cpu_supports("avx512vl");

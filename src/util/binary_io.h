@@ -22,7 +22,9 @@ public:
         static_assert(std::is_trivially_copyable_v<T>);
         bytes(&x, sizeof x);
     }
-    void bytes(const void* p, size_t n) { buf_.append(static_cast<const char*>(p), n); }
+    void bytes(const void* p, size_t n) {
+        if (n > 0) buf_.append(static_cast<const char*>(p), n);
+    }
     void str(const std::string& s) {
         pod<uint64_t>(s.size());
         bytes(s.data(), s.size());
@@ -53,26 +55,29 @@ public:
     }
     void bytes(void* dst, size_t n) {
         if (static_cast<size_t>(end_ - p_) < n) fail(what_, " is truncated");
+        if (n == 0) return;  // an empty vector's data() may be null
         std::memcpy(dst, p_, n);
         p_ += n;
     }
     std::string str(size_t max = 1 << 20) {
-        const uint64_t n = count(max);
+        const uint64_t n = count(max, 1);
         std::string s(n, '\0');
         bytes(s.data(), n);
         return s;
     }
     template <class T>
     std::vector<T> vec(size_t max) {
-        const uint64_t n = count(max);
+        const uint64_t n = count(max, sizeof(T));
         std::vector<T> v(n);
         bytes(v.data(), n * sizeof(T));
         return v;
     }
-    /// A length field, at most max.
-    uint64_t count(size_t max) {
+    /// A length field, at most max; with elem_bytes > 0 also at most what is left to read (so that a corrupted
+    /// length is an error, not a huge allocation).
+    uint64_t count(size_t max, size_t elem_bytes = 0) {
         const uint64_t n = pod<uint64_t>();
         if (n > max) fail(what_, " is corrupted (a length of ", n, " where at most ", max, " fits)");
+        if (elem_bytes > 0 && n > left() / elem_bytes) fail(what_, " is truncated");
         return n;
     }
     size_t left() const { return static_cast<size_t>(end_ - p_); }

@@ -1,0 +1,33 @@
+// The server's request bodies: any bytes parsed as JSON and read as a completion and a chat completion request
+// give a request or one ApiError (a 4xx), never a crash.
+#include <nlohmann/json.hpp>
+
+#include "fuzz_input.h"
+#include "io/gguf.h"
+#include "serve/openai_api.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+    static const kvsieve::GGUFFile file(kvsieve::fuzz::source_path("tests/data/models/tiny-qwen3-f32.gguf"));
+    static const auto tok = kvsieve::Tokenizer::from_gguf(file);
+    static const kvsieve::ChatTemplate tmpl = kvsieve::chat_template_by_name("chatml");
+    kvsieve::ApiContext ctx;
+    ctx.tok = tok.get();
+    ctx.chat_template = &tmpl;
+    ctx.model_id = "fuzz";
+    ctx.n_ctx = 256;
+    const nlohmann::json body = nlohmann::json::parse(data, data + size, nullptr, false);
+    if (body.is_discarded()) return 0;  // the server answers 400 before parse_api_request
+    for (bool chat : {false, true}) {
+        try {
+            const kvsieve::ApiRequest r = kvsieve::parse_api_request(body, chat, ctx);
+            kvsieve::GenerationEvent done;
+            done.kind = kvsieve::GenerationEvent::Kind::kDone;
+            kvsieve::completion_body(r, "id", 0, "m", "text", done).dump();
+        } catch (const kvsieve::ApiError& e) {
+            if (e.status() < 400 || e.status() > 499) __builtin_trap();
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Writes the hand-made seed inputs of each fuzz target into fuzz/corpus/<target>/seed-* (scripts/fuzz.sh adds the
+# inputs the fuzzer finds that reach new code). Needs build/bin/kvsieve for the saved-sequence seeds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+C=fuzz/corpus
+mkdir -p $C/{gguf,safetensors,tokenizer,policy_spec,chat_template,api_request,cache_file}
+# GGUF: the first 64 KiB of two bundled models (header, metadata with the vocabulary, tensor infos).
+head -c 65536 models/stories260K.gguf > $C/gguf/seed-stories260K-head.gguf
+head -c 65536 tests/data/models/tiny-qwen3-q4_k_m.gguf > $C/gguf/seed-tiny-qwen3-head.gguf
+# safetensors: two small KVzap checkpoints.
+cp models/kvzap/stories260K-linear/model.safetensors $C/safetensors/seed-kvzap-stories260K.safetensors
+cp tests/data/kvzap/tiny-qwen3-linear/model.safetensors $C/safetensors/seed-kvzap-tiny-qwen3.safetensors
+printf 'Once upon a time, there was a little girl named Lily.' > $C/tokenizer/seed-story.txt
+printf '<|im_start|>user\nHéllo wörld! 12345 日本語 \xf0\x9f\x98\x80<|im_end|>\n' > $C/tokenizer/seed-chatml.txt
+printf '  tabs\tand\n\nnewlines   and  spaces  ' > $C/tokenizer/seed-spaces.txt
+i=0
+for s in "full" "snapkv:ratio=0.5" "streaming_llm:window=256,sinks=4" "h2o:budget=512" "tova:budget=64,rule=layer" \
+         "pyramidkv:ratio=0.7" "knorm:ratio=0.3+quest:budget=512" "quest:budget=256" "expected_attention:ratio=0.5" \
+         "random:ratio=0.25" "snapkv:budget=100,sinks=4,window=32"; do
+  printf '%s' "$s" > $C/policy_spec/seed-$i.txt
+  i=$((i + 1))
+done
+printf '%s' "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if not messages[0]['role'] == 'system' %}{{ '<|im_start|>system\\nYou are a helpful AI assistant named SmolLM<|im_end|>\\n' }}{% endif %}" > $C/chat_template/seed-chatml.jinja
+printf '%s' "{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>{{ m['content'] | trim }}<|eot_id|>{% endfor %}" > $C/chat_template/seed-llama3.jinja
+printf '%s' "{{ bos_token }}{% for m in messages %}<start_of_turn>{{ m['role'] }}{{ m['content'] }}<end_of_turn>{% endfor %}" > $C/chat_template/seed-gemma.jinja
+printf '%s' "{% if messages[0]['role'] == 'system' %}<<SYS>>{{ system }}<</SYS>>{% endif %}[INST] {{ content }} [/INST]" > $C/chat_template/seed-llama2.jinja
+printf '%s' "{{ bos_token }}{% for m in messages %}[INST] {{ m['content'] }} [/INST]{% endfor %}" > $C/chat_template/seed-mistral.jinja
+printf 'sys\x01user says hi\x01assistant answers\x01user again' > $C/chat_template/seed-conversation.txt
+printf '%s' '{"prompt":"Once upon a time","max_tokens":8,"temperature":0,"stop":["."],"stream":true,"stream_options":{"include_usage":true},"kv_policy":"snapkv:ratio=0.5"}' > $C/api_request/seed-completion.json
+printf '%s' '{"model":"m","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":[{"type":"text","text":"Hi"}]}],"max_completion_tokens":5,"seed":3,"top_p":0.9,"n":1,"logprobs":false}' > $C/api_request/seed-chat.json
+printf '%s' '{"prompt":[1,2,3],"echo":false,"best_of":1,"presence_penalty":0,"logit_bias":{},"user":"u","top_k":40,"min_p":0.05}' > $C/api_request/seed-ids.json
+# Saved sequences of stories260K under three policies, without their 8-byte checksum (the target appends it).
+tmp=$(mktemp)
+for p in full "h2o:budget=24" "streaming_llm:window=8,sinks=2"; do
+  build/bin/kvsieve generate -m models/stories260K.gguf -p "Once upon a time" -n 12 --temp 0 -q --ids --policy "$p" \
+    --save-cache "$tmp" >/dev/null
+  head -c -8 "$tmp" > "$C/cache_file/seed-$(printf '%s' "$p" | tr -c 'a-z0-9' '_').kvseq"
+done
+rm -f "$tmp"

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (fuzz/, clang with AddressSanitizer and UndefinedBehaviorSanitizer) into
+# build-fuzz/ and runs each one on its corpus in fuzz/corpus/<target>/ (seeds from fuzz/seeds.sh; inputs that
+# reach new code are merged in afterwards). Usage: bash scripts/fuzz.sh [RUNS] [TARGET...]   RUNS: executions per target (default 1000000).
+# A finding stops the run with the crashing input written to build-fuzz/findings/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS=${1:-1000000}
+shift || true
+TARGETS=("$@")
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(gguf safetensors tokenizer policy_spec chat_template api_request cache_file)
+CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVSIEVE_FUZZ=ON \
+  -DKVSIEVE_BUILD_TESTS=OFF -DKVSIEVE_BUILD_BENCH=OFF -DKVSIEVE_BUILD_TRAIN=OFF >/dev/null
+cmake --build build-fuzz -j "$(nproc)" --target $(printf 'fuzz_%s ' "${TARGETS[@]}") >/dev/null
+mkdir -p build-fuzz/findings
+[ -d fuzz/corpus/gguf ] || bash fuzz/seeds.sh
+for t in "${TARGETS[@]}"; do
+  work=build-fuzz/corpus/$t
+  mkdir -p "$work"
+  echo "== fuzz_$t: $RUNS runs" >&2
+  # New inputs go to the work folder; then only those that reach new code are merged into fuzz/corpus/<target>.
+  ASAN_OPTIONS=detect_leaks=0 OMP_NUM_THREADS=1 "build-fuzz/fuzz/fuzz_$t" "$work" "fuzz/corpus/$t" -runs="$RUNS" \
+    -max_len=65536 -rss_limit_mb=4096 -artifact_prefix=build-fuzz/findings/ -print_final_stats=1 \
+    >"build-fuzz/fuzz_$t.log" 2>&1 || { tail -40 "build-fuzz/fuzz_$t.log" >&2; echo "fuzz_$t: FINDING (see build-fuzz/findings/)" >&2; exit 1; }
+  grep -E "^stat::(number_of_executed_units|peak_rss_mb)|^Done" "build-fuzz/fuzz_$t.log" >&2
+  ASAN_OPTIONS=detect_leaks=0 OMP_NUM_THREADS=1 "build-fuzz/fuzz/fuzz_$t" -merge=1 "fuzz/corpus/$t" "$work" \
+    >>"build-fuzz/fuzz_$t.log" 2>&1
+done
