@@ -9,6 +9,7 @@ RUNS=${1:-1000000}
 shift || true
 TARGETS=("$@")
 [ ${#TARGETS[@]} -gt 0 ] || TARGETS=(gguf safetensors tokenizer policy_spec chat_template api_request cache_file)
+bash scripts/install-deps.sh clang libclang-rt-14-dev libomp-dev
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVSIEVE_FUZZ=ON \
   -DKVSIEVE_BUILD_TESTS=OFF -DKVSIEVE_BUILD_BENCH=OFF -DKVSIEVE_BUILD_TRAIN=OFF >/dev/null
 cmake --build build-fuzz -j "$(nproc)" --target $(printf 'fuzz_%s ' "${TARGETS[@]}") >/dev/null

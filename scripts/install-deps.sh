@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Installs kvsieve's build dependencies from Debian 12 packages (needs root or sudo).
+# Installs kvsieve's build dependencies from Debian 12 packages (needs root or sudo); extra package names given as
+# arguments are installed too (scripts/fuzz.sh asks for clang and its fuzzer runtime).
 set -euo pipefail
 PKGS=(build-essential cmake pkg-config libopenblas-openmp-dev libpcre2-dev nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
-      libgtest-dev libbenchmark-dev libtorch-dev libjemalloc-dev python3 python3-pip python3-venv)
+      libgtest-dev libbenchmark-dev libtorch-dev libjemalloc-dev python3 python3-pip python3-venv "$@")
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
 #include <thread>
 
 #include "cache/kv_cache.h"
@@ -218,6 +219,29 @@ TEST(Scheduler, BadRequestsAndAFullQueueAreOneErrorEach) {
     EXPECT_THROW(SchedulerOptions bad = options(0); Scheduler(model(), tokenizer(), pool, bad), Error);
 }
 
+TEST(Scheduler, SavedSequenceContinuesAsIfNeverSaved) {
+    // 10 greedy tokens saved at the end, then 15 more from the file with no new text == 25 in one request; then
+    // new text after a saved sequence equals the same text appended in one prompt.
+    auto pool = std::make_shared<KVPool>(model().config().head_dim, KVType::kF16);
+    Scheduler sched(model(), tokenizer(), pool, options(2));
+    test::TempFile file(".kvseq");
+    for (const std::string policy : {"full", "h2o:budget=16"}) {
+        SCOPED_TRACE(policy);
+        GenerationRequest a = greedy("Once upon a time, there was a little girl named Lily.", 10, policy);
+        a.save_path = file.path();
+        const Result ra = collect(*sched.submit(a));
+        ASSERT_EQ(ra.last.kind, GenerationEvent::Kind::kDone) << ra.last.error;
+        EXPECT_GT(ra.last.usage.saved_bytes, 0u);
+        GenerationRequest b = greedy("", 15, policy);
+        b.prompt.clear();
+        b.restore = std::make_shared<const SavedSequence>(read_sequence(file.path(), model()));
+        const Result rb = collect(*sched.submit(b));
+        ASSERT_EQ(rb.last.kind, GenerationEvent::Kind::kDone) << rb.last.error;
+        EXPECT_EQ(ra.text + rb.text, alone(greedy("Once upon a time, there was a little girl named Lily.", 25, policy), 256));
+    }
+    EXPECT_EQ(sched.snapshot().pool_pages_in_use, 0);
+}
+
 TEST(StopMatcher, HoldsBackWhatMayStartAStopStringAndCutsBeforeIt) {
     StopMatcher m({"END", "\n\n"});
     EXPECT_EQ(m.push("abc E"), "abc ");
@@ -324,6 +348,32 @@ TEST(OpenAIApi, RefusesWhatItCannotDoWithOneClearError) {
                      true, "only parts");
     expect_api_error(json{{"messages", json::array({{{"role", "user"}, {"content", "x"}}})}, {"tools", json::array()}},
                      true, "unknown field 'tools'");
+    // Saved sequences need --cache-dir and a plain name; a missing one is 404; chat cannot restore.
+    expect_api_error(json{{"prompt", "x"}, {"cache_save", "a"}}, false, "--cache-dir");
+    expect_api_error(json{{"messages", json::array({{{"role", "user"}, {"content", "x"}}})}, {"cache_restore", "a"}}, true,
+                     "unknown field 'cache_restore'");
+    {
+        const ChatTemplate chatml = chat_template_by_name("chatml");
+        ApiContext c = context(&chatml);
+        c.cache_dir = std::filesystem::temp_directory_path().string();
+        c.model = &model();
+        for (const char* name : {"../etc/passwd", ".hidden", "a/b", ""}) {
+            try {
+                parse_api_request(json{{"prompt", "x"}, {"cache_save", name}}, false, c);
+                ADD_FAILURE() << "accepted the name " << name;
+            } catch (const ApiError& e) {
+                EXPECT_EQ(e.status(), 400);
+            }
+        }
+        try {
+            parse_api_request(json{{"prompt", "x"}, {"cache_restore", "no-such-sequence-here"}}, false, c);
+            ADD_FAILURE();
+        } catch (const ApiError& e) {
+            EXPECT_EQ(e.status(), 404);
+        }
+        const ApiRequest r = parse_api_request(json{{"prompt", "x"}, {"cache_save", "conv-1.a"}}, false, c);
+        EXPECT_EQ(r.gen.save_path, c.cache_dir + "/conv-1.a.kvseq");
+    }
     // No chat template: chat requests are refused.
     try {
         parse_api_request(json{{"messages", json::array({{{"role", "user"}, {"content", "x"}}})}}, true, context(nullptr));

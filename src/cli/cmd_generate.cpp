@@ -14,7 +14,6 @@
 #include "model/llama_model.h"
 #include "model/sampler.h"
 #include "session/cache_file.h"
-#include "util/binary_io.h"
 #include "text/tokenizer.h"
 #include "text/utf8_stream.h"
 #include "util/error.h"
@@ -98,14 +97,6 @@ std::string read_prompt_file(const std::string& path, const std::string& prompt)
     return prompt.empty() ? text : text + "\n\n" + prompt;
 }
 
-/// What a saved sequence carries for `generate` beyond the cache: the next token's logits and the sampler's state.
-std::string generation_extra(const std::vector<float>& logits, const Sampler& sampler) {
-    BinaryWriter w;
-    w.vec(logits);
-    w.str(sampler.state());
-    return w.data();
-}
-
 void run(GenerateOpts o) {
     require(!o.prompt.empty() || !o.file.empty() || !o.load_cache.empty(),
             "give a prompt with -p, a document with -f, or both (or --load-cache to continue a saved sequence)");
@@ -139,9 +130,9 @@ void run(GenerateOpts o) {
     std::vector<float> logits;
     if (saved) {
         restore_sequence(session, *saved);
-        BinaryReader r(saved->extra.data(), saved->extra.size(), "the cache file's generation state");
-        logits = r.vec<float>(static_cast<size_t>(c.n_vocab));
-        sampler.set_state(r.str());
+        GenerationState g = decode_generation_state(saved->extra, c.n_vocab);
+        logits = std::move(g.logits);
+        sampler.set_state(g.sampler_state);
     }
     // A continued sequence takes the new text without BOS, after what it holds.
     std::vector<int32_t> prompt;
@@ -191,7 +182,7 @@ void run(GenerateOpts o) {
     }
     if (!o.save_cache.empty()) {
         if (ended || (out.empty() && prompt.empty())) logits.clear();  // nothing to continue from without new text
-        save_sequence(o.save_cache, model, session, generation_extra(logits, sampler));
+        save_sequence(o.save_cache, model, session, encode_generation_state({logits, sampler.state()}));
     }
     const double t2 = now_s();
     if (o.ids) {

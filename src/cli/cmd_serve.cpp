@@ -20,7 +20,7 @@ namespace kvsieve::cli {
 
 namespace {
 struct ServeOpts {
-    std::string model, alias, policy = "full", kv_type = "f16", chat_template;
+    std::string model, alias, policy = "full", kv_type = "f16", chat_template, cache_dir;
     double kv_budget_mb = 0;
     HttpOptions http;
     SchedulerOptions sched;
@@ -63,6 +63,11 @@ void run(const ServeOpts& o) {
     ctx.model_id = o.alias.empty() ? std::filesystem::path(o.model).stem().string() : o.alias;
     ctx.default_policy = o.policy;
     ctx.n_ctx = so.n_ctx;
+    ctx.model = &model;
+    if (!o.cache_dir.empty()) {
+        std::filesystem::create_directories(o.cache_dir);
+        ctx.cache_dir = o.cache_dir;
+    }
     HttpOptions ho = o.http;
     ho.max_body_bytes = static_cast<size_t>(o.max_body_mb * 1048576.0);
     HttpServer http(sched, ctx, ho);
@@ -112,6 +117,9 @@ void add_serve(CLI::App& app) {
     cmd->add_flag("--queue", o->sched.wait_for_memory,
                   "when the KV pool is full, a request waits for others to finish instead of failing with 503");
     cmd->add_option("--chat-template", o->chat_template, "chat format instead of the model's: " + chat_template_names());
+    cmd->add_option("--cache-dir", o->cache_dir,
+                    "folder of saved sequences: requests may save theirs (\"cache_save\": NAME) and start from one "
+                    "(\"cache_restore\": NAME)");
     cmd->add_option("-t,--threads", o->threads, "compute threads (0: all cores)")->capture_default_str();
     cmd->add_option("--http-threads", o->http.threads, "connection threads (0: 2 × slots + max-queue + 4)")->capture_default_str();
     cmd->add_option("--max-body-mb", o->max_body_mb, "largest request body in MiB (larger: 413)")->capture_default_str();

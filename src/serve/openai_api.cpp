@@ -1,9 +1,13 @@
 #include "serve/openai_api.h"
 
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
 #include <random>
 #include <set>
 
 #include "policy/policy.h"
+#include "session/cache_file.h"
 #include "text/chat_prompt.h"
 
 namespace kvsieve {
@@ -50,6 +54,19 @@ std::string message_text(const json& content, size_t i) {
     bad("messages[" + std::to_string(i) + "].content must be a string or an array of text parts");
 }
 
+/// ctx.cache_dir/NAME.kvseq for a cache_save / cache_restore name.
+std::string cache_path(const json& v, const char* field, const ApiContext& ctx) {
+    if (ctx.cache_dir.empty()) bad(std::string("'") + field + "' needs a server started with --cache-dir DIR");
+    if (!v.is_string()) bad(std::string("'") + field + "' must be a name (1 to 64 of A-Z a-z 0-9 _ . -)");
+    const std::string name = v.get<std::string>();
+    const bool ok = !name.empty() && name.size() <= 64 && name[0] != '.' &&
+                    std::all_of(name.begin(), name.end(), [](char c) {
+                        return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-';
+                    });
+    if (!ok) bad(std::string("'") + field + "' must be a name of 1 to 64 of A-Z a-z 0-9 _ . - not starting with '.', got " + v.dump());
+    return ctx.cache_dir + "/" + name + ".kvseq";
+}
+
 std::vector<ChatMessage> parse_messages(const json& m) {
     if (!m.is_array() || m.empty()) bad("'messages' must be a non-empty array");
     std::vector<ChatMessage> out;
@@ -75,8 +92,8 @@ ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx)
     if (!body.is_object()) bad("the request body must be a JSON object");
     static const std::set<std::string> common = {"model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed",
                                                  "stop", "stream", "stream_options", "n", "user", "presence_penalty",
-                                                 "frequency_penalty", "logit_bias", "logprobs", "kv_policy"};
-    static const std::set<std::string> completion_only = {"prompt", "echo", "suffix", "best_of"};
+                                                 "frequency_penalty", "logit_bias", "logprobs", "kv_policy", "cache_save"};
+    static const std::set<std::string> completion_only = {"prompt", "echo", "suffix", "best_of", "cache_restore"};
     static const std::set<std::string> chat_only = {"messages", "max_completion_tokens", "top_logprobs", "response_format"};
     for (const auto& [k, v] : body.items()) {
         if (common.count(k) || (chat ? chat_only : completion_only).count(k)) continue;
@@ -92,6 +109,19 @@ ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx)
     g.sampling.seed = std::random_device{}();
 
     if (body.contains("model") && !body["model"].is_string()) bad("'model' must be a string");
+    // cache_restore: the saved sequence is where this request starts.
+    if (body.contains("cache_restore") && !body["cache_restore"].is_null()) {
+        const std::string path = cache_path(body["cache_restore"], "cache_restore", ctx);
+        if (!std::filesystem::exists(path))
+            throw ApiError(404, "no saved sequence '" + body["cache_restore"].get<std::string>() + "' in the server's --cache-dir");
+        try {
+            g.restore = std::make_shared<const SavedSequence>(read_sequence(path, *ctx.model));
+            decode_generation_state(g.restore->extra, ctx.model->config().n_vocab);
+        } catch (const Error& e) {
+            bad(std::string("cache_restore: ") + e.what());
+        }
+        g.restore_sampler = !body.contains("seed") || body["seed"].is_null();
+    }
     // The prompt.
     const Tokenizer& tok = *ctx.tok;
     if (chat) {
@@ -112,7 +142,7 @@ ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx)
         else if (p.is_array() && p.size() == 1 && p[0].is_string()) text = &p[0];
         if (text) {
             try {
-                g.prompt = tok.encode(text->get<std::string>(), true, false);
+                g.prompt = tok.encode(text->get<std::string>(), !g.restore, false);
             } catch (const Error& e) {
                 bad(std::string("prompt: ") + e.what());
             }
@@ -127,11 +157,13 @@ ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx)
             bad("'prompt' must be a string, an array of one string, or an array of token ids (batched prompts are not supported)");
         }
     }
-    if (g.prompt.empty()) bad("the prompt is empty");
-    const int64_t n_prompt = static_cast<int64_t>(g.prompt.size());
+    if (g.prompt.empty() && !g.restore) bad("the prompt is empty");
+    const int64_t held = g.restore ? static_cast<int64_t>(g.restore->tokens.size()) : 0;
+    const int64_t n_prompt = held + static_cast<int64_t>(g.prompt.size());
     if (n_prompt >= ctx.n_ctx)
-        bad("the prompt has " + std::to_string(n_prompt) + " tokens; the context holds " + std::to_string(ctx.n_ctx) +
-            " (prompt and answer together; the server's -c)");
+        bad("the prompt has " + std::to_string(n_prompt) + " tokens" +
+            (held ? " with the " + std::to_string(held) + " of the restored sequence" : std::string()) +
+            "; the context holds " + std::to_string(ctx.n_ctx) + " (prompt and answer together; the server's -c)");
 
     g.max_tokens = chat ? ctx.n_ctx - n_prompt : 16;
     const char* max_key = chat && body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
@@ -183,11 +215,15 @@ ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx)
     if (body.contains("response_format")) neutral(body["response_format"], "response_format", {nullptr, json{{"type", "text"}}});
     if (body.contains("user") && !body["user"].is_string() && !body["user"].is_null()) bad("'user' must be a string");
 
-    g.policy_spec = ctx.default_policy;
+    g.policy_spec = g.restore ? g.restore->policy_spec : ctx.default_policy;
     if (body.contains("kv_policy") && !body["kv_policy"].is_null()) {
         if (!body["kv_policy"].is_string()) bad("'kv_policy' must be a string such as \"snapkv:ratio=0.5\"");
-        g.policy_spec = body["kv_policy"].get<std::string>();
+        const std::string spec = body["kv_policy"].get<std::string>();
+        if (g.restore && spec != g.restore->policy_spec)
+            bad("kv_policy: the restored sequence runs '" + g.restore->policy_spec + "'; drop kv_policy or give the same");
+        g.policy_spec = spec;
     }
+    if (body.contains("cache_save") && !body["cache_save"].is_null()) g.save_path = cache_path(body["cache_save"], "cache_save", ctx);
     try {
         g.policy = parse_policy(g.policy_spec);
         check_policy_fits(g.policy, ctx.n_ctx);
@@ -210,7 +246,8 @@ json usage_json(const GenerationUsage& u) {
             {"kv_bytes_full", u.kv_bytes_full},
             {"density", u.density},
             {"compression_ratio", u.compression_ratio},
-            {"time_to_first_token_ms", 1e3 * u.time_to_first_token_s}};
+            {"time_to_first_token_ms", 1e3 * u.time_to_first_token_s},
+            {"cache_saved_bytes", u.saved_bytes}};
 }
 
 json completion_body(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model,

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/llama_model.h"
 #include "serve/request.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
@@ -30,6 +31,8 @@ struct ApiContext {
     std::string model_id;                         ///< the name /v1/models lists and responses carry
     std::string default_policy = "full";          ///< kv_policy when a request names none
     int64_t n_ctx = 4096;                         ///< positions per sequence
+    std::string cache_dir;                        ///< where cache_save / cache_restore files live ("": refused)
+    const LlamaModel* model = nullptr;            ///< for checking a restored file's model (needed with cache_dir)
 };
 
 /// A parsed request: what to generate and how to answer.
@@ -45,8 +48,11 @@ struct ApiRequest {
 /// ids) or messages ([{role: system|developer|user|assistant, content: string or [{type: "text", text}]}]),
 /// max_tokens (max_completion_tokens for chat; default 16 for completions, the rest of the context for chat),
 /// temperature (default 1, 0 greedy), top_p (default 1), seed (default random), stop (string or up to 4
-/// strings), stream, stream_options.include_usage, n (1), and the extensions top_k, min_p and kv_policy (a KV
-/// policy spec for this request's cache). Fields with no effect are accepted at their neutral value only
+/// strings), stream, stream_options.include_usage, n (1), and the extensions top_k, min_p, kv_policy (a KV
+/// policy spec for this request's cache), cache_save (NAME: at the end, save the sequence to
+/// ctx.cache_dir/NAME.kvseq) and, for completions, cache_restore (NAME: start from that saved sequence; the prompt
+/// is then the text after it, without BOS, and may be empty; its policy is the saved one; without a seed the saved
+/// sampler state goes on). NAME: 1–64 of [A-Za-z0-9_.-], not starting with '.'. A missing saved file is 404. Fields with no effect are accepted at their neutral value only
 /// (user; n 1, best_of 1, echo false, suffix null, logprobs null or false, presence_penalty and frequency_penalty
 /// 0, logit_bias empty, response_format text). Throws ApiError 400 naming the field for anything else: an
 /// unknown field, a wrong type or range, a kv_policy that does not parse or does not fit in the context, a prompt

@@ -5,12 +5,14 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "model/sampler.h"
 #include "policy/policy.h"
+#include "session/cache_file.h"
 
 namespace kvsieve {
 
@@ -24,6 +26,12 @@ struct GenerationRequest {
     int32_t end_token = -1;           ///< an extra token that ends generation (a chat template's end of turn), −1: none
     std::string policy_spec = "full"; ///< the spec `policy` was parsed from (reported in metrics)
     Policy policy;                    ///< the KV policy of this sequence's cache
+    /// Start from this saved sequence (session/cache_file.h): `prompt` then holds only the new tokens after it, and
+    /// may be empty when the saved state has the next token's logits.
+    std::shared_ptr<const SavedSequence> restore;
+    bool restore_sampler = false;     ///< continue with the saved sampler state (the request gave no seed)
+    /// At the end, save the sequence to this file (its last sampled token run first, so that it can continue).
+    std::string save_path;
 };
 
 /// Sizes and costs of a finished request (OpenAI `usage` plus the cache's figures).
@@ -34,6 +42,7 @@ struct GenerationUsage {
     double density = 1;            ///< kept fraction beyond the local window (KVStats::density)
     double compression_ratio = 0;  ///< removed fraction of all entries (KVStats::compression_ratio)
     double queue_s = 0, time_to_first_token_s = 0, total_s = 0;  ///< from submission
+    uint64_t saved_bytes = 0;  ///< size of the file written for GenerationRequest::save_path (0: none)
 };
 
 /// One message from the scheduler to whoever waits on a request.

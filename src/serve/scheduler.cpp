@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 
 #include "cache/kv_cache.h"
 #include "serve/stop_strings.h"
+#include "session/cache_file.h"
 #include "session/session.h"
 #include "text/utf8_stream.h"
 
@@ -34,6 +36,8 @@ struct Scheduler::Slot {
     Session::StepKind kind = Session::StepKind::kPrefillChunk;
     std::vector<float> logits;
     double queue_s = 0, first_token_s = 0;
+    int32_t last = -1;      // the last sampled token, not yet run
+    bool last_end = false;  // it ended the answer (end of turn or of text)
     bool done = false;
 };
 
@@ -61,11 +65,13 @@ void Scheduler::stop() {
 
 std::shared_ptr<RequestHandle> Scheduler::submit(GenerationRequest req) {
     const int n_vocab = model_.config().n_vocab;
-    require(!req.prompt.empty(), "the prompt is empty");
+    require(!req.prompt.empty() || req.restore, "the prompt is empty");
     for (int32_t id : req.prompt)
         require(id >= 0 && id < n_vocab, "token id ", id, " is outside the vocabulary of ", n_vocab);
-    require(static_cast<int64_t>(req.prompt.size()) < opts_.n_ctx, "the prompt has ", req.prompt.size(),
-            " tokens; the context holds ", opts_.n_ctx, " (prompt and answer together)");
+    const int64_t held = req.restore ? static_cast<int64_t>(req.restore->tokens.size()) : 0;
+    require(held + static_cast<int64_t>(req.prompt.size()) < opts_.n_ctx, "the prompt has ", req.prompt.size(),
+            " tokens", held ? " after the " + std::to_string(held) + " of the restored sequence" : std::string(),
+            "; the context holds ", opts_.n_ctx, " (prompt and answer together)");
     require(req.max_tokens >= 1, "max_tokens must be ≥ 1, got ", req.max_tokens);
     req.sampling.validate();
     check_policy_fits(req.policy, opts_.n_ctx);
@@ -123,6 +129,24 @@ void Scheduler::fail(Slot& s, int status, const std::string& message) {
 }
 
 void Scheduler::finish(Slot& s, const std::string& reason) {
+    uint64_t saved_bytes = 0;
+    if (!s.q->req.save_path.empty()) {
+        // Run the last sampled token, so that the saved sequence can go on without new text.
+        GenerationState g;
+        g.sampler_state = s.sampler->state();
+        try {
+            if (s.last >= 0 && !s.last_end && s.session->n_tokens() < opts_.n_ctx) {
+                s.session->decode(s.last, s.logits);
+                g.logits = s.logits;
+            }
+            save_sequence(s.q->req.save_path, model_, *s.session, encode_generation_state(g));
+            saved_bytes = std::filesystem::file_size(s.q->req.save_path);
+        } catch (const KVBudgetExhausted& e) {
+            return fail(s, 503, std::string("the answer is complete but the sequence could not be saved: the KV pool is exhausted: ") + e.what());
+        } catch (const std::exception& e) {
+            return fail(s, 500, std::string("the answer is complete but the sequence could not be saved: ") + e.what());
+        }
+    }
     const KVStats st = s.cache->stats();
     GenerationEvent ev;
     ev.kind = GenerationEvent::Kind::kDone;
@@ -137,6 +161,7 @@ void Scheduler::finish(Slot& s, const std::string& reason) {
     u.queue_s = s.queue_s;
     u.time_to_first_token_s = s.first_token_s;
     u.total_s = seconds_since(s.q->submitted);
+    u.saved_bytes = saved_bytes;
     s.q->handle->push(std::move(ev));
     s.done = true;
     std::lock_guard<std::mutex> lk(mu_);
@@ -155,6 +180,8 @@ void Scheduler::sampled(Slot& s, int32_t id) {
     }
     const GenerationRequest& r = s.q->req;
     const bool end = tok_.is_eog(id) || id == r.end_token;
+    s.last = id;
+    s.last_end = end;
     auto send = [&](const std::string& text) {
         if (text.empty()) return;
         GenerationEvent ev;
@@ -312,9 +339,19 @@ void Scheduler::loop() {
             s->stops = StopMatcher(q->req.stop);
             s->sampler = std::make_unique<Sampler>(q->req.sampling);
             s->q = std::move(q);
+            GenerationState restored;
             try {
                 s->cache = std::make_unique<KVCache>(c, opts_.n_ctx, s->q->req.policy, pool_);
                 s->session = std::make_unique<Session>(model_, tok_, *s->cache);
+                if (s->q->req.restore) {
+                    restore_sequence(*s->session, *s->q->req.restore);
+                    restored = decode_generation_state(s->q->req.restore->extra, c.n_vocab);
+                    if (s->q->req.restore_sampler && !restored.sampler_state.empty())
+                        s->sampler->set_state(restored.sampler_state);
+                }
+            } catch (const KVBudgetExhausted& e) {
+                fail(*s, 503, std::string("the KV pool is exhausted: the restored sequence does not fit: ") + e.what());
+                continue;
             } catch (const std::exception& e) {
                 fail(*s, 500, e.what());
                 continue;
@@ -322,6 +359,16 @@ void Scheduler::loop() {
             {
                 std::lock_guard<std::mutex> lk(mu_);
                 snap_.prompt_tokens += static_cast<int64_t>(s->q->req.prompt.size());
+            }
+            // A restored sequence with no new text samples from its saved logits at once.
+            if (s->q->req.prompt.empty()) {
+                if (restored.logits.empty()) {
+                    fail(*s, 400, "the restored sequence ended its answer; give a prompt to continue it");
+                    continue;
+                }
+                s->logits = std::move(restored.logits);
+                sampled(*s, s->sampler->sample(s->logits.data(), c.n_vocab));
+                if (s->done) continue;
             }
             active.push_back(std::move(s));
         }

@@ -95,6 +95,23 @@ SavedSequence read_sequence(const std::string& path, const LlamaModel& m) {
     return s;
 }
 
+std::string encode_generation_state(const GenerationState& g) {
+    BinaryWriter w;
+    w.vec(g.logits);
+    w.str(g.sampler_state);
+    return w.data();
+}
+
+GenerationState decode_generation_state(const std::string& extra, int n_vocab) {
+    BinaryReader r(extra.data(), extra.size(), "the saved generation state");
+    GenerationState g;
+    g.logits = r.vec<float>(static_cast<size_t>(n_vocab));
+    g.sampler_state = r.str(1 << 16);
+    require(g.logits.empty() || static_cast<int>(g.logits.size()) == n_vocab, "the saved generation state holds ",
+            g.logits.size(), " logits; the model's vocabulary has ", n_vocab);
+    return g;
+}
+
 void restore_sequence(Session& s, const SavedSequence& saved) {
     BinaryReader r(saved.cache_record.data(), saved.cache_record.size(), "the saved cache record");
     s.cache().load(r);

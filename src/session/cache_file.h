@@ -33,6 +33,16 @@ void save_sequence(const std::string& path, const LlamaModel& m, const Session& 
 /// with another model.
 SavedSequence read_sequence(const std::string& path, const LlamaModel& m);
 
+/// What a generating caller (the CLI's generate, the server) keeps in SavedSequence::extra: the logits of the next
+/// token ([n_vocab], empty when the sequence ended and needs new text to go on) and the sampler's generator state.
+struct GenerationState {
+    std::vector<float> logits;
+    std::string sampler_state;
+};
+std::string encode_generation_state(const GenerationState& g);
+/// Throws Error when `extra` is not such a record or its logits are neither empty nor n_vocab long.
+GenerationState decode_generation_state(const std::string& extra, int n_vocab);
+
 /// Loads the saved cache record into `s`'s cache (built with the saved policy and at least the saved context)
 /// and its token history into `s`. Throws Error as KVCache::load.
 void restore_sequence(Session& s, const SavedSequence& saved);

@@ -9,4 +9,7 @@ if ! "$VENV/bin/python" -c "import openai" 2>/dev/null; then
   python3 -m venv "$VENV"
   "$VENV/bin/pip" install -q --disable-pip-version-check "openai>=1.40,<3"
 fi
-bash "$HERE/with_server.sh" "$BIN" "$MODEL" "--slots 4 -c 2048 -t 2" "$VENV/bin/python" "$HERE/test_openai_client.py"
+SAVED=$(mktemp -d)
+trap 'rm -rf "$SAVED"' EXIT
+bash "$HERE/with_server.sh" "$BIN" "$MODEL" "--slots 4 -c 2048 -t 2 --cache-dir $SAVED" "$VENV/bin/python" \
+  "$HERE/test_openai_client.py"

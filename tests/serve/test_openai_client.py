@@ -129,6 +129,25 @@ class OpenAIClient(unittest.TestCase):
         rows = metric("kvsieve_decode_tokens_processed_total") - rows0
         self.assertLess(steps, rows)  # several sequences per step
 
+    def test_saved_sequence_continues(self):
+        # 6 tokens saved under a name, 6 more from it == 12 in one request (greedy); new text after it works too.
+        prompt = "The capital of France is"
+        whole = client.completions.create(model="m", prompt=prompt, temperature=0, max_tokens=12,
+                                          extra_body={"kv_policy": "h2o:budget=64"})
+        first = client.completions.create(model="m", prompt=prompt, temperature=0, max_tokens=6,
+                                          extra_body={"kv_policy": "h2o:budget=64", "cache_save": "france"})
+        self.assertGreater(first.usage.model_extra["cache_saved_bytes"], 0)
+        rest = client.completions.create(model="m", prompt="", temperature=0, max_tokens=6,
+                                         extra_body={"cache_restore": "france"})
+        self.assertEqual(first.choices[0].text + rest.choices[0].text, whole.choices[0].text)
+        more = client.completions.create(model="m", prompt=" Also,", temperature=0, max_tokens=4,
+                                         extra_body={"cache_restore": "france"})
+        self.assertEqual(more.usage.prompt_tokens, 2)
+        with self.assertRaises(openai.NotFoundError):
+            client.completions.create(model="m", prompt="x", extra_body={"cache_restore": "nothing-saved"})
+        with self.assertRaises(openai.BadRequestError):
+            client.completions.create(model="m", prompt="x", extra_body={"cache_restore": "france", "kv_policy": "full"})
+
     def test_client_that_leaves_frees_its_pages(self):
         cancelled0 = metric("kvsieve_requests_cancelled_total")
         stream = client.completions.create(model="m", prompt=STORY, temperature=0.8, max_tokens=1500, stream=True)
