@@ -205,6 +205,25 @@ TEST(GGUF, UnknownTensorTypeIsReported) {
     expect_error<GGUFFile>(tmp.path(), "unknown tensor type 99");
 }
 
+TEST(GGUF, DimensionsWhoseProductOverflowAreReported) {
+    // Each dimension within the reader's limit (2^40), the product beyond 64 bits (a fuzzer's find).
+    GGUFFile f(test::model_path("tiny-llama-f32.gguf"));
+    const GGUFTensorInfo* t = nullptr;
+    for (const auto& ti : f.tensors())
+        if (ti.n_dims == 2) t = &ti;
+    ASSERT_NE(t, nullptr);
+    auto b = read_bytes(test::model_path("tiny-llama-f32.gguf"));
+    auto it = std::search(b.begin(), b.end(), t->name.begin(), t->name.end());
+    ASSERT_NE(it, b.end());
+    const size_t dims_off = static_cast<size_t>(it - b.begin()) + t->name.size() + 4;
+    const uint64_t big = 1ull << 36;
+    std::memcpy(b.data() + dims_off, &big, 8);
+    std::memcpy(b.data() + dims_off + 8, &big, 8);
+    test::TempFile tmp(".gguf");
+    write_bytes(tmp.path(), b);
+    expect_error<GGUFFile>(tmp.path(), "is too large");
+}
+
 TEST(ModelLoad, MissingTensorWrongShapeUnknownArchUnsupportedType) {
     const std::string src = test::model_path("tiny-qwen3-f32.gguf");
     test::TempFile tmp(".gguf");

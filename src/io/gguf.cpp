@@ -212,9 +212,11 @@ GGUFFile::GGUFFile(const std::string& path) : path_(path) {
             if (ti.ne[0] % blck != 0)
                 fail(path, ": tensor '", ti.name, "' row length ", ti.ne[0], " is not a multiple of the ",
                      type_name(ti.type), " block size ", blck);
-            const uint64_t n_el = static_cast<uint64_t>(ti.n_elements());
-            if (n_el / static_cast<uint64_t>(ti.ne[0]) > (1ull << 40))
-                fail(path, ": tensor '", ti.name, "' is too large");
+            // The element count, checked as it is multiplied (each dimension alone may be up to 2^40).
+            uint64_t n_el = 1;
+            for (int d = 0; d < 4; ++d)
+                if (__builtin_mul_overflow(n_el, static_cast<uint64_t>(ti.ne[d]), &n_el) || n_el > (1ull << 50))
+                    fail(path, ": tensor '", ti.name, "' is too large (", ti.shape_str(), ")");
             ti.nbytes = n_el / blck * bbytes;
             if (ti.offset % alignment_ != 0)
                 fail(path, ": tensor '", ti.name, "' offset ", ti.offset, " is not aligned to ", alignment_);
