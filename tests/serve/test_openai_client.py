@@ -6,6 +6,7 @@ import json
 import sys
 import time
 import unittest
+import urllib.error
 import urllib.request
 
 import openai
@@ -116,6 +117,23 @@ class OpenAIClient(unittest.TestCase):
         with self.assertRaises(openai.BadRequestError) as e:
             client.completions.create(model="m", prompt="word " * 3000)
         self.assertIn("context", str(e.exception))
+
+    def test_oversized_body_and_unknown_paths_are_json_errors(self):
+        body = json.dumps({"prompt": "a " * 700000}).encode()  # 1.4 MB; the server runs with --max-body-mb 1
+        req = urllib.request.Request(BASE + "/v1/completions", data=body, headers={"Content-Type": "application/json"})
+        with self.assertRaises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(req, timeout=60)
+        self.assertEqual(e.exception.code, 413)
+        self.assertIn("larger than the server's limit", json.loads(e.exception.read())["error"]["message"])
+        with self.assertRaises(urllib.error.HTTPError) as e:
+            get("/v2/nothing")
+        self.assertEqual(e.exception.code, 404)
+        self.assertIn("no endpoint", json.loads(e.exception.read())["error"]["message"])
+        bad = urllib.request.Request(BASE + "/v1/chat/completions", data=b"{not json", headers={"Content-Type": "application/json"})
+        with self.assertRaises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(bad, timeout=60)
+        self.assertEqual(e.exception.code, 400)
+        self.assertIn("not valid JSON", json.loads(e.exception.read())["error"]["message"])
 
     def test_concurrent_requests_are_batched_and_each_correct(self):
         alone = client.chat.completions.create(model="m", messages=QUESTION, temperature=0, max_tokens=20)
