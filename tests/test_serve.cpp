@@ -37,8 +37,7 @@ Result collect(RequestHandle& h) {
     Result r;
     GenerationEvent ev;
     for (;;) {
-        while (!h.next(ev, std::chrono::milliseconds(100))) {
-        }
+        ev = h.next();
         if (ev.kind != GenerationEvent::Kind::kText) break;
         r.text += ev.text;
     }
@@ -125,9 +124,7 @@ TEST(Scheduler, ExhaustedPoolFailsOnlyTheRequestThatDoesNotFit) {
     Scheduler sched(model(), tokenizer(), pool, options(2));
     const GenerationRequest a = greedy("Once upon a time, there was a little girl named Lily. She loved to play.", 40);
     auto ha = sched.submit(a);
-    GenerationEvent ev;
-    while (!ha->next(ev, std::chrono::milliseconds(100))) {
-    }
+    GenerationEvent ev = ha->next();
     ASSERT_EQ(ev.kind, GenerationEvent::Kind::kText);  // a runs
     std::string text_a = ev.text;
     auto hb = sched.submit(greedy("Once upon a time, there was a little girl named Lily. She loved to play.", 40));
@@ -166,9 +163,7 @@ TEST(Scheduler, CancelFreesThePagesAndOthersGoOn) {
     const GenerationRequest b = greedy("The cat sat on the mat and", 30);
     auto ha = sched.submit(greedy("Once upon a time", 400));
     auto hb = sched.submit(b);
-    GenerationEvent ev;
-    while (!ha->next(ev, std::chrono::milliseconds(100))) {
-    }
+    GenerationEvent ev = ha->next();
     ha->cancel();
     const Result rb = collect(*hb);
     ASSERT_EQ(rb.last.kind, GenerationEvent::Kind::kDone);

@@ -43,6 +43,28 @@ void add_bias(float* x, const std::vector<float>& b, int64_t T) {
     for (int64_t t = 0; t < T; ++t)
         for (int64_t i = 0; i < n; ++i) x[t * n + i] += b[i];
 }
+/// Blocks of rows laid out one after another, the short ones (fewer than kGemmMinTokens rows) first, each group in
+/// the given order: `order` lists the blocks in row order, offset[b] is block b's first row, n_short the rows of the
+/// short blocks (the first n_short rows), total all rows.
+struct ShortFirst {
+    std::vector<size_t> order;
+    std::vector<int64_t> offset;
+    int64_t n_short = 0, total = 0;
+};
+bool is_short(int64_t rows) { return rows < kGemmMinTokens; }
+ShortFirst short_first(const std::vector<int64_t>& sizes) {
+    ShortFirst l;
+    l.offset.resize(sizes.size());
+    for (int pass = 0; pass < 2; ++pass)
+        for (size_t b = 0; b < sizes.size(); ++b)
+            if (is_short(sizes[b]) == (pass == 0)) {
+                l.order.push_back(b);
+                l.offset[b] = l.total;
+                l.total += sizes[b];
+                if (pass == 0) l.n_short += sizes[b];
+            }
+    return l;
+}
 }  // namespace
 
 void LlamaModel::forward(const std::vector<int32_t>& tokens, SequenceCache& cache, std::vector<float>& logits,
@@ -69,27 +91,22 @@ void LlamaModel::forward_batch(const std::vector<Segment>& segs) const {
     // Rows are laid out segment after segment, short segments (decode steps, small chunks) first: their rows take
     // the row-exact GEMV path together, so each gets the numbers it would get alone; long prefill chunks follow
     // and take the path their length picks, as alone. A single segment is exactly forward() of it.
-    auto small = [&](int64_t n) { return n < kGemmMinTokens; };
-    std::vector<size_t> order;
-    for (int pass = 0; pass < 2; ++pass)
-        for (size_t s = 0; s < S; ++s)
-            if (small(static_cast<int64_t>(segs[s].tokens->size())) == (pass == 0)) order.push_back(s);
-    std::vector<int64_t> row0(S), len(S), pos0(S);
-    int64_t N = 0, n_small = 0;
-    for (size_t s : order) {
-        row0[s] = N;
+    std::vector<int64_t> len(S), pos0(S);
+    for (size_t s = 0; s < S; ++s) {
         len[s] = static_cast<int64_t>(segs[s].tokens->size());
         pos0[s] = segs[s].cache->n_tokens();
-        N += len[s];
-        if (small(len[s])) n_small += len[s];
     }
+    const ShortFirst rows = short_first(len);
+    const std::vector<size_t>& order = rows.order;
+    const std::vector<int64_t>& row0 = rows.offset;
+    const int64_t N = rows.total, n_small = rows.n_short;
     const MatmulPath small_path = S == 1 ? MatmulPath::kAuto : MatmulPath::kRowExact;
     // Y = X·Wᵀ over all rows: the short rows in one row-exact product, each long segment in a product of its own
     // (SGEMM's rounding depends on the number of rows, so a long chunk gets exactly the numbers it gets alone).
     auto mm = [&](const std::vector<MatmulTarget>& targets, const float* X, int64_t cols) {
         if (n_small > 0) matmul_shared_input(targets, X, n_small, small_path);
         for (size_t s : order) {
-            if (small(len[s])) continue;
+            if (is_short(len[s])) continue;
             std::vector<MatmulTarget> part = targets;
             for (auto& t : part) t.Y += row0[s] * t.W->rows;
             matmul_shared_input(part, X + row0[s] * cols, len[s]);
@@ -163,16 +180,11 @@ void LlamaModel::forward_batch(const std::vector<Segment>& segs) const {
 
     // The output head on the rows whose logits are wanted: segments with few such rows first (row-exact), then
     // each that wants every row of a long chunk, on its own.
-    std::vector<int64_t> n_out(S), out0(S);
+    std::vector<int64_t> n_out(S);
     for (size_t s = 0; s < S; ++s) n_out[s] = segs[s].all_logits ? len[s] : 1;
-    int64_t n_rows = 0, n_out_small = 0;
-    for (int pass = 0; pass < 2; ++pass)
-        for (size_t s = 0; s < S; ++s)
-            if (small(n_out[s]) == (pass == 0)) {
-                out0[s] = n_rows;
-                n_rows += n_out[s];
-                if (pass == 0) n_out_small += n_out[s];
-            }
+    const ShortFirst outs = short_first(n_out);
+    const std::vector<int64_t>& out0 = outs.offset;
+    const int64_t n_rows = outs.total, n_out_small = outs.n_short;
     std::vector<float> last(n_rows * D);
     for (size_t s = 0; s < S; ++s)
         std::copy_n(x.data() + (row0[s] + len[s] - n_out[s]) * D, n_out[s] * D, last.data() + out0[s] * D);
@@ -185,7 +197,7 @@ void LlamaModel::forward_batch(const std::vector<Segment>& segs) const {
     std::vector<float> all(n_rows * c.n_vocab);
     if (n_out_small > 0) matmul(w_.output, last.data(), n_out_small, all.data(), -1, MatmulPath::kRowExact);
     for (size_t s = 0; s < S; ++s)
-        if (!small(n_out[s])) matmul(w_.output, last.data() + out0[s] * D, n_out[s], all.data() + out0[s] * c.n_vocab);
+        if (!is_short(n_out[s])) matmul(w_.output, last.data() + out0[s] * D, n_out[s], all.data() + out0[s] * c.n_vocab);
     for (size_t s = 0; s < S; ++s)
         segs[s].logits->assign(all.begin() + out0[s] * c.n_vocab, all.begin() + (out0[s] + n_out[s]) * c.n_vocab);
 }

@@ -112,17 +112,14 @@ void HttpServer::routes() {
         const std::string model = body.contains("model") && body["model"].is_string() ? body["model"].get<std::string>()
                                                                                       : ctx_.model_id;
         // The first event decides the status: an error before any text is the response itself.
-        GenerationEvent first;
-        while (!h->next(first, std::chrono::milliseconds(200))) {
-        }
+        GenerationEvent first = h->next();
         if (first.kind == GenerationEvent::Kind::kError) return send_json(res, first.status, error_body(first.status, first.error));
         if (!ar.stream) {
             std::string text;
             GenerationEvent ev = std::move(first);
             while (ev.kind == GenerationEvent::Kind::kText) {
                 text += ev.text;
-                while (!h->next(ev, std::chrono::milliseconds(200))) {
-                }
+                ev = h->next();
             }
             if (ev.kind == GenerationEvent::Kind::kError) return send_json(res, ev.status, error_body(ev.status, ev.error));
             return send_json(res, 200, completion_body(ar, id, created, model, text, ev));

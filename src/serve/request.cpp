@@ -18,4 +18,12 @@ bool RequestHandle::next(GenerationEvent& ev, std::chrono::milliseconds timeout)
     return true;
 }
 
+GenerationEvent RequestHandle::next() {
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_.wait(lk, [&] { return !events_.empty(); });
+    GenerationEvent ev = std::move(events_.front());
+    events_.pop_front();
+    return ev;
+}
+
 }  // namespace kvsieve

@@ -63,6 +63,8 @@ public:
     void push(GenerationEvent ev);
     /// Waits up to `timeout` for the next event; false when none came.
     bool next(GenerationEvent& ev, std::chrono::milliseconds timeout);
+    /// Waits for the next event (one always comes: every request ends with kDone or kError).
+    GenerationEvent next();
     /// Asks the scheduler to drop the request; its KV pages are freed at the scheduler's next step.
     void cancel() { cancelled_ = true; }
     bool cancelled() const { return cancelled_; }
