@@ -115,17 +115,19 @@ int64_t Scheduler::pages_needed(int64_t rows) const {
 }
 
 void Scheduler::fail(Slot& s, int status, const std::string& message) {
+    {
+        std::lock_guard<std::mutex> lk(mu_);  // counted before the client hears of it
+        if (status == 503)
+            ++snap_.requests_refused;
+        else
+            ++snap_.requests_failed;
+    }
     GenerationEvent ev;
     ev.kind = GenerationEvent::Kind::kError;
     ev.status = status;
     ev.error = message;
     s.q->handle->push(std::move(ev));
     s.done = true;
-    std::lock_guard<std::mutex> lk(mu_);
-    if (status == 503)
-        ++snap_.requests_refused;
-    else
-        ++snap_.requests_failed;
 }
 
 void Scheduler::finish(Slot& s, const std::string& reason) {
@@ -162,14 +164,16 @@ void Scheduler::finish(Slot& s, const std::string& reason) {
     u.time_to_first_token_s = s.first_token_s;
     u.total_s = seconds_since(s.q->submitted);
     u.saved_bytes = saved_bytes;
+    {
+        std::lock_guard<std::mutex> lk(mu_);  // counted before the client hears of it
+        ++snap_.requests_finished;
+        auto& p = snap_.by_policy[s.q->req.policy_spec];
+        ++p.finished;
+        p.density_sum += st.density;
+        p.compression_ratio_sum += st.compression_ratio;
+    }
     s.q->handle->push(std::move(ev));
     s.done = true;
-    std::lock_guard<std::mutex> lk(mu_);
-    ++snap_.requests_finished;
-    auto& p = snap_.by_policy[s.q->req.policy_spec];
-    ++p.finished;
-    p.density_sum += st.density;
-    p.compression_ratio_sum += st.compression_ratio;
 }
 
 void Scheduler::sampled(Slot& s, int32_t id) {
@@ -308,9 +312,59 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& active) {
     }
 }
 
+std::unique_ptr<Scheduler::Slot> Scheduler::admit(std::unique_ptr<Queued> q, const std::vector<std::unique_ptr<Slot>>& active) {
+    const ModelConfig& c = model_.config();
+    if (q->handle->cancelled()) {
+        std::lock_guard<std::mutex> lk(mu_);
+        ++snap_.requests_cancelled;
+        return nullptr;
+    }
+    auto s = std::make_unique<Slot>();
+    for (int i = 0;; ++i)
+        if (std::none_of(active.begin(), active.end(), [&](const auto& a) { return a->index == i; })) {
+            s->index = i;
+            break;
+        }
+    s->queue_s = seconds_since(q->submitted);
+    s->stops = StopMatcher(q->req.stop);
+    s->sampler = std::make_unique<Sampler>(q->req.sampling);
+    s->q = std::move(q);
+    const GenerationRequest& r = s->q->req;
+    GenerationState restored;
+    try {
+        s->cache = std::make_unique<KVCache>(c, opts_.n_ctx, r.policy, pool_);
+        s->session = std::make_unique<Session>(model_, tok_, *s->cache);
+        if (r.restore) {
+            restore_sequence(*s->session, *r.restore);
+            restored = decode_generation_state(r.restore->extra, c.n_vocab);
+            if (r.restore_sampler && !restored.sampler_state.empty()) s->sampler->set_state(restored.sampler_state);
+        }
+    } catch (const KVBudgetExhausted& e) {
+        fail(*s, 503, std::string("the KV pool is exhausted: the restored sequence does not fit: ") + e.what());
+        return nullptr;
+    } catch (const std::exception& e) {
+        fail(*s, 500, e.what());
+        return nullptr;
+    }
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        snap_.prompt_tokens += static_cast<int64_t>(r.prompt.size());
+    }
+    // A restored sequence with no new text samples from its saved logits at once.
+    if (r.prompt.empty()) {
+        if (restored.logits.empty()) {
+            fail(*s, 400, "the restored sequence ended its answer; give a prompt to continue it");
+            return nullptr;
+        }
+        s->logits = std::move(restored.logits);
+        sampled(*s, s->sampler->sample(s->logits.data(), c.n_vocab));
+        if (s->done) return nullptr;
+    }
+    return s;
+}
+
 void Scheduler::loop() {
     std::vector<std::unique_ptr<Slot>> active;
-    const ModelConfig& c = model_.config();
     for (;;) {
         std::vector<std::unique_ptr<Queued>> admitted;
         {
@@ -323,55 +377,8 @@ void Scheduler::loop() {
             }
             snap_.queued = static_cast<int>(queue_.size());
         }
-        for (auto& q : admitted) {
-            if (q->handle->cancelled()) {
-                std::lock_guard<std::mutex> lk(mu_);
-                ++snap_.requests_cancelled;
-                continue;
-            }
-            auto s = std::make_unique<Slot>();
-            for (int i = 0;; ++i)
-                if (std::none_of(active.begin(), active.end(), [&](const auto& a) { return a->index == i; })) {
-                    s->index = i;
-                    break;
-                }
-            s->queue_s = seconds_since(q->submitted);
-            s->stops = StopMatcher(q->req.stop);
-            s->sampler = std::make_unique<Sampler>(q->req.sampling);
-            s->q = std::move(q);
-            GenerationState restored;
-            try {
-                s->cache = std::make_unique<KVCache>(c, opts_.n_ctx, s->q->req.policy, pool_);
-                s->session = std::make_unique<Session>(model_, tok_, *s->cache);
-                if (s->q->req.restore) {
-                    restore_sequence(*s->session, *s->q->req.restore);
-                    restored = decode_generation_state(s->q->req.restore->extra, c.n_vocab);
-                    if (s->q->req.restore_sampler && !restored.sampler_state.empty())
-                        s->sampler->set_state(restored.sampler_state);
-                }
-            } catch (const KVBudgetExhausted& e) {
-                fail(*s, 503, std::string("the KV pool is exhausted: the restored sequence does not fit: ") + e.what());
-                continue;
-            } catch (const std::exception& e) {
-                fail(*s, 500, e.what());
-                continue;
-            }
-            {
-                std::lock_guard<std::mutex> lk(mu_);
-                snap_.prompt_tokens += static_cast<int64_t>(s->q->req.prompt.size());
-            }
-            // A restored sequence with no new text samples from its saved logits at once.
-            if (s->q->req.prompt.empty()) {
-                if (restored.logits.empty()) {
-                    fail(*s, 400, "the restored sequence ended its answer; give a prompt to continue it");
-                    continue;
-                }
-                s->logits = std::move(restored.logits);
-                sampled(*s, s->sampler->sample(s->logits.data(), c.n_vocab));
-                if (s->done) continue;
-            }
-            active.push_back(std::move(s));
-        }
+        for (auto& q : admitted)
+            if (auto s = admit(std::move(q), active)) active.push_back(std::move(s));
         step(active);
         active.erase(std::remove_if(active.begin(), active.end(), [](const auto& s) { return s->done; }), active.end());
         std::vector<SchedulerSnapshot::SlotInfo> info;

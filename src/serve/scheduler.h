@@ -90,6 +90,9 @@ private:
     struct Queued;
     struct Slot;
     void loop();
+    /// A slot for a queued request (its cache, and the saved sequence it restores), or null when it was cancelled
+    /// or failed (its client told).
+    std::unique_ptr<Slot> admit(std::unique_ptr<Queued> q, const std::vector<std::unique_ptr<Slot>>& active);
     void step(std::vector<std::unique_ptr<Slot>>& active);
     void finish(Slot& s, const std::string& reason);
     void fail(Slot& s, int status, const std::string& message);
