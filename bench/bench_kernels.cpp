@@ -61,6 +61,30 @@ void args(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_Matmul)->Apply(args)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
+// Batched decode: T sequences' rows through one weight matrix on the row-exact GEMV path (what a server step runs;
+// each row's result is the one it gets alone). args: type, rows, cols, T. Two threads. Rows/s is the figure: it
+// grows with T as long as the weights' unpacking is shared across rows.
+void BM_MatmulBatchedDecode(benchmark::State& st) {
+    const auto t = static_cast<TensorType>(st.range(0));
+    const int64_t rows = st.range(1), cols = st.range(2), T = st.range(3);
+    set_num_threads(2);
+    const Mat W = make(t, rows, cols);
+    std::vector<float> X(T * cols), Y(T * rows);
+    for (size_t i = 0; i < X.size(); ++i) X[i] = 0.01f * static_cast<float>(i % 97) - 0.4f;
+    for (auto _ : st) {
+        matmul(W.m, X.data(), T, Y.data(), -1, MatmulPath::kRowExact);
+        benchmark::DoNotOptimize(Y.data());
+    }
+    st.counters["rows/s"] = benchmark::Counter(static_cast<double>(T * st.iterations()), benchmark::Counter::kIsRate);
+    st.SetLabel(type_name(t));
+}
+BENCHMARK(BM_MatmulBatchedDecode)
+    ->ArgsProduct({{static_cast<int64_t>(TensorType::Q4_1), static_cast<int64_t>(TensorType::Q8_0),
+                    static_cast<int64_t>(TensorType::Q4_0), static_cast<int64_t>(TensorType::Q5_K)},
+                   {576}, {1536}, {1, 2, 4, 8}})  // SmolLM2-135M's ffn_down
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
 // Prefill attention of one KV group (SmolLM2: G = 3, d = 64) over n keys. args: n, density ‰ (0: dense kernel),
 // window. The gated kernel sees each query's window plus a fraction `density` of the older keys (open at random).
 void BM_PrefillAttention(benchmark::State& st) {

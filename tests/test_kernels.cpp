@@ -167,6 +167,76 @@ TEST(Kernels, LegacyQuantDotsWithQuantizedActivations) {
     }
 }
 
+TEST(Kernels, MultiRowDotsEqualTheSingleRowKernelBitForBit) {
+    // Batched decode runs one weight row against up to kDotRowsMax activation rows; each result must be the one
+    // the single-row kernel gives (a sequence in a batch gets the numbers it gets alone).
+    for (int64_t nb : {int64_t{1}, int64_t{2}, int64_t{19}}) {
+        SCOPED_TRACE(nb);
+        const int64_t n = 32 * nb;
+        auto wf = randn(n, 31);
+        for (int64_t i = 0; i < n; ++i) wf[i] += 0.2f * std::cos(0.07f * i);
+        std::vector<BlockQ4_1> w41(nb);
+        std::vector<BlockQ8_0> w80(nb);
+        quantize_row_q4_1(wf.data(), w41.data(), n);
+        quantize_row_q8_0(wf.data(), w80.data(), n);
+        const int64_t xs = nb + 3;  // a row stride wider than the row, as for padded activations
+        std::vector<BlockQ8_1> x81(kDotRowsMax * xs);
+        std::vector<BlockQ8_0> x80(kDotRowsMax * xs);
+        std::vector<float> d81(x81.size()), s81(x81.size()), d80(x80.size());
+        for (int i = 0; i < kDotRowsMax; ++i) {
+            const auto x = randn(n, 40 + i, 1.0f + i);
+            quantize_row_q8_1_activations(x.data(), x81.data() + i * xs, n);
+            quantize_row_q8_0_activations(x.data(), x80.data() + i * xs, n);
+        }
+        for (size_t j = 0; j < x81.size(); ++j) {
+            d81[j] = fp16_to_fp32(x81[j].d);
+            s81[j] = fp16_to_fp32(x81[j].s);
+            d80[j] = fp16_to_fp32(x80[j].d);
+        }
+        int tested = 0;
+        for (const DotKernels* k : available_kernel_sets()) {
+            SCOPED_TRACE(k->isa);
+            for (int rows = 1; rows <= kDotRowsMax; ++rows) {
+                float out[kDotRowsMax];
+                if (k->q4_1_rows) {
+                    k->q4_1_rows(w41.data(), x81.data(), d81.data(), s81.data(), xs, rows, nb, out);
+                    for (int i = 0; i < rows; ++i) EXPECT_EQ(out[i], k->q4_1(w41.data(), x81.data() + i * xs, nb)) << i;
+                    ++tested;
+                }
+                if (k->q8_0_rows) {
+                    k->q8_0_rows(w80.data(), x80.data(), d80.data(), xs, rows, nb, out);
+                    for (int i = 0; i < rows; ++i) EXPECT_EQ(out[i], k->q8_0(w80.data(), x80.data() + i * xs, nb)) << i;
+                    ++tested;
+                }
+            }
+        }
+        if (cpu_features().has_avx2_set()) EXPECT_GT(tested, 0);
+    }
+}
+
+TEST(Kernels, RowExactMatmulGivesEachRowWhatItGetsAlone) {
+    // Any number of rows (multi-row groups and their remainders), both shared-input and single matmul.
+    for (TensorType t : {TensorType::Q4_1, TensorType::Q8_0, TensorType::Q5_1, TensorType::Q4_0}) {
+        SCOPED_TRACE(type_name(t));
+        const auto W = make_matrix(t, 40, 576, 61);
+        const auto V = make_matrix(t, 24, 576, 62);
+        for (int64_t T : {int64_t{2}, int64_t{5}, int64_t{9}}) {
+            SCOPED_TRACE(T);
+            const auto X = randn(T * 576, 63);
+            std::vector<float> Y(T * 40), Ys(T * 40), Vs(T * 24), alone(40), alone_v(24);
+            matmul(W.m, X.data(), T, Y.data(), -1, MatmulPath::kRowExact);
+            matmul_shared_input({{&W.m, Ys.data()}, {&V.m, Vs.data()}}, X.data(), T, MatmulPath::kRowExact);
+            for (int64_t r = 0; r < T; ++r) {
+                matmul(W.m, X.data() + r * 576, 1, alone.data());
+                matmul(V.m, X.data() + r * 576, 1, alone_v.data());
+                EXPECT_EQ(std::vector<float>(Y.begin() + r * 40, Y.begin() + (r + 1) * 40), alone) << r;
+                EXPECT_EQ(std::vector<float>(Ys.begin() + r * 40, Ys.begin() + (r + 1) * 40), alone) << r;
+                EXPECT_EQ(std::vector<float>(Vs.begin() + r * 24, Vs.begin() + (r + 1) * 24), alone_v) << r;
+            }
+        }
+    }
+}
+
 TEST(Kernels, KQuantDotsMatchScalarOnRealBlocks) {
     // Q4_K and Q6_K blocks of a file written by llama.cpp's quantizer.
     GGUFFile f(test::model_path("tiny-qwen3-q4_k_m.gguf"));

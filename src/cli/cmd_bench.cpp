@@ -21,6 +21,7 @@ namespace {
 struct BenchOpts {
     std::string model;
     int n_prompt = 512, n_gen = 64, reps = 3, threads = 0;
+    int batch = 1;  // sequences decoding together in the decode test
     int64_t depth = 0;
     double bandwidth_gbs = 0;  // 0: measure
     uint64_t seed = 42;
@@ -48,6 +49,7 @@ Stat stats(const std::vector<double>& v) {
 void run(const BenchOpts& o) {
     require(o.n_prompt >= 0 && o.n_gen >= 0 && o.depth >= 0, "-p, -n and -d must be ≥ 0");
     require(o.reps >= 1, "-r must be ≥ 1, got ", o.reps);
+    require(o.batch >= 1 && o.batch <= 256, "-b/--batch must be in 1..256, got ", o.batch);
     require(o.bandwidth_gbs >= 0, "--bandwidth-gbs must be ≥ 0 (0 measures it), got ", o.bandwidth_gbs);
     set_num_threads(o.threads);
     LlamaModel model(o.model);
@@ -79,22 +81,25 @@ void run(const BenchOpts& o) {
     std::vector<float> logits;
     // Fill the context to the requested depth once; each repetition rolls back to it.
     require(o.fill == "prefill" || o.fill == "random", "--fill must be prefill or random, got '", o.fill, "'");
-    if (o.depth > 0 && o.fill == "random") {
-        cache.fill_synthetic(o.depth, o.seed);
-    } else if (o.depth > 0) {
-        std::fprintf(stderr, "filling context to depth %ld...\n", static_cast<long>(o.depth));
-        // --prefill-chunk: chunks of that size with the policy's rule after each (as a chunked prefill); else 512.
-        const int64_t chunk = o.cache.prefill_chunk > 0 ? o.cache.prefill_chunk : 512;
-        for (int64_t done = 0; done < o.depth;) {
-            const int64_t n = std::min<int64_t>(chunk, o.depth - done);
-            model.forward(bench_tokens(n), cache, logits);
-            done += n;
-            if (o.cache.prefill_chunk > 0 && done < o.depth) cache.end_prefill();
-            std::fprintf(stderr, "\r  %ld / %ld", static_cast<long>(done), static_cast<long>(o.depth));
+    auto fill_to_depth = [&](KVCache& kv) {
+        if (o.depth > 0 && o.fill == "random") {
+            kv.fill_synthetic(o.depth, o.seed);
+        } else if (o.depth > 0) {
+            std::fprintf(stderr, "filling context to depth %ld...\n", static_cast<long>(o.depth));
+            // --prefill-chunk: chunks of that size with the policy's rule after each (as a chunked prefill); else 512.
+            const int64_t chunk = o.cache.prefill_chunk > 0 ? o.cache.prefill_chunk : 512;
+            for (int64_t done = 0; done < o.depth;) {
+                const int64_t n = std::min<int64_t>(chunk, o.depth - done);
+                model.forward(bench_tokens(n), kv, logits);
+                done += n;
+                if (o.cache.prefill_chunk > 0 && done < o.depth) kv.end_prefill();
+                std::fprintf(stderr, "\r  %ld / %ld", static_cast<long>(done), static_cast<long>(o.depth));
+            }
+            std::fprintf(stderr, "\n");
         }
-        std::fprintf(stderr, "\n");
-    }
-    cache.end_prefill();
+        kv.end_prefill();
+    };
+    fill_to_depth(cache);
     const KVStats filled = cache.stats();
     const double gib = static_cast<double>(model.file().file_size()) / (1 << 30);
     std::printf("model: %s | %s | %.2f GiB | threads %d | kernels %s\n", o.model.c_str(), c.summary().c_str(), gib,
@@ -125,26 +130,44 @@ void run(const BenchOpts& o) {
                      after.kv_bytes_final / 1048576.0, after.kv_bytes_full / 1048576.0);
     }
     if (o.n_gen > 0) {
+        // -b N: N sequences (each its own cache at the same depth) decode together, one forward_batch per step;
+        // t/s counts the tokens of all of them.
+        std::vector<std::unique_ptr<KVCache>> others;
+        for (int i = 1; i < o.batch; ++i) {
+            others.push_back(o.cache.make_cache(model, n_ctx));
+            fill_to_depth(*others.back());
+        }
+        std::vector<std::vector<int32_t>> next(o.batch, std::vector<int32_t>(1));
+        std::vector<std::vector<float>> batch_logits(o.batch);
+        std::vector<LlamaModel::Segment> segs(o.batch);
+        for (int i = 0; i < o.batch; ++i)
+            segs[i] = {&next[i], i == 0 ? &cache : others[i - 1].get(), &batch_logits[i], false};
         std::vector<double> tps;
         for (int r = 0; r <= o.reps; ++r) {
             cache.rollback(o.depth);
-            int32_t next = bench_tokens(1)[0];
+            for (auto& kv : others) kv->rollback(o.depth);
+            for (auto& t : next) t[0] = bench_tokens(1)[0];
             const double t0 = now_s();
             for (int i = 0; i < o.n_gen; ++i) {
-                model.forward({next}, cache, logits);
-                next = bench_tokens(1)[0];
+                if (o.batch == 1)
+                    model.forward(next[0], cache, logits);
+                else
+                    model.forward_batch(segs);
+                for (auto& t : next) t[0] = bench_tokens(1)[0];
             }
-            if (r > 0) tps.push_back(o.n_gen / (now_s() - t0));
+            if (r > 0) tps.push_back(static_cast<double>(o.n_gen) * o.batch / (now_s() - t0));
         }
-        const Stat s = report("tg" + std::to_string(o.n_gen) + at, tps);
-        // Bytes one decode step reads: every weight matrix once + the KV pages held (at the end of the test).
+        const Stat s = report("tg" + std::to_string(o.n_gen) + at + (o.batch > 1 ? " x" + std::to_string(o.batch) : ""), tps);
+        // Bytes a decoded token reads: every weight matrix once per step (shared by the batch's tokens) + the KV
+        // pages of its sequence (at the end of the test).
         const double kv_bytes = static_cast<double>(cache.stats().kv_bytes_final);
-        const double bytes = static_cast<double>(model.weight_bytes_per_token()) + kv_bytes;
+        const double w_bytes = static_cast<double>(model.weight_bytes_per_token()) / o.batch;
+        const double bytes = w_bytes + kv_bytes;
         const double gbs = bytes * s.mean / 1e9;
         const bool measured = o.bandwidth_gbs <= 0;
         const double ref = measured ? measure_read_bandwidth_gbs() : o.bandwidth_gbs;
         std::printf("decode reads %.1f MB/token (weights %.1f MB, KV %.1f MB) = %.1f GB/s, %.0f%% of %.1f GB/s (%s)\n",
-                    bytes / 1e6, model.weight_bytes_per_token() / 1e6, kv_bytes / 1e6, gbs, 100.0 * gbs / ref, ref,
+                    bytes / 1e6, w_bytes / 1e6, kv_bytes / 1e6, gbs, 100.0 * gbs / ref, ref,
                     measured ? "streaming read measured in this run" : "given");
     }
     o.cache.write_stats(cache.stats());
@@ -158,6 +181,8 @@ void add_bench(CLI::App& app) {
     cmd->add_option("-p,--n-prompt", o->n_prompt, "prompt tokens for the prefill test (0: skip)")->capture_default_str();
     cmd->add_option("-n,--n-gen", o->n_gen, "tokens for the decode test (0: skip)")->capture_default_str();
     cmd->add_option("-d,--depth", o->depth, "context depth before each test, in tokens")->capture_default_str();
+    cmd->add_option("-b,--batch", o->batch, "sequences decoding together in the decode test (one batched forward per step; t/s counts all)")
+        ->capture_default_str();
     cmd->add_option("-r,--repetitions", o->reps, "timed repetitions (after one warm-up)")->capture_default_str();
     cmd->add_option("-t,--threads", o->threads, "threads (0: all cores)")->capture_default_str();
     cmd->add_option("--bandwidth-gbs", o->bandwidth_gbs, "memory bandwidth to compare decode against, GB/s (0: measure a streaming read)")

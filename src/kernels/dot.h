@@ -41,6 +41,15 @@ struct DotKernels {
     float (*q2_k)(const BlockQ2K* w, const BlockQ8K* xq, int64_t nb);
     float (*q3_k)(const BlockQ3K* w, const BlockQ8K* xq, int64_t nb);
     float (*q5_k)(const BlockQ5K* w, const BlockQ8K* xq, int64_t nb);
+    /// Multi-row forms (batched decode): one weight row w against n activation rows, row i's blocks at x + i·xs,
+    /// 1 ≤ n ≤ kDotRowsMax; xd[i·xs + b] (and xsum for Q8_1) are the blocks' binary16 scales converted to float32.
+    /// out[i] is bit-identical to the single-row kernel on row i (the weights are unpacked once for all n rows,
+    /// each row's arithmetic unchanged). Null where an instruction set has none: matmul then calls the single-row
+    /// kernel per row. Q8_0 only in the GGUF layout.
+    void (*q8_0_rows)(const BlockQ8_0* w, const BlockQ8_0* x, const float* xd, int64_t xs, int n, int64_t nb,
+                      float* out);
+    void (*q4_1_rows)(const BlockQ4_1* w, const BlockQ8_1* x, const float* xd, const float* xsum, int64_t xs, int n,
+                      int64_t nb, float* out);
     /// Row conversion used when a weight panel is dequantized for a prefill GEMM.
     void (*dequant_row)(TensorType t, const void* src, float* dst, int64_t n);
     /// Quantizes activations for Q8_0 weights (same rounding as quantize_row_q8_0).
@@ -58,6 +67,9 @@ struct DotKernels {
     void (*attend_rows)(TensorType kv, const void* k, const void* v, int n, int d, const float* q, int G, float scale,
                         float* m, float* l, float* o, float* s_out, int64_t s_stride);
 };
+
+/// Most activation rows a multi-row kernel (DotKernels::q8_0_rows, q4_1_rows) takes at once.
+constexpr int kDotRowsMax = 4;
 
 /// The format activations take before a dot product with weights of type t: F32 (no quantization), Q8_0, Q8_1
 /// or Q8_K.

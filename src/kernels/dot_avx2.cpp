@@ -53,27 +53,61 @@ static float dot_f16(const uint16_t* w, const float* x, int64_t n) {
     return s;
 }
 
-// int8 · int8 of one 32-value block: maddubs(|w|, x·sign(w)) → int16 pairs, madd with 1 → int32 lanes.
-static inline __m256 block_dot_q8(const BlockQ8_0& w, const BlockQ8_0& x) {
-    const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs));
+// int8 · int8 of one 32-value block: maddubs(|w|, x·sign(w)) → int16 pairs, madd with 1 → int32 lanes (aw = |w|).
+static inline __m256 block_dot_q8(__m256i wq, __m256i aw, const BlockQ8_0& x) {
     const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs));
-    const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(xq, wq));
+    const __m256i p16 = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xq, wq));
     return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
 }
 
-static float dot_q8_0(const BlockQ8_0* w, const BlockQ8_0* xq, int64_t nb) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+/// One Q8_0 weight row (GGUF layout) against N activation rows (row i's blocks at x + i·xs; the scale of block j
+/// is xd(j): binary16 from the block for the single-row kernel, float32 converted once for the multi-row one — the
+/// same value): each weight block is loaded and its magnitudes taken once for all N rows; row i's operations do not
+/// depend on N (out[i] bit-identical to N = 1).
+template <int N, class XScale>
+static void dot_q8_0_n(const BlockQ8_0* w, const BlockQ8_0* x, XScale xd, int64_t xs, int64_t nb, float* out) {
+    __m256 a0[N], a1[N];
+    for (int i = 0; i < N; ++i) a0[i] = a1[i] = _mm256_setzero_ps();
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
-        a0 = _mm256_fmadd_ps(_mm256_set1_ps(KVSIEVE_HALF(w[b].d) * KVSIEVE_HALF(xq[b].d)),
-                             block_dot_q8(w[b], xq[b]), a0);
-        a1 = _mm256_fmadd_ps(_mm256_set1_ps(KVSIEVE_HALF(w[b + 1].d) * KVSIEVE_HALF(xq[b + 1].d)),
-                             block_dot_q8(w[b + 1], xq[b + 1]), a1);
+        const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs));
+        const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b + 1].qs));
+        const __m256i aw0 = _mm256_sign_epi8(w0, w0), aw1 = _mm256_sign_epi8(w1, w1);
+        const float d0 = KVSIEVE_HALF(w[b].d), d1 = KVSIEVE_HALF(w[b + 1].d);
+        for (int i = 0; i < N; ++i) {
+            const int64_t j = i * xs + b;
+            a0[i] = _mm256_fmadd_ps(_mm256_set1_ps(d0 * xd(j)), block_dot_q8(w0, aw0, x[j]), a0[i]);
+            a1[i] = _mm256_fmadd_ps(_mm256_set1_ps(d1 * xd(j + 1)), block_dot_q8(w1, aw1, x[j + 1]), a1[i]);
+        }
     }
-    for (; b < nb; ++b)
-        a0 = _mm256_fmadd_ps(_mm256_set1_ps(KVSIEVE_HALF(w[b].d) * KVSIEVE_HALF(xq[b].d)),
-                             block_dot_q8(w[b], xq[b]), a0);
-    return hsum(_mm256_add_ps(a0, a1));
+    for (; b < nb; ++b) {
+        const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs));
+        const __m256i aw0 = _mm256_sign_epi8(w0, w0);
+        const float d0 = KVSIEVE_HALF(w[b].d);
+        for (int i = 0; i < N; ++i) {
+            const int64_t j = i * xs + b;
+            a0[i] = _mm256_fmadd_ps(_mm256_set1_ps(d0 * xd(j)), block_dot_q8(w0, aw0, x[j]), a0[i]);
+        }
+    }
+    for (int i = 0; i < N; ++i) out[i] = hsum(_mm256_add_ps(a0[i], a1[i]));
+}
+
+static float dot_q8_0(const BlockQ8_0* w, const BlockQ8_0* xq, int64_t nb) {
+    float out;
+    dot_q8_0_n<1>(w, xq, [xq](int64_t j) { return KVSIEVE_HALF(xq[j].d); }, 0, nb, &out);
+    return out;
+}
+
+/// DotKernels::q8_0_rows: n in 1..kDotRowsMax activation rows.
+static void dot_q8_0_rows(const BlockQ8_0* w, const BlockQ8_0* x, const float* xd, int64_t xs, int n, int64_t nb,
+                          float* out) {
+    auto sc = [xd](int64_t j) { return xd[j]; };
+    switch (n) {
+        case 1: return dot_q8_0_n<1>(w, x, sc, xs, nb, out);
+        case 2: return dot_q8_0_n<2>(w, x, sc, xs, nb, out);
+        case 3: return dot_q8_0_n<3>(w, x, sc, xs, nb, out);
+        default: return dot_q8_0_n<4>(w, x, sc, xs, nb, out);
+    }
 }
 
 // Split-layout Q8_0 (repack.h: a row's int8 weights contiguous, its binary16 block scales after them): eight
@@ -188,6 +222,8 @@ const DotKernels& dot_kernels_avx2() {
                                  .q2_k = avx2::x86_dot_q2_k,
                                  .q3_k = avx2::x86_dot_q3_k,
                                  .q5_k = avx2::x86_dot_q5_k,
+                                 .q8_0_rows = avx2::dot_q8_0_rows,
+                                 .q4_1_rows = avx2::x86_dot_q4_1_rows,
                                  .dequant_row = avx2::dequant_row,
                                  .quantize_q8_0 = quantize_row_q8_0_activations,
                                  .quantize_q8_1 = quantize_row_q8_1_activations,

@@ -181,6 +181,8 @@ const DotKernels& dot_kernels_avx512() {
                                  .q2_k = avx512::x86_dot_q2_k,
                                  .q3_k = avx512::x86_dot_q3_k,
                                  .q5_k = avx512::x86_dot_q5_k,
+                                 .q8_0_rows = nullptr,  // Q8_0 rows are in the split layout on AVX-512
+                                 .q4_1_rows = avx512::x86_dot_q4_1_rows,
                                  .dequant_row = avx512::dequant_row,
                                  .quantize_q8_0 = quantize_row_q8_0_activations,
                                  .quantize_q8_1 = quantize_row_q8_1_activations,

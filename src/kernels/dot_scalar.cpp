@@ -61,6 +61,8 @@ const DotKernels& dot_kernels_scalar() {
                                  .q2_k = scalar::g_dot_q2_k,
                                  .q3_k = scalar::g_dot_q3_k,
                                  .q5_k = scalar::g_dot_q5_k,
+                                 .q8_0_rows = nullptr,  // the reference: matmul calls q8_0 per row
+                                 .q4_1_rows = nullptr,
                                  .dequant_row = dequantize_row,
                                  .quantize_q8_0 = quantize_row_q8_0_activations,
                                  .quantize_q8_1 = quantize_row_q8_1_activations,

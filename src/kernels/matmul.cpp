@@ -23,6 +23,7 @@ struct PreparedX {
     int64_t q8_stride = 0;       // blocks per token of whichever of q8, q81, q8k is used
     AlignedBuffer split_q;       // [T][cols] int8 for split-layout Q8_0 weights
     std::vector<float> split_d;  // [T][cols/32]
+    std::vector<float> xd, xsum; // [T][blocks] float32 scales (and Q8_1 sums) of q8 / q81 for the multi-row kernels
 };
 
 PreparedX prepare(const DotKernels& k, const WeightMatrix& W, const float* X, int64_t T) {
@@ -50,6 +51,16 @@ PreparedX prepare(const DotKernels& k, const WeightMatrix& W, const float* X, in
                 std::memcpy(p.split_q.data() + b * QK8_0, p.q8[b].qs, QK8_0);
                 p.split_d[b] = fp16_to_fp32(p.q8[b].d);
             }
+        }
+    }
+    if (T > 1 && W.layout == RowLayout::kGGUF && ((act == TensorType::Q8_1 && k.q4_1_rows) ||
+                                                  (act == TensorType::Q8_0 && k.q8_0_rows))) {
+        const size_t n = static_cast<size_t>(T * p.q8_stride);
+        p.xd.resize(n);
+        for (size_t j = 0; j < n; ++j) p.xd[j] = fp16_to_fp32(act == TensorType::Q8_1 ? p.q81[j].d : p.q8[j].d);
+        if (act == TensorType::Q8_1) {
+            p.xsum.resize(n);
+            for (size_t j = 0; j < n; ++j) p.xsum[j] = fp16_to_fp32(p.q81[j].s);
         }
     }
     return p;
@@ -88,11 +99,36 @@ inline float dot_row(const DotKernels& k, const WeightMatrix& W, int64_t r, cons
     return 0;
 }
 
+/// Y[t·ldy + r] for every t < T: row r of W against all T activation rows, kDotRowsMax at a time through the
+/// type's multi-row kernel where the instruction set has one (the same numbers as dot_row per row).
+inline void dot_all_rows(const DotKernels& k, const WeightMatrix& W, int64_t r, const PreparedX& p, int64_t T, float* Y,
+                         int64_t ldy) {
+    auto batched = [&](auto kernel) {
+        float out[kDotRowsMax];
+        for (int64_t t = 0; t < T; t += kDotRowsMax) {
+            const int n = static_cast<int>(std::min<int64_t>(kDotRowsMax, T - t));
+            kernel(t * p.q8_stride, n, out);
+            for (int i = 0; i < n; ++i) Y[(t + i) * ldy + r] = out[i];
+        }
+    };
+    const int64_t nb = W.cols / QK8_0;
+    if (!p.xd.empty() && W.type == TensorType::Q4_1 && k.q4_1_rows)
+        return batched([&](int64_t o, int n, float* out) {
+            k.q4_1_rows(reinterpret_cast<const BlockQ4_1*>(W.row(r)), p.q81.data() + o, p.xd.data() + o,
+                        p.xsum.data() + o, p.q8_stride, n, nb, out);
+        });
+    if (!p.xd.empty() && W.type == TensorType::Q8_0 && k.q8_0_rows)
+        return batched([&](int64_t o, int n, float* out) {
+            k.q8_0_rows(reinterpret_cast<const BlockQ8_0*>(W.row(r)), p.q8.data() + o, p.xd.data() + o, p.q8_stride, n,
+                        nb, out);
+        });
+    for (int64_t t = 0; t < T; ++t) Y[t * ldy + r] = dot_row(k, W, r, p, t);
+}
+
 void gemv(const DotKernels& k, const WeightMatrix& W, const float* X, int64_t T, float* Y, int64_t ldy) {
     const PreparedX p = prepare(k, W, X, T);
 #pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < W.rows; ++r)
-        for (int64_t t = 0; t < T; ++t) Y[t * ldy + r] = dot_row(k, W, r, p, t);
+    for (int64_t r = 0; r < W.rows; ++r) dot_all_rows(k, W, r, p, T, Y, ldy);
 }
 
 /// One row of W as float32, whatever its layout.
@@ -187,8 +223,7 @@ void matmul_shared_input(const std::vector<MatmulTarget>& targets, const float* 
         size_t i = 0;
         while (r >= first_row[i + 1]) ++i;
         const WeightMatrix& W = *targets[i].W;
-        const int64_t rr = r - first_row[i];
-        for (int64_t t = 0; t < T; ++t) targets[i].Y[t * W.rows + rr] = dot_row(k, W, rr, preps[prep_of[i]], t);
+        dot_all_rows(k, W, r - first_row[i], preps[prep_of[i]], T, targets[i].Y, W.rows);
     }
 }
 
