@@ -1,5 +1,5 @@
-// The server's request bodies: any bytes parsed as JSON and read as a completion and a chat completion request
-// give a request or one ApiError (a 4xx), never a crash.
+// The server's request bodies: any bytes parsed as JSON and read as a completion and a chat completion request,
+// and as a cache save and restore body, give a request or one ApiError (a 4xx), never a crash.
 #include <nlohmann/json.hpp>
 
 #include "fuzz_input.h"
@@ -17,6 +17,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     ctx.chat_template = &tmpl;
     ctx.model_id = "fuzz";
     ctx.n_ctx = 256;
+    ctx.cache_dir = "/nonexistent-kvsieve-fuzz";
     const nlohmann::json body = nlohmann::json::parse(data, data + size, nullptr, false);
     if (body.is_discarded()) return 0;  // the server answers 400 before parse_api_request
     for (bool chat : {false, true}) {
@@ -25,6 +26,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             kvsieve::GenerationEvent done;
             done.kind = kvsieve::GenerationEvent::Kind::kDone;
             kvsieve::completion_body(r, "id", 0, "m", "text", done).dump();
+        } catch (const kvsieve::ApiError& e) {
+            if (e.status() < 400 || e.status() > 499) __builtin_trap();
+        }
+    }
+    for (bool restore : {false, true}) {
+        try {
+            const kvsieve::CacheOpRequest op = kvsieve::parse_cache_op(body, restore, ctx);
+            kvsieve::CacheOpResult res;
+            res.conversation = op.ref.conversation;
+            res.slot = op.ref.slot;
+            kvsieve::cache_op_body("kv_cache.saved", op.name, res).dump();
         } catch (const kvsieve::ApiError& e) {
             if (e.status() < 400 || e.status() > 499) __builtin_trap();
         }

@@ -239,6 +239,243 @@ TEST(Scheduler, SavedSequenceContinuesAsIfNeverSaved) {
     EXPECT_EQ(sched.snapshot().pool_pages_in_use, 0);
 }
 
+/// The greedy ids a sequence alone generates after `prompt` (n of them, the last one sampled and not run).
+std::vector<int32_t> greedy_ids(const std::vector<int32_t>& prompt, int64_t n) {
+    KVCache cache(model().config(), 256, parse_policy("full"), std::make_shared<KVPool>(model().config().head_dim, KVType::kF16));
+    Session s(model(), tokenizer(), cache);
+    std::vector<float> logits;
+    s.prefill(prompt, PrefillPlan{}, logits);
+    std::vector<int32_t> ids;
+    for (int64_t i = 0; i < n; ++i) {
+        ids.push_back(argmax(logits.data(), model().config().n_vocab));
+        if (i + 1 < n) s.decode(ids.back(), logits);
+    }
+    return ids;
+}
+
+void wait_for_pages(const Scheduler& sched, int64_t pages) {
+    for (int i = 0; i < 200 && sched.snapshot().pool_pages_in_use != pages; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+}
+
+TEST(Scheduler, AConversationsNextTurnFeedsOnlyItsNewTokens) {
+    auto pool = std::make_shared<KVPool>(model().config().head_dim, KVType::kF16);
+    Scheduler sched(model(), tokenizer(), pool, options(1));
+    GenerationRequest a = greedy("Once upon a time, there was a little girl named Lily.", 10);
+    a.conversation = "c1";
+    const std::vector<int32_t> p1 = a.prompt;
+    const Result ra = collect(*sched.submit(a));
+    ASSERT_EQ(ra.last.kind, GenerationEvent::Kind::kDone) << ra.last.error;
+    ASSERT_EQ(ra.last.finish_reason, "length");
+    EXPECT_EQ(ra.last.usage.cached_tokens, 0);
+    // Kept: the prompt and the answer but its last token (sampled, not run), in pages of the pool.
+    SchedulerSnapshot snap = sched.snapshot();
+    ASSERT_EQ(snap.conversations.size(), 1u);
+    EXPECT_EQ(snap.conversations[0].id, "c1");
+    EXPECT_EQ(snap.conversations[0].tokens, static_cast<int64_t>(p1.size()) + 9);
+    EXPECT_GT(snap.pool_pages_in_use, 0);
+    EXPECT_EQ(static_cast<int64_t>(snap.conversations[0].kv_bytes), snap.pool_pages_in_use * snap.pool_page_bytes);
+
+    // The next turn: the whole history (prompt, answer, new text) is sent; only the new part is run, and the
+    // answer is that of one sequence that ran the same steps (prefill, 9 decode steps, then the new text).
+    const std::vector<int32_t> gen = greedy_ids(p1, 10);
+    const std::vector<int32_t> more = tokenizer().encode(" She saw a big dog.", false, false);
+    GenerationRequest b = greedy("", 12);
+    b.prompt = p1;
+    b.prompt.insert(b.prompt.end(), gen.begin(), gen.end());
+    b.prompt.insert(b.prompt.end(), more.begin(), more.end());
+    b.conversation = "c1";
+    const Result rb = collect(*sched.submit(b));
+    ASSERT_EQ(rb.last.kind, GenerationEvent::Kind::kDone) << rb.last.error;
+    EXPECT_EQ(rb.last.usage.cached_tokens, static_cast<int64_t>(p1.size()) + 9);
+    EXPECT_EQ(rb.last.usage.prompt_tokens, static_cast<int64_t>(b.prompt.size()));
+    {
+        KVCache cache(model().config(), 256, parse_policy("full"), std::make_shared<KVPool>(model().config().head_dim, KVType::kF16));
+        Session s(model(), tokenizer(), cache);
+        std::vector<float> logits;
+        s.prefill(p1, PrefillPlan{}, logits);
+        for (int i = 0; i < 9; ++i) s.decode(gen[i], logits);
+        std::vector<int32_t> rest = {gen[9]};
+        rest.insert(rest.end(), more.begin(), more.end());
+        s.prefill(rest, PrefillPlan{}, logits);
+        std::string want;
+        for (int i = 0; i < 12; ++i) {
+            const int32_t id = argmax(logits.data(), model().config().n_vocab);
+            if (tokenizer().is_eog(id)) break;
+            want += tokenizer().token_to_piece(id);
+            if (i + 1 < 12) s.decode(id, logits);
+        }
+        EXPECT_EQ(rb.text, want);
+    }
+    EXPECT_EQ(sched.snapshot().prompt_tokens_cached, static_cast<int64_t>(p1.size()) + 9);
+    // The same prompt again: all but its last token are reused (that one runs to give the next token's logits).
+    GenerationRequest same = b;
+    same.max_tokens = 3;
+    const Result rs = collect(*sched.submit(same));
+    ASSERT_EQ(rs.last.kind, GenerationEvent::Kind::kDone) << rs.last.error;
+    EXPECT_EQ(rs.last.usage.cached_tokens, static_cast<int64_t>(b.prompt.size()) - 1);
+    // A prompt that leaves the kept tokens part way rolls the conversation back to where they agree.
+    GenerationRequest a2 = a;
+    a2.conversation = "c2";
+    ASSERT_EQ(collect(*sched.submit(a2)).last.kind, GenerationEvent::Kind::kDone);
+    GenerationRequest e = greedy("", 8);
+    e.prompt = p1;
+    e.prompt.insert(e.prompt.end(), gen.begin(), gen.begin() + 5);
+    e.prompt.insert(e.prompt.end(), more.begin(), more.end());
+    e.conversation = "c2";
+    const Result re = collect(*sched.submit(e));
+    ASSERT_EQ(re.last.kind, GenerationEvent::Kind::kDone) << re.last.error;
+    EXPECT_EQ(re.last.usage.cached_tokens, static_cast<int64_t>(p1.size()) + 5);
+    {
+        KVCache cache(model().config(), 256, parse_policy("full"), std::make_shared<KVPool>(model().config().head_dim, KVType::kF16));
+        Session s(model(), tokenizer(), cache);
+        std::vector<float> logits;
+        s.prefill(p1, PrefillPlan{}, logits);
+        for (int i = 0; i < 5; ++i) s.decode(gen[i], logits);
+        s.prefill(more, PrefillPlan{}, logits);
+        std::string want;
+        for (int i = 0; i < 8; ++i) {
+            const int32_t id = argmax(logits.data(), model().config().n_vocab);
+            if (tokenizer().is_eog(id)) break;
+            want += tokenizer().token_to_piece(id);
+            if (i + 1 < 8) s.decode(id, logits);
+        }
+        EXPECT_EQ(re.text, want);
+    }
+    EXPECT_TRUE(sched.drop("c2"));
+    // A prompt that shares nothing with the kept tokens starts afresh (nothing cached) and replaces them.
+    GenerationRequest c = greedy("", 5);
+    c.prompt = tokenizer().encode("The cat sat on the mat and", false, false);
+    c.conversation = "c1";
+    const Result rc = collect(*sched.submit(c));
+    ASSERT_EQ(rc.last.kind, GenerationEvent::Kind::kDone) << rc.last.error;
+    EXPECT_EQ(rc.last.usage.cached_tokens, 0);
+    EXPECT_EQ(rc.text, alone(c, 256));
+    // Another policy for a kept conversation is refused (409); dropping it frees its pages.
+    GenerationRequest d = greedy("The cat sat on the mat and", 5, "h2o:budget=16");
+    d.conversation = "c1";
+    d.policy_given = true;
+    const Result rd = collect(*sched.submit(d));
+    ASSERT_EQ(rd.last.kind, GenerationEvent::Kind::kError);
+    EXPECT_EQ(rd.last.status, 409);
+    EXPECT_NE(rd.last.error.find("runs kv_policy 'full'"), std::string::npos) << rd.last.error;
+    EXPECT_TRUE(sched.drop("c1"));
+    EXPECT_FALSE(sched.drop("c1"));
+    wait_for_pages(sched, 0);
+    EXPECT_EQ(sched.snapshot().pool_pages_in_use, 0);
+    EXPECT_TRUE(sched.snapshot().conversations.empty());
+}
+
+TEST(Scheduler, KeptConversationsGiveTheirPagesToRunningRequests) {
+    const ModelConfig& c = model().config();
+    const int64_t pages = static_cast<int64_t>(c.n_layer) * c.n_head_kv * 6;  // one ~64-token sequence
+    auto pool = std::make_shared<KVPool>(c.head_dim, KVType::kF16, 16, static_cast<uint64_t>(pages) * 16 * c.head_dim * 2 * 2);
+    SchedulerOptions o = options(1);
+    o.max_conversations = 2;
+    Scheduler sched(model(), tokenizer(), pool, o);
+    GenerationRequest a = greedy("Once upon a time, there was a little girl named Lily. She loved to play.", 30);
+    a.conversation = "kept";
+    ASSERT_EQ(collect(*sched.submit(a)).last.kind, GenerationEvent::Kind::kDone);
+    ASSERT_EQ(sched.snapshot().conversations.size(), 1u);
+    // The kept conversation holds most of the pool: a new request gets its pages instead of a 503.
+    const GenerationRequest b = greedy("Once upon a time, there was a little girl named Lily. She loved to play.", 30);
+    const Result rb = collect(*sched.submit(b));
+    ASSERT_EQ(rb.last.kind, GenerationEvent::Kind::kDone) << rb.last.error;
+    EXPECT_EQ(rb.text, alone(b, 256));
+    const SchedulerSnapshot snap = sched.snapshot();
+    EXPECT_TRUE(snap.conversations.empty());
+    EXPECT_EQ(snap.conversations_dropped, 1);
+    // At most max_conversations are kept: the least recently used goes.
+    for (const std::string id : {"x", "y", "z"}) {
+        GenerationRequest g = greedy("Once upon a time", 3);
+        g.conversation = id;
+        ASSERT_EQ(collect(*sched.submit(g)).last.kind, GenerationEvent::Kind::kDone);
+    }
+    std::vector<std::string> ids;
+    for (const auto& k : sched.snapshot().conversations) ids.push_back(k.id);
+    EXPECT_EQ(ids, (std::vector<std::string>{"y", "z"}));
+}
+
+TEST(Scheduler, ASavedRunningSlotContinuesExactlyAsTheRequestDoes) {
+    // Save slot 0 while it generates; the request goes on untouched, and the file restored with no new text
+    // generates exactly the rest of its answer (greedy, and sampled with a seed: the sampler's state is saved).
+    for (const bool sampled : {false, true}) {
+        SCOPED_TRACE(sampled);
+        auto pool = std::make_shared<KVPool>(model().config().head_dim, KVType::kF16);
+        Scheduler sched(model(), tokenizer(), pool, options(2));
+        test::TempFile file(".kvseq");
+        GenerationRequest a = greedy("Once upon a time, there was a little girl named Lily.", 40, "h2o:budget=24");
+        if (sampled) {
+            a.sampling.temp = 0.9f;
+            a.sampling.seed = 7;
+        }
+        const GenerationRequest reference = a;
+        const std::string whole = collect(*sched.submit(reference)).text;  // the same request, never saved
+        auto h = sched.submit(a);
+        std::string text = h->next().text;  // it generates
+        EXPECT_THROW(sched.save({"", 5}, file.path()), CacheOpError);
+        const CacheOpResult saved = sched.save({"", 0}, file.path());
+        EXPECT_EQ(saved.slot, 0);
+        EXPECT_GT(saved.file_bytes, 0u);
+        EXPECT_EQ(saved.policy, "h2o:budget=24");
+        const Result rest = collect(*h);
+        ASSERT_EQ(rest.last.kind, GenerationEvent::Kind::kDone) << rest.last.error;
+        EXPECT_EQ(text + rest.text, whole);  // the save did not disturb the request
+        const int64_t generated = saved.tokens - static_cast<int64_t>(a.prompt.size());  // run, incl. the one run for the save
+        ASSERT_GT(generated, 0);
+        GenerationRequest b = greedy("", 40 - generated, "h2o:budget=24");
+        b.prompt.clear();
+        b.sampling = a.sampling;
+        b.restore = std::make_shared<const SavedSequence>(read_sequence(file.path(), model()));
+        b.restore_sampler = true;
+        const Result rb = collect(*sched.submit(b));
+        ASSERT_EQ(rb.last.kind, GenerationEvent::Kind::kDone) << rb.last.error;
+        ASSERT_FALSE(rb.text.empty());
+        ASSERT_LT(rb.text.size(), whole.size());
+        EXPECT_EQ(whole.substr(whole.size() - rb.text.size()), rb.text);
+    }
+}
+
+TEST(Scheduler, ARestoredFileBecomesAConversationToGoOnFrom) {
+    auto pool = std::make_shared<KVPool>(model().config().head_dim, KVType::kF16);
+    Scheduler sched(model(), tokenizer(), pool, options(1));
+    test::TempFile file(".kvseq");
+    GenerationRequest a = greedy("Once upon a time, there was a little girl named Lily.", 6, "snapkv:ratio=0.5");
+    a.conversation = "first";
+    ASSERT_EQ(collect(*sched.submit(a)).last.kind, GenerationEvent::Kind::kDone);
+    EXPECT_THROW(sched.save({"nobody", -1}, file.path()), CacheOpError);
+    const CacheOpResult saved = sched.save({"first", -1}, file.path());
+    EXPECT_EQ(saved.tokens, static_cast<int64_t>(a.prompt.size()) + 5);
+    EXPECT_EQ(saved.slot, -1);
+    EXPECT_TRUE(sched.drop("first"));
+    const auto seq = std::make_shared<const SavedSequence>(read_sequence(file.path(), model()));
+    const CacheOpResult r = sched.restore(seq, "second");
+    EXPECT_EQ(r.tokens, saved.tokens);
+    EXPECT_EQ(r.policy, "snapkv:ratio=0.5");
+    EXPECT_EQ(r.kv_bytes, saved.kv_bytes);
+    ASSERT_EQ(sched.snapshot().conversations.size(), 1u);
+    // A request naming it, with the kept tokens and more, feeds only the new ones.
+    GenerationRequest b = greedy("", 5);
+    b.prompt = seq->tokens;
+    const auto more = tokenizer().encode(" The end.", false, false);
+    b.prompt.insert(b.prompt.end(), more.begin(), more.end());
+    b.conversation = "second";
+    const Result rb = collect(*sched.submit(b));
+    ASSERT_EQ(rb.last.kind, GenerationEvent::Kind::kDone) << rb.last.error;
+    EXPECT_EQ(rb.last.usage.cached_tokens, saved.tokens);
+    // Refused restores: no id, a context too small.
+    EXPECT_THROW(sched.restore(seq, ""), CacheOpError);
+    SchedulerOptions small = options(1, 16);
+    Scheduler tiny(model(), tokenizer(), pool, small);
+    try {
+        tiny.restore(seq, "x");
+        ADD_FAILURE() << "a sequence longer than the context was restored";
+    } catch (const CacheOpError& e) {
+        EXPECT_EQ(e.status(), 400);
+        EXPECT_NE(std::string(e.what()).find("context holds 16"), std::string::npos) << e.what();
+    }
+}
+
 TEST(StopMatcher, HoldsBackWhatMayStartAStopStringAndCutsBeforeIt) {
     StopMatcher m({"END", "\n\n"});
     EXPECT_EQ(m.push("abc E"), "abc ");
@@ -378,6 +615,60 @@ TEST(OpenAIApi, RefusesWhatItCannotDoWithOneClearError) {
     } catch (const ApiError& e) {
         EXPECT_NE(std::string(e.what()).find("no chat template"), std::string::npos);
     }
+}
+
+TEST(OpenAIApi, ConversationAndCacheOperationBodies) {
+    const ChatTemplate chatml = chat_template_by_name("chatml");
+    ApiContext ctx = context(&chatml);
+    ApiRequest r = parse_api_request(json{{"prompt", "Once"}, {"conversation", "chat-1.a"}}, false, ctx);
+    EXPECT_EQ(r.gen.conversation, "chat-1.a");
+    EXPECT_FALSE(r.gen.policy_given);
+    r = parse_api_request(json{{"messages", json::array({{{"role", "user"}, {"content", "Hi"}}})}, {"conversation", "c"},
+                               {"kv_policy", "snapkv:ratio=0.5"}}, true, ctx);
+    EXPECT_EQ(r.gen.conversation, "c");
+    EXPECT_TRUE(r.gen.policy_given);
+    expect_api_error(json{{"prompt", "x"}, {"conversation", "../etc"}}, false, "'conversation' must be a name");
+    expect_api_error(json{{"prompt", "x"}, {"conversation", 5}}, false, "'conversation' must be a name");
+    // Cache operation bodies.
+    const auto refuse = [&](const json& body, bool restore, const std::string& needle) {
+        try {
+            parse_cache_op(body, restore, ctx);
+            ADD_FAILURE() << "accepted " << body.dump();
+        } catch (const ApiError& e) {
+            EXPECT_EQ(e.status(), 400);
+            EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+        }
+    };
+    refuse(json{{"name", "a"}, {"slot", 0}}, false, "--cache-dir");
+    ctx.cache_dir = "/tmp/kv";
+    CacheOpRequest op = parse_cache_op(json{{"name", "a"}, {"slot", 2}}, false, ctx);
+    EXPECT_EQ(op.path, "/tmp/kv/a.kvseq");
+    EXPECT_EQ(op.ref.slot, 2);
+    EXPECT_TRUE(op.ref.conversation.empty());
+    op = parse_cache_op(json{{"name", "a"}, {"conversation", "c"}}, false, ctx);
+    EXPECT_EQ(op.ref.conversation, "c");
+    op = parse_cache_op(json{{"name", "a"}}, true, ctx);
+    EXPECT_EQ(op.ref.conversation, "a");  // a restore keeps the file under its own name unless told
+    refuse(json{{"name", "a"}}, false, "'conversation' (an id) or 'slot'");
+    refuse(json{{"name", "a"}, {"slot", 0}, {"conversation", "c"}}, false, "'conversation' (an id) or 'slot'");
+    refuse(json{{"name", "a"}, {"slot", -1}}, false, "'slot' must be a slot index");
+    refuse(json{{"name", "a"}, {"slot", 0}}, true, "unknown field 'slot'");
+    refuse(json{{"slot", 0}}, false, "'name' is required");
+    refuse(json{{"name", ".hidden"}, {"slot", 0}}, false, "'name' must be a name");
+    refuse(json::array(), false, "JSON object");
+    CacheOpResult res;
+    res.slot = 1;
+    res.tokens = 40;
+    res.kv_bytes = 4096;
+    res.file_bytes = 5000;
+    res.policy = "full";
+    const json j = cache_op_body("kv_cache.saved", "a", res);
+    EXPECT_EQ(j["slot"], 1);
+    EXPECT_TRUE(j["conversation"].is_null());
+    EXPECT_EQ(j["file_bytes"], 5000);
+    GenerationUsage u;
+    u.cached_tokens = 12;
+    EXPECT_EQ(usage_json(u)["prompt_tokens_details"]["cached_tokens"], 12);
 }
 
 TEST(OpenAIApi, ResponseBodiesFollowTheSchema) {

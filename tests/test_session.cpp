@@ -315,3 +315,30 @@ TEST(Session, TovaMakesOneChoicePerLayer) {
 
 }  // namespace
 }  // namespace kvsieve
+
+namespace kvsieve {
+namespace {
+TEST(Session, RollbackForgetsTheLaterPositionsAndGoesOnFromThere) {
+    // Full cache: rolled back to n, then fed the same tokens again, the logits are those of never having gone on.
+    auto cache = make("full");
+    const auto tok = Tokenizer::from_gguf(model().file());
+    Session s(model(), *tok, *cache);
+    const std::vector<int32_t> ids = prompt_ids();
+    ASSERT_GT(ids.size(), 12u);
+    std::vector<float> logits, again;
+    s.prefill(std::vector<int32_t>(ids.begin(), ids.begin() + 8), PrefillPlan{}, logits);
+    for (size_t i = 8; i < 12; ++i) s.decode(ids[i], logits);
+    s.rollback(10);
+    EXPECT_EQ(s.n_tokens(), 10);
+    EXPECT_EQ(s.tokens(), std::vector<int32_t>(ids.begin(), ids.begin() + 10));
+    for (int l = 0; l < model().config().n_layer; ++l)
+        for (int h = 0; h < model().config().n_head_kv; ++h)
+            for (int32_t p : kept_positions(*cache, l, h)) EXPECT_LT(p, 10);
+    s.decode(ids[10], again);
+    s.decode(ids[11], again);
+    EXPECT_EQ(again, logits);
+    expect_error_contains([&] { s.rollback(13); }, "cannot roll a sequence of 12 tokens back to 13");
+    expect_error_contains([&] { s.rollback(-1); }, "back to -1");
+}
+}  // namespace
+}  // namespace kvsieve

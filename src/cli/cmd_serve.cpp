@@ -112,6 +112,10 @@ void add_serve(CLI::App& app) {
         ->capture_default_str();
     cmd->add_option("--prefill-chunk", o->sched.prefill_chunk, "prompt tokens per step, interleaved with decoding")
         ->capture_default_str();
+    cmd->add_option("--max-conversations", o->sched.max_conversations,
+                    "sequences kept between requests under a 'conversation' id (their next turn feeds only new tokens; "
+                    "least recently used dropped first, or when running requests need the pages); 0: none")
+        ->capture_default_str();
     cmd->add_option("--max-queue", o->sched.max_queue, "requests that may wait for a slot (one more gets 503)")
         ->capture_default_str();
     cmd->add_flag("--queue", o->sched.wait_for_memory,

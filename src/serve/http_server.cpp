@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <ctime>
+#include <filesystem>
 
 namespace kvsieve {
 
@@ -164,6 +165,51 @@ void HttpServer::routes() {
                 if (!st->finished) h->cancel();  // the client went away before the end
             });
     };
+    // Saved sequences and kept conversations (docs/serving.md).
+    auto cache_op = [this](const httplib::Request& req, httplib::Response& res, bool restore) {
+        try {
+            json body;
+            try {
+                body = json::parse(req.body);
+            } catch (const json::exception& e) {
+                throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what());
+            }
+            const CacheOpRequest op = parse_cache_op(body, restore, ctx_);
+            if (!restore) return send_json(res, 200, cache_op_body("kv_cache.saved", op.name, sched_.save(op.ref, op.path)));
+            if (!std::filesystem::exists(op.path)) throw ApiError(404, "no saved sequence '" + op.name + "' in the server's --cache-dir");
+            std::shared_ptr<const SavedSequence> saved;
+            try {
+                saved = std::make_shared<const SavedSequence>(read_sequence(op.path, *ctx_.model));
+            } catch (const Error& e) {
+                throw ApiError(400, "'" + op.name + "': " + e.what());
+            }
+            send_json(res, 200, cache_op_body("kv_cache.restored", op.name, sched_.restore(saved, op.ref.conversation)));
+        } catch (const ApiError& e) {
+            send_json(res, e.status(), error_body(e.status(), e.what()));
+        } catch (const CacheOpError& e) {
+            send_json(res, e.status(), error_body(e.status(), e.what()));
+        } catch (const ServerBusy& e) {
+            send_json(res, 503, error_body(503, e.what()));
+        }
+    };
+    s.Post("/v1/cache/save", [cache_op](const httplib::Request& q, httplib::Response& r) { cache_op(q, r, false); });
+    s.Post("/v1/cache/restore", [cache_op](const httplib::Request& q, httplib::Response& r) { cache_op(q, r, true); });
+    s.Get("/v1/cache/conversations", [this](const httplib::Request&, httplib::Response& res) {
+        json data = json::array();
+        for (const auto& c : sched_.snapshot().conversations)
+            data.push_back({{"id", c.id}, {"tokens", c.tokens}, {"kv_bytes", c.kv_bytes}, {"policy", c.policy}});
+        send_json(res, 200, {{"object", "list"}, {"data", data}});
+    });
+    s.Delete(R"(/v1/cache/conversations/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+        const std::string id = req.matches[1];
+        try {
+            if (!sched_.drop(id)) return send_json(res, 404, error_body(404, "no conversation '" + id + "' is kept"));
+            send_json(res, 200, {{"id", id}, {"object", "kv_cache.conversation"}, {"deleted", true}});
+        } catch (const ServerBusy& e) {
+            send_json(res, 503, error_body(503, e.what()));
+        }
+    });
+
     s.Post("/v1/completions", [generate](const httplib::Request& q, httplib::Response& r) { generate(q, r, false); });
     s.Post("/v1/chat/completions", [generate](const httplib::Request& q, httplib::Response& r) { generate(q, r, true); });
     s.Post("/completions", [generate](const httplib::Request& q, httplib::Response& r) { generate(q, r, false); });

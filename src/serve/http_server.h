@@ -1,6 +1,6 @@
 #pragma once
 // The OpenAI-compatible HTTP front of the scheduler (cpp-httplib): /v1/completions, /v1/chat/completions,
-// /v1/models, /health and /metrics.
+// /v1/models, /health and /metrics; and kvsieve's /v1/cache/save, /v1/cache/restore and /v1/cache/conversations.
 #include <atomic>
 #include <cstddef>
 #include <memory>
@@ -28,7 +28,10 @@ struct HttpOptions {
 /// A streamed request (`stream: true`) answers with server-sent events `data: {chunk}` ending in `data: [DONE]`;
 /// its status is that of its first event, so a request the pool cannot hold gets 503 even when streamed; an error
 /// after the first token comes as a last `data: {"error": …}` event. A client that disconnects from a stream
-/// cancels its request (its pages are freed at the next step).
+/// cancels its request (its pages are freed at the next step). POST /v1/cache/save and /v1/cache/restore
+/// (parse_cache_op) save a kept conversation or running slot to --cache-dir and keep a saved file under a
+/// conversation id (Scheduler::save / restore; errors with CacheOpError's status); GET /v1/cache/conversations
+/// lists the kept ones, DELETE /v1/cache/conversations/ID drops one (404 when none is kept).
 class HttpServer {
 public:
     HttpServer(Scheduler& scheduler, ApiContext ctx, HttpOptions opts);

@@ -81,6 +81,15 @@ std::string prometheus_text(const SchedulerSnapshot& s, const HttpCounters& http
     w.one("kvsieve_slots", "gauge", "sequences that may run at once", s.slots);
     w.one("kvsieve_slots_busy", "gauge", "sequences running", static_cast<int64_t>(s.active.size()));
     w.one("kvsieve_queue_length", "gauge", "requests waiting for a slot", s.queued);
+    uint64_t kept_bytes = 0;
+    for (const auto& c : s.conversations) kept_bytes += c.kv_bytes;
+    w.one("kvsieve_conversations_kept", "gauge", "sequences kept between requests under a conversation id",
+          static_cast<int64_t>(s.conversations.size()));
+    w.one("kvsieve_conversations_kv_bytes", "gauge", "bytes of KV pages the kept conversations hold", kept_bytes);
+    w.one("kvsieve_conversations_dropped_total", "counter", "kept conversations dropped for the pages of running requests",
+          s.conversations_dropped);
+    w.one("kvsieve_prompt_tokens_cached_total", "counter", "prompt tokens a kept conversation already held (not run again)",
+          s.prompt_tokens_cached);
     w.family("kvsieve_policy_requests_finished_total", "counter", "finished requests per KV policy");
     for (const auto& [p, t] : s.by_policy) w.sample("kvsieve_policy_requests_finished_total", "policy=\"" + label(p) + "\"", t.finished);
     w.family("kvsieve_policy_density", "gauge", "mean density (kept fraction beyond the local window) of finished requests per KV policy");

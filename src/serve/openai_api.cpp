@@ -54,18 +54,25 @@ std::string message_text(const json& content, size_t i) {
     bad("messages[" + std::to_string(i) + "].content must be a string or an array of text parts");
 }
 
-/// ctx.cache_dir/NAME.kvseq for a cache_save / cache_restore name.
-std::string cache_path(const json& v, const char* field, const ApiContext& ctx) {
-    if (ctx.cache_dir.empty()) bad(std::string("'") + field + "' needs a server started with --cache-dir DIR");
-    if (!v.is_string()) bad(std::string("'") + field + "' must be a name (1 to 64 of A-Z a-z 0-9 _ . -)");
+}  // namespace
+
+std::string api_name(const json& v, const std::string& field) {
+    if (!v.is_string()) bad("'" + field + "' must be a name (1 to 64 of A-Z a-z 0-9 _ . -)");
     const std::string name = v.get<std::string>();
     const bool ok = !name.empty() && name.size() <= 64 && name[0] != '.' &&
                     std::all_of(name.begin(), name.end(), [](char c) {
                         return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-';
                     });
-    if (!ok) bad(std::string("'") + field + "' must be a name of 1 to 64 of A-Z a-z 0-9 _ . - not starting with '.', got " + v.dump());
-    return ctx.cache_dir + "/" + name + ".kvseq";
+    if (!ok) bad("'" + field + "' must be a name of 1 to 64 of A-Z a-z 0-9 _ . - not starting with '.', got " + v.dump());
+    return name;
 }
+
+std::string cache_path(const json& v, const std::string& field, const ApiContext& ctx) {
+    if (ctx.cache_dir.empty()) bad("'" + field + "' needs a server started with --cache-dir DIR");
+    return ctx.cache_dir + "/" + api_name(v, field) + ".kvseq";
+}
+
+namespace {
 
 std::vector<ChatMessage> parse_messages(const json& m) {
     if (!m.is_array() || m.empty()) bad("'messages' must be a non-empty array");
@@ -92,7 +99,8 @@ ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx)
     if (!body.is_object()) bad("the request body must be a JSON object");
     static const std::set<std::string> common = {"model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed",
                                                  "stop", "stream", "stream_options", "n", "user", "presence_penalty",
-                                                 "frequency_penalty", "logit_bias", "logprobs", "kv_policy", "cache_save"};
+                                                 "frequency_penalty", "logit_bias", "logprobs", "kv_policy", "cache_save",
+                                                 "conversation"};
     static const std::set<std::string> completion_only = {"prompt", "echo", "suffix", "best_of", "cache_restore"};
     static const std::set<std::string> chat_only = {"messages", "max_completion_tokens", "top_logprobs", "response_format"};
     for (const auto& [k, v] : body.items()) {
@@ -120,7 +128,12 @@ ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx)
         } catch (const Error& e) {
             bad(std::string("cache_restore: ") + e.what());
         }
-        g.restore_sampler = !body.contains("seed") || body["seed"].is_null();
+    }
+    // With saved state (cache_restore, or a kept conversation restored from a file), no seed: its sampler goes on.
+    g.restore_sampler = !body.contains("seed") || body["seed"].is_null();
+    if (body.contains("conversation") && !body["conversation"].is_null()) {
+        g.conversation = api_name(body["conversation"], "conversation");
+        if (g.restore) bad("'conversation' and 'cache_restore' exclude each other (restore into a conversation with POST /v1/cache/restore)");
     }
     // The prompt.
     const Tokenizer& tok = *ctx.tok;
@@ -222,6 +235,7 @@ ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx)
         if (g.restore && spec != g.restore->policy_spec)
             bad("kv_policy: the restored sequence runs '" + g.restore->policy_spec + "'; drop kv_policy or give the same");
         g.policy_spec = spec;
+        g.policy_given = true;
     }
     if (body.contains("cache_save") && !body["cache_save"].is_null()) g.save_path = cache_path(body["cache_save"], "cache_save", ctx);
     try {
@@ -231,6 +245,41 @@ ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx)
         bad(std::string("kv_policy: ") + e.what());
     }
     return r;
+}
+
+CacheOpRequest parse_cache_op(const json& body, bool restore, const ApiContext& ctx) {
+    const std::string what = restore ? "a cache restore" : "a cache save";
+    if (!body.is_object()) bad("the request body must be a JSON object");
+    for (const auto& [k, v] : body.items())
+        if (k != "name" && k != "conversation" && !(k == "slot" && !restore))
+            bad("unknown field '" + k + "' in " + what + " request (name, " + (restore ? "conversation" : "conversation or slot") + ")");
+    if (!body.contains("name")) bad("'name' is required: the file is --cache-dir/NAME.kvseq");
+    CacheOpRequest r;
+    r.path = cache_path(body["name"], "name", ctx);
+    r.name = body["name"].get<std::string>();
+    const bool has_conv = body.contains("conversation") && !body["conversation"].is_null();
+    const bool has_slot = body.contains("slot") && !body["slot"].is_null();
+    if (has_conv) r.ref.conversation = api_name(body["conversation"], "conversation");
+    if (restore) {
+        if (!has_conv) r.ref.conversation = r.name;
+        return r;
+    }
+    if (has_conv == has_slot) bad("a cache save names one sequence: 'conversation' (an id) or 'slot' (a running slot's index)");
+    if (has_slot) {
+        const json& v = body["slot"];
+        if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 1 << 20)
+            bad("'slot' must be a slot index (an integer ≥ 0), got " + v.dump());
+        r.ref.slot = v.get<int>();
+    }
+    return r;
+}
+
+json cache_op_body(const std::string& object, const std::string& name, const CacheOpResult& r) {
+    json j = {{"object", object}, {"name", name}, {"tokens", r.tokens}, {"kv_bytes", r.kv_bytes}, {"policy", r.policy}};
+    j["conversation"] = r.conversation.empty() ? json(nullptr) : json(r.conversation);
+    if (r.slot >= 0) j["slot"] = r.slot;
+    if (r.file_bytes > 0) j["file_bytes"] = r.file_bytes;
+    return j;
 }
 
 json error_body(int status, const std::string& message) {
@@ -247,7 +296,8 @@ json usage_json(const GenerationUsage& u) {
             {"density", u.density},
             {"compression_ratio", u.compression_ratio},
             {"time_to_first_token_ms", 1e3 * u.time_to_first_token_s},
-            {"cache_saved_bytes", u.saved_bytes}};
+            {"cache_saved_bytes", u.saved_bytes},
+            {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
 }
 
 json completion_body(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model,

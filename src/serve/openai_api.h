@@ -7,6 +7,7 @@
 
 #include "model/llama_model.h"
 #include "serve/request.h"
+#include "serve/scheduler.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
@@ -52,12 +53,34 @@ struct ApiRequest {
 /// policy spec for this request's cache), cache_save (NAME: at the end, save the sequence to
 /// ctx.cache_dir/NAME.kvseq) and, for completions, cache_restore (NAME: start from that saved sequence; the prompt
 /// is then the text after it, without BOS, and may be empty; its policy is the saved one; without a seed the saved
-/// sampler state goes on). NAME: 1–64 of [A-Za-z0-9_.-], not starting with '.'. A missing saved file is 404. Fields with no effect are accepted at their neutral value only
+/// sampler state goes on), conversation (ID: keep the sequence under ID when it ends, and start from what is kept
+/// under ID when the prompt begins with its tokens; serve/conversations.h; not with cache_restore). NAME and ID:
+/// 1–64 of [A-Za-z0-9_.-], not starting with '.'. A missing saved file is 404. Fields with no effect are accepted at their neutral value only
 /// (user; n 1, best_of 1, echo false, suffix null, logprobs null or false, presence_penalty and frequency_penalty
 /// 0, logit_bias empty, response_format text). Throws ApiError 400 naming the field for anything else: an
 /// unknown field, a wrong type or range, a kv_policy that does not parse or does not fit in the context, a prompt
 /// that does not fit in the context.
 ApiRequest parse_api_request(const nlohmann::json& body, bool chat, const ApiContext& ctx);
+
+/// A file or conversation name field: 1–64 of [A-Za-z0-9_.-], not starting with '.'. Throws ApiError 400 naming
+/// `field` otherwise.
+std::string api_name(const nlohmann::json& v, const std::string& field);
+/// ctx.cache_dir/NAME.kvseq for the name in `v`. Throws ApiError 400 when the server has no cache directory or the
+/// name is not one.
+std::string cache_path(const nlohmann::json& v, const std::string& field, const ApiContext& ctx);
+
+/// The body of POST /v1/cache/save ({"name": NAME, and "conversation": ID or "slot": N}) or /v1/cache/restore
+/// ({"name": NAME, "conversation": ID}, ID defaulting to NAME): the file ctx.cache_dir/NAME.kvseq and the
+/// sequence. Throws ApiError 400 for a server without --cache-dir, a missing or bad name, id or slot, both or
+/// neither of conversation and slot for a save, a slot for a restore, or an unknown field.
+struct CacheOpRequest {
+    std::string name, path;
+    SequenceRef ref;
+};
+CacheOpRequest parse_cache_op(const nlohmann::json& body, bool restore, const ApiContext& ctx);
+/// {"object": object, "name", "conversation", "slot" (save of a slot), "tokens", "kv_bytes", "file_bytes" (save),
+/// "policy"}.
+nlohmann::json cache_op_body(const std::string& object, const std::string& name, const CacheOpResult& r);
 
 /// The error body {"error": {"message", "type", "code"}} (type: invalid_request_error for 4xx, server_error for 5xx).
 nlohmann::json error_body(int status, const std::string& message);
@@ -72,7 +95,8 @@ nlohmann::json chunk_body(const ApiRequest& r, const std::string& id, int64_t cr
 /// The usage chunk of a stream (choices empty), sent when stream_options.include_usage is set.
 nlohmann::json usage_chunk_body(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model,
                                 const GenerationUsage& u);
-/// OpenAI `usage` with kvsieve's additions: kv_bytes (pages the sequence held at its end), kv_bytes_full (a full
+/// OpenAI `usage` (prompt_tokens_details.cached_tokens: prompt tokens a kept conversation already held) with
+/// kvsieve's additions: kv_bytes (pages the sequence held at its end), kv_bytes_full (a full
 /// F16 cache of the same tokens), density and compression_ratio (KVStats), time_to_first_token_ms.
 nlohmann::json usage_json(const GenerationUsage& u);
 

@@ -32,6 +32,10 @@ struct GenerationRequest {
     bool restore_sampler = false;     ///< continue with the saved sampler state (the request gave no seed)
     /// At the end, save the sequence to this file (its last sampled token run first, so that it can continue).
     std::string save_path;
+    /// Keep the sequence under this id when it ends, and start from what is kept under it when the prompt begins
+    /// with the kept tokens (serve/conversations.h); "" none. Not with `restore`.
+    std::string conversation;
+    bool policy_given = false;  ///< the client named the policy (a kept conversation with another one is refused)
 };
 
 /// Sizes and costs of a finished request (OpenAI `usage` plus the cache's figures).
@@ -43,6 +47,7 @@ struct GenerationUsage {
     double compression_ratio = 0;  ///< removed fraction of all entries (KVStats::compression_ratio)
     double queue_s = 0, time_to_first_token_s = 0, total_s = 0;  ///< from submission
     uint64_t saved_bytes = 0;  ///< size of the file written for GenerationRequest::save_path (0: none)
+    int64_t cached_tokens = 0; ///< prompt tokens not fed again: the kept conversation already held them
 };
 
 /// One message from the scheduler to whoever waits on a request.

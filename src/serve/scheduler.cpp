@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <future>
 
 #include "cache/kv_cache.h"
 #include "serve/stop_strings.h"
@@ -32,6 +33,7 @@ struct Scheduler::Slot {
     Utf8Stream utf8;
     StopMatcher stops;
     int64_t prompt_done = 0, generated = 0;
+    int64_t cached = 0;        // prompt tokens a kept conversation already held
     std::vector<int32_t> ids;  // what the next step feeds
     Session::StepKind kind = Session::StepKind::kPrefillChunk;
     std::vector<float> logits;
@@ -39,14 +41,16 @@ struct Scheduler::Slot {
     int32_t last = -1;      // the last sampled token, not yet run
     bool last_end = false;  // it ended the answer (end of turn or of text)
     bool done = false;
+    GenerationState restored;  // a resumed conversation's pending logits and sampler state
 };
 
 Scheduler::Scheduler(const LlamaModel& model, const Tokenizer& tok, std::shared_ptr<KVPool> pool, SchedulerOptions opts)
-    : model_(model), tok_(tok), pool_(std::move(pool)), opts_(opts) {
+    : model_(model), tok_(tok), pool_(std::move(pool)), opts_(opts), conversations_(std::max(0, opts.max_conversations)) {
     require(opts_.slots >= 1, "--slots must be ≥ 1, got ", opts_.slots);
     require(opts_.n_ctx >= 2, "the context must hold at least 2 tokens, got ", opts_.n_ctx);
     require(opts_.prefill_chunk >= 1, "--prefill-chunk must be ≥ 1, got ", opts_.prefill_chunk);
     require(opts_.max_queue >= 0, "--max-queue must be ≥ 0, got ", opts_.max_queue);
+    require(opts_.max_conversations >= 0, "--max-conversations must be ≥ 0, got ", opts_.max_conversations);
     require(pool_ && pool_->head_dim() == model_.config().head_dim, "the KV pool does not match the model's head dimension");
     snap_.slots = opts_.slots;
     thread_ = std::thread([this] { loop(); });
@@ -164,6 +168,8 @@ void Scheduler::finish(Slot& s, const std::string& reason) {
     u.time_to_first_token_s = s.first_token_s;
     u.total_s = seconds_since(s.q->submitted);
     u.saved_bytes = saved_bytes;
+    u.cached_tokens = s.cached;
+    keep_conversation(s);  // before the client hears of the end, so that its next turn finds it
     {
         std::lock_guard<std::mutex> lk(mu_);  // counted before the client hears of it
         ++snap_.requests_finished;
@@ -226,7 +232,11 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& active) {
             s->kind = s->prompt_done + len == n ? Session::StepKind::kPrefillLast : Session::StepKind::kPrefillChunk;
         }
     }
-    // Oldest sequences first, as long as the pool can give the pages their rows may need.
+    // Kept conversations give their pages to running requests (least recently used first); then the oldest
+    // sequences go first, as long as the pool can give the pages their rows may need.
+    int64_t need_all = 0;
+    for (auto& s : active) need_all += pages_needed(static_cast<int64_t>(s->ids.size()));
+    free_pages_for(need_all);
     int64_t free_pages = pool_->capacity_pages() - pool_->pages_in_use();
     std::vector<Slot*> batch, left_out;
     for (auto& s : active) {
@@ -329,29 +339,48 @@ std::unique_ptr<Scheduler::Slot> Scheduler::admit(std::unique_ptr<Queued> q, con
     s->stops = StopMatcher(q->req.stop);
     s->sampler = std::make_unique<Sampler>(q->req.sampling);
     s->q = std::move(q);
-    const GenerationRequest& r = s->q->req;
     GenerationState restored;
     try {
-        s->cache = std::make_unique<KVCache>(c, opts_.n_ctx, r.policy, pool_);
-        s->session = std::make_unique<Session>(model_, tok_, *s->cache);
-        if (r.restore) {
-            restore_sequence(*s->session, *r.restore);
-            restored = decode_generation_state(r.restore->extra, c.n_vocab);
-            if (r.restore_sampler && !restored.sampler_state.empty()) s->sampler->set_state(restored.sampler_state);
+        if (!s->q->req.conversation.empty()) {
+            resume_conversation(*s);
+            if (s->cache) restored = std::move(s->restored);
         }
+        const GenerationRequest& r = s->q->req;
+        // A new cache (and the saved sequence it restores); kept conversations give way if the pool is short.
+        while (!s->cache) {
+            try {
+                s->cache = std::make_unique<KVCache>(c, opts_.n_ctx, r.policy, pool_);
+                s->session = std::make_unique<Session>(model_, tok_, *s->cache);
+                if (r.restore) {
+                    restore_sequence(*s->session, *r.restore);
+                    restored = decode_generation_state(r.restore->extra, c.n_vocab);
+                }
+            } catch (const KVBudgetExhausted&) {
+                s->session.reset();
+                s->cache.reset();
+                if (!conversations_.drop_oldest()) throw;
+                note_conversations_dropped(1);
+            }
+        }
+        if (r.restore_sampler && !restored.sampler_state.empty()) s->sampler->set_state(restored.sampler_state);
     } catch (const KVBudgetExhausted& e) {
         fail(*s, 503, std::string("the KV pool is exhausted: the restored sequence does not fit: ") + e.what());
+        return nullptr;
+    } catch (const CacheOpError& e) {
+        fail(*s, e.status(), e.what());
         return nullptr;
     } catch (const std::exception& e) {
         fail(*s, 500, e.what());
         return nullptr;
     }
+    const GenerationRequest& r = s->q->req;
     {
         std::lock_guard<std::mutex> lk(mu_);
         snap_.prompt_tokens += static_cast<int64_t>(r.prompt.size());
+        snap_.prompt_tokens_cached += s->cached;
     }
     // A restored sequence with no new text samples from its saved logits at once.
-    if (r.prompt.empty()) {
+    if (s->prompt_done == static_cast<int64_t>(r.prompt.size())) {
         if (restored.logits.empty()) {
             fail(*s, 400, "the restored sequence ended its answer; give a prompt to continue it");
             return nullptr;
@@ -363,30 +392,241 @@ std::unique_ptr<Scheduler::Slot> Scheduler::admit(std::unique_ptr<Queued> q, con
     return s;
 }
 
+void Scheduler::resume_conversation(Slot& s) {
+    GenerationRequest& r = s.q->req;
+    ConversationStore::Entry* e = conversations_.find(r.conversation);
+    if (!e) return;  // a new conversation (or one dropped for its pages): the whole prompt is fed
+    if (r.policy_given && e->policy_spec != r.policy_spec)
+        throw CacheOpError(409, "conversation '" + r.conversation + "' runs kv_policy '" + e->policy_spec +
+                                    "' and this request asks for '" + r.policy_spec +
+                                    "'; leave kv_policy out, or delete the conversation first (DELETE /v1/cache/conversations/" +
+                                    r.conversation + ")");
+    const std::vector<int32_t>& kept = e->session->tokens();
+    size_t p = static_cast<size_t>(
+        std::mismatch(kept.begin(), kept.end(), r.prompt.begin(), r.prompt.end()).first - kept.begin());
+    // Something must run to give the next token's logits, unless the kept sequence has them (restored from a
+    // file) and the prompt is exactly what it holds.
+    if (p == r.prompt.size() && !(p == kept.size() && !e->pending.logits.empty())) p = r.prompt.size() - 1;
+    if (p < kept.size()) {
+        // The prompt leaves the kept tokens (an edited history, a reply that tokenizes otherwise): roll back to
+        // where they agree; a policy whose scorer keeps a state cannot be rolled back, so it starts afresh.
+        if (p == 0 || e->cache->scorer_state() != nullptr) {
+            conversations_.drop(r.conversation);
+            publish_conversations();
+            return;
+        }
+        e->session->rollback(static_cast<int64_t>(p));
+        e->pending = {};
+    }
+    ConversationStore::Entry taken = conversations_.take(r.conversation);
+    s.cache = std::move(taken.cache);
+    s.session = std::move(taken.session);
+    r.policy_spec = taken.policy_spec;
+    s.restored = std::move(taken.pending);
+    s.prompt_done = static_cast<int64_t>(p);
+    s.cached = static_cast<int64_t>(p);
+    publish_conversations();
+}
+
+void Scheduler::keep_conversation(Slot& s) {
+    const GenerationRequest& r = s.q->req;
+    if (r.conversation.empty() || conversations_.capacity() == 0 || !s.cache) return;
+    ConversationStore::Entry e;
+    e.policy_spec = r.policy_spec;
+    e.session = std::move(s.session);
+    e.cache = std::move(s.cache);
+    conversations_.put(r.conversation, std::move(e));
+    publish_conversations();
+}
+
+bool Scheduler::free_pages_for(int64_t pages) {
+    int64_t dropped = 0;
+    while (pool_->capacity_pages() - pool_->pages_in_use() < pages && conversations_.drop_oldest()) ++dropped;
+    if (dropped > 0) note_conversations_dropped(dropped);
+    return pool_->capacity_pages() - pool_->pages_in_use() >= pages;
+}
+
+void Scheduler::note_conversations_dropped(int64_t n) {
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        snap_.conversations_dropped += n;
+    }
+    publish_conversations();
+}
+
+void Scheduler::publish_conversations() {
+    std::vector<ConversationStore::Info> info = conversations_.list();
+    std::lock_guard<std::mutex> lk(mu_);
+    snap_.conversations = std::move(info);
+}
+
+Scheduler::Slot* Scheduler::find_slot(const SequenceRef& ref) {
+    for (auto& a : active_) {
+        if (a->done) continue;
+        if (ref.conversation.empty() ? a->index == ref.slot : a->q->req.conversation == ref.conversation) return a.get();
+    }
+    return nullptr;
+}
+
+template <class T>
+T Scheduler::on_loop(std::function<T()> fn) {
+    auto task = std::make_shared<std::packaged_task<T()>>(std::move(fn));
+    std::future<T> result = task->get_future();
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (stop_) throw ServerBusy("the server is shutting down");
+        commands_.push_back([task] { (*task)(); });
+    }
+    cv_.notify_all();
+    return result.get();
+}
+
+CacheOpResult Scheduler::save(const SequenceRef& ref, const std::string& path) {
+    return on_loop<CacheOpResult>([&]() -> CacheOpResult {
+        CacheOpResult out;
+        auto write = [&](const Session& session, const GenerationState& g) {
+            try {
+                save_sequence(path, model_, session, encode_generation_state(g));
+                out.file_bytes = std::filesystem::file_size(path);
+            } catch (const std::exception& e) {
+                throw CacheOpError(500, std::string("the sequence could not be saved: ") + e.what());
+            }
+            const KVStats st = session.cache().stats();
+            out.tokens = session.n_tokens();
+            out.kv_bytes = st.kv_bytes_final;
+        };
+        if (!ref.conversation.empty())
+            if (ConversationStore::Entry* e = conversations_.find(ref.conversation)) {
+                write(*e->session, e->pending);
+                out.conversation = ref.conversation;
+                out.policy = e->policy_spec;
+                return out;
+            }
+        Slot* s = find_slot(ref);
+        if (!s)
+            throw CacheOpError(404, ref.conversation.empty()
+                                        ? "no request is running in slot " + std::to_string(ref.slot)
+                                        : "no conversation '" + ref.conversation + "' is kept or running");
+        const int64_t n_prompt = static_cast<int64_t>(s->q->req.prompt.size());
+        if (s->prompt_done < n_prompt)
+            throw CacheOpError(409, "slot " + std::to_string(s->index) + " is still reading its prompt (" +
+                                        std::to_string(s->prompt_done) + " of " + std::to_string(n_prompt) +
+                                        " tokens); save it once it generates");
+        // The token sampled last has not run yet: run it now, as the next step would, so that the file holds the
+        // next token's logits; then the slot samples from them and goes on as if the step had run.
+        if (!free_pages_for(pages_needed(1)))
+            throw CacheOpError(503, "the KV pool has no page for the slot's next token; try again");
+        s->session->decode(s->last, s->logits);
+        out.slot = s->index;
+        out.conversation = s->q->req.conversation;
+        out.policy = s->q->req.policy_spec;
+        std::string error;
+        try {
+            write(*s->session, GenerationState{s->logits, s->sampler->state()});
+        } catch (const CacheOpError& e) {
+            error = e.what();
+        }
+        sampled(*s, s->sampler->sample(s->logits.data(), model_.config().n_vocab));
+        if (!error.empty()) throw CacheOpError(500, error);
+        return out;
+    });
+}
+
+CacheOpResult Scheduler::restore(std::shared_ptr<const SavedSequence> saved, const std::string& conversation) {
+    require(saved != nullptr, "restore: no saved sequence");
+    if (conversation.empty()) throw CacheOpError(400, "restore needs a conversation id to keep the sequence under");
+    if (opts_.max_conversations == 0)
+        throw CacheOpError(409, "this server keeps no conversations (--max-conversations 0)");
+    if (static_cast<int64_t>(saved->tokens.size()) >= opts_.n_ctx)
+        throw CacheOpError(400, "the saved sequence holds " + std::to_string(saved->tokens.size()) +
+                                    " tokens; the server's context holds " + std::to_string(opts_.n_ctx));
+    Policy policy;
+    GenerationState pending;
+    try {
+        policy = parse_policy(saved->policy_spec);
+        check_policy_fits(policy, opts_.n_ctx);
+        pending = decode_generation_state(saved->extra, model_.config().n_vocab);
+    } catch (const Error& e) {
+        throw CacheOpError(400, e.what());
+    }
+    return on_loop<CacheOpResult>([&]() -> CacheOpResult {
+        for (const auto& a : active_)
+            if (!a->done && a->q->req.conversation == conversation)
+                throw CacheOpError(409, "a running request has conversation '" + conversation +
+                                            "'; restore under another id, or once it ends");
+        conversations_.drop(conversation);
+        ConversationStore::Entry e;
+        for (;;) {
+            try {
+                e.cache = std::make_unique<KVCache>(model_.config(), opts_.n_ctx, policy, pool_);
+                e.session = std::make_unique<Session>(model_, tok_, *e.cache);
+                restore_sequence(*e.session, *saved);
+                break;
+            } catch (const KVBudgetExhausted& ex) {
+                e.session.reset();
+                e.cache.reset();
+                if (!conversations_.drop_oldest())
+                    throw CacheOpError(503, std::string("the KV pool cannot hold the saved sequence: ") + ex.what());
+                note_conversations_dropped(1);
+            } catch (const Error& ex) {
+                e.session.reset();
+                e.cache.reset();
+                throw CacheOpError(400, ex.what());
+            }
+        }
+        CacheOpResult out;
+        out.conversation = conversation;
+        out.tokens = e.session->n_tokens();
+        out.kv_bytes = e.cache->stats().kv_bytes_final;
+        out.policy = saved->policy_spec;
+        e.policy_spec = saved->policy_spec;
+        e.pending = std::move(pending);
+        conversations_.put(conversation, std::move(e));
+        publish_conversations();
+        return out;
+    });
+}
+
+bool Scheduler::drop(const std::string& conversation) {
+    return on_loop<bool>([&] {
+        const bool dropped = conversations_.drop(conversation);
+        if (dropped) publish_conversations();
+        return dropped;
+    });
+}
+
 void Scheduler::loop() {
-    std::vector<std::unique_ptr<Slot>> active;
+    std::vector<std::unique_ptr<Slot>>& active = active_;
+    auto erase_done = [&] {
+        active.erase(std::remove_if(active.begin(), active.end(), [](const auto& s) { return s->done; }), active.end());
+    };
     for (;;) {
         std::vector<std::unique_ptr<Queued>> admitted;
+        std::deque<std::function<void()>> commands;
         {
             std::unique_lock<std::mutex> lk(mu_);
-            cv_.wait(lk, [&] { return stop_ || !queue_.empty() || !active.empty(); });
+            cv_.wait(lk, [&] { return stop_ || !queue_.empty() || !active.empty() || !commands_.empty(); });
             if (stop_) break;
+            commands.swap(commands_);
             while (static_cast<int>(active.size() + admitted.size()) < opts_.slots && !queue_.empty()) {
                 admitted.push_back(std::move(queue_.front()));
                 queue_.pop_front();
             }
             snap_.queued = static_cast<int>(queue_.size());
         }
+        for (auto& c : commands) c();  // cache operations, between two steps
+        erase_done();
         for (auto& q : admitted)
             if (auto s = admit(std::move(q), active)) active.push_back(std::move(s));
         step(active);
-        active.erase(std::remove_if(active.begin(), active.end(), [](const auto& s) { return s->done; }), active.end());
+        erase_done();
         std::vector<SchedulerSnapshot::SlotInfo> info;
         for (const auto& s : active) {
             const KVStats st = s->cache->stats();
             SchedulerSnapshot::SlotInfo i;
             i.slot = s->index;
             i.policy = s->q->req.policy_spec;
+            i.conversation = s->q->req.conversation;
             i.prompt_tokens = static_cast<int64_t>(s->q->req.prompt.size());
             i.prompt_done = s->prompt_done;
             i.generated = s->generated;
@@ -400,8 +640,16 @@ void Scheduler::loop() {
         std::lock_guard<std::mutex> lk(mu_);
         snap_.active = std::move(info);
     }
-    // Stopping: everything still running or waiting ends with an error its client can read.
+    // Stopping: everything still running or waiting ends with an error its client can read; cache operations
+    // asked before the stop still run (and find no running slot).
     for (auto& s : active) fail(*s, 503, "the server is shutting down");
+    active.clear();
+    std::deque<std::function<void()>> commands;
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        commands.swap(commands_);
+    }
+    for (auto& c : commands) c();
     std::lock_guard<std::mutex> lk(mu_);
     for (auto& q : queue_) {
         GenerationEvent ev;

@@ -3,6 +3,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -12,6 +13,7 @@
 
 #include "cache/kv_pool.h"
 #include "model/llama_model.h"
+#include "serve/conversations.h"
 #include "serve/request.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
@@ -24,6 +26,34 @@ public:
     using Error::Error;
 };
 
+/// A cache operation (save, restore, drop) the scheduler refuses, with the HTTP status that fits: 404 no such
+/// conversation or slot, 409 not in a state to do it, 503 the KV pool cannot hold it, 500 the file cannot be written.
+class CacheOpError : public Error {
+public:
+    CacheOpError(int status, const std::string& message) : Error(message), status_(status) {}
+    int status() const { return status_; }
+
+private:
+    int status_;
+};
+
+/// Which sequence a cache operation is about: a conversation id (kept, or the running request that named it) or
+/// a running slot's index (when conversation is empty).
+struct SequenceRef {
+    std::string conversation;
+    int slot = -1;
+};
+
+/// What a save or restore did.
+struct CacheOpResult {
+    std::string conversation;  ///< the conversation saved or restored ("" for a slot without one)
+    int slot = -1;             ///< the slot saved (−1: a kept conversation)
+    int64_t tokens = 0;        ///< positions the sequence holds
+    uint64_t kv_bytes = 0;     ///< bytes of the pool pages it holds
+    uint64_t file_bytes = 0;   ///< size of the file written (save)
+    std::string policy;
+};
+
 struct SchedulerOptions {
     int slots = 4;               ///< sequences run at once; more requests wait in the queue
     int64_t n_ctx = 4096;        ///< positions per sequence (prompt + answer)
@@ -32,6 +62,8 @@ struct SchedulerOptions {
     /// When the KV pool cannot hold a step: false, the request that does not fit fails with status 503 at once;
     /// true, it waits until others finish (and fails only when nothing else is running).
     bool wait_for_memory = false;
+    /// Sequences kept between requests under a conversation id (ConversationStore); 0 keeps none.
+    int max_conversations = 32;
 };
 
 /// What the scheduler has done and holds, for /metrics and /health. Counters grow from start.
@@ -40,6 +72,7 @@ struct SchedulerSnapshot {
         int slot = 0;
         std::string policy;
         int64_t prompt_tokens = 0, prompt_done = 0, generated = 0;
+        std::string conversation;  ///< the id it will be kept under ("" none)
         int64_t live_entries = 0;  ///< KV entries the sequence keeps (all layers and KV heads)
         uint64_t kv_bytes = 0;     ///< bytes of the pages it holds
         double density = 1, compression_ratio = 0;
@@ -50,6 +83,9 @@ struct SchedulerSnapshot {
     };
     int slots = 0, queued = 0;
     std::vector<SlotInfo> active;
+    std::vector<ConversationStore::Info> conversations;  ///< kept between requests
+    int64_t prompt_tokens_cached = 0;    ///< prompt tokens a kept conversation already held (not fed again)
+    int64_t conversations_dropped = 0;   ///< kept conversations dropped for the pages of running requests
     int64_t pool_pages_in_use = 0, pool_pages_capacity = 0, pool_page_bytes = 0;
     int64_t requests_finished = 0, requests_failed = 0, requests_cancelled = 0, requests_refused = 0;
     int64_t prompt_tokens = 0, generated_tokens = 0;  ///< of requests admitted / tokens sampled
@@ -82,6 +118,22 @@ public:
     std::shared_ptr<RequestHandle> submit(GenerationRequest req);
     /// Stops the thread; requests still queued or running end with a 503 error event.
     void stop();
+
+    /// Saves a sequence to `path` (session/cache_file.h), between two steps. A kept conversation is saved as it
+    /// is (its next-token logits only when it was restored from a file that had them). A running slot must be
+    /// generating: its last sampled token is run first (as its next step would have run it), the file gets the
+    /// next token's logits and the sampler's state, and the slot goes on from there — so the file continues
+    /// exactly as the request itself does. Throws CacheOpError (404 unknown conversation or slot, 409 a slot still
+    /// reading its prompt, 503 no pages for the token, 500 the file cannot be written), ServerBusy when stopped.
+    CacheOpResult save(const SequenceRef& ref, const std::string& path);
+    /// Keeps a saved sequence under `conversation` (replacing a kept one), so that a request naming the id goes on
+    /// from it. Kept conversations are dropped, least recently used first, if the pool needs their pages. Throws
+    /// CacheOpError (409 a running request has that id, 400 the sequence does not fit in the context or its
+    /// policy does not parse, 503 the pool cannot hold it), ServerBusy when stopped.
+    CacheOpResult restore(std::shared_ptr<const SavedSequence> saved, const std::string& conversation);
+    /// Drops a kept conversation (its pages return to the pool); false when none is kept under the id. Throws
+    /// ServerBusy when stopped.
+    bool drop(const std::string& conversation);
     SchedulerSnapshot snapshot() const;
     const SchedulerOptions& options() const { return opts_; }
     const KVPool& pool() const { return *pool_; }
@@ -90,6 +142,19 @@ private:
     struct Queued;
     struct Slot;
     void loop();
+    /// Runs fn on the scheduler's thread between two steps and returns its result (rethrowing what it throws).
+    template <class T>
+    T on_loop(std::function<T()> fn);
+    Slot* find_slot(const SequenceRef& ref);
+    /// Drops kept conversations, least recently used first, until `pages` pool pages are free; false when the
+    /// pool cannot free that many.
+    bool free_pages_for(int64_t pages);
+    /// Starts the slot from the conversation kept under its request's id when the prompt begins with its tokens.
+    void resume_conversation(Slot& s);
+    void keep_conversation(Slot& s);
+    void note_conversations_dropped(int64_t n);
+    /// Copies the kept conversations' sizes into the snapshot.
+    void publish_conversations();
     /// A slot for a queued request (its cache, and the saved sequence it restores), or null when it was cancelled
     /// or failed (its client told).
     std::unique_ptr<Slot> admit(std::unique_ptr<Queued> q, const std::vector<std::unique_ptr<Slot>>& active);
@@ -107,7 +172,11 @@ private:
     mutable std::mutex mu_;
     std::condition_variable cv_;
     std::deque<std::unique_ptr<Queued>> queue_;
+    std::deque<std::function<void()>> commands_;  // guarded by mu_; run by the scheduler's thread
     bool stop_ = false;
+    // The scheduler thread's own state.
+    std::vector<std::unique_ptr<Slot>> active_;
+    ConversationStore conversations_;
     SchedulerSnapshot snap_;  // guarded by mu_
     std::thread thread_;
 };

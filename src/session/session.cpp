@@ -69,6 +69,14 @@ void Session::restore_tokens(const std::vector<int32_t>& tokens) {
     cache_.set_phase(KVCache::Phase::kDecode);
 }
 
+void Session::rollback(int64_t n) {
+    require(n >= 0 && n <= n_tokens(), "cannot roll a sequence of ", n_tokens(), " tokens back to ", n);
+    require(cache_.scorer_state() == nullptr, "the policy '", cache_.policy().spec,
+            "' keeps a per-sequence scorer state, which cannot be rolled back");
+    cache_.rollback(n);
+    tokens_.resize(static_cast<size_t>(n));
+}
+
 void Session::reset() {
     cache_.clear();
     tokens_.clear();

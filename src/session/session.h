@@ -29,6 +29,11 @@ public:
     void decode(int32_t token, std::vector<float>& logits);
     /// Empties the cache and the history.
     void reset();
+    /// Forgets positions n and after: the history keeps its first n tokens and the cache its entries of earlier
+    /// positions (entries a compressing policy already dropped stay dropped: the result is a compressed cache of
+    /// the first n tokens, not necessarily the one running them alone gives). Throws Error when n is outside
+    /// 0..n_tokens() or the policy's scorer keeps a per-sequence state (it cannot be rewound).
+    void rollback(int64_t n);
     /// Sets the history after the cache has been loaded from a saved sequence (session/cache_file.h). Throws
     /// Error unless the cache holds exactly tokens.size() positions.
     void restore_tokens(const std::vector<int32_t>& tokens);

@@ -1,5 +1,6 @@
 """The official openai client against a running `kvsieve serve` (SmolLM2-135M-Instruct): chat, streaming,
-completions, kv_policy, errors, seeds, concurrent requests, cancellation, /health and /metrics.
+completions, kv_policy, errors, seeds, concurrent requests, cancellation, conversations kept between turns,
+saved and restored sequences (/v1/cache/*), /health and /metrics.
 Usage: test_openai_client.py BASE_URL"""
 import concurrent.futures
 import json
@@ -21,6 +22,17 @@ STORY = ("Once upon a time, in a small village by the sea, there lived an old fi
 def get(path):
     with urllib.request.urlopen(BASE + path, timeout=60) as r:
         return r.status, r.read().decode()
+
+
+def send(method, path, body=None):
+    """(status, parsed JSON body) of a request with a JSON body; HTTP errors are returned, not raised."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(BASE + path, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return r.status, json.loads(r.read().decode())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read().decode())
 
 
 def metric(name):
@@ -166,6 +178,79 @@ class OpenAIClient(unittest.TestCase):
         with self.assertRaises(openai.BadRequestError):
             client.completions.create(model="m", prompt="x", extra_body={"cache_restore": "france", "kv_policy": "full"})
 
+    def test_conversation_keeps_its_cache_between_turns(self):
+        # Turn 2 sends the whole history again; the kept cache already holds turn 1 (prompt and answer), so only
+        # the new tokens run. Then: save it, restore it under another id, go on from that, drop both.
+        msgs = [{"role": "user", "content": "What is the capital of France?"}]
+        a = client.chat.completions.create(model="m", messages=msgs, temperature=0, max_tokens=20,
+                                           extra_body={"conversation": "paris"})
+        self.assertEqual(a.usage.prompt_tokens_details.cached_tokens, 0)
+        status, listed = send("GET", "/v1/cache/conversations")
+        self.assertEqual(status, 200)
+        kept = {c["id"]: c for c in listed["data"]}
+        self.assertIn("paris", kept)
+        self.assertGreater(kept["paris"]["kv_bytes"], 0)
+        msgs += [{"role": "assistant", "content": a.choices[0].message.content},
+                 {"role": "user", "content": "And the capital of Italy?"}]
+        b = client.chat.completions.create(model="m", messages=msgs, temperature=0, max_tokens=20,
+                                           extra_body={"conversation": "paris"})
+        self.assertGreater(len(b.choices[0].message.content), 0)
+        self.assertGreaterEqual(b.usage.prompt_tokens_details.cached_tokens, a.usage.prompt_tokens)
+        self.assertGreater(metric("kvsieve_prompt_tokens_cached_total"), 0)
+
+        status, saved = send("POST", "/v1/cache/save", {"name": "paris-file", "conversation": "paris"})
+        self.assertEqual(status, 200, saved)
+        self.assertEqual(saved["object"], "kv_cache.saved")
+        self.assertGreater(saved["file_bytes"], 0)
+        status, restored = send("POST", "/v1/cache/restore", {"name": "paris-file", "conversation": "paris-2"})
+        self.assertEqual(status, 200, restored)
+        self.assertEqual(restored["tokens"], saved["tokens"])
+        msgs += [{"role": "assistant", "content": b.choices[0].message.content},
+                 {"role": "user", "content": "Thank you."}]
+        c = client.chat.completions.create(model="m", messages=msgs, temperature=0, max_tokens=8,
+                                           extra_body={"conversation": "paris-2"})
+        self.assertGreater(c.usage.prompt_tokens_details.cached_tokens, b.usage.prompt_tokens // 2)
+
+        # Errors name the problem.
+        self.assertEqual(send("POST", "/v1/cache/save", {"name": "x", "conversation": "nobody"})[0], 404)
+        self.assertEqual(send("POST", "/v1/cache/save", {"name": "x", "slot": 99})[0], 404)
+        self.assertEqual(send("POST", "/v1/cache/restore", {"name": "never-saved"})[0], 404)
+        status, err = send("POST", "/v1/cache/save", {"name": "x"})
+        self.assertEqual(status, 400)
+        self.assertIn("'conversation' (an id) or 'slot'", err["error"]["message"])
+        status, err = send("POST", "/v1/cache/save", {"name": "../up", "conversation": "paris"})
+        self.assertEqual(status, 400)
+        with self.assertRaises(openai.BadRequestError):
+            client.completions.create(model="m", prompt="x", extra_body={"conversation": "a b"})
+
+        for cid in ("paris", "paris-2"):
+            status, body = send("DELETE", "/v1/cache/conversations/" + cid)
+            self.assertEqual(status, 200, body)
+            self.assertTrue(body["deleted"])
+        self.assertEqual(send("DELETE", "/v1/cache/conversations/paris")[0], 404)
+
+    def test_running_slot_saved_and_continued(self):
+        # Save a slot while it streams; the file restored with no new text continues the answer exactly.
+        prompt = STORY
+        whole = client.completions.create(model="m", prompt=prompt, temperature=0, max_tokens=48).choices[0].text
+        stream = client.completions.create(model="m", prompt=prompt, temperature=0, max_tokens=48, stream=True)
+        got, saved = [], None
+        for ev in stream:
+            got.append(ev.choices[0].text if ev.choices else "")
+            if saved is None and len(got) >= 3:
+                slots = [int(line.split('slot="')[1].split('"')[0]) for line in get("/metrics")[1].splitlines()
+                         if line.startswith("kvsieve_slot_kv_bytes{")]
+                self.assertEqual(len(slots), 1)
+                status, saved = send("POST", "/v1/cache/save", {"name": "dragon", "slot": slots[0]})
+                self.assertEqual(status, 200, saved)
+        self.assertIsNotNone(saved, "the answer ended before the slot could be saved")
+        self.assertEqual("".join(got), whole)
+        generated = saved["tokens"] - client.completions.create(model="m", prompt=prompt, max_tokens=1).usage.prompt_tokens
+        rest = client.completions.create(model="m", prompt="", temperature=0, max_tokens=48 - generated,
+                                         extra_body={"cache_restore": "dragon"}).choices[0].text
+        self.assertTrue(rest)
+        self.assertTrue(whole.endswith(rest), (whole, rest))
+
     def test_client_that_leaves_frees_its_pages(self):
         cancelled0 = metric("kvsieve_requests_cancelled_total")
         stream = client.completions.create(model="m", prompt=STORY, temperature=0.8, max_tokens=1500, stream=True)
@@ -179,7 +264,8 @@ class OpenAIClient(unittest.TestCase):
             time.sleep(0.05)
         self.assertGreater(metric("kvsieve_requests_cancelled_total"), cancelled0)
         self.assertEqual(metric("kvsieve_slots_busy"), 0)
-        self.assertEqual(metric("kvsieve_kv_bytes_in_use"), 0)
+        # Only kept conversations (of other tests) hold pages.
+        self.assertEqual(metric("kvsieve_kv_bytes_in_use"), metric("kvsieve_conversations_kv_bytes"))
 
 
 if __name__ == "__main__":
