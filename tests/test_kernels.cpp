@@ -305,9 +305,10 @@ TEST(Kernels, KQuantDotsWithQ8KActivations) {
     const std::pair<TensorType, const char*> cases[] = {{TensorType::Q2_K, "tiny-llama-q2_k-pure.gguf"},
                                                         {TensorType::Q3_K, "tiny-llama-q3_k_s-pure.gguf"},
                                                         {TensorType::Q5_K, "tiny-llama-q5_k_s-pure.gguf"}};
-    for (auto [t, file] : cases) {
+    for (const auto& c : cases) {
+        const TensorType t = c.first;  // a plain variable: lambdas below capture it
         SCOPED_TRACE(type_name(t));
-        GGUFFile f(test::model_path(file));
+        GGUFFile f(test::model_path(c.second));
         const GGUFTensorInfo* real = f.find_tensor("blk.0.ffn_down.weight");  // 512 columns: 2 blocks per row
         ASSERT_EQ(real->type, static_cast<uint32_t>(t));
         std::vector<uint8_t> ours(row_bytes(t, n));
