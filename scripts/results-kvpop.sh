@@ -56,3 +56,15 @@ for pct in 75 88; do
   $K eval fidelity -m "$M" --corpus "$CORPUS" --prompt "$PROMPT" --gen "$GEN" --samples "${SAMPLES:-2}" \
     --every 128 --temp "${TEMP:-0.7}" --prefill-chunk 256 --policies "$P" --out "$D"
 done
+#  3. decode-time RULER (`eval sweep --task ruler --decode-preamble`): the context (query-agnostic), then the model
+#     generates PREAMBLE tokens of its own as decode steps (where a fixed budget evicts), then the question; KVpop,
+#     KVpop_mlp and the baselines at budgets B leaving about 50% and 75% of the entries out at the answer.
+[ "$MODEL" = smollm2 ] || exit 0
+PRE=${PREAMBLE:-512}
+RTASKS=${RULER_TASKS:-niah_single_1}
+for B in 768 384; do
+  P="full;kvpop:model=models/kvpop/$NAME-mlstm,budget=$B;kvpop_mlp:model=models/kvpop/$NAME-mlp,budget=$B"
+  P="$P;streaming_llm:window=$((B - 4)),sinks=4;tova:budget=$B;h2o:budget=$B"
+  $K eval sweep --task ruler -m "$M" --corpus ../shared/data/wiki.test.raw --tasks "$RTASKS" --lengths 1024 \
+    --samples "${RULER_SAMPLES:-8}" --decode-preamble "$PRE" --policies "$P" --out "$OUT/ruler_decode_$PRE" --quiet
+done

@@ -11,6 +11,7 @@ bash scripts/install-deps.sh clang libclang-rt-14-dev libomp-dev
 CC=clang CXX=clang++ cmake -S . -B build-san -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVSIEVE_FUZZ=ON \
   -DKVSIEVE_BUILD_TRAIN=OFF -DKVSIEVE_BUILD_BENCH=OFF >/dev/null
 cmake --build build-san -j "$(nproc)"
+bash scripts/get-model.sh smollm2-135m >/dev/null  # the server's tests run SmolLM2
 # Leaks are reported too (detect_leaks is on by default on x86-64 Linux; the OpenMP runtime's own thread memory is
 # suppressed, tests/lsan.supp); halt at the first UBSan report.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_stack_use_after_return=1}

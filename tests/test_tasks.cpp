@@ -181,5 +181,45 @@ TEST(Ruler, QueryAgnosticByDefaultAndRecordedInTheCell) {
     std::filesystem::remove_all(dir.path());
 }
 
+TEST(Ruler, DecodePreambleRunsDecodeStepsBetweenContextAndQuestion) {
+    LlamaModel m(test::model_path("stories260K.gguf"));
+    const auto tok = Tokenizer::from_gguf(m.file());
+    RulerOptions o;
+    o.tasks = {"niah_single_1"};
+    o.lengths = {300};
+    o.samples = 2;
+    o.progress = false;
+    const std::string window = "streaming_llm:window=60,sinks=4";
+    const RulerResult plain = run_ruler(m, *tok, kCorpus, window, o);
+    o.decode_preamble = 100;
+    const RulerResult pre = run_ruler(m, *tok, kCorpus, window, o);
+    EXPECT_EQ(pre.metrics()["decode_preamble"], 100);
+    EXPECT_EQ(plain.metrics()["decode_preamble"], 0);
+    // A sinks + window cache holds the same entries either way, out of 100 more positions: a higher ratio.
+    for (size_t i = 0; i < pre.samples.size(); ++i) {
+        EXPECT_GT(pre.samples[i].compression_ratio, plain.samples[i].compression_ratio + 0.05);
+        EXPECT_LT(pre.samples[i].compression_ratio, 1.0);
+    }
+    test::TempFile dir("_cell");
+    write_ruler_cell(dir.path(), pre, o, "m.gguf", "c.txt");
+    std::ifstream y(dir.path() + "/config.yaml");
+    const std::string yaml((std::istreambuf_iterator<char>(y)), std::istreambuf_iterator<char>());
+    EXPECT_NE(yaml.find("decode_preamble: 100"), std::string::npos);
+    std::filesystem::remove_all(dir.path());
+    // Refused before any work: with the query-aware protocol, below 0, or past the context (512 positions).
+    o.query_aware = true;
+    EXPECT_THROW(run_ruler(m, *tok, kCorpus, "full", o), Error);
+    o.query_aware = false;
+    o.decode_preamble = -1;
+    EXPECT_THROW(run_ruler(m, *tok, kCorpus, "full", o), Error);
+    o.decode_preamble = 250;
+    try {
+        run_ruler(m, *tok, kCorpus, "full", o);
+        ADD_FAILURE() << "a preamble past the context was run";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("decode preamble"), std::string::npos) << e.what();
+    }
+}
+
 }  // namespace
 }  // namespace kvsieve

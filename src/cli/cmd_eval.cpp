@@ -141,7 +141,12 @@ void add_eval(CLI::App& app) {
     ruler->add_flag("--query-aware", *rqa,
                     "compress after the question too (default: query-agnostic, the context is compressed before the "
                     "question is fed, as kvpress)");
-    ruler->callback([c3, rpolicy, rtasks, rlengths, rqa] {
+    auto rpre = std::make_shared<int64_t>(0);
+    ruler->add_option("--decode-preamble", *rpre,
+                      "decode-time variant: after the context the model generates this many tokens of its own (decode "
+                      "steps, where fixed-budget policies evict) before the question comes")
+        ->capture_default_str();
+    ruler->callback([c3, rpolicy, rtasks, rlengths, rqa, rpre] {
         set_num_threads(c3->threads);
         RulerOptions o;
         o.tasks = split_names(*rtasks);
@@ -152,6 +157,7 @@ void add_eval(CLI::App& app) {
         o.kv_type = c3->kv_type;
         o.progress = !c3->quiet;
         o.query_aware = *rqa;
+        o.decode_preamble = *rpre;
         for (auto& t : o.tasks) check_task_name(canonical_task(t));
         parse_policy(*rpolicy);
         const std::string text = c3->read_corpus();
@@ -298,7 +304,10 @@ void add_eval(CLI::App& app) {
     sweep->add_option("--lengths", *slengths, "ruler: comma-separated lengths in tokens")->capture_default_str();
     auto sqa = std::make_shared<bool>(false);
     sweep->add_flag("--query-aware", *sqa, "ruler: compress after the question too (default: query-agnostic)");
-    sweep->callback([c2, policies, ratios, thresholds, task, stasks, slengths, sqa] {
+    auto spre = std::make_shared<int64_t>(0);
+    sweep->add_option("--decode-preamble", *spre, "ruler: tokens the model generates between the context and the question")
+        ->capture_default_str();
+    sweep->callback([c2, policies, ratios, thresholds, task, stasks, slengths, sqa, spre] {
         require(*task == "nll" || *task == "ruler", "sweep task '", *task, "' is not nll or ruler");
         set_num_threads(c2->threads);
         SweepOptions o;
@@ -328,7 +337,9 @@ void add_eval(CLI::App& app) {
         o.ruler.kv_type = c2->kv_type;
         o.ruler.progress = !c2->quiet;
         o.ruler.query_aware = *sqa;
+        o.ruler.decode_preamble = *spre;
         require(*task == "ruler" || !*sqa, "--query-aware applies to --task ruler");
+        require(*task == "ruler" || *spre == 0, "--decode-preamble applies to --task ruler");
         const std::string text = c2->read_corpus();
         LlamaModel m(c2->model);
         const auto tok = Tokenizer::from_gguf(m.file());

@@ -42,6 +42,7 @@ nlohmann::json RulerResult::metrics() const {
     nlohmann::json j;
     j["policy"] = policy;
     j["query_aware"] = query_aware;
+    j["decode_preamble"] = decode_preamble;
     j["score"] = score();
     j["density"] = samples.empty() ? 1.0 : dens / samples.size();
     j["compression_ratio"] = samples.empty() ? 0.0 : comp / samples.size();
@@ -55,6 +56,10 @@ RulerResult run_ruler(const LlamaModel& model, const Tokenizer& tok, const std::
     const ModelConfig& c = model.config();
     require(!o.tasks.empty() && !o.lengths.empty(), "give at least one task and one length");
     require(o.samples >= 1, "--samples must be ≥ 1");
+    require(o.decode_preamble >= 0, "--decode-preamble must be ≥ 0, got ", o.decode_preamble);
+    require(o.decode_preamble == 0 || !o.query_aware,
+            "--decode-preamble generates between the context and the question: it needs the query-agnostic protocol "
+            "(drop --query-aware)");
     std::vector<std::string> tasks;
     for (const auto& t : o.tasks) {
         tasks.push_back(canonical_task(t));
@@ -67,9 +72,10 @@ RulerResult run_ruler(const LlamaModel& model, const Tokenizer& tok, const std::
         for (int64_t len : o.lengths) {
             for (int64_t i = 0; i < o.samples; ++i) {
                 TaskExample ex = make_task_example(t, len, tok, corpus, o.seed + static_cast<uint64_t>(i));
-                const int64_t need = ex.input_tokens + 1 + ex.max_new_tokens;
+                const int64_t need = ex.input_tokens + 1 + o.decode_preamble + ex.max_new_tokens;
                 require(need <= c.n_ctx_train, "task ", t, " at length ", len, " needs ", need,
-                        " positions (input, BOS and answer), beyond the model's context of ", c.n_ctx_train);
+                        " positions (input, BOS, decode preamble and answer), beyond the model's context of ",
+                        c.n_ctx_train);
                 examples.emplace_back(std::move(ex), len);
             }
         }
@@ -77,6 +83,7 @@ RulerResult run_ruler(const LlamaModel& model, const Tokenizer& tok, const std::
     RulerResult r;
     r.policy = policy_spec;
     r.query_aware = o.query_aware;
+    r.decode_preamble = o.decode_preamble;
     Progress bar("ruler " + policy_spec, static_cast<int64_t>(examples.size()), o.progress);
     for (size_t e = 0; e < examples.size(); ++e) {
         const TaskExample& ex = examples[e].first;
@@ -85,12 +92,19 @@ RulerResult run_ruler(const LlamaModel& model, const Tokenizer& tok, const std::
         const std::vector<int32_t> question = o.query_aware ? std::vector<int32_t>{} : tok.encode(ex.question, false, false);
         const int64_t n_in = static_cast<int64_t>(ids.size() + question.size());
         // Room for the answer, and for KVzip's reconstruction prompt if the policy replays the context.
-        KVCache cache(c, 2 * n_in + ex.max_new_tokens + 64, policy, pool);
+        KVCache cache(c, 2 * n_in + o.decode_preamble + ex.max_new_tokens + 64, policy, pool);
         std::vector<float> logits;
         PrefillPlan plan;
         plan.chunk = o.prefill_chunk;
         Session session(model, tok, cache);
         session.prefill(ids, plan, logits);
+        // Decode-time variant: the model goes on from the context by itself before the question comes.
+        for (int64_t t = 0; t < o.decode_preamble; ++t) {
+            int32_t next = -1;
+            for (int32_t v = 0; v < c.n_vocab; ++v)
+                if (!tok.is_eog(v) && (next < 0 || logits[v] > logits[next])) next = v;
+            session.decode(next, logits);
+        }
         if (!question.empty()) {
             PrefillPlan q;
             q.compress = false;
@@ -144,7 +158,8 @@ void write_ruler_cell(const std::string& dir, const RulerResult& r, const RulerO
     }
     std::ofstream y(fs::path(dir) / "config.yaml");
     y << "task: ruler\npolicy: \"" << r.policy << "\"\nmodel: \"" << model_path << "\"\ncorpus: \"" << corpus_path
-      << "\"\nquery_aware: " << (o.query_aware ? "true" : "false") << "\nsamples: " << o.samples << "\nseed: " << o.seed << "\nkv_type: " << o.kv_type << "\ntasks: [";
+      << "\"\nquery_aware: " << (o.query_aware ? "true" : "false") << "\ndecode_preamble: " << o.decode_preamble
+      << "\nsamples: " << o.samples << "\nseed: " << o.seed << "\nkv_type: " << o.kv_type << "\ntasks: [";
     for (size_t i = 0; i < o.tasks.size(); ++i) y << (i ? ", " : "") << o.tasks[i];
     y << "]\nlengths: [";
     for (size_t i = 0; i < o.lengths.size(); ++i) y << (i ? ", " : "") << o.lengths[i];

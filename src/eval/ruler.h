@@ -23,6 +23,10 @@ struct RulerOptions {
     /// question is fed uncompressed and the answer generated; true: context and question are one prompt, compressed
     /// after the question was seen (query-aware).
     bool query_aware = false;
+    /// Decode-time variant (query-agnostic only): after the context, the model generates this many tokens of its
+    /// own (greedy, never an end-of-generation token) as decode steps — so a policy that evicts at decode time
+    /// (a fixed budget) must keep the needle through a long generation — and only then gets the question. 0: none.
+    int64_t decode_preamble = 0;
     bool progress = true;
 };
 
@@ -38,6 +42,7 @@ struct RulerSample {
 struct RulerResult {
     std::string policy;
     bool query_aware = false;
+    int64_t decode_preamble = 0;
     std::vector<RulerSample> samples;
     /// Mean score ×100 per "task@length" and overall, mean density and compression ratio.
     nlohmann::json metrics() const;
@@ -48,7 +53,8 @@ struct RulerResult {
 std::string canonical_task(const std::string& name);
 
 /// Generates the examples and runs them. Throws Error before any work for an unknown task, a length beyond
-/// the model's context (input plus answer), or a missing corpus for tasks that need one.
+/// the model's context (input, decode preamble and answer), a decode preamble < 0 or with query_aware, or a missing
+/// corpus for tasks that need one.
 RulerResult run_ruler(const LlamaModel& model, const Tokenizer& tok, const std::string& corpus,
                       const std::string& policy_spec, const RulerOptions& o);
 

@@ -189,6 +189,9 @@ void run_ruler_sweep(const LlamaModel& model, const Tokenizer& tok, const std::s
         require(qa == o.ruler.query_aware, "sweep: cell ", dir.string(), " was made ", qa ? "query-aware" : "query-agnostic",
                 "; this sweep is ", o.ruler.query_aware ? "query-aware" : "query-agnostic",
                 " (use another --out, or --query-aware to match)");
+        const int64_t pre = m.value("decode_preamble", int64_t{0});
+        require(pre == o.ruler.decode_preamble, "sweep: cell ", dir.string(), " was made with --decode-preamble ", pre,
+                "; this sweep has ", o.ruler.decode_preamble, " (use another --out)");
     };
     k.run_cell = [&](const std::string& spec, const fs::path& dir) {
         const RulerResult r = run_ruler(model, tok, corpus_text, spec, o.ruler);

@@ -112,12 +112,13 @@ inline void dot_all_rows(const DotKernels& k, const WeightMatrix& W, int64_t r, 
         }
     };
     const int64_t nb = W.cols / QK8_0;
-    if (!p.xd.empty() && W.type == TensorType::Q4_1 && k.q4_1_rows)
+    const bool multi = !p.xd.empty() && W.layout == RowLayout::kGGUF;
+    if (multi && W.type == TensorType::Q4_1 && k.q4_1_rows)
         return batched([&](int64_t o, int n, float* out) {
             k.q4_1_rows(reinterpret_cast<const BlockQ4_1*>(W.row(r)), p.q81.data() + o, p.xd.data() + o,
                         p.xsum.data() + o, p.q8_stride, n, nb, out);
         });
-    if (!p.xd.empty() && W.type == TensorType::Q8_0 && k.q8_0_rows)
+    if (multi && W.type == TensorType::Q8_0 && k.q8_0_rows)
         return batched([&](int64_t o, int n, float* out) {
             k.q8_0_rows(reinterpret_cast<const BlockQ8_0*>(W.row(r)), p.q8.data() + o, p.xd.data() + o, p.q8_stride, n,
                         nb, out);

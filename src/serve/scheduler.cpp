@@ -70,6 +70,7 @@ void Scheduler::stop() {
 std::shared_ptr<RequestHandle> Scheduler::submit(GenerationRequest req) {
     const int n_vocab = model_.config().n_vocab;
     require(!req.prompt.empty() || req.restore, "the prompt is empty");
+    require(req.conversation.empty() || !req.restore, "a request starts from a saved sequence or a conversation, not both");
     for (int32_t id : req.prompt)
         require(id >= 0 && id < n_vocab, "token id ", id, " is outside the vocabulary of ", n_vocab);
     const int64_t held = req.restore ? static_cast<int64_t>(req.restore->tokens.size()) : 0;
@@ -516,7 +517,15 @@ CacheOpResult Scheduler::save(const SequenceRef& ref, const std::string& path) {
         // next token's logits; then the slot samples from them and goes on as if the step had run.
         if (!free_pages_for(pages_needed(1)))
             throw CacheOpError(503, "the KV pool has no page for the slot's next token; try again");
-        s->session->decode(s->last, s->logits);
+        try {
+            s->session->decode(s->last, s->logits);
+        } catch (const KVBudgetExhausted& e) {  // the step is half done: the slot cannot go on
+            fail(*s, 503, std::string("the KV pool is exhausted: ") + e.what());
+            throw CacheOpError(503, std::string("the slot's next token did not fit in the KV pool: ") + e.what());
+        } catch (const std::exception& e) {
+            fail(*s, 500, e.what());
+            throw CacheOpError(500, e.what());
+        }
         out.slot = s->index;
         out.conversation = s->q->req.conversation;
         out.policy = s->q->req.policy_spec;
@@ -554,7 +563,8 @@ CacheOpResult Scheduler::restore(std::shared_ptr<const SavedSequence> saved, con
             if (!a->done && a->q->req.conversation == conversation)
                 throw CacheOpError(409, "a running request has conversation '" + conversation +
                                             "'; restore under another id, or once it ends");
-        conversations_.drop(conversation);
+        // The new sequence is built before the one kept under the id goes (a restore that does not fit keeps it,
+        // unless the pool had to drop it for room like any other).
         ConversationStore::Entry e;
         for (;;) {
             try {
