@@ -9,4 +9,4 @@ bash scripts/install-deps.sh
 bash scripts/build.sh
 bash scripts/get-model.sh smollm2-135m >/dev/null
 (cd build && OMP_WAIT_POLICY=passive ctest --output-on-failure -j 2)
-bash scripts/sanitize.sh 10
+bash scripts/sanitize.sh 5

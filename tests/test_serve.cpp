@@ -396,6 +396,33 @@ TEST(Scheduler, KeptConversationsGiveTheirPagesToRunningRequests) {
     EXPECT_EQ(ids, (std::vector<std::string>{"y", "z"}));
 }
 
+TEST(Scheduler, ACancelledTurnKeepsItsConversation) {
+    // A client that stops a turn keeps its history: what ran before the cancel stays under the id.
+    auto pool = std::make_shared<KVPool>(model().config().head_dim, KVType::kF16);
+    Scheduler sched(model(), tokenizer(), pool, options(1, 512));
+    GenerationRequest a = greedy("Once upon a time, there was a little girl named Lily.", 400);
+    a.conversation = "stopped";
+    auto h = sched.submit(a);
+    ASSERT_EQ(h->next().kind, GenerationEvent::Kind::kText);
+    h->cancel();
+    for (int i = 0; i < 200 && sched.snapshot().conversations.empty(); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    const SchedulerSnapshot snap = sched.snapshot();
+    ASSERT_EQ(snap.conversations.size(), 1u);
+    EXPECT_EQ(snap.conversations[0].id, "stopped");
+    EXPECT_GE(snap.conversations[0].tokens, static_cast<int64_t>(a.prompt.size()));
+    EXPECT_EQ(snap.requests_cancelled, 1);
+    // The next turn goes on from it.
+    GenerationRequest b = greedy("", 4);
+    b.prompt = a.prompt;
+    const auto more = tokenizer().encode(" The end.", false, false);
+    b.prompt.insert(b.prompt.end(), more.begin(), more.end());
+    b.conversation = "stopped";
+    const Result rb = collect(*sched.submit(b));
+    ASSERT_EQ(rb.last.kind, GenerationEvent::Kind::kDone) << rb.last.error;
+    EXPECT_EQ(rb.last.usage.cached_tokens, static_cast<int64_t>(a.prompt.size()));
+}
+
 TEST(Scheduler, ASavedRunningSlotContinuesExactlyAsTheRequestDoes) {
     // Save slot 0 while it generates; the request goes on untouched, and the file restored with no new text
     // generates exactly the rest of its answer (greedy, and sampled with a seed: the sampler's state is saved).

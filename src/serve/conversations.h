@@ -17,7 +17,7 @@ namespace kvsieve {
 /// compression as it stands: only the kept entries) and token history stay in the KV pool under that id; a later
 /// request with the id whose prompt starts with those tokens feeds only the rest (prefix reuse, as a multi-turn
 /// chat carries its cache from turn to turn). At most `capacity` are kept; the least recently used one goes first,
-/// and the scheduler drops the least recently used ones when the pool needs their pages for running requests.
+/// and the scheduler drops the least recently used ones when a running request's next step needs their pages.
 /// Only the scheduler's thread uses it (not thread-safe).
 class ConversationStore {
 public:

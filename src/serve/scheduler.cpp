@@ -216,8 +216,11 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& active) {
     for (auto& s : active)
         if (s->q->handle->cancelled()) {
             s->done = true;
-            std::lock_guard<std::mutex> lk(mu_);
-            ++snap_.requests_cancelled;
+            {
+                std::lock_guard<std::mutex> lk(mu_);
+                ++snap_.requests_cancelled;
+            }
+            keep_conversation(*s);  // between steps the sequence is whole: a client that stops keeps its history
         }
     active.erase(std::remove_if(active.begin(), active.end(), [](const auto& s) { return s->done; }), active.end());
     if (active.empty()) return;
@@ -233,17 +236,16 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& active) {
             s->kind = s->prompt_done + len == n ? Session::StepKind::kPrefillLast : Session::StepKind::kPrefillChunk;
         }
     }
-    // Kept conversations give their pages to running requests (least recently used first); then the oldest
-    // sequences go first, as long as the pool can give the pages their rows may need.
-    int64_t need_all = 0;
-    for (auto& s : active) need_all += pages_needed(static_cast<int64_t>(s->ids.size()));
-    free_pages_for(need_all);
-    int64_t free_pages = pool_->capacity_pages() - pool_->pages_in_use();
+    // The oldest sequences go first, as long as the pool can give the pages their rows may need; a sequence that
+    // does not fit gets the pages of kept conversations (least recently used first) before it is left out.
+    int64_t reserved = 0;
+    auto free_now = [&] { return pool_->capacity_pages() - pool_->pages_in_use() - reserved; };
     std::vector<Slot*> batch, left_out;
     for (auto& s : active) {
         const int64_t need = pages_needed(static_cast<int64_t>(s->ids.size()));
-        if (need <= free_pages) {
-            free_pages -= need;
+        if (need > free_now()) free_pages_for(reserved + need);
+        if (need <= free_now()) {
+            reserved += need;
             batch.push_back(s.get());
         } else {
             left_out.push_back(s.get());

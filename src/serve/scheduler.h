@@ -102,7 +102,8 @@ struct SchedulerSnapshot {
 /// pages, so more of them fit. Before each step the pages the step may need (per KV head, at most one page per
 /// 16 new entries plus one per region) are checked against the pool's free pages, oldest sequences first; a
 /// sequence that does not fit fails alone with status 503 (or waits, SchedulerOptions::wait_for_memory), and the
-/// others go on untouched. A cancelled request is dropped and its pages freed at the next step.
+/// others go on untouched; kept conversations (ConversationStore) give their pages first. A cancelled request is
+/// dropped and its pages freed at the next step (kept, as far as it ran, when it named a conversation).
 class Scheduler {
 public:
     /// Starts the thread. The model, tokenizer and pool must outlive the scheduler. Throws Error for options out
