@@ -55,20 +55,39 @@ GenerationRequest greedy(const std::string& prompt, int64_t n, const std::string
     return g;
 }
 
+/// Up to n greedy tokens from `logits` on, as the scheduler generates them (the last one sampled, not run): the
+/// text of their pieces, ending before an end-of-generation token.
+std::string greedy_text(Session& s, std::vector<float>& logits, int64_t n) {
+    std::string text;
+    for (int64_t i = 0; i < n; ++i) {
+        const int32_t id = argmax(logits.data(), model().config().n_vocab);
+        if (tokenizer().is_eog(id)) break;
+        text += tokenizer().token_to_piece(id);
+        if (i + 1 < n) s.decode(id, logits);
+    }
+    return text;
+}
+
 /// The same generation with one Session alone: prefill in one batch, greedy decode, text of the pieces.
 std::string alone(const GenerationRequest& g, int64_t n_ctx) {
     KVCache cache(model().config(), n_ctx, g.policy, std::make_shared<KVPool>(model().config().head_dim, KVType::kF16));
     Session s(model(), tokenizer(), cache);
     std::vector<float> logits;
     s.prefill(g.prompt, PrefillPlan{}, logits);
-    std::string text;
-    for (int64_t i = 0; i < g.max_tokens; ++i) {
-        const int32_t id = argmax(logits.data(), model().config().n_vocab);
-        if (tokenizer().is_eog(id)) break;
-        text += tokenizer().token_to_piece(id);
-        if (i + 1 < g.max_tokens) s.decode(id, logits);
-    }
-    return text;
+    return greedy_text(s, logits, g.max_tokens);
+}
+
+/// The greedy answer (n tokens at most) of one full-cache sequence that runs the steps a resumed conversation
+/// runs: `first` prefilled, `decoded` fed one decode step each, then `rest` prefilled.
+std::string answer_after_steps(const std::vector<int32_t>& first, const std::vector<int32_t>& decoded,
+                               const std::vector<int32_t>& rest, int64_t n) {
+    KVCache cache(model().config(), 256, parse_policy("full"), std::make_shared<KVPool>(model().config().head_dim, KVType::kF16));
+    Session s(model(), tokenizer(), cache);
+    std::vector<float> logits;
+    s.prefill(first, PrefillPlan{}, logits);
+    for (int32_t id : decoded) s.decode(id, logits);
+    s.prefill(rest, PrefillPlan{}, logits);
+    return greedy_text(s, logits, n);
 }
 
 SchedulerOptions options(int slots, int64_t n_ctx = 256) {
@@ -289,24 +308,9 @@ TEST(Scheduler, AConversationsNextTurnFeedsOnlyItsNewTokens) {
     ASSERT_EQ(rb.last.kind, GenerationEvent::Kind::kDone) << rb.last.error;
     EXPECT_EQ(rb.last.usage.cached_tokens, static_cast<int64_t>(p1.size()) + 9);
     EXPECT_EQ(rb.last.usage.prompt_tokens, static_cast<int64_t>(b.prompt.size()));
-    {
-        KVCache cache(model().config(), 256, parse_policy("full"), std::make_shared<KVPool>(model().config().head_dim, KVType::kF16));
-        Session s(model(), tokenizer(), cache);
-        std::vector<float> logits;
-        s.prefill(p1, PrefillPlan{}, logits);
-        for (int i = 0; i < 9; ++i) s.decode(gen[i], logits);
-        std::vector<int32_t> rest = {gen[9]};
-        rest.insert(rest.end(), more.begin(), more.end());
-        s.prefill(rest, PrefillPlan{}, logits);
-        std::string want;
-        for (int i = 0; i < 12; ++i) {
-            const int32_t id = argmax(logits.data(), model().config().n_vocab);
-            if (tokenizer().is_eog(id)) break;
-            want += tokenizer().token_to_piece(id);
-            if (i + 1 < 12) s.decode(id, logits);
-        }
-        EXPECT_EQ(rb.text, want);
-    }
+    std::vector<int32_t> rest = {gen[9]};
+    rest.insert(rest.end(), more.begin(), more.end());
+    EXPECT_EQ(rb.text, answer_after_steps(p1, std::vector<int32_t>(gen.begin(), gen.begin() + 9), rest, 12));
     EXPECT_EQ(sched.snapshot().prompt_tokens_cached, static_cast<int64_t>(p1.size()) + 9);
     // The same prompt again: all but its last token are reused (that one runs to give the next token's logits).
     GenerationRequest same = b;
@@ -326,22 +330,7 @@ TEST(Scheduler, AConversationsNextTurnFeedsOnlyItsNewTokens) {
     const Result re = collect(*sched.submit(e));
     ASSERT_EQ(re.last.kind, GenerationEvent::Kind::kDone) << re.last.error;
     EXPECT_EQ(re.last.usage.cached_tokens, static_cast<int64_t>(p1.size()) + 5);
-    {
-        KVCache cache(model().config(), 256, parse_policy("full"), std::make_shared<KVPool>(model().config().head_dim, KVType::kF16));
-        Session s(model(), tokenizer(), cache);
-        std::vector<float> logits;
-        s.prefill(p1, PrefillPlan{}, logits);
-        for (int i = 0; i < 5; ++i) s.decode(gen[i], logits);
-        s.prefill(more, PrefillPlan{}, logits);
-        std::string want;
-        for (int i = 0; i < 8; ++i) {
-            const int32_t id = argmax(logits.data(), model().config().n_vocab);
-            if (tokenizer().is_eog(id)) break;
-            want += tokenizer().token_to_piece(id);
-            if (i + 1 < 8) s.decode(id, logits);
-        }
-        EXPECT_EQ(re.text, want);
-    }
+    EXPECT_EQ(re.text, answer_after_steps(p1, std::vector<int32_t>(gen.begin(), gen.begin() + 5), more, 8));
     EXPECT_TRUE(sched.drop("c2"));
     // A prompt that shares nothing with the kept tokens starts afresh (nothing cached) and replaces them.
     GenerationRequest c = greedy("", 5);

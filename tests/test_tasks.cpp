@@ -131,14 +131,20 @@ TEST(Tasks, BadInputIsReported) {
     EXPECT_NO_THROW(make_task_example("niah_single_1", 1024, tok, "", 1));          // noise haystack does not
 }
 
+/// Two samples of each task at one length, no progress bar: the Ruler tests' runs on stories260K.
+RulerOptions two_samples(std::vector<std::string> tasks, int64_t length) {
+    RulerOptions o;
+    o.tasks = std::move(tasks);
+    o.lengths = {length};
+    o.samples = 2;
+    o.progress = false;
+    return o;
+}
+
 TEST(Ruler, RunsUnderPoliciesAndRejectsLengthsBeyondTheContext) {
     LlamaModel m(test::model_path("stories260K.gguf"));
     const auto tok = Tokenizer::from_gguf(m.file());
-    RulerOptions o;
-    o.tasks = {"niah_single", "variable_tracking"};
-    o.lengths = {400};
-    o.samples = 2;
-    o.progress = false;
+    RulerOptions o = two_samples({"niah_single", "variable_tracking"}, 400);
     const RulerResult full = run_ruler(m, *tok, kCorpus, "full", o);
     ASSERT_EQ(full.samples.size(), 4u);
     EXPECT_EQ(full.samples[0].task, "niah_single_1");
@@ -159,11 +165,7 @@ TEST(Ruler, RunsUnderPoliciesAndRejectsLengthsBeyondTheContext) {
 TEST(Ruler, QueryAgnosticByDefaultAndRecordedInTheCell) {
     LlamaModel m(test::model_path("stories260K.gguf"));
     const auto tok = Tokenizer::from_gguf(m.file());
-    RulerOptions o;
-    o.tasks = {"niah_single_1"};
-    o.lengths = {400};
-    o.samples = 2;
-    o.progress = false;
+    RulerOptions o = two_samples({"niah_single_1"}, 400);
     const RulerResult agnostic = run_ruler(m, *tok, kCorpus, "snapkv:ratio=0.75", o);
     o.query_aware = true;
     const RulerResult aware = run_ruler(m, *tok, kCorpus, "snapkv:ratio=0.75", o);
@@ -184,11 +186,7 @@ TEST(Ruler, QueryAgnosticByDefaultAndRecordedInTheCell) {
 TEST(Ruler, DecodePreambleRunsDecodeStepsBetweenContextAndQuestion) {
     LlamaModel m(test::model_path("stories260K.gguf"));
     const auto tok = Tokenizer::from_gguf(m.file());
-    RulerOptions o;
-    o.tasks = {"niah_single_1"};
-    o.lengths = {300};
-    o.samples = 2;
-    o.progress = false;
+    RulerOptions o = two_samples({"niah_single_1"}, 300);
     const std::string window = "streaming_llm:window=60,sinks=4";
     const RulerResult plain = run_ruler(m, *tok, kCorpus, window, o);
     o.decode_preamble = 100;

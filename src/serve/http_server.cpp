@@ -184,9 +184,7 @@ void HttpServer::routes() {
                 throw ApiError(400, "'" + op.name + "': " + e.what());
             }
             send_json(res, 200, cache_op_body("kv_cache.restored", op.name, sched_.restore(saved, op.ref.conversation)));
-        } catch (const ApiError& e) {
-            send_json(res, e.status(), error_body(e.status(), e.what()));
-        } catch (const CacheOpError& e) {
+        } catch (const StatusError& e) {  // ApiError from the body, CacheOpError from the scheduler
             send_json(res, e.status(), error_body(e.status(), e.what()));
         } catch (const ServerBusy& e) {
             send_json(res, 503, error_body(503, e.what()));

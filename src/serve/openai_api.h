@@ -14,16 +14,9 @@
 
 namespace kvsieve {
 
-/// A request the server refuses, with the HTTP status (400: bad field, 413: too large, …) and one line naming
+/// A request the server refuses (400: bad field, 404: a missing saved file, 413: too large, …) with one line naming
 /// the problem.
-class ApiError : public Error {
-public:
-    ApiError(int status, const std::string& message) : Error(message), status_(status) {}
-    int status() const { return status_; }
-
-private:
-    int status_;
-};
+using ApiError = StatusError;
 
 /// What the API layer needs to know about the server.
 struct ApiContext {

@@ -349,21 +349,9 @@ std::unique_ptr<Scheduler::Slot> Scheduler::admit(std::unique_ptr<Queued> q, con
             if (s->cache) restored = std::move(s->restored);
         }
         const GenerationRequest& r = s->q->req;
-        // A new cache (and the saved sequence it restores); kept conversations give way if the pool is short.
-        while (!s->cache) {
-            try {
-                s->cache = std::make_unique<KVCache>(c, opts_.n_ctx, r.policy, pool_);
-                s->session = std::make_unique<Session>(model_, tok_, *s->cache);
-                if (r.restore) {
-                    restore_sequence(*s->session, *r.restore);
-                    restored = decode_generation_state(r.restore->extra, c.n_vocab);
-                }
-            } catch (const KVBudgetExhausted&) {
-                s->session.reset();
-                s->cache.reset();
-                if (!conversations_.drop_oldest()) throw;
-                note_conversations_dropped(1);
-            }
+        if (!s->cache) {
+            open_sequence(r.policy, r.restore.get(), s->cache, s->session);
+            if (r.restore) restored = decode_generation_state(r.restore->extra, c.n_vocab);
         }
         if (r.restore_sampler && !restored.sampler_state.empty()) s->sampler->set_state(restored.sampler_state);
     } catch (const KVBudgetExhausted& e) {
@@ -440,6 +428,27 @@ void Scheduler::keep_conversation(Slot& s) {
     e.cache = std::move(s.cache);
     conversations_.put(r.conversation, std::move(e));
     publish_conversations();
+}
+
+void Scheduler::open_sequence(const Policy& policy, const SavedSequence* saved, std::unique_ptr<KVCache>& cache,
+                              std::unique_ptr<Session>& session) {
+    for (;;) {
+        try {
+            cache = std::make_unique<KVCache>(model_.config(), opts_.n_ctx, policy, pool_);
+            session = std::make_unique<Session>(model_, tok_, *cache);
+            if (saved) restore_sequence(*session, *saved);
+            return;
+        } catch (const KVBudgetExhausted&) {
+            session.reset();
+            cache.reset();
+            if (!conversations_.drop_oldest()) throw;
+            note_conversations_dropped(1);
+        } catch (...) {
+            session.reset();
+            cache.reset();
+            throw;
+        }
+    }
 }
 
 bool Scheduler::free_pages_for(int64_t pages) {
@@ -568,23 +577,12 @@ CacheOpResult Scheduler::restore(std::shared_ptr<const SavedSequence> saved, con
         // The new sequence is built before the one kept under the id goes (a restore that does not fit keeps it,
         // unless the pool had to drop it for room like any other).
         ConversationStore::Entry e;
-        for (;;) {
-            try {
-                e.cache = std::make_unique<KVCache>(model_.config(), opts_.n_ctx, policy, pool_);
-                e.session = std::make_unique<Session>(model_, tok_, *e.cache);
-                restore_sequence(*e.session, *saved);
-                break;
-            } catch (const KVBudgetExhausted& ex) {
-                e.session.reset();
-                e.cache.reset();
-                if (!conversations_.drop_oldest())
-                    throw CacheOpError(503, std::string("the KV pool cannot hold the saved sequence: ") + ex.what());
-                note_conversations_dropped(1);
-            } catch (const Error& ex) {
-                e.session.reset();
-                e.cache.reset();
-                throw CacheOpError(400, ex.what());
-            }
+        try {
+            open_sequence(policy, saved.get(), e.cache, e.session);
+        } catch (const KVBudgetExhausted& ex) {
+            throw CacheOpError(503, std::string("the KV pool cannot hold the saved sequence: ") + ex.what());
+        } catch (const Error& ex) {
+            throw CacheOpError(400, ex.what());
         }
         CacheOpResult out;
         out.conversation = conversation;

@@ -26,16 +26,21 @@ public:
     using Error::Error;
 };
 
-/// A cache operation (save, restore, drop) the scheduler refuses, with the HTTP status that fits: 404 no such
-/// conversation or slot, 409 not in a state to do it, 503 the KV pool cannot hold it, 500 the file cannot be written.
-class CacheOpError : public Error {
+/// A request or cache operation the server refuses, with the HTTP status that fits (4xx: the client's, 5xx: the
+/// server's) and one line naming the problem. Thrown as CacheOpError by the scheduler's cache operations and as
+/// ApiError (serve/openai_api.h) by the request parsers.
+class StatusError : public Error {
 public:
-    CacheOpError(int status, const std::string& message) : Error(message), status_(status) {}
+    StatusError(int status, const std::string& message) : Error(message), status_(status) {}
     int status() const { return status_; }
 
 private:
     int status_;
 };
+
+/// A cache operation (save, restore, drop) the scheduler refuses: 404 no such conversation or slot, 409 not in a
+/// state to do it, 503 the KV pool cannot hold it, 500 the file cannot be written.
+using CacheOpError = StatusError;
 
 /// Which sequence a cache operation is about: a conversation id (kept, or the running request that named it) or
 /// a running slot's index (when conversation is empty).
@@ -147,6 +152,11 @@ private:
     template <class T>
     T on_loop(std::function<T()> fn);
     Slot* find_slot(const SequenceRef& ref);
+    /// A new cache under `policy` and its session, restoring `saved` when given; kept conversations are dropped,
+    /// least recently used first, while the pool cannot hold it. On an error both stay null: KVBudgetExhausted
+    /// when it does not fit even then, Error as restore_sequence.
+    void open_sequence(const Policy& policy, const SavedSequence* saved, std::unique_ptr<KVCache>& cache,
+                       std::unique_ptr<Session>& session);
     /// Drops kept conversations, least recently used first, until `pages` pool pages are free; false when the
     /// pool cannot free that many.
     bool free_pages_for(int64_t pages);
