@@ -16,10 +16,16 @@
 #include "io/safetensors.h"
 #include "predict/kvpop_scorer.h"
 #include "test_util.h"
+#include "cache/kv_cache.h"
+#include "model/llama_model.h"
+#include "policy/policy.h"
+#include "train/distill.h"
+#include "train/kvpop_mask.h"
 #include "train/kvpop_pairs.h"
 #include "train/kvpop_predictor.h"
 #include "train/kvpop_target.h"
 #include "train/mirror.h"
+#include "train/optim.h"
 #include "trainer_cli_fixture.h"
 
 namespace kvsieve {
@@ -186,6 +192,165 @@ TEST(KvpopScorerTraining, TheParallelFormScoresWhatTheEnginesRecurrenceScoresFro
     }
 }
 
+TEST(KvpopMask, TheMaskIsTheDecodeTimeCacheOfTheRunningTopK) {
+    // Brute force, one step at a time: query d reads the sinks, the window d − w + 1 … d, the entry d − w that has
+    // just left it, and the k best of the entries eligible before (s … d − w − 1, ties to the older); the lowest of
+    // the long-range ones goes after the step. The mask from eviction steps says the same.
+    std::mt19937 rng(11);
+    for (int trial = 0; trial < 25; ++trial) {
+        const int64_t T = 16 + rng() % 90, s = rng() % 4, w = rng() % 9, k = 1 + rng() % 10;
+        std::vector<float> p(T);
+        for (auto& x : p) x = trial % 3 == 0 ? static_cast<float>(rng() % 4) : std::normal_distribution<float>()(rng);
+        const auto evict = train::eviction_steps(train::boundary_pairs(p, s, w, k), T);
+        const auto mask = train::eviction_keep_mask(torch::tensor(evict, torch::kInt64).view({1, 1, T}));
+        ASSERT_EQ(mask.sizes(), (std::vector<int64_t>{1, 1, T, T}));
+        const auto acc = mask.accessor<bool, 4>();
+        for (int64_t d = 0; d < T; ++d) {
+            std::vector<char> want(T, 0);
+            for (int64_t t = 0; t <= d; ++t) want[t] = t < s || t > d - w;
+            std::vector<int64_t> e;
+            for (int64_t t = s; t < d - w; ++t) e.push_back(t);
+            if (d - w >= s) want[d - w] = 1;
+            std::stable_sort(e.begin(), e.end(), [&](int64_t a, int64_t b) { return p[a] > p[b]; });
+            for (size_t i = 0; i < e.size() && static_cast<int64_t>(i) < k; ++i) want[e[i]] = 1;
+            int64_t held = 0;
+            for (int64_t t = 0; t < T; ++t) {
+                ASSERT_EQ(acc[0][0][d][t], want[t] != 0) << "trial " << trial << " step " << d << " key " << t;
+                held += want[t];
+            }
+            EXPECT_LE(held, s + w + k + 1);  // B = s + w + k between steps, and the newcomer
+        }
+    }
+    // StreamingLLM at the same budget: the sinks and the w + k most recent.
+    const auto st = train::streaming_eviction_steps(40, 3, 5, 7);
+    const auto m = train::eviction_keep_mask(torch::tensor(st, torch::kInt64).view({1, 1, 40}));
+    for (int64_t d = 0; d < 40; ++d)
+        for (int64_t t = 0; t < 40; ++t)
+            ASSERT_EQ(m[0][0][d][t].item<bool>(), t <= d && (t < 3 || d - t < 12)) << d << " " << t;
+    EXPECT_THROW(train::eviction_keep_mask(torch::zeros({2, 3}, torch::kInt64)), Error);
+    train::BoundaryPair bad;
+    bad.q = 3, bad.t_new = 9;
+    EXPECT_THROW(train::eviction_steps({bad}, 5), Error);
+}
+
+TEST(KvpopMask, TheMirrorUnderTheMaskComputesWhatTheEngineDecodesUnderThePolicy) {
+    // The masks the fine-tuning modes train under are the engine's caches: the model fed one token per decode step
+    // with streaming_llm (window w + k, s sinks) or kvpop_mlp (budget s + w + k) gives, at every step, the logits of
+    // the training mirror under the corresponding eviction mask.
+    const LlamaModel& m = test::stories260k();
+    const ModelConfig& c = m.config();
+    auto mirror = train::load_mirror(test::model_path("stories260K.gguf"));
+    const auto ids = test::story_prompt_ids();
+    const int64_t T = static_cast<int64_t>(ids.size()), s = 2, w = 6, k = 9;
+    ASSERT_GT(T, s + w + k + 10);
+    auto toks = torch::tensor(std::vector<int64_t>(ids.begin(), ids.end())).unsqueeze(0);
+    torch::manual_seed(4);
+    train::KvpopScorerShape shape;
+    shape.kind = "mlp";
+    train::KvpopPredictor scorer(c, shape);
+    {
+        torch::NoGradGuard ng;
+        for (auto& t : scorer->parameters()) t.add_(0.5 * torch::randn_like(t));
+    }
+    const test::TempFile tf(".kvpop");
+    const std::string dir = tf.path();
+    std::filesystem::create_directories(dir);
+    scorer->save_safetensors(dir + "/model.safetensors");
+    std::ofstream(dir + "/config.json") << nlohmann::json{{"window", w}, {"sinks", s}}.dump();
+    for (const std::string kind : {"streaming", "kvpop"}) {
+        train::MirrorHooks h;
+        h.keep_mask = [&](int l, const train::AttnTensors& a) {
+            std::vector<int64_t> e;
+            if (kind == "streaming") {
+                e = train::streaming_eviction_steps(T, s, w, k);
+            } else {
+                const auto r = scorer->scores(l, a.k_post, a.v, 0).detach();
+                std::vector<int64_t> all;
+                for (int64_t hh = 0; hh < c.n_head_kv; ++hh) {
+                    std::vector<float> p(T);
+                    const float g = scorer->log_gamma(l)[hh].item<float>();
+                    for (int64_t t = 0; t < T; ++t) p[t] = r[0][hh][t].item<float>() - static_cast<float>(t) * g;
+                    const auto eh = train::eviction_steps(train::boundary_pairs(p, s, w, k), T);
+                    all.insert(all.end(), eh.begin(), eh.end());
+                }
+                return train::eviction_keep_mask(torch::tensor(all, torch::kInt64).view({1, c.n_head_kv, T}));
+            }
+            return train::eviction_keep_mask(torch::tensor(e, torch::kInt64).view({1, 1, T}));
+        };
+        torch::Tensor want;
+        {
+            torch::NoGradGuard ng;
+            want = mirror->forward(toks, h)[0];
+        }
+        const std::string spec = kind == "streaming"
+                                     ? "streaming_llm:window=" + std::to_string(w + k) + ",sinks=" + std::to_string(s)
+                                     : "kvpop_mlp:model=" + dir + ",budget=" + std::to_string(s + w + k);
+        KVCache cache(c, T + 1, parse_policy(spec), std::make_shared<KVPool>(c.head_dim, KVType::kF32));
+        std::vector<float> logits;
+        for (int64_t d = 0; d < T; ++d) {
+            m.forward({ids[d]}, cache, logits);
+            double err = 0;
+            for (int64_t i = 0; i < c.n_vocab; ++i) err = std::max(err, std::abs(double(logits[i]) - want[d][i].item<double>()));
+            ASSERT_LT(err, 2e-3) << kind << " step " << d;
+        }
+        EXPECT_EQ(cache.head(0, 0).size(), s + w + k) << kind;
+    }
+    std::filesystem::remove_all(dir);
+}
+
+TEST(Distill, TopKKlIsTheBucketedKlAndTheFullKlWhenTheTopIsTheVocabulary) {
+    torch::manual_seed(8);
+    const int64_t V = 23, N = 5;
+    const auto zt = 2 * torch::randn({N, V}, torch::kFloat64), zs = 2 * torch::randn({N, V}, torch::kFloat64);
+    for (int64_t K : {int64_t{1}, int64_t{6}, V}) {
+        const auto teacher = train::topk_teacher(zt.to(torch::kFloat32), K);
+        const double got = train::topk_kl(zs.to(torch::kFloat32), teacher).item<double>();
+        // By hand in doubles: the teacher's K best tokens, then one bucket for the rest.
+        double want = 0;
+        for (int64_t n = 0; n < N; ++n) {
+            const auto p = torch::softmax(zt[n], 0), q = torch::softmax(zs[n], 0);
+            std::vector<int64_t> order(V);
+            std::iota(order.begin(), order.end(), 0);
+            std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return p[a].item<double>() > p[b].item<double>(); });
+            double pr = 1, qr = 1;
+            for (int64_t i = 0; i < K; ++i) {
+                const double pi = p[order[i]].item<double>(), qi = q[order[i]].item<double>();
+                want += pi * std::log(pi / qi);
+                pr -= pi, qr -= qi;
+            }
+            if (K < V) want += pr * std::log(pr / qr);
+        }
+        want /= N;
+        EXPECT_NEAR(got, want, 1e-5) << "K " << K;
+    }
+    // Equal distributions: 0; a student that is sure of one token keeps finite gradients.
+    const auto t = train::topk_teacher(zt.to(torch::kFloat32), 4);
+    EXPECT_NEAR(train::topk_kl(zt.to(torch::kFloat32), t).item<double>(), 0.0, 1e-6);
+    auto peaked = torch::full({N, V}, -200.0f);
+    peaked.select(1, 0).fill_(200.0f);
+    peaked.set_requires_grad(true);
+    train::topk_kl(peaked, t).backward();
+    EXPECT_TRUE(torch::isfinite(peaked.grad()).all().item<bool>());
+    EXPECT_THROW(train::topk_teacher(zt, 0), Error);
+    EXPECT_THROW(train::topk_kl(torch::zeros({N + 1, V}), t), Error);
+}
+
+TEST(Distill, AGroupWithItsOwnScheduleFollowsIt) {
+    // KVpop's full distillation: the model's rate constant, the scorer's on the loop's warmup + cosine.
+    auto a = torch::zeros({2}, torch::requires_grad()), b = torch::zeros({3}, torch::requires_grad());
+    std::vector<train::ParamGroup> groups{{"scorer", {a}, 1e-3, 0.0}, {"model", {b}, 8e-5, 0.0}};
+    groups[1].schedule = train::Schedule{"constant", 0, 100};
+    train::Schedule loop;
+    loop.warmup = 10, loop.total = 100;
+    auto opt = train::make_adamw(groups, 0.9, 0.95);
+    auto lr = [&](size_t i) { return static_cast<torch::optim::AdamWOptions&>(opt->param_groups()[i].options()).lr(); };
+    for (int64_t step : {0, 5, 50, 99}) {
+        train::set_learning_rates(*opt, groups, loop.factor(step), step);
+        EXPECT_DOUBLE_EQ(lr(0), 1e-3 * loop.factor(step)) << step;
+        EXPECT_DOUBLE_EQ(lr(1), 8e-5) << step;
+    }
+}
+
 class KvpopCli : public test::TrainerCliTest {
 protected:
     KvpopCli() : TrainerCliTest("kvsieve_kvpop_cli_") {
@@ -244,12 +409,84 @@ TEST_F(KvpopCli, TrainsResumesAndWritesAScorerThatKvpopRuns) {
     }
 }
 
+TEST_F(KvpopCli, DistillAndStreamingPlusFineTuneTheModelUnderTheirMasks) {
+    const std::string init = test::model_path("stories260K.gguf");
+    for (const std::string mode : {"distill", "streaming_plus"}) {
+        auto cfg = cfg_;
+        cfg["out"] = (dir_ / ("run_" + mode)).string();
+        cfg["output"] = (dir_ / ("out_" + mode)).string();
+        cfg["kvpop"]["mode"] = mode;
+        cfg["kvpop"]["kind"] = "mlp";
+        cfg["kvpop"]["kl_top"] = 64;
+        cfg["kvpop"]["base_lr"] = 1e-3;
+        cfg["optim"]["steps"] = 2;
+        auto r = test::run_cli("train kvpop -q --config " + write(cfg));
+        ASSERT_EQ(r.status, 0) << r.err;
+        cfg["optim"]["steps"] = 3;
+        r = test::run_cli("train kvpop -q --resume --config " + write(cfg));
+        ASSERT_EQ(r.status, 0) << r.err;
+        const auto out = dir_ / ("out_" + mode);
+        const auto card = nlohmann::json::parse(std::ifstream(out / "config.json"));
+        EXPECT_EQ(card["mode"], mode);
+        EXPECT_EQ(card["model_type"], mode == "distill" ? "kvpop" : "streaming_plus");
+        EXPECT_EQ(std::filesystem::exists(out / "model.safetensors"), mode == "distill");
+        ASSERT_TRUE(std::filesystem::exists(out / "model.gguf"));
+        // The fine-tuned model moved away from the one it started from.
+        auto a = train::load_mirror(init), b = train::load_mirror((out / "model.gguf").string());
+        double moved = 0;
+        const auto ta = a->gguf_tensors(), tb = b->gguf_tensors();
+        ASSERT_EQ(ta.size(), tb.size());
+        for (size_t i = 0; i < ta.size(); ++i) moved = std::max(moved, (ta[i].second - tb[i].second).abs().max().item<double>());
+        EXPECT_GT(moved, 1e-5) << mode;
+        std::ifstream log(dir_ / ("run_" + mode) / "log.jsonl");
+        int steps = 0, evals = 0;
+        for (std::string line; std::getline(log, line);) {
+            const auto j = nlohmann::json::parse(line);
+            if (j.contains("loss")) {
+                ++steps;
+                // The budget's mask changes what the model computes: the KL to the dense teacher is positive.
+                EXPECT_GT(j["kl"].get<double>(), 0.0) << line;
+                EXPECT_EQ(j.contains("pair_acc"), mode == "distill") << line;
+            }
+            if (j.contains("eval")) {
+                ++evals;
+                for (const char* key : {"dense_nll_text", "base_masked_nll_text", "masked_nll_text"})
+                    EXPECT_TRUE(j["eval"].contains(key)) << key << ": " << line;
+                // Under the mask the frozen model is worse than with the full cache.
+                EXPECT_GT(j["eval"]["base_masked_nll_text"].get<double>(), j["eval"]["dense_nll_text"].get<double>()) << line;
+                EXPECT_EQ(j["eval"].contains("recall"), mode == "distill") << line;
+            }
+        }
+        EXPECT_EQ(steps, 3);
+        EXPECT_GE(evals, 1);
+        // The fine-tuned model runs in the engine under its policy, every head at the budget B = 2 + 16 + 24.
+        const std::string policy = mode == "distill" ? "kvpop_mlp:model=" + out.string() + ",budget=42"
+                                                     : "streaming_llm:window=40,sinks=2";
+        const auto gen = test::run_cli("generate -m " + (out / "model.gguf").string() + " --policy " + policy +
+                                       " -n 40 --temp 0 -p 'Once upon a time'");
+        EXPECT_EQ(gen.status, 0) << gen.err;
+        EXPECT_NE(gen.err.find("42 / 42 / 42"), std::string::npos) << gen.err;
+    }
+    // The sparse target (the log-sum-exp under the mask) in scorer mode.
+    auto cfg = cfg_;
+    cfg["out"] = (dir_ / "run_sparse").string();
+    cfg["output"] = (dir_ / "out_sparse").string();
+    cfg["kvpop"]["target"] = "sparse";
+    cfg["optim"]["steps"] = 2;
+    const auto r = test::run_cli("train kvpop -q --config " + write(cfg));
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(nlohmann::json::parse(std::ifstream(dir_ / "out_sparse" / "config.json"))["target"], "sparse");
+}
+
 TEST_F(KvpopCli, BadOptionsAreClearErrorsBeforeTraining) {
     for (auto [key, value, message] :
          {std::tuple<const char*, nlohmann::json, const char*>{"kind", "lstm", "kvpop.kind must be mlstm or mlp"},
           {"budget", 0, "kvpop.budget (k, long-range entries per head) must be ≥ 1"},
           {"teacher_gamma", 1.5, "kvpop.teacher_gamma must be in (0, 1]"},
           {"budget", 200, "no eviction happens within s + w + k"},
+          {"mode", "full", "kvpop.mode must be scorer, distill or streaming_plus"},
+          {"target", "exact", "kvpop.target must be dense or sparse"},
+          {"kl_top", 100000, "kvpop.kl_top = 100000 exceeds the vocabulary"},
           {"windw", 1, "unknown config key 'kvpop.windw'"}}) {
         auto bad = cfg_;
         bad["out"] = (dir_ / "bad").string();

@@ -11,7 +11,10 @@
 #include "policy/running_topk.h"
 #include "predict/kvpop_scorer.h"
 #include "train/data.h"
+#include "train/distill.h"
+#include "train/kvpop_mask.h"
 #include "train/kvpop_pairs.h"
+#include "train/lm_eval.h"
 #include "train/kvpop_predictor.h"
 #include "train/kvpop_target.h"
 #include "train/lm_run.h"
@@ -30,7 +33,7 @@ namespace {
 KvpopOptions read_kvpop(const json& j) {
     check_keys(j, "kvpop", {"kind", "window", "sinks", "budget", "delayed", "decay_every", "teacher_gamma", "eps",
                             "margin_cap", "temperature", "queries", "softcap", "forget_bias", "hidden", "feature",
-                            "value", "target_block"});
+                            "value", "target_block", "mode", "target", "kl_top", "boundary_weight", "base_lr"});
     KvpopOptions o;
     o.kind = j.value("kind", o.kind);
     o.window = j.value("window", o.window);
@@ -49,6 +52,17 @@ KvpopOptions read_kvpop(const json& j) {
     o.feature = j.value("feature", o.feature);
     o.value = j.value("value", o.value);
     o.target_block = j.value("target_block", o.target_block);
+    o.mode = j.value("mode", o.mode);
+    o.target = j.value("target", o.target);
+    o.kl_top = j.value("kl_top", o.kl_top);
+    o.boundary_weight = j.value("boundary_weight", o.boundary_weight);
+    o.base_lr = j.value("base_lr", o.base_lr);
+    require(o.mode == "scorer" || o.mode == "distill" || o.mode == "streaming_plus",
+            "kvpop.mode must be scorer, distill or streaming_plus, got '", o.mode, "'");
+    require(o.target == "dense" || o.target == "sparse", "kvpop.target must be dense or sparse, got '", o.target, "'");
+    require(o.kl_top >= 1, "kvpop.kl_top must be ≥ 1");
+    require(o.boundary_weight >= 0, "kvpop.boundary_weight must be ≥ 0");
+    require(o.base_lr > 0, "kvpop.base_lr must be > 0");
     require(o.kind == "mlstm" || o.kind == "mlp", "kvpop.kind must be mlstm or mlp, got '", o.kind, "'");
     require(o.window >= 0 && o.sinks >= 0, "kvpop.window and kvpop.sinks must be ≥ 0");
     require(o.budget >= 1, "kvpop.budget (k, long-range entries per head) must be ≥ 1");
@@ -149,6 +163,30 @@ std::pair<double, double> recall_at_end(const std::vector<float>& teacher_prio, 
     return {static_cast<double>(both) / o.budget, static_cast<double>(recent) / o.budget};
 }
 
+/// What the checkpoint holds: the scorer, and the fine-tuned model in distill and streaming_plus.
+struct KvpopRunModule : torch::nn::Module {
+    KvpopRunModule(const KvpopPredictor& scorer, const LlamaMirror& student) {
+        if (scorer) register_module("scorer", scorer);
+        if (student) register_module("lm", student);
+    }
+};
+
+/// One forward plan's products for a batch of tokens.
+struct Pass {
+    std::vector<AttnTensors> target;                          ///< per layer: q_post, k_post, lse of the target
+    std::vector<std::pair<torch::Tensor, torch::Tensor>> kv;  ///< per layer: the scorer's k_post, v (detached)
+    torch::Tensor student_logits;                             ///< distill, streaming_plus
+    TopkTeacher teacher;                                      ///< distill, streaming_plus
+};
+
+std::vector<AttnTensors> detached(std::vector<AttnTensors> cap) {
+    for (auto& a : cap) {
+        for (auto* t : {&a.h, &a.k_pre, &a.k_post, &a.v, &a.lse, &a.q_post})
+            if (t->defined()) *t = t->detach();
+    }
+    return cap;
+}
+
 }  // namespace
 
 bool run_kvpop(const std::string& config_path, bool resume, bool progress) {
@@ -159,18 +197,22 @@ bool run_kvpop(const std::string& config_path, bool resume, bool progress) {
     const json& cfg = rc.root;
     const std::string& out = rb.out;
     const ModelConfig& c = lm->config();
+    const bool tunes_lm = ko.mode != "scorer", has_scorer = ko.mode != "streaming_plus";
     for (int64_t L : data.mix.lengths) {
         require(L > ko.sinks + ko.window + ko.budget, "data.lengths holds ", L, ": no eviction happens within s + w + k = ",
                 ko.sinks + ko.window + ko.budget, " tokens, so there is nothing to learn");
     }
     require(ev.window > ko.sinks + ko.window + ko.budget, "eval.window = ", ev.window, " must exceed s + w + k = ",
             ko.sinks + ko.window + ko.budget);
+    require(ko.kl_top <= c.n_vocab, "kvpop.kl_top = ", ko.kl_top, " exceeds the vocabulary (", c.n_vocab, ")");
     torch::manual_seed(rb.seed ^ 0x7A11);
     KvpopScorerShape shape;
     shape.kind = ko.kind;
     shape.hidden = ko.hidden, shape.feature = ko.feature, shape.value = ko.value;
     shape.softcap = ko.softcap, shape.forget_bias = ko.forget_bias;
-    KvpopPredictor scorer(c, shape);
+    KvpopPredictor scorer = has_scorer ? KvpopPredictor(c, shape) : KvpopPredictor(nullptr);
+    // The model being fine-tuned starts as a copy of the frozen teacher.
+    LlamaMirror student = tunes_lm ? load_mirror(rc.resolve(cfg["init"].get<std::string>())) : LlamaMirror(nullptr);
     const int64_t delay = ko.kind == "mlstm" && ko.delayed ? ko.window : 0;
     const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
 
@@ -178,21 +220,88 @@ bool run_kvpop(const std::string& config_path, bool resume, bool progress) {
     const TextStream stream(data.texts, *tok, data.holdout);
     write_heldout_texts(out, data, stream);
     if (progress)
-        std::fprintf(stderr, "KVpop: frozen model %s; scorer %s%s; s %lld, w %lld, k %lld (B = %lld); %lld training text "
-                     "tokens\n", c.summary().c_str(), ko.kind.c_str(), ko.kind == "mlstm" ? (ko.delayed ? " (delayed)" : " (immediate)") : "",
+        std::fprintf(stderr, "KVpop (%s): model %s; %s; s %lld, w %lld, k %lld (B = %lld); %lld training text tokens\n",
+                     ko.mode.c_str(), c.summary().c_str(),
+                     has_scorer ? ("scorer " + ko.kind + (ko.kind == "mlstm" ? (ko.delayed ? " (delayed)" : " (immediate)") : "")).c_str()
+                                : "StreamingLLM mask",
                      static_cast<long long>(ko.sinks), static_cast<long long>(ko.window), static_cast<long long>(ko.budget),
                      static_cast<long long>(ko.sinks + ko.window + ko.budget), static_cast<long long>(stream.train_tokens()));
 
     const OptimConfig& oc = rb.optim;
-    TrainLoop loop(*scorer, {ParamGroup{"kvpop_scorer", scorer->parameters(), oc.lr, oc.weight_decay}}, lo);
+    std::vector<ParamGroup> groups;
+    if (has_scorer) groups.push_back(ParamGroup{"kvpop_scorer", scorer->parameters(), oc.lr, oc.weight_decay});
+    if (tunes_lm) {
+        ParamGroup g{"model", student->parameters(), ko.base_lr, oc.weight_decay};
+        g.schedule = Schedule{"constant", 0, lo.steps};
+        groups.push_back(std::move(g));
+    }
+    KvpopRunModule holder(scorer, student);
+    TrainLoop loop(holder, groups, lo);
 
-    auto capture = [&](const torch::Tensor& toks) {
-        std::vector<AttnTensors> cap;
-        MirrorHooks h;
-        h.capture = &cap;
+    // Eviction steps [B, Hkv, T] of one layer for keys and values k, v [B, Hkv, T, d]: the running top-k of the
+    // scorer's static priorities r − ⌊t/n⌋ log γ_h, or StreamingLLM's at the same budget.
+    auto evictions = [&](int l, const torch::Tensor& k, const torch::Tensor& v) {
         torch::NoGradGuard ng;
-        lm->forward(toks, h);
-        return cap;
+        const int64_t B = k.size(0), H = k.size(1), T = k.size(2);
+        std::vector<int64_t> all;
+        all.reserve(static_cast<size_t>(B * H * T));
+        if (!has_scorer) {
+            const auto e = streaming_eviction_steps(T, ko.sinks, ko.window, ko.budget);
+            for (int64_t bh = 0; bh < B * H; ++bh) all.insert(all.end(), e.begin(), e.end());
+        } else {
+            const auto r = scorer->scores(l, k, v, delay).contiguous();
+            const auto lg = scorer->log_gamma(l).contiguous();
+            const float* rp = r.data_ptr<float>();
+            const float* gp = lg.data_ptr<float>();
+            for (int64_t bh = 0; bh < B * H; ++bh) {
+                std::vector<float> p(T);
+                for (int64_t t = 0; t < T; ++t) p[t] = rp[bh * T + t] - static_cast<float>(t / ko.decay_every) * gp[bh % H];
+                const auto e = eviction_steps(boundary_pairs(p, ko.sinks, ko.window, ko.budget), T);
+                all.insert(all.end(), e.begin(), e.end());
+            }
+        }
+        return torch::tensor(all, torch::kInt64).view({B, H, T});
+    };
+    // Hooks that run a forward under the eviction mask; kv_out (if set) receives each layer's keys and values.
+    auto masked = [&](std::vector<std::pair<torch::Tensor, torch::Tensor>>* kv_out) {
+        MirrorHooks h;
+        h.keep_mask = [&evictions, kv_out](int l, const AttnTensors& a) {
+            const auto k = a.k_post.detach(), v = a.v.detach();
+            if (kv_out) kv_out->emplace_back(k, v);
+            return eviction_keep_mask(evictions(l, k, v));
+        };
+        return h;
+    };
+    // Every forward a step (training) or an evaluation (no gradient) needs.
+    auto make_pass = [&](const torch::Tensor& toks, bool grad) {
+        Pass p;
+        std::vector<AttnTensors> cap;
+        if (!tunes_lm) {
+            torch::NoGradGuard ng;
+            MirrorHooks h = ko.target == "sparse" ? masked(&p.kv) : MirrorHooks{};
+            h.capture = &cap;
+            lm->forward(toks, h);
+            p.target = detached(std::move(cap));
+            if (ko.target == "dense")
+                for (const auto& a : p.target) p.kv.emplace_back(a.k_post, a.v);
+            return p;
+        }
+        {
+            torch::NoGradGuard ng;
+            MirrorHooks th;
+            if (has_scorer && ko.target == "dense") th.capture = &cap;
+            p.teacher = topk_teacher(lm->forward(toks, th), ko.kl_top);
+            p.target = detached(std::move(cap));
+        }
+        std::vector<AttnTensors> scap;
+        MirrorHooks sh = masked(has_scorer ? &p.kv : nullptr);
+        if (has_scorer && ko.target == "sparse") sh.capture = &scap;
+        {
+            torch::AutoGradMode ag(grad);
+            p.student_logits = student->forward(toks, sh);
+        }
+        if (!scap.empty()) p.target = detached(std::move(scap));
+        return p;
     };
     std::mt19937_64 rng(rb.seed ^ 0x51CE);
 
@@ -201,11 +310,22 @@ bool run_kvpop(const std::string& config_path, bool resume, bool progress) {
         const Batch b = make_batch(data.mix, stream, *tok, data.haystack, rb.seed, step * lo.grad_accum + m);
         const double data_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         auto toks = torch::from_blob(const_cast<int64_t*>(b.tokens.data()), {b.B, b.T}, torch::kInt64);
-        const auto cap = capture(toks);
+        Pass pass = make_pass(toks, true);
+        MicroResult res;
+        double kl = 0;
+        if (tunes_lm) {
+            const auto l = topk_kl(pass.student_logits, pass.teacher);
+            (l / static_cast<double>(lo.grad_accum)).backward();
+            kl = l.item<double>();
+            pass.student_logits = torch::Tensor();
+            res.metrics["kl"] = kl;
+        }
         double loss_sum = 0;
         int64_t n = 0, agree = 0, keep = 0;
-        for (int l = 0; l < c.n_layer; ++l) {
-            const LayerTeacher lt = teach(cap[l], ko, scale);
+        // The pair loss's weight: 1 when it is the only loss, boundary_weight beside the KL.
+        const double bw = tunes_lm ? ko.boundary_weight : 1.0;
+        for (int l = 0; has_scorer && l < c.n_layer; ++l) {
+            const LayerTeacher lt = teach(pass.target[l], ko, scale);
             std::vector<std::vector<BoundaryPair>> chosen(lt.pairs.size());
             for (size_t bh = 0; bh < lt.pairs.size(); ++bh) {
                 chosen[bh] = lt.pairs[bh];
@@ -215,35 +335,49 @@ bool run_kvpop(const std::string& config_path, bool resume, bool progress) {
                 }
                 for (const auto& p : chosen[bh]) keep += p.keep;
             }
-            const auto r = scorer->scores(l, cap[l].k_post, cap[l].v, delay);
+            const auto r = scorer->scores(l, pass.kv[l].first, pass.kv[l].second, delay);
             const PairLoss pl = pair_loss(r, scorer->log_gamma(l), chosen, ko);
-            (pl.loss / static_cast<double>(c.n_layer * lo.grad_accum)).backward();
+            (pl.loss * (bw / static_cast<double>(c.n_layer * lo.grad_accum))).backward();
             loss_sum += pl.loss.item<double>();
             n += pl.n;
             agree += pl.agree;
         }
-        MicroResult res;
-        res.loss = torch::tensor(loss_sum / c.n_layer);
+        if (has_scorer) {
+            res.metrics["pair_loss"] = loss_sum / c.n_layer;
+            res.metrics["pair_acc"] = n ? static_cast<double>(agree) / n : 0.0;
+            res.metrics["keep_frac"] = n ? static_cast<double>(keep) / n : 0.0;
+        }
+        res.loss = torch::tensor(kl + bw * loss_sum / c.n_layer);
         res.backward_done = true;
-        res.metrics["pair_acc"] = n ? static_cast<double>(agree) / n : 0.0;
-        res.metrics["keep_frac"] = n ? static_cast<double>(keep) / n : 0.0;
         res.tokens = b.B * b.T;
         res.data_seconds = data_s;
         return res;
     };
+    json dense_nll;  // the frozen model's held-out NLL with the full cache: computed once
     auto eval = [&](int64_t) {
         json e = json::object();
         torch::NoGradGuard ng;
+        if (tunes_lm) {
+            // Held-out NLL: the frozen model with the full cache and under the mask, and the fine-tuned model under it.
+            const auto names = data.names();
+            if (dense_nll.empty()) dense_nll = heldout_nll(lm, stream, names, ev.window, ev.text_windows);
+            const json base = heldout_nll(lm, stream, names, ev.window, ev.text_windows, masked(nullptr));
+            const json tuned = heldout_nll(student, stream, names, ev.window, ev.text_windows, masked(nullptr));
+            for (const auto& [prefix, nll] : {std::pair<const char*, const json*>{"dense_", &dense_nll},
+                                              {"base_masked_", &base}, {"masked_", &tuned}})
+                for (auto it = nll->begin(); it != nll->end(); ++it) e[prefix + it.key()] = it.value();
+        }
+        if (!has_scorer) return e;
         double loss = 0;
         int64_t n = 0, agree = 0, windows = 0;
         std::vector<std::vector<double>> rec(c.n_layer, std::vector<double>(c.n_head_kv, 0.0)), recent = rec;
         for (size_t f = 0; f < stream.files(); ++f)
             for (const auto& seq : stream.heldout_windows(f, ev.window, ev.text_windows)) {
                 auto t = torch::tensor(std::vector<int64_t>(seq.tokens.begin(), seq.tokens.end())).unsqueeze(0);
-                const auto cap = capture(t);
+                const Pass pass = make_pass(t, false);
                 for (int l = 0; l < c.n_layer; ++l) {
-                    const LayerTeacher lt = teach(cap[l], ko, scale);
-                    const auto r = scorer->scores(l, cap[l].k_post, cap[l].v, delay).contiguous();
+                    const LayerTeacher lt = teach(pass.target[l], ko, scale);
+                    const auto r = scorer->scores(l, pass.kv[l].first, pass.kv[l].second, delay).contiguous();
                     const PairLoss pl = pair_loss(r, scorer->log_gamma(l), lt.pairs, ko);
                     loss += pl.loss.item<double>() * pl.n;
                     n += pl.n;
@@ -280,25 +414,37 @@ bool run_kvpop(const std::string& config_path, bool resume, bool progress) {
         }
         return e;
     };
+    GGUFMetadata meta = tokenizer_metadata(rc.resolve(cfg["init"].get<std::string>()));
+    meta.insert(meta.begin(), {"general.name", GGUFValue::make_string(cfg.value("name", "kvsieve-kvpop-" + ko.mode))});
     auto save_to = [&](const std::string& dir) {
         std::filesystem::create_directories(dir);
-        scorer->save_safetensors((std::filesystem::path(dir) / "model.safetensors").string());
-        const json card = {{"model_type", "kvpop"},
-                           {"kind", ko.kind},
-                           {"base_model", rc.resolve(cfg["init"].get<std::string>())},
-                           {"n_layer", c.n_layer},
-                           {"n_head_kv", c.n_head_kv},
-                           {"head_dim", c.head_dim},
-                           {"window", ko.window},
-                           {"sinks", ko.sinks},
-                           {"budget_k", ko.budget},
-                           {"delayed", ko.delayed},
-                           {"decay_every", ko.decay_every},
-                           {"softcap", ko.softcap},
-                           {"teacher_gamma", ko.teacher_gamma},
-                           {"hidden", scorer->shape().hidden},
-                           {"feature", scorer->shape().feature},
-                           {"value", scorer->shape().value}};
+        json card = {{"model_type", has_scorer ? "kvpop" : "streaming_plus"},
+                     {"mode", ko.mode},
+                     {"base_model", rc.resolve(cfg["init"].get<std::string>())},
+                     {"n_layer", c.n_layer},
+                     {"n_head_kv", c.n_head_kv},
+                     {"head_dim", c.head_dim},
+                     {"window", ko.window},
+                     {"sinks", ko.sinks},
+                     {"budget_k", ko.budget}};
+        if (has_scorer) {
+            scorer->save_safetensors((std::filesystem::path(dir) / "model.safetensors").string());
+            card.update({{"kind", ko.kind},
+                         {"delayed", ko.delayed},
+                         {"decay_every", ko.decay_every},
+                         {"softcap", ko.softcap},
+                         {"teacher_gamma", ko.teacher_gamma},
+                         {"target", ko.target},
+                         {"hidden", scorer->shape().hidden},
+                         {"feature", scorer->shape().feature},
+                         {"value", scorer->shape().value}});
+        }
+        if (tunes_lm) {
+            save_mirror(student, (std::filesystem::path(dir) / "model.gguf").string(), meta);
+            card["model_gguf"] = "model.gguf";
+            card["kl_top"] = ko.kl_top;
+            card["base_lr"] = ko.base_lr;
+        }
         write_text((std::filesystem::path(dir) / "config.json").string(), card.dump(2) + "\n");
     };
     auto save = [&](int64_t) { save_to(out + "/scorer"); };

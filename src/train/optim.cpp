@@ -40,7 +40,8 @@ void set_learning_rates(torch::optim::AdamW& opt, const std::vector<ParamGroup>&
     require(pg.size() == groups.size(), "optimizer has ", pg.size(), " parameter groups, expected ", groups.size());
     for (size_t i = 0; i < pg.size(); ++i) {
         const bool frozen = step >= 0 && groups[i].frozen_from >= 0 && step >= groups[i].frozen_from;
-        static_cast<torch::optim::AdamWOptions&>(pg[i].options()).lr(frozen ? 0.0 : groups[i].lr * factor);
+        const double f = step >= 0 && groups[i].schedule ? groups[i].schedule->factor(step) : factor;
+        static_cast<torch::optim::AdamWOptions&>(pg[i].options()).lr(frozen ? 0.0 : groups[i].lr * f);
     }
 }
 

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,13 +34,17 @@ struct ParamGroup {
     /// From this optimizer step on the group is frozen (learning rate 0, so neither Adam's update nor the
     /// decoupled decay lr·wd·θ moves it); −1: never. E.g. SP-KV's predictor in threshold-aware hard gating.
     int64_t frozen_from = -1;
+    /// The group's own schedule (e.g. KVpop's full distillation: the model's rate constant, the scorer's with warmup
+    /// and cosine decay); unset: the loop's.
+    std::optional<Schedule> schedule;
 };
 
 /// AdamW over the groups (β₁, β₂, ε shared). Groups with no parameters are skipped.
 std::unique_ptr<torch::optim::AdamW> make_adamw(const std::vector<ParamGroup>& groups, double beta1, double beta2,
                                                 double eps = 1e-8);
-/// Sets every group's learning rate to its base rate × factor (groups in the order given to make_adamw), and to 0
-/// for a group frozen at `step` (step < 0: no group is).
+/// Sets every group's learning rate to its base rate × factor (groups in the order given to make_adamw), × its own
+/// schedule's factor at `step` instead for a group that has one, and to 0 for a group frozen at `step` (step < 0: no
+/// group is frozen and own schedules are not used).
 void set_learning_rates(torch::optim::AdamW& opt, const std::vector<ParamGroup>& groups, double factor,
                         int64_t step = -1);
 /// Clips the global L2 norm of the gradients of all groups to max_norm (if > 0); returns the norm before clipping.
