@@ -209,14 +209,16 @@ TEST(Cli, EvalFidelityWritesItsReportAndRejectsBadInput) {
         for (int i = 0; i < 10; ++i) f << "Once upon a time, there was a little girl named Lily. She loved to play outside. ";
     }
     const CmdResult r = run("eval fidelity -q -m " + kModel + " --corpus " + corpus.path() +
-                            " --prompt 32 --gen 24 --samples 1 --every 8 --temp 0.8 --policies 'full;streaming_llm:window=8,sinks=2'"
-                            " --out " + out.path());
+                            " --prompt 32 --gen 24 --samples 1 --every 8 --temp 0.8 --policies 'full;streaming_llm:window=8,sinks=2;"
+                            "full@" + kModel + "' --out " + out.path());
     ASSERT_EQ(r.status, 0) << r.err;
     EXPECT_NE(r.out.find("policy=full greedy_prefix=24 token_accuracy=1.0000"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("policy=streaming_llm:window=8,sinks=2 "), std::string::npos) << r.out;
+    // SPEC@FILE: the policy on another model against the same teachers (the same model here: the teacher itself).
+    EXPECT_NE(r.out.find("policy=full@" + kModel + " greedy_prefix=24 token_accuracy=1.0000 kl=0.00000"), std::string::npos) << r.out;
     const auto j = nlohmann::json::parse(std::ifstream(out.path() + "/fidelity.json"));
     EXPECT_EQ(j["temperature"], 0.8);
-    EXPECT_EQ(j["results"].size(), 2u);
+    EXPECT_EQ(j["results"].size(), 3u);
     std::filesystem::remove_all(out.path());
     expect_clean_failure("eval fidelity -m " + kModel + " --corpus " + corpus.path() + " --policies 'full;nosuch'",
                          "unknown policy 'nosuch'");
@@ -224,6 +226,11 @@ TEST(Cli, EvalFidelityWritesItsReportAndRejectsBadInput) {
                          "exceed the model's context");
     expect_clean_failure("eval fidelity -m " + kModel + " --corpus " + corpus.path() + " --policies full --temp -1",
                          "--temp must be ≥ 0");
+    expect_clean_failure("eval fidelity -m " + kModel + " --corpus " + corpus.path() + " --policies 'full@/nonexistent.gguf'",
+                         "model file '/nonexistent.gguf' of 'full@/nonexistent.gguf' does not exist");
+    const std::string other = std::string(KVSIEVE_SOURCE_DIR) + "/models/kvsieve-tiny-2k.gguf";
+    expect_clean_failure("eval fidelity -m " + kModel + " --corpus " + corpus.path() + " --prompt 32 --gen 8 --samples 1 "
+                         "--policies 'full;full@" + other + "'", "does not share the tokenizer of");
 }
 
 TEST(Cli, BenchHonoursPrefillChunkAndWritesStatsJson) {

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <sstream>
 
@@ -237,7 +238,9 @@ void add_eval(CLI::App& app) {
     auto fo = std::make_shared<FidOpts>();
     fid->add_option("-m,--model", fo->model, "GGUF model")->required()->check(CLI::ExistingFile);
     fid->add_option("--corpus", fo->corpus, "text file the prompts are taken from")->required();
-    fid->add_option("--policies", fo->policies, "policy specs separated by ';' (e.g. 'full;kvpop:model=M,budget=512')")->required();
+    fid->add_option("--policies", fo->policies, "policy specs separated by ';' (e.g. 'full;kvpop:model=M,budget=512'); "
+                                                "SPEC@FILE.gguf runs the policy on another model of the same vocabulary "
+                                                "(e.g. one fine-tuned for the budget) against the same teachers")->required();
     fid->add_option("--prompt", fo->prompt, "prompt tokens, BOS included")->capture_default_str();
     fid->add_option("--gen", fo->gen, "generated tokens per prompt")->capture_default_str();
     fid->add_option("--samples", fo->samples, "prompts (consecutive windows of the corpus)")->capture_default_str();
@@ -257,7 +260,18 @@ void add_eval(CLI::App& app) {
         for (std::string p; std::getline(ss, p, ';');)
             if (!p.empty()) specs.push_back(p);
         require(!specs.empty(), "--policies names no policy");
-        for (const auto& p : specs) parse_policy(p);  // bad specs fail before the model loads
+        // SPEC@FILE.gguf: the policy on another model (its path after the last '@').
+        auto split = [](const std::string& entry) -> std::pair<std::string, std::string> {
+            const size_t at = entry.rfind('@');
+            if (at == std::string::npos || !entry.ends_with(".gguf")) return {entry, ""};
+            return {entry.substr(0, at), entry.substr(at + 1)};
+        };
+        for (const auto& p : specs) {
+            const auto [spec, path] = split(p);
+            parse_policy(spec);  // bad specs fail before the model loads
+            require(path.empty() || std::filesystem::exists(path), "--policies: model file '", path, "' of '", p,
+                    "' does not exist");
+        }
         FidelityOptions o;
         o.prompt_tokens = fo->prompt;
         o.gen_tokens = fo->gen;
@@ -275,9 +289,23 @@ void add_eval(CLI::App& app) {
         LlamaModel m(fo->model);
         const auto tok = Tokenizer::from_gguf(m.file());
         const auto teachers = fidelity_teachers(m, *tok, text, o);
+        std::map<std::string, std::unique_ptr<LlamaModel>> others;
         std::vector<FidelityResult> results;
         for (const auto& p : specs) {
-            results.push_back(evaluate_fidelity(m, *tok, teachers, p, o));
+            const auto [spec, path] = split(p);
+            const LlamaModel* student = &m;
+            if (!path.empty()) {
+                auto& other = others[path];
+                if (!other) other = std::make_unique<LlamaModel>(path);
+                require(other->config().n_vocab == m.config().n_vocab &&
+                            Tokenizer::from_gguf(other->file())->encode(text.substr(0, 4096), true, false) ==
+                                tok->encode(text.substr(0, 4096), true, false),
+                        "--policies: ", path, " does not share the tokenizer of ", fo->model,
+                        " (the teachers' tokens would mean other words)");
+                student = other.get();
+            }
+            results.push_back(evaluate_fidelity(*student, *tok, teachers, spec, o));
+            results.back().policy = p;
             const auto& r = results.back();
             std::printf("policy=%s greedy_prefix=%.0f token_accuracy=%.4f kl=%.5f compression_ratio=%.3f kv_mib=%.2f\n",
                         p.c_str(), r.mean_prefix, r.mean_accuracy, r.mean_kl, r.compression, r.kv_bytes_final / 1048576.0);
