@@ -30,26 +30,26 @@ static float dot_f32(const float* w, const float* x, int64_t n) {
 static float isa_dot_f32(const float* w, const float* x, int64_t n) { return dot_f32(w, x, n); }
 #include "kernels/dot_generic.inc"
 
+/// 16 binary16 values → 16 floats, converted as two 256-bit halves (see dot_f16).
+static inline __m512 cvt16_ph(const uint16_t* p) {
+    const __m256 lo = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    const __m256 hi = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)));
+    return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
+}
+
+// Binary16 weights: each 16-wide group converted with the 256-bit vcvtph2ps and joined into a 512-bit register for the
+// FMA. The all-512-bit form (vcvtph2ps zmm from a 256-bit load) decoded SmolLM2 F16 at 77 tok/s on an AMD EPYC Zen 4
+// (2 threads) against 131 with this one (126 with the AVX2 kernel): Zen 4 runs 512-bit conversions as two halves.
 static float dot_f16(const uint16_t* w, const float* x, int64_t n) {
-    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
     int64_t i = 0;
-    for (; i + 64 <= n; i += 64) {
+    for (; i + 32 <= n; i += 32) {
         _mm_prefetch(reinterpret_cast<const char*>(w + i) + 2048, _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(w + i) + 2112, _MM_HINT_T0);
-        const __m512 w0 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i)));
-        const __m512 w1 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i + 16)));
-        const __m512 w2 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i + 32)));
-        const __m512 w3 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i + 48)));
-        a0 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + i), a0);
-        a1 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + i + 16), a1);
-        a2 = _mm512_fmadd_ps(w2, _mm512_loadu_ps(x + i + 32), a2);
-        a3 = _mm512_fmadd_ps(w3, _mm512_loadu_ps(x + i + 48), a3);
+        a0 = _mm512_fmadd_ps(cvt16_ph(w + i), _mm512_loadu_ps(x + i), a0);
+        a1 = _mm512_fmadd_ps(cvt16_ph(w + i + 16), _mm512_loadu_ps(x + i + 16), a1);
     }
-    for (; i + 16 <= n; i += 16) {
-        const __m512 w0 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i)));
-        a0 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + i), a0);
-    }
-    float s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+    for (; i + 16 <= n; i += 16) a0 = _mm512_fmadd_ps(cvt16_ph(w + i), _mm512_loadu_ps(x + i), a0);
+    float s = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
     for (; i < n; ++i) s += fp16_to_fp32(w[i]) * x[i];
     return s;
 }
@@ -130,16 +130,16 @@ static void dequant_row(TensorType t, const void* src, float* dst, int64_t n) {
     const auto* s = static_cast<const uint16_t*>(src);
     int64_t i = 0;
     for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i))));
+        _mm512_storeu_ps(dst + i, cvt16_ph(s + i));
     for (; i < n; ++i) dst[i] = fp16_to_fp32(s[i]);
 }
 static float isa_dot_f16(const uint16_t* w, const float* x, int64_t n) {
     __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
-        a0 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i))),
+        a0 = _mm512_fmadd_ps(cvt16_ph(w + i),
                              _mm512_loadu_ps(x + i), a0);
-        a1 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i + 16))),
+        a1 = _mm512_fmadd_ps(cvt16_ph(w + i + 16),
                              _mm512_loadu_ps(x + i + 16), a1);
     }
     float s = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
@@ -150,7 +150,7 @@ static void isa_axpy_f16(float a, const uint16_t* v, float* o, int64_t n) {
     const __m512 av = _mm512_set1_ps(a);
     int64_t i = 0;
     for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(o + i, _mm512_fmadd_ps(av, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + i))),
+        _mm512_storeu_ps(o + i, _mm512_fmadd_ps(av, cvt16_ph(v + i),
                                                 _mm512_loadu_ps(o + i)));
     for (; i < n; ++i) o[i] += a * fp16_to_fp32(v[i]);
 }
