@@ -5,7 +5,8 @@
 #   LLAMACPP_DIR=/path/to/llama.cpp bash scripts/bench-vs-llamacpp.sh MODEL.gguf [MODEL.gguf ...]
 #
 # LLAMACPP_DIR: a llama.cpp source tree built with CMake into build/ (docs/benchmarks.md names the commit and the
-# commands). Env: THREADS (2), REPS (3), DEPTHS ("0 4096"). Prints one markdown table row per model and test.
+# commands). Env: THREADS (2), REPS (3), DEPTHS ("0 4096"), LLAMACPP_COMMIT (printed when LLAMACPP_DIR is not a git
+# checkout, e.g. the tree vendored in a llama-cpp-python sdist). Prints one markdown table row per model and test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${LLAMACPP_DIR:?set LLAMACPP_DIR to a llama.cpp tree built into build/ (see docs/benchmarks.md)}"
@@ -23,7 +24,7 @@ grep -q -w avx2 /proc/cpuinfo && isa="AVX2 (no AVX-512)"
 grep -q -w avx512f /proc/cpuinfo && isa="AVX-512"
 grep -q -w avx512_vnni /proc/cpuinfo && isa="AVX-512 with VNNI"
 echo "# $(date -u +%FT%TZ) CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores, $isa;" \
-     "kvsieve $(git rev-parse --short HEAD), llama.cpp $(git -C "$LLAMACPP_DIR" rev-parse --short HEAD 2>/dev/null || echo '?');" \
+     "kvsieve $(git rev-parse --short HEAD), llama.cpp $(git -C "$LLAMACPP_DIR" rev-parse --short HEAD 2>/dev/null || echo "${LLAMACPP_COMMIT:-?}");" \
      "threads $THREADS, reps $REPS" >&2
 echo "| model | test | kvsieve t/s | llama.cpp t/s | ratio |"
 echo "|---|---|---|---|---|"

@@ -56,6 +56,35 @@ for pct in 75 88; do
   $K eval fidelity -m "$M" --corpus "$CORPUS" --prompt "$PROMPT" --gen "$GEN" --samples "${SAMPLES:-2}" \
     --every 128 --temp "${TEMP:-0.7}" --prefill-chunk 256 --policies "$P" --out "$D"
 done
+#  2b. the fine-tuning modes (configs/kvpop/<model>-kvpop-{distill,streaming_plus}.json, same data and steps):
+#     KVpop's full distillation (the model fine-tuned to the dense teacher under its scorer's own evictions, with the
+#     scorer) and StreamingLLM+ (fine-tuned under StreamingLLM's mask at the same budget); their models are kept as
+#     F16 in models/kvpop/<name>-{distill,streaming_plus}/model.gguf (tiny2k, committed; SmolLM2's are 270 MB and
+#     rebuilt by this script) and compared with the frozen model's policies against the same full-cache teachers
+#     (`eval fidelity`, POLICY@MODEL), at the two budgets of step 2.
+FT_MODES=${FT_MODES:-"distill streaming_plus"}
+for mode in $FT_MODES; do
+  S=models/kvpop/$NAME-$mode
+  [ -f "$S/model.gguf" ] && continue
+  R=runs/$MODEL-kvpop-$mode
+  if [ -f "$R/checkpoint.pt" ]; then args=--resume; else args=; fi
+  $K train kvpop --config "configs/kvpop/$MODEL-kvpop-$mode.json" $args
+  mkdir -p "$S"
+  cp "$R-out/config.json" "$R/log.jsonl" "$S/" && mv "$S/log.jsonl" "$S/train_log.jsonl"
+  [ -f "$R-out/model.safetensors" ] && cp "$R-out/model.safetensors" "$S/"
+  $K quantize "$R-out/model.gguf" "$S/model.gguf" --type f16
+done
+for pct in 75 88; do
+  B=$(( (TOTAL * (100 - pct) + 50) / 100 ))
+  D=$OUT/fidelity_finetuned_$pct
+  [ -f "$D/fidelity.json" ] && continue
+  [ -f models/kvpop/$NAME-distill/model.gguf ] && [ -f models/kvpop/$NAME-streaming_plus/model.gguf ] || continue
+  DM=models/kvpop/$NAME-distill/model.gguf; SM=models/kvpop/$NAME-streaming_plus/model.gguf
+  P="full;full@$DM;kvpop:model=models/kvpop/$NAME-mlstm,budget=$B;kvpop:model=models/kvpop/$NAME-distill,budget=$B@$DM"
+  P="$P;streaming_llm:window=$((B - 4)),sinks=4;streaming_llm:window=$((B - 4)),sinks=4@$SM"
+  $K eval fidelity -m "$M" --corpus "$CORPUS" --prompt "$PROMPT" --gen "$GEN" --samples "${SAMPLES:-2}" \
+    --every 128 --temp "${TEMP:-0.7}" --prefill-chunk 256 --policies "$P" --out "$D"
+done
 #  3. decode-time RULER (`eval sweep --task ruler --decode-preamble`): the context (query-agnostic), then the model
 #     generates PREAMBLE tokens of its own as decode steps (where a fixed budget evicts), then the question; KVpop,
 #     KVpop_mlp and the baselines at budgets B leaving about 50% and 75% of the entries out at the answer.
