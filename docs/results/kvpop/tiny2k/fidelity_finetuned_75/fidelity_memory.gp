@@ -1,0 +1,8 @@
+set terminal pngcairo size 900,640 noenhanced
+set output 'fidelity_memory.png'
+set title 'kvsieve-tiny-2k: KV memory during generation'
+set xlabel 'tokens in the sequence'
+set ylabel 'KV cache (MiB)'
+set key below
+set grid
+plot 'fidelity_memory.dat' index 0 with linespoints title 'full', 'fidelity_memory.dat' index 1 with linespoints title 'full@models/kvpop/tiny2k-distill/model.gguf', 'fidelity_memory.dat' index 2 with linespoints title 'kvpop:model=tiny2k-mlstm,budget=512', 'fidelity_memory.dat' index 3 with linespoints title 'kvpop:model=tiny2k-distill,budget=512@models/kvpop/tiny2k-distill/model.gguf', 'fidelity_memory.dat' index 4 with linespoints title 'streaming_llm:window=508,sinks=4', 'fidelity_memory.dat' index 5 with linespoints title 'streaming_llm:window=508,sinks=4@models/kvpop/tiny2k-streaming_plus/model.gguf'
