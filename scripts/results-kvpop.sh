@@ -45,7 +45,7 @@ done
 [ -n "${TRAIN_ONLY:-}" ] && exit 0
 # The prompts come from the held-out tail of WikiText-2 that every KVpop run of this model writes (the same tail:
 # the same data section and hold-out fraction), so no scorer or fine-tuned model has trained on them.
-CORPUS=$(ls runs/$MODEL-kvpop-*/heldout_wiki.test.raw 2>/dev/null | head -n 1)
+CORPUS=$(ls runs/$MODEL-kvpop-*/heldout_wiki.test.raw 2>/dev/null | head -n 1 || true)
 [ -n "$CORPUS" ] || { echo "error: no runs/$MODEL-kvpop-*/heldout_wiki.test.raw: run a KVpop training of $MODEL first" >&2; exit 1; }
 TOTAL=$((PROMPT + GEN))
 for pct in 75 88; do

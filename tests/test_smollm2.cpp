@@ -174,7 +174,7 @@ TEST(SmolLM2, Q4_1LogitsWithinLlamaCppsOwnCacheNoise) {
             SCOPED_TRACE(row.prompt);
             const Agreement a = teacher_forced(*model(), row, kv);
             EXPECT_LT(a.worst, 1.5f * a.worst_self);
-            EXPECT_LT(a.mean, 1.5f * a.mean_self);
+            EXPECT_LT(a.mean, 1.5f * a.mean_self + 1e-3f);
             EXPECT_GE(a.agree, a.steps - 4);
         }
     }

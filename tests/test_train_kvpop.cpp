@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -333,6 +334,21 @@ TEST(Distill, TopKKlIsTheBucketedKlAndTheFullKlWhenTheTopIsTheVocabulary) {
     EXPECT_TRUE(torch::isfinite(peaked.grad()).all().item<bool>());
     EXPECT_THROW(train::topk_teacher(zt, 0), Error);
     EXPECT_THROW(train::topk_kl(torch::zeros({N + 1, V}), t), Error);
+    EXPECT_THROW(train::topk_kl(torch::zeros({N, 3}), t), Error);  // a student vocabulary smaller than K
+    // A teacher with no mass outside its top 4 (p_rest = 0): the rest bucket adds nothing and gradients stay finite.
+    auto z0 = torch::full({N, V}, -std::numeric_limits<float>::infinity());
+    z0.narrow(1, 0, 4).copy_(torch::randn({N, 4}));
+    const auto t0 = train::topk_teacher(z0, 4);
+    auto zs0 = torch::randn({N, V}, torch::requires_grad());
+    const auto kl0 = train::topk_kl(zs0, t0);
+    double want0 = 0;
+    for (int64_t n = 0; n < N; ++n) {
+        const auto p = torch::softmax(z0[n].to(torch::kFloat64), 0), q = torch::softmax(zs0[n].detach().to(torch::kFloat64), 0);
+        for (int64_t i = 0; i < 4; ++i) want0 += p[i].item<double>() * std::log(p[i].item<double>() / q[i].item<double>());
+    }
+    EXPECT_NEAR(kl0.item<double>(), want0 / N, 1e-5);
+    kl0.backward();
+    EXPECT_TRUE(torch::isfinite(zs0.grad()).all().item<bool>());
 }
 
 TEST(Distill, AGroupWithItsOwnScheduleFollowsIt) {
@@ -486,7 +502,7 @@ TEST_F(KvpopCli, BadOptionsAreClearErrorsBeforeTraining) {
           {"budget", 200, "no eviction happens within s + w + k"},
           {"mode", "full", "kvpop.mode must be scorer, distill or streaming_plus"},
           {"target", "exact", "kvpop.target must be dense or sparse"},
-          {"kl_top", 100000, "kvpop.kl_top = 100000 exceeds the vocabulary"},
+
           {"windw", 1, "unknown config key 'kvpop.windw'"}}) {
         auto bad = cfg_;
         bad["out"] = (dir_ / "bad").string();
@@ -496,6 +512,19 @@ TEST_F(KvpopCli, BadOptionsAreClearErrorsBeforeTraining) {
         EXPECT_NE(b.err.find(message), std::string::npos) << b.err;
         EXPECT_FALSE(std::filesystem::exists(dir_ / "bad" / "checkpoint.pt"));
     }
+    // kl_top is checked where it is used: the fine-tuning modes.
+    auto bad = cfg_;
+    bad["out"] = (dir_ / "bad").string();
+    bad["kvpop"]["kl_top"] = 100000;
+    bad["optim"]["steps"] = 1;
+    bad["kvpop"]["mode"] = "distill";
+    const auto b = test::run_cli("train kvpop -q --config " + write(bad));
+    EXPECT_EQ(b.status, 1);
+    EXPECT_NE(b.err.find("kvpop.kl_top = 100000 exceeds the vocabulary"), std::string::npos) << b.err;
+    bad["kvpop"]["mode"] = "scorer";
+    bad["out"] = (dir_ / "scorer_ok").string();
+    const auto ok = test::run_cli("train kvpop -q --config " + write(bad));
+    EXPECT_EQ(ok.status, 0) << ok.err;
 }
 
 }  // namespace

@@ -288,22 +288,26 @@ void add_eval(CLI::App& app) {
         const std::string text = read_whole_file(fo->corpus, "corpus");
         LlamaModel m(fo->model);
         const auto tok = Tokenizer::from_gguf(m.file());
-        const auto teachers = fidelity_teachers(m, *tok, text, o);
+        // The other models, each loaded once and checked before the teachers run: the same vocabulary size and the
+        // same token ids for the start of the corpus.
         std::map<std::string, std::unique_ptr<LlamaModel>> others;
+        const std::string probe = text.substr(0, 65536);
+        const auto probe_ids = tok->encode(probe, true, false);
+        for (const auto& p : specs) {
+            const auto [spec, path] = split(p);
+            if (path.empty() || others.count(path)) continue;
+            auto other = std::make_unique<LlamaModel>(path);
+            require(other->config().n_vocab == m.config().n_vocab &&
+                        Tokenizer::from_gguf(other->file())->encode(probe, true, false) == probe_ids,
+                    "--policies: ", path, " does not share the tokenizer of ", fo->model,
+                    " (the teachers' tokens would mean other words)");
+            others[path] = std::move(other);
+        }
+        const auto teachers = fidelity_teachers(m, *tok, text, o);
         std::vector<FidelityResult> results;
         for (const auto& p : specs) {
             const auto [spec, path] = split(p);
-            const LlamaModel* student = &m;
-            if (!path.empty()) {
-                auto& other = others[path];
-                if (!other) other = std::make_unique<LlamaModel>(path);
-                require(other->config().n_vocab == m.config().n_vocab &&
-                            Tokenizer::from_gguf(other->file())->encode(text.substr(0, 4096), true, false) ==
-                                tok->encode(text.substr(0, 4096), true, false),
-                        "--policies: ", path, " does not share the tokenizer of ", fo->model,
-                        " (the teachers' tokens would mean other words)");
-                student = other.get();
-            }
+            const LlamaModel* student = path.empty() ? &m : others.at(path).get();
             results.push_back(evaluate_fidelity(*student, *tok, teachers, spec, o));
             results.back().policy = p;
             const auto& r = results.back();

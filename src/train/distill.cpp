@@ -36,6 +36,8 @@ torch::Tensor topk_kl(const torch::Tensor& student_logits, const TopkTeacher& te
                     teacher.index.sizes().slice(0, teacher.index.dim() - 1),
             "top-K KL: student logits ", student_logits.sizes(), " do not match the teacher's positions ",
             teacher.index.sizes());
+    require(student_logits.size(-1) >= teacher.index.size(-1), "top-K KL: the student's vocabulary (",
+            student_logits.size(-1), ") is smaller than the teacher's top-K (", teacher.index.size(-1), ")");
     const auto logq_all = torch::log_softmax(student_logits, -1);
     const auto logq = logq_all.gather(-1, teacher.index);
     auto kl = (torch::exp(teacher.logp) * (teacher.logp - logq)).sum(-1);

@@ -204,7 +204,7 @@ bool run_kvpop(const std::string& config_path, bool resume, bool progress) {
     }
     require(ev.window > ko.sinks + ko.window + ko.budget, "eval.window = ", ev.window, " must exceed s + w + k = ",
             ko.sinks + ko.window + ko.budget);
-    require(ko.kl_top <= c.n_vocab, "kvpop.kl_top = ", ko.kl_top, " exceeds the vocabulary (", c.n_vocab, ")");
+    require(!tunes_lm || ko.kl_top <= c.n_vocab, "kvpop.kl_top = ", ko.kl_top, " exceeds the vocabulary (", c.n_vocab, ")");
     torch::manual_seed(rb.seed ^ 0x7A11);
     KvpopScorerShape shape;
     shape.kind = ko.kind;
@@ -235,8 +235,10 @@ bool run_kvpop(const std::string& config_path, bool resume, bool progress) {
         g.schedule = Schedule{"constant", 0, lo.steps};
         groups.push_back(std::move(g));
     }
+    // The checkpoint holds the scorer alone in scorer mode (as before the fine-tuning modes existed, so such runs
+    // resume), the model and its scorer otherwise.
     KvpopRunModule holder(scorer, student);
-    TrainLoop loop(holder, groups, lo);
+    TrainLoop loop(tunes_lm ? static_cast<torch::nn::Module&>(holder) : *scorer, groups, lo);
 
     // Eviction steps [B, Hkv, T] of one layer for keys and values k, v [B, Hkv, T, d]: the running top-k of the
     // scorer's static priorities r − ⌊t/n⌋ log γ_h, or StreamingLLM's at the same budget.

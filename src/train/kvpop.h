@@ -29,9 +29,11 @@
 //                   adds over fine-tuning to a budget (same data and steps as `distill` given the same config).
 // Target (kvpop.target): "dense" takes each query's log-sum-exp over every key it sees in the dense teacher (exact,
 // eqs. 2–3); "sparse" takes it from the attention under the eviction mask (the frozen model's in scorer mode, the
-// student's in distill mode): p_{d→t} is then the weight key t would get among the keys the compressed cache holds at
-// step d — our reading of the sparse-LSE approximation (eqs. 8–9), whose exact form we could not consult; in this
-// mode the scorer also reads the masked forward's keys and values (those the engine will see).
+// student's in distill mode): p_{d→t} = exp(s_dt − lse_d) then measures key t against the keys the compressed cache
+// holds at step d (for a key the cache no longer holds it is not a softmax weight and can exceed 1, so m_t is not
+// bounded by 1; the ranking the target serves is unaffected) — our reading of the sparse-LSE approximation (eqs.
+// 8–9), whose exact form we could not consult; in this mode the scorer also reads the masked forward's keys and
+// values (those the engine will see).
 // This header does not include libtorch.
 #include <cstdint>
 #include <string>

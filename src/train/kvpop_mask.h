@@ -11,7 +11,9 @@
 //                 static priorities (train/kvpop_pairs.h): the newcomer if it is not kept, else its boundary.
 //   StreamingLLM  a ring: the sinks and the w + k most recent, so evict_t = t + w + k − 1 for t ≥ s (same B).
 // The engine evicts after each prefill *chunk*, so queries inside a chunk may see a few entries more; the mask is the
-// decode semantics, the one a long generation lives in.
+// decode semantics, the one a long generation lives in. The ranking is the engine's exactly when the decay step n is
+// 1 (the default): static priorities r − ⌊t/n⌋ log γ order entries as the engine's r + ⌊(q − t)/n⌋ log γ only up to
+// one decay step when n > 1.
 // The full-distillation and StreamingLLM+ modes of `kvsieve train kvpop` fine-tune the model under these masks.
 // Only src/train and its tests include this header (it pulls in libtorch).
 #include <torch/torch.h>
