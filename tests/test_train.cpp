@@ -488,22 +488,15 @@ TEST_F(PretrainCli, TrainsAndWritesAModelTheEngineLoads) {
     EXPECT_EQ(c.n_layer, 1);
     EXPECT_EQ(c.n_head_kv, 2);
     EXPECT_EQ(c.n_vocab, 512);  // the tok512 vocabulary it was given
-    std::ifstream log(dir_ / "run" / "log.jsonl");
-    int evals = 0, steps = 0;
-    for (std::string line; std::getline(log, line);) {
-        const auto j = nlohmann::json::parse(line);
-        if (j.contains("eval")) {
-            ++evals;
-            for (const char* k : {"acc_niah_single_1", "acc_links"}) {  // an exact-match and a token accuracy
-                ASSERT_TRUE(j["eval"].contains(k)) << line;
-                EXPECT_GE(j["eval"][k].get<double>(), 0.0);
-                EXPECT_LE(j["eval"][k].get<double>(), 1.0);
-            }
+    const auto log = test::read_run_log(dir_ / "run");
+    for (const auto& e : log.evals)
+        for (const char* k : {"acc_niah_single_1", "acc_links"}) {  // an exact-match and a token accuracy
+            ASSERT_TRUE(e.contains(k)) << e.dump();
+            EXPECT_GE(e[k].get<double>(), 0.0);
+            EXPECT_LE(e[k].get<double>(), 1.0);
         }
-        steps += j.contains("loss");
-    }
-    EXPECT_EQ(steps, 3);
-    EXPECT_EQ(evals, 1);  // at the end
+    EXPECT_EQ(log.steps.size(), 3u);
+    EXPECT_EQ(log.evals.size(), 1u);  // at the end
     // A second run into the same directory refuses to overwrite it.
     auto again = run_cli("train pretrain -q --config " + write(cfg_));
     EXPECT_NE(again.status, 0);

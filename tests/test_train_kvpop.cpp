@@ -107,20 +107,38 @@ TEST(KvpopTarget, BadShapesAreOneClearError) {
     EXPECT_THROW(train::future_attention(q, k2, torch::randn({1, 4, 7}), 2, 1.0), Error);
 }
 
+/// A random running top-k case: T tokens (t_min … t_min + t_span − 1), s sinks (0 … 3), window w (0 … 8), budget k
+/// (1 … k_max) and the priorities of the T positions; every third trial draws them from 0 … levels − 1, so ties abound.
+struct TopkCase {
+    int64_t T, s, w, k;
+    std::vector<float> p;
+};
+TopkCase random_topk_case(std::mt19937& rng, int trial, int64_t t_min, int64_t t_span, int64_t k_max, int levels) {
+    TopkCase c;
+    c.T = t_min + rng() % t_span, c.s = rng() % 4, c.w = rng() % 9, c.k = 1 + rng() % k_max;
+    c.p.resize(c.T);
+    for (auto& x : c.p) x = trial % 3 == 0 ? static_cast<float>(rng() % levels) : std::normal_distribution<float>()(rng);
+    return c;
+}
+
+/// Positions from … to − 1 by priority p, highest first, ties to the older: the brute-force ranking of a top-k.
+std::vector<int64_t> by_priority(const std::vector<float>& p, int64_t from, int64_t to) {
+    std::vector<int64_t> e(std::max<int64_t>(to - from, 0));
+    std::iota(e.begin(), e.end(), from);
+    std::stable_sort(e.begin(), e.end(), [&](int64_t a, int64_t b) { return p[a] > p[b]; });
+    return e;
+}
+
 TEST(KvpopPairs, TheTeachersDecisionsAreThoseOfABruteForceTopK) {
     std::mt19937 rng(5);
     for (int trial = 0; trial < 30; ++trial) {
-        const int64_t T = 20 + rng() % 120, s = rng() % 4, w = rng() % 9, k = 1 + rng() % 12;
-        std::vector<float> p(T);
-        for (auto& x : p) x = trial % 3 == 0 ? static_cast<float>(rng() % 5) : std::normal_distribution<float>()(rng);
+        const auto [T, s, w, k, p] = random_topk_case(rng, trial, 20, 120, 12, 5);
         const auto pairs = train::boundary_pairs(p, s, w, k);
         // Brute force: at step q the eligible entries are s … q − w; sort them (priority desc, older first).
         size_t next = 0;
         for (int64_t q = s + w; q < T; ++q) {
-            std::vector<int64_t> e(q - w - s + 1);
-            std::iota(e.begin(), e.end(), s);
-            if (static_cast<int64_t>(e.size()) <= k) continue;
-            std::stable_sort(e.begin(), e.end(), [&](int64_t a, int64_t b) { return p[a] > p[b]; });
+            if (q - w - s + 1 <= k) continue;
+            const std::vector<int64_t> e = by_priority(p, s, q - w + 1);
             const int64_t t_new = q - w;
             const bool keep = std::find(e.begin(), e.begin() + k, t_new) != e.begin() + k;
             ASSERT_LT(next, pairs.size());
@@ -199,9 +217,7 @@ TEST(KvpopMask, TheMaskIsTheDecodeTimeCacheOfTheRunningTopK) {
     // the long-range ones goes after the step. The mask from eviction steps says the same.
     std::mt19937 rng(11);
     for (int trial = 0; trial < 25; ++trial) {
-        const int64_t T = 16 + rng() % 90, s = rng() % 4, w = rng() % 9, k = 1 + rng() % 10;
-        std::vector<float> p(T);
-        for (auto& x : p) x = trial % 3 == 0 ? static_cast<float>(rng() % 4) : std::normal_distribution<float>()(rng);
+        const auto [T, s, w, k, p] = random_topk_case(rng, trial, 16, 90, 10, 4);
         const auto evict = train::eviction_steps(train::boundary_pairs(p, s, w, k), T);
         const auto mask = train::eviction_keep_mask(torch::tensor(evict, torch::kInt64).view({1, 1, T}));
         ASSERT_EQ(mask.sizes(), (std::vector<int64_t>{1, 1, T, T}));
@@ -209,10 +225,8 @@ TEST(KvpopMask, TheMaskIsTheDecodeTimeCacheOfTheRunningTopK) {
         for (int64_t d = 0; d < T; ++d) {
             std::vector<char> want(T, 0);
             for (int64_t t = 0; t <= d; ++t) want[t] = t < s || t > d - w;
-            std::vector<int64_t> e;
-            for (int64_t t = s; t < d - w; ++t) e.push_back(t);
             if (d - w >= s) want[d - w] = 1;
-            std::stable_sort(e.begin(), e.end(), [&](int64_t a, int64_t b) { return p[a] > p[b]; });
+            const std::vector<int64_t> e = by_priority(p, s, d - w);
             for (size_t i = 0; i < e.size() && static_cast<int64_t>(i) < k; ++i) want[e[i]] = 1;
             int64_t held = 0;
             for (int64_t t = 0; t < T; ++t) {
@@ -398,24 +412,18 @@ TEST_F(KvpopCli, TrainsResumesAndWritesAScorerThatKvpopRuns) {
         const KvpopScorerNet net = KvpopScorerNet::load(out.string(), c.n_layer, c.n_head_kv, c.head_dim);
         EXPECT_EQ(net.stateful(), kind == "mlstm");
         EXPECT_EQ(net.config().window, 16);
-        std::ifstream log(dir_ / ("run_" + kind) / "log.jsonl");
-        int steps = 0, evals = 0;
-        for (std::string line; std::getline(log, line);) {
-            const auto j = nlohmann::json::parse(line);
-            if (j.contains("loss")) {
-                ++steps;
-                EXPECT_GT(j["loss"].get<double>(), 0.0) << line;
-                EXPECT_GE(j["pair_acc"].get<double>(), 0.0) << line;
-            }
-            if (j.contains("eval")) {
-                ++evals;
-                for (const char* key : {"pair_loss", "pair_acc", "recall", "recall_recent", "recall_heads"})
-                    EXPECT_TRUE(j["eval"].contains(key)) << key << ": " << line;
-                EXPECT_EQ(j["eval"]["recall_heads"].size(), static_cast<size_t>(c.n_layer));
-            }
+        const auto log = test::read_run_log(dir_ / ("run_" + kind));
+        for (const auto& j : log.steps) {
+            EXPECT_GT(j["loss"].get<double>(), 0.0) << j.dump();
+            EXPECT_GE(j["pair_acc"].get<double>(), 0.0) << j.dump();
         }
-        EXPECT_EQ(steps, 4);
-        EXPECT_GE(evals, 1);
+        for (const auto& e : log.evals) {
+            for (const char* key : {"pair_loss", "pair_acc", "recall", "recall_recent", "recall_heads"})
+                EXPECT_TRUE(e.contains(key)) << key << ": " << e.dump();
+            EXPECT_EQ(e["recall_heads"].size(), static_cast<size_t>(c.n_layer));
+        }
+        EXPECT_EQ(log.steps.size(), 4u);
+        EXPECT_GE(log.evals.size(), 1u);
         // The scorer's window and sinks are the preset's defaults; B = 2 + 16 + 8.
         const std::string preset = kind == "mlp" ? "kvpop_mlp" : "kvpop";
         const auto gen = test::run_cli("generate -m " + test::model_path("stories260K.gguf") + " --policy " + preset +
@@ -454,27 +462,21 @@ TEST_F(KvpopCli, DistillAndStreamingPlusFineTuneTheModelUnderTheirMasks) {
         ASSERT_EQ(ta.size(), tb.size());
         for (size_t i = 0; i < ta.size(); ++i) moved = std::max(moved, (ta[i].second - tb[i].second).abs().max().item<double>());
         EXPECT_GT(moved, 1e-5) << mode;
-        std::ifstream log(dir_ / ("run_" + mode) / "log.jsonl");
-        int steps = 0, evals = 0;
-        for (std::string line; std::getline(log, line);) {
-            const auto j = nlohmann::json::parse(line);
-            if (j.contains("loss")) {
-                ++steps;
-                // The budget's mask changes what the model computes: the KL to the dense teacher is positive.
-                EXPECT_GT(j["kl"].get<double>(), 0.0) << line;
-                EXPECT_EQ(j.contains("pair_acc"), mode == "distill") << line;
-            }
-            if (j.contains("eval")) {
-                ++evals;
-                for (const char* key : {"dense_nll_text", "base_masked_nll_text", "masked_nll_text"})
-                    EXPECT_TRUE(j["eval"].contains(key)) << key << ": " << line;
-                // Under the mask the frozen model is worse than with the full cache.
-                EXPECT_GT(j["eval"]["base_masked_nll_text"].get<double>(), j["eval"]["dense_nll_text"].get<double>()) << line;
-                EXPECT_EQ(j["eval"].contains("recall"), mode == "distill") << line;
-            }
+        const auto log = test::read_run_log(dir_ / ("run_" + mode));
+        for (const auto& j : log.steps) {
+            // The budget's mask changes what the model computes: the KL to the dense teacher is positive.
+            EXPECT_GT(j["kl"].get<double>(), 0.0) << j.dump();
+            EXPECT_EQ(j.contains("pair_acc"), mode == "distill") << j.dump();
         }
-        EXPECT_EQ(steps, 3);
-        EXPECT_GE(evals, 1);
+        for (const auto& e : log.evals) {
+            for (const char* key : {"dense_nll_text", "base_masked_nll_text", "masked_nll_text"})
+                EXPECT_TRUE(e.contains(key)) << key << ": " << e.dump();
+            // Under the mask the frozen model is worse than with the full cache.
+            EXPECT_GT(e["base_masked_nll_text"].get<double>(), e["dense_nll_text"].get<double>()) << e.dump();
+            EXPECT_EQ(e.contains("recall"), mode == "distill") << e.dump();
+        }
+        EXPECT_EQ(log.steps.size(), 3u);
+        EXPECT_GE(log.evals.size(), 1u);
         // The fine-tuned model runs in the engine under its policy, every head at the budget B = 2 + 16 + 24.
         const std::string policy = mode == "distill" ? "kvpop_mlp:model=" + out.string() + ",budget=42"
                                                      : "streaming_llm:window=40,sinks=2";

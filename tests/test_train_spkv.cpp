@@ -155,24 +155,15 @@ TEST_F(SpkvCli, TrainsResumesAndWritesAModelWithGatesThatSpkvRuns) {
     const SpkvGates g = SpkvGates::load(f, c.n_layer, c.n_embd, c.n_head_kv);
     EXPECT_EQ(g.hidden(), 8);
     EXPECT_EQ(f.get_int("kvsieve.predictor.spkv.window"), 16);
-    std::ifstream log(dir_ / "run" / "log.jsonl");
-    int steps = 0;
-    double alpha_last = -1;
-    for (std::string line; std::getline(log, line);) {
-        const auto j = nlohmann::json::parse(line);
-        if (j.contains("loss")) {
-            ++steps;
-            EXPECT_GT(j["density"].get<double>(), 0.5) << line;  // bias +5: gates start open
-            alpha_last = j["tahg_alpha"].get<double>();
-        }
-        if (j.contains("eval")) {
-            ASSERT_TRUE(j["eval"].contains("head_density")) << line;
-            EXPECT_TRUE(j["eval"].contains("nll_text")) << line;
-            EXPECT_EQ(j["eval"]["head_density"].size(), static_cast<size_t>(c.n_layer));
-        }
+    const auto log = test::read_run_log(dir_ / "run");
+    for (const auto& j : log.steps) EXPECT_GT(j["density"].get<double>(), 0.5) << j.dump();  // bias +5: gates start open
+    for (const auto& e : log.evals) {
+        ASSERT_TRUE(e.contains("head_density")) << e.dump();
+        EXPECT_TRUE(e.contains("nll_text")) << e.dump();
+        EXPECT_EQ(e["head_density"].size(), static_cast<size_t>(c.n_layer));
     }
-    EXPECT_EQ(steps, 4);
-    EXPECT_EQ(alpha_last, 1.0);
+    ASSERT_EQ(log.steps.size(), 4u);
+    EXPECT_EQ(log.steps.back()["tahg_alpha"].get<double>(), 1.0);
     const auto gen = run_cli("generate -m " + (dir_ / "out.gguf").string() +
                              " --policy spkv:window=16 -n 8 --temp 0 -p 'Once upon a time'");
     EXPECT_EQ(gen.status, 0) << gen.err;

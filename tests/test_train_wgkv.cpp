@@ -164,23 +164,16 @@ TEST_F(WgkvCli, TrainsResumesAndWritesGatesThatWgkvRuns) {
     EXPECT_EQ(read_safetensors((dir_ / "gates" / "model.safetensors").string()).begin()->second.dtype, "F16");
     const ModelConfig& c = test::stories260k().config();
     EXPECT_EQ(WgkvGates::load((dir_ / "gates").string(), c.n_layer, c.n_head_kv, c.head_dim).inner(), 16);
-    std::ifstream log(dir_ / "run" / "log.jsonl");
-    int steps = 0, evals = 0;
-    for (std::string line; std::getline(log, line);) {
-        const auto j = nlohmann::json::parse(line);
-        if (j.contains("loss")) {
-            ++steps;
-            EXPECT_GE(j["distill"].get<double>(), 0.0) << line;
-            EXPECT_GT(j["gate_reg"].get<double>(), 0.0) << line;
-        }
-        if (j.contains("eval")) {
-            ++evals;
-            for (const char* k : {"distill", "soft_distill", "density", "head_density", "nll_text", "full_nll_text"})
-                EXPECT_TRUE(j["eval"].contains(k)) << k << ": " << line;
-        }
+    const auto log = test::read_run_log(dir_ / "run");
+    for (const auto& j : log.steps) {
+        EXPECT_GE(j["distill"].get<double>(), 0.0) << j.dump();
+        EXPECT_GT(j["gate_reg"].get<double>(), 0.0) << j.dump();
     }
-    EXPECT_EQ(steps, 4);
-    EXPECT_GE(evals, 1);
+    for (const auto& e : log.evals)
+        for (const char* k : {"distill", "soft_distill", "density", "head_density", "nll_text", "full_nll_text"})
+            EXPECT_TRUE(e.contains(k)) << k << ": " << e.dump();
+    EXPECT_EQ(log.steps.size(), 4u);
+    EXPECT_GE(log.evals.size(), 1u);
     const auto gen = run_cli("generate -m " + test::model_path("stories260K.gguf") + " --policy wgkv:model=" +
                              (dir_ / "gates").string() + ",window=16 -n 8 --temp 0 -p 'Once upon a time'");
     EXPECT_EQ(gen.status, 0) << gen.err;

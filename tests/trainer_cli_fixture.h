@@ -9,8 +9,25 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 namespace kvsieve::test {
+
+/// A run's log.jsonl (train/loop.h) split into its training lines (those with "loss") and its evaluations (the
+/// "eval" objects), each in order.
+struct RunLog {
+    std::vector<nlohmann::json> steps, evals;
+};
+inline RunLog read_run_log(const std::filesystem::path& run_dir) {
+    RunLog r;
+    std::ifstream f(run_dir / "log.jsonl");
+    for (std::string line; std::getline(f, line);) {
+        auto j = nlohmann::json::parse(line);
+        if (j.contains("eval")) r.evals.push_back(j["eval"]);
+        if (j.contains("loss")) r.steps.push_back(std::move(j));
+    }
+    return r;
+}
 
 class TrainerCliTest : public ::testing::Test {
 protected:

@@ -98,6 +98,14 @@ LayerTeacher teach(const AttnTensors& a, const KvpopOptions& o, double scale) {
     return lt;
 }
 
+/// The student's static priorities p_t = r_t − ⌊t/n⌋ log γ_h of one row and head: r [T] its scores, lg its log γ_h
+/// (the effective score of eq. 5 without the part every entry shares at a step).
+std::vector<float> student_priorities(const float* r, int64_t T, float lg, int64_t decay_every) {
+    std::vector<float> p(T);
+    for (int64_t t = 0; t < T; ++t) p[t] = r[t] - static_cast<float>(t / decay_every) * lg;
+    return p;
+}
+
 /// The pair loss of one layer over `chosen` decisions [B·Hkv] of each row and head; also counts agreements.
 struct PairLoss {
     torch::Tensor loss;  // weighted mean (differentiable)
@@ -256,8 +264,7 @@ bool run_kvpop(const std::string& config_path, bool resume, bool progress) {
             const float* rp = r.data_ptr<float>();
             const float* gp = lg.data_ptr<float>();
             for (int64_t bh = 0; bh < B * H; ++bh) {
-                std::vector<float> p(T);
-                for (int64_t t = 0; t < T; ++t) p[t] = rp[bh * T + t] - static_cast<float>(t / ko.decay_every) * gp[bh % H];
+                const auto p = student_priorities(rp + bh * T, T, gp[bh % H], ko.decay_every);
                 const auto e = eviction_steps(boundary_pairs(p, ko.sinks, ko.window, ko.budget), T);
                 all.insert(all.end(), e.begin(), e.end());
             }
@@ -388,9 +395,7 @@ bool run_kvpop(const std::string& config_path, bool resume, bool progress) {
                     const int64_t T = r.size(2);
                     const float* rp = r.data_ptr<float>();
                     for (int h = 0; h < c.n_head_kv; ++h) {
-                        std::vector<float> sp(T);
-                        const float g = lg[h].item<float>();
-                        for (int64_t i = 0; i < T; ++i) sp[i] = rp[h * T + i] - static_cast<float>(i / ko.decay_every) * g;
+                        const auto sp = student_priorities(rp + h * T, T, lg[h].item<float>(), ko.decay_every);
                         const auto [a, b] = recall_at_end(lt.prio[h], sp, ko);
                         rec[l][h] += a;
                         recent[l][h] += b;
