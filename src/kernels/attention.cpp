@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "kernels/dot.h"
@@ -117,10 +118,14 @@ void attention_prefill_gated(const float* q, int64_t ldq, int G, int d, int64_t 
     const float scale = 1.0f / std::sqrt(static_cast<float>(d));
     const int64_t w = std::max<int64_t>(window, 1);
     constexpr int64_t kBlock = 128;
+    constexpr int64_t kNever = std::numeric_limits<int32_t>::max();
     std::vector<int64_t> idx;
-    std::vector<float> Kb, Vb, S;
+    // Per gathered key c: the first query of the block that may see it causally (block-local index), and the last
+    // query position that sees it (its position + w − 1 if closed: it leaves the window after; never if open).
+    std::vector<int32_t> first, last;
+    std::vector<float> Kb, Vb, Qb, S, Ob;
     for (int64_t t0 = 0; t0 < T; t0 += kBlock) {
-        const int64_t nt = std::min(kBlock, T - t0), nk = n_prefix + t0 + nt;
+        const int64_t nt = std::min(kBlock, T - t0), nk = n_prefix + t0 + nt, rows = nt * G;
         // The keys some query of the block may see: open ones, and those inside the window of its first query.
         const int64_t lo = pos_q0 + t0 - w + 1;
         idx.clear();
@@ -129,35 +134,39 @@ void attention_prefill_gated(const float* q, int64_t ldq, int G, int d, int64_t 
         const int64_t m = static_cast<int64_t>(idx.size());
         Kb.resize(static_cast<size_t>(m) * d);
         Vb.resize(static_cast<size_t>(m) * d);
-        for (int64_t i = 0; i < m; ++i) {
-            std::copy_n(k + idx[i] * d, d, Kb.data() + i * d);
-            std::copy_n(v + idx[i] * d, d, Vb.data() + i * d);
+        first.resize(m);
+        last.resize(m);
+        for (int64_t c = 0; c < m; ++c) {
+            const int64_t j = idx[c];
+            std::copy_n(k + j * d, d, Kb.data() + c * d);
+            std::copy_n(v + j * d, d, Vb.data() + c * d);
+            first[c] = static_cast<int32_t>(std::max<int64_t>(0, j - n_prefix - t0));
+            last[c] = static_cast<int32_t>(open[j] ? kNever : std::min<int64_t>(pos_k[j] + w - 1, kNever - 1));
         }
-        S.resize(static_cast<size_t>(nt * m));
-        for (int g = 0; g < G; ++g) {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(nt), static_cast<int>(m), d, scale,
-                        q + t0 * ldq + g * d, static_cast<int>(ldq), Kb.data(), d, 0.0f, S.data(), static_cast<int>(m));
-            for (int64_t i = 0; i < nt; ++i) {
-                float* row = S.data() + i * m;
-                const int64_t t = t0 + i, pq = pos_q0 + t, causal_end = n_prefix + t + 1;
-                float mx = -INFINITY;
-                for (int64_t c = 0; c < m; ++c) {
-                    const int64_t j = idx[c];
-                    const bool vis = j < causal_end && (open[j] || pq - pos_k[j] < w);
-                    if (!vis) row[c] = -INFINITY;
-                    mx = std::max(mx, row[c]);
-                }
-                double sum = 0;
-                for (int64_t c = 0; c < m; ++c) {
-                    row[c] = row[c] == -INFINITY ? 0.0f : std::exp(row[c] - mx);
-                    sum += row[c];
-                }
-                const float inv = static_cast<float>(1.0 / sum);
-                for (int64_t c = 0; c < m; ++c) row[c] *= inv;
-            }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(nt), d, static_cast<int>(m), 1.0f,
-                        S.data(), static_cast<int>(m), Vb.data(), d, 0.0f, out + t0 * ldo + g * d, static_cast<int>(ldo));
+        // The G query heads of the block as one matrix: row i·G + g is query t0 + i of head g.
+        Qb.resize(static_cast<size_t>(rows) * d);
+        for (int64_t i = 0; i < nt; ++i)
+            std::copy_n(q + (t0 + i) * ldq, static_cast<int64_t>(G) * d, Qb.data() + i * G * d);
+        S.resize(static_cast<size_t>(rows * m));
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), static_cast<int>(m), d, scale,
+                    Qb.data(), d, Kb.data(), d, 0.0f, S.data(), static_cast<int>(m));
+        for (int64_t r = 0; r < rows; ++r) {
+            float* row = S.data() + r * m;
+            const int32_t i = static_cast<int32_t>(r / G);
+            const int32_t pq = static_cast<int32_t>(std::min<int64_t>(pos_q0 + t0 + i, kNever - 1));
+            const int32_t* f = first.data();
+            const int32_t* l = last.data();
+            // Hidden keys get −∞ before the softmax (its exponential clamps, so they come out ~1e-38) and an exact
+            // 0 after it. A query always sees itself, so every row has a visible key.
+            for (int64_t c = 0; c < m; ++c) row[c] = (i >= f[c] && pq <= l[c]) ? row[c] : -INFINITY;
+            dot_kernels().softmax(row, m);
+            for (int64_t c = 0; c < m; ++c) row[c] = (i >= f[c] && pq <= l[c]) ? row[c] : 0.0f;
         }
+        Ob.resize(static_cast<size_t>(rows) * d);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows), d, static_cast<int>(m), 1.0f,
+                    S.data(), static_cast<int>(m), Vb.data(), d, 0.0f, Ob.data(), d);
+        for (int64_t i = 0; i < nt; ++i)
+            std::copy_n(Ob.data() + i * G * d, static_cast<int64_t>(G) * d, out + (t0 + i) * ldo);
     }
 }
 
