@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "train/gated_attention.h"
+#include "train/kvpop_mask.h"
 #include "train/mirror.h"
 #include "util/error.h"
 
@@ -82,6 +83,51 @@ TEST(GatedAttention, TheGateGradientIsZeroForKeysNoQuerySeesAsGlobal) {
         if (!global) EXPECT_EQ(dg[j].item<float>(), 0.0f) << j;
         else EXPECT_NE(dg[j].item<float>(), 0.0f) << j;
     }
+}
+
+TEST(GatedAttention, EvictionStepsEqualTheDenseKeepMaskInValueGradientAndLogSumExp) {
+    // `until` (KVpop's eviction steps, blocked) against the dense path under eviction_keep_mask — keys seen by the
+    // queries t ≤ i ≤ until[t] — in output, the q/k/v gradients and the captured log-sum-exp; with a gate beside it.
+    for (const bool with_gate : {false, true}) {
+        torch::manual_seed(5);
+        const int64_t B = 2, H = 2, G = 2, T = 45, d = 8;
+        auto q = torch::randn({B, H, G, T, d}).requires_grad_(true);
+        auto k = torch::randn({B, H, T, d}).requires_grad_(true);
+        auto v = torch::randn({B, H, T, d}).requires_grad_(true);
+        // Random eviction steps ≥ t (some never evicted: T), a few below t (clamped: a query sees itself).
+        auto t = torch::arange(T, torch::kInt64).view({1, 1, T});
+        auto until = torch::minimum(t + torch::randint(0, 20, {B, H, T}, torch::kInt64), torch::full({}, T, torch::kInt64));
+        until.index_put_({0, 0, 10}, 3);
+        const auto g = with_gate ? torch::rand({B, H, T}) * 0.9 + 0.05 : torch::Tensor();
+        const train::GateWindow win{4, 1};
+        const double scale = 0.35;
+        auto w = torch::randn({B, H, G, T, d});
+        torch::Tensor lse;
+        auto out = train::gated_attention(q, k, v, g, win, scale, 8, until, &lse);
+        (out * w).sum().backward();
+        auto dq = q.grad().clone(), dk = k.grad().clone(), dv = v.grad().clone();
+        q.grad().zero_(), k.grad().zero_(), v.grad().zero_();
+
+        auto s = torch::matmul(q, k.unsqueeze(2).transpose(-1, -2)) * scale;  // [B, H, G, T, T]
+        if (with_gate)
+            s = s + torch::where(train::global_key_mask(0, T, 0, T, win), torch::log(g).unsqueeze(2).unsqueeze(3),
+                                 torch::zeros({}));
+        auto keep = train::eviction_keep_mask(until).unsqueeze(2) | torch::eye(T, torch::kBool);
+        s = s.masked_fill(keep.logical_not(), -std::numeric_limits<float>::infinity());
+        auto ref = torch::matmul(torch::softmax(s, -1), v.unsqueeze(2));
+        (ref * w).sum().backward();
+        EXPECT_TRUE(torch::allclose(out, ref, 1e-5, 1e-5)) << (out - ref).abs().max().item<float>();
+        EXPECT_TRUE(torch::allclose(lse, torch::logsumexp(s, -1).detach(), 1e-5, 1e-5));
+        EXPECT_TRUE(torch::allclose(dq, q.grad(), 1e-4, 1e-5)) << (dq - q.grad()).abs().max().item<float>();
+        EXPECT_TRUE(torch::allclose(dk, k.grad(), 1e-4, 1e-5)) << (dk - k.grad()).abs().max().item<float>();
+        EXPECT_TRUE(torch::allclose(dv, v.grad(), 1e-4, 1e-5)) << (dv - v.grad()).abs().max().item<float>();
+        // The mask mattered: without it the output differs.
+        auto plain = train::gated_attention(q, k, v, g, win, scale, 8);
+        EXPECT_GT((plain - out).abs().max().item<float>(), 1e-2);
+    }
+    auto q = torch::randn({1, 2, 1, 8, 4}), k = torch::randn({1, 2, 8, 4});
+    EXPECT_THROW(train::gated_attention(q, k, k, {}, {4, 0}, 0.5, 8, torch::zeros({1, 2, 7}, torch::kInt64)), Error);
+    EXPECT_THROW(train::gated_attention(q, k, k, {}, {4, 0}, 0.5, 8, torch::zeros({1, 2, 8})), Error);
 }
 
 TEST(GatedAttention, MismatchedShapesAreOneClearError) {

@@ -273,8 +273,9 @@ TEST(KvpopMask, TheMirrorUnderTheMaskComputesWhatTheEngineDecodesUnderThePolicy)
     scorer->save_safetensors(dir + "/model.safetensors");
     std::ofstream(dir + "/config.json") << nlohmann::json{{"window", w}, {"sinks", s}}.dump();
     for (const std::string kind : {"streaming", "kvpop"}) {
-        train::MirrorHooks h;
-        h.keep_mask = [&](int l, const train::AttnTensors& a) {
+        // The eviction steps of a layer [1, Hkv or 1, T]: as a dense keep-mask (the reference) and as the blocked
+        // path's `until` (what the trainer runs).
+        auto evictions = [&](int l, const train::AttnTensors& a) {
             std::vector<int64_t> e;
             if (kind == "streaming") {
                 e = train::streaming_eviction_steps(T, s, w, k);
@@ -288,15 +289,21 @@ TEST(KvpopMask, TheMirrorUnderTheMaskComputesWhatTheEngineDecodesUnderThePolicy)
                     const auto eh = train::eviction_steps(train::boundary_pairs(p, s, w, k), T);
                     all.insert(all.end(), eh.begin(), eh.end());
                 }
-                return train::eviction_keep_mask(torch::tensor(all, torch::kInt64).view({1, c.n_head_kv, T}));
+                return torch::tensor(all, torch::kInt64).view({1, c.n_head_kv, T});
             }
-            return train::eviction_keep_mask(torch::tensor(e, torch::kInt64).view({1, 1, T}));
+            return torch::tensor(e, torch::kInt64).view({1, 1, T}).expand({1, c.n_head_kv, T}).contiguous();
         };
-        torch::Tensor want;
+        train::MirrorHooks h, hb;
+        h.keep_mask = [&](int l, const train::AttnTensors& a) { return train::eviction_keep_mask(evictions(l, a)); };
+        hb.key_until = evictions;
+        hb.attn_block = 8;
+        torch::Tensor want, blocked;
         {
             torch::NoGradGuard ng;
             want = mirror->forward(toks, h)[0];
+            blocked = mirror->forward(toks, hb)[0];
         }
+        EXPECT_LT((want - blocked).abs().max().item<float>(), 1e-4) << kind;
         const std::string spec = kind == "streaming"
                                      ? "streaming_llm:window=" + std::to_string(w + k) + ",sinks=" + std::to_string(s)
                                      : "kvpop_mlp:model=" + dir + ",budget=" + std::to_string(s + w + k);

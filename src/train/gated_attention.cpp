@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <vector>
 
 #include "util/error.h"
 
@@ -34,14 +35,19 @@ struct Tile {
     torch::Tensor global;  ///< [bq, bk] global-key mask; undefined when no key of the tile is global
 };
 
-Tile tile(const torch::Tensor& qb, const torch::Tensor& kb, const torch::Tensor& gb, int64_t q0, int64_t k0,
-          const GateWindow& win, double scale) {
+Tile tile(const torch::Tensor& qb, const torch::Tensor& kb, const torch::Tensor& gb, const torch::Tensor& ub,
+          int64_t q0, int64_t k0, const GateWindow& win, double scale) {
     const int64_t bq = qb.size(3), bk = kb.size(2);
     Tile t;
     t.raw = torch::matmul(qb, kb.unsqueeze(2).transpose(-1, -2)) * scale;
     if (k0 + bk - 1 > q0) {  // the diagonal tile: causal mask
         auto above = torch::arange(k0, k0 + bk).unsqueeze(0) > torch::arange(q0, q0 + bq).unsqueeze(1);
         t.raw = t.raw.masked_fill(above, kNegInf);
+    }
+    // Evicted keys: key j is gone for the queries after until[j] (ub [B, H, bk], already ≥ j).
+    if (ub.defined() && ub.min().item<int64_t>() < q0 + bq - 1) {
+        auto gone = torch::arange(q0, q0 + bq, torch::kInt64).view({1, 1, 1, bq, 1}) > ub.unsqueeze(2).unsqueeze(3);
+        t.raw = t.raw.masked_fill(gone, kNegInf);
     }
     t.logits = t.raw;
     // Some key of the tile is global for some query iff the farthest pair, query q0 + bq − 1 and key k0, is
@@ -54,17 +60,30 @@ Tile tile(const torch::Tensor& qb, const torch::Tensor& kb, const torch::Tensor&
     return t;
 }
 
+/// Per key block of `block` tokens, the last query that sees any of its keys (max of until over the block, the
+/// batch and the heads); empty without eviction steps. A query block starting after it skips the key block.
+std::vector<int64_t> last_query_per_block(const torch::Tensor& until, int64_t T, int64_t block) {
+    std::vector<int64_t> last;
+    if (!until.defined()) return last;
+    for (int64_t k0 = 0; k0 < T; k0 += block)
+        last.push_back(until.narrow(2, k0, std::min(block, T - k0)).max().item<int64_t>());
+    return last;
+}
+
+/// Outputs {out, lse}; lse is not differentiable (a capture for the callers' targets).
 class GatedAttentionFn : public torch::autograd::Function<GatedAttentionFn> {
 public:
-    static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor q, torch::Tensor k,
-                                 torch::Tensor v, torch::Tensor g, int64_t window, int64_t sinks, double scale,
-                                 int64_t block) {
+    static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, torch::Tensor q,
+                                                  torch::Tensor k, torch::Tensor v, torch::Tensor g, torch::Tensor until,
+                                                  int64_t window, int64_t sinks, double scale, int64_t block) {
         if (g.numel() == 0) g = torch::Tensor();  // no gate (an empty placeholder: autograd inputs must be defined)
+        if (until.numel() == 0) until = torch::Tensor();
         const GateWindow win{window, sinks};
         const int64_t T = q.size(3);
         torch::NoGradGuard ng;
         auto out = torch::empty_like(q);
         auto lse = torch::empty(q.sizes().slice(0, 4), q.options());
+        const auto last = last_query_per_block(until, T, block);
         for (int64_t q0 = 0; q0 < T; q0 += block) {
             const int64_t bq = std::min(block, T - q0);
             auto qb = q.narrow(3, q0, bq);
@@ -74,8 +93,10 @@ public:
             const int64_t n_blocks = q0 / block + 1;
             for (int64_t i = 0; i < n_blocks; ++i) {
                 const int64_t kbi = (i == 0) ? q0 / block : i - 1;
+                if (i > 0 && !last.empty() && last[kbi] < q0) continue;  // every key of the block evicted already
                 const int64_t k0 = kbi * block, bk = std::min(block, T - k0);
-                auto s = tile(qb, k.narrow(2, k0, bk), g.defined() ? g.narrow(2, k0, bk) : g, q0, k0, win, scale)
+                auto s = tile(qb, k.narrow(2, k0, bk), g.defined() ? g.narrow(2, k0, bk) : g,
+                              until.defined() ? until.narrow(2, k0, bk) : until, q0, k0, win, scale)
                              .logits;
                 auto bmax = std::get<0>(s.max(-1));
                 if (i == 0) {
@@ -95,38 +116,45 @@ public:
             out.narrow(3, q0, bq).copy_(acc / l.unsqueeze(-1));
             lse.narrow(3, q0, bq).copy_(m + torch::log(l));
         }
-        ctx->save_for_backward({q, k, v, g.defined() ? g : torch::empty({0}), out, lse});
+        ctx->save_for_backward({q, k, v, g.defined() ? g : torch::empty({0}), out, lse,
+                                until.defined() ? until : torch::empty({0}, torch::kInt64)});
         ctx->saved_data["window"] = window;
         ctx->saved_data["sinks"] = sinks;
         ctx->saved_data["scale"] = scale;
         ctx->saved_data["block"] = block;
         ctx->saved_data["has_gate"] = g.defined();
-        return out;
+        ctx->saved_data["has_until"] = until.defined();
+        ctx->mark_non_differentiable({lse});
+        return {out, lse};
     }
 
     static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                    torch::autograd::variable_list grads) {
         auto saved = ctx->get_saved_variables();
-        auto q = saved[0], k = saved[1], v = saved[2], g = saved[3], out = saved[4], lse = saved[5];
+        auto q = saved[0], k = saved[1], v = saved[2], g = saved[3], out = saved[4], lse = saved[5], until = saved[6];
         const GateWindow win{ctx->saved_data["window"].toInt(), ctx->saved_data["sinks"].toInt()};
         const double scale = ctx->saved_data["scale"].toDouble();
         const int64_t block = ctx->saved_data["block"].toInt();
         const bool has_gate = ctx->saved_data["has_gate"].toBool();
         if (!has_gate) g = torch::Tensor();
+        if (!ctx->saved_data["has_until"].toBool()) until = torch::Tensor();
         auto dout = grads[0].contiguous();
         const int64_t T = q.size(3);
         auto dq = torch::zeros_like(q), dk = torch::zeros_like(k), dv = torch::zeros_like(v);
         auto dg = has_gate ? torch::zeros_like(g) : torch::Tensor();
         auto delta = (dout * out).sum(-1);  // Σ_d dO·O per query [B, H, G, T]
+        const auto last = last_query_per_block(until, T, block);
         for (int64_t q0 = 0; q0 < T; q0 += block) {
             const int64_t bq = std::min(block, T - q0);
             auto qb = q.narrow(3, q0, bq), dob = dout.narrow(3, q0, bq);
             auto lb = lse.narrow(3, q0, bq).unsqueeze(-1), db = delta.narrow(3, q0, bq).unsqueeze(-1);
             auto dqb = dq.narrow(3, q0, bq);
             for (int64_t k0 = 0; k0 <= q0; k0 += block) {
+                if (k0 < q0 && !last.empty() && last[k0 / block] < q0) continue;  // evicted before the block
                 const int64_t bk = std::min(block, T - k0);
                 auto kb = k.narrow(2, k0, bk), vb = v.narrow(2, k0, bk);
-                const Tile t = tile(qb, kb, has_gate ? g.narrow(2, k0, bk) : g, q0, k0, win, scale);
+                const Tile t = tile(qb, kb, has_gate ? g.narrow(2, k0, bk) : g,
+                                    until.defined() ? until.narrow(2, k0, bk) : until, q0, k0, win, scale);
                 auto p = torch::exp(t.logits - lb);                           // [B, H, G, bq, bk]
                 dv.narrow(2, k0, bk).add_(torch::matmul(p.transpose(-1, -2), dob).sum(2));
                 auto dp = torch::matmul(dob, vb.unsqueeze(2).transpose(-1, -2));
@@ -139,7 +167,7 @@ public:
                 }
             }
         }
-        return {dq, dk, dv, dg, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+        return {dq, dk, dv, dg, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
     }
 };
 
@@ -152,13 +180,25 @@ torch::Tensor global_key_mask(int64_t q0, int64_t Tq, int64_t k0, int64_t Tk, co
 }
 
 torch::Tensor gated_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                              const torch::Tensor& gate, const GateWindow& win, double scale, int64_t block) {
+                              const torch::Tensor& gate, const GateWindow& win, double scale, int64_t block,
+                              const torch::Tensor& until, torch::Tensor* lse) {
     check_shapes(q, k, v, gate);
     require(block >= 1, "gated attention: block must be ≥ 1, got ", block);
     require(win.window >= 0 && win.sinks >= 0, "gated attention: window and sinks must be ≥ 0");
-    return GatedAttentionFn::apply(q.contiguous(), k.contiguous(), v.contiguous(),
-                                   gate.defined() ? gate.contiguous() : torch::empty({0}), win.window, win.sinks,
-                                   scale, block);
+    torch::Tensor u = torch::empty({0}, torch::kInt64);
+    if (until.defined()) {
+        require(until.dim() == 3 && until.size(0) == q.size(0) && until.size(1) == q.size(1) &&
+                    until.size(2) == q.size(3) && until.scalar_type() == torch::kInt64,
+                "gated attention: until must be int64 [B, Hkv, T] = [", q.size(0), ", ", q.size(1), ", ", q.size(3),
+                "], got ", until.sizes(), " ", until.scalar_type());
+        // A query always sees itself: until[j] ≥ j.
+        u = torch::maximum(until.detach(), torch::arange(q.size(3), torch::kInt64).view({1, 1, -1})).contiguous();
+    }
+    auto r = GatedAttentionFn::apply(q.contiguous(), k.contiguous(), v.contiguous(),
+                                     gate.defined() ? gate.contiguous() : torch::empty({0}), u, win.window, win.sinks,
+                                     scale, block);
+    if (lse) *lse = r[1];
+    return r[0];
 }
 
 torch::Tensor gated_attention_reference(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,

@@ -33,10 +33,16 @@ struct GateWindow {
 /// helped). The exponent is capped at 30 so a closed key that would dominate its row gives a large, finite
 /// gradient (clipped with the others).
 ///
+/// `until` (optional, int64 [B, Hkv, T], not differentiated): key j is seen only by the queries i with
+/// j ≤ i ≤ max(until[j], j) — an eviction step, as a fixed-budget cache (KVpop eq. 1) removes the entry after the
+/// attention of step until[j]; this is train/kvpop_mask.h's eviction_keep_mask, blocked. `lse` (optional) receives
+/// each query's log-sum-exp of its biased, masked logits [B, Hkv, G, T] (no gradient flows through it).
+///
 /// Keys are processed in blocks of `block` tokens; blocks above the diagonal are skipped. Memory: O(B·Hkv·G·block²)
 /// per step beside the inputs and outputs. Throws Error on mismatched shapes or dtypes other than float32.
 torch::Tensor gated_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                              const torch::Tensor& gate, const GateWindow& win, double scale, int64_t block = 128);
+                              const torch::Tensor& gate, const GateWindow& win, double scale, int64_t block = 128,
+                              const torch::Tensor& until = {}, torch::Tensor* lse = nullptr);
 
 /// Dense reference of gated_attention with plain autograd ops (materialises [B, Hkv, G, T, T]; bias log gate); for
 /// tests. Its gate gradient is (1/gate)·∂L/∂(log gate): infinite or NaN at gate = 0.

@@ -274,10 +274,10 @@ bool run_kvpop(const std::string& config_path, bool resume, bool progress) {
     // Hooks that run a forward under the eviction mask; kv_out (if set) receives each layer's keys and values.
     auto masked = [&](std::vector<std::pair<torch::Tensor, torch::Tensor>>* kv_out) {
         MirrorHooks h;
-        h.keep_mask = [&evictions, kv_out](int l, const AttnTensors& a) {
+        h.key_until = [&evictions, kv_out](int l, const AttnTensors& a) {
             const auto k = a.k_post.detach(), v = a.v.detach();
             if (kv_out) kv_out->emplace_back(k, v);
-            return eviction_keep_mask(evictions(l, k, v));
+            return evictions(l, k, v);
         };
         return h;
     };

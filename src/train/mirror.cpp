@@ -114,9 +114,9 @@ torch::Tensor LlamaMirrorImpl::hidden(const torch::Tensor& tokens, const MirrorH
     auto x = torch::embedding(tok_embd_, tokens);  // [B, T, D]
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
     if (hooks.capture) hooks.capture->clear();
-    const bool blocked = hooks.blocked || static_cast<bool>(hooks.key_gate);
-    require(!blocked || (!hooks.attn_bias && !hooks.keep_mask && !hooks.capture),
-            "the blocked (gated) attention path cannot be combined with attn_bias, keep_mask or capture hooks");
+    const bool blocked = hooks.blocked || static_cast<bool>(hooks.key_gate) || static_cast<bool>(hooks.key_until);
+    require(!blocked || (!hooks.attn_bias && !hooks.keep_mask),
+            "the blocked (gated) attention path cannot be combined with attn_bias or keep_mask hooks");
     torch::Tensor causal, diag;  // [T, T] masks of the dense path only
     if (!blocked) {
         causal = torch::ones({T, T}, torch::kBool).tril();
@@ -140,7 +140,15 @@ torch::Tensor LlamaMirrorImpl::hidden(const torch::Tensor& tokens, const MirrorH
         torch::Tensor og;  // [B, Hkv, G, T, d]
         if (blocked) {
             const torch::Tensor g = hooks.key_gate ? hooks.key_gate(l, at) : torch::Tensor();
-            og = gated_attention(qg, k, v, g, hooks.gate_window, scale, hooks.attn_block);
+            const torch::Tensor until = hooks.key_until ? hooks.key_until(l, at) : torch::Tensor();
+            torch::Tensor lse;
+            og = gated_attention(qg, k, v, g, hooks.gate_window, scale, hooks.attn_block, until,
+                                 hooks.capture ? &lse : nullptr);
+            if (hooks.capture) {
+                at.lse = lse.reshape({B, hq, T});
+                at.q_post = q;
+                hooks.capture->push_back(at);
+            }
         } else {
             auto s = torch::matmul(qg, k.unsqueeze(2).transpose(-1, -2)) * scale;  // [B, Hkv, G, T, T]
             if (hooks.attn_bias) {

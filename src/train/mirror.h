@@ -41,10 +41,15 @@ struct MirrorHooks {
     /// Gated attention (train/gated_attention.h) instead of the dense path: returns the layer's per-key keep gate
     /// [B, Hkv, T] ∈ [0, 1], whose log biases the keys outside each query's `gate_window` (undefined: no gate).
     /// Blocked, so no [T, T] tensor per head is held in the forward or the backward. Cannot be combined with
-    /// attn_bias, keep_mask or capture (Error).
+    /// attn_bias or keep_mask (Error).
     std::function<torch::Tensor(int, const AttnTensors&)> key_gate;
+    /// Eviction steps on the blocked path: returns [B, Hkv, T] int64, key j seen only by queries j … until[j]
+    /// (gated_attention's `until`; the blocked form of a keep_mask from train/kvpop_mask.h eviction_keep_mask).
+    /// Undefined: none. Implies the blocked path.
+    std::function<torch::Tensor(int, const AttnTensors&)> key_until;
     GateWindow gate_window;
-    /// Blocked attention without a gate (the dense twin of a gated run, long sequences); implied by key_gate.
+    /// Blocked attention without a gate (the dense twin of a gated run, long sequences); implied by key_gate and
+    /// key_until.
     bool blocked = false;
     int64_t attn_block = 128;  ///< key and query block of the blocked path (tokens)
 };
