@@ -42,29 +42,13 @@ PY
   $K train kvpop --config "configs/kvpop/.$MODEL-$kind.json" $args
   cp "$R/log.jsonl" "$S/train_log.jsonl"
 done
-[ -n "${TRAIN_ONLY:-}" ] && exit 0
-# The prompts come from the held-out tail of WikiText-2 that every KVpop run of this model writes (the same tail:
-# the same data section and hold-out fraction), so no scorer or fine-tuned model has trained on them.
-CORPUS=$(ls runs/$MODEL-kvpop-*/heldout_wiki.test.raw 2>/dev/null | head -n 1 || true)
-[ -n "$CORPUS" ] || { echo "error: no runs/$MODEL-kvpop-*/heldout_wiki.test.raw: run a KVpop training of $MODEL first" >&2; exit 1; }
-TOTAL=$((PROMPT + GEN))
-for pct in 75 88; do
-  B=$(( (TOTAL * (100 - pct) + 50) / 100 ))
-  D=$OUT/fidelity_$pct
-  [ -f "$D/fidelity.json" ] && continue
-  P="full;kvpop:model=models/kvpop/$NAME-mlstm,budget=$B;kvpop_mlp:model=models/kvpop/$NAME-mlp,budget=$B"
-  [ -d models/kvpop/$NAME-mlstm-immediate ] && P="$P;kvpop:model=models/kvpop/$NAME-mlstm-immediate,budget=$B"
-  P="$P;streaming_llm:window=$((B - 4)),sinks=4;tova:budget=$B;h2o:budget=$B"
-  [ "$pct" = 75 ] && P="$P;wgkv:model=$GATES>kvpop:model=models/kvpop/$NAME-mlstm,budget=$B;wgkv:model=$GATES"
-  $K eval fidelity -m "$M" --corpus "$CORPUS" --prompt "$PROMPT" --gen "$GEN" --samples "${SAMPLES:-2}" \
-    --every 128 --temp "${TEMP:-0.7}" --prefill-chunk 256 --policies "$P" --out "$D"
-done
 #  2b. the fine-tuning modes (configs/kvpop/<model>-kvpop-{distill,streaming_plus}.json, same data and steps):
 #     KVpop's full distillation (the model fine-tuned to the dense teacher under its scorer's own evictions, with the
 #     scorer) and StreamingLLM+ (fine-tuned under StreamingLLM's mask at the same budget); their models are kept as
 #     F16 in models/kvpop/<name>-{distill,streaming_plus}/model.gguf (tiny2k, committed; SmolLM2's are 270 MB and
 #     rebuilt by this script) and compared with the frozen model's policies against the same full-cache teachers
-#     (`eval fidelity`, POLICY@MODEL), at the two budgets of step 2.
+#     (`eval fidelity`, POLICY@MODEL), at the two budgets of step 2. They train first: their runs also write the
+#     held-out tail the prompts come from.
 FT_MODES=${FT_MODES:-"distill streaming_plus"}
 for mode in $FT_MODES; do
   S=models/kvpop/$NAME-$mode
@@ -77,6 +61,24 @@ for mode in $FT_MODES; do
   [ -f "$R-out/model.safetensors" ] && cp "$R-out/model.safetensors" "$S/"
   $K quantize "$R-out/model.gguf" "$S/model.gguf" --type f16
 done
+[ -n "${TRAIN_ONLY:-}" ] && exit 0
+# The prompts come from the held-out tail of WikiText-2 that every KVpop run of this model writes (the same tail:
+# the same data section and hold-out fraction), so no scorer or fine-tuned model has trained on them.
+CORPUS=$(ls runs/$MODEL-kvpop-*/heldout_wiki.test.raw 2>/dev/null | head -n 1 || true)
+[ -n "$CORPUS" ] || { echo "error: no runs/$MODEL-kvpop-*/heldout_wiki.test.raw: run a KVpop training of $MODEL first" >&2; exit 1; }
+TOTAL=$((PROMPT + GEN))
+command -v gnuplot > /dev/null || echo "note: gnuplot is not installed: the fidelity tables get their .gp/.dat but no .png (apt-get install gnuplot-nox)" >&2
+for pct in 75 88; do
+  B=$(( (TOTAL * (100 - pct) + 50) / 100 ))
+  D=$OUT/fidelity_$pct
+  [ -f "$D/fidelity.json" ] && continue
+  P="full;kvpop:model=models/kvpop/$NAME-mlstm,budget=$B;kvpop_mlp:model=models/kvpop/$NAME-mlp,budget=$B"
+  [ -d models/kvpop/$NAME-mlstm-immediate ] && P="$P;kvpop:model=models/kvpop/$NAME-mlstm-immediate,budget=$B"
+  P="$P;streaming_llm:window=$((B - 4)),sinks=4;tova:budget=$B;h2o:budget=$B"
+  [ "$pct" = 75 ] && P="$P;wgkv:model=$GATES>kvpop:model=models/kvpop/$NAME-mlstm,budget=$B;wgkv:model=$GATES"
+  $K eval fidelity -m "$M" --corpus "$CORPUS" --prompt "$PROMPT" --gen "$GEN" --samples "${SAMPLES:-6}" \
+    --every 128 --temp "${TEMP:-0.7}" --prefill-chunk 256 --policies "$P" --out "$D"
+done
 for pct in 75 88; do
   B=$(( (TOTAL * (100 - pct) + 50) / 100 ))
   D=$OUT/fidelity_finetuned_$pct
@@ -85,7 +87,7 @@ for pct in 75 88; do
   DM=models/kvpop/$NAME-distill/model.gguf; SM=models/kvpop/$NAME-streaming_plus/model.gguf
   P="full;full@$DM;kvpop:model=models/kvpop/$NAME-mlstm,budget=$B;kvpop:model=models/kvpop/$NAME-distill,budget=$B@$DM"
   P="$P;streaming_llm:window=$((B - 4)),sinks=4;streaming_llm:window=$((B - 4)),sinks=4@$SM"
-  $K eval fidelity -m "$M" --corpus "$CORPUS" --prompt "$PROMPT" --gen "$GEN" --samples "${SAMPLES:-2}" \
+  $K eval fidelity -m "$M" --corpus "$CORPUS" --prompt "$PROMPT" --gen "$GEN" --samples "${SAMPLES:-6}" \
     --every 128 --temp "${TEMP:-0.7}" --prefill-chunk 256 --policies "$P" --out "$D"
 done
 #  3. decode-time RULER (`eval sweep --task ruler --decode-preamble`): the context (query-agnostic), then the model
