@@ -2,7 +2,9 @@
 // admission at window exit; a closed gate removes the key in prefill and decode. On stories260K with gates added.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <set>
 
@@ -147,10 +149,18 @@ TEST(Spkv, GatedPrefillAttentionIsExactAgainstADenseMaskedReference) {
     std::mt19937 rng(11);
     std::normal_distribution<float> nd(0.0f, 1.0f);
     const int G = 3, d = 16;
-    for (int64_t window : {0, 1, 5, 40}) {
-        for (int64_t T : {1, 7, 150, 300}) {
-            const int64_t n_prefix = 37, n = n_prefix + T, pos_q0 = 200;
-            std::vector<float> q(static_cast<size_t>(T) * G * d), k(static_cast<size_t>(n) * d), v(k.size()), out(q.size());
+    // The queries sit in rows of ldq = 2·G·d floats (the engine passes the whole row of all query heads and points
+    // at the group's first head), so the kernel must read and write only its G·d slice.
+    // The last case has enough open keys (~12600) that the kernel splits the group's heads over two SGEMMs.
+    std::vector<std::array<int64_t, 3>> cases;  // window, T, cached entries
+    for (int64_t window : {int64_t{0}, int64_t{1}, int64_t{5}, int64_t{40}, std::numeric_limits<int64_t>::max()})
+        for (int64_t T : {1, 7, 150, 300}) cases.push_back({window, T, 37});
+    cases.push_back({40, 130, 14000});
+    for (const auto& [window, T, n_prefix] : cases) {
+        {
+            const int64_t n = n_prefix + T, pos_q0 = 5 * n_prefix + 15, ld = 2 * G * d;
+            std::vector<float> q(static_cast<size_t>(T) * ld), k(static_cast<size_t>(n) * d), v(k.size()),
+                out(q.size(), 7.0f);
             for (auto& x : q) x = nd(rng);
             for (auto& x : k) x = nd(rng);
             for (auto& x : v) x = nd(rng);
@@ -158,9 +168,11 @@ TEST(Spkv, GatedPrefillAttentionIsExactAgainstADenseMaskedReference) {
             std::vector<char> open(n);
             for (int64_t j = 0; j < n_prefix; ++j) pos[j] = static_cast<int32_t>(j * 5);  // all before pos_q0
             for (int64_t t = 0; t < T; ++t) pos[n_prefix + t] = static_cast<int32_t>(pos_q0 + t);
-            for (auto& o : open) o = rng() % 3 == 0;
-            attention_prefill_gated(q.data(), G * d, G, d, T, k.data(), v.data(), n_prefix, pos.data(), open.data(), pos_q0,
-                                    window, out.data(), G * d);
+            for (auto& o : open) o = n_prefix > 1000 ? rng() % 10 != 0 : rng() % 3 == 0;
+            attention_prefill_gated(q.data() + G * d, ld, G, d, T, k.data(), v.data(), n_prefix, pos.data(), open.data(),
+                                    pos_q0, window, out.data() + G * d, ld);
+            for (int64_t t = 0; t < T; ++t)  // the other half of each row untouched
+                for (int64_t c = 0; c < G * d; ++c) ASSERT_EQ(out[t * ld + c], 7.0f);
             double worst = 0;
             for (int64_t t = 0; t < T; ++t)
                 for (int g = 0; g < G; ++g) {
@@ -174,7 +186,7 @@ TEST(Spkv, GatedPrefillAttentionIsExactAgainstADenseMaskedReference) {
                             continue;
                         }
                         double dot = 0;
-                        for (int c = 0; c < d; ++c) dot += double(q[(t * G + g) * d + c]) * k[j * d + c];
+                        for (int c = 0; c < d; ++c) dot += double(q[t * ld + (G + g) * d + c]) * k[j * d + c];
                         p[j] = dot / std::sqrt(double(d));
                         mx = std::max(mx, p[j]);
                     }
@@ -183,7 +195,7 @@ TEST(Spkv, GatedPrefillAttentionIsExactAgainstADenseMaskedReference) {
                     for (int c = 0; c < d; ++c) {
                         double o = 0;
                         for (int64_t j = 0; j < n; ++j) o += p[j] / sum * v[j * d + c];
-                        worst = std::max(worst, std::fabs(o - out[(t * G + g) * d + c]));
+                        worst = std::max(worst, std::fabs(o - out[t * ld + (G + g) * d + c]));
                     }
                 }
             EXPECT_LT(worst, 2e-5) << "window " << window << " T " << T;

@@ -98,7 +98,7 @@ TEST(GatedAttention, EvictionStepsEqualTheDenseKeepMaskInValueGradientAndLogSumE
         auto t = torch::arange(T, torch::kInt64).view({1, 1, T});
         auto until = torch::minimum(t + torch::randint(0, 20, {B, H, T}, torch::kInt64), torch::full({}, T, torch::kInt64));
         until.index_put_({0, 0, 10}, 3);
-        const auto g = with_gate ? torch::rand({B, H, T}) * 0.9 + 0.05 : torch::Tensor();
+        auto g = with_gate ? (torch::rand({B, H, T}) * 0.9 + 0.05).requires_grad_(true) : torch::Tensor();
         const train::GateWindow win{4, 1};
         const double scale = 0.35;
         auto w = torch::randn({B, H, G, T, d});
@@ -107,6 +107,11 @@ TEST(GatedAttention, EvictionStepsEqualTheDenseKeepMaskInValueGradientAndLogSumE
         (out * w).sum().backward();
         auto dq = q.grad().clone(), dk = k.grad().clone(), dv = v.grad().clone();
         q.grad().zero_(), k.grad().zero_(), v.grad().zero_();
+        torch::Tensor dg;
+        if (with_gate) {
+            dg = g.grad().clone();
+            g.grad().zero_();
+        }
 
         auto s = torch::matmul(q, k.unsqueeze(2).transpose(-1, -2)) * scale;  // [B, H, G, T, T]
         if (with_gate)
@@ -121,6 +126,8 @@ TEST(GatedAttention, EvictionStepsEqualTheDenseKeepMaskInValueGradientAndLogSumE
         EXPECT_TRUE(torch::allclose(dq, q.grad(), 1e-4, 1e-5)) << (dq - q.grad()).abs().max().item<float>();
         EXPECT_TRUE(torch::allclose(dk, k.grad(), 1e-4, 1e-5)) << (dk - k.grad()).abs().max().item<float>();
         EXPECT_TRUE(torch::allclose(dv, v.grad(), 1e-4, 1e-5)) << (dv - v.grad()).abs().max().item<float>();
+        if (with_gate)  // open gates in (0.05, 0.95): the multiplicative-form gradient is autograd's
+            EXPECT_TRUE(torch::allclose(dg, g.grad(), 1e-3, 1e-4)) << (dg - g.grad()).abs().max().item<float>();
         // The mask mattered: without it the output differs.
         auto plain = train::gated_attention(q, k, v, g, win, scale, 8);
         EXPECT_GT((plain - out).abs().max().item<float>(), 1e-2);
@@ -128,6 +135,42 @@ TEST(GatedAttention, EvictionStepsEqualTheDenseKeepMaskInValueGradientAndLogSumE
     auto q = torch::randn({1, 2, 1, 8, 4}), k = torch::randn({1, 2, 8, 4});
     EXPECT_THROW(train::gated_attention(q, k, k, {}, {4, 0}, 0.5, 8, torch::zeros({1, 2, 7}, torch::kInt64)), Error);
     EXPECT_THROW(train::gated_attention(q, k, k, {}, {4, 0}, 0.5, 8, torch::zeros({1, 2, 8})), Error);
+}
+
+TEST(GatedAttention, TheMirrorsBlockedCaptureEqualsTheDenseCapture) {
+    // A capture on the blocked path (eviction steps) gives the dense path's (keep-mask) tensors: lse [B, Hq, T] of
+    // the masked logits, q_post, k_post, v.
+    ModelConfig c;
+    c.arch_name = "llama";
+    c.n_layer = 2, c.n_embd = 32, c.n_head = 4, c.n_head_kv = 2, c.head_dim = 8, c.n_ff = 48, c.n_vocab = 50;
+    c.n_ctx_train = 64, c.n_rot = 8, c.rope_base = 10000, c.rms_eps = 1e-5f;
+    torch::manual_seed(9);
+    train::LlamaMirror m(c);
+    const int64_t B = 2, T = 30;
+    auto toks = torch::randint(0, 50, {B, T}, torch::kInt64);
+    auto until = [&](int, const train::AttnTensors&) {
+        auto t = torch::arange(T, torch::kInt64).view({1, 1, T});
+        return (t + 3 + (t % 5) * 2).expand({B, c.n_head_kv, T}).contiguous();
+    };
+    std::vector<train::AttnTensors> cb, cd;
+    train::MirrorHooks blocked, dense;
+    blocked.key_until = until;
+    blocked.attn_block = 8;
+    blocked.capture = &cb;
+    dense.keep_mask = [&](int l, const train::AttnTensors& a) { return train::eviction_keep_mask(until(l, a)); };
+    dense.capture = &cd;
+    torch::NoGradGuard ng;
+    auto a = m->forward(toks, blocked), b = m->forward(toks, dense);
+    EXPECT_TRUE(torch::allclose(a, b, 1e-4, 1e-4));
+    ASSERT_EQ(cb.size(), 2u);
+    ASSERT_EQ(cd.size(), 2u);
+    for (size_t l = 0; l < 2; ++l) {
+        EXPECT_EQ(cb[l].lse.sizes(), cd[l].lse.sizes());
+        EXPECT_TRUE(torch::allclose(cb[l].lse, cd[l].lse, 1e-5, 1e-5)) << l;
+        EXPECT_TRUE(torch::allclose(cb[l].q_post, cd[l].q_post, 1e-5, 1e-5)) << l;
+        EXPECT_TRUE(torch::allclose(cb[l].k_post, cd[l].k_post, 1e-5, 1e-5)) << l;
+        EXPECT_TRUE(torch::allclose(cb[l].v, cd[l].v, 1e-5, 1e-5)) << l;
+    }
 }
 
 TEST(GatedAttention, MismatchedShapesAreOneClearError) {

@@ -116,16 +116,18 @@ void attention_prefill_gated(const float* q, int64_t ldq, int G, int d, int64_t 
                              int64_t n_prefix, const int32_t* pos_k, const char* open, int64_t pos_q0, int64_t window,
                              float* out, int64_t ldo) {
     const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-    const int64_t w = std::max<int64_t>(window, 1);
+    // Positions are int32, so a window of 2^32 already holds every key; the clamp keeps pos + w in range.
+    const int64_t w = std::clamp<int64_t>(window, 1, int64_t{1} << 32);
     constexpr int64_t kBlock = 128;
     constexpr int64_t kNever = std::numeric_limits<int32_t>::max();
+    constexpr int64_t kScoreFloats = int64_t{1} << 22;  // score scratch per SGEMM (16 MiB): caps the heads batched
     std::vector<int64_t> idx;
     // Per gathered key c: the first query of the block that may see it causally (block-local index), and the last
     // query position that sees it (its position + w − 1 if closed: it leaves the window after; never if open).
     std::vector<int32_t> first, last;
     std::vector<float> Kb, Vb, Qb, S, Ob;
     for (int64_t t0 = 0; t0 < T; t0 += kBlock) {
-        const int64_t nt = std::min(kBlock, T - t0), nk = n_prefix + t0 + nt, rows = nt * G;
+        const int64_t nt = std::min(kBlock, T - t0), nk = n_prefix + t0 + nt;
         // The keys some query of the block may see: open ones, and those inside the window of its first query.
         const int64_t lo = pos_q0 + t0 - w + 1;
         idx.clear();
@@ -143,30 +145,35 @@ void attention_prefill_gated(const float* q, int64_t ldq, int G, int d, int64_t 
             first[c] = static_cast<int32_t>(std::max<int64_t>(0, j - n_prefix - t0));
             last[c] = static_cast<int32_t>(open[j] ? kNever : std::min<int64_t>(pos_k[j] + w - 1, kNever - 1));
         }
-        // The G query heads of the block as one matrix: row i·G + g is query t0 + i of head g.
-        Qb.resize(static_cast<size_t>(rows) * d);
-        for (int64_t i = 0; i < nt; ++i)
-            std::copy_n(q + (t0 + i) * ldq, static_cast<int64_t>(G) * d, Qb.data() + i * G * d);
-        S.resize(static_cast<size_t>(rows * m));
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), static_cast<int>(m), d, scale,
-                    Qb.data(), d, Kb.data(), d, 0.0f, S.data(), static_cast<int>(m));
-        for (int64_t r = 0; r < rows; ++r) {
-            float* row = S.data() + r * m;
-            const int32_t i = static_cast<int32_t>(r / G);
-            const int32_t pq = static_cast<int32_t>(std::min<int64_t>(pos_q0 + t0 + i, kNever - 1));
-            const int32_t* f = first.data();
-            const int32_t* l = last.data();
-            // Hidden keys get −∞ before the softmax (its exponential clamps, so they come out ~1e-38) and an exact
-            // 0 after it. A query always sees itself, so every row has a visible key.
-            for (int64_t c = 0; c < m; ++c) row[c] = (i >= f[c] && pq <= l[c]) ? row[c] : -INFINITY;
-            dot_kernels().softmax(row, m);
-            for (int64_t c = 0; c < m; ++c) row[c] = (i >= f[c] && pq <= l[c]) ? row[c] : 0.0f;
+        // Heads g0 … g0+gb−1 of the group as one matrix: row i·gb + (g − g0) is query t0 + i of head g. As many
+        // heads per SGEMM as keep the scores within kScoreFloats (all G for any m below 10k at G = 3).
+        const int64_t gb = std::clamp<int64_t>(kScoreFloats / std::max<int64_t>(nt * m, 1), 1, G);
+        for (int64_t g0 = 0; g0 < G; g0 += gb) {
+            const int64_t ng = std::min<int64_t>(gb, G - g0), rows = nt * ng;
+            Qb.resize(static_cast<size_t>(rows) * d);
+            for (int64_t i = 0; i < nt; ++i)
+                std::copy_n(q + (t0 + i) * ldq + g0 * d, ng * d, Qb.data() + i * ng * d);
+            S.resize(static_cast<size_t>(rows * m));
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), static_cast<int>(m), d, scale,
+                        Qb.data(), d, Kb.data(), d, 0.0f, S.data(), static_cast<int>(m));
+            for (int64_t r = 0; r < rows; ++r) {
+                float* row = S.data() + r * m;
+                const int32_t i = static_cast<int32_t>(r / ng);
+                const int32_t pq = static_cast<int32_t>(std::min<int64_t>(pos_q0 + t0 + i, kNever - 1));
+                const int32_t* f = first.data();
+                const int32_t* l = last.data();
+                // Hidden keys get −∞ before the softmax (its exponential clamps, so they come out ~1e-38) and an
+                // exact 0 after it. The query's own key (position pos_q0 + t) is always visible, so no row is empty.
+                for (int64_t c = 0; c < m; ++c) row[c] = (i >= f[c] && pq <= l[c]) ? row[c] : -INFINITY;
+                dot_kernels().softmax(row, m);
+                for (int64_t c = 0; c < m; ++c) row[c] = (i >= f[c] && pq <= l[c]) ? row[c] : 0.0f;
+            }
+            Ob.resize(static_cast<size_t>(rows) * d);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows), d, static_cast<int>(m),
+                        1.0f, S.data(), static_cast<int>(m), Vb.data(), d, 0.0f, Ob.data(), d);
+            for (int64_t i = 0; i < nt; ++i)
+                std::copy_n(Ob.data() + i * ng * d, ng * d, out + (t0 + i) * ldo + g0 * d);
         }
-        Ob.resize(static_cast<size_t>(rows) * d);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows), d, static_cast<int>(m), 1.0f,
-                    S.data(), static_cast<int>(m), Vb.data(), d, 0.0f, Ob.data(), d);
-        for (int64_t i = 0; i < nt; ++i)
-            std::copy_n(Ob.data() + i * G * d, static_cast<int64_t>(G) * d, out + (t0 + i) * ldo);
     }
 }
 

@@ -39,8 +39,10 @@ void attention_prefill_group(const float* q, int64_t ldq, int G, int d, int64_t 
 /// an admitted entry, an entry whose gate is open) or inside the query's local window, pos_q0 + t − pos_k[j] <
 /// max(window, 1) (a query always sees itself). So each query sees what a decode step at its position would see.
 /// Per block of 128 queries only the keys open or inside some query's window are gathered and read: closed keys
-/// outside every window cost nothing (the paper's block skipping, §2.2, at single-key granularity).
-/// pos_k [n] positions of the keys; open [n]; out as attention_prefill_group.
+/// outside every window cost nothing (the paper's block skipping, §2.2, at single-key granularity); the block's
+/// heads share one SGEMM (as many as keep its scores within 16 MiB).
+/// pos_k [n] positions of the keys, the T new ones at pos_q0 … pos_q0 + T − 1 (so each query sees at least itself);
+/// open [n]; out as attention_prefill_group. Any window ≥ 0 (a window of 2^32 or more holds every key).
 void attention_prefill_gated(const float* q, int64_t ldq, int G, int d, int64_t T, const float* k, const float* v,
                              int64_t n_prefix, const int32_t* pos_k, const char* open, int64_t pos_q0, int64_t window,
                              float* out, int64_t ldo);

@@ -133,6 +133,9 @@ AttnTargetLoss attention_target_loss(const std::vector<AttnTensors>& cap, int la
     auto q = a.q_post.select(1, head).index({rt, qt});  // [E, d]
     auto k = a.k_post.select(1, kvh).index({rt, kt});   // [E, d]
     auto logit = (q * k).sum(-1) * scale;
+    require(!a.q_post.requires_grad() || a.lse.requires_grad(),
+            "attention target loss: the capture's log-sum-exp carries no gradient (a blocked-attention capture); ",
+            "the loss needs the dense attention path");
     auto lse = a.lse.select(1, head).index({rt, qt});
     r.loss = (lse - logit).mean();
     {

@@ -53,8 +53,8 @@ struct AttnTargetLoss {
 /// Cross-entropy between query head `head` of layer `layer`'s attention and the one-hot targets. `cap` is a
 /// capture of the forward pass (MirrorHooks::capture, which fills q_post and lse); the probability is
 /// p = exp(q·k/√d − lse) with the query and key after RoPE, the same logits the forward's softmax used (no
-/// attention bias may have been applied). Throws Error for a layer or head out of range or an edge whose key is
-/// after its query.
+/// attention bias may have been applied). Throws Error for a layer or head out of range, an edge whose key is
+/// after its query, or a capture of the blocked path (its lse carries no gradient).
 AttnTargetLoss attention_target_loss(const std::vector<AttnTensors>& cap, int layer, int head,
                                      const std::vector<AttnTarget>& edges);
 

@@ -30,7 +30,7 @@ void check_shapes(const torch::Tensor& q, const torch::Tensor& k, const torch::T
 
 /// One (query block, key block) tile: queries [q0, q0+bq), keys [k0, k0+bk).
 struct Tile {
-    torch::Tensor raw;     ///< q·k·scale, causal (−∞ above the diagonal) [B, H, G, bq, bk]
+    torch::Tensor raw;     ///< q·k·scale, causal (−∞ above the diagonal and for evicted keys) [B, H, G, bq, bk]
     torch::Tensor logits;  ///< raw + log gate on global keys (= raw when no key of the tile is global)
     torch::Tensor global;  ///< [bq, bk] global-key mask; undefined when no key of the tile is global
 };

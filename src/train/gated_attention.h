@@ -3,7 +3,8 @@
 // query's local window, computed block by block (flash-style online softmax, Dao et al. 2022, Alg. 1) with its own
 // backward (ibid., Alg. 2: recompute each block's probabilities from the saved log-sum-exp), so no [T, T] tensor
 // per head is ever held. The bias is the log of a keep gate: log u (SP-KV soft gating, Szilvasy, Faysse et al.
-// eqs. 3–6), log g (WG-KV §3.2), or log of a 0/1 sample (hard gates, a 0/−∞ mask); under GQA the G query heads of a KV group share it. Only src/train and its
+// eqs. 3–6), log g (WG-KV §3.2), or log of a 0/1 sample (hard gates, a 0/−∞ mask); under GQA the G query heads of a KV group share it. Optional per-key eviction steps
+// remove a key for the queries after its step (a fixed-budget cache, KVpop eq. 1). Only src/train and its
 // tests include this header (it pulls in libtorch).
 #include <torch/torch.h>
 
@@ -38,7 +39,8 @@ struct GateWindow {
 /// attention of step until[j]; this is train/kvpop_mask.h's eviction_keep_mask, blocked. `lse` (optional) receives
 /// each query's log-sum-exp of its biased, masked logits [B, Hkv, G, T] (no gradient flows through it).
 ///
-/// Keys are processed in blocks of `block` tokens; blocks above the diagonal are skipped. Memory: O(B·Hkv·G·block²)
+/// Keys are processed in blocks of `block` tokens; blocks above the diagonal, and key blocks whose every key is
+/// evicted before a query block (max of until over the batch and heads), are skipped. Memory: O(B·Hkv·G·block²)
 /// per step beside the inputs and outputs. Throws Error on mismatched shapes or dtypes other than float32.
 torch::Tensor gated_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                               const torch::Tensor& gate, const GateWindow& win, double scale, int64_t block = 128,

@@ -23,7 +23,8 @@ struct AttnTensors {
     torch::Tensor k_pre;   ///< keys before RoPE (after k_norm on qwen3) [B, Hkv, T, d]
     torch::Tensor k_post;  ///< keys after RoPE [B, Hkv, T, d]
     torch::Tensor v;       ///< values [B, Hkv, T, d]
-    torch::Tensor lse;     ///< per-query log-sum-exp of the scaled, biased, masked logits [B, Hq, T] (captures only)
+    torch::Tensor lse;     ///< per-query log-sum-exp of the scaled, biased, masked logits [B, Hq, T] (captures only;
+                           ///< differentiable on the dense path, no gradient on the blocked one)
     torch::Tensor q_post;  ///< queries after RoPE [B, Hq, T, d] (captures only); logit = q·k / √d (+ bias)
 };
 
@@ -43,9 +44,9 @@ struct MirrorHooks {
     /// Blocked, so no [T, T] tensor per head is held in the forward or the backward. Cannot be combined with
     /// attn_bias or keep_mask (Error).
     std::function<torch::Tensor(int, const AttnTensors&)> key_gate;
-    /// Eviction steps on the blocked path: returns [B, Hkv, T] int64, key j seen only by queries j … until[j]
-    /// (gated_attention's `until`; the blocked form of a keep_mask from train/kvpop_mask.h eviction_keep_mask).
-    /// Undefined: none. Implies the blocked path.
+    /// Eviction steps on the blocked path: returns exactly [B, Hkv, T] int64 (no broadcast), key j seen only by
+    /// queries j … until[j] (gated_attention's `until`; the blocked form of a keep_mask from train/kvpop_mask.h
+    /// eviction_keep_mask). Undefined: none. Implies the blocked path.
     std::function<torch::Tensor(int, const AttnTensors&)> key_until;
     GateWindow gate_window;
     /// Blocked attention without a gate (the dense twin of a gated run, long sequences); implied by key_gate and
