@@ -19,6 +19,32 @@ TEST(Sampler, GreedyIsArgmaxLowestIdOnTies) {
     EXPECT_EQ(argmax(l.data(), 4), 1);
 }
 
+TEST(Sampler, LogitBiasShiftsTheLogitsBeforeSampling) {
+    const std::vector<float> l{0.1f, 2.0f, -1.0f, 1.5f};
+    SamplerParams p;
+    p.temp = 0;
+    p.logit_bias = {{1, -100.0f}};  // the argmax banned: the next best wins under greedy
+    EXPECT_EQ(Sampler(p).sample(l.data(), 4), 3);
+    p.logit_bias = {{2, 3.5f}};  // -1 + 3.5 = 2.5 > 2
+    EXPECT_EQ(Sampler(p).sample(l.data(), 4), 2);
+    // Sampling: a banned token is never drawn, even at a high temperature with nothing cut.
+    p.temp = 2.0f;
+    p.top_k = 0;
+    p.top_p = 1;
+    p.min_p = 0;
+    p.logit_bias = {{1, -100.0f}, {3, -100.0f}};
+    Sampler s(p);
+    std::set<int32_t> seen;
+    for (int i = 0; i < 400; ++i) seen.insert(s.sample(l.data(), 4));
+    EXPECT_EQ(seen, (std::set<int32_t>{0, 2}));
+    // The caller's logits are not changed; an id outside the vocabulary is an error.
+    EXPECT_EQ(l[1], 2.0f);
+    p.logit_bias = {{4, 1.0f}};
+    EXPECT_THROW(Sampler(p).sample(l.data(), 4), Error);
+    p.logit_bias = {{-1, 1.0f}};
+    EXPECT_THROW(Sampler{p}, Error);
+}
+
 TEST(Sampler, SameSeedSameDraws) {
     std::vector<float> l(50);
     for (int i = 0; i < 50; ++i) l[i] = std::sin(i * 1.3f);

@@ -2,6 +2,7 @@
 // pool shared and exhausted, cancellation, stop strings, the OpenAI request parser and the metrics text.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <thread>
@@ -558,6 +559,12 @@ TEST(OpenAIApi, ParsesCompletionAndChatRequests) {
     EXPECT_EQ(r.gen.policy_spec, "full");
     r = parse_api_request(json{{"prompt", json::array({1, 5, 9})}}, false, ctx);
     EXPECT_EQ(r.gen.prompt, (std::vector<int32_t>{1, 5, 9}));
+    EXPECT_TRUE(r.gen.sampling.logit_bias.empty());
+    // logit_bias: OpenAI's {"token id": bias} object.
+    r = parse_api_request(json::parse(R"({"prompt":"x","logit_bias":{"2":-100,"17":2.5}})"), false, ctx);
+    std::vector<std::pair<int32_t, float>> bias = r.gen.sampling.logit_bias;
+    std::sort(bias.begin(), bias.end());
+    EXPECT_EQ(bias, (std::vector<std::pair<int32_t, float>>{{2, -100.0f}, {17, 2.5f}}));
     // Chat: the template's rendering, the end-of-turn token, the rest of the context by default.
     const json msgs = json::array({{{"role", "system"}, {"content", "Be brief."}},
                                    {{"role", "user"}, {"content", json::array({{{"type", "text"}, {"text", "Hi"}}})}}});
@@ -582,6 +589,12 @@ TEST(OpenAIApi, RefusesWhatItCannotDoWithOneClearError) {
     expect_api_error(json{{"prompt", "x"}, {"top_p", 0}}, false, "top_p");
     expect_api_error(json{{"prompt", "x"}, {"n", 2}}, false, "'n' = 2 is not supported");
     expect_api_error(json{{"prompt", "x"}, {"echo", true}}, false, "'echo'");
+    expect_api_error(json{{"prompt", "x"}, {"logit_bias", json::array({1})}}, false, "'logit_bias' must be an object");
+    expect_api_error(json{{"prompt", "x"}, {"logit_bias", {{"999999", 1}}}}, false, "logit_bias: '999999' is not a token id");
+    expect_api_error(json{{"prompt", "x"}, {"logit_bias", {{"-1", 1}}}}, false, "logit_bias: '-1'");
+    expect_api_error(json{{"prompt", "x"}, {"logit_bias", {{"3x", 1}}}}, false, "logit_bias: '3x'");
+    expect_api_error(json{{"prompt", "x"}, {"logit_bias", {{"3", 101}}}}, false, "'logit_bias[3]' must be in [-100");
+    expect_api_error(json{{"prompt", "x"}, {"logit_bias", {{"3", "up"}}}}, false, "'logit_bias[3]' must be a number");
     expect_api_error(json{{"prompt", "x"}, {"stop", json::array({"a", "b", "c", "d", "e"})}}, false, "at most 4");
     expect_api_error(json{{"prompt", "x"}, {"stream", "yes"}}, false, "'stream' must be true or false");
     expect_api_error(json{{"prompt", "x"}, {"stream_options", {{"x", true}}}}, false, "stream_options.x");

@@ -12,6 +12,10 @@ void SamplerParams::validate() const {
     require(std::isfinite(temp) && temp >= 0, "--temp must be ≥ 0, got ", temp);
     require(top_p > 0 && top_p <= 1, "--top-p must be in (0, 1], got ", top_p);
     require(min_p >= 0 && min_p <= 1, "--min-p must be in [0, 1], got ", min_p);
+    for (const auto& [id, bias] : logit_bias) {
+        require(id >= 0, "logit_bias: token id ", id, " is negative");
+        require(std::isfinite(bias), "logit_bias: the bias of token ", id, " is not finite");
+    }
 }
 
 int32_t argmax(const float* logits, int n) {
@@ -38,6 +42,14 @@ void Sampler::set_state(const std::string& s) {
 }
 
 int32_t Sampler::sample(const float* logits, int n_vocab) {
+    if (!p_.logit_bias.empty()) {
+        biased_.assign(logits, logits + n_vocab);
+        for (const auto& [id, bias] : p_.logit_bias) {
+            require(id < n_vocab, "logit_bias: token id ", id, " is outside the vocabulary of ", n_vocab);
+            biased_[id] += bias;
+        }
+        logits = biased_.data();
+    }
     if (p_.temp <= 0) return argmax(logits, n_vocab);
     if ((p_.top_k <= 0 || p_.top_k >= n_vocab) && p_.top_p >= 1 && p_.min_p <= 0) {
         // Nothing is cut (OpenAI's defaults): draw from softmax(logits / temp) over the vocabulary in id order,

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kvsieve {
@@ -14,8 +15,12 @@ struct SamplerParams {
     float top_p = 0.95f;  ///< keep the smallest set whose probability mass reaches p (1: off)
     float min_p = 0.05f;  ///< drop tokens whose probability is below min_p × the top probability (0: off)
     uint64_t seed = 0xdeadbeef;
+    /// (token id, bias) pairs added to the logits before anything else, in logit units (OpenAI's logit_bias:
+    /// −100 in effect bans a token, +100 in effect forces it). Applies to greedy decoding too.
+    std::vector<std::pair<int32_t, float>> logit_bias;
 
-    /// Throws Error naming the first out-of-range value (temp < 0, top_p ∉ (0,1], min_p ∉ [0,1]).
+    /// Throws Error naming the first out-of-range value (temp < 0, top_p ∉ (0,1], min_p ∉ [0,1], a negative
+    /// logit_bias id or a non-finite bias).
     void validate() const;
 };
 
@@ -25,6 +30,7 @@ struct SamplerParams {
 class Sampler {
 public:
     explicit Sampler(const SamplerParams& p);
+    /// logits: [n_vocab] floats. Throws Error if a logit_bias id is not below n_vocab.
     int32_t sample(const float* logits, int n_vocab);
     /// The random generator's state as text (std::mt19937_64's stream form), to continue a saved sequence with
     /// the same draws; set_state throws Error for text that is not such a state.
@@ -36,6 +42,7 @@ private:
     std::mt19937_64 rng_;
     std::vector<std::pair<float, int32_t>> cand_;
     std::vector<double> wts_;
+    std::vector<float> biased_;  ///< the logits with logit_bias added (when there is one)
 };
 
 /// Index of the largest logit (lowest index on ties).

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstdlib>
 #include <filesystem>
 #include <random>
 #include <set>
@@ -224,7 +226,23 @@ ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx)
     if (body.contains("top_logprobs")) neutral(body["top_logprobs"], "top_logprobs", {nullptr, 0});
     if (body.contains("presence_penalty")) neutral(body["presence_penalty"], "presence_penalty", {0, 0.0, nullptr});
     if (body.contains("frequency_penalty")) neutral(body["frequency_penalty"], "frequency_penalty", {0, 0.0, nullptr});
-    if (body.contains("logit_bias")) neutral(body["logit_bias"], "logit_bias", {nullptr, json::object()});
+    if (body.contains("logit_bias") && !body["logit_bias"].is_null()) {
+        // OpenAI's form: {"token id": bias in [-100, 100]}, added to the logits before sampling.
+        const json& lb = body["logit_bias"];
+        if (!lb.is_object()) bad("'logit_bias' must be an object {\"token id\": bias}, got " + lb.dump());
+        const int64_t n_vocab = static_cast<int64_t>(tok.vocab().size());
+        for (auto it = lb.begin(); it != lb.end(); ++it) {
+            const std::string& key = it.key();
+            char* end = nullptr;
+            errno = 0;
+            const long long id = key.empty() ? -1 : std::strtoll(key.c_str(), &end, 10);
+            if (key.empty() || *end != '\0' || errno != 0 || id < 0 || id >= n_vocab)
+                bad("logit_bias: '" + key + "' is not a token id in [0, " + std::to_string(n_vocab) + ")");
+            const std::string name = "logit_bias[" + key + "]";
+            g.sampling.logit_bias.emplace_back(static_cast<int32_t>(id),
+                                               static_cast<float>(number_in(it.value(), name.c_str(), -100, 100)));
+        }
+    }
     if (body.contains("response_format")) neutral(body["response_format"], "response_format", {nullptr, json{{"type", "text"}}});
     if (body.contains("user") && !body["user"].is_string() && !body["user"].is_null()) bad("'user' must be a string");
 
