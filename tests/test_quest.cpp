@@ -1,6 +1,7 @@
 // Read-time selection (policy/selection.h, policy/quest.cpp): Quest's page bound and choice against a direct
 // computation, the selection's composition with any policy in a spec, and its effect at decode steps: the cache is
-// unchanged, only the chosen pages are read, a budget covering every page reads everything.
+// unchanged, only the chosen pages are read, a budget covering every page reads everything; the key bounds kept
+// beside the pages equal the keys' minimum and maximum through appends, overwrites and evictions.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,6 +9,7 @@
 #include <set>
 
 #include "cache/kv_cache.h"
+#include "cache/page_store.h"
 #include "model/llama_model.h"
 #include "policy/policy.h"
 #include "policy/selection.h"
@@ -53,6 +55,67 @@ TEST(Quest, ThePageBoundIsAnUpperBoundAndTheBestPagesAreChosen) {
     EXPECT_EQ(std::set<int>(got.begin(), got.end()), want);
     EXPECT_TRUE(std::is_sorted(got.begin(), got.end()));
     EXPECT_EQ(quest_choose_pages(q.data(), G, d, kmin.data(), kmax.data(), n_pages, 20).size(), 12u);
+}
+
+TEST(Quest, KeyBoundsKeptBesideThePagesFollowEveryChange) {
+    // A page store under random appends, overwrites, removals and compactions; after each change the bounds of
+    // every page (asked for at random, so some are extended and some recomputed) equal a direct min/max of the keys.
+    for (KVType type : {KVType::kF32, KVType::kF16}) {
+        const int d = 8, P = 16;
+        KVPool pool(d, type, P);
+        PageStore src(&pool);
+        PageStore st(&pool);
+        std::mt19937 rng(11);
+        std::normal_distribution<float> nd;
+        std::vector<float> k(d), v(d);
+        auto fill = [&] {
+            for (int c = 0; c < d; ++c) k[c] = nd(rng), v[c] = nd(rng);
+        };
+        for (int i = 0; i < 40; ++i) {
+            fill();
+            src.push(k.data(), v.data(), i, 0);
+        }
+        int checked = 0;
+        for (int step = 0; step < 600; ++step) {
+            const int op = static_cast<int>(rng() % 10);
+            if (op < 5 || st.size() < 3) {
+                fill();
+                st.push(k.data(), v.data(), step, 0);
+            } else if (op == 5) {
+                st.push_copy(src, static_cast<int64_t>(rng() % src.size()));
+            } else if (op == 6) {
+                fill();
+                st.set(static_cast<int64_t>(rng() % st.size()), k.data(), v.data(), step, 0);
+            } else if (op <= 8) {
+                st.remove(static_cast<int64_t>(rng() % st.size()));
+            } else {
+                std::vector<char> keep(st.size());
+                for (auto& x : keep) x = rng() % 4 != 0;
+                st.retain(keep);
+            }
+            for (size_t p = 0; p < st.pages().size(); ++p) {
+                if (rng() % 2) continue;
+                const float *lo = nullptr, *hi = nullptr;
+                st.key_bounds(p, &lo, &hi);
+                const int64_t end = std::min<int64_t>(st.size(), static_cast<int64_t>(p + 1) * P);
+                for (int c = 0; c < d; ++c) {
+                    float mn = INFINITY, mx = -INFINITY;
+                    for (int64_t i = static_cast<int64_t>(p) * P; i < end; ++i) {
+                        st.read(i, k.data(), v.data());
+                        mn = std::min(mn, k[c]);
+                        mx = std::max(mx, k[c]);
+                    }
+                    ASSERT_EQ(lo[c], mn) << "step " << step << " page " << p << " channel " << c;
+                    ASSERT_EQ(hi[c], mx) << "step " << step << " page " << p << " channel " << c;
+                }
+                ++checked;
+            }
+            EXPECT_EQ(st.bounds_bytes() <= st.pages().size() * 2 * d * sizeof(float), true);
+        }
+        EXPECT_GT(checked, 300);
+        st.clear();
+        EXPECT_EQ(st.bounds_bytes(), 0u);
+    }
 }
 
 TEST(Quest, ComposesWithAnyPolicyInASpec) {
@@ -114,6 +177,11 @@ TEST(Quest, DecodeReadsOnlyTheChosenPagesAndLeavesTheCacheWhole) {
         total += n;
     }
     EXPECT_NEAR(narrow_st.read_fraction, static_cast<double>(read) / total, 1e-12);
+    // The key bounds kept beside the global pages: none without a selection, or when every page fits the budget.
+    EXPECT_EQ(full_st.selection_bytes, 0u);
+    EXPECT_EQ(wide_st.selection_bytes, 0u);
+    EXPECT_GT(narrow_st.selection_bytes, 0u);
+    EXPECT_LE(narrow_st.selection_bytes, narrow_st.kv_bytes_final / 2);
     double diff = 0;
     for (size_t i = 0; i < full.size(); ++i) diff = std::max(diff, static_cast<double>(std::fabs(full[i] - narrow[i])));
     EXPECT_GT(diff, 1e-4) << "reading a subset changes the attention";

@@ -140,7 +140,8 @@ void KVCache::attend(const LayerInputs& in, float* out) {
 
 namespace {
 /// Quest's read-time selection over one KV head's pages (policy/selection.h): the pages not marked `always` are
-/// ranked by the bound of their keys for the group's queries q [G][d], and the best ceil(budget / page) kept.
+/// ranked by the bound of their keys for the group's queries q [G][d], and the best ceil(budget / page) kept. The
+/// bounds are the ones each page store keeps beside its pages (PageStore::key_bounds).
 template <class PageRef>
 void select_quest_pages(std::vector<PageRef>& pl, const KVPool& pool, const Selection& sel, const float* q, int G,
                         int d, int64_t& read, int64_t& total) {
@@ -151,15 +152,13 @@ void select_quest_pages(std::vector<PageRef>& pl, const KVPool& pool, const Sele
     }
     const int keep = static_cast<int>((sel.budget + pool.page_tokens() - 1) / pool.page_tokens());
     if (static_cast<int>(cand.size()) > keep) {
-        std::vector<float> kmin(cand.size() * d, INFINITY), kmax(cand.size() * d, -INFINITY), row(d);
-        for (size_t c = 0; c < cand.size(); ++c)
-            for (int r = 0; r < pl[cand[c]].cnt; ++r) {
-                load_row(pool.type(), pool.keys(pl[cand[c]].page) + r * pool.row_bytes(), row.data(), d);
-                for (int j = 0; j < d; ++j) {
-                    kmin[c * d + j] = std::min(kmin[c * d + j], row[j]);
-                    kmax[c * d + j] = std::max(kmax[c * d + j], row[j]);
-                }
-            }
+        std::vector<float> kmin(cand.size() * d), kmax(cand.size() * d);
+        for (size_t c = 0; c < cand.size(); ++c) {
+            const float *lo = nullptr, *hi = nullptr;
+            pl[cand[c]].store->key_bounds(pl[cand[c]].index, &lo, &hi);
+            std::copy(lo, lo + d, kmin.begin() + static_cast<std::ptrdiff_t>(c) * d);
+            std::copy(hi, hi + d, kmax.begin() + static_cast<std::ptrdiff_t>(c) * d);
+        }
         const std::vector<int> chosen =
             quest_choose_pages(q, G, d, kmin.data(), kmax.data(), static_cast<int>(cand.size()), keep);
         std::vector<char> keep_page(pl.size(), 0);
@@ -197,6 +196,8 @@ void KVCache::decode_layer(const LayerInputs& in, const float* write_scores, flo
         int cnt;
         int64_t off;  // index of its first entry in the head's attention order
         bool always;  // read whatever a read-time selection chooses (sinks, window, the current token's page)
+        const PageStore* store;  // the region holding it, and its index there (for the key bounds)
+        size_t index;
     };
     std::vector<std::vector<PageRef>> pages(in.n_head_kv);
     const bool select = policy_.selection.active() && in.layer >= policy_.selection.skip_layers;
@@ -208,7 +209,7 @@ void KVCache::decode_layer(const LayerInputs& in, const float* write_scores, flo
             const int P = pool_->page_tokens();
             for (size_t pi = 0; pi < ps->pages().size(); ++pi) {
                 const int cnt = static_cast<int>(std::min<int64_t>(P, ps->size() - static_cast<int64_t>(pi) * P));
-                pages[h].push_back({ps->pages()[pi], cnt, off, r != 1});
+                pages[h].push_back({ps->pages()[pi], cnt, off, r != 1, ps, pi});
                 off += cnt;
             }
             // Without a window the newest entry is the last of the global region.
@@ -567,6 +568,7 @@ KVStats KVCache::stats() const {
             kept += hc.size();
             kept_beyond += s.beyond[l][h];
             pages += static_cast<int64_t>(hc.sinks().pages().size() + hc.window().pages().size() + hc.global().pages().size());
+            s.selection_bytes += hc.global().bounds_bytes();
         }
     const int64_t heads = static_cast<int64_t>(n_layer_) * n_head_kv_;
     const int64_t total = n_tokens_ * heads;

@@ -42,8 +42,9 @@ std::string KVStats::table() const {
         s += buf;
     }
     if (read_fraction < 1) {
-        std::snprintf(buf, sizeof buf, "  read-time selection: %.1f%% of the kept entries read per decode step\n",
-                      100.0 * read_fraction);
+        std::snprintf(buf, sizeof buf,
+                      "  read-time selection: %.1f%% of the kept entries read per decode step; key bounds %s beside the pages\n",
+                      100.0 * read_fraction, mib(selection_bytes).c_str());
         s += buf;
     }
     s += "  layer | head entries min / median / max\n";
@@ -71,6 +72,7 @@ nlohmann::json KVStats::to_json() const {
     j["kv_bytes_full"] = kv_bytes_full;
     j["scorer_state_bytes"] = scorer_state_bytes;
     j["read_fraction"] = read_fraction;
+    j["selection_bytes"] = selection_bytes;
     j["layers"] = nlohmann::json::array();
     for (size_t l = 0; l < entries.size(); ++l) j["layers"].push_back({{"layer", l}, {"entries", entries[l]}});
     return j;

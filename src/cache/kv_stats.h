@@ -24,6 +24,9 @@ struct KVStats {
     /// Under a read-time selection: entries read / entries kept, summed over the decode steps and heads of the
     /// selected layers (1 without a selection, or before any decode step).
     double read_fraction = 1;
+    /// Bytes of the per-page key bounds a read-time selection keeps beside the global region's pages (Quest's
+    /// 2 · d float32 per page), outside the pool; 0 without a selection.
+    uint64_t selection_bytes = 0;
 
     /// [L][Hkv] density of each head: beyond[l][h] / (tokens − window), the per-head form of `density` (1 when
     /// nothing lies beyond the window yet).
@@ -32,7 +35,7 @@ struct KVStats {
     /// A compact table: totals, then per layer min / median / max head length.
     std::string table() const;
     /// JSON with the keys policy, tokens, compression_ratio, density, kv_bytes_peak, kv_bytes_final,
-    /// kv_bytes_full, read_fraction, sinks, window and layers: [{layer, entries: [per head]}].
+    /// kv_bytes_full, read_fraction, selection_bytes, sinks, window and layers: [{layer, entries: [per head]}].
     nlohmann::json to_json() const;
 };
 

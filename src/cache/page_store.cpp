@@ -1,5 +1,7 @@
 #include "cache/page_store.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "kernels/dot.h"
@@ -32,10 +34,61 @@ void load_row(KVType t, const uint8_t* src, float* dst, int n) {
 }
 
 PageStore::PageStore(PageStore&& o) noexcept
-    : pool_(o.pool_), pages_(std::move(o.pages_)), pos_(std::move(o.pos_)), score_(std::move(o.score_)) {
+    : pool_(o.pool_),
+      pages_(std::move(o.pages_)),
+      pos_(std::move(o.pos_)),
+      score_(std::move(o.score_)),
+      bmin_(std::move(o.bmin_)),
+      bmax_(std::move(o.bmax_)),
+      bound_rows_(std::move(o.bound_rows_)) {
     o.pages_.clear();
     o.pos_.clear();
     o.score_.clear();
+    o.bmin_.clear();
+    o.bmax_.clear();
+    o.bound_rows_.clear();
+}
+
+void PageStore::touch(int64_t i) {
+    const auto p = static_cast<size_t>(i / pool_->page_tokens());
+    if (p < bound_rows_.size() && i % pool_->page_tokens() < bound_rows_[p]) bound_rows_[p] = 0;
+}
+
+void PageStore::trim_bounds() {
+    if (bound_rows_.size() > pages_.size()) {
+        bound_rows_.resize(pages_.size());
+        bmin_.resize(pages_.size() * static_cast<size_t>(pool_->head_dim()));
+        bmax_.resize(pages_.size() * static_cast<size_t>(pool_->head_dim()));
+    }
+    if (!pages_.empty() && bound_rows_.size() == pages_.size()) {
+        const int64_t in_last = size() - static_cast<int64_t>(pages_.size() - 1) * pool_->page_tokens();
+        if (bound_rows_.back() > in_last) bound_rows_.back() = 0;
+    }
+}
+
+void PageStore::key_bounds(size_t p, const float** kmin, const float** kmax) const {
+    const int d = pool_->head_dim(), P = pool_->page_tokens();
+    if (bound_rows_.size() < pages_.size()) {
+        bound_rows_.resize(pages_.size(), 0);
+        bmin_.resize(pages_.size() * static_cast<size_t>(d));
+        bmax_.resize(pages_.size() * static_cast<size_t>(d));
+    }
+    float* lo = bmin_.data() + p * d;
+    float* hi = bmax_.data() + p * d;
+    const auto cnt = static_cast<int32_t>(std::min<int64_t>(P, size() - static_cast<int64_t>(p) * P));
+    if (bound_rows_[p] == 0)
+        for (int c = 0; c < d; ++c) lo[c] = INFINITY, hi[c] = -INFINITY;
+    std::vector<float> row(d);
+    for (int32_t r = bound_rows_[p]; r < cnt; ++r) {
+        load_row(pool_->type(), key_ptr(static_cast<int64_t>(p) * P + r), row.data(), d);
+        for (int c = 0; c < d; ++c) {
+            lo[c] = std::min(lo[c], row[c]);
+            hi[c] = std::max(hi[c], row[c]);
+        }
+    }
+    bound_rows_[p] = cnt;
+    *kmin = lo;
+    *kmax = hi;
 }
 
 void PageStore::push(const float* k, const float* v, int32_t pos, float score) {
@@ -43,6 +96,7 @@ void PageStore::push(const float* k, const float* v, int32_t pos, float score) {
     if (i % pool_->page_tokens() == 0) pages_.push_back(pool_->alloc());  // may throw: nothing changed yet
     pos_.push_back(pos);
     score_.push_back(score);
+    touch(i);
     store_row(pool_->type(), k, kslot(i), pool_->head_dim());
     store_row(pool_->type(), v, vslot(i), pool_->head_dim());
 }
@@ -52,6 +106,7 @@ void PageStore::push_copy(const PageStore& src, int64_t j) {
     if (i % pool_->page_tokens() == 0) pages_.push_back(pool_->alloc());
     pos_.push_back(src.pos_[j]);
     score_.push_back(src.score_[j]);
+    touch(i);
     std::memcpy(kslot(i), src.key_ptr(j), pool_->row_bytes());
     std::memcpy(vslot(i), src.value_ptr(j), pool_->row_bytes());
 }
@@ -66,7 +121,7 @@ void PageStore::save(BinaryWriter& w) const {
 }
 
 void PageStore::load(BinaryReader& r, int64_t max_entries) {
-    clear();
+    clear();  // drops the bounds too
     std::vector<int32_t> pos = r.vec<int32_t>(static_cast<size_t>(max_entries));
     std::vector<float> score = r.vec<float>(static_cast<size_t>(max_entries));
     if (pos.size() != score.size()) fail(r.what(), " is corrupted (", pos.size(), " positions, ", score.size(), " scores)");
@@ -82,11 +137,13 @@ void PageStore::load(BinaryReader& r, int64_t max_entries) {
 void PageStore::set(int64_t i, const float* k, const float* v, int32_t pos, float score) {
     pos_[i] = pos;
     score_[i] = score;
+    touch(i);
     store_row(pool_->type(), k, kslot(i), pool_->head_dim());
     store_row(pool_->type(), v, vslot(i), pool_->head_dim());
 }
 
 void PageStore::move_entry(int64_t from, int64_t to) {
+    touch(to);
     std::memcpy(kslot(to), kslot(from), pool_->row_bytes());
     std::memcpy(vslot(to), vslot(from), pool_->row_bytes());
     pos_[to] = pos_[from];
@@ -102,6 +159,7 @@ void PageStore::remove(int64_t i) {
         pool_->release(pages_.back());
         pages_.pop_back();
     }
+    trim_bounds();
 }
 
 void PageStore::retain(const std::vector<char>& keep) {
@@ -118,6 +176,7 @@ void PageStore::retain(const std::vector<char>& keep) {
         pool_->release(pages_.back());
         pages_.pop_back();
     }
+    trim_bounds();
 }
 
 void PageStore::clear() {
@@ -125,6 +184,9 @@ void PageStore::clear() {
     pages_.clear();
     pos_.clear();
     score_.clear();
+    bmin_.clear();
+    bmax_.clear();
+    bound_rows_.clear();
 }
 
 void PageStore::read(int64_t i, float* k, float* v) const {

@@ -53,15 +53,30 @@ public:
     const std::vector<float>& scores() const { return score_; }
     const KVPool& pool() const { return *pool_; }
 
+    /// Quest's per-page key bounds (Tang et al. 2024, "Quest", §3): the channel-wise minimum and maximum [d]
+    /// (float32) of the keys of the store's page p (an index into pages()), over the entries it holds now. Kept beside
+    /// the pages once asked for: appends extend a page's bounds when next asked (reading only the new keys), and an
+    /// entry overwritten or moved into a page (eviction) or taken out of it makes that page's bounds be recomputed.
+    /// The pointers are valid until the store next changes. Not thread-safe, even though const.
+    void key_bounds(size_t p, const float** kmin, const float** kmax) const;
+    /// Bytes the key bounds take (2 · d float32 per page that has been asked for), outside the pool.
+    size_t bounds_bytes() const { return (bmin_.size() + bmax_.size()) * sizeof(float); }
+
 private:
     uint8_t* kslot(int64_t i) { return pool_->keys(pages_[i / pool_->page_tokens()]) + (i % pool_->page_tokens()) * pool_->row_bytes(); }
     uint8_t* vslot(int64_t i) { return pool_->values(pages_[i / pool_->page_tokens()]) + (i % pool_->page_tokens()) * pool_->row_bytes(); }
     void move_entry(int64_t from, int64_t to);
+    /// Entry i was written in place: its page's bounds, if they cover it, are recomputed when next asked.
+    void touch(int64_t i);
+    /// After entries were taken off the end: drops the bounds of released pages and stale bounds of the last page.
+    void trim_bounds();
 
     KVPool* pool_;
     std::vector<int32_t> pages_;
     std::vector<int32_t> pos_;
     std::vector<float> score_;
+    mutable std::vector<float> bmin_, bmax_;    // key bounds [pages][d], see key_bounds()
+    mutable std::vector<int32_t> bound_rows_;  // per page: how many of its leading entries the bounds cover
 };
 
 /// float32 [n] → one cached row of the pool's type (rounding to nearest even for F16/BF16).
