@@ -34,10 +34,12 @@ struct T {
 };
 
 /// stories260K.gguf with `extra` tensors added, written to `path`.
-void write_with(const std::string& path, const std::vector<T>& extra) {
+void write_with(const std::string& path, const std::vector<T>& extra,
+                const std::vector<std::pair<std::string, GGUFValue>>& meta = {}) {
     GGUFFile src(test::model_path("stories260K.gguf"));
     GGUFWriter w;
     for (const auto& [k, v] : src.metadata()) w.set(k, v);
+    for (const auto& [k, v] : meta) w.set(k, v);
     for (const GGUFTensorInfo& t : src.tensors())
         w.add_tensor_ref(t.name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims), t.data, t.nbytes);
     for (const T& t : extra)
@@ -87,6 +89,33 @@ TEST(Spkv, AClosedGateRemovesTheKeyInPrefillAndDecode) {
             }
         }
     EXPECT_NEAR(c.stats().density, 0.5, 1e-9);  // beyond the window: all of two heads, none of the others
+}
+
+TEST(Spkv, TheTrainedWindowAndSinksAreTheDefaults) {
+    // Gates trained with window 8 and 2 sinks (the trainer's metadata): `spkv` runs with them, a spec that names
+    // either keeps its own, and a file without the metadata gets the preset's defaults (128, 0).
+    test::TempFile trained(".gguf"), bare(".gguf");
+    write_with(trained.path(), constant_gates({5, -5, 5, -5}),
+               {{predictor_metadata_key("spkv", "window"), GGUFValue::make_u32(8)},
+                {predictor_metadata_key("spkv", "sinks"), GGUFValue::make_u32(2)}});
+    write_with(bare.path(), constant_gates({5, -5, 5, -5}));
+    LlamaModel m(trained.path()), mb(bare.path());
+    auto pool = std::make_shared<KVPool>(m.config().head_dim, KVType::kF32);
+    auto policy_of = [&](const LlamaModel& model, const char* spec) {
+        KVCache c(model.config(), 128, parse_policy(spec), pool);
+        return std::make_pair(c.policy().window, c.policy().sinks);
+    };
+    EXPECT_EQ(policy_of(m, "spkv"), std::make_pair(8, 2));
+    EXPECT_EQ(policy_of(m, "spkv:window=16"), std::make_pair(16, 2));
+    EXPECT_EQ(policy_of(m, "spkv:sinks=0"), std::make_pair(8, 0));
+    EXPECT_EQ(policy_of(mb, "spkv"), std::make_pair(128, 0));
+    // The closed heads keep exactly sinks + window under the trained defaults.
+    KVCache c(m.config(), 128, parse_policy("spkv"), pool);
+    const auto ids = test::story_prompt_ids();
+    std::vector<float> logits;
+    m.forward(std::vector<int32_t>(ids.begin(), ids.begin() + 30), c, logits);
+    EXPECT_EQ(kept(c, 0, 1), (std::set<int32_t>{0, 1, 22, 23, 24, 25, 26, 27, 28, 29}));
+    EXPECT_EQ(kept(c, 0, 0).size(), 30u);
 }
 
 TEST(Spkv, MlpGatesComputeSiluThenSigmoidAndDecideAtWrite) {

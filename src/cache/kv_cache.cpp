@@ -78,6 +78,7 @@ KVCache::KVCache(const ModelConfig& c, int64_t n_ctx, Policy policy, std::shared
     require(c.head_dim <= 256, "head dimension ", c.head_dim, " above 256 is not supported by the paged kernels");
     if (policy_.scorer) {
         policy_.scorer->bind(c);
+        policy_.scorer->adjust_policy(policy_);
         state_ = policy_.scorer->new_state(c);
     }
     heads_.reserve(static_cast<size_t>(n_layer_) * n_head_kv_);

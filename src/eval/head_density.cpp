@@ -125,7 +125,11 @@ std::string head_density_report(const LlamaModel& model, const Tokenizer& tok, c
                                 const std::string& policy, const NllOptions& o, const std::string& out_dir,
                                 bool hybrid, int n_global, uint64_t seed) {
     namespace fs = std::filesystem;
-    const Policy pol = parse_policy(policy);
+    Policy pol = parse_policy(policy);
+    if (pol.scorer) {  // the window and sinks the cache will use (a learned policy may take them from the model)
+        pol.scorer->bind(model.config());
+        pol.scorer->adjust_policy(pol);
+    }
     const NllResult r = evaluate_nll(model, tok, text, policy, o);
     HeadDensityMap m{r.head_density};
     const std::string name = model.file().get_string("general.name", fs::path(model.config().path).stem().string());

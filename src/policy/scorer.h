@@ -14,6 +14,8 @@
 
 namespace kvsieve {
 
+struct Policy;
+
 /// Attention statistics a scorer asks the attention kernels for (nothing is computed when nobody asks).
 enum class AttnStat {
     kNone,
@@ -118,6 +120,10 @@ public:
     /// Called once when a cache is built for a model; throws Error if the scorer cannot serve it (e.g. a
     /// learned predictor trained for another shape).
     virtual void bind(const ModelConfig& c) { (void)c; }
+    /// Called by the cache right after bind, before it lays out its heads: a scorer whose hyperparameters travel
+    /// with the model (SP-KV's trained window and sinks, in the GGUF) sets the policy's values that the spec left at
+    /// their defaults. Never changes what the spec gave; throws Error where the two cannot work together.
+    virtual void adjust_policy(Policy& p) const { (void)p; }
     /// The per-sequence state of a new cache for a model of config c (null: the scorer keeps none).
     virtual std::unique_ptr<ScorerState> new_state(const ModelConfig& c) const {
         (void)c;

@@ -1,8 +1,9 @@
 // spkv: SP-KV's learned utility gates (Szilvasy, Faysse et al., "Self-Pruned Key-Value Attention"; DESIGN §5).
 // Each entry's utility u = σ(f_l(h)) ∈ (0, 1) per KV head is predicted from the token's attention-input hidden state
 // when it is written (eq. 1; predict/spkv_gates.h, gates stored in the model's own GGUF). The entry stays in the local
-// window (w = 128, the paper's default) and is kept beyond it iff u ≥ τ (the paper's hard threshold, eq. 7; τ = 0.5
-// by default), in prefill and decode alike. Optional sinks.
+// window (w = 128, the paper's default; by default the window the gates were trained with, from the GGUF's
+// kvsieve.predictor.spkv.window) and is kept beyond it iff u ≥ τ (the paper's hard threshold, eq. 7; τ = 0.5 by
+// default), in prefill and decode alike. Optional sinks (by default the trained ones).
 // The prefill is gated as the paper's (eqs. 3–5): each query sees its window and the admitted keys only, what a
 // decode step would see (sparse_prefill=0: dense prefill, admission afterwards).
 //   spkv[:tau=0.5][,window=128][,sinks=0][,sparse_prefill=1][,rule=threshold]
@@ -10,6 +11,7 @@
 
 #include "io/gguf.h"
 #include "policy/policy.h"
+#include "predict/predictor_tensors.h"
 #include "predict/spkv_gates.h"
 #include "util/error.h"
 
@@ -18,6 +20,8 @@ namespace kvsieve {
 namespace {
 class SpkvScorer : public Scorer {
 public:
+    /// window_given, sinks_given: whether the spec set them (else the model's trained values apply).
+    SpkvScorer(bool window_given, bool sinks_given) : window_given_(window_given), sinks_given_(sinks_given) {}
     std::string name() const override { return "spkv"; }
     void bind(const ModelConfig& c) override {
         require(!c.path.empty(), "policy spkv reads its gates from the model's GGUF, and this model has no file");
@@ -25,6 +29,19 @@ public:
         GGUFFile f(c.path);
         gates_ = std::make_shared<SpkvGates>(SpkvGates::load(f, c.n_layer, c.n_embd, c.n_head_kv));
         path_ = c.path;
+        trained_window_ = f.has(predictor_metadata_key("spkv", "window"))
+                              ? f.get_int(predictor_metadata_key("spkv", "window")) : -1;
+        trained_sinks_ = f.has(predictor_metadata_key("spkv", "sinks"))
+                             ? f.get_int(predictor_metadata_key("spkv", "sinks")) : -1;
+    }
+    /// The window and sinks the gates were trained with (the GGUF's kvsieve.predictor.spkv.{window,sinks}) replace
+    /// the preset's defaults: the utilities mean "keep beyond this window".
+    void adjust_policy(Policy& p) const override {
+        if (!window_given_ && trained_window_ >= 0) {
+            p.window = static_cast<int>(trained_window_);
+            p.timing = p.window > 0 ? Timing::kAtWindowExit : Timing::kAtWrite;
+        }
+        if (!sinks_given_ && trained_sinks_ >= 0) p.sinks = static_cast<int>(trained_sinks_);
     }
     bool scores_at_write() const override { return true; }
     void on_write(const WriteEvent& e, ScorerState*, float* scores) const override {
@@ -33,15 +50,17 @@ public:
     void score_prefill(const PrefillScoreInput&, std::vector<std::vector<float>>&) const override {}
 
 private:
+    bool window_given_, sinks_given_;
     std::shared_ptr<const SpkvGates> gates_;
     std::string path_;
+    int64_t trained_window_ = -1, trained_sinks_ = -1;  // from the GGUF; -1: not recorded
 };
 }  // namespace
 
 void register_spkv() {
     register_preset({"spkv", "learned utility gates trained with the model (SP-KV)", [](PolicyParams& p) {
                          Policy pol;
-                         pol.scorer = std::make_shared<SpkvScorer>();
+                         pol.scorer = std::make_shared<SpkvScorer>(p.has("window"), p.has("sinks"));
                          pol.admission.kind = Rule::Kind::kThreshold;
                          // rule=threshold is the only rule (accepted so `eval sweep --thresholds` can name it).
                          require(p.get_string("rule", "threshold") == "threshold",
