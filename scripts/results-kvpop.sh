@@ -67,28 +67,32 @@ done
 CORPUS=$(ls runs/$MODEL-kvpop-*/heldout_wiki.test.raw 2>/dev/null | head -n 1 || true)
 [ -n "$CORPUS" ] || { echo "error: no runs/$MODEL-kvpop-*/heldout_wiki.test.raw: run a KVpop training of $MODEL first" >&2; exit 1; }
 TOTAL=$((PROMPT + GEN))
+# budget PCT: the B per KV head that leaves PCT% of the TOTAL entries out; fidelity POLICIES DIR: one table.
+budget() { echo $(( (TOTAL * (100 - $1) + 50) / 100 )); }
+fidelity() {
+  $K eval fidelity -m "$M" --corpus "$CORPUS" --prompt "$PROMPT" --gen "$GEN" --samples "${SAMPLES:-6}" \
+    --every 128 --temp "${TEMP:-0.7}" --prefill-chunk 256 --policies "$1" --out "$2"
+}
 command -v gnuplot > /dev/null || echo "note: gnuplot is not installed: the fidelity tables get their .gp/.dat but no .png (apt-get install gnuplot-nox)" >&2
 for pct in 75 88; do
-  B=$(( (TOTAL * (100 - pct) + 50) / 100 ))
+  B=$(budget $pct)
   D=$OUT/fidelity_$pct
   [ -f "$D/fidelity.json" ] && continue
   P="full;kvpop:model=models/kvpop/$NAME-mlstm,budget=$B;kvpop_mlp:model=models/kvpop/$NAME-mlp,budget=$B"
   [ -d models/kvpop/$NAME-mlstm-immediate ] && P="$P;kvpop:model=models/kvpop/$NAME-mlstm-immediate,budget=$B"
   P="$P;streaming_llm:window=$((B - 4)),sinks=4;tova:budget=$B;h2o:budget=$B"
   [ "$pct" = 75 ] && P="$P;wgkv:model=$GATES>kvpop:model=models/kvpop/$NAME-mlstm,budget=$B;wgkv:model=$GATES"
-  $K eval fidelity -m "$M" --corpus "$CORPUS" --prompt "$PROMPT" --gen "$GEN" --samples "${SAMPLES:-6}" \
-    --every 128 --temp "${TEMP:-0.7}" --prefill-chunk 256 --policies "$P" --out "$D"
+  fidelity "$P" "$D"
 done
 for pct in 75 88; do
-  B=$(( (TOTAL * (100 - pct) + 50) / 100 ))
+  B=$(budget $pct)
   D=$OUT/fidelity_finetuned_$pct
   [ -f "$D/fidelity.json" ] && continue
   [ -f models/kvpop/$NAME-distill/model.gguf ] && [ -f models/kvpop/$NAME-streaming_plus/model.gguf ] || continue
   DM=models/kvpop/$NAME-distill/model.gguf; SM=models/kvpop/$NAME-streaming_plus/model.gguf
   P="full;full@$DM;kvpop:model=models/kvpop/$NAME-mlstm,budget=$B;kvpop:model=models/kvpop/$NAME-distill,budget=$B@$DM"
   P="$P;streaming_llm:window=$((B - 4)),sinks=4;streaming_llm:window=$((B - 4)),sinks=4@$SM"
-  $K eval fidelity -m "$M" --corpus "$CORPUS" --prompt "$PROMPT" --gen "$GEN" --samples "${SAMPLES:-6}" \
-    --every 128 --temp "${TEMP:-0.7}" --prefill-chunk 256 --policies "$P" --out "$D"
+  fidelity "$P" "$D"
 done
 #  3. decode-time RULER (`eval sweep --task ruler --decode-preamble`): the context (query-agnostic), then the model
 #     generates PREAMBLE tokens of its own as decode steps (where a fixed budget evicts), then the question; KVpop,

@@ -137,13 +137,19 @@ TEST(GatedAttention, EvictionStepsEqualTheDenseKeepMaskInValueGradientAndLogSumE
     EXPECT_THROW(train::gated_attention(q, k, k, {}, {4, 0}, 0.5, 8, torch::zeros({1, 2, 8})), Error);
 }
 
-TEST(GatedAttention, TheMirrorsBlockedCaptureEqualsTheDenseCapture) {
-    // A capture on the blocked path (eviction steps) gives the dense path's (keep-mask) tensors: lse [B, Hq, T] of
-    // the masked logits, q_post, k_post, v.
+/// The two-layer GQA model (4 query heads, 2 KV heads, d = 8) the mirror tests below run.
+ModelConfig mirror_config() {
     ModelConfig c;
     c.arch_name = "llama";
     c.n_layer = 2, c.n_embd = 32, c.n_head = 4, c.n_head_kv = 2, c.head_dim = 8, c.n_ff = 48, c.n_vocab = 50;
     c.n_ctx_train = 64, c.n_rot = 8, c.rope_base = 10000, c.rms_eps = 1e-5f;
+    return c;
+}
+
+TEST(GatedAttention, TheMirrorsBlockedCaptureEqualsTheDenseCapture) {
+    // A capture on the blocked path (eviction steps) gives the dense path's (keep-mask) tensors: lse [B, Hq, T] of
+    // the masked logits, q_post, k_post, v.
+    const ModelConfig c = mirror_config();
     torch::manual_seed(9);
     train::LlamaMirror m(c);
     const int64_t B = 2, T = 30;
@@ -181,10 +187,7 @@ TEST(GatedAttention, MismatchedShapesAreOneClearError) {
 }
 
 TEST(GatedAttention, MirrorBlockedPathEqualsTheDensePathWithTheSameBias) {
-    ModelConfig c;
-    c.arch_name = "llama";
-    c.n_layer = 2, c.n_embd = 32, c.n_head = 4, c.n_head_kv = 2, c.head_dim = 8, c.n_ff = 48, c.n_vocab = 50;
-    c.n_ctx_train = 64, c.n_rot = 8, c.rope_base = 10000, c.rms_eps = 1e-5f;
+    const ModelConfig c = mirror_config();
     torch::manual_seed(11);
     train::LlamaMirror m(c);
     auto toks = torch::randint(0, 50, {2, 30}, torch::kInt64);

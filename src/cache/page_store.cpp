@@ -78,15 +78,17 @@ void PageStore::key_bounds(size_t p, const float** kmin, const float** kmax) con
     const auto cnt = static_cast<int32_t>(std::min<int64_t>(P, size() - static_cast<int64_t>(p) * P));
     if (bound_rows_[p] == 0)
         for (int c = 0; c < d; ++c) lo[c] = INFINITY, hi[c] = -INFINITY;
-    std::vector<float> row(d);
-    for (int32_t r = bound_rows_[p]; r < cnt; ++r) {
-        load_row(pool_->type(), key_ptr(static_cast<int64_t>(p) * P + r), row.data(), d);
-        for (int c = 0; c < d; ++c) {
-            lo[c] = std::min(lo[c], row[c]);
-            hi[c] = std::max(hi[c], row[c]);
+    if (bound_rows_[p] < cnt) {  // fold in the keys written since the bounds were last asked for
+        std::vector<float> row(d);
+        for (int32_t r = bound_rows_[p]; r < cnt; ++r) {
+            load_row(pool_->type(), key_ptr(static_cast<int64_t>(p) * P + r), row.data(), d);
+            for (int c = 0; c < d; ++c) {
+                lo[c] = std::min(lo[c], row[c]);
+                hi[c] = std::max(hi[c], row[c]);
+            }
         }
+        bound_rows_[p] = cnt;
     }
-    bound_rows_[p] = cnt;
     *kmin = lo;
     *kmax = hi;
 }

@@ -29,10 +29,8 @@ public:
         GGUFFile f(c.path);
         gates_ = std::make_shared<SpkvGates>(SpkvGates::load(f, c.n_layer, c.n_embd, c.n_head_kv));
         path_ = c.path;
-        trained_window_ = f.has(predictor_metadata_key("spkv", "window"))
-                              ? f.get_int(predictor_metadata_key("spkv", "window")) : -1;
-        trained_sinks_ = f.has(predictor_metadata_key("spkv", "sinks"))
-                             ? f.get_int(predictor_metadata_key("spkv", "sinks")) : -1;
+        trained_window_ = f.get_int(predictor_metadata_key("spkv", "window"), -1);
+        trained_sinks_ = f.get_int(predictor_metadata_key("spkv", "sinks"), -1);
     }
     /// The window and sinks the gates were trained with (the GGUF's kvsieve.predictor.spkv.{window,sinks}) replace
     /// the preset's defaults: the utilities mean "keep beyond this window".

@@ -137,18 +137,13 @@ torch::Tensor LlamaMirrorImpl::hidden(const torch::Tensor& tokens, const MirrorH
         k = rope(k, pos0);
         at.k_post = k;
         auto qg = q.reshape({B, hkv, G, T, d});
-        torch::Tensor og;  // [B, Hkv, G, T, d]
+        torch::Tensor og;   // [B, Hkv, G, T, d]
+        torch::Tensor lse;  // [B, Hkv, G, T], for a capture only
         if (blocked) {
             const torch::Tensor g = hooks.key_gate ? hooks.key_gate(l, at) : torch::Tensor();
             const torch::Tensor until = hooks.key_until ? hooks.key_until(l, at) : torch::Tensor();
-            torch::Tensor lse;
             og = gated_attention(qg, k, v, g, hooks.gate_window, scale, hooks.attn_block, until,
                                  hooks.capture ? &lse : nullptr);
-            if (hooks.capture) {
-                at.lse = lse.reshape({B, hq, T});
-                at.q_post = q;
-                hooks.capture->push_back(at);
-            }
         } else {
             auto s = torch::matmul(qg, k.unsqueeze(2).transpose(-1, -2)) * scale;  // [B, Hkv, G, T, T]
             if (hooks.attn_bias) {
@@ -161,12 +156,13 @@ torch::Tensor LlamaMirrorImpl::hidden(const torch::Tensor& tokens, const MirrorH
                 if (m.defined()) keep = (to_group(m.to(torch::kBool), hq, hkv, "keep mask") & causal) | diag;
             }
             s = s.masked_fill(keep.logical_not(), -std::numeric_limits<float>::infinity());
-            if (hooks.capture) {
-                at.lse = torch::logsumexp(s, -1).reshape({B, hq, T});
-                at.q_post = q;
-                hooks.capture->push_back(at);
-            }
+            if (hooks.capture) lse = torch::logsumexp(s, -1);
             og = torch::matmul(torch::softmax(s, -1), v.unsqueeze(2));
+        }
+        if (hooks.capture) {
+            at.lse = lse.reshape({B, hq, T});
+            at.q_post = q;
+            hooks.capture->push_back(at);
         }
         auto o = og.reshape({B, hq, T, d}).transpose(1, 2).reshape({B, T, hq * d});
         x = x + torch::linear(o, L.wo);
