@@ -153,15 +153,10 @@ void select_quest_pages(std::vector<PageRef>& pl, const KVPool& pool, const Sele
     }
     const int keep = static_cast<int>((sel.budget + pool.page_tokens() - 1) / pool.page_tokens());
     if (static_cast<int>(cand.size()) > keep) {
-        std::vector<float> kmin(cand.size() * d), kmax(cand.size() * d);
-        for (size_t c = 0; c < cand.size(); ++c) {
-            const float *lo = nullptr, *hi = nullptr;
-            pl[cand[c]].store->key_bounds(pl[cand[c]].index, &lo, &hi);
-            std::copy(lo, lo + d, kmin.begin() + static_cast<std::ptrdiff_t>(c) * d);
-            std::copy(hi, hi + d, kmax.begin() + static_cast<std::ptrdiff_t>(c) * d);
-        }
+        std::vector<const float*> kmin(cand.size()), kmax(cand.size());
+        for (size_t c = 0; c < cand.size(); ++c) pl[cand[c]].store->key_bounds(pl[cand[c]].index, &kmin[c], &kmax[c]);
         const std::vector<int> chosen =
-            quest_choose_pages(q, G, d, kmin.data(), kmax.data(), static_cast<int>(cand.size()), keep);
+            quest_rank_pages(q, G, d, kmin.data(), kmax.data(), static_cast<int>(cand.size()), keep);
         std::vector<char> keep_page(pl.size(), 0);
         for (size_t i = 0; i < pl.size(); ++i) keep_page[i] = pl[i].always;
         for (int c : chosen) keep_page[cand[c]] = 1;
@@ -217,9 +212,16 @@ void KVCache::decode_layer(const LayerInputs& in, const float* write_scores, flo
             if (r == 1 && policy_.window == 0 && !ps->pages().empty()) pages[h].back().always = true;
         }
         if (stat != KeyStat::kNone) probs[h].assign(static_cast<size_t>(G) * off, 0.0f);
-        if (select)
-            select_quest_pages(pages[h], *pool_, policy_.selection, in.q + static_cast<int64_t>(h) * G * d, G, d,
-                               selected_read_, selected_total_);
+    }
+    if (select) {
+        // One KV head's ranking per thread (each head's page stores keep their own bounds).
+        int64_t read = 0, total = 0;
+#pragma omp parallel for schedule(dynamic) reduction(+ : read, total)
+        for (int h = 0; h < in.n_head_kv; ++h)
+            select_quest_pages(pages[h], *pool_, policy_.selection, in.q + static_cast<int64_t>(h) * G * d, G, d, read,
+                               total);
+        selected_read_ += read;
+        selected_total_ += total;
     }
     // About four spans per thread (dynamic scheduling then balances heads of unequal lengths, and 3 KV heads on 2
     // threads), none shorter than four pages.

@@ -159,8 +159,15 @@ void run(const BenchOpts& o) {
         }
         const Stat s = report("tg" + std::to_string(o.n_gen) + at + (o.batch > 1 ? " x" + std::to_string(o.batch) : ""), tps);
         // Bytes a decoded token reads: every weight matrix once per step (shared by the batch's tokens) + the KV
-        // pages of its sequence (at the end of the test).
-        const double kv_bytes = static_cast<double>(cache.stats().kv_bytes_final);
+        // pages of its sequence (at the end of the test); under a read-time selection only the pages it chose in
+        // the selected layers (its measured read fraction), plus the key bounds it ranks them by.
+        const KVStats st = cache.stats();
+        double kv_bytes = static_cast<double>(st.kv_bytes_final);
+        const Selection& sel = cache.policy().selection;
+        if (sel.active()) {
+            const int L = model.config().n_layer, skip = std::min(sel.skip_layers, L);
+            kv_bytes = kv_bytes * (skip + (L - skip) * st.read_fraction) / L + static_cast<double>(st.selection_bytes);
+        }
         const double w_bytes = static_cast<double>(model.weight_bytes_per_token()) / o.batch;
         const double bytes = w_bytes + kv_bytes;
         const double gbs = bytes * s.mean / 1e9;

@@ -4,12 +4,14 @@
 // Σ_c max(q_c·min_c, q_c·max_c) are read, `budget` tokens of them, besides the sinks, the local window and the page of
 // the current token; the first two layers read everything (the paper's choice). Prefill is as the policy's. The bounds
 // are kept beside the pages (PageStore::key_bounds: float32, extended on appends, recomputed for a page an eviction
-// changed), so a page left out has neither its keys nor its values read. Composes with any cache policy:
+// changed), so a page left out has neither its keys nor its values read, and ranked where they lie (two SIMD dot
+// products per page: selection.h). Composes with any cache policy:
 //   quest:budget=512[,page=16][,skip_layers=2]            (the full cache, read sparsely)
 //   wgkv:model=DIR+quest:budget=512                        (WG-KV's cache, read sparsely: the paper's Fig. 9)
 #include <algorithm>
 #include <numeric>
 
+#include "kernels/dot.h"
 #include "policy/policy.h"
 #include "policy/selection.h"
 #include "util/error.h"
@@ -22,23 +24,38 @@ std::string Selection::describe() const {
            ",skip_layers=" + std::to_string(skip_layers) + ")";
 }
 
-std::vector<int> quest_choose_pages(const float* q, int G, int d, const float* kmin, const float* kmax, int n_pages,
-                                    int keep) {
+std::vector<int> quest_rank_pages(const float* q, int G, int d, const float* const* kmin, const float* const* kmax,
+                                  int n_pages, int keep) {
     std::vector<int> all(n_pages);
     std::iota(all.begin(), all.end(), 0);
     if (n_pages <= keep || n_pages == 0) return all;
-    std::vector<double> u(n_pages, 0.0);
-    for (int i = 0; i < n_pages; ++i)
-        for (int g = 0; g < G; ++g)
-            for (int c = 0; c < d; ++c) {
-                const double a = double(q[g * d + c]) * kmin[static_cast<size_t>(i) * d + c];
-                const double b = double(q[g * d + c]) * kmax[static_cast<size_t>(i) * d + c];
-                u[i] += std::max(a, b);
-            }
-    std::stable_sort(all.begin(), all.end(), [&](int a, int b) { return u[a] > u[b]; });
-    all.resize(std::max(0, keep));
+    // Σ_g max(q_gc·lo_c, q_gc·hi_c) = pos_c·hi_c + neg_c·lo_c with pos_c = Σ_g max(q_gc, 0), neg_c = Σ_g min(q_gc, 0)
+    // (hi_c ≥ lo_c), so each page costs two dot products of length d whatever the group size.
+    std::vector<float> pos(d, 0.0f), neg(d, 0.0f);
+    for (int g = 0; g < G; ++g)
+        for (int c = 0; c < d; ++c) {
+            const float x = q[static_cast<size_t>(g) * d + c];
+            (x > 0 ? pos[c] : neg[c]) += x;
+        }
+    const auto dot = dot_kernels().f32;
+    std::vector<float> u(n_pages);
+    for (int i = 0; i < n_pages; ++i) u[i] = dot(kmax[i], pos.data(), d) + dot(kmin[i], neg.data(), d);
+    const auto better = [&](int a, int b) { return u[a] > u[b] || (u[a] == u[b] && a < b); };
+    const int k = std::max(0, keep);
+    std::nth_element(all.begin(), all.begin() + k, all.end(), better);
+    all.resize(k);
     std::sort(all.begin(), all.end());
     return all;
+}
+
+std::vector<int> quest_choose_pages(const float* q, int G, int d, const float* kmin, const float* kmax, int n_pages,
+                                    int keep) {
+    std::vector<const float*> lo(n_pages), hi(n_pages);
+    for (int i = 0; i < n_pages; ++i) {
+        lo[i] = kmin + static_cast<size_t>(i) * d;
+        hi[i] = kmax + static_cast<size_t>(i) * d;
+    }
+    return quest_rank_pages(q, G, d, lo.data(), hi.data(), n_pages, keep);
 }
 
 void register_quest() {
