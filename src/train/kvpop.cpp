@@ -454,12 +454,8 @@ bool run_kvpop(const std::string& config_path, bool resume, bool progress) {
         }
         write_text((std::filesystem::path(dir) / "config.json").string(), card.dump(2) + "\n");
     };
-    auto save = [&](int64_t) { save_to(out + "/scorer"); };
-    const int64_t reached = loop.run(micro, eval, save);
-    if (reached < lo.steps) return false;
-    save_to(output);
-    if (progress) std::fprintf(stderr, "wrote %s\n", output.c_str());
-    return true;
+    return loop.run_and_export(
+        micro, eval, [&](const std::string& dir, bool) { save_to(dir); }, out + "/scorer", output);
 }
 
 }  // namespace kvsieve::train

@@ -88,6 +88,15 @@ void TrainLoop::load_checkpoint() {
     for (const auto& l : keep) out << l << "\n";
 }
 
+bool TrainLoop::run_and_export(const MicroStep& micro, const EvalFn& eval, const ExportFn& save_to,
+                               const std::string& checkpoint_copy, const std::string& output) {
+    const int64_t reached = run(micro, eval, [&](int64_t) { save_to(checkpoint_copy, false); });
+    if (reached < o_.steps) return false;
+    save_to(output, true);
+    if (o_.progress) std::fprintf(stderr, "wrote %s\n", output.c_str());
+    return true;
+}
+
 int64_t TrainLoop::run(const MicroStep& micro, const EvalFn& eval, const SaveFn& save) {
     g_stop = false;
     auto prev_int = std::signal(SIGINT, on_signal);

@@ -56,6 +56,15 @@ public:
     /// reached (< steps if interrupted).
     int64_t run(const MicroStep& micro, const EvalFn& eval, const SaveFn& save);
 
+    /// Writes what a run produces to `path`; `final` is false for the copy beside each checkpoint, true for the
+    /// run's output.
+    using ExportFn = std::function<void(const std::string& path, bool final)>;
+    /// run() with the ending every trainer shares: at each checkpoint `save_to(checkpoint_copy, false)`; once all
+    /// steps are done `save_to(output, true)` and, with progress on, "wrote OUTPUT" on stderr. Returns true when the
+    /// run finished (false if interrupted: the checkpoint and its copy are then the latest state).
+    bool run_and_export(const MicroStep& micro, const EvalFn& eval, const ExportFn& save_to,
+                        const std::string& checkpoint_copy, const std::string& output);
+
     int64_t start_step() const { return start_step_; }
     std::string checkpoint_path() const { return o_.out_dir + "/checkpoint.pt"; }
 

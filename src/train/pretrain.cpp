@@ -123,12 +123,9 @@ bool run_pretrain(const std::string& config_path, bool resume, bool progress) {
     };
     const LmEval lm_eval(ev, data, stream, *tok, seed);
     auto eval = [&](int64_t) { return lm_eval(model); };
-    auto save = [&](int64_t) { save_mirror(model, out + "/model.gguf", meta); };
-    const int64_t reached = loop.run(micro, eval, save);
-    if (reached < lo.steps) return false;
-    save_mirror(model, output, meta);
-    if (progress) std::fprintf(stderr, "wrote %s\n", output.c_str());
-    return true;
+    return loop.run_and_export(
+        micro, eval, [&](const std::string& path, bool) { save_mirror(model, path, meta); }, out + "/model.gguf",
+        output);
 }
 
 }  // namespace kvsieve::train

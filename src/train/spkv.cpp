@@ -226,17 +226,12 @@ bool run_spkv(const std::string& config_path, bool resume, bool progress) {
         }
         return e;
     };
-    auto save_to = [&](const std::string& path) {
+    auto save_to = [&](const std::string& path, bool) {
         std::map<std::string, torch::Tensor> pt;
         if (gates) pt = gates->gguf_tensors();
         save_mirror(lm, path, meta, pt);
     };
-    auto save = [&](int64_t) { save_to(out + "/model.gguf"); };
-    const int64_t reached = loop.run(micro, eval, save);
-    if (reached < lo.steps) return false;
-    save_to(output);
-    if (progress) std::fprintf(stderr, "wrote %s\n", output.c_str());
-    return true;
+    return loop.run_and_export(micro, eval, save_to, out + "/model.gguf", output);
 }
 
 }  // namespace kvsieve::train

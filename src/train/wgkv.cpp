@@ -168,12 +168,9 @@ bool run_wgkv(const std::string& config_path, bool resume, bool progress) {
                            {"dtype", f16 ? "F16" : "F32"}};
         write_text((std::filesystem::path(dir) / "config.json").string(), card.dump(2) + "\n");
     };
-    auto save = [&](int64_t) { save_to(out + "/gates", false); };
-    const int64_t reached = loop.run(micro, eval, save);
-    if (reached < lo.steps) return false;
-    save_to(output, wo.save_f16);
-    if (progress) std::fprintf(stderr, "wrote %s\n", output.c_str());
-    return true;
+    return loop.run_and_export(
+        micro, eval, [&](const std::string& dir, bool final) { save_to(dir, final && wo.save_f16); }, out + "/gates",
+        output);
 }
 
 }  // namespace kvsieve::train
