@@ -301,6 +301,21 @@ TEST(KVzapFit, LinearSurrogateLearnsKVzipPlusScoresAndServes) {
     EXPECT_EQ(k.input_dim(), 64);
     EXPECT_EQ(k.output_dim(), 4);
     EXPECT_FALSE(k.is_mlp());
+    // The τ guide: the written model's held-out predictions, counted directly, fall below each τ in the stated
+    // fraction.
+    ASSERT_EQ(r.tau_for_ratio.size(), 5u);
+    std::vector<float> pred;
+    for (int l = 0; l < 5; ++l) {
+        std::vector<float> out(static_cast<size_t>(pairs.n_val) * 4);
+        k.predict(l, pairs.x_val[l].data(), pairs.n_val, out.data());
+        pred.insert(pred.end(), out.begin(), out.end());
+    }
+    for (size_t i = 0; i < r.tau_for_ratio.size(); ++i) {
+        const auto [ratio, tau] = r.tau_for_ratio[i];
+        if (i > 0) EXPECT_GE(tau, r.tau_for_ratio[i - 1].second);
+        const double below = static_cast<double>(std::count_if(pred.begin(), pred.end(), [&](float v) { return v < tau; }));
+        EXPECT_NEAR(below / static_cast<double>(pred.size()), ratio, 0.01) << ratio;
+    }
     // The checkpoint drives the kvzap preset.
     auto pool = std::make_shared<KVPool>(m.config().head_dim, KVType::kF16);
     KVCache c(m.config(), 512, parse_policy("kvzap:model=" + dir + ",tau=-3,window=32"), pool);

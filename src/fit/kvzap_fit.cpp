@@ -1,5 +1,7 @@
 #include "fit/kvzap_fit.h"
 
+#include <algorithm>
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -53,7 +55,16 @@ std::string KVzapFitReport::table() const {
     }
     std::snprintf(buf, sizeof buf, "mean R² %.3f, mean r² (Pearson) %.3f (%ld train / %ld held-out pairs)\n", mean_r2(),
                   mean_pearson(), static_cast<long>(train_pairs), static_cast<long>(val_pairs));
-    return s + buf;
+    s += buf;
+    if (!tau_for_ratio.empty()) {
+        s += "held-out predictions below τ (compression ratio → τ):";
+        for (const auto& [ratio, tau] : tau_for_ratio) {
+            std::snprintf(buf, sizeof buf, " %.2f → %.2f", ratio, tau);
+            s += buf;
+        }
+        s += "\n";
+    }
+    return s;
 }
 
 namespace {
@@ -203,6 +214,15 @@ KVzapFitReport finish_kvzap_fit(const KVzapPairs& p, const std::vector<std::vect
     rep.pearson = kvzap_pearson_r2(p, pred);
     rep.train_pairs = p.n_train;
     rep.val_pairs = p.n_val;
+    std::vector<float> all;
+    for (const auto& l : pred) all.insert(all.end(), l.begin(), l.end());
+    if (!all.empty()) {
+        std::sort(all.begin(), all.end());
+        for (double ratio : {0.25, 0.5, 0.75, 0.9, 0.95}) {
+            const auto i = std::min(all.size() - 1, static_cast<size_t>(ratio * static_cast<double>(all.size())));
+            rep.tau_for_ratio.push_back({ratio, all[i]});
+        }
+    }
     std::filesystem::create_directories(out_dir);
     nlohmann::json cfg = {{"model_type", "kvzap"}, {"input_dim", p.dim}, {"output_dim", p.n_head_kv},
                           {"n_modules", p.n_layer}, {"hidden_dim", nullptr}};

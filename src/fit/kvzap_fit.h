@@ -30,6 +30,10 @@ struct KVzapFitReport {
     std::vector<std::vector<double>> r2;       ///< [L][Hkv] 1 − SS_res/SS_tot
     std::vector<std::vector<double>> pearson;  ///< [L][Hkv] squared Pearson correlation (KVzap paper, Table 1)
     int64_t train_pairs = 0, val_pairs = 0;
+    /// Thresholds for a target compression: {ratio, τ} where a fraction `ratio` of the held-out predictions (all
+    /// layers and heads, log space) lie below τ, for ratios 0.25, 0.5, 0.75, 0.9, 0.95. A guide for choosing τ; the
+    /// compression on real prompts is measured by `eval sweep --thresholds`, where sinks and the window are kept.
+    std::vector<std::pair<double, double>> tau_for_ratio;
     double mean_r2() const;
     double mean_pearson() const;
     std::string table() const;
