@@ -39,8 +39,19 @@ TEST(Leaderboard, TablesWithIntervalsAndTheNinetyFivePercentLine) {
     cell(a, "snapkv_ratio_0.5", "snapkv:ratio=0.5", 0.5, {1, 1, 1, 1, 1, 1, 1, 0}, false);
     cell(a, "snapkv_ratio_0.75", "snapkv:ratio=0.75", 0.75, {1, 0, 1, 0, 1, 0, 1, 0}, false);
     cell(a, "knorm_ratio_0.5", "knorm:ratio=0.5", 0.5, {0, 0, 0, 0, 0, 0, 0, 1}, false);
+    // Two surrogates of one learned policy are two methods, named by their checkpoints.
+    cell(a, "kvzap_a", "kvzap:model=models/kvzap/m-linear,sinks=4,rule=threshold,tau=-3", 0.6, {1, 0}, false);
+    cell(a, "kvzap_b", "kvzap:model=models/kvzap/m-mlp/,rule=threshold,tau=-3", 0.6, {1, 1}, false);
     const auto rows = collect_leaderboard({a.string()});
-    ASSERT_EQ(rows.size(), 4u);
+    ASSERT_EQ(rows.size(), 6u);
+    int kvzap_rows = 0;
+    for (const auto& r : rows)
+        if (r.policy.rfind("kvzap", 0) == 0) {
+            ++kvzap_rows;
+            EXPECT_EQ(r.method, r.policy.find("m-mlp") != std::string::npos ? "kvzap m-mlp (rule=threshold)"
+                                                                            : "kvzap m-linear (rule=threshold)");
+        }
+    EXPECT_EQ(kvzap_rows, 2);
     for (const auto& r : rows) {
         EXPECT_EQ(r.model, "m.gguf");
         EXPECT_DOUBLE_EQ(r.full, 87.5);
@@ -53,7 +64,7 @@ TEST(Leaderboard, TablesWithIntervalsAndTheNinetyFivePercentLine) {
     const std::string md = write_leaderboard(rows, (fs::path(root.path()) / "out").string());
     EXPECT_NE(md.find("## m.gguf — ruler, query-agnostic"), std::string::npos) << md;
     EXPECT_NE(md.find("| snapkv | `snapkv:ratio=0.75` | 0.750 | 0.250 | 50.00 ± 37.04 | -37.50 |"), std::string::npos) << md;
-    EXPECT_NE(md.find("up to compression ratio: snapkv 0.50."), std::string::npos) << md;
+    EXPECT_NE(md.find("up to compression ratio: kvzap m-mlp (rule=threshold) 0.60, snapkv 0.50."), std::string::npos) << md;
     EXPECT_TRUE(fs::exists(fs::path(root.path()) / "out" / "leaderboard.md"));
     // A sweep without its full-cache cell, or an empty directory, is refused.
     const fs::path b = fs::path(root.path()) / "b";

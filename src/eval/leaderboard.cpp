@@ -90,8 +90,16 @@ std::pair<double, double> column_stats(const fs::path& csv, const std::string& c
     return {m, 1.96 * std::sqrt(ss / static_cast<double>(v.size() - 1)) / std::sqrt(static_cast<double>(v.size()))};
 }
 
+/// A spec's method: the policy's name, the last path component of its model= (two learned surrogates of one
+/// policy are two methods) and its rule=, e.g. "kvzap smollm2-135m-mlp (rule=threshold)".
 std::string method_of(const std::string& spec) {
     std::string m = spec.substr(0, spec.find(':'));
+    const size_t mp = spec.find("model=");
+    if (mp != std::string::npos) {
+        std::string path = spec.substr(mp + 6, spec.find_first_of(",+>@", mp) - mp - 6);
+        while (!path.empty() && path.back() == '/') path.pop_back();
+        m += " " + path.substr(path.find_last_of('/') + 1);
+    }
     const size_t r = spec.find("rule=");
     if (r != std::string::npos) m += " (" + spec.substr(r, spec.find(',', r) - r) + ")";
     return m;

@@ -11,7 +11,7 @@ struct LeaderboardRow {
     std::string model;          ///< the model file's name
     std::string task;           ///< "ruler" or "nll"
     std::string policy;         ///< the cell's spec
-    std::string method;         ///< the preset (spec up to ':'), with the spec's rule when it has one
+    std::string method;         ///< the preset (spec up to ':'), the checkpoint of its model= and its rule= when it has them
     double compression = 0;     ///< mean compression ratio
     double density = 1;         ///< mean density ρ
     double value = 0;           ///< RULER: score 0–100; NLL: nats/token
