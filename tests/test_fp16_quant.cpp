@@ -36,6 +36,45 @@ TEST(Fp16, KnownValuesAndRounding) {
     EXPECT_EQ(fp32_to_fp16(std::ldexp(1.5f, -25)), 0x0001);
 }
 
+TEST(Fp16, DirectedRoundingGivesTheNearestHalfOnEachSide) {
+    // Against every finite binary16, sorted: down(x) is the largest one ≤ x and up(x) the smallest ≥ x, for values
+    // across the whole range (subnormals, zeros, the largest finite half and beyond it, where both saturate).
+    std::vector<float> halves;
+    for (uint32_t h = 0; h < 0x10000u; ++h)
+        if ((h & 0x7c00u) != 0x7c00u) halves.push_back(fp16_to_fp32(static_cast<uint16_t>(h)));
+    std::sort(halves.begin(), halves.end());
+    std::vector<float> xs = {0.0f, -0.0f, 1e-9f, -1e-9f, 6e-8f, -6e-8f, 1.0f, -1.0f, 65504.0f, -65504.0f, 65510.0f,
+                             -65510.0f, 1e6f, -1e6f, 0.1f, -0.1f, 3.14159f, 1.0f + 1e-4f};
+    uint32_t state = 12345;
+    for (int i = 0; i < 20000; ++i) {
+        state = state * 1664525u + 1013904223u;
+        uint32_t bits = state;
+        if ((bits & 0x7f800000u) == 0x7f800000u) continue;  // no inf/NaN here
+        float f;
+        std::memcpy(&f, &bits, 4);
+        if (std::fabs(f) < 1e5f) xs.push_back(f);
+        xs.push_back(std::ldexp(static_cast<float>(state % 100000) / 100000.0f - 0.5f, static_cast<int>(state % 40) - 24));
+    }
+    for (float x : xs) {
+        const float lo = fp16_to_fp32(fp32_to_fp16_down(x)), hi = fp16_to_fp32(fp32_to_fp16_up(x));
+        if (x >= 65504.0f) {
+            EXPECT_EQ(lo, 65504.0f);
+            EXPECT_EQ(hi, 65504.0f);
+            continue;
+        }
+        if (x <= -65504.0f) {
+            EXPECT_EQ(lo, -65504.0f);
+            EXPECT_EQ(hi, -65504.0f);
+            continue;
+        }
+        const float want_lo = *(std::upper_bound(halves.begin(), halves.end(), x) - 1);
+        const float want_hi = *std::lower_bound(halves.begin(), halves.end(), x);
+        ASSERT_EQ(lo, want_lo) << x;
+        ASSERT_EQ(hi, want_hi) << x;
+    }
+    EXPECT_TRUE(std::isnan(fp16_to_fp32(fp32_to_fp16_up(NAN))));
+}
+
 TEST(Bf16, RoundsToNearestEven) {
     EXPECT_EQ(fp32_to_bf16(1.0f), 0x3F80);
     uint32_t u = 0x3F808000;  // exactly halfway between 0x3F80 and 0x3F81

@@ -1,7 +1,8 @@
 // Read-time selection (policy/selection.h, policy/quest.cpp): Quest's page bound and choice against a direct
 // computation, the selection's composition with any policy in a spec, and its effect at decode steps: the cache is
 // unchanged, only the chosen pages are read, a budget covering every page reads everything; the key bounds kept
-// beside the pages equal the keys' minimum and maximum through appends, overwrites and evictions.
+// beside the pages equal the keys' minimum and maximum (rounded outwards to binary16) through appends, overwrites
+// and evictions.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +11,7 @@
 
 #include "cache/kv_cache.h"
 #include "cache/page_store.h"
+#include "kernels/fp16.h"
 #include "model/llama_model.h"
 #include "policy/policy.h"
 #include "policy/selection.h"
@@ -34,6 +36,14 @@ TEST(Quest, ThePageBoundIsAnUpperBoundAndTheBestPagesAreChosen) {
                 kmin[i * d + c] = std::min(kmin[i * d + c], k);
                 kmax[i * d + c] = std::max(kmax[i * d + c], k);
             }
+    // The bounds as the page stores keep them: binary16 rounded outwards.
+    std::vector<uint16_t> hmin(kmin.size()), hmax(kmax.size());
+    for (size_t i = 0; i < kmin.size(); ++i) {
+        hmin[i] = fp32_to_fp16_down(kmin[i]);
+        hmax[i] = fp32_to_fp16_up(kmax[i]);
+        kmin[i] = fp16_to_fp32(hmin[i]);
+        kmax[i] = fp16_to_fp32(hmax[i]);
+    }
     // The bound written out: U_i = Σ_g Σ_c max(q_gc·min_ic, q_gc·max_ic), ≥ every key's summed logit.
     std::vector<std::pair<double, int>> bound;
     for (int i = 0; i < n_pages; ++i) {
@@ -51,10 +61,10 @@ TEST(Quest, ThePageBoundIsAnUpperBoundAndTheBestPagesAreChosen) {
     std::sort(bound.begin(), bound.end());
     std::set<int> want;
     for (int j = 0; j < keep; ++j) want.insert(bound[j].second);
-    const auto got = quest_choose_pages(q.data(), G, d, kmin.data(), kmax.data(), n_pages, keep);
+    const auto got = quest_choose_pages(q.data(), G, d, hmin.data(), hmax.data(), n_pages, keep);
     EXPECT_EQ(std::set<int>(got.begin(), got.end()), want);
     EXPECT_TRUE(std::is_sorted(got.begin(), got.end()));
-    EXPECT_EQ(quest_choose_pages(q.data(), G, d, kmin.data(), kmax.data(), n_pages, 20).size(), 12u);
+    EXPECT_EQ(quest_choose_pages(q.data(), G, d, hmin.data(), hmax.data(), n_pages, 20).size(), 12u);
 }
 
 TEST(Quest, RankingOnStoredBoundsMatchesTheBoundWrittenOut) {
@@ -66,19 +76,22 @@ TEST(Quest, RankingOnStoredBoundsMatchesTheBoundWrittenOut) {
     std::normal_distribution<float> nd;
     const int G = 3, d = 64, n_pages = 300, keep = 37;
     std::vector<float> q(G * d), lo(static_cast<size_t>(n_pages) * d), hi(lo.size());
+    std::vector<uint16_t> hlo(lo.size()), hhi(lo.size());
     for (auto& x : q) x = nd(rng);
     for (size_t i = 0; i < lo.size(); ++i) {
         const float a = nd(rng), b = nd(rng);
-        lo[i] = std::min(a, b);
-        hi[i] = std::max(a, b);
+        hlo[i] = fp32_to_fp16_down(std::min(a, b));
+        hhi[i] = fp32_to_fp16_up(std::max(a, b));
+        lo[i] = fp16_to_fp32(hlo[i]);
+        hi[i] = fp16_to_fp32(hhi[i]);
     }
     std::vector<double> u(n_pages, 0.0);
     for (int i = 0; i < n_pages; ++i)
         for (int g = 0; g < G; ++g)
             for (int c = 0; c < d; ++c)
                 u[i] += std::max(double(q[g * d + c]) * lo[i * d + c], double(q[g * d + c]) * hi[i * d + c]);
-    std::vector<const float*> plo(n_pages), phi(n_pages);
-    for (int i = 0; i < n_pages; ++i) plo[i] = lo.data() + i * d, phi[i] = hi.data() + i * d;
+    std::vector<const uint16_t*> plo(n_pages), phi(n_pages);
+    for (int i = 0; i < n_pages; ++i) plo[i] = hlo.data() + i * d, phi[i] = hhi.data() + i * d;
     {
         const auto got = quest_rank_pages(q.data(), G, d, plo.data(), phi.data(), n_pages, keep);
         ASSERT_EQ(got.size(), static_cast<size_t>(keep));
@@ -92,7 +105,7 @@ TEST(Quest, RankingOnStoredBoundsMatchesTheBoundWrittenOut) {
                 best_out = std::max(best_out, u[i]);
         }
         EXPECT_GE(worst_in, best_out - 1e-4);
-        EXPECT_EQ(quest_choose_pages(q.data(), G, d, lo.data(), hi.data(), n_pages, keep), got);
+        EXPECT_EQ(quest_choose_pages(q.data(), G, d, hlo.data(), hhi.data(), n_pages, keep), got);
     }
 }
 
@@ -134,7 +147,7 @@ TEST(Quest, KeyBoundsKeptBesideThePagesFollowEveryChange) {
             }
             for (size_t p = 0; p < st.pages().size(); ++p) {
                 if (rng() % 2) continue;
-                const float *lo = nullptr, *hi = nullptr;
+                const uint16_t *lo = nullptr, *hi = nullptr;
                 st.key_bounds(p, &lo, &hi);
                 const int64_t end = std::min<int64_t>(st.size(), static_cast<int64_t>(p + 1) * P);
                 for (int c = 0; c < d; ++c) {
@@ -144,12 +157,15 @@ TEST(Quest, KeyBoundsKeptBesideThePagesFollowEveryChange) {
                         mn = std::min(mn, k[c]);
                         mx = std::max(mx, k[c]);
                     }
-                    ASSERT_EQ(lo[c], mn) << "step " << step << " page " << p << " channel " << c;
-                    ASSERT_EQ(hi[c], mx) << "step " << step << " page " << p << " channel " << c;
+                    // The exact minimum and maximum, rounded outwards to binary16.
+                    ASSERT_EQ(lo[c], fp32_to_fp16_down(mn)) << "step " << step << " page " << p << " channel " << c;
+                    ASSERT_EQ(hi[c], fp32_to_fp16_up(mx)) << "step " << step << " page " << p << " channel " << c;
+                    ASSERT_LE(fp16_to_fp32(lo[c]), mn);
+                    ASSERT_GE(fp16_to_fp32(hi[c]), mx);
                 }
                 ++checked;
             }
-            EXPECT_EQ(st.bounds_bytes() <= st.pages().size() * 2 * d * sizeof(float), true);
+            EXPECT_EQ(st.bounds_bytes() <= st.pages().size() * 2 * d * sizeof(uint16_t), true);
         }
         EXPECT_GT(checked, 300);
         st.clear();

@@ -153,7 +153,7 @@ void select_quest_pages(std::vector<PageRef>& pl, const KVPool& pool, const Sele
     }
     const int keep = static_cast<int>((sel.budget + pool.page_tokens() - 1) / pool.page_tokens());
     if (static_cast<int>(cand.size()) > keep) {
-        std::vector<const float*> kmin(cand.size()), kmax(cand.size());
+        std::vector<const uint16_t*> kmin(cand.size()), kmax(cand.size());
         for (size_t c = 0; c < cand.size(); ++c) pl[cand[c]].store->key_bounds(pl[cand[c]].index, &kmin[c], &kmax[c]);
         const std::vector<int> chosen =
             quest_rank_pages(q, G, d, kmin.data(), kmax.data(), static_cast<int>(cand.size()), keep);

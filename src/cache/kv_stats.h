@@ -25,7 +25,7 @@ struct KVStats {
     /// selected layers (1 without a selection, or before any decode step).
     double read_fraction = 1;
     /// Bytes of the per-page key bounds a read-time selection keeps beside the global region's pages (Quest's
-    /// 2 · d float32 per page), outside the pool; 0 without a selection.
+    /// 2 · d binary16 per page), outside the pool; 0 without a selection.
     uint64_t selection_bytes = 0;
 
     /// [L][Hkv] density of each head: beyond[l][h] / (tokens − window), the per-head form of `density` (1 when

@@ -66,27 +66,29 @@ void PageStore::trim_bounds() {
     }
 }
 
-void PageStore::key_bounds(size_t p, const float** kmin, const float** kmax) const {
+void PageStore::key_bounds(size_t p, const uint16_t** kmin, const uint16_t** kmax) const {
     const int d = pool_->head_dim(), P = pool_->page_tokens();
     if (bound_rows_.size() < pages_.size()) {
         bound_rows_.resize(pages_.size(), 0);
         bmin_.resize(pages_.size() * static_cast<size_t>(d));
         bmax_.resize(pages_.size() * static_cast<size_t>(d));
     }
-    float* lo = bmin_.data() + p * d;
-    float* hi = bmax_.data() + p * d;
+    uint16_t* lo = bmin_.data() + p * d;
+    uint16_t* hi = bmax_.data() + p * d;
     const auto cnt = static_cast<int32_t>(std::min<int64_t>(P, size() - static_cast<int64_t>(p) * P));
-    if (bound_rows_[p] == 0)
-        for (int c = 0; c < d; ++c) lo[c] = INFINITY, hi[c] = -INFINITY;
     if (bound_rows_[p] < cnt) {  // fold in the keys written since the bounds were last asked for
-        std::vector<float> row(d);
+        // Folded in float32, then rounded outwards (the rounding is monotone, so this is the rounded min / max).
+        std::vector<float> row(d), fl(d, INFINITY), fh(d, -INFINITY);
+        if (bound_rows_[p] > 0)
+            for (int c = 0; c < d; ++c) fl[c] = fp16_to_fp32(lo[c]), fh[c] = fp16_to_fp32(hi[c]);
         for (int32_t r = bound_rows_[p]; r < cnt; ++r) {
             load_row(pool_->type(), key_ptr(static_cast<int64_t>(p) * P + r), row.data(), d);
             for (int c = 0; c < d; ++c) {
-                lo[c] = std::min(lo[c], row[c]);
-                hi[c] = std::max(hi[c], row[c]);
+                fl[c] = std::min(fl[c], row[c]);
+                fh[c] = std::max(fh[c], row[c]);
             }
         }
+        for (int c = 0; c < d; ++c) lo[c] = fp32_to_fp16_down(fl[c]), hi[c] = fp32_to_fp16_up(fh[c]);
         bound_rows_[p] = cnt;
     }
     *kmin = lo;

@@ -53,14 +53,16 @@ public:
     const std::vector<float>& scores() const { return score_; }
     const KVPool& pool() const { return *pool_; }
 
-    /// Quest's per-page key bounds (Tang et al. 2024, "Quest", §3): the channel-wise minimum and maximum [d]
-    /// (float32) of the keys of the store's page p (an index into pages()), over the entries it holds now. Kept beside
-    /// the pages once asked for: appends extend a page's bounds when next asked (reading only the new keys), and an
-    /// entry overwritten or moved into a page (eviction) or taken out of it makes that page's bounds be recomputed.
-    /// The pointers are valid until the store next changes. Not thread-safe, even though const.
-    void key_bounds(size_t p, const float** kmin, const float** kmax) const;
-    /// Bytes the key bounds take (2 · d float32 per page that has been asked for), outside the pool.
-    size_t bounds_bytes() const { return (bmin_.size() + bmax_.size()) * sizeof(float); }
+    /// Quest's per-page key bounds (Tang et al. 2024, "Quest", §3): the channel-wise minimum and maximum [d] of the
+    /// keys of the store's page p (an index into pages()), over the entries it holds now, as IEEE binary16 rounded
+    /// outwards (kmin ≤ every key ≤ kmax still holds exactly; fp32_to_fp16_down/up; Quest keeps them in the KV's
+    /// 16-bit type too). Kept beside the pages once asked for: appends extend a page's bounds when next asked
+    /// (reading only the new keys), and an entry overwritten or moved into a page (eviction) or taken out of it
+    /// makes that page's bounds be recomputed. The pointers stay valid while the store holds no more pages than now
+    /// (asking for another page's bounds does not move them). Not thread-safe, even though const.
+    void key_bounds(size_t p, const uint16_t** kmin, const uint16_t** kmax) const;
+    /// Bytes the key bounds take (2 · d binary16 per page that has been asked for), outside the pool.
+    size_t bounds_bytes() const { return (bmin_.size() + bmax_.size()) * sizeof(uint16_t); }
 
 private:
     uint8_t* kslot(int64_t i) { return pool_->keys(pages_[i / pool_->page_tokens()]) + (i % pool_->page_tokens()) * pool_->row_bytes(); }
@@ -75,7 +77,7 @@ private:
     std::vector<int32_t> pages_;
     std::vector<int32_t> pos_;
     std::vector<float> score_;
-    mutable std::vector<float> bmin_, bmax_;    // key bounds [pages][d], see key_bounds()
+    mutable std::vector<uint16_t> bmin_, bmax_;  // key bounds [pages][d] (binary16), see key_bounds()
     mutable std::vector<int32_t> bound_rows_;  // per page: how many of its leading entries the bounds cover
 };
 

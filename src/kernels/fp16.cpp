@@ -35,6 +35,29 @@ float half_bits_to_float(uint16_t h) {
 
 float fp16_to_fp32_special(uint16_t h) { return half_bits_to_float(h); }
 
+namespace {
+/// The binary16 next to finite, non-NaN h towards +∞ (up) or −∞, on the sign-magnitude encoding.
+uint16_t fp16_step(uint16_t h, bool up) {
+    const bool neg = h & 0x8000u;
+    if ((h & 0x7fffu) == 0) return up ? 0x0001 : 0x8001;  // ±0 → the smallest subnormal of the direction
+    return (neg == up) ? static_cast<uint16_t>(h - 1) : static_cast<uint16_t>(h + 1);
+}
+
+uint16_t fp32_to_fp16_directed(float f, bool up) {
+    if (std::isnan(f)) return 0x7e00;
+    if (f >= 65504.0f) return 0x7bff;
+    if (f <= -65504.0f) return 0xfbff;
+    uint16_t h = fp32_to_fp16(f);
+    const float back = fp16_to_fp32(h);
+    if (up ? back < f : back > f) h = fp16_step(h, up);
+    return h;
+}
+}  // namespace
+
+uint16_t fp32_to_fp16_down(float f) { return fp32_to_fp16_directed(f, false); }
+
+uint16_t fp32_to_fp16_up(float f) { return fp32_to_fp16_directed(f, true); }
+
 uint16_t fp32_to_fp16(float f) {
     uint32_t x;
     std::memcpy(&x, &f, 4);

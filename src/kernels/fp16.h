@@ -20,6 +20,13 @@ inline float fp16_to_fp32(uint16_t h) {
 /// float32 → IEEE binary16, round to nearest even; overflow gives ±inf, NaN stays NaN.
 uint16_t fp32_to_fp16(float f);
 
+/// float32 → IEEE binary16 rounded outwards: fp32_to_fp16_down(f) is the largest binary16 ≤ f, fp32_to_fp16_up(f) the
+/// smallest ≥ f, both saturating at ±65504 (the largest finite binary16; a value beyond it gives ±65504, which is then
+/// not a bound) so that products with zero stay finite. For a lower and an upper bound kept in half the bytes (Quest's
+/// per-page key bounds). NaN gives NaN.
+uint16_t fp32_to_fp16_down(float f);
+uint16_t fp32_to_fp16_up(float f);
+
 /// bfloat16 (upper 16 bits of a float32) → float32 (exact).
 inline float bf16_to_fp32(uint16_t h) {
     uint32_t u = static_cast<uint32_t>(h) << 16;

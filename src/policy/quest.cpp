@@ -3,7 +3,7 @@
 // per-channel minimum and maximum keys; at each decode step the global-region pages with the highest bound
 // Σ_c max(q_c·min_c, q_c·max_c) are read, `budget` tokens of them, besides the sinks, the local window and the page of
 // the current token; the first two layers read everything (the paper's choice). Prefill is as the policy's. The bounds
-// are kept beside the pages (PageStore::key_bounds: float32, extended on appends, recomputed for a page an eviction
+// are kept beside the pages (PageStore::key_bounds: binary16 rounded outwards, extended on appends, recomputed for a page an eviction
 // changed), so a page left out has neither its keys nor its values read, and ranked where they lie (two SIMD dot
 // products per page: selection.h). Composes with any cache policy:
 //   quest:budget=512[,page=16][,skip_layers=2]            (the full cache, read sparsely)
@@ -24,8 +24,8 @@ std::string Selection::describe() const {
            ",skip_layers=" + std::to_string(skip_layers) + ")";
 }
 
-std::vector<int> quest_rank_pages(const float* q, int G, int d, const float* const* kmin, const float* const* kmax,
-                                  int n_pages, int keep) {
+std::vector<int> quest_rank_pages(const float* q, int G, int d, const uint16_t* const* kmin,
+                                  const uint16_t* const* kmax, int n_pages, int keep) {
     std::vector<int> all(n_pages);
     std::iota(all.begin(), all.end(), 0);
     if (n_pages <= keep || n_pages == 0) return all;
@@ -37,7 +37,7 @@ std::vector<int> quest_rank_pages(const float* q, int G, int d, const float* con
             const float x = q[static_cast<size_t>(g) * d + c];
             (x > 0 ? pos[c] : neg[c]) += x;
         }
-    const auto dot = dot_kernels().f32;
+    const auto dot = dot_kernels().f16;
     std::vector<float> u(n_pages);
     for (int i = 0; i < n_pages; ++i) u[i] = dot(kmax[i], pos.data(), d) + dot(kmin[i], neg.data(), d);
     const auto better = [&](int a, int b) { return u[a] > u[b] || (u[a] == u[b] && a < b); };
@@ -48,9 +48,9 @@ std::vector<int> quest_rank_pages(const float* q, int G, int d, const float* con
     return all;
 }
 
-std::vector<int> quest_choose_pages(const float* q, int G, int d, const float* kmin, const float* kmax, int n_pages,
-                                    int keep) {
-    std::vector<const float*> lo(n_pages), hi(n_pages);
+std::vector<int> quest_choose_pages(const float* q, int G, int d, const uint16_t* kmin, const uint16_t* kmax,
+                                    int n_pages, int keep) {
+    std::vector<const uint16_t*> lo(n_pages), hi(n_pages);
     for (int i = 0; i < n_pages; ++i) {
         lo[i] = kmin + static_cast<size_t>(i) * d;
         hi[i] = kmax + static_cast<size_t>(i) * d;

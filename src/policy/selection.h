@@ -25,15 +25,16 @@ struct Selection {
 /// U_i = Σ_c max(q_c · kmin_i,c, q_c · kmax_i,c). Under GQA the G query heads q [G][d] of the KV head share one
 /// choice, ranked by Σ_g U_i(q_g) (the bound of the group's summed logits; Quest is defined for one query head).
 /// Returns the indices of the `keep` pages of highest bound (ties to the lower index; all when n_pages ≤ keep) in
-/// increasing order. kmin, kmax: [n_pages][d]. Computed as Σ_c P_c·kmax_i,c + N_c·kmin_i,c with P_c = Σ_g max(q_gc, 0)
-/// and N_c = Σ_g min(q_gc, 0) (the same sum regrouped: two float32 dot products per page), so pages whose bounds
-/// differ in the last bits may rank in another order than the sum written out in double.
-std::vector<int> quest_choose_pages(const float* q, int G, int d, const float* kmin, const float* kmax, int n_pages,
-                                    int keep);
+/// increasing order. kmin, kmax: [n_pages][d] IEEE binary16 (the bounds as PageStore::key_bounds keeps them).
+/// Computed as Σ_c P_c·kmax_i,c + N_c·kmin_i,c with P_c = Σ_g max(q_gc, 0) and N_c = Σ_g min(q_gc, 0) (the same sum
+/// regrouped: two binary16 × float32 dot products per page), so pages whose bounds differ in the last bits may rank
+/// in another order than the sum written out in double.
+std::vector<int> quest_choose_pages(const float* q, int G, int d, const uint16_t* kmin, const uint16_t* kmax,
+                                    int n_pages, int keep);
 
-/// quest_choose_pages with each page's bounds where they lie: kmin[i], kmax[i] point at page i's d floats (the rows
-/// PageStore::key_bounds keeps), so the decode step ranks pages without gathering them.
-std::vector<int> quest_rank_pages(const float* q, int G, int d, const float* const* kmin, const float* const* kmax,
-                                  int n_pages, int keep);
+/// quest_choose_pages with each page's bounds where they lie: kmin[i], kmax[i] point at page i's d binary16 values
+/// (the rows PageStore::key_bounds keeps), so the decode step ranks pages without gathering them.
+std::vector<int> quest_rank_pages(const float* q, int G, int d, const uint16_t* const* kmin,
+                                  const uint16_t* const* kmax, int n_pages, int keep);
 
 }  // namespace kvsieve
