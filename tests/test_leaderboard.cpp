@@ -39,17 +39,22 @@ TEST(Leaderboard, TablesWithIntervalsAndTheNinetyFivePercentLine) {
     cell(a, "snapkv_ratio_0.5", "snapkv:ratio=0.5", 0.5, {1, 1, 1, 1, 1, 1, 1, 0}, false);
     cell(a, "snapkv_ratio_0.75", "snapkv:ratio=0.75", 0.75, {1, 0, 1, 0, 1, 0, 1, 0}, false);
     cell(a, "knorm_ratio_0.5", "knorm:ratio=0.5", 0.5, {0, 0, 0, 0, 0, 0, 0, 1}, false);
-    // Two surrogates of one learned policy are two methods, named by their checkpoints.
+    // Two surrogates of one learned policy are two methods, named by their checkpoints; a method is its spec without
+    // the swept quantity, so a baseline with a protected window is another curve than without.
     cell(a, "kvzap_a", "kvzap:model=models/kvzap/m-linear,sinks=4,rule=threshold,tau=-3", 0.6, {1, 0}, false);
     cell(a, "kvzap_b", "kvzap:model=models/kvzap/m-mlp/,rule=threshold,tau=-3", 0.6, {1, 1}, false);
+    cell(a, "knorm_w", "knorm:sinks=4,window=128,ratio=0.5", 0.4, {0, 1}, false);
     const auto rows = collect_leaderboard({a.string()});
-    ASSERT_EQ(rows.size(), 6u);
+    ASSERT_EQ(rows.size(), 7u);
+    for (const auto& r : rows)
+        if (r.policy.rfind("knorm", 0) == 0)
+            EXPECT_EQ(r.method, r.policy == "knorm:ratio=0.5" ? "knorm" : "knorm (sinks=4, window=128)");
     int kvzap_rows = 0;
     for (const auto& r : rows)
         if (r.policy.rfind("kvzap", 0) == 0) {
             ++kvzap_rows;
             EXPECT_EQ(r.method, r.policy.find("m-mlp") != std::string::npos ? "kvzap m-mlp (rule=threshold)"
-                                                                            : "kvzap m-linear (rule=threshold)");
+                                                                            : "kvzap m-linear (sinks=4, rule=threshold)");
         }
     EXPECT_EQ(kvzap_rows, 2);
     for (const auto& r : rows) {

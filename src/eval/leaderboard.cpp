@@ -90,18 +90,34 @@ std::pair<double, double> column_stats(const fs::path& csv, const std::string& c
     return {m, 1.96 * std::sqrt(ss / static_cast<double>(v.size() - 1)) / std::sqrt(static_cast<double>(v.size()))};
 }
 
-/// A spec's method: the policy's name, the last path component of its model= (two learned surrogates of one
-/// policy are two methods) and its rule=, e.g. "kvzap smollm2-135m-mlp (rule=threshold)".
+/// A spec's method: the spec without the quantity a sweep varies (ratio=, budget=, tau=), so that one method's cells
+/// form one curve: the policy's name, the last path component of its model= (two learned surrogates of one policy
+/// are two methods) and its other parameters, e.g. "kvzap smollm2-135m-mlp (sinks=4, rule=threshold)" or
+/// "knorm (sinks=4, window=128)". A composed spec's later parts ("+quest:…", ">kvpop:…") are kept as written.
 std::string method_of(const std::string& spec) {
-    std::string m = spec.substr(0, spec.find(':'));
-    const size_t mp = spec.find("model=");
-    if (mp != std::string::npos) {
-        std::string path = spec.substr(mp + 6, spec.find_first_of(",+>@", mp) - mp - 6);
-        while (!path.empty() && path.back() == '/') path.pop_back();
-        m += " " + path.substr(path.find_last_of('/') + 1);
+    const size_t colon = spec.find(':');
+    const size_t end = std::min(spec.size(), spec.find_first_of("+>@", colon == std::string::npos ? 0 : colon));
+    std::string m = spec.substr(0, std::min(colon, end));
+    std::string params;
+    if (colon != std::string::npos && colon < end) {
+        std::string rest = spec.substr(colon + 1, end - colon - 1);
+        size_t a = 0;
+        while (a <= rest.size()) {
+            const size_t b = std::min(rest.size(), rest.find(',', a));
+            const std::string kv = rest.substr(a, b - a);
+            const std::string key = kv.substr(0, kv.find('='));
+            if (key == "model") {
+                std::string path = kv.substr(kv.find('=') + 1);
+                while (!path.empty() && path.back() == '/') path.pop_back();
+                m += " " + path.substr(path.find_last_of('/') + 1);
+            } else if (!kv.empty() && key != "ratio" && key != "budget" && key != "tau") {
+                params += (params.empty() ? "" : ", ") + kv;
+            }
+            a = b + 1;
+        }
     }
-    const size_t r = spec.find("rule=");
-    if (r != std::string::npos) m += " (" + spec.substr(r, spec.find(',', r) - r) + ")";
+    if (!params.empty()) m += " (" + params + ")";
+    if (end < spec.size()) m += " " + spec.substr(end);
     return m;
 }
 
