@@ -217,9 +217,9 @@ std::string write_leaderboard(const std::vector<LeaderboardRow>& rows, const std
         }
         write_text((fs::path(out_dir) / (stem + ".dat")).string(), dat.str());
         std::ostringstream gp;
-        gp << "set terminal pngcairo size 900,600 noenhanced\nset output '" << stem << ".png'\nset xlabel 'compression ratio'\n"
+        gp << "set terminal pngcairo size 900,760 noenhanced\nset output '" << stem << ".png'\nset xlabel 'compression ratio'\n"
            << "set ylabel '" << (ruler ? "score (0-100)" : "NLL (nats/token)") << "'\nset title '" << key.first << ": "
-           << key.second << "'\nset key outside right\nset grid\nset xrange [0:1.02]\n" << (ruler ? "set yrange [0:*]\n" : "")
+           << key.second << "'\nset key below left Left reverse\nset grid\nset xrange [0:1.02]\n" << (ruler ? "set yrange [0:*]\n" : "")
            << "plot ";
         for (size_t i = 0; i < methods.size(); ++i)
             gp << (i ? ", " : "") << "'" << stem << ".dat' index " << i << " using 1:2:3 with yerrorlines title '" << methods[i] << "'";
