@@ -311,7 +311,7 @@ TEST(KVzapFit, LinearSurrogateLearnsKVzipPlusScoresAndServes) {
         pred.insert(pred.end(), out.begin(), out.end());
     }
     for (size_t i = 0; i < r.tau_for_ratio.size(); ++i) {
-        const auto [ratio, tau] = r.tau_for_ratio[i];
+        const double ratio = r.tau_for_ratio[i].first, tau = r.tau_for_ratio[i].second;
         if (i > 0) EXPECT_GE(tau, r.tau_for_ratio[i - 1].second);
         const double below = static_cast<double>(std::count_if(pred.begin(), pred.end(), [&](float v) { return v < tau; }));
         EXPECT_NEAR(below / static_cast<double>(pred.size()), ratio, 0.01) << ratio;
