@@ -3,9 +3,9 @@
 // per-channel minimum and maximum keys; at each decode step the global-region pages with the highest bound
 // Σ_c max(q_c·min_c, q_c·max_c) are read, `budget` tokens of them, besides the sinks, the local window and the page of
 // the current token; the first two layers read everything (the paper's choice). Prefill is as the policy's. The bounds
-// are kept beside the pages (PageStore::key_bounds: binary16 rounded outwards, extended on appends, recomputed for a page an eviction
-// changed), so a page left out has neither its keys nor its values read, and ranked where they lie (two SIMD dot
-// products per page: selection.h). Composes with any cache policy:
+// are kept beside the pages (PageStore::key_bounds: binary16 rounded outwards, extended on appends, recomputed for a
+// page an eviction changed), so a page left out has neither its keys nor its values read, and ranked where they lie
+// (two SIMD dot products per page: selection.h). Composes with any cache policy:
 //   quest:budget=512[,page=16][,skip_layers=2]            (the full cache, read sparsely)
 //   wgkv:model=DIR+quest:budget=512                        (WG-KV's cache, read sparsely: the paper's Fig. 9)
 #include <algorithm>
