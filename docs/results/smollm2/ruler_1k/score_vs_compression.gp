@@ -6,4 +6,4 @@ set title 'score (0-100) vs compression ratio: SmolLM2-135M-Instruct.Q4_1.gguf'
 set key outside right
 set grid
 set xrange [0:1.02]
-plot 'score_vs_compression.dat' index 0 using 1:2 with linespoints title 'adakv_expected_attention_e2', 'score_vs_compression.dat' index 1 using 1:2 with linespoints title 'knorm'
+plot 'score_vs_compression.dat' index 0 using 1:2 with linespoints title 'pyramidkv', 'score_vs_compression.dat' index 1 using 1:2 with linespoints title 'random'
