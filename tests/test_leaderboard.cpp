@@ -54,7 +54,7 @@ TEST(Leaderboard, TablesWithIntervalsAndTheNinetyFivePercentLine) {
         if (r.policy.rfind("kvzap", 0) == 0) {
             ++kvzap_rows;
             EXPECT_EQ(r.method, r.policy.find("m-mlp") != std::string::npos ? "kvzap m-mlp (rule=threshold)"
-                                                                            : "kvzap m-linear (sinks=4, rule=threshold)");
+                                                                            : "kvzap m-linear (rule=threshold, sinks=4)");
         }
     EXPECT_EQ(kvzap_rows, 2);
     for (const auto& r : rows) {

@@ -1,5 +1,6 @@
 #include "eval/leaderboard.h"
 #include "eval/plot.h"
+#include "policy/policy.h"
 
 #include <algorithm>
 #include <cmath>
@@ -92,30 +93,23 @@ std::pair<double, double> column_stats(const fs::path& csv, const std::string& c
 
 /// A spec's method: the spec without the quantity a sweep varies (ratio=, budget=, tau=), so that one method's cells
 /// form one curve: the policy's name, the last path component of its model= (two learned surrogates of one policy
-/// are two methods) and its other parameters, e.g. "kvzap smollm2-135m-mlp (sinks=4, rule=threshold)" or
+/// are two methods) and its other parameters in key order, e.g. "kvzap smollm2-135m-mlp (rule=threshold, sinks=4)" or
 /// "knorm (sinks=4, window=128)". A composed spec's later parts ("+quest:…", ">kvpop:…") are kept as written.
 std::string method_of(const std::string& spec) {
     const size_t colon = spec.find(':');
     const size_t end = std::min(spec.size(), spec.find_first_of("+>@", colon == std::string::npos ? 0 : colon));
     std::string m = spec.substr(0, std::min(colon, end));
     std::string params;
-    if (colon != std::string::npos && colon < end) {
-        std::string rest = spec.substr(colon + 1, end - colon - 1);
-        size_t a = 0;
-        while (a <= rest.size()) {
-            const size_t b = std::min(rest.size(), rest.find(',', a));
-            const std::string kv = rest.substr(a, b - a);
-            const std::string key = kv.substr(0, kv.find('='));
+    if (colon != std::string::npos && colon < end)
+        for (const auto& [key, value] : parse_spec_params(m, spec.substr(colon + 1, end - colon - 1))) {
             if (key == "model") {
-                std::string path = kv.substr(kv.find('=') + 1);
+                std::string path = value;
                 while (!path.empty() && path.back() == '/') path.pop_back();
                 m += " " + path.substr(path.find_last_of('/') + 1);
-            } else if (!kv.empty() && key != "ratio" && key != "budget" && key != "tau") {
-                params += (params.empty() ? "" : ", ") + kv;
+            } else if (key != "ratio" && key != "budget" && key != "tau") {
+                params += (params.empty() ? "" : ", ") + key + "=" + value;
             }
-            a = b + 1;
         }
-    }
     if (!params.empty()) m += " (" + params + ")";
     if (end < spec.size()) m += " " + spec.substr(end);
     return m;

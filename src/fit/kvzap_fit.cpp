@@ -1,7 +1,6 @@
 #include "fit/kvzap_fit.h"
 
 #include <algorithm>
-
 #include <cmath>
 #include <cstdio>
 #include <filesystem>

@@ -149,9 +149,15 @@ std::map<std::string, SelectionInfo>& selection_registry() {
     return r;
 }
 
-/// "key=value,..." of `name` (text after the colon) into a map; throws Error for an item that is not key=value or
-/// a key given twice.
-std::map<std::string, std::string> parse_params(const std::string& name, const std::string& rest) {
+template <class Info>
+std::string known_names(const std::map<std::string, Info>& m) {
+    std::string names;
+    for (const auto& [n, i] : m) names += (names.empty() ? "" : ", ") + n;
+    return names;
+}
+}  // namespace
+
+std::map<std::string, std::string> parse_spec_params(const std::string& name, const std::string& rest) {
     std::map<std::string, std::string> kv;
     size_t start = 0;
     while (start <= rest.size()) {
@@ -169,14 +175,6 @@ std::map<std::string, std::string> parse_params(const std::string& name, const s
     }
     return kv;
 }
-
-template <class Info>
-std::string known_names(const std::map<std::string, Info>& m) {
-    std::string names;
-    for (const auto& [n, i] : m) names += (names.empty() ? "" : ", ") + n;
-    return names;
-}
-}  // namespace
 
 void register_selection(SelectionInfo info) { selection_registry()[info.name] = std::move(info); }
 
@@ -215,7 +213,7 @@ Policy parse_policy(const std::string& spec) {
         if (it == all.end())
             fail("unknown policy '", name, "' (known: ", known_names(all), "; read-time selections after '+': ",
                  known_names(sels), ")");
-        PolicyParams params(name, parse_params(name, rest_of(part)));
+        PolicyParams params(name, parse_spec_params(name, rest_of(part)));
         Policy p = it->second.make(params);
         params.check_all_used();
         p.name = name;
@@ -238,7 +236,7 @@ Policy parse_policy(const std::string& spec) {
         const std::string sname = name_of(parts[1]);
         auto si = sels.find(sname);
         require(si != sels.end(), "unknown read-time selection '", sname, "' after '+' (known: ", known_names(sels), ")");
-        PolicyParams sp(sname, parse_params(sname, rest_of(parts[1])));
+        PolicyParams sp(sname, parse_spec_params(sname, rest_of(parts[1])));
         p.selection = si->second.make(sp);
         sp.check_all_used();
     }

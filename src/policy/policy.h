@@ -111,6 +111,10 @@ Policy stack_admission(const Policy& admit, const Policy& evict);
 /// threshold that is not a number), or more than one selection.
 Policy parse_policy(const std::string& spec);
 
+/// The "key=value,..." text after a spec's colon, of the preset `name`, as a map (keys in sorted order). Throws Error
+/// for an item that is not key=value or a key given twice.
+std::map<std::string, std::string> parse_spec_params(const std::string& name, const std::string& rest);
+
 /// Throws Error naming the value when the policy's budget or window is larger than a context of n_ctx tokens.
 void check_policy_fits(const Policy& p, int64_t n_ctx);
 
