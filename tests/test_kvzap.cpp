@@ -1,8 +1,9 @@
 // KVzap: checkpoints in kvpress's layout load as they are, and its threshold decisions equal kvpress's
-// DMSPress(KVzapPress). Fixtures: tests/data/kvzap/ (random-weight checkpoints saved by kvpress's KVzapModel
+// DMSPress(KVzapPress), its budget rules kvpress's KVzapPress / AdaKVPress(KVzapPress). Fixtures: tests/data/kvzap/ (random-weight checkpoints saved by kvpress's KVzapModel
 // and the scores / evictions kvpress computed), made by tools/make_kvzap_fixtures.py.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <iterator>
@@ -82,6 +83,77 @@ TEST_P(KVzapParity, ScoresAndEvictionsMatchKvpress) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Checkpoints, KVzapParity, ::testing::Values("linear", "mlp"));
+
+/// rule=head and rule=layer against kvpress's kvzap_mlp_head (KVzapPress with a compression ratio: per-head top-k)
+/// and kvzap_mlp_layer (AdaKVPress(KVzapPress): top-k across the heads of a layer, each head keeping its best
+/// ⌊0.2·k⌋); fixture tiny-qwen3-{kind}-budget.json.
+TEST_P(KVzapParity, HeadAndLayerBudgetsKeepWhatKvpressKeeps) {
+    const std::string dir = test::data_dir() + "/kvzap/tiny-qwen3-" + GetParam();
+    std::ifstream in(dir + "-budget.json");
+    ASSERT_TRUE(in) << "fixture missing";
+    const auto j = nlohmann::json::parse(in);
+    const auto prompt = j.at("prompt_tokens").get<std::vector<int32_t>>();
+    const std::string ratio = std::to_string(j.at("ratio").get<double>());
+    LlamaModel m(test::model_path("tiny-qwen3-f32.gguf"));
+    // kept[l][h] = the positions a run with `rule` keeps.
+    auto kept_by = [&](const std::string& rule) {
+        auto pool = std::make_shared<KVPool>(m.config().head_dim, KVType::kF32);
+        KVCache c(m.config(), 256, parse_policy("kvzap:model=" + dir + ",rule=" + rule + ",ratio=" + ratio), pool);
+        std::vector<float> logits;
+        m.forward(prompt, c, logits);
+        c.end_prefill();
+        std::vector<std::vector<std::set<int32_t>>> kept(m.config().n_layer, std::vector<std::set<int32_t>>(m.config().n_head_kv));
+        for (int l = 0; l < m.config().n_layer; ++l)
+            for (int h = 0; h < m.config().n_head_kv; ++h)
+                for (int r = 0; r < 3; ++r)
+                    for (int32_t p : c.head(l, h).region(r)->positions()) kept[l][h].insert(p);
+        return kept;
+    };
+    // kvpress's predicted scores [layer][head][token] (the threshold fixture). Layer 0 sees only token
+    // embeddings, so a repeated token ties exactly with itself and top-k may break the tie either way: a set may
+    // differ from kvpress's only by swapping entries of equal score.
+    std::ifstream sin(dir + ".json");
+    const auto sj = nlohmann::json::parse(sin);
+    std::vector<std::vector<std::vector<double>>> score;
+    for (const auto& layer : sj.at("layers")) score.push_back(layer.at("scores").get<std::vector<std::vector<double>>>());
+    int swapped = 0;
+    // `mine` and `want` differ only by swaps of equal scores: the scores of what only one side keeps match up.
+    auto expect_same_up_to_ties = [&](int l, const std::vector<std::set<int32_t>>& mine, const std::vector<std::set<int32_t>>& want,
+                                      const std::string& what) {
+        std::vector<double> only_mine, only_want;
+        for (size_t h = 0; h < want.size(); ++h) {
+            for (int32_t t : mine[h]) if (!want[h].count(t)) only_mine.push_back(score[l][h][t]);
+            for (int32_t t : want[h]) if (!mine[h].count(t)) only_want.push_back(score[l][h][t]);
+        }
+        std::sort(only_mine.begin(), only_mine.end());
+        std::sort(only_want.begin(), only_want.end());
+        ASSERT_EQ(only_mine.size(), only_want.size()) << what << " layer " << l;
+        for (size_t i = 0; i < only_mine.size(); ++i) EXPECT_NEAR(only_mine[i], only_want[i], 1e-5) << what << " layer " << l;
+        swapped += static_cast<int>(only_mine.size());
+    };
+    const auto head = kept_by("head");
+    for (const auto& layer : j.at("head")) {
+        const int l = layer.at("layer").get<int>();
+        const auto kept = layer.at("kept").get<std::vector<std::vector<int32_t>>>();
+        std::vector<std::set<int32_t>> want;
+        for (const auto& k : kept) want.emplace_back(k.begin(), k.end());
+        for (size_t h = 0; h < want.size(); ++h) EXPECT_EQ(head[l][h].size(), want[h].size()) << "rule=head layer " << l;
+        expect_same_up_to_ties(l, head[l], want, "rule=head");
+    }
+    const auto layer_kept = kept_by("layer");
+    int uneven = 0;
+    for (const auto& layer : j.at("layer")) {
+        const int l = layer.at("layer").get<int>();
+        std::vector<std::set<int32_t>> want(m.config().n_head_kv);
+        for (int h = 0; h < m.config().n_head_kv; ++h)
+            for (size_t t = 0; t < prompt.size(); ++t) want[h].insert(static_cast<int32_t>(t));
+        for (const auto& e : layer.at("evicted")) want[e[0].get<int>()].erase(e[1].get<int32_t>());
+        expect_same_up_to_ties(l, layer_kept[l], want, "rule=layer");
+        for (int h = 0; h < m.config().n_head_kv; ++h) uneven += want[h].size() != head[l][h].size();
+    }
+    EXPECT_LE(swapped, 4) << "more tied swaps than repeated tokens explain";
+    EXPECT_GT(uneven, 0) << "the fixture should give the heads of a layer different budgets";
+}
 
 TEST(KVzap, DecodeKeepsMemoryInLineWithCompression) {
     LlamaModel m(test::model_path("tiny-qwen3-f32.gguf"));

@@ -5,12 +5,15 @@ kvsieve's tests compare its baselines with NVIDIA kvpress on the same model and 
   1. exports tests/data/models/tiny-qwen3-f32.gguf to a Hugging Face directory (config.json + model.safetensors),
   2. checks that transformers' logits on the test prompt match llama.cpp's golden logits,
   3. runs each press once on the prompt (eager attention, float32) and records, per layer, the score of every
-     token per KV head and the kept token indices (top-k, k = max(1, int(n * (1 - ratio)))).
+     token per KV head and the kept token indices (top-k, k = max(1, int(n * (1 - ratio)))); PyramidKV keeps its
+     layer budget (PyramidKVPress.get_layer_budget); StreamingLLM's scores are the press's 0/1 marks, not a
+     ranking, so its fixture records only the kept indices.
 
 Not run in CI. To regenerate (needs network for PyPI):
     python3 -m venv /tmp/kvp && /tmp/kvp/bin/pip install torch transformers kvpress safetensors gguf numpy
     /tmp/kvp/bin/python tools/make_kvpress_fixtures.py
 """
+import importlib.metadata
 import json
 import os
 import sys
@@ -22,7 +25,8 @@ from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM, Qwen3Config
 
 import kvpress
-from kvpress import ExpectedAttentionPress, KnormPress, ObservedAttentionPress, SnapKVPress, TOVAPress
+from kvpress import (ExpectedAttentionPress, KnormPress, ObservedAttentionPress, PyramidKVPress, SnapKVPress,
+                     StreamingLLMPress, TOVAPress)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "tests", "data")
@@ -69,7 +73,7 @@ def main():
     export_hf(hf_dir)
     golden = json.load(open(GOLDEN))
     ids = torch.tensor([golden["prompt_tokens"]])
-    model = AutoModelForCausalLM.from_pretrained(hf_dir, torch_dtype=torch.float32, attn_implementation="eager")
+    model = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32, attn_implementation="eager")
     model.eval()
     with torch.no_grad():
         logits = model(ids).logits[0].numpy()
@@ -84,27 +88,36 @@ def main():
         "knorm": KnormPress(compression_ratio=RATIO),
         "h2o": ObservedAttentionPress(compression_ratio=RATIO),
         "expected_attention": ExpectedAttentionPress(compression_ratio=RATIO),
+        "pyramidkv": PyramidKVPress(compression_ratio=RATIO),
+        "streaming_llm": StreamingLLMPress(compression_ratio=RATIO),
     }
     os.makedirs(OUT, exist_ok=True)
     for name, press in presses.items():
         layers = []
         original = press.score
 
-        def recording_score(module, hidden_states, keys, values, attentions, kwargs, _orig=original):
+        def recording_score(module, hidden_states, keys, values, attentions, kwargs, _orig=original, _press=press):
             s = _orig(module, hidden_states, keys, values, attentions, kwargs)
             n = keys.shape[2]
-            k = max(1, int(n * (1 - RATIO)))
+            if isinstance(_press, PyramidKVPress):
+                k = _press.get_layer_budget(module, n)
+            else:
+                k = max(1, int(n * (1 - RATIO)))
             kept = s[0].topk(k, dim=-1).indices.sort(dim=-1).values
-            layers.append({"layer": int(module.layer_idx), "scores": s[0].float().tolist(), "kept": kept.tolist()})
+            rec = {"layer": int(module.layer_idx), "kept": kept.tolist()}
+            if not isinstance(_press, StreamingLLMPress):
+                rec["scores"] = s[0].float().tolist()
+            layers.append(rec)
             return s
 
         press.score = recording_score
         with torch.no_grad(), press(model):
             model(ids, output_attentions=(name == "h2o"))
         fixture = {
-            "description": f"kvpress {type(press).__name__}(compression_ratio={RATIO}) scores [Hkv][n] and kept "
-                           "token indices per layer on tests/data/models/tiny-qwen3-f32.gguf",
-            "generator": f"tools/make_kvpress_fixtures.py with kvpress {kvpress.__version__ if hasattr(kvpress, '__version__') else ''}, "
+            "description": f"kvpress {type(press).__name__}(compression_ratio={RATIO}) "
+                           + ("" if name == "streaming_llm" else "scores [Hkv][n] and ")
+                           + "kept token indices per layer on tests/data/models/tiny-qwen3-f32.gguf",
+            "generator": f"tools/make_kvpress_fixtures.py with kvpress {importlib.metadata.version('kvpress')}, "
                          f"torch {torch.__version__}, transformers "
                          f"{__import__('transformers').__version__}, float32, eager attention",
             "ratio": RATIO,

@@ -8,6 +8,11 @@ Hugging Face format (see make_kvpress_fixtures.py) and records, per layer, the p
 per KV head and the (head, token) pairs kvpress evicts. tau is the median predicted score, so about half of
 the entries beyond the window go.
 
+The budget rules (kvpress's leaderboard presses kvzap_mlp_head = KVzapPress(compression_ratio) and
+kvzap_mlp_layer = AdaKVPress(KVzapPress(compression_ratio))) are recorded in tiny-qwen3-{kind}-budget.json: at
+RATIO the kept token indices per KV head (per-head top-k of the predicted scores, k = compute_n_kept) and the
+(head, token) pairs AdaKV evicts across the heads of a layer (alpha_safeguard 0.2; AdaKV needs sdpa attention).
+
 Not run in CI. Regenerate with the venv of make_kvpress_fixtures.py:
     /tmp/kvp/bin/python tools/make_kvzap_fixtures.py
 """
@@ -19,12 +24,59 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_kvpress_fixtures as base  # noqa: E402
+from kvpress.presses.adakv_press import AdaKVPress  # noqa: E402
 from kvpress.presses.dms_press import DMSPress  # noqa: E402
+from kvpress.utils import compute_n_kept  # noqa: E402
 from kvpress.presses.kvzap_press import KVzapConfig, KVzapModel, KVzapPress  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
 OUT = os.path.join(base.DATA, "kvzap")
 WINDOW = 16
+RATIO = 0.5
+
+
+def budget_fixture(kind, kv, hf_dir, ids, golden):
+    """kvzap rule=head and rule=layer at RATIO: kvpress's kept / evicted sets on the tiny Qwen3 model."""
+    def press():
+        p = KVzapPress(model_type=kind, compression_ratio=RATIO)
+        p.kvzap_model = kv
+        p.post_init_from_model = lambda model: None
+        return p
+
+    head = press()
+    head_layers = []
+    original = head.score
+
+    def recording(module, hidden_states, keys, values, attentions, kwargs, _orig=original):
+        s = _orig(module, hidden_states, keys, values, attentions, kwargs)
+        k = compute_n_kept(keys.shape[2], RATIO)
+        kept = s[0].topk(k, dim=-1).indices.sort(dim=-1).values
+        head_layers.append({"layer": int(module.layer_idx), "kept": kept.tolist()})
+        return s
+
+    head.score = recording
+    model = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32, attn_implementation="eager").eval()
+    with torch.no_grad(), head(model):
+        model(ids)
+    sdpa = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32, attn_implementation="sdpa").eval()
+    for layer in sdpa.model.layers:
+        layer.self_attn.masked_key_indices = None
+    with torch.no_grad(), AdaKVPress(press=press())(sdpa):
+        sdpa(ids)
+    layer_layers = []
+    for i, layer in enumerate(sdpa.model.layers):
+        mk = layer.self_attn.masked_key_indices
+        layer_layers.append({"layer": i, "evicted": sorted([int(h), int(t)] for h, t in zip(mk[1].tolist(), mk[2].tolist()))})
+    fixture = {
+        "description": f"kvpress KVzapPress(compression_ratio={RATIO}) kept token indices [Hkv][k] per layer (rule=head) "
+                       f"and AdaKVPress(KVzapPress) evicted (head, token) pairs per layer (rule=layer, alpha_safeguard "
+                       f"0.2) with the {kind} checkpoint in tiny-qwen3-{kind}/",
+        "generator": "tools/make_kvzap_fixtures.py, torch " + torch.__version__,
+        "ratio": RATIO, "prompt_tokens": golden["prompt_tokens"],
+        "head": sorted(head_layers, key=lambda x: x["layer"]), "layer": layer_layers,
+    }
+    with open(os.path.join(OUT, f"tiny-qwen3-{kind}-budget.json"), "w") as f:
+        json.dump(fixture, f)
 
 
 def main():
@@ -86,6 +138,7 @@ def main():
             json.dump(fixture, f)
         n_ev = sum(len(r["evicted"]) for r in layers)
         print(f"{kind}: tau={tau:.4f}, evicted {n_ev} entries")
+        budget_fixture(kind, kv, hf_dir, ids, golden)
 
 
 if __name__ == "__main__":
