@@ -4,8 +4,11 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <set>
 
 #include "eval/leaderboard.h"
+#include "eval/plot.h"
 #include "test_util.h"
 #include "util/error.h"
 
@@ -71,6 +74,11 @@ TEST(Leaderboard, TablesWithIntervalsAndTheNinetyFivePercentLine) {
     EXPECT_NE(md.find("| snapkv | `snapkv:ratio=0.75` | 0.750 | 0.250 | 50.00 ± 37.04 | -37.50 |"), std::string::npos) << md;
     EXPECT_NE(md.find("up to compression ratio: kvzap m-mlp (rule=threshold) 0.60, snapkv 0.50."), std::string::npos) << md;
     EXPECT_TRUE(fs::exists(fs::path(root.path()) / "out" / "leaderboard.md"));
+    // The plot script draws each of the 5 methods in its own style.
+    std::ifstream gp(fs::path(root.path()) / "out" / "score_vs_compression_m.gguf.gp");
+    ASSERT_TRUE(gp) << "no plot script";
+    const std::string script((std::istreambuf_iterator<char>(gp)), {});
+    for (size_t i = 0; i < 5; ++i) EXPECT_NE(script.find(series_style(i) + " title"), std::string::npos) << i;
     // A sweep without its full-cache cell, or an empty directory, is refused.
     const fs::path b = fs::path(root.path()) / "b";
     cell(b, "tova_ratio_0.5", "tova:ratio=0.5", 0.5, {1, 0}, true);
@@ -78,6 +86,17 @@ TEST(Leaderboard, TablesWithIntervalsAndTheNinetyFivePercentLine) {
     fs::create_directories(fs::path(root.path()) / "empty");
     EXPECT_THROW(collect_leaderboard({(fs::path(root.path()) / "empty").string()}), Error);
     fs::remove_all(root.path());
+}
+
+/// The curves of one plot stay distinguishable well past gnuplot's own 8-colour cycle.
+TEST(Plot, FortyCurvesHaveFortyStyles) {
+    std::set<std::string> styles;
+    for (size_t i = 0; i < 40; ++i) styles.insert(series_style(i));
+    EXPECT_EQ(styles.size(), 40u);
+    // Colour alone repeats after 10; the dash type then tells the rounds apart.
+    EXPECT_NE(series_style(0).find("dt 1"), std::string::npos);
+    EXPECT_NE(series_style(10).find("dt 2"), std::string::npos);
+    EXPECT_EQ(series_style(0).substr(0, 18), series_style(10).substr(0, 18));
 }
 
 }  // namespace

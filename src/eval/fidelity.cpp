@@ -246,7 +246,7 @@ void write_fidelity_report(const std::string& dir, const std::string& model_name
         gp << "set terminal pngcairo size 900,640 noenhanced\nset output '" << stem << ".png'\nset title '" << title
            << "'\nset xlabel 'tokens in the sequence'\nset ylabel '" << ylabel << "'\nset key below\nset grid\nplot ";
         for (size_t i = 0; i < results.size(); ++i)
-            gp << (i ? ", " : "") << "'" << stem << ".dat' index " << i << " with linespoints title '" << short_label(results[i].policy) << "'";
+            gp << (i ? ", " : "") << "'" << stem << ".dat' index " << i << " with linespoints" << series_style(i) << " title '" << short_label(results[i].policy) << "'";
         gp << "\n";
         return gp.str();
     };

@@ -216,7 +216,7 @@ std::string write_leaderboard(const std::vector<LeaderboardRow>& rows, const std
            << key.second << "'\nset key below left Left reverse\nset grid\nset xrange [0:1.02]\n" << (ruler ? "set yrange [0:*]\n" : "")
            << "plot ";
         for (size_t i = 0; i < methods.size(); ++i)
-            gp << (i ? ", " : "") << "'" << stem << ".dat' index " << i << " using 1:2:3 with yerrorlines title '" << methods[i] << "'";
+            gp << (i ? ", " : "") << "'" << stem << ".dat' index " << i << " using 1:2:3 with yerrorlines" << series_style(i) << " title '" << methods[i] << "'";
         gp << "\n";
         if (!methods.empty()) render_gnuplot(out_dir, stem, gp.str());
     }

@@ -26,4 +26,14 @@ bool render_gnuplot(const std::string& dir, const std::string& stem, const std::
     return true;
 }
 
+std::string series_style(size_t i) {
+    // Paul Tol's "muted" qualitative scheme plus black and grey: distinct under the common colour-vision deficiencies.
+    static const char* const kColours[] = {"#332288", "#88CCEE", "#44AA99", "#117733", "#999933",
+                                           "#DDCC77", "#CC6677", "#882255", "#AA4499", "#000000"};
+    constexpr size_t n = sizeof(kColours) / sizeof(kColours[0]);
+    const size_t round = i / n;
+    return std::string(" lc rgb '") + kColours[i % n] + "' dt " + std::to_string(1 + round % 4) + " pt " +
+           std::to_string(1 + (i + round) % 13);
+}
+
 }  // namespace kvsieve

@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <functional>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
 
+#include "eval/plot.h"
 #include "policy/policy.h"
 #include "util/error.h"
 #include "util/file.h"
@@ -133,15 +133,9 @@ void run_sweep(const SweepOptions& o, const SweepKind& kind) {
        << "'\nset ylabel '" << kind.metric_label << "'\nset title '" << kind.metric_label << " vs " << kind.x_label << ": "
        << fs::path(o.model_path).filename().string() << "'\nset key outside right\nset grid\nset xrange [0:1.02]\nplot ";
     for (size_t i = 0; i < names.size(); ++i)
-        gp << (i ? ", " : "") << "'" << kind.plot_stem << ".dat' index " << i << " using 1:2 with linespoints title '" << names[i] << "'";
+        gp << (i ? ", " : "") << "'" << kind.plot_stem << ".dat' index " << i << " using 1:2 with linespoints" << series_style(i) << " title '" << names[i] << "'";
     gp << "\n";
-    write_text((fs::path(o.out_dir) / (kind.plot_stem + ".gp")).string(), gp.str());
-    if (std::system("command -v gnuplot >/dev/null 2>&1") == 0) {
-        const std::string cmd = "cd '" + o.out_dir + "' && gnuplot " + kind.plot_stem + ".gp";
-        if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "gnuplot failed; data and script are in %s\n", o.out_dir.c_str());
-    } else {
-        std::fprintf(stderr, "gnuplot not installed: plot script written to %s/%s.gp\n", o.out_dir.c_str(), kind.plot_stem.c_str());
-    }
+    render_gnuplot(o.out_dir, kind.plot_stem, gp.str());
     std::fputs(md.str().c_str(), stdout);
 }
 
