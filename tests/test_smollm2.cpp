@@ -161,19 +161,26 @@ TEST(SmolLM2, DequantizedF32ForwardMatchesLlamaCppLogits) {
 /// On the shipped Q4_1 file activations are quantized to Q8_1 before every matrix product (in both engines), and a
 /// 1-ulp change anywhere flips the rounding of some activations: llama.cpp's own logits move by up to ~0.9 when
 /// only its cache type changes (golden README). Teacher-forced on llama.cpp's tokens, kvsieve's logits must stay
-/// within 1.5× that self-noise (max over its top-10 tokens; the worst step against llama.cpp's worst, the mean over
-/// steps against its mean), and pick llama.cpp's token at ≥ 28 of 32 steps. (A fixed bound on the mean, 0.5, held
-/// on AVX2 machines but not on an AVX-512 one — Zen 4: 0.517 on one prompt, whose own mean movement is 0.394 —
-/// where the softmax and OpenBLAS's SGEMM sum in another order.)
+/// within 1.5× that self-noise (max over its top-10 tokens; the mean over steps against llama.cpp's mean on the
+/// same prompt, the worst step against llama.cpp's worst step over all four prompts), and pick llama.cpp's token at
+/// ≥ 28 of 32 steps. (A fixed bound on the mean, 0.5, held on AVX2 machines but not on an AVX-512 one — Zen 4:
+/// 0.517 on one prompt, whose own mean movement is 0.394 — where the softmax and OpenBLAS's SGEMM sum in another
+/// order. The worst step is the maximum of 32 heavy-tailed draws, so one prompt's own maximum is a noisy bound: with
+/// KVSIEVE_ISA=scalar one prompt's worst step was 1.18 against its own 0.65 while its mean, 0.31, matched its own
+/// 0.29, and the SIMD paths reach 1.22 on another prompt; the noise is the model's and the quantization's, so the
+/// bound is the worst over the prompts.)
 TEST(SmolLM2, Q4_1LogitsWithinLlamaCppsOwnCacheNoise) {
     REQUIRE_MODEL();
     const auto rows = reference("logits.json");
     ASSERT_EQ(rows.size(), 4u);
+    float worst_self = 0;
+    for (const RefRow& row : rows)
+        for (const RefStep& s : row.steps) worst_self = std::max(worst_self, s.self_noise());
     for (const KVType kv : {KVType::kF16, KVType::kF32}) {
         for (const RefRow& row : rows) {
             SCOPED_TRACE(row.prompt);
             const Agreement a = teacher_forced(*model(), row, kv);
-            EXPECT_LT(a.worst, 1.5f * a.worst_self);
+            EXPECT_LT(a.worst, 1.5f * worst_self);
             EXPECT_LT(a.mean, 1.5f * a.mean_self + 1e-3f);
             EXPECT_GE(a.agree, a.steps - 4);
         }
