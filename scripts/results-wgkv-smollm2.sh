@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # WG-KV on SmolLM2-135M-Instruct, the model frozen (docs/results/wgkv/smollm2). Resumable: a finished run or cell
 # is skipped, an interrupted run continues from its checkpoint.
-#  1. the λ sweep (LAMBDAS, by default 0.01, 0.04, 0.16 of the paper's grid 0.01 … 2.56: already at 0.16 the gates
-#     keep ~6% of the keys; ~30 s per 2048-token step on one core, 30 steps): configs/wgkv/smollm2-wgkv.json with λ and the run directory replaced; the gates (F16) go to
+#  1. the λ sweep (LAMBDAS, by default the paper's grid 0.01 … 2.56; ~30 s per 2048-token step on one core, 30
+#     steps, ~17 min per λ): configs/wgkv/smollm2-wgkv.json with λ and the run directory replaced; the gates (F16) go to
 #     models/wgkv/smollm2-135m-lambda<λ>/ with the training log;
 #  2. NLL vs density, SP-KV's chunked protocol, on the held-out tail of WikiText-2: WG-KV at τ = 0.1 for every λ, and
 #     on the same model H2O, Expected Attention and StreamingLLM with 4 sinks and the same 256-token window;
@@ -13,7 +13,7 @@ K=build/bin/kvsieve
 OUT=docs/results/wgkv/smollm2
 M=models/SmolLM2-135M-Instruct.Q4_1.gguf
 [ -f "$M" ] || bash scripts/get-model.sh
-LAMBDAS=${LAMBDAS:-0.16 0.04 0.01}
+LAMBDAS=${LAMBDAS:-0.16 0.04 0.01 0.08 0.02 0.32 0.64 1.28 2.56}
 mkdir -p runs/wgkv-smollm2 "$OUT"
 for lam in $LAMBDAS; do
   G=models/wgkv/smollm2-135m-lambda$lam
@@ -36,6 +36,11 @@ done
 CORPUS=$(ls runs/wgkv-smollm2/*/heldout_wiki.test.raw | head -1)
 NLL="--task nll --corpus $CORPUS --length 1024 --samples ${SAMPLES:-4} --window 256"
 for lam in $LAMBDAS; do
+  # The full-cache cell does not depend on λ: one computed on the same corpus and protocol is reused.
+  F=$(ls -d "$OUT"/nll_wgkv_l*/full 2>/dev/null | head -1)
+  if [ -n "$F" ] && [ ! -d "$OUT/nll_wgkv_l$lam/full" ] && grep -q "corpus: \"$CORPUS\"" "$F/config.yaml"; then
+    mkdir -p "$OUT/nll_wgkv_l$lam" && cp -r "$F" "$OUT/nll_wgkv_l$lam/full"
+  fi
   $K eval sweep $NLL -m "$M" --policies "wgkv:model=models/wgkv/smollm2-135m-lambda$lam" \
     --thresholds ${THRESHOLDS:-0.1} --out "$OUT/nll_wgkv_l$lam"
 done
@@ -44,10 +49,4 @@ $K eval sweep $NLL -m "$M" --policies h2o,expected_attention,streaming_llm --rat
 python3 scripts/wgkv_pareto.py "$OUT" models/wgkv/smollm2-135m-lambda $LAMBDAS
 command -v gnuplot >/dev/null && (cd "$OUT" && gnuplot pareto.gp)
 true
-# RULER-style tasks at 2k, query-aware off (kvpress's protocol), against local attention of about the same cache size.
-if [ -n "${RULER:-}" ]; then
-  W="wgkv:model=models/wgkv/smollm2-135m-lambda"
-  $K eval sweep --task ruler --corpus ../shared/data/wiki.test.raw --tasks niah_single_1,niah_multikey_1,vt \
-    --lengths 2048 --samples ${RULER_SAMPLES:-10} -m "$M" \
-    --policies "full;${W}0.04;${W}0.16;streaming_llm:window=512,sinks=4" --out "$OUT/ruler_2k"
-fi
+# RULER-style tasks at 2k and 4k: scripts/results-wgkv-smollm2-ruler.sh.
