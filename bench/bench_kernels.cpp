@@ -3,13 +3,17 @@
 // prefill) at several densities. Run: build/bin/kvsieve_bench_kernels [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
 
+#include <map>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/attention.h"
 #include "kernels/matmul.h"
 #include "kernels/parallel.h"
 #include "kernels/quant.h"
+#include "io/safetensors.h"
+#include "predict/wgkv_gates.h"
 
 namespace kvsieve {
 namespace {
@@ -116,6 +120,42 @@ BENCHMARK(BM_PrefillAttention)
     ->ArgsProduct({{2048, 4096, 8192}, {0, 100, 250, 500}, {128}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
+
+// WG-KV's gates (RMSNorm of the pre/post-RoPE key, 2d → inner → 1 with an exact GELU) for T new tokens in every
+// layer, SmolLM2's shape (30 layers, 3 KV heads, d = 64, inner = 256), random weights. args: T (1: a decode step).
+void BM_WgkvGates(benchmark::State& st) {
+    const int64_t T = st.range(0);
+    const int L = 30, H = 3, d = 64, inner = 256;
+    std::mt19937 rng(3);
+    std::normal_distribution<float> nd(0, 1);
+    auto tensor = [&](std::vector<int64_t> shape, float scale) {
+        SafeTensor t{"F32", shape, {}};
+        int64_t n = 1;
+        for (int64_t s : shape) n *= s;
+        t.data.resize(static_cast<size_t>(n));
+        for (auto& x : t.data) x = scale * nd(rng);
+        return t;
+    };
+    std::map<std::string, SafeTensor> ts;
+    for (int l = 0; l < L; ++l) {
+        ts[wgkv_tensor_name(l, "pre_key_norm.weight")] = tensor({d}, 1);
+        ts[wgkv_tensor_name(l, "post_key_norm.weight")] = tensor({d}, 1);
+        ts[wgkv_tensor_name(l, "conv1.weight")] = tensor({H * inner, 2 * d, 1}, 0.1f);
+        ts[wgkv_tensor_name(l, "conv1.bias")] = tensor({H * inner}, 0.1f);
+        ts[wgkv_tensor_name(l, "conv2.weight")] = tensor({H, inner, 1}, 0.1f);
+        ts[wgkv_tensor_name(l, "conv2.bias")] = tensor({H}, 0.1f);
+    }
+    const WgkvGates gates = WgkvGates::from_tensors(ts, "bench", L, H, d);
+    std::vector<float> k_pre(static_cast<size_t>(T) * H * d), k_post(k_pre.size()), g(static_cast<size_t>(T) * H);
+    for (auto& x : k_pre) x = nd(rng);
+    for (auto& x : k_post) x = nd(rng);
+    for (auto _ : st) {
+        for (int l = 0; l < L; ++l) gates.predict(l, k_pre.data(), k_post.data(), T, g.data());
+        benchmark::DoNotOptimize(g.data());
+    }
+    st.SetItemsProcessed(st.iterations() * T);
+}
+BENCHMARK(BM_WgkvGates)->Arg(1)->Arg(256)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace kvsieve

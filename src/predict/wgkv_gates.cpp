@@ -80,10 +80,11 @@ void WgkvGates::predict(int layer, const float* k_pre, const float* k_post, int6
         const float* w2 = L.w2.data() + static_cast<size_t>(h) * inner_;
         for (int64_t t = 0; t < T; ++t) {
             const float* at = a.data() + t * inner_;
-            double s = L.b2[h];
+            // Exact (erf) GELU in float32, the precision of the reference's own float32 forward.
+            float s = L.b2[h];
             for (int j = 0; j < inner_; ++j) {
-                const double z = double(at[j]) + b1[j];
-                s += double(w2[j]) * 0.5 * z * (1.0 + std::erf(z / std::sqrt(2.0)));  // exact GELU
+                const float z = at[j] + b1[j];
+                s += w2[j] * 0.5f * z * (1.0f + std::erf(z * 0.70710678f));
             }
             g[t * hkv_ + h] = static_cast<float>(1.0 / (1.0 + std::exp(-s)));
         }
