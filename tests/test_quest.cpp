@@ -197,6 +197,29 @@ TEST(Quest, ComposesWithAnyPolicyInASpec) {
     EXPECT_NE(error_of("full+snapkv:ratio=0.5").find("unknown read-time selection 'snapkv'"), std::string::npos);
     EXPECT_NE(error_of("full+quest:budget=8+quest:budget=8").find("at most one read-time selection"), std::string::npos);
     EXPECT_NE(error_of("quest:budget=8,pages=4").find("unknown"), std::string::npos);
+    EXPECT_NE(error_of("quest:budget=8,group=mean").find("group='mean' is not sum or max"), std::string::npos);
+    EXPECT_TRUE(parse_policy("quest:budget=8,group=max").selection.group_max);
+    EXPECT_FALSE(parse_policy("quest:budget=8").selection.group_max);
+    EXPECT_NE(parse_policy("quest:budget=8,group=max").describe().find("group=max"), std::string::npos);
+    EXPECT_EQ(parse_policy("full:sinks=4+quest:budget=8").sinks, 4);
+    EXPECT_NE(error_of("full:sinks=-1").find("sinks must be ≥ 0"), std::string::npos);
+}
+
+/// group=max ranks a page by its best query head's bound, group=sum by the group's summed bound: a page that only
+/// one head of the group wants strongly (bounds computed by hand, exact in binary16) wins under max and loses under
+/// sum to a page both heads want moderately.
+TEST(Quest, GroupMaxKeepsAPageOneQueryHeadNeeds) {
+    const int G = 2, d = 2;
+    const float q[G * d] = {1, 0,   // head 0 reads channel 0
+                            0, 1};  // head 1 reads channel 1
+    // Page 0: channel 0 up to 8, channel 1 down to −6 (head 0: 8, head 1: 0 at most → max 8, sum 8 + 0).
+    // Page 1: both channels exactly 5 (head 0: 5, head 1: 5 → max 5, sum 10).
+    const float lo[2][d] = {{8, -6}, {5, 5}}, hi[2][d] = {{8, 0}, {5, 5}};
+    std::vector<uint16_t> hlo, hhi;
+    for (int p = 0; p < 2; ++p)
+        for (int c = 0; c < d; ++c) hlo.push_back(fp32_to_fp16_down(lo[p][c])), hhi.push_back(fp32_to_fp16_up(hi[p][c]));
+    EXPECT_EQ(quest_choose_pages(q, G, d, hlo.data(), hhi.data(), 2, 1, false), std::vector<int>{1});
+    EXPECT_EQ(quest_choose_pages(q, G, d, hlo.data(), hhi.data(), 2, 1, true), std::vector<int>{0});
 }
 
 /// Decode steps of stories260K (5 layers) after a 60-token prompt under `spec`; logits of the last step.
@@ -245,6 +268,19 @@ TEST(Quest, DecodeReadsOnlyTheChosenPagesAndLeavesTheCacheWhole) {
     (void)decode("knorm:ratio=0.25,window=16+quest:budget=16,skip_layers=0", &sw);
     EXPECT_LT(sw.read_fraction, 1.0);
     EXPECT_GT(sw.read_fraction, 0.5);
+    // full:sinks=4 keeps every entry, its first 4 in the sink region, which a selection reads at every step: one
+    // chosen page + the current token's page as before, plus the 4 sinks (the first page's other 12 entries are
+    // global ones, ranked with the rest).
+    KVStats sinks_st;
+    (void)decode("full:sinks=4+quest:budget=16", &sinks_st);
+    EXPECT_EQ(sinks_st.entries, full_st.entries);
+    EXPECT_GT(sinks_st.read_fraction, narrow_st.read_fraction);
+    const LlamaModel& m = test::stories260k();
+    KVCache c(m.config(), 128, parse_policy("full:sinks=4"), std::make_shared<KVPool>(m.config().head_dim, KVType::kF32));
+    std::vector<float> logits;
+    m.forward(test::story_prompt_ids(), c, logits);
+    EXPECT_EQ(c.head(0, 0).sinks().size(), 4);
+    EXPECT_EQ(c.head(0, 0).size(), static_cast<int64_t>(test::story_prompt_ids().size()));
 }
 
 }  // namespace

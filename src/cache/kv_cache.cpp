@@ -156,7 +156,7 @@ void select_quest_pages(std::vector<PageRef>& pl, const KVPool& pool, const Sele
         std::vector<const uint16_t*> kmin(cand.size()), kmax(cand.size());
         for (size_t c = 0; c < cand.size(); ++c) pl[cand[c]].store->key_bounds(pl[cand[c]].index, &kmin[c], &kmax[c]);
         const std::vector<int> chosen =
-            quest_rank_pages(q, G, d, kmin.data(), kmax.data(), static_cast<int>(cand.size()), keep);
+            quest_rank_pages(q, G, d, kmin.data(), kmax.data(), static_cast<int>(cand.size()), keep, sel.group_max);
         std::vector<char> keep_page(pl.size(), 0);
         for (size_t i = 0; i < pl.size(); ++i) keep_page[i] = pl[i].always;
         for (int c : chosen) keep_page[cand[c]] = 1;

@@ -6,10 +6,11 @@
 // are kept beside the pages (PageStore::key_bounds: binary16 rounded outwards, extended on appends, recomputed for a
 // page an eviction changed), so a page left out has neither its keys nor its values read, and ranked where they lie
 // (two SIMD dot products per page: selection.h). Composes with any cache policy:
-//   quest:budget=512[,page=16][,skip_layers=2]            (the full cache, read sparsely)
+//   quest:budget=512[,page=16][,skip_layers=2][,group=sum|max]   (the full cache, read sparsely)
 //   wgkv:model=DIR+quest:budget=512                        (WG-KV's cache, read sparsely: the paper's Fig. 9)
 #include <algorithm>
 #include <numeric>
+#include <limits>
 
 #include "kernels/dot.h"
 #include "policy/policy.h"
@@ -21,25 +22,34 @@ namespace kvsieve {
 std::string Selection::describe() const {
     if (!active()) return "";
     return kind + "(budget=" + std::to_string(budget) + ",page=" + std::to_string(page) +
-           ",skip_layers=" + std::to_string(skip_layers) + ")";
+           ",skip_layers=" + std::to_string(skip_layers) + (group_max ? ",group=max" : "") + ")";
 }
 
 std::vector<int> quest_rank_pages(const float* q, int G, int d, const uint16_t* const* kmin,
-                                  const uint16_t* const* kmax, int n_pages, int keep) {
+                                  const uint16_t* const* kmax, int n_pages, int keep, bool group_max) {
     std::vector<int> all(n_pages);
     std::iota(all.begin(), all.end(), 0);
     if (n_pages <= keep || n_pages == 0) return all;
-    // Σ_g max(q_gc·lo_c, q_gc·hi_c) = pos_c·hi_c + neg_c·lo_c with pos_c = Σ_g max(q_gc, 0), neg_c = Σ_g min(q_gc, 0)
-    // (hi_c ≥ lo_c), so each page costs two dot products of length d whatever the group size.
-    std::vector<float> pos(d, 0.0f), neg(d, 0.0f);
+    // max(q_c·lo_c, q_c·hi_c) = max(q_c, 0)·hi_c + min(q_c, 0)·lo_c (hi_c ≥ lo_c), so a query head's bound is two dot
+    // products of length d; summed over the group, pos_c = Σ_g max(q_gc, 0) and neg_c = Σ_g min(q_gc, 0) make the
+    // group's sum two dot products whatever G. group_max keeps one (pos, neg) pair per query head.
+    const int R = group_max ? G : 1;
+    std::vector<float> pos(static_cast<size_t>(R) * d, 0.0f), neg(static_cast<size_t>(R) * d, 0.0f);
     for (int g = 0; g < G; ++g)
         for (int c = 0; c < d; ++c) {
             const float x = q[static_cast<size_t>(g) * d + c];
-            (x > 0 ? pos[c] : neg[c]) += x;
+            const size_t r = static_cast<size_t>(group_max ? g : 0) * d + c;
+            (x > 0 ? pos[r] : neg[r]) += x;
         }
     const auto dot = dot_kernels().f16;
     std::vector<float> u(n_pages);
-    for (int i = 0; i < n_pages; ++i) u[i] = dot(kmax[i], pos.data(), d) + dot(kmin[i], neg.data(), d);
+    for (int i = 0; i < n_pages; ++i) {
+        float best = -std::numeric_limits<float>::infinity();
+        for (int r = 0; r < R; ++r)
+            best = std::max(best, dot(kmax[i], pos.data() + static_cast<size_t>(r) * d, d) +
+                                      dot(kmin[i], neg.data() + static_cast<size_t>(r) * d, d));
+        u[i] = best;
+    }
     const auto better = [&](int a, int b) { return u[a] > u[b] || (u[a] == u[b] && a < b); };
     const int k = std::max(0, keep);
     std::nth_element(all.begin(), all.begin() + k, all.end(), better);
@@ -49,13 +59,13 @@ std::vector<int> quest_rank_pages(const float* q, int G, int d, const uint16_t* 
 }
 
 std::vector<int> quest_choose_pages(const float* q, int G, int d, const uint16_t* kmin, const uint16_t* kmax,
-                                    int n_pages, int keep) {
+                                    int n_pages, int keep, bool group_max) {
     std::vector<const uint16_t*> lo(n_pages), hi(n_pages);
     for (int i = 0; i < n_pages; ++i) {
         lo[i] = kmin + static_cast<size_t>(i) * d;
         hi[i] = kmax + static_cast<size_t>(i) * d;
     }
-    return quest_rank_pages(q, G, d, lo.data(), hi.data(), n_pages, keep);
+    return quest_rank_pages(q, G, d, lo.data(), hi.data(), n_pages, keep, group_max);
 }
 
 void register_quest() {
@@ -69,6 +79,10 @@ void register_quest() {
                             require(skip >= 0, "selection quest: skip_layers must be ≥ 0");
                             s.page = static_cast<int>(page);
                             s.skip_layers = static_cast<int>(skip);
+                            const std::string group = p.get_string("group", "sum");
+                            require(group == "sum" || group == "max", "selection quest: group='", group,
+                                    "' is not sum or max");
+                            s.group_max = group == "max";
                             return s;
                         }});
 }

@@ -15,8 +15,10 @@ struct Selection {
                               ///< sinks, the local window and the current token's page are read besides
     int page = 16;            ///< tokens per page (must be the KV pool's page size)
     int skip_layers = 2;      ///< the first layers read everything (Quest §4: its first two layers)
+    bool group_max = false;   ///< GQA: rank a page by the largest of its G query heads' bounds (group=max) instead
+                              ///< of their sum (group=sum, the default)
     bool active() const { return !kind.empty(); }
-    /// "quest(budget=512,page=16,skip_layers=2)", or "" for none.
+    /// "quest(budget=512,page=16,skip_layers=2)" (",group=max" when set), or "" for none.
     std::string describe() const;
 };
 
@@ -28,13 +30,14 @@ struct Selection {
 /// increasing order. kmin, kmax: [n_pages][d] IEEE binary16 (the bounds as PageStore::key_bounds keeps them).
 /// Computed as Σ_c P_c·kmax_i,c + N_c·kmin_i,c with P_c = Σ_g max(q_gc, 0) and N_c = Σ_g min(q_gc, 0) (the same sum
 /// regrouped: two binary16 × float32 dot products per page), so pages whose bounds differ in the last bits may rank
-/// in another order than the sum written out in double.
+/// in another order than the sum written out in double. group_max: rank by max_g U_i(q_g) instead (2·G dot products
+/// per page): a page that one query head of the group needs, such as an attention sink, is not outvoted by the others.
 std::vector<int> quest_choose_pages(const float* q, int G, int d, const uint16_t* kmin, const uint16_t* kmax,
-                                    int n_pages, int keep);
+                                    int n_pages, int keep, bool group_max = false);
 
 /// quest_choose_pages with each page's bounds where they lie: kmin[i], kmax[i] point at page i's d binary16 values
 /// (the rows PageStore::key_bounds keeps), so the decode step ranks pages without gathering them.
 std::vector<int> quest_rank_pages(const float* q, int G, int d, const uint16_t* const* kmin,
-                                  const uint16_t* const* kmax, int n_pages, int keep);
+                                  const uint16_t* const* kmax, int n_pages, int keep, bool group_max = false);
 
 }  // namespace kvsieve
