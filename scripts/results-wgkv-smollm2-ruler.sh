@@ -25,6 +25,8 @@ RULER="--task ruler --corpus ../shared/data/wiki.test.raw --tasks niah_single_1,
 P="full;${W}0.04;${W}0.08;${W}0.16;streaming_llm:window=512,sinks=4;streaming_llm:window=256,sinks=4"
 for n in 9 18; do P="$P;$(cat "$OUT/retrieval_heads_$n/policy.txt")"; done
 P="$P;quest:budget=512;${W}0.04+quest:budget=512"
+# Quest reading the 4 sink tokens at every step besides its pages (SmolLM2's decode steps lose the sink otherwise).
+P="$P;full:sinks=4+quest:budget=512;${W}0.04,sinks=4+quest:budget=512"
 $K eval sweep $RULER $T --lengths 2048 -m "$M" --policies "$P" --out "$OUT/ruler_2k"
 # 4k: the window that keeps 25% of the cache is 1024 tokens.
 P="full;${W}0.04;streaming_llm:window=1024,sinks=4;$(cat "$OUT/retrieval_heads_18/policy.txt")"
