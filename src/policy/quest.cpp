@@ -9,8 +9,8 @@
 //   quest:budget=512[,page=16][,skip_layers=2][,group=sum|max]   (the full cache, read sparsely)
 //   wgkv:model=DIR+quest:budget=512                        (WG-KV's cache, read sparsely: the paper's Fig. 9)
 #include <algorithm>
-#include <numeric>
 #include <limits>
+#include <numeric>
 
 #include "kernels/dot.h"
 #include "policy/policy.h"
