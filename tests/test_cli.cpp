@@ -219,6 +219,33 @@ TEST(Cli, EvalFidelityWritesItsReportAndRejectsBadInput) {
     const auto j = nlohmann::json::parse(std::ifstream(out.path() + "/fidelity.json"));
     EXPECT_EQ(j["temperature"], 0.8);
     EXPECT_EQ(j["results"].size(), 3u);
+    // The same command with one more policy resumes: the three finished rows come from the file (no teacher run),
+    // the new one is computed, and all four are in the report, the earlier ones unchanged.
+    const std::string head = "eval fidelity -m " + kModel + " --corpus " + corpus.path() + " --prompt 32 --samples 1 --every 8 --temp 0.8 --out " + out.path();
+    const std::string base = head + " --gen 24 --policies ";
+    const CmdResult again = run(base + "'full;streaming_llm:window=8,sinks=2;full@" + kModel + ";tova:budget=12'");
+    ASSERT_EQ(again.status, 0) << again.err;
+    EXPECT_NE(again.out.find("policy=streaming_llm:window=8,sinks=2 greedy_prefix"), std::string::npos) << again.out;
+    const size_t tova = again.out.find("policy=tova:budget=12 ");
+    ASSERT_NE(tova, std::string::npos) << again.out;
+    EXPECT_EQ(again.out.substr(tova, again.out.find('\n', tova) - tova).find("(from"), std::string::npos) << again.out;
+    size_t reused = 0;
+    for (size_t at = again.out.find("(from the earlier run in --out)"); at != std::string::npos;
+         at = again.out.find("(from the earlier run in --out)", at + 1))
+        ++reused;
+    EXPECT_EQ(reused, 3u) << again.out;
+    EXPECT_NE(again.err.find("teacher (full cache)"), std::string::npos);  // the new policy needed the teachers
+    const auto j2 = nlohmann::json::parse(std::ifstream(out.path() + "/fidelity.json"));
+    ASSERT_EQ(j2["results"].size(), 4u);
+    for (size_t i = 0; i < 3; ++i) EXPECT_EQ(j2["results"][i], j["results"][i]);
+    EXPECT_EQ(j2["results"][3]["policy"], "tova:budget=12");
+    // Asking only for finished policies runs nothing (no teacher) and keeps the rows it was not asked for.
+    const CmdResult none = run(base + "'tova:budget=12'");
+    ASSERT_EQ(none.status, 0) << none.err;
+    EXPECT_EQ(none.err.find("teacher (full cache)"), std::string::npos) << none.err;
+    EXPECT_EQ(nlohmann::json::parse(std::ifstream(out.path() + "/fidelity.json"))["results"].size(), 4u);
+    // Other settings never mix into the table.
+    expect_clean_failure(head + " --gen 20 --policies full", "was made with gen_tokens = 24, this run has 20");
     std::filesystem::remove_all(out.path());
     expect_clean_failure("eval fidelity -m " + kModel + " --corpus " + corpus.path() + " --policies 'full;nosuch'",
                          "unknown policy 'nosuch'");

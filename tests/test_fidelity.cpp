@@ -162,5 +162,55 @@ TEST(EvalFidelity, BadInputIsOneClearError) {
     EXPECT_THROW(fidelity_teachers(m, *tok, corpus(), o), Error);
 }
 
+TEST(EvalFidelity, AReportReadsBackAndOnlyWithItsOwnSettings) {
+    const LlamaModel& m = test::stories260k();
+    const auto tok = Tokenizer::from_gguf(m.file());
+    FidelityOptions o;
+    o.progress = false;
+    o.prompt_tokens = 24;
+    o.gen_tokens = 20;
+    o.samples = 2;
+    o.memory_every = 8;
+    o.corpus = "stories.txt";
+    const auto t = fidelity_teachers(m, *tok, corpus(), o);
+    std::vector<FidelityResult> rs = {evaluate_fidelity(m, *tok, t, "full", o),
+                                      evaluate_fidelity(m, *tok, t, "streaming_llm:window=8,sinks=2", o)};
+    rs[0].policy = "full";
+    rs[1].policy = "streaming_llm:window=8,sinks=2";
+    const std::string dir = (std::filesystem::temp_directory_path() / "kvsieve_fidelity_resume").string();
+    std::filesystem::remove_all(dir);
+    EXPECT_TRUE(read_fidelity_results(dir, "m", o).empty());  // nothing there yet
+    write_fidelity_report(dir, "m", o, rs);
+    const auto back = read_fidelity_results(dir, "m", o);
+    ASSERT_EQ(back.size(), 2u);
+    for (size_t i = 0; i < 2; ++i) {
+        EXPECT_EQ(back[i].policy, rs[i].policy);
+        EXPECT_EQ(back[i].prefix, rs[i].prefix);
+        EXPECT_EQ(back[i].kl, rs[i].kl);
+        EXPECT_EQ(back[i].accuracy_by_step, rs[i].accuracy_by_step);
+        EXPECT_EQ(back[i].memory, rs[i].memory);
+        EXPECT_EQ(back[i].kv_bytes_peak, rs[i].kv_bytes_peak);
+        EXPECT_DOUBLE_EQ(back[i].mean_kl, rs[i].mean_kl);
+    }
+    EXPECT_GT(back[1].mean_kl, 0.0);
+    // Another protocol or model never mixes into the table.
+    FidelityOptions other = o;
+    other.gen_tokens = 21;
+    EXPECT_THROW(read_fidelity_results(dir, "m", other), Error);
+    other = o;
+    other.temp = 0.7;
+    EXPECT_THROW(read_fidelity_results(dir, "m", other), Error);
+    other = o;
+    other.corpus = "wiki.txt";
+    EXPECT_THROW(read_fidelity_results(dir, "m", other), Error);
+    EXPECT_THROW(read_fidelity_results(dir, "another model", o), Error);
+    // A damaged file is one clear error, not a crash.
+    std::ofstream(dir + "/fidelity.json") << "{\"results\": [{\"policy\": \"full\"}]}";
+    EXPECT_THROW(read_fidelity_results(dir, "m", o), Error);
+    std::ofstream(dir + "/fidelity.json") << "{not json";
+    EXPECT_THROW(read_fidelity_results(dir, "m", o), Error);
+    std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace kvsieve

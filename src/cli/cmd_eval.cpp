@@ -1,4 +1,5 @@
 // kvsieve eval nll | sweep: quality of a KV policy as NLL vs density, and sweeps over policies × ratios.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -250,7 +251,8 @@ void add_eval(CLI::App& app) {
     fid->add_option("--kv-type", fo->kv_type, "f32, f16 or bf16")->capture_default_str();
     fid->add_option("--temp", fo->temp, "teacher's sampling temperature (0: greedy)")->capture_default_str();
     fid->add_option("--seed", fo->seed, "teacher's sampling seed")->capture_default_str();
-    fid->add_option("--out", fo->out, "output directory")->capture_default_str();
+    fid->add_option("--out", fo->out, "output directory; a table already there with the same settings is resumed (its "
+                                      "policies are not run again)")->capture_default_str();
     fid->add_option("-t,--threads", fo->threads, "threads (0: all cores)");
     fid->add_flag("-q,--quiet", fo->quiet, "no progress bar");
     fid->callback([fo] {
@@ -282,6 +284,7 @@ void add_eval(CLI::App& app) {
         o.kv_type = fo->kv_type;
         o.temp = fo->temp;
         o.seed = fo->seed;
+        o.corpus = fo->corpus;
         o.progress = !fo->quiet;
         require(fo->temp >= 0, "--temp must be ≥ 0");
         require(fo->chunk >= 0 && fo->every >= 1, "--prefill-chunk must be ≥ 0 and --every ≥ 1");
@@ -303,20 +306,43 @@ void add_eval(CLI::App& app) {
                     " (the teachers' tokens would mean other words)");
             others[path] = std::move(other);
         }
-        const auto teachers = fidelity_teachers(m, *tok, text, o);
+        const std::string name = m.file().get_string("general.name", std::filesystem::path(fo->model).stem().string());
+        // A table already in --out with the same settings is resumed: its policies are not run again, and the ones
+        // it has that this run does not name are kept after the others.
+        const std::vector<FidelityResult> earlier = read_fidelity_results(fo->out, name, o);
+        auto earlier_of = [&earlier](const std::string& p) -> const FidelityResult* {
+            for (const auto& r : earlier)
+                if (r.policy == p) return &r;
+            return nullptr;
+        };
         std::vector<FidelityResult> results;
+        auto report = [&] {
+            std::vector<FidelityResult> all = results;
+            for (const auto& r : earlier)
+                if (std::none_of(all.begin(), all.end(), [&r](const FidelityResult& x) { return x.policy == r.policy; }))
+                    all.push_back(r);
+            write_fidelity_report(fo->out, name, o, all);
+        };
+        std::vector<FidelityTeacher> teachers;
         for (const auto& p : specs) {
-            const auto [spec, path] = split(p);
-            const LlamaModel* student = path.empty() ? &m : others.at(path).get();
-            results.push_back(evaluate_fidelity(*student, *tok, teachers, spec, o));
-            results.back().policy = p;
+            const FidelityResult* done = earlier_of(p);
+            if (done) {
+                results.push_back(*done);
+            } else {
+                if (teachers.empty()) teachers = fidelity_teachers(m, *tok, text, o);
+                const auto [spec, path] = split(p);
+                const LlamaModel* student = path.empty() ? &m : others.at(path).get();
+                results.push_back(evaluate_fidelity(*student, *tok, teachers, spec, o));
+                results.back().policy = p;
+                report();  // each finished policy is on disk at once
+            }
             const auto& r = results.back();
-            std::printf("policy=%s greedy_prefix=%.0f token_accuracy=%.4f kl=%.5f compression_ratio=%.3f kv_mib=%.2f\n",
-                        p.c_str(), r.mean_prefix, r.mean_accuracy, r.mean_kl, r.compression, r.kv_bytes_final / 1048576.0);
+            std::printf("policy=%s greedy_prefix=%.0f token_accuracy=%.4f kl=%.5f compression_ratio=%.3f kv_mib=%.2f%s\n",
+                        p.c_str(), r.mean_prefix, r.mean_accuracy, r.mean_kl, r.compression, r.kv_bytes_final / 1048576.0,
+                        done ? " (from the earlier run in --out)" : "");
             std::fflush(stdout);
         }
-        const std::string name = m.file().get_string("general.name", std::filesystem::path(fo->model).stem().string());
-        write_fidelity_report(fo->out, name, o, results);
+        report();
     });
 
     auto* sweep = eval->add_subcommand("sweep", "policies × ratios (or thresholds): NLL vs density, kvpress layout");

@@ -67,6 +67,76 @@ nlohmann::json FidelityResult::to_json() const {
             {"decode_tok_s", decode_tok_s}, {"memory", mem}};
 }
 
+FidelityResult FidelityResult::from_json(const nlohmann::json& j) {
+    FidelityResult r;
+    auto get = [&j](const char* key) -> const nlohmann::json& {
+        require(j.is_object() && j.contains(key), "fidelity.json: a result has no '", key, "'");
+        return j.at(key);
+    };
+    try {
+        r.policy = get("policy").get<std::string>();
+        r.prefix = get("greedy_prefix").get<std::vector<double>>();
+        r.accuracy = get("token_accuracy").get<std::vector<double>>();
+        r.kl = get("kl").get<std::vector<double>>();
+        r.mean_prefix = get("mean_greedy_prefix").get<double>();
+        r.mean_accuracy = get("mean_token_accuracy").get<double>();
+        r.mean_kl = get("mean_kl").get<double>();
+        r.accuracy_by_step = get("accuracy_by_step").get<std::vector<double>>();
+        r.compression = get("compression_ratio").get<double>();
+        r.kv_bytes_final = get("kv_bytes_final").get<uint64_t>();
+        r.kv_bytes_peak = get("kv_bytes_peak").get<uint64_t>();
+        r.kv_bytes_full = get("kv_bytes_full").get<uint64_t>();
+        r.state_bytes = get("scorer_state_bytes").get<uint64_t>();
+        r.decode_tok_s = get("decode_tok_s").get<double>();
+        for (const auto& m : get("memory")) r.memory.emplace_back(m.at(0).get<int64_t>(), m.at(1).get<uint64_t>());
+    } catch (const nlohmann::json::exception& e) {
+        throw Error("fidelity.json: a result of policy '" + r.policy + "' is malformed: " + e.what());
+    }
+    require(r.prefix.size() == r.accuracy.size() && r.accuracy.size() == r.kl.size(), "fidelity.json: policy '",
+            r.policy, "' has per-prompt lists of different lengths");
+    return r;
+}
+
+namespace {
+/// The settings a report records, as they appear in fidelity.json.
+nlohmann::json report_settings(const std::string& model_name, const FidelityOptions& o) {
+    return {{"model", model_name},        {"corpus", o.corpus},   {"prompt_tokens", o.prompt_tokens},
+            {"gen_tokens", o.gen_tokens}, {"samples", o.samples}, {"kl_top", o.top},
+            {"prefill_chunk", o.prefill_chunk}, {"temperature", o.temp}, {"seed", o.seed},
+            {"kv_type", o.kv_type}};
+}
+}  // namespace
+
+std::vector<FidelityResult> read_fidelity_results(const std::string& dir, const std::string& model_name,
+                                                  const FidelityOptions& o) {
+    const std::string path = (std::filesystem::path(dir) / "fidelity.json").string();
+    if (!std::filesystem::exists(path)) return {};
+    nlohmann::json j;
+    try {
+        j = nlohmann::json::parse(read_whole_file(path, "fidelity report"));
+    } catch (const nlohmann::json::exception& e) {
+        throw Error(path + " is not valid JSON (" + e.what() + "): remove it or choose another --out");
+    }
+    require(j.is_object() && j.contains("results") && j["results"].is_array(), path,
+            " has no 'results' list: remove it or choose another --out");
+    const nlohmann::json settings = report_settings(model_name, o);  // named: items() of a temporary dangles
+    for (const auto& [key, want] : settings.items()) {
+        if (!j.contains(key)) continue;  // reports written before the key existed (the corpus)
+        const nlohmann::json& have = j[key];
+        const bool same = want.is_number() && have.is_number() ? std::abs(want.get<double>() - have.get<double>()) < 1e-12
+                                                               : want == have;
+        require(same, path, " was made with ", key, " = ", have.dump(), ", this run has ", want.dump(),
+                ": choose another --out, or remove the file to start afresh");
+    }
+    std::vector<FidelityResult> out;
+    for (const auto& r : j["results"]) {
+        out.push_back(FidelityResult::from_json(r));
+        require(static_cast<int64_t>(out.back().prefix.size()) == o.samples, path, ": policy '", out.back().policy,
+                "' has ", out.back().prefix.size(), " prompts, not ", o.samples);
+    }
+    return out;
+}
+
 std::vector<FidelityTeacher> fidelity_teachers(const LlamaModel& model, const Tokenizer& tok, const std::string& corpus,
                                                const FidelityOptions& o) {
     const ModelConfig& c = model.config();
@@ -190,16 +260,8 @@ void write_fidelity_report(const std::string& dir, const std::string& model_name
                            const std::vector<FidelityResult>& results) {
     namespace fs = std::filesystem;
     fs::create_directories(dir);
-    nlohmann::json j = {{"model", model_name},
-                        {"prompt_tokens", o.prompt_tokens},
-                        {"gen_tokens", o.gen_tokens},
-                        {"samples", o.samples},
-                        {"kl_top", o.top},
-                        {"prefill_chunk", o.prefill_chunk},
-                        {"temperature", o.temp},
-                        {"seed", o.seed},
-                        {"kv_type", o.kv_type},
-                        {"results", nlohmann::json::array()}};
+    nlohmann::json j = report_settings(model_name, o);
+    j["results"] = nlohmann::json::array();
     for (const auto& r : results) j["results"].push_back(r.to_json());
     write_text((fs::path(dir) / "fidelity.json").string(), j.dump(2) + "\n");
 

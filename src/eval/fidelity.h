@@ -36,6 +36,7 @@ struct FidelityOptions {
     double temp = 0;              ///< teacher's sampling temperature (0: greedy)
     uint64_t seed = 1;            ///< its sampling seed (prompt i uses seed + i)
     std::string kv_type = "f16";
+    std::string corpus;           ///< the corpus's name (its path), recorded in the report and checked on resume
     bool progress = true;
 };
 
@@ -63,6 +64,8 @@ struct FidelityResult {
     uint64_t state_bytes = 0;    ///< the scorer's per-sequence state, first prompt, at its end
     double decode_tok_s = 0;     ///< decode steps per second (all prompts)
     nlohmann::json to_json() const;
+    /// Reads back what to_json wrote. Throws Error naming the first missing or mistyped key.
+    static FidelityResult from_json(const nlohmann::json& j);
 };
 
 /// The teachers: full cache, greedy. Throws Error for a corpus shorter than the prompts, or prompt + generation
@@ -73,6 +76,13 @@ std::vector<FidelityTeacher> fidelity_teachers(const LlamaModel& model, const To
 /// One policy against the teachers. Throws Error for a bad policy spec.
 FidelityResult evaluate_fidelity(const LlamaModel& model, const Tokenizer& tok, const std::vector<FidelityTeacher>& teachers,
                                  const std::string& policy_spec, const FidelityOptions& o);
+
+/// The results already in DIR/fidelity.json, so that an interrupted or extended run computes only the policies it
+/// lacks: empty when there is no such file. Throws Error when the file cannot be read, or when it was made with
+/// other settings than `o` and `model_name` (model, corpus, prompt, generation, prompts, top, prefill chunk,
+/// temperature, seed or KV type; the first that differs is named), so one table never mixes two protocols.
+std::vector<FidelityResult> read_fidelity_results(const std::string& dir, const std::string& model_name,
+                                                  const FidelityOptions& o);
 
 /// Writes DIR/fidelity.json, DIR/fidelity.md (a table) and the plots DIR/fidelity_memory.png (KV bytes vs generated
 /// tokens) and DIR/fidelity_accuracy.png (token accuracy along the generation). Throws Error on I/O failure.
