@@ -433,6 +433,30 @@ TEST(Kernels, OutputStrideLeavesOtherColumnsAlone) {
     }
 }
 
+TEST(Kernels, GeluDotMatchesFloat64ErfForEveryIsa) {
+    // WG-KV's gate MLP: Σ_j w_j · GELU(a_j + b_j), GELU(z) = z/2 · (1 + erf(z/√2)), written here in float64.
+    for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{16}, int64_t{37}, int64_t{256}, int64_t{259}}) {
+        auto a = randn(n, 71, 3.0f), b = randn(n, 72, 1.0f), w = randn(n, 73, 1.0f);
+        a[0] = -12.0f;  // far negative tail: GELU ≈ 0 (1 + erf must not cancel to garbage)
+        if (n > 2) a[1] = 9.0f, a[2] = -0.0f;  // far positive (GELU ≈ z) and zero
+        double want = 0, scale = 0;
+        for (int64_t j = 0; j < n; ++j) {
+            const double z = double(a[j]) + double(b[j]);
+            const double g = 0.5 * z * (1.0 + std::erf(z / std::sqrt(2.0)));
+            want += double(w[j]) * g;
+            scale += std::fabs(double(w[j]) * g);
+        }
+        for (const DotKernels* k : available_kernel_sets()) {
+            SCOPED_TRACE(testing::Message() << k->isa << " n=" << n);
+            // float32 sums of n terms: a few ulps of the summed magnitudes; the polynomial's 1.5e-7 sits inside
+            EXPECT_NEAR(k->gelu_dot(a.data(), b.data(), w.data(), n), want, 2e-6 * scale + 1e-7);
+        }
+    }
+    // The negative tail on its own: GELU(−12) ≈ −2.1e-32 ≈ 0, never NaN or a large value.
+    const float z = -12.0f, zero = 0.0f, one = 1.0f;
+    for (const DotKernels* k : available_kernel_sets()) EXPECT_NEAR(k->gelu_dot(&z, &zero, &one, 1), 0.0f, 1e-20);
+}
+
 TEST(Kernels, SoftmaxRowsMatchFloat64ForEveryIsa) {
     for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{8}, int64_t{37}, int64_t{1000}}) {
         auto x = randn(n, 61, 4.0f);

@@ -61,6 +61,11 @@ struct DotKernels {
     /// s[0..n) ← softmax(s) in place: exp(s_j − max s) / Σ, in float32 (the exponential of attention_generic.inc,
     /// relative error < 2e-7; vectorised per instruction set). n ≥ 1.
     void (*softmax)(float* s, int64_t n);
+    /// Σ_j w_j · GELU(a_j + b_j) over n floats, the exact (erf) GELU z/2 · (1 + erf(z/√2)) (Hendrycks & Gimpel
+    /// 2016), as WG-KV's gate MLP uses it (a: the pre-activations, b: their bias, w: the output weights). The
+    /// scalar set calls std::erf; the vector sets use Abramowitz & Stegun 7.1.26 (|erf error| ≤ 1.5e-7) with
+    /// the softmax's exponential, vectorised.
+    float (*gelu_dot)(const float* a, const float* b, const float* w, int64_t n);
     /// Online-softmax attention step over n ≤ 16 cached rows k, v (F32, F16 or BF16; row length d ≤ 256) for
     /// G queries q [G][d]: updates the running max m[G], normaliser l[G] and unnormalised output o[G][d].
     /// When s_out is set the scaled scores are also stored at s_out[g·s_stride + j].

@@ -188,6 +188,7 @@ const DotKernels& dot_kernels_avx512() {
                                  .quantize_q8_1 = quantize_row_q8_1_activations,
                                  .quantize_q8_k = quantize_row_q8_k,
                                  .softmax = avx512::softmax_row,
+                                 .gelu_dot = avx512::gelu_dot_poly,
                                  .attend_rows = avx512::attend_rows_best};
     return k;
 }

@@ -30,6 +30,16 @@ static float dot_f16(const uint16_t* w, const float* x, int64_t n) {
     for (int64_t i = 0; i < n; ++i) s += fp16_to_fp32(w[i]) * x[i];
     return s;
 }
+
+// The reference GELU dot: std::erf in float32.
+static float gelu_dot_exact(const float* a, const float* b, const float* w, int64_t n) {
+    float s = 0;
+    for (int64_t j = 0; j < n; ++j) {
+        const float z = a[j] + b[j];
+        s += w[j] * 0.5f * z * (1.0f + std::erf(z * 0.70710678118654752f));
+    }
+    return s;
+}
 }  // namespace scalar
 
 TensorType activation_type(TensorType t) {
@@ -68,6 +78,7 @@ const DotKernels& dot_kernels_scalar() {
                                  .quantize_q8_1 = quantize_row_q8_1_activations,
                                  .quantize_q8_k = quantize_row_q8_k,
                                  .softmax = scalar::softmax_row,
+                                 .gelu_dot = scalar::gelu_dot_exact,
                                  .attend_rows = scalar::attend_rows};
     return k;
 }

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "io/safetensors.h"
+#include "kernels/dot.h"
 #include "util/error.h"
 
 namespace kvsieve {
@@ -64,6 +65,7 @@ WgkvGates WgkvGates::load(const std::string& path, int n_layer, int n_head_kv, i
 
 void WgkvGates::predict(int layer, const float* k_pre, const float* k_post, int64_t T, float* g) const {
     const Layer& L = layers_.at(layer);
+    const DotKernels& k = dot_kernels();
     const int d = d_, in = 2 * d_;
     std::vector<float> x(static_cast<size_t>(T) * in), a(static_cast<size_t>(T) * inner_);
     for (int h = 0; h < hkv_; ++h) {
@@ -81,11 +83,7 @@ void WgkvGates::predict(int layer, const float* k_pre, const float* k_post, int6
         for (int64_t t = 0; t < T; ++t) {
             const float* at = a.data() + t * inner_;
             // Exact (erf) GELU in float32, the precision of the reference's own float32 forward.
-            float s = L.b2[h];
-            for (int j = 0; j < inner_; ++j) {
-                const float z = at[j] + b1[j];
-                s += w2[j] * 0.5f * z * (1.0f + std::erf(z * 0.70710678f));
-            }
+            const float s = L.b2[h] + k.gelu_dot(at, b1, w2, inner_);
             g[t * hkv_ + h] = static_cast<float>(1.0 / (1.0 + std::exp(-s)));
         }
     }
