@@ -4,7 +4,8 @@
 #  1. the λ sweep (LAMBDAS, by default the paper's grid 0.01 … 2.56; ~30 s per 2048-token step on one core, 30
 #     steps, ~17 min per λ): configs/wgkv/smollm2-wgkv.json with λ and the run directory replaced; the gates (F16) go to
 #     models/wgkv/smollm2-135m-lambda<λ>/ with the training log;
-#  2. NLL vs density, SP-KV's chunked protocol, on the held-out tail of WikiText-2: WG-KV at τ = 0.1 for every λ, and
+#  2. NLL vs density, SP-KV's chunked protocol, on the held-out tail of WikiText-2: WG-KV at τ 0.05, 0.1 and 0.3 for
+#     every λ (Fig. 8d's λ × τ front; THRESHOLDS), and
 #     on the same model H2O, Expected Attention and StreamingLLM with 4 sinks and the same 256-token window;
 #  3. the Pareto table and plots.
 set -euo pipefail
@@ -42,7 +43,7 @@ for lam in $LAMBDAS; do
     mkdir -p "$OUT/nll_wgkv_l$lam" && cp -r "$F" "$OUT/nll_wgkv_l$lam/full"
   fi
   $K eval sweep $NLL -m "$M" --policies "wgkv:model=models/wgkv/smollm2-135m-lambda$lam" \
-    --thresholds ${THRESHOLDS:-0.1} --out "$OUT/nll_wgkv_l$lam"
+    --thresholds ${THRESHOLDS:-0.05,0.1,0.3} --out "$OUT/nll_wgkv_l$lam"
 done
 $K eval sweep $NLL -m "$M" --policies h2o,expected_attention,streaming_llm --ratios ${RATIOS:-0.5,0.75} \
   --out "$OUT/nll_baselines"

@@ -6,4 +6,4 @@ set title 'NLL (nats/token) vs density (kept fraction beyond the window): SmolLM
 set key outside right
 set grid
 set xrange [0:1.02]
-plot 'nll_vs_density.dat' index 0 using 1:2 with linespoints title 'wgkv'
+plot 'nll_vs_density.dat' index 0 using 1:2 with linespoints lc rgb '#332288' dt 1 pt 1 title 'wgkv'
