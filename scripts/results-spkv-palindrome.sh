@@ -2,20 +2,26 @@
 # SP-KV's palindrome reversal (App. G) from scratch (docs/results/spkv/palindrome): the same 2-layer model and
 # batches with full attention, SP-KV (window 32, gates learned by next-token loss alone) and a sliding window of 32.
 # Resumable: finished runs are skipped, interrupted ones continue from their checkpoint.
+# FORM=digits (default): the numbers written in the tokenizer's digits (three tokens each with stories260K's);
+# FORM=tokens: one token per number (the palindrome_tokens task), docs/results/spkv/palindrome_tokens.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 K=build/bin/kvsieve
-OUT=docs/results/spkv/palindrome
+case "${FORM:-digits}" in
+  digits) NAME=palindrome; OUT=docs/results/spkv/palindrome; TITLE='32 two-digit numbers in digits' ;;
+  tokens) NAME=palindrome-tokens; OUT=docs/results/spkv/palindrome_tokens; TITLE='32 numbers, one token each' ;;
+  *) echo "FORM must be digits or tokens" >&2; exit 2 ;;
+esac
 mkdir -p runs "$OUT"
 for n in full spkv window; do
-  [ -f "runs/palindrome-$n/final.gguf" ] && continue
-  if [ -f "runs/palindrome-$n/checkpoint.pt" ]; then
-    $K train spkv --config "configs/spkv/palindrome-$n.json" --resume
+  [ -f "runs/$NAME-$n/final.gguf" ] && continue
+  if [ -f "runs/$NAME-$n/checkpoint.pt" ]; then
+    $K train spkv --config "configs/spkv/$NAME-$n.json" --resume
   else
-    $K train spkv --config "configs/spkv/palindrome-$n.json"
+    $K train spkv --config "configs/spkv/$NAME-$n.json"
   fi
 done
-for n in full spkv window; do cp "runs/palindrome-$n/log.jsonl" "$OUT/train_log_$n.jsonl"; done
+for n in full spkv window; do cp "runs/$NAME-$n/log.jsonl" "$OUT/train_log_$n.jsonl"; done
 # Loss of the reversed numbers per step (nats per answer token) and SP-KV's mean utility; then the plot.
 python3 - "$OUT" <<'PY'
 import json, sys
@@ -27,10 +33,10 @@ for n in ("full", "spkv", "window"):
             if "loss" in j:
                 d.write(f'{j["step"]} {j.get("lm_loss", j["loss"])} {j.get("mean_u", "nan")} {j.get("density", "nan")}\n')
 PY
-cat > "$OUT/palindrome.gp" <<'GP'
+cat > "$OUT/palindrome.gp" <<GP
 set terminal pngcairo size 900,650 noenhanced
 set output 'palindrome.png'
-set multiplot layout 2,1 title 'Palindrome reversal (SP-KV App. G): 2 layers, D 128, 32 two-digit numbers'
+set multiplot layout 2,1 title 'Palindrome reversal (SP-KV App. G): 2 layers, D 128, $TITLE'
 set ylabel 'loss of the reversal (nats/token)'
 set grid
 set key top right

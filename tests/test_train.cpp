@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <map>
 #include <set>
+#include <sstream>
 #include <unistd.h>
 #include <filesystem>
 #include <fstream>
@@ -23,6 +24,7 @@
 #include "trainer_cli_fixture.h"
 #include "text/tokenizer.h"
 #include "train/data.h"
+#include "train/palindrome.h"
 #include "train/kvzap_mlp.h"
 #include "train/loop.h"
 #include "train/mirror.h"
@@ -298,6 +300,53 @@ TEST(TrainData, LinksWordsTaskUsesOneTokenNames) {
     }
     EXPECT_EQ(answer_pieces(*tok, s), expected);
     EXPECT_EQ(train::links_words_sequence(*tok, 300, st2, 0.5f, 3.0f).tokens, s.tokens);
+}
+
+TEST(TrainData, PalindromeRowsAnswerWithTheListReversed) {
+    const auto tok = stories_tokenizer();
+    // The digit form: the answer spells the numbers of the list in the opposite order.
+    uint64_t st = 9;
+    int64_t a0 = -1;
+    const auto s = train::palindrome_sequence(*tok, 400, st, 0.0f, 1.0f, &a0);
+    const std::string text = tok->decode(s.tokens);
+    const size_t at = text.find("Numbers:"), rev = text.find("\nReversed:");
+    ASSERT_NE(at, std::string::npos);
+    ASSERT_NE(rev, std::string::npos);
+    std::vector<std::string> list, answer;
+    {
+        std::istringstream in(text.substr(at + 8, rev - at - 8)), out(text.substr(rev + 10));
+        for (std::string w; in >> w;) list.push_back(w);
+        for (std::string w; out >> w;) answer.push_back(w);
+    }
+    ASSERT_EQ(list.size(), 32u);
+    ASSERT_EQ(answer.size(), 32u);
+    for (size_t i = 0; i < 32; ++i) EXPECT_EQ(answer[i], list[31 - i]);
+    for (size_t i = 0; i < s.tokens.size(); ++i) EXPECT_EQ(s.weight[i], static_cast<int64_t>(i) >= a0 ? 1.0f : 0.0f);
+
+    // The one-token form: 90 distinct ordinary ids outside the prompt, one per number, the answer the list
+    // reversed token for token, then EOS.
+    const std::vector<int32_t> ids = train::palindrome_number_tokens(*tok);
+    ASSERT_EQ(ids.size(), 90u);
+    EXPECT_EQ(std::set<int32_t>(ids.begin(), ids.end()).size(), 90u);
+    uint64_t st2 = 9, st3 = 9;
+    int64_t b0 = -1;
+    const auto t = train::palindrome_tokens_sequence(*tok, 400, st2, 0.0f, 1.0f, &b0);
+    ASSERT_EQ(t.tokens.back(), tok->vocab().eos);
+    ASSERT_EQ(static_cast<int64_t>(t.tokens.size()), b0 + 33);
+    const std::set<int32_t> numbers(ids.begin(), ids.end());
+    std::vector<int32_t> in_prompt;
+    for (int64_t i = 0; i < b0; ++i)
+        if (numbers.count(t.tokens[static_cast<size_t>(i)])) in_prompt.push_back(t.tokens[static_cast<size_t>(i)]);
+    ASSERT_EQ(in_prompt.size(), 32u);  // the list, and no number token anywhere else in the prompt
+    for (size_t i = 0; i < 32; ++i) EXPECT_EQ(t.tokens[static_cast<size_t>(b0) + i], in_prompt[31 - i]);
+    EXPECT_EQ(t.weight[static_cast<size_t>(b0) - 1], 0.0f);
+    EXPECT_EQ(t.weight[static_cast<size_t>(b0)], 1.0f);
+    // The same numbers as the digit row drawn from the same seed.
+    for (size_t i = 0; i < 32; ++i)
+        EXPECT_EQ(in_prompt[i], ids[static_cast<size_t>(std::stoi(list[i]) - 10)]) << i;
+    EXPECT_EQ(train::palindrome_tokens_sequence(*tok, 400, st3, 0.0f, 1.0f).tokens, t.tokens);
+    EXPECT_THROW(train::palindrome_tokens_sequence(*tok, 100, st3, 0.0f, 1.0f), Error);
+    EXPECT_EQ(train::recall_style_maker("palindrome_tokens"), &train::palindrome_tokens_sequence);
 }
 
 TEST(TrainData, ChainsTaskAnswersEachChainByFollowingItsLinks) {

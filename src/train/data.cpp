@@ -450,7 +450,8 @@ RecallStyleMaker recall_style_maker(const std::string& task) {
     if (task == kLinksWordsTask) return links_words_sequence;
     if (task == kChainsTask) return chains_sequence;
     if (task == kPalindromeTask) return palindrome_sequence;
-    fail("'", task, "' is not a recall-style task (recall, links, links_words, chains, palindrome)");
+    if (task == kPalindromeTokensTask) return palindrome_tokens_sequence;
+    fail("'", task, "' is not a recall-style task (recall, links, links_words, chains, palindrome, palindrome_tokens)");
 }
 
 namespace {

@@ -144,11 +144,14 @@ inline constexpr const char* kChainsTask = "chains";
 /// Name of the training-only task of palindrome_sequence() (train/palindrome.h).
 inline constexpr const char* kPalindromeTask = "palindrome";
 
-/// True for the recall-style training tasks (recall, links, links_words, chains, palindrome): rows whose weighted tokens are
-/// answers, made by recall_style_maker().
+/// Name of the training-only task of palindrome_tokens_sequence(): the same rows, one token per number.
+inline constexpr const char* kPalindromeTokensTask = "palindrome_tokens";
+
+/// True for the recall-style training tasks (recall, links, links_words, chains, palindrome, palindrome_tokens): rows
+/// whose weighted tokens are answers, made by recall_style_maker().
 inline bool is_recall_style_task(const std::string& name) {
     return name == kRecallTask || name == kLinksTask || name == kLinksWordsTask || name == kChainsTask ||
-           name == kPalindromeTask;
+           name == kPalindromeTask || name == kPalindromeTokensTask;
 }
 
 /// The row maker of a recall-style task (same arguments as recall_sequence()); throws Error for any other name.

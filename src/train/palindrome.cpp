@@ -1,9 +1,11 @@
 #include "train/palindrome.h"
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "text/tokenizer.h"
+#include "text/vocab.h"
 #include "util/error.h"
 
 namespace kvsieve::train {
@@ -17,29 +19,80 @@ constexpr const char* kInstruction =
     "and backwards.";
 }  // namespace
 
-Sequence palindrome_sequence(const Tokenizer& tok, int64_t length, uint64_t& st, float prompt_weight,
-                             float answer_weight, int64_t* answer_begin) {
-    const Vocab& v = tok.vocab();
+namespace {
+/// The prompt's two pieces around the list, as tokens: BOS + instruction + "\nNumbers:", and "\nReversed:".
+std::pair<std::vector<int32_t>, std::vector<int32_t>> prompt_parts(const Tokenizer& tok) {
+    std::vector<int32_t> head = {tok.vocab().bos};
+    for (int32_t t : tok.encode(std::string(kInstruction) + "\nNumbers:", false)) head.push_back(t);
+    return {head, tok.encode("\nReversed:", false)};
+}
+
+/// The row's numbers, 10 … 99, drawn from the stream.
+std::vector<int> draw_numbers(uint64_t& st) {
     std::vector<int> nums(kPalindromeNumbers);
     for (int& n : nums) n = 10 + static_cast<int>(next_random(st) % 90);
-    std::string list, reversed;
-    for (int i = 0; i < kPalindromeNumbers; ++i) {
-        list += " " + std::to_string(nums[i]);
-        reversed += " " + std::to_string(nums[kPalindromeNumbers - 1 - i]);
-    }
-    Sequence s;
-    s.tokens.push_back(v.bos);
-    for (int32_t t : tok.encode(std::string(kInstruction) + "\nNumbers:" + list + "\nReversed:", false))
-        s.tokens.push_back(t);
-    const size_t a0 = s.tokens.size();
-    for (int32_t t : tok.encode(reversed, false)) s.tokens.push_back(t);
-    s.tokens.push_back(v.eos);
+    return nums;
+}
+
+/// Appends EOS, checks the length and weighs the tokens from a0 on as the answer.
+Sequence finish_row(Sequence s, size_t a0, const Tokenizer& tok, int64_t length, float prompt_weight,
+                    float answer_weight, int64_t* answer_begin) {
+    s.tokens.push_back(tok.vocab().eos);
     require(static_cast<int64_t>(s.tokens.size()) <= length, "the palindrome task needs ", s.tokens.size(),
             " tokens, more than the row length ", length);
     s.weight.assign(s.tokens.size(), prompt_weight);
     for (size_t i = a0; i < s.tokens.size(); ++i) s.weight[i] = answer_weight;
     if (answer_begin) *answer_begin = static_cast<int64_t>(a0);
     return s;
+}
+}  // namespace
+
+Sequence palindrome_sequence(const Tokenizer& tok, int64_t length, uint64_t& st, float prompt_weight,
+                             float answer_weight, int64_t* answer_begin) {
+    const std::vector<int> nums = draw_numbers(st);
+    std::string list, reversed;
+    for (int i = 0; i < kPalindromeNumbers; ++i) {
+        list += " " + std::to_string(nums[i]);
+        reversed += " " + std::to_string(nums[kPalindromeNumbers - 1 - i]);
+    }
+    Sequence s;
+    s.tokens.push_back(tok.vocab().bos);
+    for (int32_t t : tok.encode(std::string(kInstruction) + "\nNumbers:" + list + "\nReversed:", false))
+        s.tokens.push_back(t);
+    const size_t a0 = s.tokens.size();
+    for (int32_t t : tok.encode(reversed, false)) s.tokens.push_back(t);
+    return finish_row(std::move(s), a0, tok, length, prompt_weight, answer_weight, answer_begin);
+}
+
+std::vector<int32_t> palindrome_number_tokens(const Tokenizer& tok) {
+    const Vocab& v = tok.vocab();
+    const auto [head, mid] = prompt_parts(tok);
+    std::vector<bool> used(v.tokens.size(), false);
+    for (int32_t t : head) used.at(static_cast<size_t>(t)) = true;
+    for (int32_t t : mid) used.at(static_cast<size_t>(t)) = true;
+    std::vector<int32_t> out;
+    for (int32_t id = static_cast<int32_t>(v.tokens.size()) - 1; id >= 0 && out.size() < 90; --id) {
+        const bool special = id == v.bos || id == v.eos || id == v.unk || id == v.eot || id == v.eom || id == v.pad ||
+                             (!v.types.empty() && v.types[static_cast<size_t>(id)] != TokenType::kNormal);
+        if (!special && !used[static_cast<size_t>(id)]) out.push_back(id);
+    }
+    require(out.size() == 90, "the palindrome_tokens task needs 90 ordinary token ids outside its prompt; the "
+            "vocabulary has ", out.size());
+    return out;
+}
+
+Sequence palindrome_tokens_sequence(const Tokenizer& tok, int64_t length, uint64_t& st, float prompt_weight,
+                                    float answer_weight, int64_t* answer_begin) {
+    const auto [head, mid] = prompt_parts(tok);
+    const std::vector<int32_t> ids = palindrome_number_tokens(tok);
+    const std::vector<int> nums = draw_numbers(st);
+    Sequence s;
+    s.tokens = head;
+    for (int n : nums) s.tokens.push_back(ids[static_cast<size_t>(n - 10)]);
+    s.tokens.insert(s.tokens.end(), mid.begin(), mid.end());
+    const size_t a0 = s.tokens.size();
+    for (auto n = nums.rbegin(); n != nums.rend(); ++n) s.tokens.push_back(ids[static_cast<size_t>(*n - 10)]);
+    return finish_row(std::move(s), a0, tok, length, prompt_weight, answer_weight, answer_begin);
 }
 
 }  // namespace kvsieve::train
