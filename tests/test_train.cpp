@@ -347,6 +347,23 @@ TEST(TrainData, PalindromeRowsAnswerWithTheListReversed) {
     EXPECT_EQ(train::palindrome_tokens_sequence(*tok, 400, st3, 0.0f, 1.0f).tokens, t.tokens);
     EXPECT_THROW(train::palindrome_tokens_sequence(*tok, 100, st3, 0.0f, 1.0f), Error);
     EXPECT_EQ(train::recall_style_maker("palindrome_tokens"), &train::palindrome_tokens_sequence);
+    // The mixed form: lists of 2 … 32 numbers, answered the same way; both ends of the range occur.
+    std::set<int64_t> counts;
+    uint64_t st4 = 3;
+    for (int r = 0; r < 400; ++r) {
+        int64_t c0 = -1;
+        const auto m = train::palindrome_tokens_mixed_sequence(*tok, 400, st4, 0.0f, 1.0f, &c0);
+        const int64_t n = static_cast<int64_t>(m.tokens.size()) - 1 - c0;  // answer numbers (EOS excluded)
+        ASSERT_GE(n, 2);
+        ASSERT_LE(n, 32);
+        counts.insert(n);
+        std::vector<int32_t> listed;
+        for (int64_t i = 0; i < c0; ++i)
+            if (numbers.count(m.tokens[static_cast<size_t>(i)])) listed.push_back(m.tokens[static_cast<size_t>(i)]);
+        ASSERT_EQ(static_cast<int64_t>(listed.size()), n);
+        for (int64_t i = 0; i < n; ++i) EXPECT_EQ(m.tokens[static_cast<size_t>(c0 + i)], listed[static_cast<size_t>(n - 1 - i)]);
+    }
+    EXPECT_TRUE(counts.count(2) && counts.count(32));
 }
 
 TEST(TrainData, ChainsTaskAnswersEachChainByFollowingItsLinks) {

@@ -451,7 +451,9 @@ RecallStyleMaker recall_style_maker(const std::string& task) {
     if (task == kChainsTask) return chains_sequence;
     if (task == kPalindromeTask) return palindrome_sequence;
     if (task == kPalindromeTokensTask) return palindrome_tokens_sequence;
-    fail("'", task, "' is not a recall-style task (recall, links, links_words, chains, palindrome, palindrome_tokens)");
+    if (task == kPalindromeTokensMixedTask) return palindrome_tokens_mixed_sequence;
+    fail("'", task, "' is not a recall-style task (recall, links, links_words, chains, palindrome, palindrome_tokens, "
+         "palindrome_tokens_mixed)");
 }
 
 namespace {

@@ -147,11 +147,14 @@ inline constexpr const char* kPalindromeTask = "palindrome";
 /// Name of the training-only task of palindrome_tokens_sequence(): the same rows, one token per number.
 inline constexpr const char* kPalindromeTokensTask = "palindrome_tokens";
 
-/// True for the recall-style training tasks (recall, links, links_words, chains, palindrome, palindrome_tokens): rows
-/// whose weighted tokens are answers, made by recall_style_maker().
+/// Name of the training-only task of palindrome_tokens_mixed_sequence(): one token per number, 2 … 32 numbers.
+inline constexpr const char* kPalindromeTokensMixedTask = "palindrome_tokens_mixed";
+
+/// True for the recall-style training tasks (recall, links, links_words, chains and the palindrome forms): rows whose
+/// weighted tokens are answers, made by recall_style_maker().
 inline bool is_recall_style_task(const std::string& name) {
     return name == kRecallTask || name == kLinksTask || name == kLinksWordsTask || name == kChainsTask ||
-           name == kPalindromeTask || name == kPalindromeTokensTask;
+           name == kPalindromeTask || name == kPalindromeTokensTask || name == kPalindromeTokensMixedTask;
 }
 
 /// The row maker of a recall-style task (same arguments as recall_sequence()); throws Error for any other name.

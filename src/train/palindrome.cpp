@@ -27,9 +27,9 @@ std::pair<std::vector<int32_t>, std::vector<int32_t>> prompt_parts(const Tokeniz
     return {head, tok.encode("\nReversed:", false)};
 }
 
-/// The row's numbers, 10 … 99, drawn from the stream.
-std::vector<int> draw_numbers(uint64_t& st) {
-    std::vector<int> nums(kPalindromeNumbers);
+/// The row's `count` numbers, 10 … 99, drawn from the stream.
+std::vector<int> draw_numbers(uint64_t& st, int count = kPalindromeNumbers) {
+    std::vector<int> nums(static_cast<size_t>(count));
     for (int& n : nums) n = 10 + static_cast<int>(next_random(st) % 90);
     return nums;
 }
@@ -81,11 +81,12 @@ std::vector<int32_t> palindrome_number_tokens(const Tokenizer& tok) {
     return out;
 }
 
-Sequence palindrome_tokens_sequence(const Tokenizer& tok, int64_t length, uint64_t& st, float prompt_weight,
-                                    float answer_weight, int64_t* answer_begin) {
+namespace {
+Sequence tokens_row(const Tokenizer& tok, int64_t length, uint64_t& st, float prompt_weight, float answer_weight,
+                    int64_t* answer_begin, int count) {
     const auto [head, mid] = prompt_parts(tok);
     const std::vector<int32_t> ids = palindrome_number_tokens(tok);
-    const std::vector<int> nums = draw_numbers(st);
+    const std::vector<int> nums = draw_numbers(st, count);
     Sequence s;
     s.tokens = head;
     for (int n : nums) s.tokens.push_back(ids[static_cast<size_t>(n - 10)]);
@@ -93,6 +94,18 @@ Sequence palindrome_tokens_sequence(const Tokenizer& tok, int64_t length, uint64
     const size_t a0 = s.tokens.size();
     for (auto n = nums.rbegin(); n != nums.rend(); ++n) s.tokens.push_back(ids[static_cast<size_t>(*n - 10)]);
     return finish_row(std::move(s), a0, tok, length, prompt_weight, answer_weight, answer_begin);
+}
+}  // namespace
+
+Sequence palindrome_tokens_sequence(const Tokenizer& tok, int64_t length, uint64_t& st, float prompt_weight,
+                                    float answer_weight, int64_t* answer_begin) {
+    return tokens_row(tok, length, st, prompt_weight, answer_weight, answer_begin, kPalindromeNumbers);
+}
+
+Sequence palindrome_tokens_mixed_sequence(const Tokenizer& tok, int64_t length, uint64_t& st, float prompt_weight,
+                                          float answer_weight, int64_t* answer_begin) {
+    const int count = 2 + static_cast<int>(next_random(st) % (kPalindromeNumbers - 1));
+    return tokens_row(tok, length, st, prompt_weight, answer_weight, answer_begin, count);
 }
 
 }  // namespace kvsieve::train

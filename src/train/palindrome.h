@@ -30,6 +30,11 @@ Sequence palindrome_sequence(const Tokenizer& tok, int64_t length, uint64_t& rng
 Sequence palindrome_tokens_sequence(const Tokenizer& tok, int64_t length, uint64_t& rng_state, float prompt_weight,
                                     float answer_weight, int64_t* answer_begin = nullptr);
 
+/// palindrome_tokens_sequence() with a list of 2 … 32 numbers (uniform per row): the short lists a small model can
+/// reverse first, on the way to 32 (a curriculum within each batch; the evaluation keeps 32).
+Sequence palindrome_tokens_mixed_sequence(const Tokenizer& tok, int64_t length, uint64_t& rng_state,
+                                          float prompt_weight, float answer_weight, int64_t* answer_begin = nullptr);
+
 /// The 90 token ids of palindrome_tokens_sequence(): element n − 10 stands for the number n.
 std::vector<int32_t> palindrome_number_tokens(const Tokenizer& tok);
 
