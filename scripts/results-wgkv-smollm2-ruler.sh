@@ -28,7 +28,8 @@ P="$P;quest:budget=512;${W}0.04+quest:budget=512"
 # Quest reading the 4 sink tokens at every step besides its pages (SmolLM2's decode steps lose the sink otherwise).
 P="$P;full:sinks=4+quest:budget=512;${W}0.04,sinks=4+quest:budget=512"
 $K eval sweep $RULER $T --lengths 2048 -m "$M" --policies "$P" --out "$OUT/ruler_2k"
-# 4k: the window that keeps 25% of the cache is 1024 tokens.
-P="full;${W}0.04;streaming_llm:window=1024,sinks=4;$(cat "$OUT/retrieval_heads_18/policy.txt")"
-P="$P;quest:budget=1024;${W}0.04+quest:budget=1024"
+# 4k: the window that keeps 25% of the cache is 1024 tokens; the same rows as at 2k otherwise.
+P="full;${W}0.04;${W}0.08;${W}0.16;streaming_llm:window=1024,sinks=4;streaming_llm:window=256,sinks=4"
+P="$P;$(cat "$OUT/retrieval_heads_18/policy.txt")"
+P="$P;quest:budget=1024;${W}0.04+quest:budget=1024;full:sinks=4+quest:budget=1024;${W}0.04,sinks=4+quest:budget=1024"
 $K eval sweep $RULER $T --lengths 4096 -m "$M" --policies "$P" --out "$OUT/ruler_4k"
