@@ -8,17 +8,22 @@
 #     continuation sampled at temperature 0.7 (greedy ones soon loop) fed to each policy, prompts prefilled in chunks
 #     of 256 with the rule after each (so no cache ever holds the whole prompt), at two budgets B per KV head chosen so that B / (prompt + generation) leaves
 #     75% and 88% of the entries out (KVpop Table 1's compression ratios): KVpop, KVpop_mlp, StreamingLLM (4 sinks
-#     and a window of B − 4), TOVA and H2O at the same B, and at 75% WG-KV's admission in front of the KVpop budget
-#     and WG-KV alone (its memory grows with the sequence: KVpop Fig. 4).
+#     and a window of B − 4), TOVA and H2O at the same B, and at 75% an admission (WG-KV's gates, KVzap's surrogate)
+#     in front of the KVpop budget and each admission alone (its memory grows with the sequence: KVpop Fig. 4), and
+#     on SmolLM2 the mLSTM at the budget its recurrent state's bytes leave. A table is resumed: the policies already
+#     in its fidelity.json are not run again, so adding a policy here costs only that policy.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 K=build/bin/kvsieve
 MODEL=${1:-tiny2k}
 case "$MODEL" in
   tiny2k) M=models/kvsieve-tiny-2k.gguf; PROMPT=${PROMPT:-256}; GEN=${GEN:-1792}; KINDS=${KINDS:-"mlstm mlp mlstm-immediate"}
-          GATES=models/wgkv/tiny2k-lambda0.08; NAME=tiny2k ;;
-  smollm2) M=models/SmolLM2-135M-Instruct.Q4_1.gguf; PROMPT=${PROMPT:-1024}; GEN=${GEN:-2048}; KINDS=${KINDS:-"mlstm mlp"}
+          GATES=models/wgkv/tiny2k-lambda0.08; NAME=tiny2k; KVZAP=models/kvzap/kvsieve-tiny-2k-mlp; STATE_ENTRIES= ;;
+  smollm2) M=models/SmolLM2-135M-Instruct.Q4_1.gguf; PROMPT=${PROMPT:-1024}; GEN=${GEN:-2048}; KINDS=${KINDS:-"mlstm mlp mlstm-immediate"}
            GATES=models/wgkv/smollm2-135m-lambda0.04; NAME=smollm2-135m
+           # The mLSTM's state per sequence (3.55 MiB: C, n and the pending queries) in KV entries per head (30 layers ×
+           # 3 KV heads × K and V × 64 dims × 2 bytes of F16 = 23 040 bytes per position): the budget it pays for.
+           STATE_ENTRIES=162; KVZAP=models/kvzap/smollm2-135m-mlp
            [ -f "$M" ] || bash scripts/get-model.sh ;;
   *) echo "usage: $0 tiny2k|smollm2" >&2; exit 2 ;;
 esac
@@ -74,14 +79,20 @@ fidelity() {
     --every 128 --temp "${TEMP:-0.7}" --prefill-chunk 256 --policies "$1" --out "$2"
 }
 command -v gnuplot > /dev/null || echo "note: gnuplot is not installed: the fidelity tables get their .gp/.dat but no .png (apt-get install gnuplot-nox)" >&2
+# KVzap's admission: its threshold rule at τ = −3 (about 75% of the held-out predictions below it), alone with 4 sinks
+# and a 128-token window (the KVzap paper's setting); in front of a budget the sinks and window are the budget's.
+ADMIT="kvzap:model=$KVZAP,tau=-3"
 for pct in 75 88; do
   B=$(budget $pct)
   D=$OUT/fidelity_$pct
-  [ -f "$D/fidelity.json" ] && continue
   P="full;kvpop:model=models/kvpop/$NAME-mlstm,budget=$B;kvpop_mlp:model=models/kvpop/$NAME-mlp,budget=$B"
-  [ -d models/kvpop/$NAME-mlstm-immediate ] && P="$P;kvpop:model=models/kvpop/$NAME-mlstm-immediate,budget=$B"
+  [ -f models/kvpop/$NAME-mlstm-immediate/model.safetensors ] && P="$P;kvpop:model=models/kvpop/$NAME-mlstm-immediate,budget=$B"
   P="$P;streaming_llm:window=$((B - 4)),sinks=4;tova:budget=$B;h2o:budget=$B"
-  [ "$pct" = 75 ] && P="$P;wgkv:model=$GATES>kvpop:model=models/kvpop/$NAME-mlstm,budget=$B;wgkv:model=$GATES"
+  if [ "$pct" = 75 ]; then
+    P="$P;wgkv:model=$GATES>kvpop:model=models/kvpop/$NAME-mlstm,budget=$B;wgkv:model=$GATES"
+    P="$P;$ADMIT>kvpop:model=models/kvpop/$NAME-mlstm,budget=$B;$ADMIT,sinks=4,window=128"
+    [ -n "$STATE_ENTRIES" ] && P="$P;kvpop:model=models/kvpop/$NAME-mlstm,budget=$((B - STATE_ENTRIES))"
+  fi
   fidelity "$P" "$D"
 done
 for pct in 75 88; do
