@@ -64,9 +64,9 @@ Sequence palindrome_sequence(const Tokenizer& tok, int64_t length, uint64_t& st,
     return finish_row(std::move(s), a0, tok, length, prompt_weight, answer_weight, answer_begin);
 }
 
-std::vector<int32_t> palindrome_number_tokens(const Tokenizer& tok) {
-    const Vocab& v = tok.vocab();
-    const auto [head, mid] = prompt_parts(tok);
+namespace {
+/// palindrome_number_tokens() for the prompt's pieces already encoded.
+std::vector<int32_t> number_tokens(const Vocab& v, const std::vector<int32_t>& head, const std::vector<int32_t>& mid) {
     std::vector<bool> used(v.tokens.size(), false);
     for (int32_t t : head) used.at(static_cast<size_t>(t)) = true;
     for (int32_t t : mid) used.at(static_cast<size_t>(t)) = true;
@@ -80,12 +80,18 @@ std::vector<int32_t> palindrome_number_tokens(const Tokenizer& tok) {
             "vocabulary has ", out.size());
     return out;
 }
+}  // namespace
+
+std::vector<int32_t> palindrome_number_tokens(const Tokenizer& tok) {
+    const auto [head, mid] = prompt_parts(tok);
+    return number_tokens(tok.vocab(), head, mid);
+}
 
 namespace {
 Sequence tokens_row(const Tokenizer& tok, int64_t length, uint64_t& st, float prompt_weight, float answer_weight,
                     int64_t* answer_begin, int count) {
     const auto [head, mid] = prompt_parts(tok);
-    const std::vector<int32_t> ids = palindrome_number_tokens(tok);
+    const std::vector<int32_t> ids = number_tokens(tok.vocab(), head, mid);  // the prompt encoded once per row
     const std::vector<int> nums = draw_numbers(st, count);
     Sequence s;
     s.tokens = head;
