@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "eval/nll.h"
+#include "eval/ruler.h"
 #include "eval/sweep.h"
 #include "model/llama_model.h"
 #include "policy/policy.h"
@@ -165,6 +166,67 @@ TEST(EvalSweep, WithoutRatiosOrThresholdsEachSpecIsOneCell) {
     const std::string d((std::istreambuf_iterator<char>(dat)), {});
     EXPECT_NE(d.find("# knorm:ratio=0.5,window=8+quest:budget=16"), std::string::npos) << d;
     std::filesystem::remove_all(dir);
+}
+
+
+TEST(EvalSweep, RulerCellsRunTogetherAndResumeFromTheirPartialFiles) {
+    LlamaModel m(test::model_path("stories260K.gguf"));
+    const auto tok = Tokenizer::from_gguf(m.file());
+    const auto base = std::filesystem::temp_directory_path() / ("kvsieve_ruler_sweep_" + std::to_string(::getpid()));
+    SweepOptions o;
+    o.policies = {"knorm", "h2o"};
+    o.ratios = {0.5};
+    o.model_path = "stories260K.gguf";
+    o.corpus_path = "story";
+    o.ruler.tasks = {"niah_single_1"};
+    o.ruler.lengths = {300};
+    o.ruler.samples = 2;
+    o.ruler.progress = false;
+    auto read = [](const std::filesystem::path& p) {
+        std::ifstream f(p);
+        return std::string((std::istreambuf_iterator<char>(f)), {});
+    };
+    // All at once, and one cell at a time: the same cells.
+    o.out_dir = (base / "together").string();
+    run_ruler_sweep(m, *tok, kText, o);
+    o.out_dir = (base / "alone").string();
+    o.cells_per_pass = 1;
+    run_ruler_sweep(m, *tok, kText, o);
+    for (const char* cell : {"full", "knorm_ratio_0.5", "h2o_ratio_0.5"}) {
+        SCOPED_TRACE(cell);
+        EXPECT_EQ(read(base / "together" / cell / "predictions.csv"), read(base / "alone" / cell / "predictions.csv"));
+        EXPECT_FALSE(std::filesystem::exists(base / "together" / cell / "partial.jsonl"));
+        EXPECT_TRUE(std::filesystem::exists(base / "together" / cell / "metrics.json"));
+    }
+    // Interrupted after one sample of the h2o cell: the next run keeps that sample and makes only the other.
+    o.out_dir = (base / "resumed").string();
+    o.cells_per_pass = 0;
+    const std::string spec = "h2o:ratio=0.5";
+    RulerSample first;
+    first.task = "niah_single_1";
+    first.length = 300;
+    first.index = 0;
+    first.prediction = "kept from before";
+    first.answers = {"0"};
+    const nlohmann::json settings = ruler_cell_settings(spec, o.ruler, o.model_path, o.corpus_path);
+    append_ruler_partial((base / "resumed" / "h2o_ratio_0.5").string(), settings, first);
+    run_ruler_sweep(m, *tok, kText, o);
+    const std::string got = read(base / "resumed" / "h2o_ratio_0.5" / "predictions.csv");
+    EXPECT_NE(got.find("kept from before"), std::string::npos) << got;
+    EXPECT_FALSE(std::filesystem::exists(base / "resumed" / "h2o_ratio_0.5" / "partial.jsonl"));
+    // A partial file of other settings stops the sweep with the key named.
+    o.out_dir = (base / "other").string();
+    RulerOptions seeded = o.ruler;
+    seeded.seed = 5;
+    append_ruler_partial((base / "other" / "h2o_ratio_0.5").string(),
+                         ruler_cell_settings(spec, seeded, o.model_path, o.corpus_path), first);
+    try {
+        run_ruler_sweep(m, *tok, kText, o);
+        ADD_FAILURE() << "a partial file of other settings was used";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("seed"), std::string::npos) << e.what();
+    }
+    std::filesystem::remove_all(base);
 }
 
 }  // namespace

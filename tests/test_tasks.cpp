@@ -1,12 +1,19 @@
 // RULER-style task generators and metrics, and running them under policies.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
+#include <memory>
 
+#include "cache/kv_cache.h"
 #include "eval/ruler.h"
 #include "eval/tasks.h"
 #include "io/gguf.h"
 #include "model/llama_model.h"
+#include "policy/policy.h"
+#include "session/prefill.h"
+#include "session/session.h"
 #include "test_util.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
@@ -217,6 +224,127 @@ TEST(Ruler, DecodePreambleRunsDecodeStepsBetweenContextAndQuestion) {
     } catch (const Error& e) {
         EXPECT_NE(std::string(e.what()).find("decode preamble"), std::string::npos) << e.what();
     }
+}
+
+}  // namespace
+}  // namespace kvsieve
+
+namespace kvsieve {
+namespace {
+
+/// The protocol written out by hand for one example under one policy, one sequence at a time: the context prefilled
+/// (compressed), the question fed without compression, the answer decoded greedily. The reference for
+/// run_ruler_cells, which shares the prefill and batches the rest.
+RulerSample ruler_by_hand(const LlamaModel& m, const Tokenizer& tok, const std::string& spec, const TaskExample& ex) {
+    const auto ids = tok.encode(ex.context(), true, false), q = tok.encode(ex.question, false, false);
+    KVCache cache(m.config(), 2 * static_cast<int64_t>(ids.size() + q.size()) + ex.max_new_tokens + 64, parse_policy(spec),
+                  std::make_shared<KVPool>(m.config().head_dim, KVType::kF16));
+    Session s(m, tok, cache);
+    std::vector<float> lg;
+    s.prefill(ids, PrefillPlan{}, lg);
+    PrefillPlan extend;
+    extend.compress = false;
+    s.prefill(q, extend, lg);
+    std::vector<int32_t> out;
+    for (int64_t t = 0; t < ex.max_new_tokens; ++t) {
+        const auto next = static_cast<int32_t>(std::max_element(lg.begin(), lg.end()) - lg.begin());
+        if (tok.is_eog(next)) break;
+        out.push_back(next);
+        if (t + 1 < ex.max_new_tokens) s.decode(next, lg);
+    }
+    RulerSample r;
+    r.prediction = tok.decode(out);
+    r.density = cache.stats().density;
+    return r;
+}
+
+TEST(RulerCells, TogetherEachPolicyGetsWhatItGetsAlone) {
+    // A quantized model: its batched steps are row-exact against single ones (LlamaModel::forward_batch).
+    LlamaModel m(test::model_path("tiny-qwen3-q8_0.gguf"));
+    const auto tok = Tokenizer::from_gguf(m.file());
+    RulerOptions o = two_samples({"niah_single_1", "vt"}, 400);
+    const std::vector<std::string> specs = {"full", "h2o:ratio=0.5", "snapkv:ratio=0.75", "tova:ratio=0.5",
+                                            "streaming_llm:window=32,sinks=4", "knorm:ratio=0.5,sinks=4,window=16"};
+    const auto rs = run_ruler_cells(m, *tok, kCorpus, specs, o);
+    ASSERT_EQ(rs.size(), specs.size());
+    for (size_t i = 0; i < specs.size(); ++i) {
+        SCOPED_TRACE(specs[i]);
+        EXPECT_EQ(rs[i].policy, specs[i]);
+        ASSERT_EQ(rs[i].samples.size(), 4u);
+        for (size_t e = 0; e < 4; ++e) {
+            const TaskExample ex = make_task_example(e < 2 ? "niah_single_1" : "vt", 400, *tok, kCorpus, e % 2);
+            const RulerSample want = ruler_by_hand(m, *tok, specs[i], ex);
+            EXPECT_EQ(rs[i].samples[e].prediction, want.prediction) << "example " << e;
+            EXPECT_DOUBLE_EQ(rs[i].samples[e].density, want.density) << "example " << e;
+            EXPECT_EQ(rs[i].samples[e].index, static_cast<int64_t>(e));
+            if (i > 0) EXPECT_LT(rs[i].samples[e].density, 0.8);
+        }
+    }
+    // A cell that has its first sample already runs only the rest, and keeps the one it had.
+    std::vector<RulerResult> done(2);
+    done[1].samples = {rs[1].samples[0]};
+    done[1].samples[0].prediction = "made before";
+    std::vector<std::pair<size_t, int64_t>> seen;
+    const auto again = run_ruler_cells(m, *tok, kCorpus, {specs[0], specs[1]}, o, done,
+                                       [&](size_t c, const RulerSample& s) { seen.emplace_back(c, s.index); });
+    EXPECT_EQ(again[1].samples[0].prediction, "made before");
+    EXPECT_EQ(again[1].samples[1].prediction, rs[1].samples[1].prediction);
+    EXPECT_EQ(seen.size(), 4u + 3u);
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), std::make_pair(size_t{1}, int64_t{0})), 0);
+    // Samples that are not this run's examples are refused.
+    done[1].samples[0].task = "vt";
+    EXPECT_THROW(run_ruler_cells(m, *tok, kCorpus, {specs[0], specs[1]}, o, done), Error);
+    EXPECT_THROW(run_ruler_cells(m, *tok, kCorpus, {specs[0], specs[1]}, o, std::vector<RulerResult>(3)), Error);
+}
+
+TEST(RulerCells, PartialFilesKeepSamplesAcrossAnInterruption) {
+    test::TempFile dir("_partial");
+    RulerOptions o = two_samples({"niah_single_1"}, 300);
+    const nlohmann::json settings = ruler_cell_settings("h2o:ratio=0.5", o, "m.gguf", "c.txt");
+    EXPECT_TRUE(read_ruler_partial(dir.path(), settings).empty());
+    RulerSample a;
+    a.task = "niah_single_1";
+    a.length = 300;
+    a.index = 0;
+    a.score = 1;
+    a.density = 0.5;
+    a.compression_ratio = 0.5;
+    a.prediction = "the \"number\" is 42\n";
+    a.answers = {"42"};
+    append_ruler_partial(dir.path(), settings, a);
+    RulerSample b = a;
+    b.index = 1;
+    append_ruler_partial(dir.path(), settings, b);
+    auto got = read_ruler_partial(dir.path(), settings);
+    ASSERT_EQ(got.size(), 2u);
+    EXPECT_EQ(got[1].to_json(), b.to_json());
+    EXPECT_EQ(got[0].prediction, a.prediction);
+    // A line cut short by an interruption is dropped, from the file too: the next sample follows whole lines.
+    const std::string file = dir.path() + "/partial.jsonl";
+    { std::ofstream(file, std::ios::app) << "{\"task\": \"niah_si"; }
+    EXPECT_EQ(read_ruler_partial(dir.path(), settings).size(), 2u);
+    b.index = 2;
+    append_ruler_partial(dir.path(), settings, b);
+    got = read_ruler_partial(dir.path(), settings);
+    ASSERT_EQ(got.size(), 3u);
+    EXPECT_EQ(got[2].index, 2);
+    // Other settings: one clear error naming the key.
+    RulerOptions other = o;
+    other.seed = 7;
+    try {
+        read_ruler_partial(dir.path(), ruler_cell_settings("h2o:ratio=0.5", other, "m.gguf", "c.txt"));
+        ADD_FAILURE() << "a partial file of other settings was read";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("seed"), std::string::npos) << e.what();
+    }
+    // A damaged line before the last is an error, not a silent loss.
+    {
+        std::ofstream f(file);
+        f << settings.dump() << "\nnot json\n" << a.to_json().dump() << "\n";
+    }
+    EXPECT_THROW(read_ruler_partial(dir.path(), settings), Error);
+    EXPECT_THROW(RulerSample::from_json(nlohmann::json{{"task", "x"}}), Error);
+    std::filesystem::remove_all(dir.path());
 }
 
 }  // namespace

@@ -115,6 +115,7 @@ void KVCache::attend(const LayerInputs& in, float* out) {
     require(in.pos0 + in.T <= n_ctx_, "the sequence needs ", in.pos0 + in.T, " positions but the context holds ", n_ctx_);
     const bool decode = is_decode(in.T);
     require(!decode || in.T == 1, "a decode step takes one token, got ", in.T);
+    require(!decode || !shadow_, "a shadow cache takes prefill steps only");
     std::vector<float> ws;  // write-time scores [T][Hkv]
     if (policy_.scorer && policy_.scorer->scores_at_write()) {
         WriteEvent e;
@@ -415,9 +416,9 @@ void KVCache::prefill_layer(const LayerInputs& in, const float* write_scores, fl
         if (gated)
             attention_prefill_gated(in.q + static_cast<int64_t>(h) * G * d, ldq, G, d, T, K[h].data(), V[h].data(), no,
                                     P[h].data(), open.data(), in.pos0, policy_.window, out + static_cast<int64_t>(h) * G * d, ldq);
-        else
+        else if (!shadow_ || stat != KeyStat::kNone)  // a shadow cache computes only the statistics its policy reads
             attention_prefill_group(in.q + static_cast<int64_t>(h) * G * d, ldq, G, d, T, K[h].data(), V[h].data(), no,
-                                    out + static_cast<int64_t>(h) * G * d, ldq, stat, A[h].data());
+                                    shadow_ ? nullptr : out + static_cast<int64_t>(h) * G * d, ldq, stat, A[h].data());
         if (!scored) {  // nothing else needs the gathered copy
             std::vector<float>().swap(K[h]);
             std::vector<float>().swap(V[h]);
@@ -448,6 +449,11 @@ void KVCache::prefill_layer(const LayerInputs& in, const float* write_scores, fl
                       write_scores ? write_scores[t * Hkv + h] : scored ? scores[h][n_old[h] + t] : 0.0f,
                       admit_fn(in.layer, h, in.pos0 + t));
     }
+}
+
+void KVCache::set_shadow(bool on) {
+    require(!on || !policy_.gated_prefill, "policy ", policy_.spec, " has a gated prefill; its cache cannot be a shadow");
+    shadow_ = on;
 }
 
 void KVCache::finish_step(int64_t pos0, int64_t T) {

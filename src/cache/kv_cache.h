@@ -42,6 +42,12 @@ public:
     void set_phase(Phase p) { phase_ = p; }
     Phase phase() const { return phase_; }
 
+    /// A shadow cache stores each prefill step's entries and computes what its policy needs from the attention (its
+    /// scores and statistics) but writes no attention output: another cache given the same step computes it
+    /// (session/shared_prefill.h). Only for a policy without a gated prefill; a decode step in shadow mode throws Error.
+    void set_shadow(bool on);
+    bool shadow() const { return shadow_; }
+
     /// Marks the end of the prompt: runs the compression rule for after_prefill and every_n policies.
     void end_prefill();
     /// Gives every cached entry the score `es` holds for its (layer, KV head, position), es.missing if none
@@ -98,6 +104,7 @@ private:
     int64_t decode_steps_ = 0;
     int64_t selected_read_ = 0, selected_total_ = 0;  // entries read / kept at decode steps under a selection
     Phase phase_ = Phase::kAuto;
+    bool shadow_ = false;
     uint64_t peak_bytes_ = 0;
 };
 

@@ -365,7 +365,11 @@ void add_eval(CLI::App& app) {
     auto spre = std::make_shared<int64_t>(0);
     sweep->add_option("--decode-preamble", *spre, "ruler: tokens the model generates between the context and the question")
         ->capture_default_str();
-    sweep->callback([c2, policies, ratios, thresholds, task, stasks, slengths, sqa, spre] {
+    auto spass = std::make_shared<int64_t>(0);
+    sweep->add_option("--cells-per-pass", *spass,
+                      "ruler: unfinished cells run together, sharing each example's prefill (0: all; 1: one at a time)")
+        ->capture_default_str();
+    sweep->callback([c2, policies, ratios, thresholds, task, stasks, slengths, sqa, spre, spass] {
         require(*task == "nll" || *task == "ruler", "sweep task '", *task, "' is not nll or ruler");
         set_num_threads(c2->threads);
         SweepOptions o;
@@ -398,6 +402,8 @@ void add_eval(CLI::App& app) {
         o.ruler.decode_preamble = *spre;
         require(*task == "ruler" || !*sqa, "--query-aware applies to --task ruler");
         require(*task == "ruler" || *spre == 0, "--decode-preamble applies to --task ruler");
+        require(*spass >= 0, "--cells-per-pass must be ≥ 0, got ", *spass);
+        o.cells_per_pass = *spass;
         const std::string text = c2->read_corpus();
         LlamaModel m(c2->model);
         const auto tok = Tokenizer::from_gguf(m.file());

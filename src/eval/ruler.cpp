@@ -1,5 +1,6 @@
 #include "eval/ruler.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -10,6 +11,7 @@
 #include "model/llama_model.h"
 #include "model/sampler.h"
 #include "session/session.h"
+#include "session/shared_prefill.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
 #include "util/progress.h"
@@ -51,9 +53,11 @@ nlohmann::json RulerResult::metrics() const {
     return j;
 }
 
-RulerResult run_ruler(const LlamaModel& model, const Tokenizer& tok, const std::string& corpus,
-                      const std::string& policy_spec, const RulerOptions& o) {
-    const ModelConfig& c = model.config();
+namespace {
+
+/// Every example of the run, in generation order (task, then length, then sample), with its length.
+std::vector<std::pair<TaskExample, int64_t>> make_examples(const ModelConfig& c, const Tokenizer& tok,
+                                                           const std::string& corpus, const RulerOptions& o) {
     require(!o.tasks.empty() && !o.lengths.empty(), "give at least one task and one length");
     require(o.samples >= 1, "--samples must be ≥ 1");
     require(o.decode_preamble >= 0, "--decode-preamble must be ≥ 0, got ", o.decode_preamble);
@@ -65,11 +69,9 @@ RulerResult run_ruler(const LlamaModel& model, const Tokenizer& tok, const std::
         tasks.push_back(canonical_task(t));
         check_task_name(tasks.back());
     }
-    const Policy policy = parse_policy(policy_spec);
-    // Generate everything first, so bad lengths fail before any model work.
     std::vector<std::pair<TaskExample, int64_t>> examples;
     for (const auto& t : tasks)
-        for (int64_t len : o.lengths) {
+        for (int64_t len : o.lengths)
             for (int64_t i = 0; i < o.samples; ++i) {
                 TaskExample ex = make_task_example(t, len, tok, corpus, o.seed + static_cast<uint64_t>(i));
                 const int64_t need = ex.input_tokens + 1 + o.decode_preamble + ex.max_new_tokens;
@@ -78,62 +80,267 @@ RulerResult run_ruler(const LlamaModel& model, const Tokenizer& tok, const std::
                         c.n_ctx_train);
                 examples.emplace_back(std::move(ex), len);
             }
+    return examples;
+}
+
+/// One batched step: sessions[i] takes ids[i] (a kind step); every session's logits land in logits[i].
+void step_together(const LlamaModel& model, const std::vector<Session*>& sessions,
+                   const std::vector<std::vector<int32_t>>& ids, Session::StepKind kind,
+                   const std::vector<std::vector<float>*>& logits) {
+    std::vector<LlamaModel::Segment> segs;
+    try {
+        for (size_t i = 0; i < sessions.size(); ++i) segs.push_back(sessions[i]->begin_step(ids[i], kind, *logits[i]));
+        model.forward_batch(segs);
+    } catch (...) {
+        for (size_t i = 0; i < segs.size(); ++i) sessions[i]->abort_step();
+        throw;
+    }
+    for (Session* s : sessions) s->end_step(kind);
+}
+
+/// The greedy next token that is not an end-of-generation token (the decode preamble never stops).
+int32_t argmax_not_eog(const std::vector<float>& logits, const Tokenizer& tok) {
+    int32_t next = -1;
+    for (int32_t v = 0; v < static_cast<int32_t>(logits.size()); ++v)
+        if (!tok.is_eog(v) && (next < 0 || logits[v] > logits[next])) next = v;
+    return next;
+}
+
+/// Runs one example under every policy in `policies` together; one sample per policy.
+std::vector<RulerSample> run_example(const LlamaModel& model, const Tokenizer& tok, const std::vector<const Policy*>& policies,
+                                     const TaskExample& ex, const RulerOptions& o, const std::shared_ptr<KVPool>& pool) {
+    const ModelConfig& c = model.config();
+    const size_t N = policies.size();
+    // Query-aware: one prompt. Query-agnostic: the context (BOS first), compressed, then the question.
+    const std::vector<int32_t> ids = tok.encode(o.query_aware ? ex.input : ex.context(), true, false);
+    const std::vector<int32_t> question = o.query_aware ? std::vector<int32_t>{} : tok.encode(ex.question, false, false);
+    const int64_t n_in = static_cast<int64_t>(ids.size() + question.size());
+    // Room for the answer, and for KVzip's reconstruction prompt if the policy replays the context.
+    const int64_t n_ctx = 2 * n_in + o.decode_preamble + ex.max_new_tokens + 64;
+    std::vector<std::unique_ptr<KVCache>> caches;
+    std::vector<std::unique_ptr<Session>> sessions;
+    std::vector<std::vector<float>> logits(N);
+    std::vector<Session*> all, shared;
+    std::vector<std::vector<float>*> all_logits;
+    for (size_t i = 0; i < N; ++i) {
+        caches.push_back(std::make_unique<KVCache>(c, n_ctx, *policies[i], pool));
+        sessions.push_back(std::make_unique<Session>(model, tok, *caches.back()));
+        all.push_back(sessions.back().get());
+        all_logits.push_back(&logits[i]);
+        if (o.prefill_chunk == 0 && shares_dense_prefill(*policies[i])) {
+            shared.push_back(all.back());
+        } else {
+            PrefillPlan plan;
+            plan.chunk = o.prefill_chunk;
+            all.back()->prefill(ids, plan, logits[i]);
         }
-    auto pool = std::make_shared<KVPool>(c.head_dim, parse_kv_type(o.kv_type));
-    RulerResult r;
-    r.policy = policy_spec;
-    r.query_aware = o.query_aware;
-    r.decode_preamble = o.decode_preamble;
-    Progress bar("ruler " + policy_spec, static_cast<int64_t>(examples.size()), o.progress);
-    for (size_t e = 0; e < examples.size(); ++e) {
-        const TaskExample& ex = examples[e].first;
-        // Query-aware: one prompt. Query-agnostic: the context (BOS first), compressed, then the question.
-        const std::vector<int32_t> ids = tok.encode(o.query_aware ? ex.input : ex.context(), true, false);
-        const std::vector<int32_t> question = o.query_aware ? std::vector<int32_t>{} : tok.encode(ex.question, false, false);
-        const int64_t n_in = static_cast<int64_t>(ids.size() + question.size());
-        // Room for the answer, and for KVzip's reconstruction prompt if the policy replays the context.
-        KVCache cache(c, 2 * n_in + o.decode_preamble + ex.max_new_tokens + 64, policy, pool);
-        std::vector<float> logits;
-        PrefillPlan plan;
-        plan.chunk = o.prefill_chunk;
-        Session session(model, tok, cache);
-        session.prefill(ids, plan, logits);
-        // Decode-time variant: the model goes on from the context by itself before the question comes.
-        for (int64_t t = 0; t < o.decode_preamble; ++t) {
-            int32_t next = -1;
-            for (int32_t v = 0; v < c.n_vocab; ++v)
-                if (!tok.is_eog(v) && (next < 0 || logits[v] > logits[next])) next = v;
-            session.decode(next, logits);
+    }
+    if (!shared.empty()) {
+        std::vector<float> lg;
+        prefill_shared(shared, ids, lg);
+        for (size_t i = 0; i < N; ++i)
+            if (std::find(shared.begin(), shared.end(), all[i]) != shared.end()) logits[i] = lg;
+    }
+    // Decode-time variant: the model goes on from the context by itself before the question comes.
+    std::vector<std::vector<int32_t>> step(N);
+    for (int64_t t = 0; t < o.decode_preamble; ++t) {
+        for (size_t i = 0; i < N; ++i) step[i] = {argmax_not_eog(logits[i], tok)};
+        step_together(model, all, step, Session::StepKind::kDecode, all_logits);
+    }
+    if (!question.empty()) step_together(model, all, std::vector<std::vector<int32_t>>(N, question), Session::StepKind::kExtend, all_logits);
+    // The answers, greedy, each until an end-of-generation token or max_new_tokens.
+    std::vector<std::vector<int32_t>> out(N);
+    std::vector<char> live(N, 1);
+    for (int64_t t = 0; t < ex.max_new_tokens; ++t) {
+        std::vector<Session*> go;
+        std::vector<std::vector<int32_t>> go_ids;
+        std::vector<std::vector<float>*> go_logits;
+        for (size_t i = 0; i < N; ++i) {
+            if (!live[i]) continue;
+            const int32_t next = argmax(logits[i].data(), c.n_vocab);
+            if (tok.is_eog(next)) {
+                live[i] = 0;
+                continue;
+            }
+            out[i].push_back(next);
+            if (t + 1 < ex.max_new_tokens) {
+                go.push_back(all[i]);
+                go_ids.push_back({next});
+                go_logits.push_back(&logits[i]);
+            }
         }
-        if (!question.empty()) {
-            PrefillPlan q;
-            q.compress = false;
-            session.prefill(question, q, logits);
+        if (go.empty()) break;
+        step_together(model, go, go_ids, Session::StepKind::kDecode, go_logits);
+    }
+    std::vector<RulerSample> r(N);
+    for (size_t i = 0; i < N; ++i) {
+        r[i].task = ex.task;
+        r[i].prediction = tok.decode(out[i]);
+        r[i].answers = ex.answers;
+        r[i].score = task_score(ex.task, r[i].prediction, ex.answers);
+        const KVStats st = caches[i]->stats();
+        r[i].density = st.density;
+        r[i].compression_ratio = st.compression_ratio;
+    }
+    return r;
+}
+
+}  // namespace
+
+std::vector<RulerResult> run_ruler_cells(const LlamaModel& model, const Tokenizer& tok, const std::string& corpus,
+                                         const std::vector<std::string>& specs, const RulerOptions& o,
+                                         std::vector<RulerResult> done, const RulerSampleFn& on_sample) {
+    require(!specs.empty(), "ruler: no policies to run");
+    std::vector<Policy> policies;
+    for (const auto& s : specs) policies.push_back(parse_policy(s));
+    // Generate everything first, so bad lengths fail before any model work.
+    const auto examples = make_examples(model.config(), tok, corpus, o);
+    require(done.empty() || done.size() == specs.size(), "ruler: ", done.size(), " partial results for ", specs.size(),
+            " policies");
+    done.resize(specs.size());
+    size_t first = examples.size();
+    for (size_t i = 0; i < specs.size(); ++i) {
+        RulerResult& r = done[i];
+        require(r.samples.size() <= examples.size(), "ruler: ", specs[i], " has ", r.samples.size(),
+                " samples already, more than the ", examples.size(), " examples of this run");
+        for (size_t e = 0; e < r.samples.size(); ++e)
+            require(r.samples[e].index == static_cast<int64_t>(e) && r.samples[e].task == examples[e].first.task &&
+                        r.samples[e].length == examples[e].second,
+                    "ruler: the samples already made for ", specs[i], " are not this run's examples 0 … ",
+                    r.samples.size() - 1, " (sample ", e, " is ", r.samples[e].task, "@", r.samples[e].length, " #",
+                    r.samples[e].index, ")");
+        r.policy = specs[i];
+        r.query_aware = o.query_aware;
+        r.decode_preamble = o.decode_preamble;
+        first = std::min(first, r.samples.size());
+    }
+    auto pool = std::make_shared<KVPool>(model.config().head_dim, parse_kv_type(o.kv_type));
+    Progress bar(specs.size() == 1 ? "ruler " + specs[0] : "ruler " + std::to_string(specs.size()) + " policies",
+                 static_cast<int64_t>(examples.size()), o.progress);
+    for (size_t e = first; e < examples.size(); ++e) {
+        std::vector<size_t> active;
+        std::vector<const Policy*> ps;
+        for (size_t i = 0; i < specs.size(); ++i)
+            if (done[i].samples.size() == e) {
+                active.push_back(i);
+                ps.push_back(&policies[i]);
+            }
+        std::vector<RulerSample> got = run_example(model, tok, ps, examples[e].first, o, pool);
+        for (size_t a = 0; a < active.size(); ++a) {
+            got[a].length = examples[e].second;
+            got[a].index = static_cast<int64_t>(e);
+            if (on_sample) on_sample(active[a], got[a]);
+            done[active[a]].samples.push_back(std::move(got[a]));
         }
-        std::vector<int32_t> out;
-        for (int64_t t = 0; t < ex.max_new_tokens; ++t) {
-            const int32_t next = argmax(logits.data(), c.n_vocab);
-            if (tok.is_eog(next)) break;
-            out.push_back(next);
-            if (t + 1 < ex.max_new_tokens) session.decode(next, logits);
-        }
-        RulerSample s;
-        s.task = ex.task;
-        s.length = examples[e].second;
-        s.index = static_cast<int64_t>(e);
-        s.prediction = tok.decode(out);
-        s.answers = ex.answers;
-        s.score = task_score(ex.task, s.prediction, ex.answers);
-        const KVStats st = cache.stats();
-        s.density = st.density;
-        s.compression_ratio = st.compression_ratio;
-        r.samples.push_back(std::move(s));
-        char extra[48];
-        std::snprintf(extra, sizeof extra, "score %.1f", r.score());
+        char extra[64];
+        std::snprintf(extra, sizeof extra, "score %.1f", done[0].score());
         bar.update(static_cast<int64_t>(e + 1), extra);
     }
     bar.finish();
-    return r;
+    return done;
+}
+
+RulerResult run_ruler(const LlamaModel& model, const Tokenizer& tok, const std::string& corpus,
+                      const std::string& policy_spec, const RulerOptions& o) {
+    return run_ruler_cells(model, tok, corpus, {policy_spec}, o)[0];
+}
+
+nlohmann::json RulerSample::to_json() const {
+    return {{"task", task},         {"length", length},           {"index", index},
+            {"score", score},       {"density", density},         {"compression_ratio", compression_ratio},
+            {"prediction", prediction}, {"answers", answers}};
+}
+
+RulerSample RulerSample::from_json(const nlohmann::json& j) {
+    auto field = [&](const char* k) -> const nlohmann::json& {
+        require(j.is_object() && j.contains(k), "a RULER sample has no '", k, "'");
+        return j.at(k);
+    };
+    RulerSample s;
+    try {
+        s.task = field("task").get<std::string>();
+        s.length = field("length").get<int64_t>();
+        s.index = field("index").get<int64_t>();
+        s.score = field("score").get<double>();
+        s.density = field("density").get<double>();
+        s.compression_ratio = field("compression_ratio").get<double>();
+        s.prediction = field("prediction").get<std::string>();
+        s.answers = field("answers").get<std::vector<std::string>>();
+    } catch (const nlohmann::json::exception& e) {
+        throw Error(std::string("a RULER sample has a field of the wrong type: ") + e.what());
+    }
+    return s;
+}
+
+nlohmann::json ruler_cell_settings(const std::string& spec, const RulerOptions& o, const std::string& model_path,
+                                   const std::string& corpus_path) {
+    return {{"policy", spec},
+            {"model", model_path},
+            {"corpus", corpus_path},
+            {"query_aware", o.query_aware},
+            {"decode_preamble", o.decode_preamble},
+            {"tasks", o.tasks},
+            {"lengths", o.lengths},
+            {"samples", o.samples},
+            {"seed", o.seed},
+            {"kv_type", o.kv_type},
+            {"prefill_chunk", o.prefill_chunk}};
+}
+
+namespace {
+const char* kPartial = "partial.jsonl";
+}
+
+std::vector<RulerSample> read_ruler_partial(const std::string& dir, const nlohmann::json& settings) {
+    namespace fs = std::filesystem;
+    const fs::path p = fs::path(dir) / kPartial;
+    std::vector<RulerSample> out;
+    if (!fs::exists(p)) return out;
+    std::ifstream f(p);
+    std::vector<std::string> lines;
+    for (std::string line; std::getline(f, line);)
+        if (!line.empty()) lines.push_back(line);
+    if (lines.empty()) return out;
+    nlohmann::json head;
+    try {
+        head = nlohmann::json::parse(lines[0]);
+    } catch (const nlohmann::json::exception&) {
+        if (lines.size() == 1) return out;  // only a cut-short settings line: nothing was made
+        throw Error(p.string() + ": the settings line is not JSON");
+    }
+    for (const auto& item : settings.items())
+        require(head.contains(item.key()) && head.at(item.key()) == item.value(), p.string(), " was made with ",
+                item.key(), " = ", head.contains(item.key()) ? head.at(item.key()).dump() : std::string("(none)"),
+                ", this run has ", item.value().dump(), " (remove the file to start the cell over, or run with its settings)");
+    for (size_t i = 1; i < lines.size(); ++i) {
+        nlohmann::json j;
+        try {
+            j = nlohmann::json::parse(lines[i]);
+        } catch (const nlohmann::json::exception&) {
+            require(i + 1 == lines.size(), p.string(), ": line ", i + 1, " is not JSON");
+            // The write an interruption cut short: drop it from the file too, so the next sample follows a whole line.
+            std::ofstream w(p.string() + ".tmp");
+            for (size_t k = 0; k < i; ++k) w << lines[k] << "\n";
+            w.close();
+            require(w.good(), "cannot write ", p.string(), ".tmp");
+            fs::rename(p.string() + ".tmp", p);
+            break;
+        }
+        out.push_back(RulerSample::from_json(j));
+    }
+    return out;
+}
+
+void append_ruler_partial(const std::string& dir, const nlohmann::json& settings, const RulerSample& s) {
+    namespace fs = std::filesystem;
+    fs::create_directories(dir);
+    const fs::path p = fs::path(dir) / kPartial;
+    const bool fresh = !fs::exists(p) || fs::file_size(p) == 0;
+    std::ofstream f(p, std::ios::app);
+    if (fresh) f << settings.dump() << "\n";
+    f << s.to_json().dump() << "\n";
+    f.flush();
+    require(f.good(), "cannot write ", p.string());
 }
 
 namespace {

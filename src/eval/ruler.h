@@ -2,6 +2,7 @@
 // Running RULER-style tasks (eval/tasks.h) under a KV cache policy: greedy generation, string-match scores,
 // density and compression ratio per sample.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,10 @@ struct RulerSample {
     double density = 1, compression_ratio = 0;
     std::string prediction;
     std::vector<std::string> answers;
+
+    nlohmann::json to_json() const;
+    /// Throws Error naming the key for a missing or mistyped field.
+    static RulerSample from_json(const nlohmann::json& j);
 };
 
 struct RulerResult {
@@ -57,6 +62,32 @@ std::string canonical_task(const std::string& name);
 /// corpus for tasks that need one.
 RulerResult run_ruler(const LlamaModel& model, const Tokenizer& tok, const std::string& corpus,
                       const std::string& policy_spec, const RulerOptions& o);
+
+/// Called with each new sample of a cell (its index in the specs) as soon as it is scored.
+using RulerSampleFn = std::function<void(size_t cell, const RulerSample& sample)>;
+
+/// Runs several policies over the same examples together, each giving the result run_ruler gives for it alone: per
+/// example, the context is prefilled once for every policy whose prefill is dense (session/shared_prefill.h: the
+/// weight products once, attention and scoring per cache; the others and a chunked prefill run alone), then the
+/// decode preamble, the question and the answers of every policy go through batched steps
+/// (LlamaModel::forward_batch, one read of the weights for all of them). `done` is empty or has one result per spec
+/// with the samples a cell already has (examples 0 … k − 1 in generation order, index = example number, e.g. from a
+/// partial file, read_ruler_partial); an example runs only for the cells that lack it. Throws Error as run_ruler does,
+/// before any work, and for `done` of another size or with samples that are not such a prefix.
+std::vector<RulerResult> run_ruler_cells(const LlamaModel& model, const Tokenizer& tok, const std::string& corpus,
+                                         const std::vector<std::string>& specs, const RulerOptions& o,
+                                         std::vector<RulerResult> done = {}, const RulerSampleFn& on_sample = {});
+
+/// The settings a cell's samples depend on (policy, model, corpus, protocol, tasks, lengths, samples, seed, KV type,
+/// prefill chunk), as recorded in its partial file.
+nlohmann::json ruler_cell_settings(const std::string& spec, const RulerOptions& o, const std::string& model_path,
+                                   const std::string& corpus_path);
+/// A cell's samples so far, from <dir>/partial.jsonl (the settings on its first line, one sample per line after; a
+/// last line cut short by an interrupted write is ignored); none if the file does not exist. Throws Error naming the
+/// key when the file's settings differ from `settings`, or for a damaged line before the last.
+std::vector<RulerSample> read_ruler_partial(const std::string& dir, const nlohmann::json& settings);
+/// Appends one sample to <dir>/partial.jsonl (created with `settings` as its first line), flushed at once.
+void append_ruler_partial(const std::string& dir, const nlohmann::json& settings, const RulerSample& s);
 
 /// Writes predictions.csv, metrics.json and config.yaml of one result into dir (created).
 void write_ruler_cell(const std::string& dir, const RulerResult& r, const RulerOptions& o, const std::string& model_path,

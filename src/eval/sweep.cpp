@@ -46,6 +46,10 @@ struct SweepKind {
     std::string plot_stem;
     /// Throws Error if a finished cell's metrics were made under other settings than this sweep's (optional).
     std::function<void(const nlohmann::json& metrics, const fs::path& dir)> check_done;
+    /// Runs several cells together (optional; else run_cell one at a time); one metrics object per cell.
+    std::function<std::vector<nlohmann::json>(const std::vector<std::string>& specs, const std::vector<fs::path>& dirs)>
+        run_cells;
+    size_t cells_per_pass = 0;  ///< for run_cells; 0: every unfinished cell in one pass
 };
 
 void run_sweep(const SweepOptions& o, const SweepKind& kind) {
@@ -69,6 +73,8 @@ void run_sweep(const SweepOptions& o, const SweepKind& kind) {
     fs::create_directories(o.out_dir);
 
     std::map<std::string, nlohmann::json> results;
+    std::vector<std::string> todo;
+    std::vector<fs::path> todo_dirs;
     for (size_t i = 0; i < specs.size(); ++i) {
         const fs::path dir = fs::path(o.out_dir) / cell_name(specs[i]);
         const fs::path metrics = dir / "metrics.json";
@@ -79,9 +85,25 @@ void run_sweep(const SweepOptions& o, const SweepKind& kind) {
             std::fprintf(stderr, "[%zu/%zu] %s: done before, skipped\n", i + 1, specs.size(), specs[i].c_str());
             continue;
         }
-        std::fprintf(stderr, "[%zu/%zu] %s\n", i + 1, specs.size(), specs[i].c_str());
         fs::create_directories(dir);
+        if (kind.run_cells) {
+            todo.push_back(specs[i]);
+            todo_dirs.push_back(dir);
+            continue;
+        }
+        std::fprintf(stderr, "[%zu/%zu] %s\n", i + 1, specs.size(), specs[i].c_str());
         results[specs[i]] = kind.run_cell(specs[i], dir);
+    }
+    const size_t pass = kind.cells_per_pass > 0 ? kind.cells_per_pass : std::max<size_t>(1, todo.size());
+    for (size_t b = 0; b < todo.size(); b += pass) {
+        const size_t e = std::min(todo.size(), b + pass);
+        const std::vector<std::string> group(todo.begin() + b, todo.begin() + e);
+        std::fprintf(stderr, "cells %zu–%zu of the %zu left, together:", b + 1, e, todo.size());
+        for (const auto& g : group) std::fprintf(stderr, " %s", g.c_str());
+        std::fprintf(stderr, "\n");
+        const std::vector<nlohmann::json> m =
+            kind.run_cells(group, std::vector<fs::path>(todo_dirs.begin() + b, todo_dirs.begin() + e));
+        for (size_t i = 0; i < group.size(); ++i) results[group[i]] = m[i];
     }
 
     const double base = results["full"][kind.metric].get<double>();
@@ -187,11 +209,27 @@ void run_ruler_sweep(const LlamaModel& model, const Tokenizer& tok, const std::s
         require(pre == o.ruler.decode_preamble, "sweep: cell ", dir.string(), " was made with --decode-preamble ", pre,
                 "; this sweep has ", o.ruler.decode_preamble, " (use another --out)");
     };
-    k.run_cell = [&](const std::string& spec, const fs::path& dir) {
-        const RulerResult r = run_ruler(model, tok, corpus_text, spec, o.ruler);
-        write_ruler_cell(dir.string(), r, o.ruler, o.model_path, o.corpus_path);
-        return r.metrics();
+    k.run_cells = [&](const std::vector<std::string>& specs, const std::vector<fs::path>& dirs) {
+        std::vector<nlohmann::json> settings;
+        std::vector<RulerResult> done(specs.size());
+        for (size_t i = 0; i < specs.size(); ++i) {
+            settings.push_back(ruler_cell_settings(specs[i], o.ruler, o.model_path, o.corpus_path));
+            done[i].samples = read_ruler_partial(dirs[i].string(), settings[i]);
+            if (!done[i].samples.empty())
+                std::fprintf(stderr, "%s: %zu samples from its partial file\n", specs[i].c_str(), done[i].samples.size());
+        }
+        const std::vector<RulerResult> rs = run_ruler_cells(
+            model, tok, corpus_text, specs, o.ruler, std::move(done),
+            [&](size_t cell, const RulerSample& s) { append_ruler_partial(dirs[cell].string(), settings[cell], s); });
+        std::vector<nlohmann::json> m;
+        for (size_t i = 0; i < specs.size(); ++i) {
+            write_ruler_cell(dirs[i].string(), rs[i], o.ruler, o.model_path, o.corpus_path);
+            fs::remove(dirs[i] / "partial.jsonl");
+            m.push_back(rs[i].metrics());
+        }
+        return m;
     };
+    k.cells_per_pass = static_cast<size_t>(o.cells_per_pass);
     run_sweep(o, k);
 }
 

@@ -18,6 +18,9 @@ struct SweepOptions {
     std::string model_path, corpus_path;
     NllOptions nll;
     RulerOptions ruler;
+    /// RULER: unfinished cells run together in passes of this many (run_ruler_cells: one shared prefill per example
+    /// for all of them), each cell's samples kept in its partial file as they come; 1: one cell at a time; 0: all.
+    int64_t cells_per_pass = 0;
 };
 
 /// The policy spec of one cell: `policy` with param = value added to its preset ("ratio=R", or "rule=threshold,tau=T"
@@ -33,7 +36,9 @@ std::string cell_name(const std::string& spec);
 void run_nll_sweep(const LlamaModel& model, const Tokenizer& tok, const std::string& corpus_text, const SweepOptions& o);
 
 /// The same for RULER-style tasks: metrics.json has score (0–100), compression_ratio, density and per-task
-/// scores; <out>/summary.md and <out>/score_vs_compression.png.
+/// scores; <out>/summary.md and <out>/score_vs_compression.png. The unfinished cells run together
+/// (o.cells_per_pass); an interrupted run resumes each cell from the samples in its <cell>/partial.jsonl, which is
+/// removed once the cell's metrics are written.
 void run_ruler_sweep(const LlamaModel& model, const Tokenizer& tok, const std::string& corpus_text, const SweepOptions& o);
 
 }  // namespace kvsieve

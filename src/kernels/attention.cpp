@@ -91,8 +91,10 @@ void attention_prefill_group(const float* q, int64_t ldq, int G, int d, int64_t 
     constexpr int64_t kBlock = 128;
     if (stat != KeyStat::kNone) std::fill(stat_out, stat_out + G * n, 0.0f);
     std::vector<float> S;
+    // Statistics only, of the last query: its block alone.
+    const int64_t first_block = out == nullptr && stat == KeyStat::kLast ? (T - 1) / kBlock * kBlock : 0;
     for (int g = 0; g < G; ++g)
-        for (int64_t t0 = 0; t0 < T; t0 += kBlock) {
+        for (int64_t t0 = first_block; t0 < T; t0 += kBlock) {
             const int64_t nt = std::min(kBlock, T - t0), nk = n_prefix + t0 + nt;
             S.resize(static_cast<size_t>(nt * nk));
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(nt), static_cast<int>(nk), d, scale,
@@ -107,8 +109,9 @@ void attention_prefill_group(const float* q, int64_t ldq, int G, int d, int64_t 
                 else if (stat == KeyStat::kLast && t0 + i == T - 1)
                     for (int64_t j = 0; j < visible; ++j) stat_out[g * n + j] = row[j];
             }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(nt), d, static_cast<int>(nk), 1.0f,
-                        S.data(), static_cast<int>(nk), v, d, 0.0f, out + t0 * ldo + g * d, static_cast<int>(ldo));
+            if (out != nullptr)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(nt), d, static_cast<int>(nk), 1.0f,
+                            S.data(), static_cast<int>(nk), v, d, 0.0f, out + t0 * ldo + g * d, static_cast<int>(ldo));
         }
 }
 

@@ -29,7 +29,9 @@ enum class KeyStat { kNone, kSum, kLast };
 /// KV head: the first n_prefix keys (already cached) are visible to every query, key n_prefix + t to queries
 /// t' ≥ t. q: query t of group head g at q + t·ldq + g·d; k, v: [n][d] float32; out likewise with ldo.
 /// stat_out [G][n] (if stat ≠ kNone): per key, Σ over the T queries of its softmax weight (kSum), or the last
-/// query's weight (kLast). Blocked SGEMMs of 128 queries, single-threaded (callers run heads in parallel).
+/// query's weight (kLast). out = nullptr: only the statistics are wanted (the output's product is skipped, and with
+/// kLast only the last query's block is computed). Blocked SGEMMs of 128 queries, single-threaded (callers run heads
+/// in parallel).
 void attention_prefill_group(const float* q, int64_t ldq, int G, int d, int64_t T, const float* k, const float* v,
                              int64_t n_prefix, float* out, int64_t ldo, KeyStat stat, float* stat_out);
 

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include <cblas.h>
+
 #include "policy/policy.h"
 #include "util/error.h"
 
@@ -45,51 +47,47 @@ public:
             const HeadView& v = in.heads[h];
             const int64_t skip = std::min<int64_t>(n_sink_, v.n), m = v.n - skip;
             std::vector<double> acc(m, 0.0);
+            std::vector<double> K(static_cast<size_t>(m) * d), KC(cov_ ? static_cast<size_t>(m) * d : 0);
+            std::copy(v.k + skip * d, v.k + v.n * d, K.begin());
+            std::vector<double> Qc(static_cast<size_t>(nq) * d);
             for (int g = 0; g < G && nq > 0; ++g) {
                 const int qh = static_cast<int>(h) * G + g;
                 std::vector<double> mu(d, 0.0), cov(static_cast<size_t>(d) * d, 0.0);
                 for (int64_t t = t0; t < in.T; ++t)
                     for (int c = 0; c < d; ++c) mu[c] += in.q_pre[t * ldq + qh * d + c];
                 for (auto& x : mu) x /= nq;
-                if (cov_)
-                    for (int64_t t = t0; t < in.T; ++t) {
-                        const float* q = in.q_pre + t * ldq + qh * d;
-                        for (int a = 0; a < d; ++a)
-                            for (int b = 0; b < d; ++b) cov[a * d + b] += (q[a] - mu[a]) * (q[b] - mu[b]);
-                    }
-                for (auto& x : cov) x /= nq;
+                if (cov_) {  // Σ = Q̃ᵀQ̃ / nq over the centred queries Q̃ [nq][d]
+                    for (int64_t t = t0; t < in.T; ++t)
+                        for (int c = 0; c < d; ++c)
+                            Qc[(t - t0) * d + c] = static_cast<double>(in.q_pre[t * ldq + qh * d + c]) - mu[c];
+                    cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, d, static_cast<int>(nq), 1.0 / nq, Qc.data(), d, 0.0,
+                                cov.data(), d);
+                    for (int a = 0; a < d; ++a)
+                        for (int b = 0; b < a; ++b) cov[a * d + b] = cov[b * d + a];
+                }
                 // μ' = R̄μ; Σ' = R̄ΣR̄ᵀ
                 std::vector<double> mur(d, 0.0), tmp(static_cast<size_t>(d) * d, 0.0), covr(static_cast<size_t>(d) * d, 0.0);
                 for (int a = 0; a < d; ++a)
                     for (int c = 0; c < d; ++c) mur[a] += R[a * d + c] * mu[c];
                 if (cov_) {
-                    for (int a = 0; a < d; ++a)
-                        for (int c = 0; c < d; ++c) {
-                            const double r = R[a * d + c];
-                            if (r == 0) continue;
-                            for (int b = 0; b < d; ++b) tmp[a * d + b] += r * cov[c * d + b];
-                        }
-                    for (int a = 0; a < d; ++a)
-                        for (int b = 0; b < d; ++b) {
-                            double s = 0;
-                            for (int c = 0; c < d; ++c) s += tmp[a * d + c] * R[b * d + c];
-                            covr[a * d + b] = s;
-                        }
+                    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d, d, d, 1.0, R.data(), d, cov.data(), d, 0.0,
+                                tmp.data(), d);
+                    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d, d, d, 1.0, tmp.data(), d, R.data(), d, 0.0,
+                                covr.data(), d);
+                    // KC = K Σ'ᵀ, so that kᵢᵀΣ'kᵢ = Σ_a k_ia KC_ia
+                    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), d, d, 1.0, K.data(), d,
+                                covr.data(), d, 0.0, KC.data(), d);
                 }
                 std::vector<double> s(m);
                 double smax = -INFINITY;
                 for (int64_t i = 0; i < m; ++i) {
-                    const float* k = v.k + (skip + i) * d;
+                    const double* k = K.data() + i * d;
                     double x = 0;
                     for (int c = 0; c < d; ++c) x += k[c] * mur[c];
                     x /= std::sqrt(static_cast<double>(d));
                     if (cov_) {
                         double quad = 0;
-                        for (int a = 0; a < d; ++a) {
-                            double row = 0;
-                            for (int b = 0; b < d; ++b) row += covr[a * d + b] * k[b];
-                            quad += k[a] * row;
-                        }
+                        for (int a = 0; a < d; ++a) quad += k[a] * KC[i * d + a];
                         x += quad / d / 2;
                     }
                     s[i] = x;

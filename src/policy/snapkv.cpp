@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include <cblas.h>
+
 #include "policy/policy.h"
 #include "util/error.h"
 
@@ -14,7 +16,7 @@ void snapkv_scores(const PrefillScoreInput& in, int window, int kernel, std::vec
     // last, which kvpress would refuse.
     if (in.T <= window && in.T >= 2) window = static_cast<int>(in.T - 1);
     const int G = in.n_head / in.n_head_kv, d = in.head_dim;
-    const float inv_sqrt_d = 1.0f / std::sqrt(static_cast<float>(d));
+    const double inv_sqrt_d = 1.0 / std::sqrt(static_cast<double>(d));
     const int64_t ldq = static_cast<int64_t>(in.n_head) * d;
     float mx = -INFINITY;
     for (size_t h = 0; h < in.heads.size(); ++h) {
@@ -22,20 +24,23 @@ void snapkv_scores(const PrefillScoreInput& in, int window, int kernel, std::vec
         scores[h].assign(v.n, 1.0f);
         if (in.T <= window || v.n <= window) continue;
         const int64_t n_old = v.n - in.T, m = v.n - window;  // keys scored: 0 … m − 1
-        std::vector<double> mean(m, 0.0), row(v.n);
+        std::vector<double> mean(m, 0.0);
+        // The window's logits in double, Q_w Kᵀ as one product per query head: [window][n].
+        std::vector<double> K(static_cast<size_t>(v.n) * d), Q(static_cast<size_t>(window) * d),
+            S(static_cast<size_t>(window) * v.n);
+        std::copy(v.k, v.k + v.n * d, K.begin());
         for (int g = 0; g < G; ++g) {
             const int qh = static_cast<int>(h) * G + g;
             std::vector<double> acc(m, 0.0);
+            for (int64_t t = in.T - window; t < in.T; ++t)
+                std::copy_n(in.q + t * ldq + qh * d, d, Q.begin() + (t - in.T + window) * d);
+            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, window, static_cast<int>(v.n), d, inv_sqrt_d, Q.data(), d,
+                        K.data(), d, 0.0, S.data(), static_cast<int>(v.n));
             for (int64_t t = in.T - window; t < in.T; ++t) {
-                const float* q = in.q + t * ldq + qh * d;
+                double* row = S.data() + (t - in.T + window) * v.n;
                 const int64_t visible = n_old + t + 1;
                 double mxr = -INFINITY;
-                for (int64_t j = 0; j < visible; ++j) {
-                    double s = 0;
-                    for (int c = 0; c < d; ++c) s += double(q[c]) * v.k[j * d + c];
-                    row[j] = s * inv_sqrt_d;
-                    mxr = std::max(mxr, row[j]);
-                }
+                for (int64_t j = 0; j < visible; ++j) mxr = std::max(mxr, row[j]);
                 double sum = 0;
                 for (int64_t j = 0; j < visible; ++j) sum += (row[j] = std::exp(row[j] - mxr));
                 for (int64_t j = 0; j < std::min(visible, m); ++j) acc[j] += row[j] / sum;

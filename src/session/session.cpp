@@ -55,6 +55,7 @@ void Session::end_step(StepKind kind) {
         finish_prefill(model_, tok_, cache_, tokens_);
         cache_.set_phase(KVCache::Phase::kDecode);
     }
+    if (kind == StepKind::kExtend) cache_.set_phase(KVCache::Phase::kDecode);
 }
 
 void Session::abort_step() {

@@ -39,8 +39,10 @@ public:
     void restore_tokens(const std::vector<int32_t>& tokens);
 
     /// What a batched step does for this sequence: a chunk of its prompt (the policy compresses after it), the
-    /// prompt's last chunk (then the prefill ends: after-prefill step and compression), or one decode token.
-    enum class StepKind { kPrefillChunk, kPrefillLast, kDecode };
+    /// prompt's last chunk (then the prefill ends: after-prefill step and compression), tokens that only extend the
+    /// cache (a prefill with PrefillPlan::compress false: no compression, no after-prefill step; e.g. a question fed
+    /// after a compressed context), or one decode token.
+    enum class StepKind { kPrefillChunk, kPrefillLast, kExtend, kDecode };
     /// The batched form of prefill() and decode(), for a caller that runs many sequences in one
     /// LlamaModel::forward_batch: begin_step() appends `ids` to the history and returns this sequence's segment
     /// (logits land in `logits`); after the batch has run, end_step() does what prefill()/decode() do after their
@@ -58,6 +60,7 @@ public:
     KVCache& cache() { return cache_; }
     const KVCache& cache() const { return cache_; }
     const LlamaModel& model() const { return model_; }
+    const Tokenizer& tokenizer() const { return tok_; }
 
 private:
     const LlamaModel& model_;
