@@ -198,6 +198,18 @@ TEST(EvalSweep, RulerCellsRunTogetherAndResumeFromTheirPartialFiles) {
         EXPECT_FALSE(std::filesystem::exists(base / "together" / cell / "partial.jsonl"));
         EXPECT_TRUE(std::filesystem::exists(base / "together" / cell / "metrics.json"));
     }
+    // Finished cells of another number of samples are not taken for this sweep's.
+    {
+        SweepOptions more = o;
+        more.out_dir = (base / "together").string();
+        more.ruler.samples = 3;
+        try {
+            run_ruler_sweep(m, *tok, kText, more);
+            ADD_FAILURE() << "cells of 2 samples were taken for a sweep of 3";
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find("samples"), std::string::npos) << e.what();
+        }
+    }
     // Interrupted after one sample of the h2o cell: the next run keeps that sample and makes only the other.
     o.out_dir = (base / "resumed").string();
     o.cells_per_pass = 0;

@@ -56,6 +56,8 @@ TEST(SharedPrefill, EveryCacheHoldsWhatItsOwnPrefillGives) {
                                             "snapkv:ratio=0.5,window_size=8",
                                             "expected_attention:ratio=0.5",
                                             "kvzip:ratio=0.5",
+                                            "kvzip:ratio=0.75",  // the replay above, once for both
+                                            "kvzip_plus:ratio=0.5",
                                             "streaming_llm:ratio=0.5",
                                             kKvzap + ",rule=threshold,tau=-3",
                                             kKvzap + ",rule=head,ratio=0.5,sinks=4,window=8"};

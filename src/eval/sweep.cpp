@@ -205,6 +205,10 @@ void run_ruler_sweep(const LlamaModel& model, const Tokenizer& tok, const std::s
         require(qa == o.ruler.query_aware, "sweep: cell ", dir.string(), " was made ", qa ? "query-aware" : "query-agnostic",
                 "; this sweep is ", o.ruler.query_aware ? "query-aware" : "query-agnostic",
                 " (use another --out, or --query-aware to match)");
+        const int64_t want = static_cast<int64_t>(o.ruler.tasks.size() * o.ruler.lengths.size()) * o.ruler.samples;
+        const int64_t got = m.value("samples", int64_t{-1});
+        require(got == want, "sweep: cell ", dir.string(), " holds ", got, " samples; this sweep makes ", want,
+                " (tasks × lengths × samples; use another --out)");
         const int64_t pre = m.value("decode_preamble", int64_t{0});
         require(pre == o.ruler.decode_preamble, "sweep: cell ", dir.string(), " was made with --decode-preamble ", pre,
                 "; this sweep has ", o.ruler.decode_preamble, " (use another --out)");

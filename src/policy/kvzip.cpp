@@ -140,6 +140,9 @@ Policy make_kvzip(PolicyParams& p, bool plus) {
     spec.sinks = pol.sinks;
     pol.sinks = 0;  // protected by their scores (max + 1, as kvpress), not held in a separate region
     pol.after_prefill = [spec](ModelAccess& m, const std::vector<int32_t>& context) { return reconstruct(m, context, spec); };
+    pol.after_prefill_key = std::string(plus ? "kvzip_plus" : "kvzip") + ":chunk=" + std::to_string(spec.chunk) +
+                            ",rows=" + rows + ",score_sinks=" + std::to_string(spec.sinks) +
+                            ",sinks=" + std::to_string(pol.sinks) + ",window=" + std::to_string(pol.window);
     return pol;
 }
 }  // namespace

@@ -43,6 +43,11 @@ struct Policy {
     /// the scores it returns into the cache, then runs the compression rule. Such a policy scores the whole
     /// prompt at once, so it cannot be used with a chunked prefill.
     AfterPrefill after_prefill;
+    /// What the after-prefill step's scores depend on besides the context (for KVzip: variant, chunk, scoring rows,
+    /// sinks, and the policy's window and sinks, which shape the cache it replays over); two policies with the same
+    /// non-empty key give the same scores over the same prefilled context, so a caller running both may compute them
+    /// once (session/shared_prefill.h). Empty: never shared.
+    std::string after_prefill_key;
     /// Read-time selection at decode steps (policy/selection.h), composed after a '+' in the spec.
     Selection selection;
 

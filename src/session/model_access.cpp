@@ -85,11 +85,16 @@ std::vector<float> SessionModelAccess::output_projection(int layer) const {
     return wo;
 }
 
+EntryScores after_prefill_scores(const LlamaModel& model, const Tokenizer& tok, KVCache& cache,
+                                 const std::vector<int32_t>& context) {
+    require(static_cast<bool>(cache.policy().after_prefill), "policy ", cache.policy().spec, " has no after-prefill step");
+    SessionModelAccess access(model, tok, cache);
+    return cache.policy().after_prefill(access, context);
+}
+
 void run_after_prefill(const LlamaModel& model, const Tokenizer& tok, KVCache& cache, const std::vector<int32_t>& context) {
     if (!cache.policy().after_prefill) return;
-    SessionModelAccess access(model, tok, cache);
-    const EntryScores es = cache.policy().after_prefill(access, context);
-    cache.set_scores(es);
+    cache.set_scores(after_prefill_scores(model, tok, cache, context));
 }
 
 }  // namespace kvsieve

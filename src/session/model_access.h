@@ -35,5 +35,8 @@ private:
 /// Runs the cache's policy's after-prefill step (if any) with a SessionModelAccess and writes the scores it
 /// returns into every cached entry.
 void run_after_prefill(const LlamaModel& model, const Tokenizer& tok, KVCache& cache, const std::vector<int32_t>& context);
+/// The scores the cache's policy's after-prefill step gives (the policy must have one), without writing them.
+EntryScores after_prefill_scores(const LlamaModel& model, const Tokenizer& tok, KVCache& cache,
+                                 const std::vector<int32_t>& context);
 
 }  // namespace kvsieve

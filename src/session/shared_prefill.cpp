@@ -1,10 +1,12 @@
 #include "session/shared_prefill.h"
 
 #include <algorithm>
+#include <map>
 #include <string>
 
 #include "cache/kv_cache.h"
 #include "model/llama_model.h"
+#include "session/model_access.h"
 #include "session/prefill.h"
 #include "session/session.h"
 #include "util/error.h"
@@ -59,8 +61,19 @@ void prefill_shared(const std::vector<Session*>& sessions, const std::vector<int
         FanOutCache fan(caches);
         model.forward(prompt, fan, logits, false);
         for (KVCache* c : caches) c->set_shadow(false);
+        // Each after-prefill step once per key (KVzip's replay at several ratios: one replay), then compression.
+        std::map<std::string, EntryScores> by_key;
         for (Session* s : sessions) {
-            finish_prefill(model, s->tokenizer(), s->cache(), prompt);
+            KVCache& c = s->cache();
+            const std::string& key = c.policy().after_prefill_key;
+            if (c.policy().after_prefill && !key.empty()) {
+                auto it = by_key.find(key);
+                if (it == by_key.end()) it = by_key.emplace(key, after_prefill_scores(model, s->tokenizer(), c, prompt)).first;
+                c.set_scores(it->second);
+                c.end_prefill();
+            } else {
+                finish_prefill(model, s->tokenizer(), c, prompt);
+            }
             s->restore_tokens(prompt);  // also sets the decode phase
         }
     } catch (...) {

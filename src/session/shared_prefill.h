@@ -18,7 +18,8 @@ bool shares_dense_prefill(const Policy& p);
 
 /// Feeds `prompt` in one batch to every session in `sessions` (each fresh: an empty cache; distinct caches), then
 /// ends each one's prefill as Session::prefill does (the policy's after-prefill step, e.g. KVzip's replay, then its
-/// compression). Equivalent to sessions[i]->prefill(prompt, {}, logits) for each i: the first cache computes the
+/// compression; an after-prefill step runs once for all the sessions whose policies share its key,
+/// Policy::after_prefill_key, e.g. KVzip at several ratios). Equivalent to sessions[i]->prefill(prompt, {}, logits) for each i: the first cache computes the
 /// attention output, the others run as shadows (KVCache::set_shadow: entries, scores and the attention statistics
 /// their policies read, no output), since over a fresh cache the dense causal attention is the same for all.
 /// `logits` becomes the last prompt token's [n_vocab] (the same for every session). Throws Error for no sessions, an
