@@ -79,6 +79,22 @@ TEST(Leaderboard, TablesWithIntervalsAndTheNinetyFivePercentLine) {
     ASSERT_TRUE(gp) << "no plot script";
     const std::string script((std::istreambuf_iterator<char>(gp)), {});
     for (size_t i = 0; i < 5; ++i) EXPECT_NE(script.find(series_style(i) + " title"), std::string::npos) << i;
+    // A second sweep of the same model and task with its own full cell, the same: the table shows the full cache once;
+    // a full cell of another score (another run) is shown beside it.
+    const fs::path c = fs::path(root.path()) / "c";
+    cell(c, "full", "full", 0.0, {1, 1, 1, 1, 1, 1, 1, 0}, false);
+    cell(c, "tova_ratio_0.5", "tova:ratio=0.5", 0.5, {1, 0}, false);
+    auto count = [](const std::string& text, const std::string& what) {
+        size_t n = 0;
+        for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
+        return n;
+    };
+    const std::string two = write_leaderboard(collect_leaderboard({a.string(), c.string()}), (fs::path(root.path()) / "out2").string());
+    EXPECT_EQ(count(two, "| full | `full` |"), 1u) << two;
+    EXPECT_NE(two.find("`tova:ratio=0.5`"), std::string::npos);
+    cell(c, "full", "full", 0.0, {1, 1, 1, 1, 1, 1, 0, 0}, false);
+    const std::string other = write_leaderboard(collect_leaderboard({a.string(), c.string()}), (fs::path(root.path()) / "out3").string());
+    EXPECT_EQ(count(other, "| full | `full` |"), 2u) << other;
     // A sweep without its full-cache cell, or an empty directory, is refused.
     const fs::path b = fs::path(root.path()) / "b";
     cell(b, "tova_ratio_0.5", "tova:ratio=0.5", 0.5, {1, 0}, true);
