@@ -200,6 +200,10 @@ TEST(Cli, EvalTasksPrintsAccuracyLast) {
     { std::ofstream(empty.path()).flush(); }
     expect_clean_failure("eval nll -m " + kModel + " --corpus " + empty.path(), "is empty");
     expect_clean_failure("eval sweep -m " + kModel + " --corpus " + kModel + " --policies knorm --ratios 0.5,x", "'x' is not a number");
+    expect_clean_failure("eval sweep --task nll -m " + kModel + " --corpus " + kModel + " --policies knorm --ratios 0.5 --cells-per-pass 2",
+                         "--cells-per-pass applies to --task ruler");
+    expect_clean_failure("eval sweep --task ruler -m " + kModel + " --corpus " + kModel + " --policies knorm --ratios 0.5 --cells-per-pass -1",
+                         "--cells-per-pass must be ≥ 0");
 }
 
 TEST(Cli, EvalFidelityWritesItsReportAndRejectsBadInput) {

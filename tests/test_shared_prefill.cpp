@@ -46,7 +46,11 @@ const std::string kKvzap = "kvzap:model=" + std::string(KVSIEVE_SOURCE_DIR) + "/
 TEST(SharedPrefill, EveryCacheHoldsWhatItsOwnPrefillGives) {
     const LlamaModel& m = test::stories260k();
     const auto tok = Tokenizer::from_gguf(m.file());
-    const auto ids = test::story_prompt_ids();
+    // Over 128 tokens: more than one block of queries in the prefill kernel (TOVA's shadow computes the last only).
+    std::vector<int32_t> ids = test::story_prompt_ids();
+    const std::vector<int32_t> story(ids.begin() + 1, ids.end());
+    for (int r = 0; r < 3; ++r) ids.insert(ids.end(), story.begin(), story.end());
+    ASSERT_GT(ids.size(), 140u);
     // Scorers that read the attention (H2O: every query's, TOVA: the last query's), that recompute it (SnapKV), that
     // read the hidden state at write (KVzap) or the queries' statistics (Expected Attention), that replay the context
     // after the prefill (KVzip), and none (full, StreamingLLM).
@@ -66,8 +70,8 @@ TEST(SharedPrefill, EveryCacheHoldsWhatItsOwnPrefillGives) {
     std::vector<std::unique_ptr<Session>> shared, own;
     std::vector<Session*> ptrs;
     for (const auto& s : specs) {
-        shared_caches.push_back(std::make_unique<KVCache>(m.config(), 256, parse_policy(s), pool));
-        own_caches.push_back(std::make_unique<KVCache>(m.config(), 256, parse_policy(s), pool));
+        shared_caches.push_back(std::make_unique<KVCache>(m.config(), 640, parse_policy(s), pool));
+        own_caches.push_back(std::make_unique<KVCache>(m.config(), 640, parse_policy(s), pool));
         shared.push_back(std::make_unique<Session>(m, *tok, *shared_caches.back()));
         own.push_back(std::make_unique<Session>(m, *tok, *own_caches.back()));
         ptrs.push_back(shared.back().get());

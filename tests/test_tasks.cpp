@@ -319,7 +319,8 @@ TEST(RulerCells, PartialFilesKeepSamplesAcrossAnInterruption) {
     ASSERT_EQ(got.size(), 2u);
     EXPECT_EQ(got[1].to_json(), b.to_json());
     EXPECT_EQ(got[0].prediction, a.prediction);
-    // A line cut short by an interruption is dropped, from the file too: the next sample follows whole lines.
+    // A line cut short by an interruption is dropped, from the file too: the next sample follows whole lines. So is
+    // a whole sample that lost its newline.
     const std::string file = dir.path() + "/partial.jsonl";
     { std::ofstream(file, std::ios::app) << "{\"task\": \"niah_si"; }
     EXPECT_EQ(read_ruler_partial(dir.path(), settings).size(), 2u);
@@ -328,6 +329,24 @@ TEST(RulerCells, PartialFilesKeepSamplesAcrossAnInterruption) {
     got = read_ruler_partial(dir.path(), settings);
     ASSERT_EQ(got.size(), 3u);
     EXPECT_EQ(got[2].index, 2);
+    { std::ofstream(file, std::ios::app) << b.to_json().dump(); }
+    EXPECT_EQ(read_ruler_partial(dir.path(), settings).size(), 3u);
+    // A prediction cut off inside a multi-byte character is stored, not an exception that stops the sweep.
+    RulerSample cut = b;
+    cut.index = 3;
+    cut.prediction = "\xe8\xa9";  // the first two bytes of a three-byte character
+    append_ruler_partial(dir.path(), settings, cut);
+    got = read_ruler_partial(dir.path(), settings);
+    ASSERT_EQ(got.size(), 4u);
+    EXPECT_EQ(got[3].index, 3);
+    // Only a settings line, cut short: nothing was made, and the file starts over cleanly.
+    test::TempFile dir2("_partial");
+    std::filesystem::create_directories(dir2.path());
+    { std::ofstream(dir2.path() + "/partial.jsonl") << "{\"policy\": \"h2"; }
+    EXPECT_TRUE(read_ruler_partial(dir2.path(), settings).empty());
+    append_ruler_partial(dir2.path(), settings, a);
+    EXPECT_EQ(read_ruler_partial(dir2.path(), settings).size(), 1u);
+    std::filesystem::remove_all(dir2.path());
     // Other settings: one clear error naming the key.
     RulerOptions other = o;
     other.seed = 7;

@@ -366,10 +366,10 @@ void add_eval(CLI::App& app) {
     sweep->add_option("--decode-preamble", *spre, "ruler: tokens the model generates between the context and the question")
         ->capture_default_str();
     auto spass = std::make_shared<int64_t>(0);
-    sweep->add_option("--cells-per-pass", *spass,
+    CLI::Option* spass_opt = sweep->add_option("--cells-per-pass", *spass,
                       "ruler: unfinished cells run together, sharing each example's prefill (0: all; 1: one at a time)")
         ->capture_default_str();
-    sweep->callback([c2, policies, ratios, thresholds, task, stasks, slengths, sqa, spre, spass] {
+    sweep->callback([c2, policies, ratios, thresholds, task, stasks, slengths, sqa, spre, spass, spass_opt] {
         require(*task == "nll" || *task == "ruler", "sweep task '", *task, "' is not nll or ruler");
         set_num_threads(c2->threads);
         SweepOptions o;
@@ -403,6 +403,7 @@ void add_eval(CLI::App& app) {
         require(*task == "ruler" || !*sqa, "--query-aware applies to --task ruler");
         require(*task == "ruler" || *spre == 0, "--decode-preamble applies to --task ruler");
         require(*spass >= 0, "--cells-per-pass must be ≥ 0, got ", *spass);
+        require(*task == "ruler" || spass_opt->count() == 0, "--cells-per-pass applies to --task ruler");
         o.cells_per_pass = *spass;
         const std::string text = c2->read_corpus();
         LlamaModel m(c2->model);

@@ -165,8 +165,9 @@ std::string write_leaderboard(const std::vector<LeaderboardRow>& rows, const std
     for (auto& [key, g] : groups) {
         const bool ruler = key.second.rfind("ruler", 0) == 0;
         std::sort(g.begin(), g.end(), [](const LeaderboardRow& a, const LeaderboardRow& b) {
-            return a.policy == "full" ? b.policy != "full" : b.policy == "full" ? false
-                   : a.method != b.method ? a.method < b.method : a.compression < b.compression;
+            if (a.policy == "full" || b.policy == "full")  // full rows first, equal ones together
+                return a.policy == "full" && b.policy == "full" ? a.value < b.value : a.policy == "full";
+            return a.method != b.method ? a.method < b.method : a.compression < b.compression;
         });
         // The full cache once: sweeps of the same model and task each carry one, the same when run alike.
         g.erase(std::unique(g.begin(), g.end(),

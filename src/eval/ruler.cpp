@@ -296,37 +296,54 @@ std::vector<RulerSample> read_ruler_partial(const std::string& dir, const nlohma
     const fs::path p = fs::path(dir) / kPartial;
     std::vector<RulerSample> out;
     if (!fs::exists(p)) return out;
-    std::ifstream f(p);
-    std::vector<std::string> lines;
-    for (std::string line; std::getline(f, line);)
-        if (!line.empty()) lines.push_back(line);
-    if (lines.empty()) return out;
-    nlohmann::json head;
-    try {
-        head = nlohmann::json::parse(lines[0]);
-    } catch (const nlohmann::json::exception&) {
-        if (lines.size() == 1) return out;  // only a cut-short settings line: nothing was made
-        throw Error(p.string() + ": the settings line is not JSON");
+    std::string text;
+    {
+        std::ifstream f(p, std::ios::binary);
+        text.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
     }
-    for (const auto& item : settings.items())
-        require(head.contains(item.key()) && head.at(item.key()) == item.value(), p.string(), " was made with ",
-                item.key(), " = ", head.contains(item.key()) ? head.at(item.key()).dump() : std::string("(none)"),
-                ", this run has ", item.value().dump(), " (remove the file to start the cell over, or run with its settings)");
+    std::vector<std::string> lines;
+    for (size_t b = 0; b < text.size();) {
+        const size_t e = text.find('\n', b);
+        // A last line without its newline is a write an interruption cut short, even if it parses.
+        if (e == std::string::npos) break;
+        if (e > b) lines.push_back(text.substr(b, e - b));
+        b = e + 1;
+    }
+    bool damaged_tail = !text.empty() && text.back() != '\n';
+    nlohmann::json head;
+    if (!lines.empty()) {
+        try {
+            head = nlohmann::json::parse(lines[0]);
+        } catch (const nlohmann::json::exception&) {
+            require(lines.size() == 1, p.string(), ": the settings line is not JSON");
+            lines.clear();  // only a cut-short settings line: nothing was made
+            damaged_tail = true;
+        }
+    }
+    if (!lines.empty())
+        for (const auto& item : settings.items())
+            require(head.contains(item.key()) && head.at(item.key()) == item.value(), p.string(), " was made with ",
+                    item.key(), " = ", head.contains(item.key()) ? head.at(item.key()).dump() : std::string("(none)"),
+                    ", this run has ", item.value().dump(),
+                    " (remove the file to start the cell over, or run with its settings)");
     for (size_t i = 1; i < lines.size(); ++i) {
         nlohmann::json j;
         try {
             j = nlohmann::json::parse(lines[i]);
         } catch (const nlohmann::json::exception&) {
             require(i + 1 == lines.size(), p.string(), ": line ", i + 1, " is not JSON");
-            // The write an interruption cut short: drop it from the file too, so the next sample follows a whole line.
-            std::ofstream w(p.string() + ".tmp");
-            for (size_t k = 0; k < i; ++k) w << lines[k] << "\n";
-            w.close();
-            require(w.good(), "cannot write ", p.string(), ".tmp");
-            fs::rename(p.string() + ".tmp", p);
+            lines.pop_back();  // the write an interruption cut short
+            damaged_tail = true;
             break;
         }
         out.push_back(RulerSample::from_json(j));
+    }
+    if (damaged_tail) {  // drop the cut-short write from the file too, so the next sample follows a whole line
+        std::ofstream w(p.string() + ".tmp", std::ios::binary);
+        for (const auto& l : lines) w << l << "\n";
+        w.close();
+        require(w.good(), "cannot write ", p.string(), ".tmp");
+        fs::rename(p.string() + ".tmp", p);
     }
     return out;
 }
@@ -337,8 +354,11 @@ void append_ruler_partial(const std::string& dir, const nlohmann::json& settings
     const fs::path p = fs::path(dir) / kPartial;
     const bool fresh = !fs::exists(p) || fs::file_size(p) == 0;
     std::ofstream f(p, std::ios::app);
-    if (fresh) f << settings.dump() << "\n";
-    f << s.to_json().dump() << "\n";
+    // A prediction cut off inside a multi-byte character is not UTF-8: such bytes are written as U+FFFD (the score
+    // was taken from the real text).
+    const auto replace = nlohmann::json::error_handler_t::replace;
+    if (fresh) f << settings.dump(-1, ' ', false, replace) << "\n";
+    f << s.to_json().dump(-1, ' ', false, replace) << "\n";
     f.flush();
     require(f.good(), "cannot write ", p.string());
 }

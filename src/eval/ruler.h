@@ -66,7 +66,9 @@ RulerResult run_ruler(const LlamaModel& model, const Tokenizer& tok, const std::
 /// Called with each new sample of a cell (its index in the specs) as soon as it is scored.
 using RulerSampleFn = std::function<void(size_t cell, const RulerSample& sample)>;
 
-/// Runs several policies over the same examples together, each giving the result run_ruler gives for it alone: per
+/// Runs several policies over the same examples together, each giving the result run_ruler gives for it alone (for a
+/// model with F32 weights, up to the float rounding of a question shorter than kGemmMinTokens, which the batched step
+/// takes through the row-exact GEMV: LlamaModel::forward_batch): per
 /// example, the context is prefilled once for every policy whose prefill is dense (session/shared_prefill.h: the
 /// weight products once, attention and scoring per cache; the others and a chunked prefill run alone), then the
 /// decode preamble, the question and the answers of every policy go through batched steps
@@ -83,10 +85,12 @@ std::vector<RulerResult> run_ruler_cells(const LlamaModel& model, const Tokenize
 nlohmann::json ruler_cell_settings(const std::string& spec, const RulerOptions& o, const std::string& model_path,
                                    const std::string& corpus_path);
 /// A cell's samples so far, from <dir>/partial.jsonl (the settings on its first line, one sample per line after; a
-/// last line cut short by an interrupted write is ignored); none if the file does not exist. Throws Error naming the
-/// key when the file's settings differ from `settings`, or for a damaged line before the last.
+/// last line cut short by an interrupted write, one without its newline included, is dropped, from the file too);
+/// none if the file does not exist. Throws Error naming the key when the file's settings differ from `settings`, or
+/// for a damaged line before the last.
 std::vector<RulerSample> read_ruler_partial(const std::string& dir, const nlohmann::json& settings);
-/// Appends one sample to <dir>/partial.jsonl (created with `settings` as its first line), flushed at once.
+/// Appends one sample to <dir>/partial.jsonl (created with `settings` as its first line), flushed at once; bytes of
+/// the prediction that are not UTF-8 (an answer cut off inside a character) are written as U+FFFD.
 void append_ruler_partial(const std::string& dir, const nlohmann::json& settings, const RulerSample& s);
 
 /// Writes predictions.csv, metrics.json and config.yaml of one result into dir (created).

@@ -69,6 +69,16 @@ void run_sweep(const SweepOptions& o, const SweepKind& kind) {
         if (p == "full") continue;
         for (const auto& c : cells_of(p)) specs.push_back(c);
     }
+    // A spec given twice is one cell; two specs of one directory name would write into each other.
+    std::vector<std::string> unique;
+    for (const auto& s : specs)
+        if (std::find(unique.begin(), unique.end(), s) == unique.end()) unique.push_back(s);
+    specs.swap(unique);
+    std::map<std::string, std::string> by_dir;
+    for (const auto& s : specs) {
+        const auto [it, fresh] = by_dir.emplace(cell_name(s), s);
+        require(fresh, "sweep: cells '", it->second, "' and '", s, "' would share the directory ", it->first);
+    }
     for (const auto& s : specs) parse_policy(s);
     fs::create_directories(o.out_dir);
 

@@ -65,8 +65,10 @@ void prefill_shared(const std::vector<Session*>& sessions, const std::vector<int
         std::map<std::string, EntryScores> by_key;
         for (Session* s : sessions) {
             KVCache& c = s->cache();
-            const std::string& key = c.policy().after_prefill_key;
-            if (c.policy().after_prefill && !key.empty()) {
+            // The replay runs over this cache: its element type and context are part of what the scores depend on.
+            const std::string key = c.policy().after_prefill_key + "|" + std::to_string(static_cast<int>(c.pool().type())) +
+                                    "|" + std::to_string(c.n_ctx());
+            if (c.policy().after_prefill && !c.policy().after_prefill_key.empty()) {
                 auto it = by_key.find(key);
                 if (it == by_key.end()) it = by_key.emplace(key, after_prefill_scores(model, s->tokenizer(), c, prompt)).first;
                 c.set_scores(it->second);

@@ -13,18 +13,20 @@ class Session;
 struct Policy;
 
 /// Whether `p`'s prefill of a fresh cache in one batch is the dense causal attention (true for every policy but
-/// those with a gated prefill, SP-KV and WG-KV, whose queries see only their window and the admitted keys).
+/// those with a gated prefill, Policy::gated_prefill: SP-KV, WG-KV, hybrid_heads, kvzap:sparse_prefill=1, whose
+/// queries see only their window and the admitted keys).
 bool shares_dense_prefill(const Policy& p);
 
 /// Feeds `prompt` in one batch to every session in `sessions` (each fresh: an empty cache; distinct caches), then
 /// ends each one's prefill as Session::prefill does (the policy's after-prefill step, e.g. KVzip's replay, then its
 /// compression; an after-prefill step runs once for all the sessions whose policies share its key,
-/// Policy::after_prefill_key, e.g. KVzip at several ratios). Equivalent to sessions[i]->prefill(prompt, {}, logits) for each i: the first cache computes the
+/// Policy::after_prefill_key, and whose caches have the same element type and context, e.g. KVzip at several ratios). Equivalent to sessions[i]->prefill(prompt, {}, logits) for each i: the first cache computes the
 /// attention output, the others run as shadows (KVCache::set_shadow: entries, scores and the attention statistics
 /// their policies read, no output), since over a fresh cache the dense causal attention is the same for all.
 /// `logits` becomes the last prompt token's [n_vocab] (the same for every session). Throws Error for no sessions, an
 /// empty prompt or one beyond a context, a session that is not fresh, two sessions over one cache, sessions of
-/// different models, or a policy whose prefill is not dense (shares_dense_prefill); the sessions are then empty.
+/// different models, or a policy whose prefill is not dense (shares_dense_prefill), before any work; an error during
+/// the work leaves every session empty.
 void prefill_shared(const std::vector<Session*>& sessions, const std::vector<int32_t>& prompt, std::vector<float>& logits);
 
 }  // namespace kvsieve
