@@ -217,6 +217,7 @@ std::vector<RulerResult> run_ruler_cells(const LlamaModel& model, const Tokenize
     auto pool = std::make_shared<KVPool>(model.config().head_dim, parse_kv_type(o.kv_type));
     Progress bar(specs.size() == 1 ? "ruler " + specs[0] : "ruler " + std::to_string(specs.size()) + " policies",
                  static_cast<int64_t>(examples.size()), o.progress);
+    bar.resume_from(static_cast<int64_t>(first));
     for (size_t e = first; e < examples.size(); ++e) {
         std::vector<size_t> active;
         std::vector<const Policy*> ps;

@@ -14,7 +14,7 @@ void Progress::update(int64_t done, const std::string& extra) {
     if (done < total_ && now - last_ < std::chrono::milliseconds(200)) return;
     last_ = now;
     const double el = std::chrono::duration<double>(now - start_).count();
-    const double rate = el > 0 ? done / el : 0;
+    const double rate = el > 0 ? (done - done0_) / el : 0;
     const double eta = rate > 0 ? (total_ - done) / rate : 0;
     const int width = 24, fill = total_ > 0 ? static_cast<int>(width * done / total_) : width;
     std::string bar(fill, '#');

@@ -13,6 +13,8 @@ public:
     Progress(std::string label, int64_t total, bool enabled = true);
     /// Advances to `done` items; `extra` (e.g. a running mean) is shown after the ETA.
     void update(int64_t done, const std::string& extra = "");
+    /// Items finished before this run (a resumed job): shown in the count, left out of the rate and the ETA.
+    void resume_from(int64_t done) { done0_ = done; }
     /// Ends the line.
     void finish();
 
@@ -22,6 +24,7 @@ private:
     bool enabled_;
     std::chrono::steady_clock::time_point start_, last_;
     bool open_ = false;
+    int64_t done0_ = 0;
 };
 
 }  // namespace kvsieve
