@@ -14,6 +14,7 @@
 #include "session/shared_prefill.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
+#include "util/file.h"
 #include "util/progress.h"
 
 namespace kvsieve {
@@ -340,10 +341,9 @@ std::vector<RulerSample> read_ruler_partial(const std::string& dir, const nlohma
         out.push_back(RulerSample::from_json(j));
     }
     if (damaged_tail) {  // drop the cut-short write from the file too, so the next sample follows a whole line
-        std::ofstream w(p.string() + ".tmp", std::ios::binary);
-        for (const auto& l : lines) w << l << "\n";
-        w.close();
-        require(w.good(), "cannot write ", p.string(), ".tmp");
+        std::string kept;
+        for (const auto& l : lines) kept += l + "\n";
+        write_text(p.string() + ".tmp", kept);
         fs::rename(p.string() + ".tmp", p);
     }
     return out;
