@@ -71,7 +71,9 @@ TEST(Leaderboard, TablesWithIntervalsAndTheNinetyFivePercentLine) {
     }
     const std::string md = write_leaderboard(rows, (fs::path(root.path()) / "out").string());
     EXPECT_NE(md.find("## m.gguf — ruler, query-agnostic"), std::string::npos) << md;
-    EXPECT_NE(md.find("| snapkv | `snapkv:ratio=0.75` | 0.750 | 0.250 | 50.00 ± 37.04 | -37.50 |"), std::string::npos) << md;
+    // Paired: d = (0,−1,0,−1,0,−1,0,0), mean −3/8, sd² = (5·(3/8)² + 3·(5/8)²)/7 = 15/56, half-width 1.96·sd/√8.
+    EXPECT_NE(md.find("| snapkv | `snapkv:ratio=0.75` | 0.750 | 0.250 | 50.00 ± 37.04 | -37.50 ± 35.86 |"), std::string::npos) << md;
+    EXPECT_NE(md.find("| snapkv | `snapkv:ratio=0.5` | 0.500 | 0.500 | 87.50 ± 24.50 | +0.00 ± 0.00 |"), std::string::npos) << md;
     EXPECT_NE(md.find("up to compression ratio: kvzap m-mlp (rule=threshold) 0.60, snapkv 0.50."), std::string::npos) << md;
     EXPECT_TRUE(fs::exists(fs::path(root.path()) / "out" / "leaderboard.md"));
     // The plot script draws each of the 5 methods in its own style.
@@ -101,6 +103,58 @@ TEST(Leaderboard, TablesWithIntervalsAndTheNinetyFivePercentLine) {
     EXPECT_THROW(collect_leaderboard({b.string()}), Error);
     fs::create_directories(fs::path(root.path()) / "empty");
     EXPECT_THROW(collect_leaderboard({(fs::path(root.path()) / "empty").string()}), Error);
+    fs::remove_all(root.path());
+}
+
+/// Δ vs full is paired over the examples both cells ran: a cell with the full score but other examples right is not
+/// "≥ 95% with confidence", one that matches the full cell example by example is; a cell with examples the full cell
+/// lacks gets no paired interval; NLL's Δ and its interval are in percent of the full NLL.
+TEST(Leaderboard, PairedIntervalsOnTheDifferenceFromTheFullCache) {
+    test::TempFile root("_paired");
+    const fs::path a = fs::path(root.path()) / "a";
+    cell(a, "full", "full", 0.0, {1, 1, 1, 1, 1, 1, 1, 0}, false);
+    cell(a, "tova", "tova:ratio=0.5", 0.5, {1, 1, 1, 1, 1, 1, 0, 1}, false);    // same mean, two examples swapped
+    cell(a, "h2o", "h2o:ratio=0.3", 0.3, {1, 1, 1, 1, 1, 1, 1, 0}, false);      // the full cell's answers
+    cell(a, "knorm", "knorm:ratio=0.5", 0.5, {1, 1, 1, 1, 1, 1, 1, 0, 1}, false);  // one example more than full
+    const auto rows = collect_leaderboard({a.string()});
+    for (const auto& r : rows) {
+        if (r.policy == "tova:ratio=0.5") {
+            EXPECT_DOUBLE_EQ(r.delta, 0.0);
+            // d = (0,…,0,−1,+1): sd² = 2/7.
+            EXPECT_NEAR(r.delta_ci95, 100 * 1.96 * std::sqrt(2.0 / 7.0) / std::sqrt(8.0), 1e-9);
+        }
+        if (r.policy == "h2o:ratio=0.3") EXPECT_DOUBLE_EQ(r.delta_ci95, 0.0);
+        if (r.policy == "knorm:ratio=0.5") EXPECT_TRUE(std::isnan(r.delta_ci95));
+    }
+    const std::string md = write_leaderboard(rows, (fs::path(root.path()) / "out").string());
+    EXPECT_NE(md.find("(unpaired) |"), std::string::npos) << md;
+    EXPECT_NE(md.find("Keeps ≥ 95% of the full score (87.50) up to compression ratio: h2o 0.30, knorm 0.50, tova 0.50."),
+              std::string::npos) << md;
+    EXPECT_NE(md.find("lower end of the paired 95% interval up to compression ratio: h2o 0.30."), std::string::npos) << md;
+
+    // NLL: per-sample NLLs paired by sample id; Δ% = 100·(x̄ − f̄)/f̄, its half-width 100·1.96·sd(d)/√n / f̄.
+    const fs::path n = fs::path(root.path()) / "n";
+    auto nll_cell = [&](const std::string& name, const std::string& policy, const std::vector<double>& v) {
+        fs::create_directories(n / name);
+        std::ofstream(n / name / "config.yaml") << "task: nll\npolicy: \"" << policy << "\"\nmodel: \"m.gguf\"\n";
+        std::ofstream csv(n / name / "predictions.csv");
+        csv << "sample,nll,density,compression_ratio\n";
+        double mean = 0;
+        for (size_t i = 0; i < v.size(); ++i) csv << i << "," << v[i] << ",1,0\n", mean += v[i] / v.size();
+        std::ofstream(n / name / "metrics.json") << "{\"policy\": \"" << policy << "\", \"nll\": " << mean << "}\n";
+    };
+    nll_cell("full", "full", {2.0, 3.0, 4.0});
+    nll_cell("h2o", "h2o:ratio=0.5", {2.1, 3.3, 4.0});
+    for (const auto& r : collect_leaderboard({n.string()}))
+        if (r.policy == "h2o:ratio=0.5") {
+            EXPECT_NEAR(r.delta, 100 * 0.4 / 9.0, 1e-3);  // means 3.1333 vs 3 (metrics.json holds 6 digits)
+            // d = (0.1, 0.3, 0): mean 0.1333, sd² = ((−0.0333)² + 0.1667² + 0.1333²)/2 = 0.023333.
+            EXPECT_NEAR(r.delta_ci95, 100 * 1.96 * std::sqrt(0.07 / 3.0) / std::sqrt(3.0) / 3.0, 1e-9);
+        }
+    // A sample listed twice in one cell is refused, naming the file.
+    cell(a, "twice", "tova:ratio=0.75", 0.75, {1, 1}, false);
+    std::ofstream(a / "twice" / "predictions.csv", std::ios::app) << "vt,1024,0,1,1,0.75,\"x\",\"y\"\n";
+    EXPECT_THROW(collect_leaderboard({a.string()}), Error);
     fs::remove_all(root.path());
 }
 

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <sstream>
 
@@ -67,22 +68,43 @@ std::vector<std::vector<std::string>> read_csv(const fs::path& p) {
     return rows;
 }
 
-/// Mean and 95% half-width (1.96 · s / √n) of one CSV column.
-std::pair<double, double> column_stats(const fs::path& csv, const std::string& column) {
+/// Per-sample values of one CSV column, keyed by the columns that name a sample (RULER: task, length, index; NLL:
+/// sample), so that two cells of a sweep can be paired example by example. Throws Error naming the file and record
+/// of a missing or non-numeric field, or a sample that appears twice.
+std::vector<std::pair<std::string, double>> column_values(const fs::path& csv, const std::string& column,
+                                                          const std::vector<std::string>& key_columns) {
     const auto rows = read_csv(csv);
     require(!rows.empty(), csv.string(), " has no header");
-    const auto it = std::find(rows[0].begin(), rows[0].end(), column);
-    require(it != rows[0].end(), csv.string(), " has no column '", column, "'");
-    const size_t at = static_cast<size_t>(it - rows[0].begin());
-    std::vector<double> v;
+    auto index_of = [&](const std::string& name) {
+        const auto it = std::find(rows[0].begin(), rows[0].end(), name);
+        require(it != rows[0].end(), csv.string(), " has no column '", name, "'");
+        return static_cast<size_t>(it - rows[0].begin());
+    };
+    const size_t at = index_of(column);
+    std::vector<size_t> keys;
+    for (const auto& k : key_columns) keys.push_back(index_of(k));
+    std::vector<std::pair<std::string, double>> v;
+    std::map<std::string, size_t> seen;
     for (size_t r = 1; r < rows.size(); ++r) {
         require(at < rows[r].size(), csv.string(), ": record ", r, " has no '", column, "' field");
         char* end = nullptr;
         const double x = std::strtod(rows[r][at].c_str(), &end);
         require(end && *end == '\0' && !rows[r][at].empty(), csv.string(), ": record ", r, " has '", rows[r][at],
                 "' for ", column, ", not a number");
-        v.push_back(x);
+        std::string key;
+        for (size_t k : keys) {
+            require(k < rows[r].size(), csv.string(), ": record ", r, " has no '", rows[0][k], "' field");
+            key += rows[r][k] + '\x1f';
+        }
+        const auto [first, fresh] = seen.emplace(key, r);
+        require(fresh, csv.string(), ": record ", r, " repeats the sample of record ", first->second);
+        v.emplace_back(std::move(key), x);
     }
+    return v;
+}
+
+/// Mean and 95% half-width (1.96 · s / √n, s the sample standard deviation; 0 for fewer than two values).
+std::pair<double, double> mean_ci95(const std::vector<double>& v) {
     if (v.size() < 2) return {v.empty() ? 0.0 : v[0], 0.0};
     double m = 0;
     for (double x : v) m += x / static_cast<double>(v.size());
@@ -122,6 +144,7 @@ std::vector<LeaderboardRow> collect_leaderboard(const std::vector<std::string>& 
     for (const auto& d : dirs) {
         require(fs::is_directory(d), "leaderboard: '", d, "' is not a directory");
         std::vector<LeaderboardRow> sweep;
+        std::vector<std::vector<std::pair<std::string, double>>> per_sample;  // per row, keyed values
         for (const auto& e : fs::directory_iterator(d)) {
             if (!e.is_directory() || !fs::exists(e.path() / "metrics.json")) continue;
             const auto cfg = read_yaml(e.path() / "config.yaml");
@@ -135,22 +158,39 @@ std::vector<LeaderboardRow> collect_leaderboard(const std::vector<std::string>& 
             r.compression = m.value("compression_ratio", 0.0);
             r.density = m.value("density", 1.0);
             r.query_aware = m.value("query_aware", true);
-            if (r.task == "ruler") {
-                const auto [mean, ci] = column_stats(e.path() / "predictions.csv", "score");
-                r.value = 100 * mean;
-                r.ci95 = 100 * ci;
-            } else {
-                const auto [mean, ci] = column_stats(e.path() / "predictions.csv", "nll");
-                r.value = m.value("nll", mean);
-                r.ci95 = ci;
-            }
+            const bool ruler = r.task == "ruler";
+            auto keyed = column_values(e.path() / "predictions.csv", ruler ? "score" : "nll",
+                                       ruler ? std::vector<std::string>{"task", "length", "index"} : std::vector<std::string>{"sample"});
+            std::vector<double> values;
+            for (const auto& kv : keyed) values.push_back(kv.second);
+            const auto [mean, ci] = mean_ci95(values);
+            r.value = ruler ? 100 * mean : m.value("nll", mean);
+            r.ci95 = ruler ? 100 * ci : ci;
             r.samples = m.value("samples", int64_t(0));
             sweep.push_back(r);
+            per_sample.push_back(std::move(keyed));
         }
         require(!sweep.empty(), "leaderboard: '", d, "' holds no finished cells (<cell>/metrics.json)");
         const auto full = std::find_if(sweep.begin(), sweep.end(), [](const LeaderboardRow& r) { return r.policy == "full"; });
         require(full != sweep.end(), "leaderboard: '", d, "' has no full-cache cell to compare with");
-        for (auto& r : sweep) r.full = full->value;
+        const auto& full_samples = per_sample[static_cast<size_t>(full - sweep.begin())];
+        std::map<std::string, double> full_by_key(full_samples.begin(), full_samples.end());
+        for (size_t i = 0; i < sweep.size(); ++i) {
+            auto& r = sweep[i];
+            const bool ruler = r.task == "ruler";
+            r.full = full->value;
+            r.delta = ruler ? r.value - r.full : 100 * (r.value - r.full) / r.full;
+            // Paired interval: the same examples in both cells, differences d_i = x_i − full_i.
+            std::vector<double> d;
+            for (const auto& [key, x] : per_sample[i]) {
+                const auto f = full_by_key.find(key);
+                if (f == full_by_key.end()) break;
+                d.push_back(x - f->second);
+            }
+            const double unit = ruler ? 100.0 : 100.0 / r.full;
+            r.delta_ci95 = d.size() == per_sample[i].size() && !d.empty() ? unit * mean_ci95(d).second
+                                                                          : std::numeric_limits<double>::quiet_NaN();
+        }
         rows.insert(rows.end(), sweep.begin(), sweep.end());
     }
     return rows;
@@ -178,32 +218,43 @@ std::string write_leaderboard(const std::vector<LeaderboardRow>& rows, const std
                 g.end());
         md << "\n## " << key.first << " — " << key.second << "\n\n";
         md << "| method | spec | compression ratio | density | " << (ruler ? "score (0–100) ± 95% CI" : "NLL ± 95% CI")
-           << " | Δ vs full |\n|---|---|---|---|---|---|\n";
+           << " | Δ vs full ± 95% CI (paired) |\n|---|---|---|---|---|---|\n";
         char buf[512];
         for (const auto& r : g) {
-            const double delta = ruler ? r.value - r.full : 100 * (r.value - r.full) / r.full;
-            std::snprintf(buf, sizeof buf, "| %s | `%s` | %.3f | %.3f | %.2f ± %.2f | %+.2f%s |\n", r.method.c_str(),
-                          r.policy.c_str(), r.compression, r.density, r.value, r.ci95, delta, ruler ? "" : "%");
+            char interval[64] = "";
+            if (r.policy != "full")
+                std::snprintf(interval, sizeof interval, std::isnan(r.delta_ci95) ? " (unpaired)" : " ± %.2f%s", r.delta_ci95,
+                              ruler ? "" : "%");
+            std::snprintf(buf, sizeof buf, "| %s | `%s` | %.3f | %.3f | %.2f ± %.2f | %+.2f%s%s |\n", r.method.c_str(),
+                          r.policy.c_str(), r.compression, r.density, r.value, r.ci95, r.delta, ruler ? "" : "%", interval);
             md << buf;
         }
         if (ruler) {
-            // The highest compression at which a method still keeps ≥ 95% of the full score.
-            std::map<std::string, double> best;
-            for (const auto& r : g)
-                if (r.policy != "full" && r.value >= 0.95 * r.full) best[r.method] = std::max(best[r.method], r.compression);
-            md << "\nKeeps ≥ 95% of the full score (" << std::fixed;
-            md.precision(2);
-            md << g.front().full << ") up to compression ratio: ";
-            bool first = true;
-            for (const auto& r : g) {
-                if (r.policy == "full" || best.count(r.method) == 0) continue;
-                md << (first ? "" : ", ") << r.method << " " << best[r.method];
-                best.erase(r.method);
-                first = false;
-            }
-            md << (first ? "none" : "") << ".\n";
-            md.unsetf(std::ios::fixed);
-            md.precision(6);
+            // The highest compression at which a method keeps ≥ 95% of the full score: by the point estimate, and by the
+            // lower end of the paired interval on Δ (full + Δ − half-width ≥ 0.95 · full).
+            auto line = [&](const char* what, auto keeps) {
+                std::map<std::string, double> best;
+                for (const auto& r : g)
+                    if (r.policy != "full" && keeps(r)) best[r.method] = std::max(best[r.method], r.compression);
+                md << what;
+                bool first = true;
+                for (const auto& r : g) {
+                    if (r.policy == "full" || best.count(r.method) == 0) continue;
+                    char item[320];
+                    std::snprintf(item, sizeof item, "%s%s %.2f", first ? "" : ", ", r.method.c_str(), best[r.method]);
+                    md << item;
+                    best.erase(r.method);
+                    first = false;
+                }
+                md << (first ? "none" : "") << ".\n";
+            };
+            char head[160];
+            std::snprintf(head, sizeof head, "\nKeeps ≥ 95%% of the full score (%.2f) up to compression ratio: ", g.front().full);
+            line(head, [](const LeaderboardRow& r) { return r.value >= 0.95 * r.full; });
+            line("\nKeeps ≥ 95% of it at the lower end of the paired 95% interval up to compression ratio: ",
+                 [](const LeaderboardRow& r) {
+                     return !std::isnan(r.delta_ci95) && r.full + r.delta - r.delta_ci95 >= 0.95 * r.full;
+                 });
         }
         // Plot: one curve per method, through the full-cache point.
         const std::string stem = "score_vs_compression_" + key.first + (ruler ? "" : "_nll");

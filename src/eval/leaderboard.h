@@ -17,6 +17,12 @@ struct LeaderboardRow {
     double value = 0;           ///< RULER: score 0–100; NLL: nats/token
     double ci95 = 0;            ///< half-width of the 95% interval of `value` (normal approximation over samples)
     double full = 0;            ///< the same sweep's full-cache value
+    /// Δ vs full: RULER in score points (value − full), NLL in percent of the full NLL (100 · (value − full) / full).
+    double delta = 0;
+    /// Half-width of the 95% interval of `delta` paired over samples: every cell of a sweep runs the same examples, so
+    /// the per-sample differences d_i = x_i − full_i give 1.96 · sd(d) / √n (in the units of `delta`), much tighter than
+    /// the two cells' own intervals. NaN when the cell's samples are not all in the full cell (nothing to pair with).
+    double delta_ci95 = 0;
     int64_t samples = 0;
     bool query_aware = false;   ///< RULER protocol (cells written before it was recorded count as query-aware)
 };
@@ -26,7 +32,8 @@ struct LeaderboardRow {
 std::vector<LeaderboardRow> collect_leaderboard(const std::vector<std::string>& dirs);
 
 /// Writes <out>/leaderboard.md (per model and task: rows sorted by method then compression, value ± 95% interval,
-/// Δ vs full, and the smallest compression ratio at which each method falls below 95% of the full score) and per model
+/// Δ vs full ± its paired 95% interval, and for RULER the highest compression ratio at which each method keeps ≥ 95%
+/// of the full score, by the point estimate and by the lower end of the paired interval) and per model
 /// a gnuplot script and PNG (score_vs_compression_<model>.png, if gnuplot is installed). Returns the markdown.
 std::string write_leaderboard(const std::vector<LeaderboardRow>& rows, const std::string& out_dir);
 
