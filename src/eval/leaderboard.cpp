@@ -202,7 +202,9 @@ std::string write_leaderboard(const std::vector<LeaderboardRow>& rows, const std
     for (const auto& r : rows) groups[{r.model, r.task + (r.task == "ruler" ? (r.query_aware ? ", query-aware" : ", query-agnostic") : "")}].push_back(r);
     std::ostringstream md;
     md << "# Leaderboard\n";
-    for (auto& [key, g] : groups) {
+    for (auto& group : groups) {
+        const auto& key = group.first;
+        auto& g = group.second;  // a plain reference: the lambdas below capture it (not allowed for structured bindings before C++20)
         const bool ruler = key.second.rfind("ruler", 0) == 0;
         std::sort(g.begin(), g.end(), [](const LeaderboardRow& a, const LeaderboardRow& b) {
             if (a.policy == "full" || b.policy == "full")  // full rows first, equal ones together
