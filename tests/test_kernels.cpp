@@ -5,8 +5,10 @@
 #include <cstring>
 #include <random>
 
+#include "cli_runner.h"
 #include "io/gguf.h"
 #include "kernels/attention.h"
+#include "kernels/blas_core.h"
 #include "kernels/cpu_features.h"
 #include "kernels/dot.h"
 #include "kernels/matmul.h"
@@ -578,6 +580,37 @@ TEST(Kernels, PrefillGroupAttentionMatchesReferenceAndReportsKeyWeights) {
             for (int64_t j = 0; j < n; ++j) EXPECT_NEAR(st[g * n + j], want[j], 1e-4) << "g=" << g << " j=" << j;
         }
     }
+}
+
+TEST(Kernels, BlasCoreIsRaisedOnlyFromPreAvx2FallbacksToWhatTheCpuRuns) {
+    CpuFeatures avx512;
+    avx512.avx2 = avx512.fma = avx512.f16c = true;
+    avx512.avx512f = avx512.avx512bw = avx512.avx512vl = avx512.avx512dq = true;
+    CpuFeatures avx2;
+    avx2.avx2 = avx2.fma = avx2.f16c = true;
+    const CpuFeatures sse;  // nothing beyond SSE
+    EXPECT_STREQ(blas_core_to_request(avx512, "Prescott"), "SkylakeX");
+    EXPECT_STREQ(blas_core_to_request(avx512, "sandybridge"), "SkylakeX");  // OpenBLAS's names in any case
+    EXPECT_STREQ(blas_core_to_request(avx2, "Prescott"), "Haswell");
+    EXPECT_STREQ(blas_core_to_request(avx2, "Bulldozer"), "Haswell");
+    EXPECT_EQ(blas_core_to_request(sse, "Prescott"), nullptr);      // nothing better to run
+    EXPECT_EQ(blas_core_to_request(avx512, "Haswell"), nullptr);    // an AVX2 core OpenBLAS chose stays
+    EXPECT_EQ(blas_core_to_request(avx512, "SkylakeX"), nullptr);
+    EXPECT_EQ(blas_core_to_request(avx2, "Zen"), nullptr);
+    EXPECT_EQ(blas_core_to_request(avx512, ""), nullptr);           // a library that does not say
+}
+
+TEST(Kernels, TheCliRunsOnABlasCoreTheCpuSupports) {
+    // The kvsieve binary restarts itself with OPENBLAS_CORETYPE when OpenBLAS fell back to a pre-AVX2 core on a
+    // CPU that runs better ones: whatever this machine is, the core `bench` reports is not one to be raised.
+    if (std::getenv("OPENBLAS_CORETYPE") != nullptr) GTEST_SKIP() << "OPENBLAS_CORETYPE is set by the caller";
+    const auto r = test::run_cli("bench -m " + std::string(KVSIEVE_SOURCE_DIR) + "/models/stories260K.gguf -p 8 -n 2 -r 1 -t 1");
+    ASSERT_EQ(r.status, 0) << r.out;
+    const size_t at = r.out.find("| BLAS ");
+    ASSERT_NE(at, std::string::npos) << r.out;
+    const std::string core = r.out.substr(at + 7, r.out.find('\n', at) - at - 7);
+    EXPECT_FALSE(core.empty());
+    EXPECT_EQ(blas_core_to_request(cpu_features(), core), nullptr) << core;
 }
 
 }  // namespace

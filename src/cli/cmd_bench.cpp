@@ -7,6 +7,7 @@
 #include "cli/cache_options.h"
 #include "cli/commands.h"
 #include "kernels/bandwidth.h"
+#include "kernels/blas_core.h"
 #include "kernels/cpu_features.h"
 #include "kernels/dot.h"
 #include "kernels/parallel.h"
@@ -102,8 +103,8 @@ void run(const BenchOpts& o) {
     fill_to_depth(cache);
     const KVStats filled = cache.stats();
     const double gib = static_cast<double>(model.file().file_size()) / (1 << 30);
-    std::printf("model: %s | %s | %.2f GiB | threads %d | kernels %s\n", o.model.c_str(), c.summary().c_str(), gib,
-                num_threads(), dot_kernels().isa);
+    std::printf("model: %s | %s | %.2f GiB | threads %d | kernels %s | BLAS %s\n", o.model.c_str(),
+                c.summary().c_str(), gib, num_threads(), dot_kernels().isa, blas_core_name().c_str());
     std::printf("KV cache: policy %s, %s; at depth %ld: %.1f MiB kept (full F16: %.1f MiB), compression ratio %.3f\n",
                 cache.policy().describe().c_str(), o.cache.kv_type.c_str(), static_cast<long>(o.depth),
                 filled.kv_bytes_final / 1048576.0, filled.kv_bytes_full / 1048576.0, filled.compression_ratio);

@@ -3,9 +3,11 @@
 #include <exception>
 
 #include "cli/commands.h"
+#include "kernels/blas_core.h"
 #include "util/error.h"
 
 int main(int argc, char** argv) {
+    kvsieve::ensure_blas_core(argv);  // before any thread: OpenBLAS reads its kernel choice when it loads
     CLI::App app{"kvsieve: LLM inference with a KV cache that keeps only what future tokens use"};
     app.require_subcommand(1);
     app.set_version_flag("--version", "kvsieve 0.1.0");
