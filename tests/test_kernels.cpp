@@ -11,6 +11,7 @@
 #include "kernels/blas_core.h"
 #include "kernels/cpu_features.h"
 #include "kernels/dot.h"
+#include "kernels/fp16.h"
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
 #include "kernels/repack.h"
@@ -579,6 +580,36 @@ TEST(Kernels, PrefillGroupAttentionMatchesReferenceAndReportsKeyWeights) {
             }
             for (int64_t j = 0; j < n; ++j) EXPECT_NEAR(st[g * n + j], want[j], 1e-4) << "g=" << g << " j=" << j;
         }
+    }
+}
+
+TEST(Kernels, F16RowConversionMatchesTheScalarRoundingForEveryIsa) {
+    // Random values over the half range, the rounding ties of each binade, subnormals, overflow and the specials,
+    // in a row whose length is not a multiple of any vector width.
+    std::vector<float> x;
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> e(-30.0f, 17.0f);
+    for (int i = 0; i < 3000; ++i) x.push_back((i % 2 ? -1.0f : 1.0f) * std::ldexp(1.0f + (rng() % 1024) / 1024.0f, static_cast<int>(e(rng))));
+    for (uint32_t bits : {0x3f801000u, 0x3f803000u, 0x38800000u, 0x387fe000u, 0x33000000u, 0x33000001u, 0x477fefffu,
+                          0x477ff000u, 0x7f800000u, 0xff800000u, 0x80000000u, 0x00000000u, 0x7fc00000u, 0x00000001u}) {
+        float f;
+        std::memcpy(&f, &bits, 4);
+        x.push_back(f);
+    }
+    x.push_back(65504.0f);
+    x.push_back(-65520.0f);
+    for (const DotKernels* k : available_kernel_sets()) {
+        std::vector<uint16_t> got(x.size() + 1, 0xabcd);
+        k->to_f16(x.data(), got.data(), static_cast<int64_t>(x.size()));
+        for (size_t i = 0; i < x.size(); ++i) {
+            const uint16_t want = fp32_to_fp16(x[i]);
+            if (std::isnan(x[i])) {
+                EXPECT_TRUE(std::isnan(fp16_to_fp32(got[i]))) << k->isa << " i=" << i;
+            } else {
+                EXPECT_EQ(got[i], want) << k->isa << " x=" << x[i];
+            }
+        }
+        EXPECT_EQ(got.back(), 0xabcd) << k->isa << ": wrote past the row";
     }
 }
 

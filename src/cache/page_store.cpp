@@ -13,8 +13,7 @@ void store_row(KVType t, const float* src, uint8_t* dst, int n) {
     switch (t) {
         case KVType::kF32: std::memcpy(dst, src, sizeof(float) * n); return;
         case KVType::kF16: {
-            auto* d = reinterpret_cast<uint16_t*>(dst);
-            for (int i = 0; i < n; ++i) d[i] = fp32_to_fp16(src[i]);
+            dot_kernels().to_f16(src, reinterpret_cast<uint16_t*>(dst), n);
             return;
         }
         case KVType::kBF16: {

@@ -52,6 +52,9 @@ struct DotKernels {
                       int64_t nb, float* out);
     /// Row conversion used when a weight panel is dequantized for a prefill GEMM.
     void (*dequant_row)(TensorType t, const void* src, float* dst, int64_t n);
+    /// float32 [n] → IEEE half [n], round to nearest even, overflow to ±inf (fp32_to_fp16() per element, bit for
+    /// bit on every non-NaN input; a NaN stays a NaN): how F16 KV cache rows are written.
+    void (*to_f16)(const float* src, uint16_t* dst, int64_t n);
     /// Quantizes activations for Q8_0 weights (same rounding as quantize_row_q8_0).
     void (*quantize_q8_0)(const float* x, BlockQ8_0* y, int64_t n);
     /// Quantizes activations for Q4_1 / Q5_1 weights (quantize_row_q8_1_activations).

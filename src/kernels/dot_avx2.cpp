@@ -160,6 +160,13 @@ static void dequant_row(TensorType t, const void* src, float* dst, int64_t n) {
         _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
     for (; i < n; ++i) dst[i] = fp16_to_fp32(s[i]);
 }
+static void to_f16(const float* src, uint16_t* dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    for (; i < n; ++i) dst[i] = fp32_to_fp16(src[i]);
+}
 static float isa_dot_f16(const uint16_t* w, const float* x, int64_t n) { return dot_f16(w, x, n); }
 static void isa_axpy_f16(float a, const uint16_t* v, float* o, int64_t n) {
     const __m256 av = _mm256_set1_ps(a);
@@ -251,6 +258,7 @@ const DotKernels& dot_kernels_avx2() {
                                  .q8_0_rows = avx2::dot_q8_0_rows,
                                  .q4_1_rows = avx2::x86_dot_q4_1_rows,
                                  .dequant_row = avx2::dequant_row,
+                                 .to_f16 = avx2::to_f16,
                                  .quantize_q8_0 = quantize_row_q8_0_activations,
                                  .quantize_q8_1 = quantize_row_q8_1_activations,
                                  .quantize_q8_k = quantize_row_q8_k,

@@ -133,6 +133,13 @@ static void dequant_row(TensorType t, const void* src, float* dst, int64_t n) {
         _mm512_storeu_ps(dst + i, cvt16_ph(s + i));
     for (; i < n; ++i) dst[i] = fp16_to_fp32(s[i]);
 }
+static void to_f16(const float* src, uint16_t* dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
+                            _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    for (; i < n; ++i) dst[i] = fp32_to_fp16(src[i]);
+}
 static float isa_dot_f16(const uint16_t* w, const float* x, int64_t n) {
     __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
     int64_t i = 0;
@@ -184,6 +191,7 @@ const DotKernels& dot_kernels_avx512() {
                                  .q8_0_rows = nullptr,  // Q8_0 rows are in the split layout on AVX-512
                                  .q4_1_rows = avx512::x86_dot_q4_1_rows,
                                  .dequant_row = avx512::dequant_row,
+                                 .to_f16 = avx512::to_f16,
                                  .quantize_q8_0 = quantize_row_q8_0_activations,
                                  .quantize_q8_1 = quantize_row_q8_1_activations,
                                  .quantize_q8_k = quantize_row_q8_k,

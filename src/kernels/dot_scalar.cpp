@@ -15,6 +15,9 @@ static float isa_dot_f32(const float* w, const float* x, int64_t n) {
 #include "kernels/dot_generic.inc"
 
 static void dequant_row(TensorType t, const void* src, float* dst, int64_t n) { dequantize_row(t, src, dst, n); }
+static void to_f16(const float* src, uint16_t* dst, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = fp32_to_fp16(src[i]);
+}
 static float isa_dot_f16(const uint16_t* w, const float* x, int64_t n) {
     float s = 0;
     for (int64_t i = 0; i < n; ++i) s += fp16_to_fp32(w[i]) * x[i];
@@ -74,6 +77,7 @@ const DotKernels& dot_kernels_scalar() {
                                  .q8_0_rows = nullptr,  // the reference: matmul calls q8_0 per row
                                  .q4_1_rows = nullptr,
                                  .dequant_row = dequantize_row,
+                                 .to_f16 = scalar::to_f16,
                                  .quantize_q8_0 = quantize_row_q8_0_activations,
                                  .quantize_q8_1 = quantize_row_q8_1_activations,
                                  .quantize_q8_k = quantize_row_q8_k,
