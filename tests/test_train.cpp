@@ -309,12 +309,16 @@ TEST(TrainData, PalindromeRowsAnswerWithTheListReversed) {
     int64_t a0 = -1;
     const auto s = train::palindrome_sequence(*tok, 400, st, 0.0f, 1.0f, &a0);
     const std::string text = tok->decode(s.tokens);
-    const size_t at = text.find("Numbers:"), rev = text.find("\nReversed:");
+    // App. G's order: the list, then the instruction, then the reversal.
+    const size_t at = text.find("Numbers:"), end = text.find('\n', at), rev = text.find("\nReversed:");
     ASSERT_NE(at, std::string::npos);
+    ASSERT_NE(end, std::string::npos);
     ASSERT_NE(rev, std::string::npos);
+    ASSERT_LT(end, rev);
+    EXPECT_NE(text.substr(end, rev - end).find("opposite order"), std::string::npos);
     std::vector<std::string> list, answer;
     {
-        std::istringstream in(text.substr(at + 8, rev - at - 8)), out(text.substr(rev + 10));
+        std::istringstream in(text.substr(at + 8, end - at - 8)), out(text.substr(rev + 10));
         for (std::string w; in >> w;) list.push_back(w);
         for (std::string w; out >> w;) answer.push_back(w);
     }
@@ -338,6 +342,12 @@ TEST(TrainData, PalindromeRowsAnswerWithTheListReversed) {
     for (int64_t i = 0; i < b0; ++i)
         if (numbers.count(t.tokens[static_cast<size_t>(i)])) in_prompt.push_back(t.tokens[static_cast<size_t>(i)]);
     ASSERT_EQ(in_prompt.size(), 32u);  // the list, and no number token anywhere else in the prompt
+    // The list ends more than 50 tokens before the answer begins (the instruction between them), so a window of 32
+    // tokens holds none of it: the last number sits right before the gap.
+    const int64_t gap = train::palindrome_gap_tokens(*tok);
+    EXPECT_GT(gap, 50);
+    EXPECT_EQ(t.tokens[static_cast<size_t>(b0 - gap - 1)], in_prompt[31]);
+    EXPECT_EQ(t.tokens[static_cast<size_t>(b0 - gap - 32)], in_prompt[0]);
     for (size_t i = 0; i < 32; ++i) EXPECT_EQ(t.tokens[static_cast<size_t>(b0) + i], in_prompt[31 - i]);
     EXPECT_EQ(t.weight[static_cast<size_t>(b0) - 1], 0.0f);
     EXPECT_EQ(t.weight[static_cast<size_t>(b0)], 1.0f);

@@ -11,20 +11,19 @@
 namespace kvsieve::train {
 
 namespace {
-/// The instruction (more than 50 tokens under any of the project's vocabularies).
+/// The instruction, written after the list (more than 50 tokens under any of the project's vocabularies).
 constexpr const char* kInstruction =
-    "Read the list of two-digit numbers below very carefully, one number after the other, from the first to the "
-    "last. When the list ends, write the same numbers again in the opposite order, starting with the last number "
-    "of the list and finishing with the first one, so that the list and its copy together read the same forwards "
-    "and backwards.";
+    "Now write the same two-digit numbers again in the opposite order, starting with the last number of the list "
+    "and finishing with the first one, so that the list and its copy together read the same forwards and "
+    "backwards. Write every number once, as it was written above.";
 }  // namespace
 
 namespace {
-/// The prompt's two pieces around the list, as tokens: BOS + instruction + "\nNumbers:", and "\nReversed:".
+/// The prompt's two pieces around the list, as tokens: BOS + "Numbers:", and "\n" + instruction + "\nReversed:".
 std::pair<std::vector<int32_t>, std::vector<int32_t>> prompt_parts(const Tokenizer& tok) {
     std::vector<int32_t> head = {tok.vocab().bos};
-    for (int32_t t : tok.encode(std::string(kInstruction) + "\nNumbers:", false)) head.push_back(t);
-    return {head, tok.encode("\nReversed:", false)};
+    for (int32_t t : tok.encode("Numbers:", false)) head.push_back(t);
+    return {head, tok.encode("\n" + std::string(kInstruction) + "\nReversed:", false)};
 }
 
 /// The row's `count` numbers, 10 … 99, drawn from the stream.
@@ -57,7 +56,7 @@ Sequence palindrome_sequence(const Tokenizer& tok, int64_t length, uint64_t& st,
     }
     Sequence s;
     s.tokens.push_back(tok.vocab().bos);
-    for (int32_t t : tok.encode(std::string(kInstruction) + "\nNumbers:" + list + "\nReversed:", false))
+    for (int32_t t : tok.encode("Numbers:" + list + "\n" + std::string(kInstruction) + "\nReversed:", false))
         s.tokens.push_back(t);
     const size_t a0 = s.tokens.size();
     for (int32_t t : tok.encode(reversed, false)) s.tokens.push_back(t);
@@ -102,6 +101,10 @@ Sequence tokens_row(const Tokenizer& tok, int64_t length, uint64_t& st, float pr
     return finish_row(std::move(s), a0, tok, length, prompt_weight, answer_weight, answer_begin);
 }
 }  // namespace
+
+int64_t palindrome_gap_tokens(const Tokenizer& tok) {
+    return static_cast<int64_t>(prompt_parts(tok).second.size());
+}
 
 Sequence palindrome_tokens_sequence(const Tokenizer& tok, int64_t length, uint64_t& st, float prompt_weight,
                                     float answer_weight, int64_t* answer_begin) {
