@@ -32,18 +32,31 @@ for n in ("full", "spkv", "window"):
             j = json.loads(line)
             if "loss" in j:
                 d.write(f'{j["step"]} {j.get("lm_loss", j["loss"])} {j.get("mean_u", "nan")} {j.get("density", "nan")}\n')
+    # Teacher-forced accuracy of the reversal at each evaluation.
+    with open(f"{out}/train_log_{n}.jsonl") as f, open(f"{out}/acc_{n}.dat", "w") as d:
+        for line in f:
+            j = json.loads(line)
+            acc = {k: v for k, v in j.get("eval", {}).items() if k.startswith("acc_palindrome")}
+            if acc:
+                d.write(f'{j["step"]} {next(iter(acc.values()))}\n')
 PY
 cat > "$OUT/palindrome.gp" <<GP
-set terminal pngcairo size 900,650 noenhanced
+set terminal pngcairo size 900,900 noenhanced
 set output 'palindrome.png'
-set multiplot layout 2,1 title 'Palindrome reversal (SP-KV App. G): 2 layers, D 128, $TITLE'
+set multiplot layout 3,1 title 'Palindrome reversal (SP-KV App. G): 2 layers, D 128, $TITLE'
 set ylabel 'loss of the reversal (nats/token)'
 set grid
 set key top right
 plot 'loss_full.dat' using 1:2 with lines lw 2 title 'full attention', \
      'loss_spkv.dat' using 1:2 with lines lw 2 title 'SP-KV, window 32', \
      'loss_window.dat' using 1:2 with lines lw 2 title 'sliding window 32'
+set ylabel 'reversal accuracy (teacher-forced)'
+set key top left
+plot 'acc_full.dat' using 1:2 with linespoints lw 2 title 'full attention', \
+     'acc_spkv.dat' using 1:2 with linespoints lw 2 title 'SP-KV, window 32', \
+     'acc_window.dat' using 1:2 with linespoints lw 2 title 'sliding window 32'
 set xlabel 'step'
+set key top right
 set ylabel 'SP-KV utility'
 set yrange [0:1.05]
 plot 'loss_spkv.dat' using 1:3 with lines lw 2 title 'mean u of keys beyond the window', \

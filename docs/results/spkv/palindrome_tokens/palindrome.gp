@@ -1,0 +1,16 @@
+set terminal pngcairo size 900,900 noenhanced
+set output 'palindrome.png'
+set multiplot layout 3,1 title 'Palindrome reversal (SP-KV App. G): 2 layers, D 128, 32 numbers, one token each'
+set ylabel 'loss of the reversal (nats/token)'
+set grid
+set key top right
+plot 'loss_full.dat' using 1:2 with lines lw 2 title 'full attention',      'loss_spkv.dat' using 1:2 with lines lw 2 title 'SP-KV, window 32',      'loss_window.dat' using 1:2 with lines lw 2 title 'sliding window 32'
+set ylabel 'reversal accuracy (teacher-forced)'
+set key top left
+plot 'acc_full.dat' using 1:2 with linespoints lw 2 title 'full attention',      'acc_spkv.dat' using 1:2 with linespoints lw 2 title 'SP-KV, window 32',      'acc_window.dat' using 1:2 with linespoints lw 2 title 'sliding window 32'
+set xlabel 'step'
+set key top right
+set ylabel 'SP-KV utility'
+set yrange [0:1.05]
+plot 'loss_spkv.dat' using 1:3 with lines lw 2 title 'mean u of keys beyond the window',      'loss_spkv.dat' using 1:4 with lines lw 2 title 'density (u >= 0.5)'
+unset multiplot
