@@ -9,7 +9,7 @@
 # own full-cache cell); THREADS (default all cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-K=build/bin/kvsieve
+K=${KVSIEVE:-build/bin/kvsieve}
 M=${MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
 CORPUS=${CORPUS:-../shared/data/wiki.test.raw}
 [ -f "$M" ] || bash scripts/get-model.sh

@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "cache/kv_cache.h"
+#include "session/model_access.h"
 #include "session/prefill.h"
 #include "model/llama_model.h"
 #include "test_util.h"
@@ -103,6 +104,53 @@ TEST(KVzip, RepeatRowsOnlyScoresAreAMaxOverFewerRows) {
     }
     EXPECT_GT(lower, 0);
     EXPECT_THROW(parse_policy("kvzip:rows=some"), Error);
+}
+
+/// SessionModelAccess that counts the replays it runs.
+class CountingAccess : public SessionModelAccess {
+public:
+    using SessionModelAccess::SessionModelAccess;
+    void replay(const std::vector<int32_t>& ids, const std::function<bool(int32_t)>& wanted,
+                const std::function<void(const PrefillScoreInput&)>& observe) override {
+        ++replays;
+        SessionModelAccess::replay(ids, wanted, observe);
+    }
+    int replays = 0;
+};
+
+TEST(KVzip, OneReplayGivesBothVariantsWhenAsked) {
+    LlamaModel m(test::model_path("tiny-qwen3-f32.gguf"));
+    const auto tok = Tokenizer::from_gguf(m.file());
+    std::ifstream in(test::data_dir() + "/kvzip/kvzip_plus.json");
+    const auto prompt = nlohmann::json::parse(in).at("prompt_tokens").get<std::vector<int32_t>>();
+    auto pool = std::make_shared<KVPool>(m.config().head_dim, KVType::kF32);
+    // chunk=16: several chunks, so several replays per variant.
+    const Policy plain = parse_policy("kvzip:ratio=0.5,chunk=16"), plus = parse_policy("kvzip_plus:ratio=0.5,chunk=16");
+    ASSERT_NE(plain.after_prefill_key, plus.after_prefill_key);
+    KVCache c(m.config(), 512, plain, pool);
+    std::vector<float> logits;
+    m.forward(prompt, c, logits);
+    const int chunks = static_cast<int>((prompt.size() + 15) / 16);
+    auto own = [&](const Policy& p) {
+        CountingAccess a(m, *tok, c);
+        EntryScores es = p.after_prefill(a, prompt, nullptr);
+        EXPECT_EQ(a.replays, chunks);
+        return es;
+    };
+    const EntryScores own_plain = own(plain), own_plus = own(plus);
+    for (const Policy* first : {&plain, &plus}) {
+        const Policy* second = first == &plain ? &plus : &plain;
+        CountingAccess a(m, *tok, c);
+        OtherEntryScores also;
+        also[second->after_prefill_key];
+        also["kvzip:chunk=99"];  // a key the step cannot give stays empty
+        const EntryScores es = first->after_prefill(a, prompt, &also);
+        EXPECT_EQ(a.replays, chunks);  // one replay for both
+        EXPECT_EQ(es.by_pos, first == &plain ? own_plain.by_pos : own_plus.by_pos);
+        EXPECT_EQ(also.at(second->after_prefill_key).by_pos, first == &plain ? own_plus.by_pos : own_plain.by_pos);
+        EXPECT_TRUE(also.at("kvzip:chunk=99").by_pos.empty());
+    }
+    EXPECT_NE(own_plain.by_pos, own_plus.by_pos);
 }
 
 }  // namespace

@@ -179,7 +179,7 @@ TEST(PolicyEvents, AfterPrefillStepReplaysWithoutChangingTheCache) {
     const int64_t n = static_cast<int64_t>(ids.size());
     Policy p = parse_policy("full");
     int observed = 0;
-    p.after_prefill = [&](ModelAccess& m, const std::vector<int32_t>& context) {
+    p.after_prefill = [&](ModelAccess& m, const std::vector<int32_t>& context, OtherEntryScores*) {
         EXPECT_EQ(m.n_tokens(), n);
         EXPECT_EQ(context.size(), static_cast<size_t>(n));
         const auto extra = m.encode(" and then");

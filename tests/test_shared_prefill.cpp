@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cache/kv_cache.h"
+#include "cache/prefill_stat_share.h"
 #include "model/llama_model.h"
 #include "policy/policy.h"
 #include "session/prefill.h"
@@ -57,6 +58,8 @@ TEST(SharedPrefill, EveryCacheHoldsWhatItsOwnPrefillGives) {
     const std::vector<std::string> specs = {"full",
                                             "h2o:ratio=0.5",
                                             "tova:ratio=0.5",
+                                            "h2o:ratio=0.75",   // the statistics of h2o:ratio=0.5, taken from it
+                                            "tova:ratio=0.75",  // and those of tova:ratio=0.5
                                             "snapkv:ratio=0.5,window_size=8",
                                             "expected_attention:ratio=0.5",
                                             "kvzip:ratio=0.5",
@@ -79,7 +82,8 @@ TEST(SharedPrefill, EveryCacheHoldsWhatItsOwnPrefillGives) {
     // The h2o cache first: the output comes from a cache whose policy compresses, and the full one is a shadow.
     std::swap(ptrs[0], ptrs[1]);
     std::vector<float> lg;
-    prefill_shared(ptrs, ids, lg);
+    // h2o:ratio=0.75 and tova:ratio=0.75 take every (layer, KV head) statistic from the caches at 0.5.
+    EXPECT_EQ(prefill_shared(ptrs, ids, lg), 2 * m.config().n_layer * m.config().n_head_kv);
     for (size_t i = 0; i < specs.size(); ++i) {
         SCOPED_TRACE(specs[i]);
         std::vector<float> own_lg;
@@ -100,6 +104,27 @@ TEST(SharedPrefill, EveryCacheHoldsWhatItsOwnPrefillGives) {
     }
     // Something was dropped, so the comparison is not between full caches.
     EXPECT_LT(shared_caches[1]->stats().density, 0.7);
+}
+
+TEST(SharedPrefill, AttentionStatisticsAreSharedOnlyOverTheSameKeys) {
+    PrefillStatShare share;
+    const std::vector<int32_t> pos = {0, 1, 2, 5};
+    const std::vector<float> a = {0.1f, 0.2f, 0.3f, 0.4f};
+    share.put(3, 1, KeyStat::kSum, KVType::kF16, pos, a);
+    ASSERT_NE(share.find(3, 1, KeyStat::kSum, KVType::kF16, pos), nullptr);
+    EXPECT_EQ(*share.find(3, 1, KeyStat::kSum, KVType::kF16, pos), a);
+    EXPECT_EQ(share.hits(), 2);
+    // Another layer, head, statistic, element type, or other keys (one more, another order, another one) miss.
+    EXPECT_EQ(share.find(2, 1, KeyStat::kSum, KVType::kF16, pos), nullptr);
+    EXPECT_EQ(share.find(3, 0, KeyStat::kSum, KVType::kF16, pos), nullptr);
+    EXPECT_EQ(share.find(3, 1, KeyStat::kLast, KVType::kF16, pos), nullptr);
+    EXPECT_EQ(share.find(3, 1, KeyStat::kSum, KVType::kF32, pos), nullptr);
+    EXPECT_EQ(share.find(3, 1, KeyStat::kSum, KVType::kF16, {0, 1, 2, 5, 6}), nullptr);
+    EXPECT_EQ(share.find(3, 1, KeyStat::kSum, KVType::kF16, {0, 2, 1, 5}), nullptr);
+    EXPECT_EQ(share.find(3, 1, KeyStat::kSum, KVType::kF16, {0, 1, 2, 4}), nullptr);
+    EXPECT_EQ(share.hits(), 2);
+    share.clear();
+    EXPECT_EQ(share.find(3, 1, KeyStat::kSum, KVType::kF16, pos), nullptr);
 }
 
 TEST(SharedPrefill, WhatCannotShareIsRefused) {

@@ -416,9 +416,18 @@ void KVCache::prefill_layer(const LayerInputs& in, const float* write_scores, fl
         if (gated)
             attention_prefill_gated(in.q + static_cast<int64_t>(h) * G * d, ldq, G, d, T, K[h].data(), V[h].data(), no,
                                     P[h].data(), open.data(), in.pos0, policy_.window, out + static_cast<int64_t>(h) * G * d, ldq);
-        else if (!shadow_ || stat != KeyStat::kNone)  // a shadow cache computes only the statistics its policy reads
-            attention_prefill_group(in.q + static_cast<int64_t>(h) * G * d, ldq, G, d, T, K[h].data(), V[h].data(), no,
-                                    shadow_ ? nullptr : out + static_cast<int64_t>(h) * G * d, ldq, stat, A[h].data());
+        else if (!shadow_ || stat != KeyStat::kNone) {  // a shadow cache computes only the statistics its policy reads
+            // A shadow takes the statistics another cache of this step computed over the same keys.
+            const std::vector<float>* had =
+                shadow_ && stat_share_ ? stat_share_->find(in.layer, h, stat, pool_->type(), P[h]) : nullptr;
+            if (had != nullptr) {
+                A[h] = *had;
+            } else {
+                attention_prefill_group(in.q + static_cast<int64_t>(h) * G * d, ldq, G, d, T, K[h].data(), V[h].data(), no,
+                                        shadow_ ? nullptr : out + static_cast<int64_t>(h) * G * d, ldq, stat, A[h].data());
+                if (stat_share_ && stat != KeyStat::kNone) stat_share_->put(in.layer, h, stat, pool_->type(), P[h], A[h]);
+            }
+        }
         if (!scored) {  // nothing else needs the gathered copy
             std::vector<float>().swap(K[h]);
             std::vector<float>().swap(V[h]);

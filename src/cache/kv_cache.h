@@ -7,6 +7,7 @@
 #include "cache/head_cache.h"
 #include "cache/kv_pool.h"
 #include "cache/kv_stats.h"
+#include "cache/prefill_stat_share.h"
 #include "cache/sequence_cache.h"
 #include "io/model_config.h"
 #include "policy/policy.h"
@@ -47,6 +48,10 @@ public:
     /// (session/shared_prefill.h). Only for a policy without a gated prefill; a decode step in shadow mode throws Error.
     void set_shadow(bool on);
     bool shadow() const { return shadow_; }
+    /// Prefill steps put the attention statistics this cache computes into `share` (null: none), and as a shadow
+    /// take them from it when another cache of the step computed them over the same keys (cache/prefill_stat_share.h).
+    /// The share must outlive the steps it is set for; the caller clears it between steps.
+    void set_stat_share(PrefillStatShare* share) { stat_share_ = share; }
 
     /// Marks the end of the prompt: runs the compression rule for after_prefill and every_n policies.
     void end_prefill();
@@ -105,6 +110,7 @@ private:
     int64_t selected_read_ = 0, selected_total_ = 0;  // entries read / kept at decode steps under a selection
     Phase phase_ = Phase::kAuto;
     bool shadow_ = false;
+    PrefillStatShare* stat_share_ = nullptr;
     uint64_t peak_bytes_ = 0;
 };
 

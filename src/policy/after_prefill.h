@@ -5,6 +5,7 @@
 // tokenizer and a sequence's cache, so policies never include the model or the cache.
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -43,8 +44,15 @@ public:
     virtual std::vector<float> output_projection(int layer) const = 0;
 };
 
+/// Scores other policies' after-prefill steps would give, by their Policy::after_prefill_key.
+using OtherEntryScores = std::map<std::string, EntryScores>;
+
 /// The step: given the model and the context tokens (what the cache holds), returns new scores for every cached
-/// entry; the session writes them into the cache, then the policy's compression rule runs.
-using AfterPrefill = std::function<EntryScores(ModelAccess& model, const std::vector<int32_t>& context)>;
+/// entry; the session writes them into the cache, then the policy's compression rule runs. `also` (may be null)
+/// names, by their after_prefill_key, other policies' steps over the same cache that the caller will need next; a
+/// step that gets their scores from the same pass at little cost fills those entries in (KVzip and KVzip+ from
+/// one replay), leaving the others out, and the caller computes what is left.
+using AfterPrefill =
+    std::function<EntryScores(ModelAccess& model, const std::vector<int32_t>& context, OtherEntryScores* also)>;
 
 }  // namespace kvsieve

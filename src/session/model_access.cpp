@@ -86,10 +86,10 @@ std::vector<float> SessionModelAccess::output_projection(int layer) const {
 }
 
 EntryScores after_prefill_scores(const LlamaModel& model, const Tokenizer& tok, KVCache& cache,
-                                 const std::vector<int32_t>& context) {
+                                 const std::vector<int32_t>& context, OtherEntryScores* also) {
     require(static_cast<bool>(cache.policy().after_prefill), "policy ", cache.policy().spec, " has no after-prefill step");
     SessionModelAccess access(model, tok, cache);
-    return cache.policy().after_prefill(access, context);
+    return cache.policy().after_prefill(access, context, also);
 }
 
 void run_after_prefill(const LlamaModel& model, const Tokenizer& tok, KVCache& cache, const std::vector<int32_t>& context) {

@@ -20,7 +20,15 @@ namespace {
 /// that goes on to the next layer, the others are shadows that compute only what their policies need from it.
 class FanOutCache : public SequenceCache {
 public:
-    explicit FanOutCache(std::vector<KVCache*> caches) : caches_(std::move(caches)) {}
+    /// The caches share the attention statistics of each step (cache/prefill_stat_share.h) until destruction.
+    explicit FanOutCache(std::vector<KVCache*> caches) : caches_(std::move(caches)) {
+        for (KVCache* c : caches_) c->set_stat_share(&share_);
+    }
+    ~FanOutCache() override {
+        for (KVCache* c : caches_) c->set_stat_share(nullptr);
+    }
+    FanOutCache(const FanOutCache&) = delete;
+    FanOutCache& operator=(const FanOutCache&) = delete;
     int64_t n_tokens() const override { return caches_[0]->n_tokens(); }
     int64_t n_ctx() const override {
         int64_t n = caches_[0]->n_ctx();
@@ -32,14 +40,17 @@ public:
     }
     void finish_step(int64_t pos0, int64_t T) override {
         for (KVCache* c : caches_) c->finish_step(pos0, T);
+        share_.clear();
     }
+    int64_t stat_hits() const { return share_.hits(); }
 
 private:
     std::vector<KVCache*> caches_;
+    PrefillStatShare share_;
 };
 }  // namespace
 
-void prefill_shared(const std::vector<Session*>& sessions, const std::vector<int32_t>& prompt, std::vector<float>& logits) {
+int64_t prefill_shared(const std::vector<Session*>& sessions, const std::vector<int32_t>& prompt, std::vector<float>& logits) {
     require(!sessions.empty(), "shared prefill: no sessions");
     require(!prompt.empty(), "shared prefill: the prompt is empty");
     const LlamaModel& model = sessions[0]->model();
@@ -56,21 +67,41 @@ void prefill_shared(const std::vector<Session*>& sessions, const std::vector<int
         caches.push_back(&s->cache());
     }
     for (KVCache* c : caches) c->set_phase(KVCache::Phase::kPrefill);
+    int64_t shared_stats = 0;
     for (size_t i = 1; i < caches.size(); ++i) caches[i]->set_shadow(true);
     try {
         FanOutCache fan(caches);
         model.forward(prompt, fan, logits, false);
+        shared_stats = fan.stat_hits();
         for (KVCache* c : caches) c->set_shadow(false);
         // Each after-prefill step once per key (KVzip's replay at several ratios: one replay), then compression.
+        // The replay runs over a cache: its element type and context are part of what the scores depend on.
+        auto cache_key = [](const KVCache& c) {
+            return "|" + std::to_string(static_cast<int>(c.pool().type())) + "|" + std::to_string(c.n_ctx());
+        };
+        auto shares_step = [](const KVCache& c) { return c.policy().after_prefill && !c.policy().after_prefill_key.empty(); };
         std::map<std::string, EntryScores> by_key;
         for (Session* s : sessions) {
             KVCache& c = s->cache();
-            // The replay runs over this cache: its element type and context are part of what the scores depend on.
-            const std::string key = c.policy().after_prefill_key + "|" + std::to_string(static_cast<int>(c.pool().type())) +
-                                    "|" + std::to_string(c.n_ctx());
-            if (c.policy().after_prefill && !c.policy().after_prefill_key.empty()) {
+            const std::string key = c.policy().after_prefill_key + cache_key(c);
+            if (shares_step(c)) {
                 auto it = by_key.find(key);
-                if (it == by_key.end()) it = by_key.emplace(key, after_prefill_scores(model, s->tokenizer(), c, prompt)).first;
+                if (it == by_key.end()) {
+                    // Other steps over a cache like this one still to run: this step may give their scores too.
+                    OtherEntryScores also;
+                    for (Session* o : sessions) {
+                        const KVCache& oc = o->cache();
+                        if (shares_step(oc) && cache_key(oc) == cache_key(c) && oc.policy().after_prefill_key != c.policy().after_prefill_key &&
+                            by_key.count(oc.policy().after_prefill_key + cache_key(c)) == 0)
+                            also[oc.policy().after_prefill_key];
+                    }
+                    std::vector<std::string> asked;
+                    for (const auto& [k, es] : also) asked.push_back(k);
+                    it = by_key.emplace(key, after_prefill_scores(model, s->tokenizer(), c, prompt, &also)).first;
+                    for (auto& [k, es] : also)  // only what was asked for, and was given
+                        if (std::find(asked.begin(), asked.end(), k) != asked.end() && !es.by_pos.empty())
+                            by_key.emplace(k + cache_key(c), std::move(es));
+                }
                 c.set_scores(it->second);
                 c.end_prefill();
             } else {
@@ -84,6 +115,7 @@ void prefill_shared(const std::vector<Session*>& sessions, const std::vector<int
         for (KVCache* c : caches) c->set_phase(KVCache::Phase::kDecode);
         throw;
     }
+    return shared_stats;
 }
 
 }  // namespace kvsieve

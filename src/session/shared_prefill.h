@@ -26,7 +26,9 @@ bool shares_dense_prefill(const Policy& p);
 /// `logits` becomes the last prompt token's [n_vocab] (the same for every session). Throws Error for no sessions, an
 /// empty prompt or one beyond a context, a session that is not fresh, two sessions over one cache, sessions of
 /// different models, or a policy whose prefill is not dense (shares_dense_prefill), before any work; an error during
-/// the work leaves every session empty.
-void prefill_shared(const std::vector<Session*>& sessions, const std::vector<int32_t>& prompt, std::vector<float>& logits);
+/// the work leaves every session empty. Caches whose policies read the same attention statistic over the same keys
+/// compute it once (cache/prefill_stat_share.h: H2O or TOVA at several ratios); returns how many (layer, KV head)
+/// statistics a cache took from another instead of computing them.
+int64_t prefill_shared(const std::vector<Session*>& sessions, const std::vector<int32_t>& prompt, std::vector<float>& logits);
 
 }  // namespace kvsieve
