@@ -204,6 +204,12 @@ TEST(Cli, EvalTasksPrintsAccuracyLast) {
                          "--cells-per-pass applies to --task ruler");
     expect_clean_failure("eval sweep --task ruler -m " + kModel + " --corpus " + kModel + " --policies knorm --ratios 0.5 --cells-per-pass -1",
                          "--cells-per-pass must be ≥ 0");
+    for (const char* bad : {"2/2", "x", "1/", "-1/2", "0/0", "1/2/3"})
+        expect_clean_failure("eval sweep --task ruler -m " + kModel + " --corpus " + kModel +
+                                 " --policies knorm --ratios 0.5 --shard " + bad,
+                             "is not K/N with 0 ≤ K < N");
+    expect_clean_failure("eval sweep --task nll -m " + kModel + " --corpus " + kModel + " --policies knorm --ratios 0.5 --shard 0/2",
+                         "--shard applies to --task ruler");
 }
 
 TEST(Cli, EvalFidelityWritesItsReportAndRejectsBadInput) {

@@ -241,5 +241,53 @@ TEST(EvalSweep, RulerCellsRunTogetherAndResumeFromTheirPartialFiles) {
     std::filesystem::remove_all(base);
 }
 
+TEST(EvalSweep, ShardsShareTheExamplesAndTheLastWritesTheCells) {
+    LlamaModel m(test::model_path("stories260K.gguf"));
+    const auto tok = Tokenizer::from_gguf(m.file());
+    const auto base = std::filesystem::temp_directory_path() / ("kvsieve_ruler_shards_" + std::to_string(::getpid()));
+    SweepOptions o;
+    o.policies = {"knorm", "h2o"};
+    o.ratios = {0.5};
+    o.model_path = "stories260K.gguf";
+    o.corpus_path = "story";
+    o.ruler.tasks = {"niah_single_1", "niah_single_2"};
+    o.ruler.lengths = {300};
+    o.ruler.samples = 2;  // 4 examples: shard 0 of 2 makes 0 and 2, shard 1 makes 1 and 3
+    o.ruler.progress = false;
+    auto read = [](const std::filesystem::path& p) {
+        std::ifstream f(p);
+        return std::string((std::istreambuf_iterator<char>(f)), {});
+    };
+    o.out_dir = (base / "whole").string();
+    run_ruler_sweep(m, *tok, kText, o);
+    o.out_dir = (base / "sharded").string();
+    o.ruler.shards = 2;
+    o.ruler.shard = 1;
+    run_ruler_sweep(m, *tok, kText, o);
+    // One shard done: its samples are in its own partial file, no cell is written and no summary.
+    const auto h2o = base / "sharded" / "h2o_ratio_0.5";
+    EXPECT_FALSE(std::filesystem::exists(h2o / "metrics.json"));
+    EXPECT_FALSE(std::filesystem::exists(base / "sharded" / "summary.md"));
+    ASSERT_TRUE(std::filesystem::exists(h2o / "partial.shard1of2.jsonl"));
+    const auto half = read_ruler_partial(h2o.string(), ruler_cell_settings("h2o:ratio=0.5", o.ruler, o.model_path, o.corpus_path));
+    ASSERT_EQ(half.size(), 2u);
+    EXPECT_EQ(half[0].index, 1);
+    EXPECT_EQ(half[1].index, 3);
+    // The other shard makes the rest and, the last to finish, writes every cell as the whole run did.
+    o.ruler.shard = 0;
+    run_ruler_sweep(m, *tok, kText, o);
+    for (const char* cell : {"full", "knorm_ratio_0.5", "h2o_ratio_0.5"}) {
+        SCOPED_TRACE(cell);
+        EXPECT_EQ(read(base / "sharded" / cell / "predictions.csv"), read(base / "whole" / cell / "predictions.csv"));
+        EXPECT_EQ(read(base / "sharded" / cell / "metrics.json"), read(base / "whole" / cell / "metrics.json"));
+        EXPECT_FALSE(std::filesystem::exists(base / "sharded" / cell / "partial.shard0of2.jsonl"));
+        EXPECT_FALSE(std::filesystem::exists(base / "sharded" / cell / "partial.shard1of2.jsonl"));
+    }
+    EXPECT_TRUE(std::filesystem::exists(base / "sharded" / "summary.md"));
+    EXPECT_THROW(ruler_partial_name(2, 2), Error);
+    EXPECT_EQ(ruler_partial_name(0, 1), "partial.jsonl");
+    std::filesystem::remove_all(base);
+}
+
 }  // namespace
 }  // namespace kvsieve

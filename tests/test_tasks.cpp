@@ -291,7 +291,34 @@ TEST(RulerCells, TogetherEachPolicyGetsWhatItGetsAlone) {
     EXPECT_EQ(again[1].samples[1].prediction, rs[1].samples[1].prediction);
     EXPECT_EQ(seen.size(), 4u + 3u);
     EXPECT_EQ(std::count(seen.begin(), seen.end(), std::make_pair(size_t{1}, int64_t{0})), 0);
-    // Samples that are not this run's examples are refused.
+    // Samples of any examples, not only the first ones: a cell that has example 2 makes 0, 1 and 3.
+    std::vector<RulerResult> scattered(2);
+    scattered[1].samples = {rs[1].samples[2]};
+    scattered[1].samples[0].prediction = "made by another shard";
+    seen.clear();
+    const auto filled = run_ruler_cells(m, *tok, kCorpus, {specs[0], specs[1]}, o, scattered,
+                                        [&](size_t c, const RulerSample& s) { seen.emplace_back(c, s.index); });
+    ASSERT_EQ(filled[1].samples.size(), 4u);
+    for (size_t e = 0; e < 4; ++e) EXPECT_EQ(filled[1].samples[e].index, static_cast<int64_t>(e));
+    EXPECT_EQ(filled[1].samples[2].prediction, "made by another shard");
+    EXPECT_EQ(filled[1].samples[3].prediction, rs[1].samples[3].prediction);
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), std::make_pair(size_t{1}, int64_t{2})), 0);
+    EXPECT_EQ(seen.size(), 4u + 3u);
+    // A shard makes its own examples only (e mod shards = shard), each as the whole run makes it.
+    RulerOptions shard = o;
+    shard.shards = 2;
+    shard.shard = 1;
+    const auto odd = run_ruler_cells(m, *tok, kCorpus, {specs[0], specs[1]}, shard);
+    ASSERT_EQ(odd[1].samples.size(), 2u);
+    EXPECT_EQ(odd[1].samples[0].index, 1);
+    EXPECT_EQ(odd[1].samples[1].index, 3);
+    EXPECT_EQ(odd[1].samples[1].prediction, rs[1].samples[3].prediction);
+    shard.shard = 2;
+    EXPECT_THROW(run_ruler_cells(m, *tok, kCorpus, {specs[0], specs[1]}, shard), Error);
+    // Samples that are not this run's examples are refused: another task, or an example beyond the run's.
+    done[1].samples[0].index = 4;
+    EXPECT_THROW(run_ruler_cells(m, *tok, kCorpus, {specs[0], specs[1]}, o, done), Error);
+    done[1].samples[0].index = 0;
     done[1].samples[0].task = "vt";
     EXPECT_THROW(run_ruler_cells(m, *tok, kCorpus, {specs[0], specs[1]}, o, done), Error);
     EXPECT_THROW(run_ruler_cells(m, *tok, kCorpus, {specs[0], specs[1]}, o, std::vector<RulerResult>(3)), Error);
@@ -363,6 +390,29 @@ TEST(RulerCells, PartialFilesKeepSamplesAcrossAnInterruption) {
     }
     EXPECT_THROW(read_ruler_partial(dir.path(), settings), Error);
     EXPECT_THROW(RulerSample::from_json(nlohmann::json{{"task", "x"}}), Error);
+    // The shards' files are read with the run's: by example, an example in two files once (the first file's).
+    test::TempFile dir3("_partial");
+    RulerSample c = a;
+    c.index = 2;
+    append_ruler_partial(dir3.path(), settings, c, 0, 2);  // partial.shard0of2.jsonl
+    c.index = 1;
+    c.prediction = "from shard 1";
+    append_ruler_partial(dir3.path(), settings, c, 1, 2);
+    c.index = 0;
+    append_ruler_partial(dir3.path(), settings, c, 0, 2);
+    c.index = 1;
+    c.prediction = "from the whole run";
+    append_ruler_partial(dir3.path(), settings, c);  // partial.jsonl
+    got = read_ruler_partial(dir3.path(), settings);
+    ASSERT_EQ(got.size(), 3u);
+    for (int64_t e = 0; e < 3; ++e) EXPECT_EQ(got[e].index, e);
+    EXPECT_EQ(got[1].prediction, "from the whole run");
+    EXPECT_TRUE(std::filesystem::exists(dir3.path() + "/partial.shard1of2.jsonl"));
+    EXPECT_THROW(append_ruler_partial(dir3.path(), settings, c, 2, 2), Error);
+    remove_ruler_partials(dir3.path());
+    EXPECT_TRUE(read_ruler_partial(dir3.path(), settings).empty());
+    EXPECT_FALSE(std::filesystem::exists(dir3.path() + "/partial.jsonl"));
+    std::filesystem::remove_all(dir3.path());
     std::filesystem::remove_all(dir.path());
 }
 

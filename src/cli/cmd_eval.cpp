@@ -369,7 +369,11 @@ void add_eval(CLI::App& app) {
     CLI::Option* spass_opt = sweep->add_option("--cells-per-pass", *spass,
                       "ruler: unfinished cells run together, sharing each example's prefill (0: all; 1: one at a time)")
         ->capture_default_str();
-    sweep->callback([c2, policies, ratios, thresholds, task, stasks, slengths, sqa, spre, spass, spass_opt] {
+    auto sshard = std::make_shared<std::string>();
+    sweep->add_option("--shard", *sshard,
+                      "ruler: K/N runs only the examples e with e mod N = K, so N processes (one per core) share a sweep; "
+                      "each keeps its own partial files, and the last to finish writes the cells");
+    sweep->callback([c2, policies, ratios, thresholds, task, stasks, slengths, sqa, spre, spass, spass_opt, sshard] {
         require(*task == "nll" || *task == "ruler", "sweep task '", *task, "' is not nll or ruler");
         set_num_threads(c2->threads);
         SweepOptions o;
@@ -405,6 +409,23 @@ void add_eval(CLI::App& app) {
         require(*spass >= 0, "--cells-per-pass must be ≥ 0, got ", *spass);
         require(*task == "ruler" || spass_opt->count() == 0, "--cells-per-pass applies to --task ruler");
         o.cells_per_pass = *spass;
+        if (!sshard->empty()) {
+            require(*task == "ruler", "--shard applies to --task ruler");
+            const size_t slash = sshard->find('/');
+            int k = -1, n = 0;
+            try {
+                size_t used_k = 0, used_n = 0;
+                require(slash != std::string::npos, "");
+                k = std::stoi(sshard->substr(0, slash), &used_k);
+                n = std::stoi(sshard->substr(slash + 1), &used_n);
+                require(used_k == slash && used_n == sshard->size() - slash - 1, "");
+            } catch (const std::exception&) {
+                k = -1;
+            }
+            require(k >= 0 && n >= 1 && k < n, "--shard '", *sshard, "' is not K/N with 0 ≤ K < N, e.g. 0/2");
+            o.ruler.shard = k;
+            o.ruler.shards = n;
+        }
         const std::string text = c2->read_corpus();
         LlamaModel m(c2->model);
         const auto tok = Tokenizer::from_gguf(m.file());

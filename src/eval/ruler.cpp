@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <sstream>
 
 #include "cache/kv_cache.h"
@@ -198,46 +199,71 @@ std::vector<RulerResult> run_ruler_cells(const LlamaModel& model, const Tokenize
     const auto examples = make_examples(model.config(), tok, corpus, o);
     require(done.empty() || done.size() == specs.size(), "ruler: ", done.size(), " partial results for ", specs.size(),
             " policies");
+    require(o.shards >= 1 && o.shard >= 0 && o.shard < o.shards, "ruler: shard ", o.shard, " of ", o.shards,
+            " is not one of 0 … shards − 1");
     done.resize(specs.size());
-    size_t first = examples.size();
+    const size_t n_ex = examples.size();
+    // have[i][e]: cell i has example e already (from any shard's partial file).
+    std::vector<std::vector<char>> have(specs.size(), std::vector<char>(n_ex, 0));
     for (size_t i = 0; i < specs.size(); ++i) {
         RulerResult& r = done[i];
-        require(r.samples.size() <= examples.size(), "ruler: ", specs[i], " has ", r.samples.size(),
-                " samples already, more than the ", examples.size(), " examples of this run");
-        for (size_t e = 0; e < r.samples.size(); ++e)
-            require(r.samples[e].index == static_cast<int64_t>(e) && r.samples[e].task == examples[e].first.task &&
-                        r.samples[e].length == examples[e].second,
-                    "ruler: the samples already made for ", specs[i], " are not this run's examples 0 … ",
-                    r.samples.size() - 1, " (sample ", e, " is ", r.samples[e].task, "@", r.samples[e].length, " #",
-                    r.samples[e].index, ")");
+        std::vector<RulerSample> kept;
+        for (auto& smp : r.samples) {
+            require(smp.index >= 0 && smp.index < static_cast<int64_t>(n_ex), "ruler: a sample made for ", specs[i],
+                    " is example ", smp.index, ", beyond the ", n_ex, " examples of this run");
+            const auto& ex = examples[static_cast<size_t>(smp.index)];
+            require(smp.task == ex.first.task && smp.length == ex.second, "ruler: the samples already made for ", specs[i],
+                    " are not this run's examples (sample ", smp.index, " is ", smp.task, "@", smp.length, ", the run's is ",
+                    ex.first.task, "@", ex.second, ")");
+            if (have[i][static_cast<size_t>(smp.index)]) continue;  // made twice (two runs over one example): the first
+            have[i][static_cast<size_t>(smp.index)] = 1;
+            kept.push_back(std::move(smp));
+        }
+        r.samples = std::move(kept);
         r.policy = specs[i];
         r.query_aware = o.query_aware;
         r.decode_preamble = o.decode_preamble;
-        first = std::min(first, r.samples.size());
+    }
+    // This shard's examples: e ≡ shard (mod shards).
+    std::vector<size_t> mine;
+    int64_t mine_done = 0;
+    for (size_t e = static_cast<size_t>(o.shard); e < n_ex; e += static_cast<size_t>(o.shards)) {
+        mine.push_back(e);
+        bool all = true;
+        for (size_t i = 0; i < specs.size(); ++i) all = all && have[i][e];
+        mine_done += all;
     }
     auto pool = std::make_shared<KVPool>(model.config().head_dim, parse_kv_type(o.kv_type));
-    Progress bar(specs.size() == 1 ? "ruler " + specs[0] : "ruler " + std::to_string(specs.size()) + " policies",
-                 static_cast<int64_t>(examples.size()), o.progress);
-    bar.resume_from(static_cast<int64_t>(first));
-    for (size_t e = first; e < examples.size(); ++e) {
+    std::string title = specs.size() == 1 ? "ruler " + specs[0] : "ruler " + std::to_string(specs.size()) + " policies";
+    if (o.shards > 1) title += " (shard " + std::to_string(o.shard) + "/" + std::to_string(o.shards) + ")";
+    Progress bar(title, static_cast<int64_t>(mine.size()), o.progress);
+    bar.resume_from(mine_done);
+    int64_t step = mine_done;
+    for (const size_t e : mine) {
         std::vector<size_t> active;
         std::vector<const Policy*> ps;
         for (size_t i = 0; i < specs.size(); ++i)
-            if (done[i].samples.size() == e) {
+            if (!have[i][e]) {
                 active.push_back(i);
                 ps.push_back(&policies[i]);
             }
+        if (active.empty()) continue;
         std::vector<RulerSample> got = run_example(model, tok, ps, examples[e].first, o, pool);
         for (size_t a = 0; a < active.size(); ++a) {
             got[a].length = examples[e].second;
             got[a].index = static_cast<int64_t>(e);
             if (on_sample) on_sample(active[a], got[a]);
+            have[active[a]][e] = 1;
             done[active[a]].samples.push_back(std::move(got[a]));
         }
+        ++step;
         char extra[64];
         std::snprintf(extra, sizeof extra, "score %.1f", done[0].score());
-        bar.update(static_cast<int64_t>(e + 1), extra);
+        bar.update(step, extra);
     }
+    for (auto& r : done)
+        std::sort(r.samples.begin(), r.samples.end(),
+                  [](const RulerSample& a, const RulerSample& b) { return a.index < b.index; });
     bar.finish();
     return done;
 }
@@ -293,11 +319,23 @@ namespace {
 const char* kPartial = "partial.jsonl";
 }
 
-std::vector<RulerSample> read_ruler_partial(const std::string& dir, const nlohmann::json& settings) {
+std::string ruler_partial_name(int shard, int shards) {
+    require(shards >= 1 && shard >= 0 && shard < shards, "ruler: shard ", shard, " of ", shards,
+            " is not one of 0 … shards − 1");
+    return shards == 1 ? kPartial : "partial.shard" + std::to_string(shard) + "of" + std::to_string(shards) + ".jsonl";
+}
+
+namespace {
+/// Whether a file name is a partial file: partial.jsonl or partial.shard<K>of<N>.jsonl.
+bool is_partial_name(const std::string& name) {
+    static const std::regex re(R"(partial(\.shard[0-9]+of[0-9]+)?\.jsonl)");
+    return std::regex_match(name, re);
+}
+
+/// The samples of one partial file (see read_ruler_partial).
+std::vector<RulerSample> read_partial_file(const std::filesystem::path& p, const nlohmann::json& settings) {
     namespace fs = std::filesystem;
-    const fs::path p = fs::path(dir) / kPartial;
     std::vector<RulerSample> out;
-    if (!fs::exists(p)) return out;
     std::string text;
     {
         std::ifstream f(p, std::ios::binary);
@@ -349,10 +387,40 @@ std::vector<RulerSample> read_ruler_partial(const std::string& dir, const nlohma
     return out;
 }
 
-void append_ruler_partial(const std::string& dir, const nlohmann::json& settings, const RulerSample& s) {
+/// The partial files of a cell directory, by name.
+std::vector<std::filesystem::path> partial_files(const std::string& dir) {
+    namespace fs = std::filesystem;
+    std::vector<fs::path> files;
+    if (!fs::is_directory(dir)) return files;
+    for (const auto& entry : fs::directory_iterator(dir))
+        if (entry.is_regular_file() && is_partial_name(entry.path().filename().string())) files.push_back(entry.path());
+    std::sort(files.begin(), files.end());
+    return files;
+}
+}  // namespace
+
+std::vector<RulerSample> read_ruler_partial(const std::string& dir, const nlohmann::json& settings) {
+    std::vector<RulerSample> out;
+    for (const auto& f : partial_files(dir)) {
+        auto got = read_partial_file(f, settings);
+        out.insert(out.end(), std::make_move_iterator(got.begin()), std::make_move_iterator(got.end()));
+    }
+    // By example; an example in two files (two runs over it) once, from the first file.
+    std::stable_sort(out.begin(), out.end(), [](const RulerSample& a, const RulerSample& b) { return a.index < b.index; });
+    out.erase(std::unique(out.begin(), out.end(), [](const RulerSample& a, const RulerSample& b) { return a.index == b.index; }),
+              out.end());
+    return out;
+}
+
+void remove_ruler_partials(const std::string& dir) {
+    for (const auto& f : partial_files(dir)) std::filesystem::remove(f);
+}
+
+void append_ruler_partial(const std::string& dir, const nlohmann::json& settings, const RulerSample& s, int shard,
+                          int shards) {
     namespace fs = std::filesystem;
     fs::create_directories(dir);
-    const fs::path p = fs::path(dir) / kPartial;
+    const fs::path p = fs::path(dir) / ruler_partial_name(shard, shards);
     const bool fresh = !fs::exists(p) || fs::file_size(p) == 0;
     std::ofstream f(p, std::ios::app);
     // A prediction cut off inside a multi-byte character is not UTF-8: such bytes are written as U+FFFD (the score

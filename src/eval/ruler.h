@@ -29,6 +29,9 @@ struct RulerOptions {
     /// (a fixed budget) must keep the needle through a long generation — and only then gets the question. 0: none.
     int64_t decode_preamble = 0;
     bool progress = true;
+    /// Runs only the examples e with e mod shards = shard (0 ≤ shard < shards), so that several processes share a
+    /// run's examples (eval sweep --shard K/N); each keeps its samples in a partial file of its own.
+    int shard = 0, shards = 1;
 };
 
 struct RulerSample {
@@ -73,9 +76,12 @@ using RulerSampleFn = std::function<void(size_t cell, const RulerSample& sample)
 /// weight products once, attention and scoring per cache; the others and a chunked prefill run alone), then the
 /// decode preamble, the question and the answers of every policy go through batched steps
 /// (LlamaModel::forward_batch, one read of the weights for all of them). `done` is empty or has one result per spec
-/// with the samples a cell already has (examples 0 … k − 1 in generation order, index = example number, e.g. from a
-/// partial file, read_ruler_partial); an example runs only for the cells that lack it. Throws Error as run_ruler does,
-/// before any work, and for `done` of another size or with samples that are not such a prefix.
+/// with the samples a cell already has (any examples, index = example number in generation order, e.g. from the
+/// partial files, read_ruler_partial; an example given twice counts once, the first); an example runs only for the
+/// cells that lack it, and only if it is one of o.shard's (e mod o.shards = o.shard). Each result's samples are
+/// returned sorted by index: all examples when shards = 1, else those given and this shard's. Throws Error as
+/// run_ruler does, before any work, for `done` of another size, a sample whose index, task or length is not the
+/// run's example, or a shard outside 0 … shards − 1.
 std::vector<RulerResult> run_ruler_cells(const LlamaModel& model, const Tokenizer& tok, const std::string& corpus,
                                          const std::vector<std::string>& specs, const RulerOptions& o,
                                          std::vector<RulerResult> done = {}, const RulerSampleFn& on_sample = {});
@@ -84,14 +90,22 @@ std::vector<RulerResult> run_ruler_cells(const LlamaModel& model, const Tokenize
 /// prefill chunk), as recorded in its partial file.
 nlohmann::json ruler_cell_settings(const std::string& spec, const RulerOptions& o, const std::string& model_path,
                                    const std::string& corpus_path);
-/// A cell's samples so far, from <dir>/partial.jsonl (the settings on its first line, one sample per line after; a
-/// last line cut short by an interrupted write, one without its newline included, is dropped, from the file too);
-/// none if the file does not exist. Throws Error naming the key when the file's settings differ from `settings`, or
-/// for a damaged line before the last.
+/// The partial file of a shard: partial.jsonl for an unsharded run (shards = 1), partial.shard<K>of<N>.jsonl for
+/// shard K of N. Throws Error for a shard outside 0 … shards − 1.
+std::string ruler_partial_name(int shard, int shards);
+/// A cell's samples so far, from every partial file in dir (partial.jsonl and each shard's, in name order; each has
+/// the settings on its first line and one sample per line after; a last line cut short by an interrupted write, one
+/// without its newline included, is dropped, from the file too), sorted by example index, an example found in two
+/// files once (from the first); none if there is no such file. Throws Error naming
+/// the file and key when a file's settings differ from `settings`, or for a damaged line before the last.
 std::vector<RulerSample> read_ruler_partial(const std::string& dir, const nlohmann::json& settings);
-/// Appends one sample to <dir>/partial.jsonl (created with `settings` as its first line), flushed at once; bytes of
-/// the prediction that are not UTF-8 (an answer cut off inside a character) are written as U+FFFD.
-void append_ruler_partial(const std::string& dir, const nlohmann::json& settings, const RulerSample& s);
+/// Appends one sample to dir's partial file of the shard (ruler_partial_name; created with `settings` as its first
+/// line), flushed at once; bytes of the prediction that are not UTF-8 (an answer cut off inside a character) are
+/// written as U+FFFD.
+void append_ruler_partial(const std::string& dir, const nlohmann::json& settings, const RulerSample& s, int shard = 0,
+                          int shards = 1);
+/// Removes every partial file of dir (once the cell's metrics are written).
+void remove_ruler_partials(const std::string& dir);
 
 /// Writes predictions.csv, metrics.json and config.yaml of one result into dir (created).
 void write_ruler_cell(const std::string& dir, const RulerResult& r, const RulerOptions& o, const std::string& model_path,

@@ -115,6 +115,16 @@ void run_sweep(const SweepOptions& o, const SweepKind& kind) {
             kind.run_cells(group, std::vector<fs::path>(todo_dirs.begin() + b, todo_dirs.begin() + e));
         for (size_t i = 0; i < group.size(); ++i) results[group[i]] = m[i];
     }
+    // A shard's run leaves cells whose other examples another shard is still making: no summary yet.
+    size_t waiting = 0;
+    for (const auto& s : specs) waiting += results[s].is_null();
+    if (waiting > 0) {
+        std::fprintf(stderr,
+                     "%zu of the %zu cells wait for the other shards' examples; run the sweep again (any shard, or "
+                     "without --shard) once they are done to write the cells and the summary\n",
+                     waiting, specs.size());
+        return;
+    }
 
     const double base = results["full"][kind.metric].get<double>();
     std::ostringstream md;
@@ -232,13 +242,23 @@ void run_ruler_sweep(const LlamaModel& model, const Tokenizer& tok, const std::s
             if (!done[i].samples.empty())
                 std::fprintf(stderr, "%s: %zu samples from its partial file\n", specs[i].c_str(), done[i].samples.size());
         }
-        const std::vector<RulerResult> rs = run_ruler_cells(
-            model, tok, corpus_text, specs, o.ruler, std::move(done),
-            [&](size_t cell, const RulerSample& s) { append_ruler_partial(dirs[cell].string(), settings[cell], s); });
+        std::vector<RulerResult> rs = run_ruler_cells(
+            model, tok, corpus_text, specs, o.ruler, std::move(done), [&](size_t cell, const RulerSample& s) {
+                append_ruler_partial(dirs[cell].string(), settings[cell], s, o.ruler.shard, o.ruler.shards);
+            });
+        const size_t want = o.ruler.tasks.size() * o.ruler.lengths.size() * static_cast<size_t>(o.ruler.samples);
         std::vector<nlohmann::json> m;
         for (size_t i = 0; i < specs.size(); ++i) {
+            if (rs[i].samples.size() < want) {  // a shard: the other shards' samples so far, made while this one ran
+                std::vector<RulerSample> all = read_ruler_partial(dirs[i].string(), settings[i]);
+                if (all.size() < want) {
+                    m.push_back(nullptr);  // unfinished: the cell waits for the other shards
+                    continue;
+                }
+                rs[i].samples = std::move(all);
+            }
             write_ruler_cell(dirs[i].string(), rs[i], o.ruler, o.model_path, o.corpus_path);
-            fs::remove(dirs[i] / "partial.jsonl");
+            remove_ruler_partials(dirs[i].string());
             m.push_back(rs[i].metrics());
         }
         return m;
