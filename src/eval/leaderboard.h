@@ -9,6 +9,7 @@ namespace kvsieve {
 /// One cell of a sweep.
 struct LeaderboardRow {
     std::string model;          ///< the model file's name
+    std::string sweep;          ///< the sweep directory's name (its last path component)
     std::string task;           ///< "ruler" or "nll"
     std::string policy;         ///< the cell's spec
     std::string method;         ///< the preset (spec up to ':'), the checkpoint of its model= and its rule= when it has them
