@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SP-KV's palindrome reversal (App. G) from scratch (docs/results/spkv/palindrome): the same 2-layer model and
 # batches with full attention, SP-KV (window 32, gates learned by next-token loss alone) and a sliding window of 32.
-# Resumable: finished runs are skipped, interrupted ones continue from their checkpoint.
+# Resumable: interrupted runs continue from their checkpoint, and so do finished ones whose config was given more
+# steps (the full and SP-KV runs of FORM=tokens were extended from 3000 to 8000 steps that way).
 # FORM=digits (default): the numbers written in the tokenizer's digits (three tokens each with stories260K's);
 # FORM=tokens: one token per number (the palindrome_tokens task), docs/results/spkv/palindrome_tokens.
 set -euo pipefail
@@ -14,7 +15,7 @@ case "${FORM:-digits}" in
 esac
 mkdir -p runs "$OUT"
 for n in full spkv window; do
-  [ -f "runs/$NAME-$n/final.gguf" ] && continue
+  # A run with a checkpoint continues to its config's steps (a finished one only writes its final model again).
   if [ -f "runs/$NAME-$n/checkpoint.pt" ]; then
     $K train spkv --config "configs/spkv/$NAME-$n.json" --resume
   else
