@@ -169,23 +169,30 @@ TEST(EvalSweep, WithoutRatiosOrThresholdsEachSpecIsOneCell) {
 }
 
 
-TEST(EvalSweep, RulerCellsRunTogetherAndResumeFromTheirPartialFiles) {
-    LlamaModel m(test::model_path("stories260K.gguf"));
-    const auto tok = Tokenizer::from_gguf(m.file());
-    const auto base = std::filesystem::temp_directory_path() / ("kvsieve_ruler_sweep_" + std::to_string(::getpid()));
+/// A RULER sweep of knorm and h2o at ratio 0.5 over `tasks` at 300 tokens, 2 samples each, on stories260K.
+SweepOptions knorm_h2o_ruler_sweep(std::vector<std::string> tasks) {
     SweepOptions o;
     o.policies = {"knorm", "h2o"};
     o.ratios = {0.5};
     o.model_path = "stories260K.gguf";
     o.corpus_path = "story";
-    o.ruler.tasks = {"niah_single_1"};
+    o.ruler.tasks = std::move(tasks);
     o.ruler.lengths = {300};
     o.ruler.samples = 2;
     o.ruler.progress = false;
-    auto read = [](const std::filesystem::path& p) {
-        std::ifstream f(p);
-        return std::string((std::istreambuf_iterator<char>(f)), {});
-    };
+    return o;
+}
+
+std::string read_text_file(const std::filesystem::path& p) {
+    std::ifstream f(p);
+    return std::string((std::istreambuf_iterator<char>(f)), {});
+}
+
+TEST(EvalSweep, RulerCellsRunTogetherAndResumeFromTheirPartialFiles) {
+    LlamaModel m(test::model_path("stories260K.gguf"));
+    const auto tok = Tokenizer::from_gguf(m.file());
+    const auto base = std::filesystem::temp_directory_path() / ("kvsieve_ruler_sweep_" + std::to_string(::getpid()));
+    SweepOptions o = knorm_h2o_ruler_sweep({"niah_single_1"});
     // All at once, and one cell at a time: the same cells.
     o.out_dir = (base / "together").string();
     run_ruler_sweep(m, *tok, kText, o);
@@ -194,7 +201,7 @@ TEST(EvalSweep, RulerCellsRunTogetherAndResumeFromTheirPartialFiles) {
     run_ruler_sweep(m, *tok, kText, o);
     for (const char* cell : {"full", "knorm_ratio_0.5", "h2o_ratio_0.5"}) {
         SCOPED_TRACE(cell);
-        EXPECT_EQ(read(base / "together" / cell / "predictions.csv"), read(base / "alone" / cell / "predictions.csv"));
+        EXPECT_EQ(read_text_file(base / "together" / cell / "predictions.csv"), read_text_file(base / "alone" / cell / "predictions.csv"));
         EXPECT_FALSE(std::filesystem::exists(base / "together" / cell / "partial.jsonl"));
         EXPECT_TRUE(std::filesystem::exists(base / "together" / cell / "metrics.json"));
     }
@@ -223,7 +230,7 @@ TEST(EvalSweep, RulerCellsRunTogetherAndResumeFromTheirPartialFiles) {
     const nlohmann::json settings = ruler_cell_settings(spec, o.ruler, o.model_path, o.corpus_path);
     append_ruler_partial((base / "resumed" / "h2o_ratio_0.5").string(), settings, first);
     run_ruler_sweep(m, *tok, kText, o);
-    const std::string got = read(base / "resumed" / "h2o_ratio_0.5" / "predictions.csv");
+    const std::string got = read_text_file(base / "resumed" / "h2o_ratio_0.5" / "predictions.csv");
     EXPECT_NE(got.find("kept from before"), std::string::npos) << got;
     EXPECT_FALSE(std::filesystem::exists(base / "resumed" / "h2o_ratio_0.5" / "partial.jsonl"));
     // A partial file of other settings stops the sweep with the key named.
@@ -245,19 +252,8 @@ TEST(EvalSweep, ShardsShareTheExamplesAndTheLastWritesTheCells) {
     LlamaModel m(test::model_path("stories260K.gguf"));
     const auto tok = Tokenizer::from_gguf(m.file());
     const auto base = std::filesystem::temp_directory_path() / ("kvsieve_ruler_shards_" + std::to_string(::getpid()));
-    SweepOptions o;
-    o.policies = {"knorm", "h2o"};
-    o.ratios = {0.5};
-    o.model_path = "stories260K.gguf";
-    o.corpus_path = "story";
-    o.ruler.tasks = {"niah_single_1", "niah_single_2"};
-    o.ruler.lengths = {300};
-    o.ruler.samples = 2;  // 4 examples: shard 0 of 2 makes 0 and 2, shard 1 makes 1 and 3
-    o.ruler.progress = false;
-    auto read = [](const std::filesystem::path& p) {
-        std::ifstream f(p);
-        return std::string((std::istreambuf_iterator<char>(f)), {});
-    };
+    SweepOptions o = knorm_h2o_ruler_sweep({"niah_single_1", "niah_single_2"});  // 4 examples: shard 0 of 2 makes
+                                                                                // 0 and 2, shard 1 makes 1 and 3
     o.out_dir = (base / "whole").string();
     run_ruler_sweep(m, *tok, kText, o);
     o.out_dir = (base / "sharded").string();
@@ -278,8 +274,8 @@ TEST(EvalSweep, ShardsShareTheExamplesAndTheLastWritesTheCells) {
     run_ruler_sweep(m, *tok, kText, o);
     for (const char* cell : {"full", "knorm_ratio_0.5", "h2o_ratio_0.5"}) {
         SCOPED_TRACE(cell);
-        EXPECT_EQ(read(base / "sharded" / cell / "predictions.csv"), read(base / "whole" / cell / "predictions.csv"));
-        EXPECT_EQ(read(base / "sharded" / cell / "metrics.json"), read(base / "whole" / cell / "metrics.json"));
+        EXPECT_EQ(read_text_file(base / "sharded" / cell / "predictions.csv"), read_text_file(base / "whole" / cell / "predictions.csv"));
+        EXPECT_EQ(read_text_file(base / "sharded" / cell / "metrics.json"), read_text_file(base / "whole" / cell / "metrics.json"));
         EXPECT_FALSE(std::filesystem::exists(base / "sharded" / cell / "partial.shard0of2.jsonl"));
         EXPECT_FALSE(std::filesystem::exists(base / "sharded" / cell / "partial.shard1of2.jsonl"));
     }

@@ -199,8 +199,7 @@ std::vector<RulerResult> run_ruler_cells(const LlamaModel& model, const Tokenize
     const auto examples = make_examples(model.config(), tok, corpus, o);
     require(done.empty() || done.size() == specs.size(), "ruler: ", done.size(), " partial results for ", specs.size(),
             " policies");
-    require(o.shards >= 1 && o.shard >= 0 && o.shard < o.shards, "ruler: shard ", o.shard, " of ", o.shards,
-            " is not one of 0 … shards − 1");
+    ruler_partial_name(o.shard, o.shards);  // checks the shard
     done.resize(specs.size());
     const size_t n_ex = examples.size();
     // have[i][e]: cell i has example e already (from any shard's partial file).

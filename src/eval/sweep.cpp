@@ -219,15 +219,16 @@ void run_ruler_sweep(const LlamaModel& model, const Tokenizer& tok, const std::s
     k.x_key = "compression_ratio";
     k.x_label = "compression ratio";
     k.plot_stem = "score_vs_compression";
+    // Samples a finished cell holds: tasks × lengths × samples.
+    const size_t want = o.ruler.tasks.size() * o.ruler.lengths.size() * static_cast<size_t>(o.ruler.samples);
     k.check_done = [&](const nlohmann::json& m, const fs::path& dir) {
         // Cells written before the protocol was recorded were query-aware.
         const bool qa = m.value("query_aware", true);
         require(qa == o.ruler.query_aware, "sweep: cell ", dir.string(), " was made ", qa ? "query-aware" : "query-agnostic",
                 "; this sweep is ", o.ruler.query_aware ? "query-aware" : "query-agnostic",
                 " (use another --out, or --query-aware to match)");
-        const int64_t want = static_cast<int64_t>(o.ruler.tasks.size() * o.ruler.lengths.size()) * o.ruler.samples;
         const int64_t got = m.value("samples", int64_t{-1});
-        require(got == want, "sweep: cell ", dir.string(), " holds ", got, " samples; this sweep makes ", want,
+        require(got == static_cast<int64_t>(want), "sweep: cell ", dir.string(), " holds ", got, " samples; this sweep makes ", want,
                 " (tasks × lengths × samples; use another --out)");
         const int64_t pre = m.value("decode_preamble", int64_t{0});
         require(pre == o.ruler.decode_preamble, "sweep: cell ", dir.string(), " was made with --decode-preamble ", pre,
@@ -246,7 +247,6 @@ void run_ruler_sweep(const LlamaModel& model, const Tokenizer& tok, const std::s
             model, tok, corpus_text, specs, o.ruler, std::move(done), [&](size_t cell, const RulerSample& s) {
                 append_ruler_partial(dirs[cell].string(), settings[cell], s, o.ruler.shard, o.ruler.shards);
             });
-        const size_t want = o.ruler.tasks.size() * o.ruler.lengths.size() * static_cast<size_t>(o.ruler.samples);
         std::vector<nlohmann::json> m;
         for (size_t i = 0; i < specs.size(); ++i) {
             if (rs[i].samples.size() < want) {  // a shard: the other shards' samples so far, made while this one ran
