@@ -101,6 +101,11 @@ TEST(Leaderboard, TablesWithIntervalsAndTheNinetyFivePercentLine) {
     EXPECT_EQ(count(other, "| full (c) | `full` |"), 1u) << other;
     EXPECT_NE(other.find("Keeps ≥ 95% of the full score (75.00 / 87.50, each method against its own sweep's) up to"),
               std::string::npos) << other;
+    // The plot starts each curve at its own sweep's full score: tova (sweep c) at 75, snapkv (sweep a) at 87.5.
+    std::ifstream dat3(fs::path(root.path()) / "out3" / "score_vs_compression_m.gguf.dat");
+    const std::string series((std::istreambuf_iterator<char>(dat3)), {});
+    EXPECT_NE(series.find("# tova\n0 75 0\n"), std::string::npos) << series;
+    EXPECT_NE(series.find("# snapkv\n0 87.5 0\n"), std::string::npos) << series;
     // A sweep without its full-cache cell, or an empty directory, is refused.
     const fs::path b = fs::path(root.path()) / "b";
     cell(b, "tova_ratio_0.5", "tova:ratio=0.5", 0.5, {1, 0}, true);

@@ -274,14 +274,16 @@ std::string write_leaderboard(const std::vector<LeaderboardRow>& rows, const std
                      return !std::isnan(r.delta_ci95) && r.full + r.delta - r.delta_ci95 >= 0.95 * r.full;
                  });
         }
-        // Plot: one curve per method, through the full-cache point.
+        // Plot: one curve per method, through its own sweep's full-cache point (sweeps whose full caches differ each
+        // start their methods at theirs).
         const std::string stem = "score_vs_compression_" + key.first + (ruler ? "" : "_nll");
         std::ostringstream dat;
         std::vector<std::string> methods;
         for (const auto& r : g)
             if (r.policy != "full" && std::find(methods.begin(), methods.end(), r.method) == methods.end()) methods.push_back(r.method);
         for (const auto& mth : methods) {
-            dat << "# " << mth << "\n0 " << g.front().full << " 0\n";
+            const auto first = std::find_if(g.begin(), g.end(), [&](const LeaderboardRow& r) { return r.method == mth; });
+            dat << "# " << mth << "\n0 " << first->full << " 0\n";
             for (const auto& r : g)
                 if (r.method == mth) dat << r.compression << " " << r.value << " " << r.ci95 << "\n";
             dat << "\n\n";
