@@ -1,13 +1,13 @@
 set terminal pngcairo size 900,900 noenhanced
 set output 'palindrome.png'
-set multiplot layout 3,1 title 'Palindrome reversal (SP-KV App. G): 2 layers, D 128, 32 numbers, one token each'
+set multiplot layout 3,1 title 'Palindrome reversal (SP-KV App. G): 2 layers (unless named), D 128, 32 numbers, one token each'
 set ylabel 'loss of the reversal (nats/token)'
 set grid
 set key top right
-plot 'loss_full.dat' using 1:2 with lines lw 2 title 'full attention',      'loss_spkv.dat' using 1:2 with lines lw 2 title 'SP-KV, window 32',      'loss_window.dat' using 1:2 with lines lw 2 title 'sliding window 32'
+plot 'loss_full.dat' using 1:2 with lines lw 2 title 'full attention',      'loss_spkv.dat' using 1:2 with lines lw 2 title 'SP-KV, window 32',      'loss_window.dat' using 1:2 with lines lw 2 title 'sliding window 32', 'loss_full_wsd.dat' using 1:2 with lines lw 2 dt 2 title 'full attention, lr decayed from step 8000', 'loss_full_4l.dat' using 1:2 with lines lw 2 dt 4 lc rgb '#c00000' title 'full attention, 4 layers'
 set ylabel 'reversal accuracy (teacher-forced)'
-set key top left
-plot 'acc_full.dat' using 1:2 with linespoints lw 2 title 'full attention',      'acc_spkv.dat' using 1:2 with linespoints lw 2 title 'SP-KV, window 32',      'acc_window.dat' using 1:2 with linespoints lw 2 title 'sliding window 32'
+set key bottom right
+plot 'acc_full.dat' using 1:2 with linespoints lw 2 title 'full attention',      'acc_spkv.dat' using 1:2 with linespoints lw 2 title 'SP-KV, window 32',      'acc_window.dat' using 1:2 with linespoints lw 2 title 'sliding window 32', 'acc_full_wsd.dat' using 1:2 with linespoints lw 2 dt 2 title 'full attention, lr decayed from step 8000', 'acc_full_4l.dat' using 1:2 with linespoints lw 2 dt 4 lc rgb '#c00000' title 'full attention, 4 layers'
 set xlabel 'step'
 set key top right
 set ylabel 'SP-KV utility'
