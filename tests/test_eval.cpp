@@ -17,6 +17,7 @@
 #include "test_util.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
+#include "util/file.h"
 
 namespace kvsieve {
 namespace {
@@ -183,10 +184,6 @@ SweepOptions knorm_h2o_ruler_sweep(std::vector<std::string> tasks) {
     return o;
 }
 
-std::string read_text_file(const std::filesystem::path& p) {
-    std::ifstream f(p);
-    return std::string((std::istreambuf_iterator<char>(f)), {});
-}
 
 TEST(EvalSweep, RulerCellsRunTogetherAndResumeFromTheirPartialFiles) {
     LlamaModel m(test::model_path("stories260K.gguf"));
@@ -201,7 +198,8 @@ TEST(EvalSweep, RulerCellsRunTogetherAndResumeFromTheirPartialFiles) {
     run_ruler_sweep(m, *tok, kText, o);
     for (const char* cell : {"full", "knorm_ratio_0.5", "h2o_ratio_0.5"}) {
         SCOPED_TRACE(cell);
-        EXPECT_EQ(read_text_file(base / "together" / cell / "predictions.csv"), read_text_file(base / "alone" / cell / "predictions.csv"));
+        EXPECT_EQ(read_whole_file((base / "together" / cell / "predictions.csv").string(), "cell output"),
+                  read_whole_file((base / "alone" / cell / "predictions.csv").string(), "cell output"));
         EXPECT_FALSE(std::filesystem::exists(base / "together" / cell / "partial.jsonl"));
         EXPECT_TRUE(std::filesystem::exists(base / "together" / cell / "metrics.json"));
     }
@@ -230,7 +228,8 @@ TEST(EvalSweep, RulerCellsRunTogetherAndResumeFromTheirPartialFiles) {
     const nlohmann::json settings = ruler_cell_settings(spec, o.ruler, o.model_path, o.corpus_path);
     append_ruler_partial((base / "resumed" / "h2o_ratio_0.5").string(), settings, first);
     run_ruler_sweep(m, *tok, kText, o);
-    const std::string got = read_text_file(base / "resumed" / "h2o_ratio_0.5" / "predictions.csv");
+    const std::string got =
+        read_whole_file((base / "resumed" / "h2o_ratio_0.5" / "predictions.csv").string(), "cell output");
     EXPECT_NE(got.find("kept from before"), std::string::npos) << got;
     EXPECT_FALSE(std::filesystem::exists(base / "resumed" / "h2o_ratio_0.5" / "partial.jsonl"));
     // A partial file of other settings stops the sweep with the key named.
@@ -274,8 +273,10 @@ TEST(EvalSweep, ShardsShareTheExamplesAndTheLastWritesTheCells) {
     run_ruler_sweep(m, *tok, kText, o);
     for (const char* cell : {"full", "knorm_ratio_0.5", "h2o_ratio_0.5"}) {
         SCOPED_TRACE(cell);
-        EXPECT_EQ(read_text_file(base / "sharded" / cell / "predictions.csv"), read_text_file(base / "whole" / cell / "predictions.csv"));
-        EXPECT_EQ(read_text_file(base / "sharded" / cell / "metrics.json"), read_text_file(base / "whole" / cell / "metrics.json"));
+        EXPECT_EQ(read_whole_file((base / "sharded" / cell / "predictions.csv").string(), "cell output"),
+                  read_whole_file((base / "whole" / cell / "predictions.csv").string(), "cell output"));
+        EXPECT_EQ(read_whole_file((base / "sharded" / cell / "metrics.json").string(), "cell output"),
+                  read_whole_file((base / "whole" / cell / "metrics.json").string(), "cell output"));
         EXPECT_FALSE(std::filesystem::exists(base / "sharded" / cell / "partial.shard0of2.jsonl"));
         EXPECT_FALSE(std::filesystem::exists(base / "sharded" / cell / "partial.shard1of2.jsonl"));
     }
