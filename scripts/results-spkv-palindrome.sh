@@ -35,9 +35,8 @@ done
 for n in $RUNS; do cp "runs/$NAME-$n/log.jsonl" "$OUT/train_log_${n//-/_}.jsonl"; done
 # Loss of the reversed numbers per step (nats per answer token) and SP-KV's mean utility; then the plot.
 python3 - "$OUT" <<'PY'
-import json, sys
+import json, os, sys
 out = sys.argv[1]
-import os
 for n in ("full", "spkv", "window", "full_wsd", "full_4l"):
     if not os.path.exists(f"{out}/train_log_{n}.jsonl"):
         continue
