@@ -5,7 +5,7 @@
 # compression ratios RATIOS (default 0.25,0.5,0.75,0.9) in ruler_<L>k/, the KVzap surrogates fitted on SmolLM2 over
 # a threshold sweep in ruler_<L>k_kvzap/, then the leaderboard page leaderboard_<L>k/. A sweep runs its cells
 # together (one prefill per example for all of them) and resumes from each cell's partial file, so run it again
-# to continue. PART=baselines or PART=kvzap runs one half (the two can run at once, one per core; each has its
+# to continue. PART=together runs both in one sweep into ruler_<L>k/. PART=baselines or PART=kvzap runs one half (the two can run at once, one per core; each has its
 # own full-cache cell); THREADS (default all cores). SHARDS=N runs each sweep as N processes of one thread that
 # share its examples (eval sweep --shard K/N; about N times faster on N cores, where one process with N threads
 # gains far less); the last to finish writes the cells.
@@ -35,9 +35,16 @@ sweep() {
   done
   for k in "${pids[@]}"; do wait "$k"; done
 }
+BASELINES="snapkv,tova,h2o,streaming_llm,knorm,expected_attention,adakv_expected_attention_e2,pyramidkv,random,kvzip,kvzip_plus"
+KVZAP="kvzap:model=models/kvzap/smollm2-135m-mlp,sinks=4;kvzap:model=models/kvzap/smollm2-135m-linear,sinks=4"
 if [ "$PART" = all ] || [ "$PART" = baselines ]; then
-  sweep $RULER --ratios "${RATIOS:-0.25,0.5,0.75,0.9}" --out "$OUT" \
-    --policies "snapkv,tova,h2o,streaming_llm,knorm,expected_attention,adakv_expected_attention_e2,pyramidkv,random,kvzip,kvzip_plus"
+  sweep $RULER --ratios "${RATIOS:-0.25,0.5,0.75,0.9}" --out "$OUT" --policies "$BASELINES"
+fi
+if [ "$PART" = together ]; then
+  # The baselines over the ratios and the KVzap surrogates over tau in one sweep (one prefill per example for all
+  # 53 cells, one full cell for both); the 4k table is made this way.
+  sweep $RULER --ratios "${RATIOS:-0.25,0.5,0.75,0.9}" --out "$OUT" --policies "$BASELINES" \
+    --thresholds "${TAUS:--4.5,-3,-1,1}" --threshold-policies "$KVZAP"
 fi
 if [ "$PART" = all ] || [ "$PART" = kvzap ]; then
   # KVzap surrogates fitted on SmolLM2 (KVzap §4: prompts of 750-1250 tokens, ~500 positions each, targets the
@@ -49,8 +56,10 @@ if [ "$PART" = all ] || [ "$PART" = kvzap ]; then
       --corpus ../shared/data/tinystories_val_sample.txt --prompts "${KVZAP_PROMPTS:-80}" --seed 1 --out "$S" \
       $([ "$kind" = mlp ] && echo --mlp)
   done
-  sweep $RULER --thresholds "${TAUS:--4.5,-3,-1,1}" --out "${OUT}_kvzap" \
-    --policies "kvzap:model=models/kvzap/smollm2-135m-mlp,sinks=4;kvzap:model=models/kvzap/smollm2-135m-linear,sinks=4"
+  sweep $RULER --thresholds "${TAUS:--4.5,-3,-1,1}" --out "${OUT}_kvzap" --policies "$KVZAP"
+fi
+if [ "$PART" = together ] && [ -f "$OUT/full/metrics.json" ]; then
+  $K eval leaderboard "$OUT" --out "docs/results/smollm2/leaderboard_$((L / 1024))k" > /dev/null
 fi
 if [ "$PART" = all ] && [ -f "$OUT/full/metrics.json" ] && [ -f "${OUT}_kvzap/full/metrics.json" ]; then
   $K eval leaderboard "$OUT" "${OUT}_kvzap" --out "docs/results/smollm2/leaderboard_$((L / 1024))k" > /dev/null

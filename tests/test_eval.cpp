@@ -3,6 +3,7 @@
 
 #include <cstdio>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -243,6 +244,45 @@ TEST(EvalSweep, RulerCellsRunTogetherAndResumeFromTheirPartialFiles) {
         ADD_FAILURE() << "a partial file of other settings was used";
     } catch (const Error& e) {
         EXPECT_NE(std::string(e.what()).find("seed"), std::string::npos) << e.what();
+    }
+    std::filesystem::remove_all(base);
+}
+
+TEST(EvalSweep, ThresholdPoliciesTakeTheThresholdsAndThePoliciesTheRatios) {
+    LlamaModel m(test::model_path("stories260K.gguf"));
+    const auto tok = Tokenizer::from_gguf(m.file());
+    const auto base = std::filesystem::temp_directory_path() / ("kvsieve_tau_sweep_" + std::to_string(::getpid()));
+    SweepOptions o = knorm_h2o_ruler_sweep({"niah_single_1"});
+    o.thresholds = {-3.0};
+    o.threshold_policies = {"knorm:window=16"};
+    o.out_dir = (base / "one").string();
+    run_ruler_sweep(m, *tok, kText, o);
+    // The grid: full, the policies at each ratio, the threshold policy at each τ; no knorm or h2o at τ, no ratio cell
+    // of the threshold policy.
+    std::vector<std::string> cells;
+    for (const auto& d : std::filesystem::directory_iterator(o.out_dir))
+        if (d.is_directory()) cells.push_back(d.path().filename().string());
+    std::sort(cells.begin(), cells.end());
+    EXPECT_EQ(cells, (std::vector<std::string>{"full", "h2o_ratio_0.5", "knorm_ratio_0.5",
+                                               "knorm_window_16_rule_threshold_tau_-3"}));
+    // The τ cell is the one a sweep of that policy over the thresholds alone makes.
+    SweepOptions alone = o;
+    alone.policies = {"knorm:window=16"};
+    alone.threshold_policies.clear();
+    alone.ratios.clear();
+    alone.out_dir = (base / "alone").string();
+    run_ruler_sweep(m, *tok, kText, alone);
+    const char* tau_cell = "knorm_window_16_rule_threshold_tau_-3";
+    EXPECT_EQ(read_whole_file((base / "one" / tau_cell / "predictions.csv").string(), "cell output"),
+              read_whole_file((base / "alone" / tau_cell / "predictions.csv").string(), "cell output"));
+    SweepOptions bad = o;
+    bad.thresholds.clear();
+    bad.out_dir = (base / "bad").string();
+    try {
+        run_ruler_sweep(m, *tok, kText, bad);
+        ADD_FAILURE() << "threshold policies without thresholds were accepted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("no thresholds"), std::string::npos) << e.what();
     }
     std::filesystem::remove_all(base);
 }

@@ -350,11 +350,15 @@ void add_eval(CLI::App& app) {
     auto policies = std::make_shared<std::string>();
     auto ratios = std::make_shared<std::string>();
     auto thresholds = std::make_shared<std::string>();
+    auto tau_policies = std::make_shared<std::string>();
     auto task = std::make_shared<std::string>("nll");
     c2->add_to(sweep);
     sweep->add_option("--policies", *policies, "comma-separated presets, e.g. streaming_llm,h2o,snapkv")->required();
     sweep->add_option("--ratios", *ratios, "comma-separated compression ratios, e.g. 0.25,0.5,0.75");
     sweep->add_option("--thresholds", *thresholds, "comma-separated thresholds τ (rule=threshold); with neither, each policy spec is one cell as written");
+    sweep->add_option("--threshold-policies", *tau_policies,
+                      "';'-separated presets swept over --thresholds alone, in the same pass as --policies over --ratios "
+                      "(e.g. the baselines over ratios and KVzap over τ, one prefill per example for both)");
     auto stasks = std::make_shared<std::string>("niah_single_1");
     auto slengths = std::make_shared<std::string>("1024");
     sweep->add_option("--task", *task, "nll or ruler")->capture_default_str();
@@ -373,7 +377,7 @@ void add_eval(CLI::App& app) {
     sweep->add_option("--shard", *sshard,
                       "ruler: K/N runs only the examples e with e mod N = K, so N processes (one per core) share a sweep; "
                       "each keeps its own partial files, and the last to finish writes the cells");
-    sweep->callback([c2, policies, ratios, thresholds, task, stasks, slengths, sqa, spre, spass, spass_opt, sshard] {
+    sweep->callback([c2, policies, ratios, thresholds, tau_policies, task, stasks, slengths, sqa, spre, spass, spass_opt, sshard] {
         require(*task == "nll" || *task == "ruler", "sweep task '", *task, "' is not nll or ruler");
         set_num_threads(c2->threads);
         SweepOptions o;
@@ -388,6 +392,10 @@ void add_eval(CLI::App& app) {
                     o.policies.push_back(p);
                 }
             }
+        std::stringstream ts(*tau_policies);
+        for (std::string p; std::getline(ts, p, ';');)
+            if (!p.empty()) o.threshold_policies.push_back(p);
+        require(o.threshold_policies.empty() || !thresholds->empty(), "--threshold-policies needs --thresholds");
         o.ratios = parse_list(*ratios, "--ratios");
         o.thresholds = parse_list(*thresholds, "--thresholds");
         o.out_dir = c2->out;

@@ -56,11 +56,15 @@ void run_sweep(const SweepOptions& o, const SweepKind& kind) {
     require(!o.policies.empty(), "sweep: --policies is empty");
     for (double r : o.ratios) require(r >= 0 && r < 1, "sweep: ratio ", r, " is outside [0, 1)");
     // The cells of one policy: one per ratio and threshold, or the spec as written when neither is given.
+    require(o.threshold_policies.empty() || !o.thresholds.empty(),
+            "sweep: policies to sweep over thresholds are given, but no thresholds");
+    const bool split = !o.threshold_policies.empty();  // thresholds belong to threshold_policies alone
     auto cells_of = [&](const std::string& p) {
         std::vector<std::string> c;
         for (double r : o.ratios) c.push_back(cell_spec(p, "ratio", r));
-        for (double t : o.thresholds) c.push_back(cell_spec(p, "tau", t));
-        if (o.ratios.empty() && o.thresholds.empty()) c.push_back(p);
+        if (!split)
+            for (double t : o.thresholds) c.push_back(cell_spec(p, "tau", t));
+        if (o.ratios.empty() && (split || o.thresholds.empty())) c.push_back(p);
         return c;
     };
     // Build and validate every cell before any work.
@@ -69,6 +73,8 @@ void run_sweep(const SweepOptions& o, const SweepKind& kind) {
         if (p == "full") continue;
         for (const auto& c : cells_of(p)) specs.push_back(c);
     }
+    for (const auto& p : o.threshold_policies)
+        for (double t : o.thresholds) specs.push_back(cell_spec(p, "tau", t));
     // A spec given twice is one cell; two specs of one directory name would write into each other.
     std::vector<std::string> unique;
     for (const auto& s : specs)

@@ -14,6 +14,10 @@ struct SweepOptions {
     std::vector<double> ratios;         ///< compression ratios; each becomes ratio=R (window for streaming_llm:window)
     std::vector<double> thresholds;     ///< τ values; each becomes rule=threshold,tau=T
                                         ///< (neither ratios nor thresholds: each policy is one cell, as written)
+    /// Policies swept over `thresholds` alone, beside `policies` over `ratios` (one sweep, one prefill per example,
+    /// for ratio-rule baselines and threshold-rule methods together). When non-empty, `thresholds` apply to these
+    /// only; when empty, `ratios` and `thresholds` both apply to every entry of `policies`.
+    std::vector<std::string> threshold_policies;
     std::string out_dir = "results";
     std::string model_path, corpus_path;
     NllOptions nll;
