@@ -168,6 +168,64 @@ TEST(Leaderboard, PairedIntervalsOnTheDifferenceFromTheFullCache) {
 }
 
 /// The curves of one plot stay distinguishable well past gnuplot's own 8-colour cycle.
+/// A RULER cell of two tasks: `a` rows (task "niah_single_1") then `b` rows (task "niah_multikey_2"), each
+/// (score, compression) pair one sample; metrics.json says what the whole cell said.
+void two_task_cell(const fs::path& dir, const std::string& name, const std::string& policy,
+                   const std::vector<std::pair<int, double>>& a, const std::vector<std::pair<int, double>>& b) {
+    fs::create_directories(dir / name);
+    std::ofstream(dir / name / "config.yaml") << "task: ruler\npolicy: \"" << policy << "\"\nmodel: \"models/m.gguf\"\n";
+    std::ofstream csv(dir / name / "predictions.csv");
+    csv << "task,length,index,score,density,compression_ratio,prediction,answers\n";
+    int index = 0;
+    for (const auto& [rows, task] : {std::make_pair(&a, "niah_single_1"), std::make_pair(&b, "niah_multikey_2")})
+        for (const auto& [score, c] : *rows)
+            csv << task << ",4096," << index++ << "," << score << "," << 1 - c << "," << c << ",\"x\",\"y\"\n";
+    std::ofstream(dir / name / "metrics.json") << "{\"policy\": \"" << policy << "\", \"compression_ratio\": 0.123, "
+                                                << "\"density\": 0.877, \"samples\": " << index
+                                                << ", \"query_aware\": false}\n";
+}
+
+/// A task at chance with the full cache is left out of every value: score, interval, Δ, compression and density are
+/// over the other tasks' samples; the page names it; a task no cell has is refused.
+TEST(Leaderboard, ExcludedTasksLeaveEveryValue) {
+    test::TempFile root("_exclude");
+    const fs::path a = fs::path(root.path()) / "a";
+    two_task_cell(a, "full", "full", {{1, 0}, {1, 0}, {1, 0}, {0, 0}}, {{0, 0}, {0, 0}});
+    two_task_cell(a, "tova", "tova:ratio=0.5", {{1, 0.4}, {0, 0.5}, {1, 0.6}, {0, 0.5}}, {{1, 0.9}, {1, 0.9}});
+    // All samples: full 3/6 = 50, tova 4/6.
+    for (const auto& r : collect_leaderboard({a.string()})) {
+        if (r.policy == "full") EXPECT_DOUBLE_EQ(r.value, 50.0);
+        if (r.policy == "tova:ratio=0.5") {
+            EXPECT_NEAR(r.value, 400.0 / 6, 1e-9);
+            EXPECT_DOUBLE_EQ(r.compression, 0.123);  // from metrics.json when nothing is left out
+        }
+    }
+    const auto rows = collect_leaderboard({a.string()}, {"niah_multikey_2"});
+    ASSERT_EQ(rows.size(), 2u);
+    for (const auto& r : rows) {
+        EXPECT_EQ(r.samples, 4);
+        if (r.policy == "full") EXPECT_DOUBLE_EQ(r.value, 75.0);
+        if (r.policy == "tova:ratio=0.5") {
+            EXPECT_DOUBLE_EQ(r.value, 50.0);
+            EXPECT_DOUBLE_EQ(r.delta, -25.0);
+            EXPECT_NEAR(r.compression, 0.5, 1e-12);  // (0.4 + 0.5 + 0.6 + 0.5) / 4
+            EXPECT_NEAR(r.density, 0.5, 1e-12);
+            // d = (0, −1, 0, 0): mean −1/4, sd² = (3/16 + 9/16)/3 = 1/4, half-width 1.96 · 0.5 / 2 in points.
+            EXPECT_NEAR(r.delta_ci95, 100 * 1.96 * 0.5 / 2, 1e-9);
+        }
+    }
+    const std::string md = write_leaderboard(rows, (fs::path(root.path()) / "out").string(), {"niah_multikey_2"});
+    EXPECT_NE(md.find("Left out of every value (scores, intervals, compression, density): niah_multikey_2."),
+              std::string::npos) << md;
+    try {
+        collect_leaderboard({a.string()}, {"niah_multikey_9"});
+        ADD_FAILURE() << "a task no cell has was accepted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("niah_multikey_9"), std::string::npos) << e.what();
+    }
+    fs::remove_all(root.path());
+}
+
 TEST(Plot, FortyCurvesHaveFortyStyles) {
     std::set<std::string> styles;
     for (size_t i = 0; i < 40; ++i) styles.insert(series_style(i));

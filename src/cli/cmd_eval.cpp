@@ -220,9 +220,13 @@ void add_eval(CLI::App& app) {
     auto board_out = std::make_shared<std::string>("leaderboard");
     board->add_option("dirs", *board_dirs, "sweep directories (eval sweep --out)")->required()->check(CLI::ExistingDirectory);
     board->add_option("--out", *board_out, "output directory (leaderboard.md, plots)")->capture_default_str();
-    board->callback([board_dirs, board_out] {
-        const auto rows = collect_leaderboard(*board_dirs);
-        std::fputs(write_leaderboard(rows, *board_out).c_str(), stdout);
+    auto board_skip = std::make_shared<std::string>();
+    board->add_option("--exclude-tasks", *board_skip,
+                      "comma-separated RULER tasks left out of every value (e.g. tasks at chance with the full cache)");
+    board->callback([board_dirs, board_out, board_skip] {
+        const auto skip = split_names(*board_skip);
+        const auto rows = collect_leaderboard(*board_dirs, skip);
+        std::fputs(write_leaderboard(rows, *board_out, skip).c_str(), stdout);
         std::fprintf(stderr, "wrote %s/leaderboard.md\n", board_out->c_str());
     });
 

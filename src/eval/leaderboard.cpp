@@ -10,6 +10,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -71,8 +72,11 @@ std::vector<std::vector<std::string>> read_csv(const fs::path& p) {
 /// Per-sample values of one CSV column, keyed by the columns that name a sample (RULER: task, length, index; NLL:
 /// sample), so that two cells of a sweep can be paired example by example. Throws Error naming the file and record
 /// of a missing or non-numeric field, or a sample that appears twice.
+/// Records whose "task" field is in `skip_tasks` are left out (the file must then have a task column).
 std::vector<std::pair<std::string, double>> column_values(const fs::path& csv, const std::string& column,
-                                                          const std::vector<std::string>& key_columns) {
+                                                          const std::vector<std::string>& key_columns,
+                                                          const std::vector<std::string>& skip_tasks = {},
+                                                          std::set<std::string>* tasks_seen = nullptr) {
     const auto rows = read_csv(csv);
     require(!rows.empty(), csv.string(), " has no header");
     auto index_of = [&](const std::string& name) {
@@ -81,11 +85,17 @@ std::vector<std::pair<std::string, double>> column_values(const fs::path& csv, c
         return static_cast<size_t>(it - rows[0].begin());
     };
     const size_t at = index_of(column);
+    const size_t task_at = skip_tasks.empty() && !tasks_seen ? 0 : index_of("task");
     std::vector<size_t> keys;
     for (const auto& k : key_columns) keys.push_back(index_of(k));
     std::vector<std::pair<std::string, double>> v;
     std::map<std::string, size_t> seen;
     for (size_t r = 1; r < rows.size(); ++r) {
+        if (!skip_tasks.empty() || tasks_seen) {
+            require(task_at < rows[r].size(), csv.string(), ": record ", r, " has no 'task' field");
+            if (tasks_seen) tasks_seen->insert(rows[r][task_at]);
+            if (std::find(skip_tasks.begin(), skip_tasks.end(), rows[r][task_at]) != skip_tasks.end()) continue;
+        }
         require(at < rows[r].size(), csv.string(), ": record ", r, " has no '", column, "' field");
         char* end = nullptr;
         const double x = std::strtod(rows[r][at].c_str(), &end);
@@ -139,8 +149,10 @@ std::string method_of(const std::string& spec) {
 
 }  // namespace
 
-std::vector<LeaderboardRow> collect_leaderboard(const std::vector<std::string>& dirs) {
+std::vector<LeaderboardRow> collect_leaderboard(const std::vector<std::string>& dirs,
+                                                const std::vector<std::string>& exclude_tasks) {
     std::vector<LeaderboardRow> rows;
+    std::set<std::string> ruler_tasks;  // every task of every RULER cell, to refuse an exclusion that matches none
     for (const auto& d : dirs) {
         require(fs::is_directory(d), "leaderboard: '", d, "' is not a directory");
         std::vector<LeaderboardRow> sweep;
@@ -161,14 +173,27 @@ std::vector<LeaderboardRow> collect_leaderboard(const std::vector<std::string>& 
             r.density = m.value("density", 1.0);
             r.query_aware = m.value("query_aware", true);
             const bool ruler = r.task == "ruler";
-            auto keyed = column_values(e.path() / "predictions.csv", ruler ? "score" : "nll",
-                                       ruler ? std::vector<std::string>{"task", "length", "index"} : std::vector<std::string>{"sample"});
+            const fs::path csv = e.path() / "predictions.csv";
+            const std::vector<std::string> keys =
+                ruler ? std::vector<std::string>{"task", "length", "index"} : std::vector<std::string>{"sample"};
+            const std::vector<std::string> skip = ruler ? exclude_tasks : std::vector<std::string>{};
+            auto keyed = column_values(csv, ruler ? "score" : "nll", keys, skip, ruler ? &ruler_tasks : nullptr);
             std::vector<double> values;
             for (const auto& kv : keyed) values.push_back(kv.second);
             const auto [mean, ci] = mean_ci95(values);
             r.value = ruler ? 100 * mean : m.value("nll", mean);
             r.ci95 = ruler ? 100 * ci : ci;
             r.samples = m.value("samples", int64_t(0));
+            if (!skip.empty()) {  // the cell's means over the samples kept
+                auto mean_of = [&](const char* column) {
+                    std::vector<double> v;
+                    for (const auto& kv : column_values(csv, column, keys, skip)) v.push_back(kv.second);
+                    return mean_ci95(v).first;
+                };
+                r.compression = mean_of("compression_ratio");
+                r.density = mean_of("density");
+                r.samples = static_cast<int64_t>(values.size());
+            }
             sweep.push_back(r);
             per_sample.push_back(std::move(keyed));
         }
@@ -195,10 +220,13 @@ std::vector<LeaderboardRow> collect_leaderboard(const std::vector<std::string>& 
         }
         rows.insert(rows.end(), sweep.begin(), sweep.end());
     }
+    for (const auto& t : exclude_tasks)
+        require(ruler_tasks.count(t), "leaderboard: no RULER cell has the task '", t, "' to leave out");
     return rows;
 }
 
-std::string write_leaderboard(const std::vector<LeaderboardRow>& rows, const std::string& out_dir) {
+std::string write_leaderboard(const std::vector<LeaderboardRow>& rows, const std::string& out_dir,
+                              const std::vector<std::string>& exclude_tasks) {
     fs::create_directories(out_dir);
     std::map<std::pair<std::string, std::string>, std::vector<LeaderboardRow>> groups;  // (model, task)
     for (const auto& r : rows) groups[{r.model, r.task + (r.task == "ruler" ? (r.query_aware ? ", query-aware" : ", query-agnostic") : "")}].push_back(r);
@@ -273,6 +301,11 @@ std::string write_leaderboard(const std::vector<LeaderboardRow>& rows, const std
                  [](const LeaderboardRow& r) {
                      return !std::isnan(r.delta_ci95) && r.full + r.delta - r.delta_ci95 >= 0.95 * r.full;
                  });
+            if (!exclude_tasks.empty()) {
+                md << "\nLeft out of every value (scores, intervals, compression, density): ";
+                for (size_t i = 0; i < exclude_tasks.size(); ++i) md << (i ? ", " : "") << exclude_tasks[i];
+                md << ".\n";
+            }
         }
         // Plot: one curve per method, through its own sweep's full-cache point (sweeps whose full caches differ each
         // start their methods at theirs).

@@ -28,14 +28,20 @@ struct LeaderboardRow {
     bool query_aware = false;   ///< RULER protocol (cells written before it was recorded count as query-aware)
 };
 
-/// Reads every cell (<dir>/<cell>/{config.yaml, metrics.json, predictions.csv}) of the sweep directories. Throws Error
-/// naming a directory with no cells, a cell whose files cannot be read, or a sweep without its full-cache cell.
-std::vector<LeaderboardRow> collect_leaderboard(const std::vector<std::string>& dirs);
+/// Reads every cell (<dir>/<cell>/{config.yaml, metrics.json, predictions.csv}) of the sweep directories. RULER
+/// samples of the tasks in `exclude_tasks` (e.g. tasks at chance with the full cache) are left out of every value:
+/// score, interval, Δ, compression ratio and density are then the means over the remaining samples of
+/// predictions.csv, and `samples` counts those. Throws Error naming a directory with no cells, a cell whose files
+/// cannot be read, a sweep without its full-cache cell, or an excluded task that no RULER cell has (a misspelling).
+std::vector<LeaderboardRow> collect_leaderboard(const std::vector<std::string>& dirs,
+                                                const std::vector<std::string>& exclude_tasks = {});
 
 /// Writes <out>/leaderboard.md (per model and task: rows sorted by method then compression, value ± 95% interval,
 /// Δ vs full ± its paired 95% interval, and for RULER the highest compression ratio at which each method keeps ≥ 95%
 /// of the full score, by the point estimate and by the lower end of the paired interval) and per model
 /// a gnuplot script and PNG (score_vs_compression_<model>.png, if gnuplot is installed). Returns the markdown.
-std::string write_leaderboard(const std::vector<LeaderboardRow>& rows, const std::string& out_dir);
+/// `exclude_tasks` (as given to collect_leaderboard) is named under each RULER table.
+std::string write_leaderboard(const std::vector<LeaderboardRow>& rows, const std::string& out_dir,
+                              const std::vector<std::string>& exclude_tasks = {});
 
 }  // namespace kvsieve
