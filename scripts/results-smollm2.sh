@@ -5,8 +5,9 @@
 # compression ratios RATIOS (default 0.25,0.5,0.75,0.9) in ruler_<L>k/, the KVzap surrogates fitted on SmolLM2 over
 # a threshold sweep in ruler_<L>k_kvzap/, then the leaderboard page leaderboard_<L>k/. A sweep runs its cells
 # together (one prefill per example for all of them) and resumes from each cell's partial file, so run it again
-# to continue. PART=together runs both in one sweep into ruler_<L>k/. PART=baselines or PART=kvzap runs one half (the two can run at once, one per core; each has its
-# own full-cache cell); THREADS (default all cores). SHARDS=N runs each sweep as N processes of one thread that
+# to continue. PART=together runs both in one sweep into ruler_<L>k/ (one prefill per example for all cells, one
+# full-cache cell; the 4k table). PART=baselines or PART=kvzap runs one half (the two can run at once, one per core;
+# each has its own full-cache cell); THREADS (default all cores). SHARDS=N runs each sweep as N processes of one thread that
 # share its examples (eval sweep --shard K/N; about N times faster on N cores, where one process with N threads
 # gains far less); the last to finish writes the cells.
 set -euo pipefail
