@@ -16,14 +16,20 @@ esac
 # ABLATIONS=1 (FORM=tokens): two more full-attention runs, after the three: full-wsd continues the full run from
 # its step-8000 checkpoint with the learning rate decayed linearly to 0.1x over 4000 steps (warmup-stable-decay),
 # full-4l is full attention with 4 layers instead of 2, from scratch.
+# LONG=1 (FORM=tokens, after the ablations): full-4l-long continues the 4-layer run from its step-5000 checkpoint
+# with the learning rate back at 2e-3 to step 12000, then decayed to 0.1x by step 15000 (a long run: it resumes).
 RUNS="full spkv window"
 [ "${ABLATIONS:-0}" = 1 ] && [ "$NAME" = palindrome-tokens ] && RUNS="$RUNS full-wsd full-4l"
+[ "${LONG:-0}" = 1 ] && [ "$NAME" = palindrome-tokens ] && RUNS="$RUNS full-4l-long"
 mkdir -p runs "$OUT"
 for n in $RUNS; do
-  if [ "$n" = full-wsd ] && [ ! -f "runs/$NAME-$n/checkpoint.pt" ]; then
-    # The stable phase is the full run's first 8000 steps: start from its checkpoint (the step is in the file).
+  from=""
+  [ "$n" = full-wsd ] && from=full        # the stable phase is the full run's first 8000 steps
+  [ "$n" = full-4l-long ] && from=full-4l  # the 4-layer run's 5000 steps
+  if [ -n "$from" ] && [ ! -f "runs/$NAME-$n/checkpoint.pt" ]; then
+    # Start from that run's checkpoint (the step is in the file) and log.
     mkdir -p "runs/$NAME-$n"
-    cp "runs/$NAME-full/checkpoint.pt" "runs/$NAME-full/log.jsonl" "runs/$NAME-$n/"
+    cp "runs/$NAME-$from/checkpoint.pt" "runs/$NAME-$from/log.jsonl" "runs/$NAME-$n/"
   fi
   # A run with a checkpoint continues to its config's steps (a finished one only writes its final model again).
   if [ -f "runs/$NAME-$n/checkpoint.pt" ]; then
@@ -37,20 +43,21 @@ for n in $RUNS; do cp "runs/$NAME-$n/log.jsonl" "$OUT/train_log_${n//-/_}.jsonl"
 python3 - "$OUT" <<'PY'
 import json, os, sys
 out = sys.argv[1]
-for n in ("full", "spkv", "window", "full_wsd", "full_4l"):
+first = {"full_wsd": 8000, "full_4l_long": 5000}  # steps whose lines are the run it continued
+for n in ("full", "spkv", "window", "full_wsd", "full_4l", "full_4l_long"):
     if not os.path.exists(f"{out}/train_log_{n}.jsonl"):
         continue
     with open(f"{out}/train_log_{n}.jsonl") as f, open(f"{out}/loss_{n}.dat", "w") as d:
         for line in f:
             j = json.loads(line)
-            if "loss" in j and not (n == "full_wsd" and j["step"] <= 8000):  # its first 8000 steps are the full run's
+            if "loss" in j and j["step"] > first.get(n, -1):
                 d.write(f'{j["step"]} {j.get("lm_loss", j["loss"])} {j.get("mean_u", "nan")} {j.get("density", "nan")}\n')
     # Teacher-forced accuracy of the reversal at each evaluation.
     with open(f"{out}/train_log_{n}.jsonl") as f, open(f"{out}/acc_{n}.dat", "w") as d:
         for line in f:
             j = json.loads(line)
             acc = {k: v for k, v in j.get("eval", {}).items() if k.startswith("acc_palindrome")}
-            if acc and not (n == "full_wsd" and j["step"] <= 8000):
+            if acc and j["step"] > first.get(n, -1):
                 d.write(f'{j["step"]} {next(iter(acc.values()))}\n')
 PY
 # The ablations' curves, where their logs exist.
@@ -62,6 +69,10 @@ fi
 if [ -f "$OUT/loss_full_4l.dat" ]; then
   EXTRA_LOSS+=", 'loss_full_4l.dat' using 1:2 with lines lw 2 dt 4 lc rgb '#c00000' title 'full attention, 4 layers'"
   EXTRA_ACC+=", 'acc_full_4l.dat' using 1:2 with linespoints lw 2 dt 4 lc rgb '#c00000' title 'full attention, 4 layers'"
+fi
+if [ -f "$OUT/loss_full_4l_long.dat" ]; then
+  EXTRA_LOSS+=", 'loss_full_4l_long.dat' using 1:2 with lines lw 2 dt 1 lc rgb '#c00000' title 'full attention, 4 layers, continued'"
+  EXTRA_ACC+=", 'acc_full_4l_long.dat' using 1:2 with linespoints lw 2 dt 1 lc rgb '#c00000' title 'full attention, 4 layers, continued'"
 fi
 cat > "$OUT/palindrome.gp" <<GP
 set terminal pngcairo size 900,900 noenhanced
