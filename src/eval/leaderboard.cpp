@@ -72,12 +72,14 @@ std::vector<std::vector<std::string>> read_csv(const fs::path& p) {
 /// Per-sample values of one CSV column, keyed by the columns that name a sample (RULER: task, length, index; NLL:
 /// sample), so that two cells of a sweep can be paired example by example. Throws Error naming the file and record
 /// of a missing or non-numeric field, or a sample that appears twice.
-/// Records whose "task" field is in `skip_tasks` are left out (the file must then have a task column).
-std::vector<std::pair<std::string, double>> column_values(const fs::path& csv, const std::string& column,
+/// Records whose "task" field is in `skip_tasks` are left out (the file must then have a task column). `rows` is
+/// the file read by read_csv, so that several columns of one file are taken from one reading.
+std::vector<std::pair<std::string, double>> column_values(const fs::path& csv,
+                                                          const std::vector<std::vector<std::string>>& rows,
+                                                          const std::string& column,
                                                           const std::vector<std::string>& key_columns,
                                                           const std::vector<std::string>& skip_tasks = {},
                                                           std::set<std::string>* tasks_seen = nullptr) {
-    const auto rows = read_csv(csv);
     require(!rows.empty(), csv.string(), " has no header");
     auto index_of = [&](const std::string& name) {
         const auto it = std::find(rows[0].begin(), rows[0].end(), name);
@@ -174,10 +176,11 @@ std::vector<LeaderboardRow> collect_leaderboard(const std::vector<std::string>& 
             r.query_aware = m.value("query_aware", true);
             const bool ruler = r.task == "ruler";
             const fs::path csv = e.path() / "predictions.csv";
+            const auto records = read_csv(csv);
             const std::vector<std::string> keys =
                 ruler ? std::vector<std::string>{"task", "length", "index"} : std::vector<std::string>{"sample"};
             const std::vector<std::string> skip = ruler ? exclude_tasks : std::vector<std::string>{};
-            auto keyed = column_values(csv, ruler ? "score" : "nll", keys, skip, ruler ? &ruler_tasks : nullptr);
+            auto keyed = column_values(csv, records, ruler ? "score" : "nll", keys, skip, ruler ? &ruler_tasks : nullptr);
             std::vector<double> values;
             for (const auto& kv : keyed) values.push_back(kv.second);
             const auto [mean, ci] = mean_ci95(values);
@@ -187,7 +190,7 @@ std::vector<LeaderboardRow> collect_leaderboard(const std::vector<std::string>& 
             if (!skip.empty()) {  // the cell's means over the samples kept
                 auto mean_of = [&](const char* column) {
                     std::vector<double> v;
-                    for (const auto& kv : column_values(csv, column, keys, skip)) v.push_back(kv.second);
+                    for (const auto& kv : column_values(csv, records, column, keys, skip)) v.push_back(kv.second);
                     return mean_ci95(v).first;
                 };
                 r.compression = mean_of("compression_ratio");
