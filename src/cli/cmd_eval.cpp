@@ -399,7 +399,6 @@ void add_eval(CLI::App& app) {
         std::stringstream ts(*tau_policies);
         for (std::string p; std::getline(ts, p, ';');)
             if (!p.empty()) o.threshold_policies.push_back(p);
-        require(o.threshold_policies.empty() || !thresholds->empty(), "--threshold-policies needs --thresholds");
         o.ratios = parse_list(*ratios, "--ratios");
         o.thresholds = parse_list(*thresholds, "--thresholds");
         o.out_dir = c2->out;
