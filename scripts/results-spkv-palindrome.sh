@@ -56,9 +56,9 @@ for n in ("full", "spkv", "window", "full_wsd", "full_4l", "full_4l_long"):
     with open(f"{out}/train_log_{n}.jsonl") as f, open(f"{out}/acc_{n}.dat", "w") as d:
         for line in f:
             j = json.loads(line)
-            acc = {k: v for k, v in j.get("eval", {}).items() if k.startswith("acc_palindrome")}
+            acc = [v for k, v in j.get("eval", {}).items() if k in ("acc_palindrome", "acc_palindrome_tokens")]
             if acc and j["step"] > first.get(n, -1):
-                d.write(f'{j["step"]} {next(iter(acc.values()))}\n')
+                d.write(f'{j["step"]} {acc[0]}\n')
 PY
 # The ablations' curves, where their logs exist.
 EXTRA_LOSS="" EXTRA_ACC=""
@@ -98,3 +98,43 @@ plot 'loss_spkv.dat' using 1:3 with lines lw 2 title 'mean u of keys beyond the 
 unset multiplot
 GP
 command -v gnuplot >/dev/null && (cd "$OUT" && gnuplot palindrome.gp)
+# Where each model's reversal goes wrong (FORM=tokens): its final checkpoint on 256 held-out rows, accuracy per
+# answer index and by whether the answer's cue (the number just written) occurs once or more in the list
+# (`train spkv --eval-only`, from a copy of the run's config with more samples; nothing in the runs is written).
+[ "$NAME" = palindrome-tokens ] || exit 0
+: > "$OUT/breakdown.jsonl"
+for n in $RUNS; do
+  [ "$n" = full-wsd ] && continue  # stopped on its plateau before its last step; the full run stands for it
+  tmp="configs/spkv/.eval-$NAME-$n.json"
+  python3 -c 'import json, sys
+c = json.load(open(sys.argv[1])); c["eval"].update(samples=256, text_windows=0); json.dump(c, open(sys.argv[2], "w"))' \
+    "configs/spkv/$NAME-$n.json" "$tmp"
+  $K train spkv --config "$tmp" --eval-only -q |
+    python3 -c 'import json, sys; j = json.load(sys.stdin); j["run"] = sys.argv[1]; print(json.dumps(j))' "$n" \
+    >> "$OUT/breakdown.jsonl"
+  rm -f "$tmp"
+done
+python3 - "$OUT" <<'PY'
+import json, sys
+out = sys.argv[1]
+rows = [json.loads(l) for l in open(f"{out}/breakdown.jsonl")]
+p = "acc_palindrome_tokens"
+with open(f"{out}/breakdown.md", "w") as md, open(f"{out}/by_index.dat", "w") as d:
+    md.write("| run | step | accuracy | cue once in the list | cue repeated | own number once | own number repeated "
+             "| answer indices at ≥ 0.95 |\n|---|---|---|---|---|---|---|---|\n")
+    for r in rows:
+        e = r["eval"]
+        by = e[p + "_by_index"]
+        md.write(f'| {r["run"]} | {r["step"]} | {e[p]:.3f} | {e[p + "_unique_cue"]:.3f} | '
+                 f'{e[p + "_repeated_cue"]:.3f} | {e[p + "_unique_number"]:.3f} | {e[p + "_repeated_number"]:.3f} | '
+                 f'{sum(a >= 0.95 for a in by)} of {len(by)} |\n')
+        d.write(f'# {r["run"]}\n' + "".join(f"{k} {a}\n" for k, a in enumerate(by)) + "\n\n")
+with open(f"{out}/by_index.gp", "w") as g:
+    g.write("set terminal pngcairo size 900,420 noenhanced\nset output 'by_index.png'\n"
+            "set title 'Palindrome reversal: accuracy per answer index, 256 held-out rows (index 32 is EOS)'\n"
+            "set xlabel 'answer index k (the list number 31 - k)'\nset ylabel 'accuracy (teacher-forced)'\n"
+            "set yrange [0:1.05]\nset grid\nset key outside right\n")
+    g.write("plot " + ", \\\n     ".join(f"'by_index.dat' index {i} using 1:2 with linespoints lw 2 title '{r['run']}'"
+                                         for i, r in enumerate(rows)) + "\n")
+PY
+if command -v gnuplot >/dev/null; then (cd "$OUT" && gnuplot by_index.gp); fi

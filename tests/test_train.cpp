@@ -376,6 +376,42 @@ TEST(TrainData, PalindromeRowsAnswerWithTheListReversed) {
     EXPECT_TRUE(counts.count(2) && counts.count(32));
 }
 
+TEST(TrainData, PalindromeTallySplitsAnswersByIndexAndByWhetherTheirCueRepeats) {
+    // A hand-made row: prompt [1 5 7 5 9 3], answer 9 5 7 5 (the list 5 7 5 9 reversed), EOS 2. Answer 0 (9) has no
+    // cue; answer 1 (5) follows 9 (once in the list: unique); answer 2 (7) follows 5 (twice: repeated); answer 3
+    // (5) follows 7 (unique); index 4 is EOS.
+    train::Sequence s;
+    s.tokens = {1, 5, 7, 5, 9, 3, 9, 5, 7, 5, 2};
+    s.weight.assign(s.tokens.size(), 0.0f);
+    const int64_t a0 = 6;
+    std::vector<uint8_t> hits(s.tokens.size() - 1, 0);
+    hits[a0 - 1] = 1;      // answer 0 right
+    hits[a0 + 2 - 1] = 1;  // answer 2 right (repeated cue)
+    hits[a0 + 4 - 1] = 1;  // EOS right
+    train::PalindromeTally t;
+    t.add(s, a0, hits);
+    hits.assign(hits.size(), 1);  // a second, all-correct row
+    t.add(s, a0, hits);
+    const auto j = t.to_json("acc_");
+    EXPECT_DOUBLE_EQ(j["acc_unique_cue"].get<double>(), 2.0 / 4.0);    // answers 1 and 3, right in row 2 only
+    EXPECT_DOUBLE_EQ(j["acc_repeated_cue"].get<double>(), 2.0 / 2.0);  // answer 2, right in both
+    // By the answer's own number: 5 (answers 1 and 3) occurs twice, 9 and 7 (answers 0 and 2) once.
+    EXPECT_DOUBLE_EQ(j["acc_repeated_number"].get<double>(), 2.0 / 4.0);
+    EXPECT_DOUBLE_EQ(j["acc_unique_number"].get<double>(), 4.0 / 4.0);
+    const std::vector<double> by = j["acc_by_index"].get<std::vector<double>>();
+    EXPECT_EQ(by, (std::vector<double>{1.0, 0.5, 1.0, 0.5, 1.0}));
+    // Without repeated cues the class is null, not 0.
+    train::PalindromeTally u;
+    train::Sequence d;
+    d.tokens = {1, 5, 7, 3, 7, 5, 2};
+    d.weight.assign(d.tokens.size(), 0.0f);
+    u.add(d, 4, std::vector<uint8_t>(d.tokens.size() - 1, 1));
+    EXPECT_TRUE(u.to_json("")["repeated_cue"].is_null());
+    EXPECT_DOUBLE_EQ(u.to_json("")["unique_cue"].get<double>(), 1.0);
+    EXPECT_THROW(u.add(d, 4, std::vector<uint8_t>(3, 1)), Error);  // predictions of another row
+    EXPECT_THROW(u.add(d, 9, std::vector<uint8_t>(d.tokens.size() - 1, 1)), Error);
+}
+
 TEST(TrainData, ChainsTaskAnswersEachChainByFollowingItsLinks) {
     const auto tok = stories_tokenizer();
     for (uint64_t seed : {7u, 8u, 9u}) {

@@ -22,6 +22,7 @@
 #include "train/spkv.h"
 #include "train/spkv_predictor.h"
 #include "util/error.h"
+#include "util/file.h"
 
 namespace kvsieve {
 namespace {
@@ -168,6 +169,32 @@ TEST_F(SpkvCli, TrainsResumesAndWritesAModelWithGatesThatSpkvRuns) {
                              " --policy spkv:window=16 -n 8 --temp 0 -p 'Once upon a time'");
     EXPECT_EQ(gen.status, 0) << gen.err;
     EXPECT_FALSE(gen.out.empty());
+}
+
+TEST_F(SpkvCli, EvalOnlyEvaluatesTheCheckpointAndWritesNothing) {
+    auto cfg = cfg_;
+    cfg["optim"]["steps"] = 2;
+    const std::string path = write(cfg);
+    const auto none = run_cli("train spkv -q --eval-only --config " + path);  // no checkpoint yet
+    EXPECT_NE(none.status, 0);
+    EXPECT_NE(none.err.find("nothing to evaluate"), std::string::npos) << none.err;
+    ASSERT_EQ(run_cli("train spkv -q --config " + path).status, 0);
+    const auto log_before = read_whole_file((dir_ / "run" / "log.jsonl").string(), "log");
+    const auto ckpt_time = std::filesystem::last_write_time(dir_ / "run" / "checkpoint.pt");
+    const auto r = run_cli("train spkv -q --eval-only --config " + path);
+    ASSERT_EQ(r.status, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["step"].get<int64_t>(), 2);
+    // The same evaluation the run logged at its last step (same checkpoint, same held-out rows).
+    const auto log = test::read_run_log(dir_ / "run");
+    ASSERT_FALSE(log.evals.empty());
+    EXPECT_NEAR(j["eval"]["nll_text"].get<double>(), log.evals.back()["nll_text"].get<double>(), 1e-5) << r.out;
+    EXPECT_EQ(j["eval"]["head_density"], log.evals.back()["head_density"]);
+    EXPECT_EQ(read_whole_file((dir_ / "run" / "log.jsonl").string(), "log"), log_before);
+    EXPECT_EQ(std::filesystem::last_write_time(dir_ / "run" / "checkpoint.pt"), ckpt_time);
+    const auto both = run_cli("train spkv -q --eval-only --resume --config " + path);
+    EXPECT_NE(both.status, 0);
+    EXPECT_NE(both.err.find("exclude each other"), std::string::npos) << both.err;
 }
 
 TEST_F(SpkvCli, TheDenseTwinHasNoGatesAndBadOptionsAreClearErrors) {

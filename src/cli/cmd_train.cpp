@@ -29,20 +29,31 @@ void register_trainer(TrainerSpec spec) {
 
 const std::vector<TrainerSpec>& trainers() { return registry(); }
 
-TrainerSpec config_trainer(std::string name, std::string help, bool (*run)(const std::string&, bool, bool)) {
+TrainerSpec config_trainer(std::string name, std::string help, bool (*run)(const std::string&, bool, bool),
+                           void (*evaluate)(const std::string&, bool), bool offers_eval_only) {
     TrainerSpec s;
     s.name = name;
     s.help = std::move(help);
-    s.setup = [name, run](CLI::App& cmd) {
+    s.setup = [name, run, evaluate, offers_eval_only](CLI::App& cmd) {
         auto config = std::make_shared<std::string>();
         auto resume = std::make_shared<bool>(false), quiet = std::make_shared<bool>(false);
+        auto eval_only = std::make_shared<bool>(false);
         cmd.add_option("--config", *config, "JSON config (docs/training.md)")->required()->check(CLI::ExistingFile);
         cmd.add_flag("--resume", *resume, "continue from the run directory's checkpoint");
         cmd.add_flag("-q,--quiet", *quiet, "no progress output");
-        cmd.callback([name, run, config, resume, quiet] {
+        if (offers_eval_only)
+            cmd.add_flag("--eval-only", *eval_only,
+                         "evaluate the run directory's checkpoint as the config's \"eval\" says, print it as JSON on "
+                         "stdout and write nothing");
+        cmd.callback([name, run, evaluate, config, resume, quiet, eval_only] {
             if (!run)
                 fail("train ", name, " needs the libtorch training stack, which this build does not include (install "
                      "libtorch-dev and rebuild)");
+            if (*eval_only) {
+                require(!*resume, "--eval-only and --resume exclude each other (--eval-only trains nothing)");
+                evaluate(*config, !*quiet);
+                return;
+            }
             // Interrupted (SIGINT/SIGTERM, checkpoint saved): exit 130 so scripts chaining runs stop here.
             if (!run(*config, *resume, !*quiet)) throw CLI::RuntimeError(130);
         });

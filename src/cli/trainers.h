@@ -25,8 +25,11 @@ const std::vector<TrainerSpec>& trainers();
 
 /// A trainer driven by one JSON config: options --config FILE, --resume, -q/--quiet, and `run(config, resume,
 /// progress)`, which returns false when interrupted (the command then exits 130 so chained runs stop). `run` is
-/// null in a build without the libtorch training stack: the command then says so.
-TrainerSpec config_trainer(std::string name, std::string help, bool (*run)(const std::string&, bool, bool));
+/// null in a build without the libtorch training stack: the command then says so. A trainer that can evaluate its
+/// run's checkpoint alone passes `evaluate(config, progress)` (printing the evaluation, writing nothing); the
+/// command then offers --eval-only, which calls it instead of training.
+TrainerSpec config_trainer(std::string name, std::string help, bool (*run)(const std::string&, bool, bool),
+                           void (*evaluate)(const std::string&, bool) = nullptr, bool offers_eval_only = false);
 
 /// The trainers, one line each.
 TrainerSpec kvzap_trainer();     // cli/train_kvzap.cpp

@@ -1,5 +1,7 @@
 #include "train/lm_eval.h"
 
+#include "util/error.h"
+
 namespace kvsieve::train {
 
 torch::Tensor weighted_ce(const torch::Tensor& logits, const torch::Tensor& tokens, const torch::Tensor& w) {
@@ -20,13 +22,28 @@ std::pair<int64_t, int64_t> answer_hits(LlamaMirror& model, const Sequence& s, i
     return {ok.sum().item<int64_t>(), n - 1 - answer_begin};
 }
 
-std::pair<int64_t, int64_t> weighted_hits(LlamaMirror& model, const Sequence& s, const MirrorHooks& hooks) {
+std::vector<uint8_t> next_token_hits(LlamaMirror& model, const Sequence& s, const MirrorHooks& hooks) {
     const int64_t n = static_cast<int64_t>(s.tokens.size());
     auto t = torch::tensor(std::vector<int64_t>(s.tokens.begin(), s.tokens.end()));
     auto pred = model->forward(t.unsqueeze(0), hooks).argmax(-1).squeeze(0);  // pred[i] predicts token i+1
-    auto w = torch::tensor(std::vector<float>(s.weight.begin() + 1, s.weight.end())).gt(0);
-    auto ok = pred.slice(0, 0, n - 1).eq(t.slice(0, 1, n)).logical_and(w);
-    return {ok.sum().item<int64_t>(), w.sum().item<int64_t>()};
+    auto ok = pred.slice(0, 0, n - 1).eq(t.slice(0, 1, n)).to(torch::kUInt8).contiguous();
+    return std::vector<uint8_t>(ok.data_ptr<uint8_t>(), ok.data_ptr<uint8_t>() + (n - 1));
+}
+
+std::pair<int64_t, int64_t> weighted_hits(const Sequence& s, const std::vector<uint8_t>& hits) {
+    require(hits.size() + 1 == s.tokens.size() && s.weight.size() == s.tokens.size(), "weighted_hits: ", hits.size(),
+            " predictions for a row of ", s.tokens.size(), " tokens and ", s.weight.size(), " weights");
+    int64_t h = 0, n = 0;
+    for (size_t i = 0; i < hits.size(); ++i)
+        if (s.weight[i + 1] > 0) {
+            h += hits[i] != 0;
+            ++n;
+        }
+    return {h, n};
+}
+
+std::pair<int64_t, int64_t> weighted_hits(LlamaMirror& model, const Sequence& s, const MirrorHooks& hooks) {
+    return weighted_hits(s, next_token_hits(model, s, hooks));
 }
 
 nlohmann::json heldout_nll(LlamaMirror& model, const TextStream& stream, const std::vector<std::string>& names,

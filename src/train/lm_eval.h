@@ -23,8 +23,14 @@ torch::Tensor weighted_ce(const torch::Tensor& logits, const torch::Tensor& toke
 std::pair<int64_t, int64_t> answer_hits(LlamaMirror& model, const Sequence& s, int64_t answer_begin,
                                         const MirrorHooks& hooks = {});
 
+/// Teacher-forced greedy predictions of `s` in one forward: element i is 1 iff the argmax after tokens[0..i] is
+/// tokens[i + 1] (size tokens − 1).
+std::vector<uint8_t> next_token_hits(LlamaMirror& model, const Sequence& s, const MirrorHooks& hooks = {});
+
 /// (correct, total) greedy predictions over the tokens of `s` whose weight is > 0 (teacher-forced, one forward).
 std::pair<int64_t, int64_t> weighted_hits(LlamaMirror& model, const Sequence& s, const MirrorHooks& hooks = {});
+/// weighted_hits() of next_token_hits() already computed for `s`.
+std::pair<int64_t, int64_t> weighted_hits(const Sequence& s, const std::vector<uint8_t>& hits);
 
 /// Mean NLL (nats/token) of `count` held-out windows of `window` tokens of each text of `stream`, as
 /// {"nll_<name>": value} with names[i] the i-th text's name; texts without a window are left out. `hooks` apply

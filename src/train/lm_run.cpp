@@ -5,6 +5,7 @@
 
 #include "eval/tasks.h"
 #include "train/lm_eval.h"
+#include "train/palindrome.h"
 #include "util/error.h"
 #include "util/file.h"
 
@@ -118,13 +119,17 @@ json LmEval::operator()(LlamaMirror& model, const MirrorHooks& hooks, const std:
     json e = heldout(model, hooks, prefix);
     for (const auto& task : spec_.tasks) {
         int64_t hit = 0, total = 0, exact = 0;
+        const bool one_token_palindrome = task == kPalindromeTokensTask || task == kPalindromeTokensMixedTask;
+        PalindromeTally tally;
         for (int64_t i = 0; i < spec_.samples; ++i) {
             int64_t a0 = 0;
             const Sequence s = row(task, i, &a0);
             if (is_recall_style_task(task)) {
-                const auto [h, n] = weighted_hits(model, s, hooks);
+                const std::vector<uint8_t> hits = next_token_hits(model, s, hooks);
+                const auto [h, n] = weighted_hits(s, hits);
                 hit += h;
                 total += n;
+                if (one_token_palindrome) tally.add(s, a0, hits);
                 continue;
             }
             const auto [h, n] = answer_hits(model, s, a0, hooks);
@@ -137,6 +142,7 @@ json LmEval::operator()(LlamaMirror& model, const MirrorHooks& hooks, const std:
         e[prefix + "acc_" + task] = is_copy_task(task) || is_recall_style_task(task)
                                         ? (total ? static_cast<double>(hit) / static_cast<double>(total) : 0.0)
                                         : static_cast<double>(exact) / static_cast<double>(spec_.samples);
+        if (one_token_palindrome) e.update(tally.to_json(prefix + "acc_" + task + "_"));
     }
     return e;
 }

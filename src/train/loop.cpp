@@ -74,6 +74,7 @@ void TrainLoop::load_checkpoint() {
     tokens_seen_ = t.item<int64_t>();
     torch::Tensor e;
     if (a.try_read("elapsed_s", e)) elapsed_before_ = e.item<double>();
+    if (o_.keep_log) return;
     // Drop log lines past the checkpoint, so the resumed curve continues the saved one without duplicates.
     std::ifstream in(o_.out_dir + "/log.jsonl");
     std::vector<std::string> keep;

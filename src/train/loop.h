@@ -26,6 +26,7 @@ struct LoopOptions {
     int64_t checkpoint_every = 100;  ///< steps between checkpoints (and at the end, and on SIGINT)
     std::string out_dir;             ///< log.jsonl and checkpoint.pt go here
     bool resume = false;             ///< continue from out_dir/checkpoint.pt
+    bool keep_log = false;           ///< on resume, leave log.jsonl as it is (set to evaluate a checkpoint only)
     bool progress = true;
 };
 

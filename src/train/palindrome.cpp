@@ -1,5 +1,6 @@
 #include "train/palindrome.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -115,6 +116,47 @@ Sequence palindrome_tokens_mixed_sequence(const Tokenizer& tok, int64_t length, 
                                           float answer_weight, int64_t* answer_begin) {
     const int count = 2 + static_cast<int>(next_random(st) % (kPalindromeNumbers - 1));
     return tokens_row(tok, length, st, prompt_weight, answer_weight, answer_begin, count);
+}
+
+void PalindromeTally::add(const Sequence& s, int64_t a0, const std::vector<uint8_t>& hits) {
+    const int64_t n = static_cast<int64_t>(s.tokens.size());
+    require(static_cast<int64_t>(hits.size()) == n - 1, "palindrome tally: ", hits.size(), " predictions for a row of ",
+            n, " tokens");
+    require(a0 >= 1 && a0 < n, "palindrome tally: answer start ", a0, " outside the row of ", n, " tokens");
+    // The answer is the list reversed, so it holds the list's numbers with their multiplicities; EOS ends it.
+    const std::vector<int32_t> answer(s.tokens.begin() + a0, s.tokens.end() - 1);
+    const size_t len = answer.size() + 1;
+    if (hits_at.size() < len) {
+        hits_at.resize(len, 0);
+        count_at.resize(len, 0);
+    }
+    for (int64_t k = 0; a0 + k < n; ++k) {
+        const bool ok = hits[static_cast<size_t>(a0 + k - 1)] != 0;
+        hits_at[static_cast<size_t>(k)] += ok;
+        ++count_at[static_cast<size_t>(k)];
+        if (k >= static_cast<int64_t>(answer.size())) continue;  // EOS
+        const bool own_repeated = std::count(answer.begin(), answer.end(), answer[static_cast<size_t>(k)]) > 1;
+        (own_repeated ? own_repeated_hits : own_unique_hits) += ok;
+        ++(own_repeated ? own_repeated_count : own_unique_count);
+        if (k == 0) continue;
+        const int32_t cue = answer[static_cast<size_t>(k - 1)];
+        const bool repeated = std::count(answer.begin(), answer.end(), cue) > 1;
+        (repeated ? repeated_hits : unique_hits) += ok;
+        ++(repeated ? repeated_count : unique_count);
+    }
+}
+
+nlohmann::json PalindromeTally::to_json(const std::string& prefix) const {
+    auto acc = [](int64_t h, int64_t c) {
+        return c ? nlohmann::json(static_cast<double>(h) / static_cast<double>(c)) : nlohmann::json();
+    };
+    nlohmann::json by = nlohmann::json::array();
+    for (size_t k = 0; k < hits_at.size(); ++k) by.push_back(acc(hits_at[k], count_at[k]));
+    return {{prefix + "unique_cue", acc(unique_hits, unique_count)},
+            {prefix + "repeated_cue", acc(repeated_hits, repeated_count)},
+            {prefix + "unique_number", acc(own_unique_hits, own_unique_count)},
+            {prefix + "repeated_number", acc(own_repeated_hits, own_repeated_count)},
+            {prefix + "by_index", by}};
 }
 
 }  // namespace kvsieve::train

@@ -6,7 +6,10 @@
 // entropy, ln 90 here), while full attention and SP-KV with the same window (keeping the numbers, dropping the
 // instruction) can answer.
 #include <cstdint>
+#include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "train/data.h"
 
@@ -43,5 +46,27 @@ std::vector<int32_t> palindrome_number_tokens(const Tokenizer& tok);
 /// around it) under `tok`: the distance a sliding window would have to span. More than 50 under every vocabulary
 /// of the project (App. G's "> 50-token instruction").
 int64_t palindrome_gap_tokens(const Tokenizer& tok);
+
+/// Where a model's reversal goes wrong, over rows of the one-token tasks (palindrome_tokens, _mixed), from
+/// teacher-forced greedy predictions. Answer k ≥ 1 (the list's number 31 − k) follows answer k − 1, which a
+/// content-matching (induction-like) reader looks up in the list to read the number before it: the lookup is
+/// ambiguous exactly when that cue occurs more than once in the list (about 29% of cues for 32 numbers drawn
+/// from 90 with replacement), and only the position can then tell the copies apart. Answer 0 has no cue but a fixed
+/// distance to the list's end.
+struct PalindromeTally {
+    std::vector<int64_t> hits_at, count_at;   ///< per answer index k (the last one is EOS)
+    int64_t unique_hits = 0, unique_count = 0;      ///< answers k ≥ 1 whose cue occurs once in the list
+    int64_t repeated_hits = 0, repeated_count = 0;  ///< answers k ≥ 1 whose cue occurs two or more times
+    int64_t own_repeated_hits = 0, own_repeated_count = 0;  ///< answers (EOS aside) whose own number occurs twice or more
+    int64_t own_unique_hits = 0, own_unique_count = 0;      ///< answers (EOS aside) whose own number occurs once
+
+    /// Adds one row: `s` a row of palindrome_tokens_sequence() or its mixed form, `a0` its first answer token,
+    /// `hits[i]` whether the prediction after tokens[0..i] was tokens[i + 1] (size tokens − 1). Throws Error if
+    /// the sizes disagree.
+    void add(const Sequence& s, int64_t a0, const std::vector<uint8_t>& hits);
+    /// {"<prefix>unique_cue", "<prefix>repeated_cue", "<prefix>unique_number", "<prefix>repeated_number": accuracy,
+    /// "<prefix>by_index": [accuracy per answer index, EOS last]}; an empty class gives null.
+    nlohmann::json to_json(const std::string& prefix) const;
+};
 
 }  // namespace kvsieve::train

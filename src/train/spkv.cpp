@@ -91,7 +91,9 @@ struct GateStats {
 
 }  // namespace
 
-bool run_spkv(const std::string& config_path, bool resume, bool progress) {
+namespace {
+/// run_spkv() and evaluate_spkv(): eval_only loads the checkpoint, evaluates it once and prints the result.
+bool spkv_main(const std::string& config_path, bool resume, bool progress, bool eval_only) {
     const RunConfig rc = RunConfig::read(config_path);
     const json& cfg = rc.root;
     const RunBasics rb = read_run_basics(rc, {"model", "init", "tokenizer", "data", "eval", "spkv"}, resume, progress);
@@ -103,6 +105,13 @@ bool run_spkv(const std::string& config_path, bool resume, bool progress) {
     const LmData data = read_lm_data(rc, cfg["data"]);
     const OptimConfig& oc = rb.optim;
     LoopOptions lo = rb.loop;
+    if (eval_only) {
+        require(std::filesystem::exists(out + "/checkpoint.pt"), "nothing to evaluate: ", out,
+                "/checkpoint.pt does not exist (train the run first)");
+        lo.resume = true;
+        lo.keep_log = true;
+        lo.progress = false;
+    }
     const LmEvalSpec ev = read_lm_eval(cfg.value("eval", json::object()));
     lo.eval_every = ev.every;
 
@@ -131,11 +140,11 @@ bool run_spkv(const std::string& config_path, bool resume, bool progress) {
         meta.emplace_back(predictor_metadata_key("spkv", "hidden"), GGUFValue::make_u32(static_cast<uint32_t>(hidden)));
     }
 
-    std::filesystem::create_directories(out);
+    if (!eval_only) std::filesystem::create_directories(out);
     const TextStream stream(data.texts, *tok, data.holdout);
-    write_heldout_texts(out, data, stream);
+    if (!eval_only) write_heldout_texts(out, data, stream);
     const LmEval lm_eval(ev, data, stream, *tok, seed);
-    if (progress)
+    if (progress && !eval_only)
         std::fprintf(stderr, "SP-KV %s: model %s, %.2fM parameters; gates: %s; window %lld, τ %.2f; %lld training text tokens\n",
                      so.mode.c_str(), c.summary().c_str(), lm->n_params() / 1e6,
                      gates ? (hidden ? ("MLP hidden " + std::to_string(hidden)).c_str() : "linear") : "none",
@@ -231,7 +240,21 @@ bool run_spkv(const std::string& config_path, bool resume, bool progress) {
         if (gates) pt = gates->gguf_tensors();
         save_mirror(lm, path, meta, pt);
     };
+    if (eval_only) {
+        torch::NoGradGuard ng;
+        run.eval();
+        std::printf("%s\n", json{{"step", loop.start_step()}, {"eval", eval(loop.start_step())}}.dump().c_str());
+        std::fflush(stdout);
+        return true;
+    }
     return loop.run_and_export(micro, eval, save_to, out + "/model.gguf", output);
 }
+}  // namespace
+
+bool run_spkv(const std::string& config_path, bool resume, bool progress) {
+    return spkv_main(config_path, resume, progress, false);
+}
+
+void evaluate_spkv(const std::string& config_path, bool progress) { spkv_main(config_path, true, progress, true); }
 
 }  // namespace kvsieve::train

@@ -50,4 +50,10 @@ int64_t tahg_start(const SpkvOptions& o, int64_t total);
 /// (a checkpoint is saved). Throws Error naming the first problem.
 bool run_spkv(const std::string& config_path, bool resume, bool progress);
 
+/// The evaluation run_spkv() logs (the config's "eval": held-out NLL, task accuracies with keys beyond the window
+/// kept iff u ≥ τ, per-head density), of the run directory's checkpoint as it is, printed on stdout as one JSON
+/// line {"step", "eval"}. Writes nothing (the log and checkpoint are left as they are), so it may run beside the
+/// training of the same directory. Throws Error if there is no checkpoint, or as run_spkv() for the config.
+void evaluate_spkv(const std::string& config_path, bool progress);
+
 }  // namespace kvsieve::train
