@@ -17,15 +17,17 @@ esac
 # its step-8000 checkpoint with the learning rate decayed linearly to 0.1x over 4000 steps (warmup-stable-decay),
 # full-4l is full attention with 4 layers instead of 2, from scratch.
 # LONG=1 (FORM=tokens, after the ablations): full-4l-long continues the 4-layer run from its step-5000 checkpoint
-# with the learning rate back at 2e-3 to step 12000, then decayed to 0.1x by step 15000 (a long run: it resumes).
+# with the learning rate back at 2e-3 to step 12000, then decayed to 0.1x by step 15000 (a long run: it resumes);
+# full-4l-tail continues that from step 15000 at its final rate, 2e-4, constant to step 18500.
 RUNS="full spkv window"
 [ "${ABLATIONS:-0}" = 1 ] && [ "$NAME" = palindrome-tokens ] && RUNS="$RUNS full-wsd full-4l"
-[ "${LONG:-0}" = 1 ] && [ "$NAME" = palindrome-tokens ] && RUNS="$RUNS full-4l-long"
+[ "${LONG:-0}" = 1 ] && [ "$NAME" = palindrome-tokens ] && RUNS="$RUNS full-4l-long full-4l-tail"
 mkdir -p runs "$OUT"
 for n in $RUNS; do
   from=""
   [ "$n" = full-wsd ] && from=full        # the stable phase is the full run's first 8000 steps
   [ "$n" = full-4l-long ] && from=full-4l  # the 4-layer run's 5000 steps
+  [ "$n" = full-4l-tail ] && from=full-4l-long  # and its continuation to 15000
   if [ -n "$from" ] && [ ! -f "runs/$NAME-$n/checkpoint.pt" ]; then
     # Start from that run's checkpoint (the step is in the file) and log.
     mkdir -p "runs/$NAME-$n"
@@ -43,8 +45,8 @@ for n in $RUNS; do cp "runs/$NAME-$n/log.jsonl" "$OUT/train_log_${n//-/_}.jsonl"
 python3 - "$OUT" <<'PY'
 import json, os, sys
 out = sys.argv[1]
-first = {"full_wsd": 8000, "full_4l_long": 5000}  # steps whose lines are the run it continued
-for n in ("full", "spkv", "window", "full_wsd", "full_4l", "full_4l_long"):
+first = {"full_wsd": 8000, "full_4l_long": 5000, "full_4l_tail": 15000}  # steps whose lines are the run it continued
+for n in ("full", "spkv", "window", "full_wsd", "full_4l", "full_4l_long", "full_4l_tail"):
     if not os.path.exists(f"{out}/train_log_{n}.jsonl"):
         continue
     with open(f"{out}/train_log_{n}.jsonl") as f, open(f"{out}/loss_{n}.dat", "w") as d:
@@ -73,6 +75,10 @@ fi
 if [ -f "$OUT/loss_full_4l_long.dat" ]; then
   EXTRA_LOSS+=", 'loss_full_4l_long.dat' using 1:2 with lines lw 2 dt 1 lc rgb '#c00000' title 'full attention, 4 layers, continued'"
   EXTRA_ACC+=", 'acc_full_4l_long.dat' using 1:2 with linespoints lw 2 dt 1 lc rgb '#c00000' title 'full attention, 4 layers, continued'"
+fi
+if [ -f "$OUT/loss_full_4l_tail.dat" ]; then
+  EXTRA_LOSS+=", 'loss_full_4l_tail.dat' using 1:2 with lines lw 2 dt 1 lc rgb '#600000' title 'full attention, 4 layers, lr 2e-4 from step 15000'"
+  EXTRA_ACC+=", 'acc_full_4l_tail.dat' using 1:2 with linespoints lw 2 dt 1 lc rgb '#600000' title 'full attention, 4 layers, lr 2e-4 from step 15000'"
 fi
 cat > "$OUT/palindrome.gp" <<GP
 set terminal pngcairo size 900,900 noenhanced
@@ -103,8 +109,9 @@ command -v gnuplot >/dev/null && (cd "$OUT" && gnuplot palindrome.gp)
 # (`train spkv --eval-only`, from a copy of the run's config with more samples; nothing in the runs is written).
 [ "$NAME" = palindrome-tokens ] || exit 0
 : > "$OUT/breakdown.jsonl"
-for n in $RUNS; do
-  [ "$n" = full-wsd ] && continue  # stopped on its plateau before its last step; the full run stands for it
+# Every run trained here (full-wsd aside: it stopped on its plateau before its last step).
+for n in full spkv window full-4l full-4l-long full-4l-tail; do
+  [ -f "runs/$NAME-$n/checkpoint.pt" ] || continue
   tmp="configs/spkv/.eval-$NAME-$n.json"
   python3 -c 'import json, sys
 c = json.load(open(sys.argv[1])); c["eval"].update(samples=256, text_windows=0); json.dump(c, open(sys.argv[2], "w"))' \

@@ -4,10 +4,10 @@ set multiplot layout 3,1 title 'Palindrome reversal (SP-KV App. G): 2 layers (un
 set ylabel 'loss of the reversal (nats/token)'
 set grid
 set key top right
-plot 'loss_full.dat' using 1:2 with lines lw 2 title 'full attention',      'loss_spkv.dat' using 1:2 with lines lw 2 title 'SP-KV, window 32',      'loss_window.dat' using 1:2 with lines lw 2 title 'sliding window 32', 'loss_full_wsd.dat' using 1:2 with lines lw 2 dt 2 title 'full attention, lr decayed from step 8000', 'loss_full_4l.dat' using 1:2 with lines lw 2 dt 4 lc rgb '#c00000' title 'full attention, 4 layers'
+plot 'loss_full.dat' using 1:2 with lines lw 2 title 'full attention',      'loss_spkv.dat' using 1:2 with lines lw 2 title 'SP-KV, window 32',      'loss_window.dat' using 1:2 with lines lw 2 title 'sliding window 32', 'loss_full_wsd.dat' using 1:2 with lines lw 2 dt 2 title 'full attention, lr decayed from step 8000', 'loss_full_4l.dat' using 1:2 with lines lw 2 dt 4 lc rgb '#c00000' title 'full attention, 4 layers', 'loss_full_4l_long.dat' using 1:2 with lines lw 2 dt 1 lc rgb '#c00000' title 'full attention, 4 layers, continued'
 set ylabel 'reversal accuracy (teacher-forced)'
 set key bottom right
-plot 'acc_full.dat' using 1:2 with linespoints lw 2 title 'full attention',      'acc_spkv.dat' using 1:2 with linespoints lw 2 title 'SP-KV, window 32',      'acc_window.dat' using 1:2 with linespoints lw 2 title 'sliding window 32', 'acc_full_wsd.dat' using 1:2 with linespoints lw 2 dt 2 title 'full attention, lr decayed from step 8000', 'acc_full_4l.dat' using 1:2 with linespoints lw 2 dt 4 lc rgb '#c00000' title 'full attention, 4 layers'
+plot 'acc_full.dat' using 1:2 with linespoints lw 2 title 'full attention',      'acc_spkv.dat' using 1:2 with linespoints lw 2 title 'SP-KV, window 32',      'acc_window.dat' using 1:2 with linespoints lw 2 title 'sliding window 32', 'acc_full_wsd.dat' using 1:2 with linespoints lw 2 dt 2 title 'full attention, lr decayed from step 8000', 'acc_full_4l.dat' using 1:2 with linespoints lw 2 dt 4 lc rgb '#c00000' title 'full attention, 4 layers', 'acc_full_4l_long.dat' using 1:2 with linespoints lw 2 dt 1 lc rgb '#c00000' title 'full attention, 4 layers, continued'
 set xlabel 'step'
 set key top right
 set ylabel 'SP-KV utility'
