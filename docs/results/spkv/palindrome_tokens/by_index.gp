@@ -10,4 +10,5 @@ plot 'by_index.dat' index 0 using 1:2 with linespoints lw 2 title 'full', \
      'by_index.dat' index 1 using 1:2 with linespoints lw 2 title 'spkv', \
      'by_index.dat' index 2 using 1:2 with linespoints lw 2 title 'window', \
      'by_index.dat' index 3 using 1:2 with linespoints lw 2 title 'full-4l', \
-     'by_index.dat' index 4 using 1:2 with linespoints lw 2 title 'full-4l-long'
+     'by_index.dat' index 4 using 1:2 with linespoints lw 2 title 'full-4l-long', \
+     'by_index.dat' index 5 using 1:2 with linespoints lw 2 title 'full-4l-tail'
