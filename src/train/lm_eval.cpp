@@ -42,10 +42,6 @@ std::pair<int64_t, int64_t> weighted_hits(const Sequence& s, const std::vector<u
     return {h, n};
 }
 
-std::pair<int64_t, int64_t> weighted_hits(LlamaMirror& model, const Sequence& s, const MirrorHooks& hooks) {
-    return weighted_hits(s, next_token_hits(model, s, hooks));
-}
-
 nlohmann::json heldout_nll(LlamaMirror& model, const TextStream& stream, const std::vector<std::string>& names,
                            int64_t window, int64_t count, const MirrorHooks& hooks) {
     nlohmann::json e = nlohmann::json::object();

@@ -27,9 +27,8 @@ std::pair<int64_t, int64_t> answer_hits(LlamaMirror& model, const Sequence& s, i
 /// tokens[i + 1] (size tokens − 1).
 std::vector<uint8_t> next_token_hits(LlamaMirror& model, const Sequence& s, const MirrorHooks& hooks = {});
 
-/// (correct, total) greedy predictions over the tokens of `s` whose weight is > 0 (teacher-forced, one forward).
-std::pair<int64_t, int64_t> weighted_hits(LlamaMirror& model, const Sequence& s, const MirrorHooks& hooks = {});
-/// weighted_hits() of next_token_hits() already computed for `s`.
+/// (correct, total) of next_token_hits() `hits` of `s` over the tokens whose weight is > 0. Throws Error if the
+/// sizes disagree.
 std::pair<int64_t, int64_t> weighted_hits(const Sequence& s, const std::vector<uint8_t>& hits);
 
 /// Mean NLL (nats/token) of `count` held-out windows of `window` tokens of each text of `stream`, as
