@@ -130,19 +130,19 @@ void PalindromeTally::add(const Sequence& s, int64_t a0, const std::vector<uint8
         hits_at.resize(len, 0);
         count_at.resize(len, 0);
     }
-    for (int64_t k = 0; a0 + k < n; ++k) {
-        const bool ok = hits[static_cast<size_t>(a0 + k - 1)] != 0;
-        hits_at[static_cast<size_t>(k)] += ok;
-        ++count_at[static_cast<size_t>(k)];
-        if (k >= static_cast<int64_t>(answer.size())) continue;  // EOS
-        const bool own_repeated = std::count(answer.begin(), answer.end(), answer[static_cast<size_t>(k)]) > 1;
-        (own_repeated ? own_repeated_hits : own_unique_hits) += ok;
-        ++(own_repeated ? own_repeated_count : own_unique_count);
+    // repeated[k]: answer k's number occurs more than once; the cue of answer k is answer k − 1.
+    std::vector<bool> repeated(answer.size());
+    for (size_t k = 0; k < answer.size(); ++k) repeated[k] = std::count(answer.begin(), answer.end(), answer[k]) > 1;
+    for (size_t k = 0; k < len; ++k) {
+        const bool ok = hits[static_cast<size_t>(a0) + k - 1] != 0;
+        hits_at[k] += ok;
+        ++count_at[k];
+        if (k == answer.size()) continue;  // EOS
+        (repeated[k] ? own_repeated_hits : own_unique_hits) += ok;
+        ++(repeated[k] ? own_repeated_count : own_unique_count);
         if (k == 0) continue;
-        const int32_t cue = answer[static_cast<size_t>(k - 1)];
-        const bool repeated = std::count(answer.begin(), answer.end(), cue) > 1;
-        (repeated ? repeated_hits : unique_hits) += ok;
-        ++(repeated ? repeated_count : unique_count);
+        (repeated[k - 1] ? repeated_hits : unique_hits) += ok;
+        ++(repeated[k - 1] ? repeated_count : unique_count);
     }
 }
 
