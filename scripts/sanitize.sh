@@ -8,8 +8,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_PER_TARGET=${1:-20}
 bash scripts/install-deps.sh clang libclang-rt-14-dev libomp-dev
+source scripts/ccache-env.sh
 CC=clang CXX=clang++ cmake -S . -B build-san -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVSIEVE_FUZZ=ON \
-  -DKVSIEVE_BUILD_TRAIN=OFF -DKVSIEVE_BUILD_BENCH=OFF >/dev/null
+  -DKVSIEVE_BUILD_TRAIN=OFF -DKVSIEVE_BUILD_BENCH=OFF "${CCACHE_CMAKE_ARGS[@]}" >/dev/null
 cmake --build build-san -j "$(nproc)"
 bash scripts/get-model.sh smollm2-135m >/dev/null  # the server's tests run SmolLM2
 # Leaks are reported too (detect_leaks is on by default on x86-64 Linux; the OpenMP runtime's own thread memory is
