@@ -28,7 +28,6 @@ std::shared_ptr<KVPool> pool_for(const LlamaModel& m, KVType t = KVType::kF32, u
 
 std::vector<int32_t> story_tokens(const LlamaModel& m, size_t n) {
     const auto tok = Tokenizer::from_gguf(m.file());
-    std::ifstream f(test::data_dir() + "/../../models/README.md");  // any English text would do
     std::string text =
         "Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her "
         "friend Ben. One day, they saw a big red ball under a tree. Lily wanted the ball, but Ben said it was his. "
