@@ -18,6 +18,7 @@
 #include "test_util.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
+#include "util/function_ref.h"
 
 namespace kvsieve {
 namespace {
@@ -277,6 +278,28 @@ uint64_t rss_bytes() {
     uint64_t size = 0, resident = 0;
     f >> size >> resident;
     return resident * static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE));
+}
+
+TEST(FunctionRef, CallsTheCallableItRefersToWithoutCopyingIt) {
+    int calls = 0;
+    auto count = [&calls](int x) { return ++calls + x; };
+    FunctionRef<int(int)> ref(count);
+    EXPECT_EQ(ref(10), 11);
+    EXPECT_EQ(ref(10), 12);  // the same lambda object: its state is shared, not copied
+    EXPECT_EQ(calls, 2);
+    struct Stateful {
+        int n = 0;
+        bool operator()(int32_t, float& score, const PageStore*, int64_t) {
+            score = static_cast<float>(++n);
+            return n % 2 == 0;
+        }
+    } admit;
+    HeadCache::Admit a(admit);
+    float s = 0;
+    EXPECT_FALSE(a(0, s, nullptr, -1));
+    EXPECT_TRUE(a(1, s, nullptr, -1));
+    EXPECT_EQ(s, 2.0f);  // the callee may rewrite the score (a delayed readout)
+    EXPECT_EQ(admit.n, 2);
 }
 
 TEST(KVPool, ResidentMemoryFollowsPagesInUse) {

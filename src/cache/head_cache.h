@@ -1,9 +1,9 @@
 #pragma once
 // The cache of one (layer, KV head): sink tokens, the local window ring and the ragged global region.
 #include <cstdint>
-#include <functional>
 
 #include "cache/page_store.h"
+#include "util/function_ref.h"
 
 namespace kvsieve {
 
@@ -13,10 +13,11 @@ namespace kvsieve {
 ///   global — entries kept beyond the window; its length differs per head.
 /// An entry leaving a full window is offered to `admit(pos, score, &window, slot)`: kept in global if true, with
 /// `score` (which admit may rewrite: a delayed readout), dropped (its slot reused) if false. With w = 0 a new
-/// entry is offered as `admit(pos, score, nullptr, −1)` before it is stored.
+/// entry is offered as `admit(pos, score, nullptr, −1)` before it is stored. `admit` is a non-owning reference
+/// (no allocation per append): the callable it names must live until append returns.
 class HeadCache {
 public:
-    using Admit = std::function<bool(int32_t pos, float& score, const PageStore* store, int64_t slot)>;
+    using Admit = FunctionRef<bool(int32_t pos, float& score, const PageStore* store, int64_t slot)>;
 
     HeadCache(KVPool* pool, int sinks, int window);
 

@@ -173,13 +173,14 @@ void select_quest_pages(std::vector<PageRef>& pl, const KVPool& pool, const Sele
 void KVCache::decode_layer(const LayerInputs& in, const float* write_scores, float* out) {
     const int d = in.head_dim, G = in.n_head / in.n_head_kv;
     const auto pos = static_cast<int32_t>(in.pos0);
-    const HeadCache::Admit keep_all = [](int32_t, float&, const PageStore*, int64_t) { return true; };
+    const auto keep_all = [](int32_t, float&, const PageStore*, int64_t) { return true; };
     // 1. Append the new entry to every head (serial: the pool is not thread-safe). At w = 0 the admission rule
     //    runs after scoring, below.
     std::vector<HeadCache::Slot> slots(in.n_head_kv);
     for (int h = 0; h < in.n_head_kv; ++h)
         slots[h] = head(in.layer, h).append(in.k + h * d, in.v + h * d, pos, write_scores ? write_scores[h] : 0.0f,
-                                            policy_.window > 0 ? admit_fn(in.layer, h, pos) : keep_all);
+                                            policy_.window > 0 ? HeadCache::Admit(admit_fn(in.layer, h, pos))
+                                                               : HeadCache::Admit(keep_all));
     // 2. Attention per head over its pages, reading each page once for the G query heads.
     const KeyStat stat = key_stat(policy_);
     const DotKernels& dk = dot_kernels();
@@ -471,7 +472,7 @@ void KVCache::finish_step(int64_t pos0, int64_t T) {
         ++decode_steps_;
         if (policy_.timing == Timing::kEveryNDecodeSteps && decode_steps_ % policy_.every_n == 0) compress();
     }
-    peak_bytes_ = std::max(peak_bytes_, stats().kv_bytes_final);
+    peak_bytes_ = std::max(peak_bytes_, bytes_in_use());
 }
 
 void KVCache::end_prefill() {
@@ -550,7 +551,7 @@ void KVCache::fill_synthetic(int64_t n, uint64_t seed) {
         }
         ++n_tokens_;
     }
-    peak_bytes_ = std::max(peak_bytes_, stats().kv_bytes_final);
+    peak_bytes_ = std::max(peak_bytes_, bytes_in_use());
 }
 
 void KVCache::rollback(int64_t n) {
@@ -568,6 +569,13 @@ void KVCache::clear() {
     phase_ = Phase::kAuto;
 }
 
+uint64_t KVCache::bytes_in_use() const {
+    size_t pages = 0;
+    for (const HeadCache& hc : heads_)
+        pages += hc.sinks().pages().size() + hc.window().pages().size() + hc.global().pages().size();
+    return static_cast<uint64_t>(pages) * pool_->page_bytes();
+}
+
 KVStats KVCache::stats() const {
     KVStats s;
     s.policy = policy_.spec.empty() ? policy_.name : policy_.spec;
@@ -577,7 +585,7 @@ KVStats KVCache::stats() const {
     s.window = policy_.window;
     s.entries.assign(n_layer_, std::vector<int64_t>(n_head_kv_));
     s.beyond.assign(n_layer_, std::vector<int64_t>(n_head_kv_));
-    int64_t kept = 0, kept_beyond = 0, pages = 0;
+    int64_t kept = 0, kept_beyond = 0;
     for (int l = 0; l < n_layer_; ++l)
         for (int h = 0; h < n_head_kv_; ++h) {
             const HeadCache& hc = head(l, h);
@@ -585,7 +593,6 @@ KVStats KVCache::stats() const {
             s.beyond[l][h] = hc.sinks().size() + hc.global().size();
             kept += hc.size();
             kept_beyond += s.beyond[l][h];
-            pages += static_cast<int64_t>(hc.sinks().pages().size() + hc.window().pages().size() + hc.global().pages().size());
             s.selection_bytes += hc.global().bounds_bytes();
         }
     const int64_t heads = static_cast<int64_t>(n_layer_) * n_head_kv_;
@@ -593,7 +600,7 @@ KVStats KVCache::stats() const {
     const int64_t total_beyond = std::max<int64_t>(0, n_tokens_ - policy_.window) * heads;
     s.compression_ratio = total > 0 ? 1.0 - static_cast<double>(kept) / total : 0.0;
     s.density = total_beyond > 0 ? static_cast<double>(kept_beyond) / total_beyond : 1.0;
-    s.kv_bytes_final = static_cast<uint64_t>(pages) * pool_->page_bytes();
+    s.kv_bytes_final = bytes_in_use();
     s.kv_bytes_peak = std::max(peak_bytes_, s.kv_bytes_final);
     s.kv_bytes_full = static_cast<uint64_t>(total) * 2 * cfg_.head_dim * 2;
     s.scorer_state_bytes = state_ ? state_->bytes() : 0;
@@ -653,7 +660,7 @@ void KVCache::load(BinaryReader& r) {
         clear();
         throw;
     }
-    peak_bytes_ = stats().kv_bytes_final;
+    peak_bytes_ = bytes_in_use();
 }
 
 }  // namespace kvsieve

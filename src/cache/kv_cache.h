@@ -92,11 +92,17 @@ private:
     /// scorer's on_window_exit first, which may rewrite `score`.
     bool is_decode(int64_t T) const { return phase_ == Phase::kAuto ? T == 1 : phase_ == Phase::kDecode; }
     bool admit(int layer, int head, int32_t pos, float& score, const PageStore* store, int64_t slot, int64_t now);
-    HeadCache::Admit admit_fn(int layer, int head, int64_t now) {
+    /// The admission test of (layer, head) at step `now`, as a callable for HeadCache::append (passed as a
+    /// temporary, so that the HeadCache::Admit reference to it lives through the call).
+    auto admit_fn(int layer, int head, int64_t now) {
         return [this, layer, head, now](int32_t p, float& s, const PageStore* st, int64_t slot) {
             return admit(layer, head, p, s, st, slot, now);
         };
     }
+
+    /// Bytes of the pages this sequence holds now (KVStats::kv_bytes_final without building the per-head
+    /// tables: the peak is tracked after every step).
+    uint64_t bytes_in_use() const;
 
     ModelConfig cfg_;
     int64_t n_ctx_;
