@@ -7,6 +7,7 @@
 // R̄ uses the model's own RoPE (PrefillScoreInput::rope: partial rotation, frequency factors, linear scaling).
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include <cblas.h>
 
@@ -122,14 +123,27 @@ private:
 }  // namespace
 
 namespace {
-Policy make_expected_attention(PolicyParams& p, const std::string& default_rule, double default_epsilon) {
+/// The keys of both presets; `default_rule` and `default_epsilon` differ between them.
+std::vector<ParamDecl> expected_attention_params(const std::string& default_rule, const std::string& default_epsilon) {
+    const std::string src = "Expected Attention §3 (kvpress ExpectedAttentionPress)";
+    return merge_params(
+        budget_rule_params("0.5", default_rule),
+        {int_param("n_future", 1, kMaxTokens, "512", "future positions whose mean RoPE rotation moves the query statistics",
+                   "Expected Attention §3, eq. 5 (kvpress n_future_positions)"),
+         int_param("n_sink", 0, kMaxTokens, "4", "first entries scored max + 1 and left out of the query statistics",
+                   "kvpress ExpectedAttentionPress n_sink"),
+         flag_param("cov", "1", "use the queries' covariance Σ (0: the mean only)", "Expected Attention §3, eq. 6 (kvpress use_covariance)"),
+         flag_param("vnorm", "1", "multiply by ‖v‖ (plus ε)", "Expected Attention §3 (kvpress use_vnorm)"),
+         real_param("epsilon", 0, std::numeric_limits<double>::infinity(), default_epsilon,
+                    "ε added to the expected attention before the ‖v‖ factor", src)});
+}
+
+Policy make_expected_attention(PolicyParams& p) {
     Policy pol;
-    const int64_t nf = p.get_int("n_future", 512), ns = p.get_int("n_sink", 4);
-    require(nf > 0 && ns >= 0, "policy ", p.preset(), ": n_future must be positive, n_sink ≥ 0");
-    pol.scorer = std::make_shared<ExpectedAttentionScorer>(static_cast<int>(nf), static_cast<int>(ns),
-                                                           p.get_int("cov", 1) != 0, p.get_int("vnorm", 1) != 0,
-                                                           p.get_double("epsilon", default_epsilon));
-    read_budget_rule(p, pol, 0.5, default_rule);
+    const int64_t nf = p.get_int("n_future"), ns = p.get_int("n_sink");
+    pol.scorer = std::make_shared<ExpectedAttentionScorer>(static_cast<int>(nf), static_cast<int>(ns), p.get_flag("cov"),
+                                                           p.get_flag("vnorm"), p.get_double("epsilon"));
+    read_budget_rule(p, pol);
     return pol;
 }
 }  // namespace
@@ -137,11 +151,11 @@ Policy make_expected_attention(PolicyParams& p, const std::string& default_rule,
 void register_expected_attention() {
     // kvpress ExpectedAttentionPress's defaults (ε = 0, one budget per head).
     register_preset({"expected_attention", "expected attention of future queries (Devoto et al. 2025)",
-                     [](PolicyParams& p) { return make_expected_attention(p, "head", 0.0); }});
+                     expected_attention_params("head", "0"), make_expected_attention});
     // The kvpress leaderboard's configuration (kvpress evaluation/evaluate_registry.py:
     // adakv_expected_attention_e2 = AdaKVPress(ExpectedAttentionPress(epsilon=1e-2))): AdaKV layer budgets, ε = 1e-2.
     register_preset({"adakv_expected_attention_e2", "Expected Attention as kvpress's leaderboard runs it (AdaKV, ε = 1e-2)",
-                     [](PolicyParams& p) { return make_expected_attention(p, "layer", 1e-2); }});
+                     expected_attention_params("layer", "0.01"), make_expected_attention});
 }
 
 }  // namespace kvsieve

@@ -7,11 +7,13 @@
 namespace kvsieve {
 
 void register_full() {
-    register_preset({"full", "no compression (reference)", [](PolicyParams& p) {
+    register_preset({"full", "no compression (reference)",
+                     {int_param("sinks", 0, kMaxTokens, "0",
+                                "s: first entries held in the sink region, read at every step by a read-time selection",
+                                "StreamingLLM §3.2")},
+                     [](PolicyParams& p) {
                          Policy pol;
-                         const int64_t s = p.get_int("sinks", 0);
-                         require(s >= 0, "policy full: sinks must be ≥ 0");
-                         pol.sinks = static_cast<int>(s);
+                         pol.sinks = static_cast<int>(p.get_int("sinks"));
                          return pol;
                      }});
 }

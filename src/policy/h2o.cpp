@@ -51,17 +51,22 @@ public:
 }  // namespace
 
 void register_h2o() {
-    register_preset({"h2o", "accumulated attention (Zhang et al. 2023)", [](PolicyParams& p) {
+    register_preset({"h2o", "accumulated attention (Zhang et al. 2023)",
+                     merge_params(budget_rule_params(),
+                                  {with_note(int_param("window", 0, kMaxTokens, "",
+                                                       "w: recent entries always kept; with budget=K they are part of K",
+                                                       "H2O Alg. 1 (recent half of the budget)"),
+                                             "K/2 with budget=K, else 0; 128 with timing=at_window_exit")}),
+                     [](PolicyParams& p) {
                          Policy pol;
                          pol.scorer = std::make_shared<H2OScorer>();
-                         read_budget_rule(p, pol, 0.5);
+                         read_budget_rule(p, pol);
                          // A budget K keeps the K/2 most recent entries (a local window, H2O Alg. 1's recent
                          // half) and K − K/2 heavy hitters beyond it: B = s + w + k. window=W sets the recent
                          // part (0: heavy hitters only). Ratios follow kvpress (no window) unless window is given.
                          if (pol.timing != Timing::kAtWindowExit && pol.timing != Timing::kAtWrite) {
                              const int64_t K = pol.compression.budget;
                              const int64_t w = p.get_int("window", K > 0 ? K / 2 : 0);
-                             require(w >= 0, "policy h2o: window must be ≥ 0");
                              require(K <= 0 || w < K, "policy h2o: window=", w, " leaves no room for heavy hitters in budget=", K);
                              pol.window = static_cast<int>(w);
                              if (K > 0) pol.compression.budget = K - w;

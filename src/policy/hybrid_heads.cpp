@@ -60,14 +60,20 @@ std::set<std::pair<int, int>> parse_heads(const std::string& s) {
 }  // namespace
 
 void register_hybrid_heads() {
-    register_preset({"hybrid_heads", "static local/global heads (SP-KV §4 hybrid design)", [](PolicyParams& p) {
+    register_preset({"hybrid_heads", "static local/global heads (SP-KV §4 hybrid design)",
+                     {with_note(name_param("global", "", "the global heads as LAYER.HEAD pairs joined by '/' (empty: every "
+                                                         "head local)",
+                                           "SP-KV §4"),
+                                "required"),
+                      int_param("window", 1, kMaxTokens, "128", "w: recent entries every head keeps", "SP-KV §4"),
+                      int_param("sinks", 0, kMaxTokens, "0", "s: first entries every head keeps", "StreamingLLM §3.2")},
+                     [](PolicyParams& p) {
                          require(p.has("global"), "policy hybrid_heads needs global=L.H/L.H/... (the global heads)");
                          Policy pol;
                          pol.scorer = std::make_shared<StaticHeadScorer>(parse_heads(p.get_string("global", "")));
                          pol.admission.kind = Rule::Kind::kThreshold;
                          pol.admission.tau = 0.5;
-                         const int64_t w = p.get_int("window", 128), s = p.get_int("sinks", 0);
-                         require(w > 0 && s >= 0, "policy hybrid_heads: window must be > 0 and sinks ≥ 0");
+                         const int64_t w = p.get_int("window"), s = p.get_int("sinks");
                          pol.window = static_cast<int>(w);
                          pol.sinks = static_cast<int>(s);
                          pol.timing = Timing::kAtWindowExit;

@@ -30,10 +30,10 @@ public:
 }  // namespace
 
 void register_knorm() {
-    register_preset({"knorm", "−‖k‖ (Devoto et al. 2024)", [](PolicyParams& p) {
+    register_preset({"knorm", "−‖k‖ (Devoto et al. 2024)", budget_rule_params(), [](PolicyParams& p) {
                          Policy pol;
                          pol.scorer = std::make_shared<KnormScorer>();
-                         read_budget_rule(p, pol, 0.5);
+                         read_budget_rule(p, pol);
                          return pol;
                      }});
 }

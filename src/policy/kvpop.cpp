@@ -152,17 +152,17 @@ private:
 
 Policy make_kvpop(PolicyParams& p, bool mlstm) {
     const std::string name = mlstm ? "kvpop" : "kvpop_mlp";
-    const std::string path = p.get_string("model", "");
-    require(!path.empty(), "policy ", name, ": model=<scorer .safetensors or directory> is required");
+    const std::string path = p.get_model_path("scorer .safetensors or directory");
     // Defaults: what the scorer was trained for (its config.json), else the paper's s = 4, w = 256.
     const KvpopConfig trained = read_kvpop_config(path);
     const int64_t s = p.get_int("sinks", trained.sinks), w = p.get_int("window", trained.window);
-    require(s >= 0 && w >= 0, "policy ", name, ": sinks and window must be ≥ 0");
+    require(s >= 0 && w >= 0 && s <= kMaxTokens && w <= kMaxTokens, "policy ", name, ": the scorer's sinks=", s,
+            " and window=", w, " must be in [0, ", kMaxTokens, "]");
     require(p.has("budget"), "policy ", name, ": budget=B (entries per KV head, B = sinks + window + k) is required");
     const int64_t B = p.get_int("budget", 0);
     require(B > s + w, "policy ", name, ": budget=", B, " leaves no long-range entries beyond sinks=", s, " and window=",
             w, " (B = s + w + k with k ≥ 1)");
-    const bool delayed = p.get_int("delayed", trained.delayed ? 1 : 0) != 0;
+    const bool delayed = p.get_flag("delayed", trained.delayed);
     require(mlstm || !p.has("delayed") || !delayed, "policy kvpop_mlp scores at write: delayed=1 needs the mLSTM (kvpop)");
     Policy pol;
     pol.scorer = std::make_shared<KvpopScorer>(path, mlstm, w, delayed && mlstm && w > 0);
@@ -174,12 +174,30 @@ Policy make_kvpop(PolicyParams& p, bool mlstm) {
     pol.every_n = 1;
     return pol;
 }
+
+std::vector<ParamDecl> kvpop_params() {
+    return {with_note(name_param("model", "", "the scorer: a .safetensors file or a directory with model.safetensors and "
+                                              "config.json (a registered predictor name under kvsieve serve)",
+                                 "KVpop §3"),
+                      "required"),
+            with_note(int_param("budget", 1, kMaxTokens, "", "B = s + w + k: entries each KV head keeps (k ≥ 1)",
+                                "KVpop eq. 1"),
+                      "required"),
+            with_note(int_param("sinks", 0, kMaxTokens, "", "s: first entries always kept", "KVpop eq. 1"),
+                      "the scorer's config.json sinks, else 4"),
+            with_note(int_param("window", 0, kMaxTokens, "", "w: recent entries always kept", "KVpop eq. 1"),
+                      "the scorer's config.json window, else 256"),
+            with_note(flag_param("delayed", "", "1: read the mLSTM when the entry leaves the window; 0: at write "
+                                                "(kvpop_mlp: 0 only)",
+                                 "KVpop eqs. 41–42"),
+                      "the scorer's config.json delayed, else 1")};
+}
 }  // namespace
 
 void register_kvpop() {
-    register_preset({"kvpop", "fixed-budget eviction, delayed mLSTM scorer (KVpop)",
+    register_preset({"kvpop", "fixed-budget eviction, delayed mLSTM scorer (KVpop)", kvpop_params(),
                      [](PolicyParams& p) { return make_kvpop(p, true); }});
-    register_preset({"kvpop_mlp", "fixed-budget eviction, stateless MLP scorer (KVpop_mlp)",
+    register_preset({"kvpop_mlp", "fixed-budget eviction, stateless MLP scorer (KVpop_mlp)", kvpop_params(),
                      [](PolicyParams& p) { return make_kvpop(p, false); }});
 }
 

@@ -7,6 +7,7 @@
 // rule=head|layer ranks the same scores by a budget after the prefill instead (kvpress kvzap_mlp_head and
 // kvzap_mlp_layer); window=0 judges each entry as it is written (the paper's window ablation).
 //   kvzap:model=DIR[,tau=-4][,window=128][,sinks=0]   kvzap:model=DIR,rule=head|layer,ratio=R[,sinks=S,window=W]
+#include <limits>
 #include <map>
 #include <memory>
 
@@ -44,31 +45,45 @@ private:
 }  // namespace
 
 void register_kvzap() {
-    register_preset({"kvzap", "learned admission from hidden states (KVzap)", [](PolicyParams& p) {
-                         const std::string dir = p.get_string("model", "");
-                         require(!dir.empty(), "policy kvzap: model=<checkpoint directory> is required");
+    const double inf = std::numeric_limits<double>::infinity();
+    register_preset({"kvzap", "learned admission from hidden states (KVzap)",
+                     merge_params(budget_rule_params("0.5", "head"),
+                                  {with_note(name_param("model", "", "the surrogate's checkpoint directory (a registered "
+                                                                     "predictor name under kvsieve serve)",
+                                                        "KVzap §3.3 (kvpress KVzapModel)"),
+                                             "required"),
+                                   enum_param("rule", {"threshold", "head", "layer"}, "threshold",
+                                              "threshold: admission at window exit; head|layer: the scores ranked by a "
+                                              "budget after the prefill (with the budget rule keys)",
+                                              "KVzap Alg. 1; kvpress kvzap_mlp_head / kvzap_mlp_layer"),
+                                   real_param("tau", -inf, inf, "-4", "τ: keep an entry iff its predicted log score ≥ τ",
+                                              "KVzap §3.3 (−4 for Qwen3-8B, −7 for Llama-3.1-8B)"),
+                                   with_note(int_param("window", 0, kMaxTokens, "",
+                                                       "w: recent entries always kept (0: each entry judged at write)",
+                                                       "KVzap Alg. 1"),
+                                             "128; 0 with rule=head|layer"),
+                                   flag_param("sparse_prefill", "0", "1: gate the prefill by the admission (0: dense, as kvpress)",
+                                              "SP-KV eqs. 3–5")}),
+                     [](PolicyParams& p) {
+                         const std::string dir = p.get_model_path("checkpoint directory");
                          Policy pol;
                          pol.scorer = std::make_shared<KVzapScorer>(std::make_shared<KVzapModel>(KVzapModel::load(dir)), dir);
-                         const std::string rule = p.get_string("rule", "threshold");
+                         const std::string rule = p.get_string("rule");
                          if (rule != "threshold") {
                              // kvpress kvzap_mlp_head (KVzapPress) / kvzap_mlp_layer (AdaKVPress(KVzapPress)): the
                              // predicted scores ranked by a per-head or per-layer budget after the prefill.
-                             require(rule == "head" || rule == "layer", "policy kvzap: rule='", rule,
-                                     "' is not threshold, head or layer");
-                             read_budget_rule(p, pol, 0.5, rule);
+                             read_budget_rule(p, pol);
                              return pol;
                          }
                          pol.admission.kind = Rule::Kind::kThreshold;
-                         pol.admission.tau = p.get_double("tau", -4.0);
-                         const int64_t w = p.get_int("window", 128), s = p.get_int("sinks", 0);
-                         require(w >= 0, "policy kvzap: window=", w, " must be ≥ 0");
-                         require(s >= 0, "policy kvzap: sinks must be ≥ 0");
+                         pol.admission.tau = p.get_double("tau");
+                         const int64_t w = p.get_int("window", 128), s = p.get_int("sinks");
                          pol.window = static_cast<int>(w);
                          pol.sinks = static_cast<int>(s);
                          // w = 0: the paper's window ablation, each entry judged as it is written.
                          pol.timing = w > 0 ? Timing::kAtWindowExit : Timing::kAtWrite;
                          // kvpress prefills densely and evicts after; sparse_prefill=1 gates the prefill instead.
-                         pol.gated_prefill = p.get_int("sparse_prefill", 0) != 0;
+                         pol.gated_prefill = p.get_flag("sparse_prefill");
                          return pol;
                      }});
 }

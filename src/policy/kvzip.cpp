@@ -166,16 +166,13 @@ std::string kvzip_key(bool plus, const KVzipSpec& spec, const std::string& rows,
 
 Policy make_kvzip(PolicyParams& p, bool plus) {
     Policy pol;
-    pol.sinks = 4;  // read by read_budget_rule as sinks=…, then moved into the reconstruction
-    read_budget_rule(p, pol, 0.5, "global");
+    read_budget_rule(p, pol);  // sinks (4 by default) are then moved into the reconstruction
     require(pol.timing == Timing::kAfterPrefill, "policy ", p.preset(), ": KVzip scores once, after the prefill (every=0)");
     KVzipSpec spec;
     spec.plus = plus;
-    spec.chunk = p.get_int("chunk", 2048);
-    const std::string rows = p.get_string("rows", "all");
-    require(rows == "all" || rows == "repeat", "policy ", p.preset(), ": rows='", rows, "' is not all or repeat");
+    spec.chunk = p.get_int("chunk");
+    const std::string rows = p.get_string("rows");
     spec.repeat_rows_only = rows == "repeat";
-    require(spec.chunk > 0, "policy ", p.preset(), ": chunk must be positive");
     spec.sinks = pol.sinks;
     pol.sinks = 0;  // protected by their scores (max + 1, as kvpress), not held in a separate region
     pol.after_prefill_key = kvzip_key(plus, spec, rows, pol);
@@ -191,12 +188,22 @@ Policy make_kvzip(PolicyParams& p, bool plus) {
     };
     return pol;
 }
+
+std::vector<ParamDecl> kvzip_params() {
+    return merge_params(
+        budget_rule_params("0.5", "global", "4"),
+        {int_param("chunk", 1, kMaxTokens, "2048", "context tokens repeated per reconstruction chunk",
+                   "KVzip §3.2 (kvpress KVzipPress chunk_size)"),
+         enum_param("rows", {"all", "repeat"}, "all",
+                    "rows the max runs over: every replayed token (kvpress) or the repeated context only",
+                    "KVzap paper eq. 3 (repeat)")});
+}
 }  // namespace
 
 void register_kvzip() {
-    register_preset({"kvzip", "context-reconstruction attention (Kim et al. 2025)",
+    register_preset({"kvzip", "context-reconstruction attention (Kim et al. 2025)", kvzip_params(),
                      [](PolicyParams& p) { return make_kvzip(p, false); }});
-    register_preset({"kvzip_plus", "KVzip with ‖W_O v‖ / ‖h‖ normalisation (KVzap paper §3.2)",
+    register_preset({"kvzip_plus", "KVzip with ‖W_O v‖ / ‖h‖ normalisation (KVzap paper §3.2)", kvzip_params(),
                      [](PolicyParams& p) { return make_kvzip(p, true); }});
 }
 

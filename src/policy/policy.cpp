@@ -1,7 +1,9 @@
 #include "policy/policy.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <stdexcept>
 
 #include "util/error.h"
 
@@ -35,44 +37,93 @@ std::string Policy::describe() const {
     return s;
 }
 
-PolicyParams::PolicyParams(std::string preset, std::map<std::string, std::string> kv)
-    : preset_(std::move(preset)), kv_(std::move(kv)) {}
+PolicyParams::PolicyParams(std::string preset, const std::vector<ParamDecl>& decls,
+                           std::map<std::string, std::string> kv, const PolicyParseOptions* options)
+    : preset_(std::move(preset)), decls_(&decls), options_(options) {
+    for (const auto& [k, text] : kv) {
+        auto it = std::find_if(decls.begin(), decls.end(), [&](const ParamDecl& d) { return d.key == k; });
+        if (it == decls.end())
+            fail("policy ", preset_, ": unknown key '", k, "' (valid keys: ", param_keys_text(decls), ")");
+        values_[k] = parse_param_value(preset_, *it, text);
+    }
+}
 
-std::string PolicyParams::get_string(const std::string& k, const std::string& def) {
-    auto it = kv_.find(k);
-    if (it == kv_.end()) return def;
+const ParamDecl& PolicyParams::decl(const std::string& k) const {
+    for (const ParamDecl& d : *decls_)
+        if (d.key == k) return d;
+    throw std::logic_error("policy " + preset_ + " reads key '" + k + "', which it does not declare");
+}
+
+const ParamValue* PolicyParams::given(const std::string& k) {
+    (void)decl(k);
+    auto it = values_.find(k);
+    if (it == values_.end()) return nullptr;
     used_[k] = true;
-    return it->second;
+    return &it->second;
 }
 
-double PolicyParams::get_double(const std::string& k, double def) {
-    if (!has(k)) return def;
-    const std::string v = get_string(k, "");
-    char* end = nullptr;
-    const double x = std::strtod(v.c_str(), &end);
-    require(!v.empty() && end && *end == '\0' && std::isfinite(x), "policy ", preset_, ": ", k, "='", v,
-            "' is not a number");
-    return x;
+ParamValue PolicyParams::default_of(const std::string& k) const {
+    const ParamDecl& d = decl(k);
+    if (d.default_value.empty())
+        throw std::logic_error("policy " + preset_ + " reads key '" + k + "' without a fallback, and it has no default");
+    return parse_param_value(preset_, d, d.default_value);
 }
 
-int64_t PolicyParams::get_int(const std::string& k, int64_t def) {
-    if (!has(k)) return def;
-    const std::string v = get_string(k, "");
-    char* end = nullptr;
-    const long long x = std::strtoll(v.c_str(), &end, 10);
-    require(!v.empty() && end && *end == '\0', "policy ", preset_, ": ", k, "='", v, "' is not an integer");
-    return x;
+namespace {
+void expect_type(const std::string& preset, const ParamDecl& d, std::initializer_list<ParamType> types) {
+    for (ParamType t : types)
+        if (d.type == t) return;
+    throw std::logic_error("policy " + preset + " reads key '" + d.key + "' of type " + d.type_name() + " as another type");
+}
+}  // namespace
+
+double PolicyParams::get_double(const std::string& k) {
+    expect_type(preset_, decl(k), {ParamType::kReal, ParamType::kRatio});
+    const ParamValue* v = given(k);
+    return v ? v->r : default_of(k).r;
 }
 
-double PolicyParams::get_ratio(const std::string& k, double def) {
-    const double r = get_double(k, def);
-    require(r >= 0 && r < 1, "policy ", preset_, ": ", k, "=", r, " is outside [0, 1)");
-    return r;
+double PolicyParams::get_double(const std::string& k, double fallback) {
+    expect_type(preset_, decl(k), {ParamType::kReal, ParamType::kRatio});
+    const ParamValue* v = given(k);
+    return v ? v->r : fallback;
+}
+
+int64_t PolicyParams::get_int(const std::string& k) {
+    expect_type(preset_, decl(k), {ParamType::kInt, ParamType::kFlag});
+    const ParamValue* v = given(k);
+    return v ? v->i : default_of(k).i;
+}
+
+int64_t PolicyParams::get_int(const std::string& k, int64_t fallback) {
+    expect_type(preset_, decl(k), {ParamType::kInt, ParamType::kFlag});
+    const ParamValue* v = given(k);
+    return v ? v->i : fallback;
+}
+
+std::string PolicyParams::get_string(const std::string& k) {
+    expect_type(preset_, decl(k), {ParamType::kEnum, ParamType::kName});
+    const ParamValue* v = given(k);
+    return v ? v->text : default_of(k).text;
+}
+
+std::string PolicyParams::get_string(const std::string& k, const std::string& fallback) {
+    expect_type(preset_, decl(k), {ParamType::kEnum, ParamType::kName});
+    const ParamValue* v = given(k);
+    return v ? v->text : fallback;
+}
+
+std::string PolicyParams::get_model_path(const std::string& what, const std::string& k) {
+    const std::string value = get_string(k, "");
+    require(!value.empty(), "policy ", preset_, ": ", k, "=<", what, "> is required");
+    if (options_ && options_->resolve_model) return options_->resolve_model(preset_, value);
+    return value;
 }
 
 void PolicyParams::check_all_used() const {
-    for (const auto& [k, v] : kv_)
-        if (!used_.count(k)) fail("policy ", preset_, ": unknown key '", k, "'");
+    for (const auto& [k, v] : values_)
+        if (!used_.count(k))
+            fail("policy ", preset_, ": key '", k, "' (", k, "=", v.text, ") does not apply with the other keys given");
 }
 
 namespace {
@@ -82,7 +133,10 @@ std::map<std::string, PresetInfo>& registry() {
 }
 }  // namespace
 
-void register_preset(PresetInfo info) { registry()[info.name] = std::move(info); }
+void register_preset(PresetInfo info) {
+    check_param_decls(info.name, info.params);
+    registry()[info.name] = std::move(info);
+}
 
 const std::map<std::string, PresetInfo>& presets() {
     static const bool once = [] {
@@ -93,8 +147,8 @@ const std::map<std::string, PresetInfo>& presets() {
     return registry();
 }
 
-void read_budget_rule(PolicyParams& p, Policy& policy, double default_ratio, const std::string& default_rule) {
-    const std::string rule = p.get_string("rule", default_rule);
+void read_budget_rule(PolicyParams& p, Policy& policy) {
+    const std::string rule = p.get_string("rule");
     Rule r;
     if (rule == "head") r.kind = Rule::Kind::kHeadBudget;
     else if (rule == "layer") r.kind = Rule::Kind::kLayerBudget;
@@ -106,15 +160,12 @@ void read_budget_rule(PolicyParams& p, Policy& policy, double default_ratio, con
         r.tau = p.get_double("tau", 0);
     } else {
         require(!(p.has("ratio") && p.has("budget")), "policy ", p.preset(), ": give ratio or budget, not both");
-        r.ratio = p.get_ratio("ratio", default_ratio);
+        r.ratio = p.get_ratio("ratio");
         r.budget = p.get_int("budget", -1);
-        require(r.budget == -1 || r.budget > 0, "policy ", p.preset(), ": budget=", r.budget, " must be positive");
-        r.safeguard = p.get_double("safeguard", 0.2);
-        require(r.safeguard >= 0 && r.safeguard <= 1, "policy ", p.preset(), ": safeguard must be in [0, 1]");
+        r.safeguard = p.get_double("safeguard");
     }
     policy.compression = r;
     const int64_t every = p.get_int("every", r.budget > 0 ? 1 : 0);
-    require(every >= 0, "policy ", p.preset(), ": every=", every, " must be ≥ 0");
     policy.timing = every > 0 ? Timing::kEveryNDecodeSteps : Timing::kAfterPrefill;
     policy.every_n = static_cast<int>(std::max<int64_t>(every, 1));
     // Admission timings: the threshold decides once per entry, at write or when it leaves the window.
@@ -125,22 +176,15 @@ void read_budget_rule(PolicyParams& p, Policy& policy, double default_ratio, con
         policy.compression = Rule{};
         policy.timing = timing == "at_write" ? Timing::kAtWrite : Timing::kAtWindowExit;
         const int64_t w = p.get_int("window", timing == "at_write" ? 0 : 128);
-        require(w >= 0, "policy ", p.preset(), ": window must be ≥ 0");
         require(timing == "at_write" ? w == 0 : w > 0, "policy ", p.preset(), ": timing=", timing,
                 timing == "at_write" ? " takes no window" : " needs window > 0");
         policy.window = static_cast<int>(w);
-    } else if (timing != "after_prefill" && timing != "every_n_decode_steps") {
-        fail("policy ", p.preset(), ": timing='", timing,
-             "' is not at_write, at_window_exit, after_prefill or every_n_decode_steps");
     } else {
         // A protected local window beside the budget: each head keeps B = s + w + k (KVpop eq. 1), the rule ranking
         // only the entries beyond the sinks and the window.
-        const int64_t w = p.get_int("window", policy.window);
-        require(w >= 0, "policy ", p.preset(), ": window must be ≥ 0");
-        policy.window = static_cast<int>(w);
+        policy.window = static_cast<int>(p.get_int("window", policy.window));
     }
-    policy.sinks = static_cast<int>(p.get_int("sinks", policy.sinks));
-    require(policy.sinks >= 0, "policy ", p.preset(), ": sinks must be ≥ 0");
+    policy.sinks = static_cast<int>(p.get_int("sinks"));
 }
 
 namespace {
@@ -176,7 +220,10 @@ std::map<std::string, std::string> parse_spec_params(const std::string& name, co
     return kv;
 }
 
-void register_selection(SelectionInfo info) { selection_registry()[info.name] = std::move(info); }
+void register_selection(SelectionInfo info) {
+    check_param_decls(info.name, info.params);
+    selection_registry()[info.name] = std::move(info);
+}
 
 const std::map<std::string, SelectionInfo>& selections() {
     (void)presets();  // registration of presets and selections happens together
@@ -187,9 +234,17 @@ void check_policy_fits(const Policy& p, int64_t n_ctx) {
     if (p.compression.budget > n_ctx)
         fail("policy ", p.name, ": budget=", p.compression.budget, " is larger than the context of ", n_ctx, " tokens");
     if (p.window > n_ctx) fail("policy ", p.name, ": window=", p.window, " is larger than the context of ", n_ctx, " tokens");
+    if (p.sinks > n_ctx) fail("policy ", p.name, ": sinks=", p.sinks, " is larger than the context of ", n_ctx, " tokens");
+    // A head keeps B = s + w + k: sinks, window and (for a per-head rule) the budget beyond them.
+    const bool per_head = p.compression.kind == Rule::Kind::kHeadBudget || p.compression.kind == Rule::Kind::kLayerBudget;
+    const int64_t k = per_head && p.compression.budget > 0 ? p.compression.budget : 0;
+    const int64_t B = static_cast<int64_t>(p.sinks) + p.window + k;
+    if (B > n_ctx)
+        fail("policy ", p.name, ": sinks + window + budget = ", p.sinks, " + ", p.window, " + ", k, " = ", B,
+             " entries per head is larger than the context of ", n_ctx, " tokens");
 }
 
-Policy parse_policy(const std::string& spec) {
+Policy parse_policy(const std::string& spec, const PolicyParseOptions& options) {
     std::vector<std::string> parts;
     for (size_t start = 0;;) {
         const size_t plus = spec.find('+', start);
@@ -213,7 +268,7 @@ Policy parse_policy(const std::string& spec) {
         if (it == all.end())
             fail("unknown policy '", name, "' (known: ", known_names(all), "; read-time selections after '+': ",
                  known_names(sels), ")");
-        PolicyParams params(name, parse_spec_params(name, rest_of(part)));
+        PolicyParams params(name, it->second.params, parse_spec_params(name, rest_of(part)), &options);
         Policy p = it->second.make(params);
         params.check_all_used();
         p.name = name;
@@ -236,7 +291,7 @@ Policy parse_policy(const std::string& spec) {
         const std::string sname = name_of(parts[1]);
         auto si = sels.find(sname);
         require(si != sels.end(), "unknown read-time selection '", sname, "' after '+' (known: ", known_names(sels), ")");
-        PolicyParams sp(sname, parse_spec_params(sname, rest_of(parts[1])));
+        PolicyParams sp(sname, si->second.params, parse_spec_params(sname, rest_of(parts[1])), &options);
         p.selection = si->second.make(sp);
         sp.check_all_used();
     }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "policy/after_prefill.h"
+#include "policy/params.h"
 #include "policy/rule.h"
 #include "policy/scorer.h"
 #include "policy/selection.h"
@@ -58,35 +59,70 @@ struct Policy {
     std::string describe() const;
 };
 
-/// key=value parameters of a spec, read with type and range checks. Every key must be read by the preset;
-/// unread keys are reported as unknown.
+/// How a spec's predictor references become files (the `model=` key of learned presets: kvzap, wgkv, kvpop,
+/// kvpop_mlp). Without a resolver a value is a path on this machine (the command-line tool: its user owns the
+/// files). A server sets one that accepts only the names of predictors its operator registered
+/// (predict/predictor_registry.h), so that a request never names a file.
+struct PolicyParseOptions {
+    /// (preset, value of `model=`) → the path to load. Throws Error for a value it refuses; the message is shown to
+    /// whoever wrote the spec, so it must not reveal paths or file contents.
+    std::function<std::string(const std::string& preset, const std::string& value)> resolve_model;
+};
+
+/// key=value parameters of a spec, checked against the preset's declarations (policy/params.h) when constructed.
+/// A getter without a fallback returns the declared default; one with a fallback is for keys whose default depends
+/// on other keys (declared with a note, no literal default). Keys that were given but that no getter read (a key that
+/// does not apply to the chosen variant, such as tau with a budget rule) are refused by check_all_used.
 class PolicyParams {
 public:
-    PolicyParams(std::string preset, std::map<std::string, std::string> kv);
-    bool has(const std::string& k) const { return kv_.count(k) > 0; }
-    double get_double(const std::string& k, double def);
-    int64_t get_int(const std::string& k, int64_t def);
-    std::string get_string(const std::string& k, const std::string& def);
+    /// Throws Error for a key not among `decls` (listing the valid keys) or a value its declaration refuses
+    /// (parse_param_value). `decls` must outlive this object.
+    PolicyParams(std::string preset, const std::vector<ParamDecl>& decls, std::map<std::string, std::string> kv,
+                 const PolicyParseOptions* options = nullptr);
+    bool has(const std::string& k) const { return values_.count(k) > 0; }
+    /// real or ratio key. Throws std::logic_error if the key is undeclared or has no literal default.
+    double get_double(const std::string& k);
+    double get_double(const std::string& k, double fallback);
+    /// int or flag key.
+    int64_t get_int(const std::string& k);
+    int64_t get_int(const std::string& k, int64_t fallback);
     /// ratio ∈ [0, 1) (a compression ratio: the fraction removed).
-    double get_ratio(const std::string& k, double def);
+    double get_ratio(const std::string& k) { return get_double(k); }
+    /// flag key: value != 0.
+    bool get_flag(const std::string& k) { return get_int(k) != 0; }
+    bool get_flag(const std::string& k, bool fallback) { return get_int(k, fallback ? 1 : 0) != 0; }
+    /// enum or name key, as written.
+    std::string get_string(const std::string& k);
+    std::string get_string(const std::string& k, const std::string& fallback);
+    /// The file a predictor reference (key `k`, `model=` by default) names: the value itself, or what the options'
+    /// resolver makes of it. `what` describes the expected value in the error for a missing key ("checkpoint
+    /// directory"). Throws Error when the key is missing or the resolver refuses the value.
+    std::string get_model_path(const std::string& what, const std::string& k = "model");
     /// Throws Error listing keys that no getter read.
     void check_all_used() const;
     const std::string& preset() const { return preset_; }
 
 private:
+    const ParamDecl& decl(const std::string& k) const;
+    const ParamValue* given(const std::string& k);
+    ParamValue default_of(const std::string& k) const;
+
     std::string preset_;
-    std::map<std::string, std::string> kv_;
+    const std::vector<ParamDecl>* decls_;
+    std::map<std::string, ParamValue> values_;
     std::map<std::string, bool> used_;
+    const PolicyParseOptions* options_;
 };
 
 /// A preset: builds a Policy from parameters.
 struct PresetInfo {
     std::string name;
-    std::string summary;  ///< one line with the source paper
+    std::string summary;             ///< one line with the source paper
+    std::vector<ParamDecl> params;   ///< every key it accepts (policy/params.h)
     std::function<Policy(PolicyParams&)> make;
 };
 
-/// Registers a preset (called from policy/registry.cpp).
+/// Registers a preset (called from policy/registry.cpp). Throws Error when its declarations are malformed.
 void register_preset(PresetInfo info);
 /// All presets, by name.
 const std::map<std::string, PresetInfo>& presets();
@@ -95,6 +131,7 @@ const std::map<std::string, PresetInfo>& presets();
 struct SelectionInfo {
     std::string name;
     std::string summary;  ///< one line with the source paper
+    std::vector<ParamDecl> params;
     std::function<Selection(PolicyParams&)> make;
 };
 /// Registers a selection (called from policy/registry.cpp).
@@ -112,22 +149,26 @@ Policy stack_admission(const Policy& admit, const Policy& evict);
 /// Parses "NAME[:key=value,...][+SELECTION[:key=value,...]]" into a policy: a preset, optionally followed by a
 /// read-time selection; a selection alone ("quest:budget=512") applies to the full cache. "A>B[+SELECTION]" stacks
 /// admission policy A in front of eviction policy B (stack_admission). Throws Error for an unknown
-/// preset, selection or key, or a bad value (a ratio outside [0, 1), a budget that is not a positive integer, a
-/// threshold that is not a number), or more than one selection.
-Policy parse_policy(const std::string& spec);
+/// preset, selection or key (listing the valid ones), a value its declaration refuses (policy/params.h: overflow,
+/// NaN or ±inf, outside the range), a key that does not apply to the chosen variant, a predictor reference the
+/// options' resolver refuses, or more than one selection.
+Policy parse_policy(const std::string& spec, const PolicyParseOptions& options = {});
 
 /// The "key=value,..." text after a spec's colon, of the preset `name`, as a map (keys in sorted order). Throws Error
 /// for an item that is not key=value or a key given twice.
 std::map<std::string, std::string> parse_spec_params(const std::string& name, const std::string& rest);
 
-/// Throws Error naming the value when the policy's budget or window is larger than a context of n_ctx tokens.
+/// Throws Error naming the value when the policy's budget or window is larger than a context of n_ctx tokens, or
+/// when a head's protected and budgeted entries B = s + w + k (sinks, window, per-head budget) exceed it.
 void check_policy_fits(const Policy& p, int64_t n_ctx);
 
-/// Shared handling of the budget keys of scored presets: `ratio` (kvpress compression ratio) or
-/// `budget` (entries k per head beyond the sinks and the window), `rule` = head (default) | layer | global,
-/// `safeguard` for layer, `every` (decode steps between evictions; 0 = prefill only), `sinks` = s and `window` = w
-/// (protected regions, so that a head keeps B = s + w + k; both 0 by default, when ratio and budget count every
-/// entry). Sets policy.compression, timing, sinks and window.
-void read_budget_rule(PolicyParams& p, Policy& policy, double default_ratio, const std::string& default_rule = "head");
+/// Shared handling of the budget keys of scored presets (declared by budget_rule_params, policy/params.h): `ratio`
+/// (kvpress compression ratio) or `budget` (entries k per head beyond the sinks and the window), `rule` = head |
+/// layer | global | threshold (with `tau`), `safeguard` for layer, `every` (decode steps between evictions; 0 =
+/// prefill only), `timing`, `sinks` = s and `window` = w (protected regions, so that a head keeps B = s + w + k; both
+/// 0 by default, when ratio and budget count every entry). The defaults are the preset's declared ones. Sets
+/// policy.compression, admission, timing, sinks and window. Throws Error for a combination that does not hold
+/// (ratio and budget, threshold without tau, an admission timing without a threshold, …).
+void read_budget_rule(PolicyParams& p, Policy& policy);
 
 }  // namespace kvsieve

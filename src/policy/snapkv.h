@@ -2,6 +2,7 @@
 // SnapKV's scores, shared by the snapkv and pyramidkv presets.
 #include <vector>
 
+#include "policy/params.h"
 #include "policy/scorer.h"
 
 namespace kvsieve {
@@ -13,5 +14,9 @@ namespace kvsieve {
 /// get (max over the layer) + 1. A chunk of T ≤ window tokens (chunked prefill) observes with its last T − 1
 /// queries; a single token leaves every score at 1.
 void snapkv_scores(const PrefillScoreInput& in, int window, int kernel, std::vector<std::vector<float>>& scores);
+
+/// The keys of SnapKV's scores, shared by snapkv and pyramidkv: window_size (observation window, 64) and kernel
+/// (pooling width, odd, 5).
+std::vector<ParamDecl> snapkv_params();
 
 }  // namespace kvsieve

@@ -56,22 +56,30 @@ private:
 }  // namespace
 
 void register_spkv() {
-    register_preset({"spkv", "learned utility gates trained with the model (SP-KV)", [](PolicyParams& p) {
+    register_preset({"spkv", "learned utility gates trained with the model (SP-KV)",
+                     {enum_param("rule", {"threshold"}, "threshold", "the only rule: keep an entry iff u ≥ τ",
+                                 "SP-KV eq. 7"),
+                      real_param("tau", 0, 1, "0.5", "τ: keep an entry beyond the window iff its utility u ≥ τ",
+                                 "SP-KV eq. 7 (hard threshold)"),
+                      with_note(int_param("window", 0, kMaxTokens, "", "w: recent entries always kept (0: at write)",
+                                          "SP-KV §3 (128)"),
+                                "the gates' trained window (GGUF kvsieve.predictor.spkv.window), else 128"),
+                      with_note(int_param("sinks", 0, kMaxTokens, "", "s: first entries always kept", "StreamingLLM §3.2"),
+                                "the gates' trained sinks (GGUF kvsieve.predictor.spkv.sinks), else 0"),
+                      flag_param("sparse_prefill", "1", "1: gated prefill as the paper's; 0: dense, admission afterwards",
+                                 "SP-KV eqs. 3–5")},
+                     [](PolicyParams& p) {
                          Policy pol;
                          pol.scorer = std::make_shared<SpkvScorer>(p.has("window"), p.has("sinks"));
                          pol.admission.kind = Rule::Kind::kThreshold;
                          // rule=threshold is the only rule (accepted so `eval sweep --thresholds` can name it).
-                         require(p.get_string("rule", "threshold") == "threshold",
-                                 "policy spkv keeps an entry iff u ≥ tau: rule must be threshold");
-                         pol.admission.tau = p.get_double("tau", 0.5);
-                         require(pol.admission.tau >= 0 && pol.admission.tau <= 1, "policy spkv: tau=", pol.admission.tau,
-                                 " is not a utility in [0, 1]");
+                         (void)p.get_string("rule");
+                         pol.admission.tau = p.get_double("tau");
                          const int64_t w = p.get_int("window", 128), s = p.get_int("sinks", 0);
-                         require(w >= 0 && s >= 0, "policy spkv: window and sinks must be ≥ 0");
                          pol.window = static_cast<int>(w);
                          pol.sinks = static_cast<int>(s);
                          pol.timing = w > 0 ? Timing::kAtWindowExit : Timing::kAtWrite;
-                         pol.gated_prefill = p.get_int("sparse_prefill", 1) != 0;  // the paper's prefill (eqs. 3–5)
+                         pol.gated_prefill = p.get_flag("sparse_prefill");  // the paper's prefill (eqs. 3–5)
                          return pol;
                      }});
 }

@@ -79,10 +79,10 @@ public:
 }  // namespace
 
 void register_tova() {
-    register_preset({"tova", "last-query attention (Oren et al. 2024)", [](PolicyParams& p) {
+    register_preset({"tova", "last-query attention (Oren et al. 2024)", budget_rule_params(), [](PolicyParams& p) {
                          Policy pol;
                          pol.scorer = std::make_shared<TovaScorer>();
-                         read_budget_rule(p, pol, 0.5);
+                         read_budget_rule(p, pol);
                          return pol;
                      }});
 }

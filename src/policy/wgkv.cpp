@@ -46,14 +46,27 @@ private:
 }  // namespace
 
 void register_wgkv() {
-    register_preset({"wgkv", "learned write gates on pre/post-RoPE keys, distilled (WG-KV)", [](PolicyParams& p) {
-                         const std::string path = p.get_string("model", "");
-                         require(!path.empty(), "policy wgkv: model=<gates .safetensors or directory> is required");
+    register_preset({"wgkv", "learned write gates on pre/post-RoPE keys, distilled (WG-KV)",
+                     {with_note(name_param("model", "", "the gates: a .safetensors file or a directory with model.safetensors "
+                                                        "(a registered predictor name under kvsieve serve)",
+                                           "WG-KV §3.2"),
+                                "required"),
+                      enum_param("rule", {"threshold"}, "threshold", "the only rule: promote an entry iff g ≥ τ", "WG-KV §4.3"),
+                      with_note(real_param("tau", 0, 1, "", "τ: promote an entry leaving the window iff its gate g ≥ τ",
+                                           "WG-KV §4.3 (0.1)"),
+                                "the gates' config.json tau, else 0.1"),
+                      with_note(int_param("window", 0, kMaxTokens, "", "w: recent entries always kept (0: at write)",
+                                          "WG-KV §4.3 (256)"),
+                                "the gates' config.json window, else 256"),
+                      int_param("sinks", 0, kMaxTokens, "0", "s: first entries always kept", "StreamingLLM §3.2"),
+                      flag_param("sparse_prefill", "1", "1: vertical-slash sparse prefill as the paper's; 0: dense",
+                                 "WG-KV §4.2")},
+                     [](PolicyParams& p) {
+                         const std::string path = p.get_model_path("gates .safetensors or directory");
                          Policy pol;
                          pol.scorer = std::make_shared<WgkvScorer>(path);
                          pol.admission.kind = Rule::Kind::kThreshold;
-                         require(p.get_string("rule", "threshold") == "threshold",
-                                 "policy wgkv keeps an entry iff g ≥ tau: rule must be threshold");
+                         (void)p.get_string("rule");
                          // Defaults: the training's window and τ when the gates say them, else the paper's.
                          double tau0 = 0.1;
                          int64_t w0 = 256;
@@ -69,14 +82,15 @@ void register_wgkv() {
                              if (j.contains("window") && j["window"].is_number_integer()) w0 = j["window"].get<int64_t>();
                          }
                          pol.admission.tau = p.get_double("tau", tau0);
-                         require(pol.admission.tau >= 0 && pol.admission.tau <= 1, "policy wgkv: tau=",
+                         require(pol.admission.tau >= 0 && pol.admission.tau <= 1, "policy wgkv: the gates' tau=",
                                  pol.admission.tau, " is not a gate value in [0, 1]");
-                         const int64_t w = p.get_int("window", w0), s = p.get_int("sinks", 0);
-                         require(w >= 0 && s >= 0, "policy wgkv: window and sinks must be ≥ 0");
+                         const int64_t w = p.get_int("window", w0), s = p.get_int("sinks");
+                         require(w >= 0 && w <= kMaxTokens, "policy wgkv: the gates' window=", w, " is outside [0, ",
+                                 kMaxTokens, "]");
                          pol.window = static_cast<int>(w);
                          pol.sinks = static_cast<int>(s);
                          pol.timing = w > 0 ? Timing::kAtWindowExit : Timing::kAtWrite;
-                         pol.gated_prefill = p.get_int("sparse_prefill", 1) != 0;  // the paper's prefill (§4.2)
+                         pol.gated_prefill = p.get_flag("sparse_prefill");  // the paper's prefill (§4.2)
                          return pol;
                      }});
 }
