@@ -1,7 +1,15 @@
 // Typed preset parameters (policy/params.h): values are checked against each key's declaration before a policy is
-// built, and the declared defaults are what the presets build.
+// built, the declared defaults are what the presets build, and the README's tables are the declarations' listing.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_runner.h"
+#include "policy/catalog.h"
 #include "policy/policy.h"
 #include "test_util.h"
 #include "util/error.h"
@@ -186,6 +194,39 @@ TEST(PolicyParams, EveryKeyIsDeclaredWithTypeRangeDocAndSource) {
     for (const auto& [name, info] : presets())
         for (const ParamDecl& d : info.params)
             if (d.key == "window" || d.key == "sinks" || d.key == "budget") EXPECT_LE(d.imax, kMaxTokens) << name;
+}
+
+TEST(PolicyParams, ReadmeTablesAreTheDeclarations) {
+    std::ifstream f(std::string(KVSIEVE_SOURCE_DIR) + "/README.md");
+    const std::string readme(std::istreambuf_iterator<char>(f), {});
+    const size_t b = readme.find(kPoliciesBegin), e = readme.find(kPoliciesEnd);
+    ASSERT_NE(b, std::string::npos) << "README.md has no line " << kPoliciesBegin;
+    ASSERT_NE(e, std::string::npos) << "README.md has no line " << kPoliciesEnd;
+    const size_t start = b + std::string(kPoliciesBegin).size() + 2;  // the marker line and one blank line
+    const std::string tables = readme.substr(start, e - start);
+    EXPECT_EQ(tables, policies_markdown())
+        << "README.md's policy tables differ from the declarations: paste `kvsieve policies --markdown` between the "
+           "markers";
+}
+
+TEST(PolicyParams, PoliciesCommandListsTheDeclarations) {
+    const auto md = test::run_cli("policies --markdown");
+    EXPECT_EQ(md.status, 0) << md.err;
+    EXPECT_EQ(md.out, policies_markdown());
+    const auto js = test::run_cli("policies streaming_llm --json");
+    ASSERT_EQ(js.status, 0) << js.err;
+    const auto j = nlohmann::json::parse(js.out);
+    ASSERT_EQ(j["presets"].size(), 1u);
+    std::set<std::string> keys;
+    for (const auto& p : j["presets"][0]["params"]) keys.insert(p["key"].get<std::string>());
+    EXPECT_EQ(keys, (std::set<std::string>{"ratio", "sinks", "window"}));
+    EXPECT_EQ(j["presets"][0]["params"][0]["default"], "4");
+    const auto text = test::run_cli("policies quest");
+    EXPECT_EQ(text.status, 0);
+    EXPECT_TRUE(contains(text.out, "page")) << text.out;
+    const auto bad = test::run_cli("policies nosuch");
+    EXPECT_EQ(bad.status, 1);
+    EXPECT_TRUE(contains(bad.err, "unknown policy 'nosuch'")) << bad.err;
 }
 
 }  // namespace

@@ -17,5 +17,6 @@ void add_eval(CLI::App& app);
 void add_eval_tasks(CLI::App& app);
 void add_train(CLI::App& app);
 void add_pull(CLI::App& app);
+void add_policies(CLI::App& app);
 
 }  // namespace kvsieve::cli

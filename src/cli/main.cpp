@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
     kvsieve::cli::add_chat(app);
     kvsieve::cli::add_serve(app);
     kvsieve::cli::add_pull(app);
+    kvsieve::cli::add_policies(app);
     kvsieve::cli::add_tokenize(app);
     kvsieve::cli::add_convert(app);
     kvsieve::cli::add_bench(app);
