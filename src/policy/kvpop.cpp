@@ -18,6 +18,7 @@
 
 #include "policy/policy.h"
 #include "predict/kvpop_scorer.h"
+#include "predict/predictor_registry.h"
 #include "util/error.h"
 
 namespace kvsieve {
@@ -79,7 +80,10 @@ public:
     std::string name() const override { return want_mlstm_ ? "kvpop" : "kvpop_mlp"; }
     void bind(const ModelConfig& c) override {
         if (!net_ || n_layer_ != c.n_layer || hkv_ != c.n_head_kv || d_ != c.head_dim) {
-            auto net = std::make_shared<KvpopScorerNet>(KvpopScorerNet::load(path_, c.n_layer, c.n_head_kv, c.head_dim));
+            // One load per file and model shape, shared (predict/predictor_registry.h).
+            auto net = PredictorRegistry::instance().get<KvpopScorerNet>(
+                "kvpop", path_, cat("L=", c.n_layer, ",Hkv=", c.n_head_kv, ",d=", c.head_dim),
+                [&](const std::string& p) { return KvpopScorerNet::load(p, c.n_layer, c.n_head_kv, c.head_dim); });
             require(net->stateful() == want_mlstm_, "policy ", name(), ": '", path_, "' holds a ",
                     net->stateful() ? "stateful mLSTM scorer: use policy kvpop" : "stateless MLP scorer: use policy kvpop_mlp");
             net_ = std::move(net);

@@ -13,6 +13,7 @@
 
 #include "policy/policy.h"
 #include "predict/kvzap_model.h"
+#include "predict/predictor_registry.h"
 #include "util/error.h"
 
 namespace kvsieve {
@@ -67,7 +68,10 @@ void register_kvzap() {
                      [](PolicyParams& p) {
                          const std::string dir = p.get_model_path("checkpoint directory");
                          Policy pol;
-                         pol.scorer = std::make_shared<KVzapScorer>(std::make_shared<KVzapModel>(KVzapModel::load(dir)), dir);
+                         // One load per checkpoint, shared by every policy and sequence (predict/predictor_registry.h).
+                         auto model = PredictorRegistry::instance().get<KVzapModel>(
+                             "kvzap", dir, "", [](const std::string& d) { return KVzapModel::load(d); });
+                         pol.scorer = std::make_shared<KVzapScorer>(std::move(model), dir);
                          const std::string rule = p.get_string("rule");
                          if (rule != "threshold") {
                              // kvpress kvzap_mlp_head (KVzapPress) / kvzap_mlp_layer (AdaKVPress(KVzapPress)): the

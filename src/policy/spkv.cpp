@@ -11,6 +11,7 @@
 
 #include "io/gguf.h"
 #include "policy/policy.h"
+#include "predict/predictor_registry.h"
 #include "predict/predictor_tensors.h"
 #include "predict/spkv_gates.h"
 #include "util/error.h"
@@ -18,6 +19,12 @@
 namespace kvsieve {
 
 namespace {
+/// The gates a GGUF holds and the window and sinks they were trained with (−1: not recorded).
+struct TrainedGates {
+    SpkvGates gates;
+    int64_t window, sinks;
+};
+
 class SpkvScorer : public Scorer {
 public:
     /// window_given, sinks_given: whether the spec set them (else the model's trained values apply).
@@ -25,12 +32,19 @@ public:
     std::string name() const override { return "spkv"; }
     void bind(const ModelConfig& c) override {
         require(!c.path.empty(), "policy spkv reads its gates from the model's GGUF, and this model has no file");
-        if (gates_ && path_ == c.path) return;  // one load serves every sequence of the model
-        GGUFFile f(c.path);
-        gates_ = std::make_shared<SpkvGates>(SpkvGates::load(f, c.n_layer, c.n_embd, c.n_head_kv));
+        if (gates_ && path_ == c.path) return;
+        // One load per model file serves every policy and sequence (predict/predictor_registry.h).
+        const auto trained = PredictorRegistry::instance().get<TrainedGates>(
+            "spkv", c.path, cat("L=", c.n_layer, ",D=", c.n_embd, ",Hkv=", c.n_head_kv), [&](const std::string& p) {
+                GGUFFile f(p);
+                return TrainedGates{SpkvGates::load(f, c.n_layer, c.n_embd, c.n_head_kv),
+                                    f.get_int(predictor_metadata_key("spkv", "window"), -1),
+                                    f.get_int(predictor_metadata_key("spkv", "sinks"), -1)};
+            });
+        gates_ = std::shared_ptr<const SpkvGates>(trained, &trained->gates);
         path_ = c.path;
-        trained_window_ = f.get_int(predictor_metadata_key("spkv", "window"), -1);
-        trained_sinks_ = f.get_int(predictor_metadata_key("spkv", "sinks"), -1);
+        trained_window_ = trained->window;
+        trained_sinks_ = trained->sinks;
     }
     /// The window and sinks the gates were trained with (the GGUF's kvsieve.predictor.spkv.{window,sinks}) replace
     /// the preset's defaults: the utilities mean "keep beyond this window".

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "policy/policy.h"
+#include "predict/predictor_registry.h"
 #include "predict/wgkv_gates.h"
 #include "util/error.h"
 
@@ -27,9 +28,12 @@ public:
     explicit WgkvScorer(std::string path) : path_(std::move(path)) {}
     std::string name() const override { return "wgkv"; }
     void bind(const ModelConfig& c) override {
-        // One load serves every sequence of the model; the shapes are checked against the model here.
+        // One load per file and model shape serves every policy and sequence (predict/predictor_registry.h); the
+        // shapes are checked against the model here.
         if (!gates_ || n_layer_ != c.n_layer || hkv_ != c.n_head_kv || d_ != c.head_dim)
-            gates_ = std::make_shared<WgkvGates>(WgkvGates::load(path_, c.n_layer, c.n_head_kv, c.head_dim));
+            gates_ = PredictorRegistry::instance().get<WgkvGates>(
+                "wgkv", path_, cat("L=", c.n_layer, ",Hkv=", c.n_head_kv, ",d=", c.head_dim),
+                [&](const std::string& p) { return WgkvGates::load(p, c.n_layer, c.n_head_kv, c.head_dim); });
         n_layer_ = c.n_layer, hkv_ = c.n_head_kv, d_ = c.head_dim;
     }
     bool scores_at_write() const override { return true; }
