@@ -767,5 +767,35 @@ TEST(Metrics, PrometheusTextHasTheCountersAndEscapesLabels) {
     EXPECT_NE(t.find("# TYPE kvsieve_requests_finished_total counter\n"), std::string::npos);
 }
 
+TEST(OpenAIApi, KvPolicyNamesRegisteredPredictorsAndNeverFiles) {
+    const std::string dir = std::string(KVSIEVE_SOURCE_DIR) + "/models/kvzap/stories260K-linear";
+    NamedPredictors preds;
+    preds.add("stories-kvzap", dir);
+    preds.validate(model().config());
+    ApiContext ctx = context(nullptr);
+    ctx.policy_options = preds.parse_options();
+    const ApiRequest r =
+        parse_api_request(json{{"prompt", "x"}, {"kv_policy", "kvzap:model=stories-kvzap,tau=-3"}}, false, ctx);
+    EXPECT_EQ(r.gen.policy.name, "kvzap");
+    EXPECT_DOUBLE_EQ(r.gen.policy.admission.tau, -3);
+    // A file, a device, the registered folder's own path or an unknown name: 400 listing the names, no path or file
+    // content in the message.
+    for (const std::string& spec : std::vector<std::string>{"kvpop:model=/etc/shadow,budget=1024", "wgkv:model=/dev/zero",
+                                   "kvzap:model=" + dir, "kvzap:model=../../etc/passwd", "kvzap:model=nosuch"}) {
+        try {
+            parse_api_request(json{{"prompt", "x"}, {"kv_policy", spec}}, false, ctx);
+            ADD_FAILURE() << "accepted " << spec;
+        } catch (const ApiError& e) {
+            const std::string m = e.what();
+            EXPECT_EQ(e.status(), 400);
+            EXPECT_NE(m.find("registered predictors: stories-kvzap (kvzap)"), std::string::npos) << m;
+            EXPECT_EQ(m.find('/'), std::string::npos) << m;
+            EXPECT_EQ(m.find("root"), std::string::npos) << m;
+        }
+    }
+    // The default context has no predictors: every reference is refused.
+    expect_api_error(json{{"prompt", "x"}, {"kv_policy", "kvzap:model=" + dir}}, false, "registered predictors: none");
+}
+
 }  // namespace
 }  // namespace kvsieve

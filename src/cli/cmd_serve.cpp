@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "kernels/parallel.h"
 #include "model/llama_model.h"
+#include "policy/predictor_names.h"
 #include "serve/http_server.h"
 #include "serve/scheduler.h"
 #include "text/chat_template.h"
@@ -21,6 +22,7 @@ namespace kvsieve::cli {
 namespace {
 struct ServeOpts {
     std::string model, alias, policy = "full", kv_type = "f16", chat_template, cache_dir;
+    std::vector<std::string> predictors, predictor_dirs;  // NAME=PATH; folders of predictors
     double kv_budget_mb = 0;
     HttpOptions http;
     SchedulerOptions sched;
@@ -52,7 +54,14 @@ void run(const ServeOpts& o) {
     }
     SchedulerOptions so = o.sched;
     if (so.n_ctx == 0) so.n_ctx = std::min<int64_t>(model.config().n_ctx_train, 4096);
-    const Policy check = parse_policy(o.policy);  // a bad default policy is an error at start, not per request
+    // The predictors requests may name (model=NAME), each loaded once and checked against the model here.
+    NamedPredictors preds;
+    for (const auto& d : o.predictor_dirs) preds.add_dir(d);
+    for (const auto& a : o.predictors) preds.add_assignment(a);
+    preds.validate(model.config());
+    const PolicyParseOptions policy_options = preds.parse_options();
+    // A bad default policy is an error at start, not per request; it names registered predictors as requests do.
+    const Policy check = parse_policy(o.policy, policy_options);
     check_policy_fits(check, so.n_ctx);
     auto pool = std::make_shared<KVPool>(model.config().head_dim, parse_kv_type(o.kv_type), 16,
                                          static_cast<uint64_t>(o.kv_budget_mb * 1048576.0));
@@ -64,6 +73,7 @@ void run(const ServeOpts& o) {
     ctx.default_policy = o.policy;
     ctx.n_ctx = so.n_ctx;
     ctx.model = &model;
+    ctx.policy_options = policy_options;
     if (!o.cache_dir.empty()) {
         std::filesystem::create_directories(o.cache_dir);
         ctx.cache_dir = o.cache_dir;
@@ -73,6 +83,7 @@ void run(const ServeOpts& o) {
     HttpServer http(sched, ctx, ho);
     const int port = http.bind();
     std::fprintf(stderr, "model: %s\n", model.config().summary().c_str());
+    std::fprintf(stderr, "predictors: %s\n", preds.names_text().c_str());
     std::fprintf(stderr, "kvsieve serve: listening on http://%s:%d (model id '%s', policy %s, %d slots of %ld tokens, "
                  "KV pool %s, chat template %s)\n",
                  ho.host.c_str(), port, ctx.model_id.c_str(), o.policy.c_str(), so.slots, static_cast<long>(so.n_ctx),
@@ -102,8 +113,14 @@ void add_serve(CLI::App& app) {
     cmd->add_option("--alias", o->alias, "model id reported by /v1/models (default: the file name without .gguf)");
     cmd->add_option("--host", o->http.host, "address to listen on")->capture_default_str();
     cmd->add_option("--port", o->http.port, "port (0: any free port, printed at start)")->capture_default_str();
-    cmd->add_option("--policy", o->policy, "default KV policy of a request (a request's kv_policy overrides it)")
+    cmd->add_option("--policy", o->policy, "default KV policy of a request (a request's kv_policy overrides it); "
+                                           "learned presets name a registered predictor: model=NAME")
         ->capture_default_str();
+    cmd->add_option("--predictor", o->predictors,
+                    "NAME=PATH: a learned predictor (kvzap, wgkv or kvpop checkpoint) that policies may name as "
+                    "model=NAME (repeatable); loaded and checked against the model at start. Requests never name files");
+    cmd->add_option("--predictor-dir", o->predictor_dirs,
+                    "a folder whose subfolders are predictors, each registered under its own name (repeatable)");
     cmd->add_option("--kv-type", o->kv_type, "element type of cached keys/values: f32, f16, bf16")->capture_default_str();
     cmd->add_option("--kv-budget-mb", o->kv_budget_mb, "size of the KV pool all sequences share, in MiB (0: grow on demand)")
         ->capture_default_str();

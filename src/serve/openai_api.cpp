@@ -257,7 +257,7 @@ ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx)
     }
     if (body.contains("cache_save") && !body["cache_save"].is_null()) g.save_path = cache_path(body["cache_save"], "cache_save", ctx);
     try {
-        g.policy = parse_policy(g.policy_spec);
+        g.policy = parse_policy(g.policy_spec, ctx.policy_options);
         check_policy_fits(g.policy, ctx.n_ctx);
     } catch (const Error& e) {
         bad(std::string("kv_policy: ") + e.what());

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/llama_model.h"
+#include "policy/predictor_names.h"
 #include "serve/request.h"
 #include "serve/scheduler.h"
 #include "text/chat_template.h"
@@ -27,6 +28,9 @@ struct ApiContext {
     int64_t n_ctx = 4096;                         ///< positions per sequence
     std::string cache_dir;                        ///< where cache_save / cache_restore files live ("": refused)
     const LlamaModel* model = nullptr;            ///< for checking a restored file's model (needed with cache_dir)
+    /// How kv_policy's predictor references (model=NAME) resolve: only to predictors the operator registered
+    /// (policy/predictor_names.h); by default none, so a request never names a file.
+    PolicyParseOptions policy_options = NamedPredictors{}.parse_options();
 };
 
 /// A parsed request: what to generate and how to answer.
