@@ -41,6 +41,8 @@ public:
                                     f.get_int(predictor_metadata_key("spkv", "window"), -1),
                                     f.get_int(predictor_metadata_key("spkv", "sinks"), -1)};
             });
+        require(trained->window <= kMaxTokens && trained->sinks <= kMaxTokens, "policy spkv: the model's trained window=",
+                trained->window, " and sinks=", trained->sinks, " must be at most ", kMaxTokens);
         gates_ = std::shared_ptr<const SpkvGates>(trained, &trained->gates);
         path_ = c.path;
         trained_window_ = trained->window;
