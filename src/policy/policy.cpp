@@ -40,7 +40,8 @@ std::string Policy::describe() const {
 PolicyParams::PolicyParams(std::string preset, const std::vector<ParamDecl>& decls,
                            std::map<std::string, std::string> kv, const PolicyParseOptions* options)
     : preset_(std::move(preset)), decls_(&decls), options_(options) {
-    for (const auto& [k, text] : kv) {
+    for (const auto& [key, text] : kv) {
+        const std::string& k = key;  // a structured binding cannot be captured by a lambda before clang 16
         auto it = std::find_if(decls.begin(), decls.end(), [&](const ParamDecl& d) { return d.key == k; });
         if (it == decls.end())
             fail("policy ", preset_, ": unknown key '", k, "' (valid keys: ", param_keys_text(decls), ")");
