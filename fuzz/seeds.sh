@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Writes the hand-made seed inputs of each fuzz target into fuzz/corpus/<target>/seed-* (scripts/fuzz.sh adds the
-# inputs the fuzzer finds that reach new code). Needs build/bin/kvsieve for the saved-sequence seeds.
+# inputs the fuzzer finds that reach new code; `bash scripts/fuzz-corpus.sh pack` writes the committed archive). Needs build/bin/kvsieve for the saved-sequence seeds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 C=fuzz/corpus

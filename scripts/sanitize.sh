@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The engine without libtorch, built with clang, AddressSanitizer and UndefinedBehaviorSanitizer into build-san/:
 # runs the test suite under both sanitizers (all but the SmolLM2 parity tests) (the engine must also build and pass without the training
-# stack), then a short run of every libFuzzer target on its committed corpus (fuzz/corpus/<target>/; new inputs go
-# to a scratch folder, the corpus is not changed). Any sanitizer report fails the run.
+# stack), then a short run of every libFuzzer target on its committed corpus (fuzz/corpus.tar.xz, unpacked into
+# build-san/fuzz-corpus/<target>/; new inputs go to a scratch folder, the corpus is not changed). Any sanitizer report fails the run.
 # Usage: bash scripts/sanitize.sh [SECONDS_PER_FUZZ_TARGET]   (default 20; 0 skips the fuzz smoke run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,13 +22,14 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 # ASan); they run in the optimised build only.
 (cd build-san && OMP_WAIT_POLICY=passive ctest --output-on-failure -j 2 -E '^SmolLM2\.')
 [ "$SECONDS_PER_TARGET" -gt 0 ] || exit 0
+bash scripts/fuzz-corpus.sh unpack build-san/fuzz-corpus
 for src in fuzz/fuzz_*.cpp; do
   t=$(basename "$src" .cpp)
   t=${t#fuzz_}
   scratch=build-san/fuzz-scratch/$t
   mkdir -p "$scratch" build-san/findings
-  echo "== fuzz_$t: ${SECONDS_PER_TARGET}s on fuzz/corpus/$t" >&2
-  ASAN_OPTIONS=detect_leaks=0 OMP_NUM_THREADS=1 "build-san/fuzz/fuzz_$t" "$scratch" "fuzz/corpus/$t" \
+  echo "== fuzz_$t: ${SECONDS_PER_TARGET}s on its committed corpus" >&2
+  ASAN_OPTIONS=detect_leaks=0 OMP_NUM_THREADS=1 "build-san/fuzz/fuzz_$t" "$scratch" "build-san/fuzz-corpus/$t" \
     -max_total_time="$SECONDS_PER_TARGET" -max_len=65536 -rss_limit_mb=4096 -artifact_prefix=build-san/findings/ \
     -print_final_stats=1 >"build-san/fuzz_$t.log" 2>&1 \
     || { tail -40 "build-san/fuzz_$t.log" >&2; echo "fuzz_$t: FINDING (input in build-san/findings/)" >&2; exit 1; }
