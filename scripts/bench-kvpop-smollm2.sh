@@ -8,6 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 K=build/bin/kvsieve
 M=models/SmolLM2-135M-Instruct.Q4_1.gguf
+bash scripts/need-checkpoint.sh models/kvpop/smollm2-135m-mlstm models/kvpop/smollm2-135m-mlp
 OUT=docs/results/kvpop/smollm2/speed
 TEXT=${TEXT:-../shared/data/wiki.test.raw}
 B=${B:-768}

@@ -27,6 +27,7 @@ case "$MODEL" in
            [ -f "$M" ] || bash scripts/get-model.sh ;;
   *) echo "usage: $0 tiny2k|smollm2" >&2; exit 2 ;;
 esac
+bash scripts/need-checkpoint.sh "$GATES" "$KVZAP"  # the admission policies stacked in front of KVpop
 OUT=docs/results/kvpop/$MODEL
 mkdir -p "$OUT" runs models/kvpop
 for kind in $KINDS; do

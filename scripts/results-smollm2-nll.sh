@@ -11,6 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 K=build/bin/kvsieve
 M=models/SmolLM2-135M-Instruct.Q4_1.gguf
+bash scripts/need-checkpoint.sh models/kvzap/smollm2-135m-mlp models/kvzap/smollm2-135m-linear \
+  models/wgkv/smollm2-135m-lambda0.04 models/wgkv/smollm2-135m-lambda0.16
 OUT=docs/results/smollm2
 [ -f "$M" ] || bash scripts/get-model.sh
 mkdir -p runs
