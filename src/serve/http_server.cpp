@@ -6,6 +6,8 @@
 #include <ctime>
 #include <filesystem>
 
+#include "serve/json_body.h"
+
 namespace kvsieve {
 
 namespace {
@@ -13,10 +15,10 @@ using json = nlohmann::json;
 
 void send_json(httplib::Response& res, int status, const json& body) {
     res.status = status;
-    res.set_content(body.dump(), "application/json");
+    res.set_content(dump_json(body), "application/json");
 }
 
-std::string sse(const json& j) { return "data: " + j.dump() + "\n\n"; }
+std::string sse(const json& j) { return "data: " + dump_json(j) + "\n\n"; }
 }  // namespace
 
 HttpServer::HttpServer(Scheduler& scheduler, ApiContext ctx, HttpOptions opts)
@@ -52,10 +54,10 @@ void HttpServer::routes() {
     s.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
         if (!res.body.empty()) return;
         std::string msg;
-        if (res.status == 404) msg = "no endpoint " + req.method + " " + req.path;
+        if (res.status == 404) msg = "no endpoint " + excerpt(req.method, 16) + " " + excerpt(req.path);
         else if (res.status == 413)
             msg = "the request body is larger than the server's limit of " + std::to_string(opts_.max_body_bytes) + " bytes";
-        else if (res.status == 405) msg = "method " + req.method + " is not allowed on " + req.path;
+        else if (res.status == 405) msg = "method " + excerpt(req.method, 16) + " is not allowed on " + excerpt(req.path);
         else msg = "bad request";
         send_json(res, res.status, error_body(res.status, msg));
     });
@@ -64,7 +66,7 @@ void HttpServer::routes() {
         try {
             if (ep) std::rethrow_exception(ep);
         } catch (const std::exception& e) {
-            msg = e.what();
+            msg = excerpt(e.what(), 2 * kMaxQuotedBytes);
         } catch (...) {
         }
         send_json(res, 500, error_body(500, msg));
@@ -91,14 +93,10 @@ void HttpServer::routes() {
 
     auto generate = [this](const httplib::Request& req, httplib::Response& res, bool chat) {
         json body;
-        try {
-            body = json::parse(req.body);
-        } catch (const json::exception& e) {
-            return send_json(res, 400, error_body(400, std::string("the request body is not valid JSON: ") + e.what()));
-        }
         ApiRequest ar;
         std::shared_ptr<RequestHandle> h;
         try {
+            body = parse_json_body(req.body);
             ar = parse_api_request(body, chat, ctx_);
             h = sched_.submit(std::move(ar.gen));
         } catch (const ApiError& e) {
@@ -168,12 +166,7 @@ void HttpServer::routes() {
     // Saved sequences and kept conversations (docs/serving.md).
     auto cache_op = [this](const httplib::Request& req, httplib::Response& res, bool restore) {
         try {
-            json body;
-            try {
-                body = json::parse(req.body);
-            } catch (const json::exception& e) {
-                throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what());
-            }
+            const json body = parse_json_body(req.body);
             const CacheOpRequest op = parse_cache_op(body, restore, ctx_);
             if (!restore) return send_json(res, 200, cache_op_body("kv_cache.saved", op.name, sched_.save(op.ref, op.path)));
             if (!std::filesystem::exists(op.path)) throw ApiError(404, "no saved sequence '" + op.name + "' in the server's --cache-dir");
@@ -201,7 +194,7 @@ void HttpServer::routes() {
     s.Delete(R"(/v1/cache/conversations/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
         const std::string id = req.matches[1];
         try {
-            if (!sched_.drop(id)) return send_json(res, 404, error_body(404, "no conversation '" + id + "' is kept"));
+            if (!sched_.drop(id)) return send_json(res, 404, error_body(404, "no conversation '" + excerpt(id, 64) + "' is kept"));
             send_json(res, 200, {{"id", id}, {"object", "kv_cache.conversation"}, {"deleted", true}});
         } catch (const ServerBusy& e) {
             send_json(res, 503, error_body(503, e.what()));

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "policy/policy.h"
+#include "serve/json_body.h"
 #include "session/cache_file.h"
 #include "text/chat_prompt.h"
 
@@ -20,18 +21,18 @@ using json = nlohmann::json;
 [[noreturn]] void bad(const std::string& msg) { throw ApiError(400, msg); }
 
 double number_in(const json& v, const char* name, double lo, double hi) {
-    if (!v.is_number()) bad(std::string("'") + name + "' must be a number, got " + v.dump());
+    if (!v.is_number()) bad(std::string("'") + name + "' must be a number, got " + describe_value(v));
     const double x = v.get<double>();
     if (!(x >= lo && x <= hi))
-        bad(std::string("'") + name + "' must be in [" + json(lo).dump() + ", " + json(hi).dump() + "], got " + v.dump());
+        bad(std::string("'") + name + "' must be in [" + json(lo).dump() + ", " + json(hi).dump() + "], got " + describe_value(v));
     return x;
 }
 
 int64_t integer_in(const json& v, const char* name, int64_t lo, int64_t hi) {
-    if (!v.is_number_integer()) bad(std::string("'") + name + "' must be an integer, got " + v.dump());
+    if (!v.is_number_integer()) bad(std::string("'") + name + "' must be an integer, got " + describe_value(v));
     const int64_t x = v.get<int64_t>();
     if (x < lo || x > hi)
-        bad(std::string("'") + name + "' must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + v.dump());
+        bad(std::string("'") + name + "' must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + describe_value(v));
     return x;
 }
 
@@ -39,7 +40,7 @@ int64_t integer_in(const json& v, const char* name, int64_t lo, int64_t hi) {
 void neutral(const json& v, const char* name, const std::vector<json>& allowed) {
     for (const auto& a : allowed)
         if (v == a) return;
-    bad(std::string("'") + name + "' = " + v.dump() + " is not supported (only " + json(allowed).dump() + ")");
+    bad(std::string("'") + name + "' = " + describe_value(v) + " is not supported (only " + json(allowed).dump() + ")");
 }
 
 std::string message_text(const json& content, size_t i) {
@@ -65,7 +66,7 @@ std::string api_name(const json& v, const std::string& field) {
                     std::all_of(name.begin(), name.end(), [](char c) {
                         return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-';
                     });
-    if (!ok) bad("'" + field + "' must be a name of 1 to 64 of A-Z a-z 0-9 _ . - not starting with '.', got " + v.dump());
+    if (!ok) bad("'" + field + "' must be a name of 1 to 64 of A-Z a-z 0-9 _ . - not starting with '.', got " + describe_value(v));
     return name;
 }
 
@@ -84,12 +85,12 @@ std::vector<ChatMessage> parse_messages(const json& m) {
         if (!e.is_object()) bad("messages[" + std::to_string(i) + "] must be an object");
         for (const auto& [k, v] : e.items())
             if (k != "role" && k != "content" && k != "name")
-                bad("messages[" + std::to_string(i) + "] has unknown field '" + k + "' (tool calls are not supported)");
+                bad("messages[" + std::to_string(i) + "] has unknown field '" + excerpt(k) + "' (tool calls are not supported)");
         if (!e.contains("role") || !e["role"].is_string()) bad("messages[" + std::to_string(i) + "].role must be a string");
         std::string role = e["role"].get<std::string>();
         if (role == "developer") role = "system";
         if (role != "system" && role != "user" && role != "assistant")
-            bad("messages[" + std::to_string(i) + "].role '" + role + "' is not supported (system, developer, user, assistant)");
+            bad("messages[" + std::to_string(i) + "].role '" + excerpt(role) + "' is not supported (system, developer, user, assistant)");
         if (!e.contains("content")) bad("messages[" + std::to_string(i) + "] has no content");
         out.push_back({role, message_text(e["content"], i)});
     }
@@ -107,7 +108,7 @@ ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx)
     static const std::set<std::string> chat_only = {"messages", "max_completion_tokens", "top_logprobs", "response_format"};
     for (const auto& [k, v] : body.items()) {
         if (common.count(k) || (chat ? chat_only : completion_only).count(k)) continue;
-        bad("unknown field '" + k + "' in a " + (chat ? "chat completion" : "completion") + " request");
+        bad("unknown field '" + excerpt(k) + "' in a " + (chat ? "chat completion" : "completion") + " request");
     }
     ApiRequest r;
     r.chat = chat;
@@ -213,7 +214,7 @@ ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx)
         const json& o = body["stream_options"];
         if (!o.is_object()) bad("'stream_options' must be an object");
         for (const auto& [k, v] : o.items()) {
-            if (k != "include_usage") bad("unknown field 'stream_options." + k + "'");
+            if (k != "include_usage") bad("unknown field 'stream_options." + excerpt(k) + "'");
             if (!v.is_boolean()) bad("'stream_options.include_usage' must be true or false");
             r.include_usage = v.get<bool>();
         }
@@ -229,7 +230,7 @@ ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx)
     if (body.contains("logit_bias") && !body["logit_bias"].is_null()) {
         // OpenAI's form: {"token id": bias in [-100, 100]}, added to the logits before sampling.
         const json& lb = body["logit_bias"];
-        if (!lb.is_object()) bad("'logit_bias' must be an object {\"token id\": bias}, got " + lb.dump());
+        if (!lb.is_object()) bad("'logit_bias' must be an object {\"token id\": bias}, got " + describe_value(lb));
         const int64_t n_vocab = static_cast<int64_t>(tok.vocab().size());
         for (auto it = lb.begin(); it != lb.end(); ++it) {
             const std::string& key = it.key();
@@ -237,7 +238,7 @@ ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx)
             errno = 0;
             const long long id = key.empty() ? -1 : std::strtoll(key.c_str(), &end, 10);
             if (key.empty() || *end != '\0' || errno != 0 || id < 0 || id >= n_vocab)
-                bad("logit_bias: '" + key + "' is not a token id in [0, " + std::to_string(n_vocab) + ")");
+                bad("logit_bias: '" + excerpt(key) + "' is not a token id in [0, " + std::to_string(n_vocab) + ")");
             const std::string name = "logit_bias[" + key + "]";
             g.sampling.logit_bias.emplace_back(static_cast<int32_t>(id),
                                                static_cast<float>(number_in(it.value(), name.c_str(), -100, 100)));
@@ -260,7 +261,7 @@ ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx)
         g.policy = parse_policy(g.policy_spec, ctx.policy_options);
         check_policy_fits(g.policy, ctx.n_ctx);
     } catch (const Error& e) {
-        bad(std::string("kv_policy: ") + e.what());
+        bad("kv_policy: " + excerpt(e.what(), 2 * kMaxQuotedBytes));
     }
     return r;
 }
@@ -270,7 +271,7 @@ CacheOpRequest parse_cache_op(const json& body, bool restore, const ApiContext& 
     if (!body.is_object()) bad("the request body must be a JSON object");
     for (const auto& [k, v] : body.items())
         if (k != "name" && k != "conversation" && !(k == "slot" && !restore))
-            bad("unknown field '" + k + "' in " + what + " request (name, " + (restore ? "conversation" : "conversation or slot") + ")");
+            bad("unknown field '" + excerpt(k) + "' in " + what + " request (name, " + (restore ? "conversation" : "conversation or slot") + ")");
     if (!body.contains("name")) bad("'name' is required: the file is --cache-dir/NAME.kvseq");
     CacheOpRequest r;
     r.path = cache_path(body["name"], "name", ctx);
@@ -286,7 +287,7 @@ CacheOpRequest parse_cache_op(const json& body, bool restore, const ApiContext& 
     if (has_slot) {
         const json& v = body["slot"];
         if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 1 << 20)
-            bad("'slot' must be a slot index (an integer ≥ 0), got " + v.dump());
+            bad("'slot' must be a slot index (an integer ≥ 0), got " + describe_value(v));
         r.ref.slot = v.get<int>();
     }
     return r;

@@ -1,0 +1,154 @@
+"""Hostile clients against `kvsieve serve` on loopback: every probe gets a bounded, well-formed answer and the server
+stays up (/health 200 after each). Python standard library only; every loop is bounded in count and time.
+Usage: test_hostile_clients.py KVSIEVE_BINARY MODEL.gguf"""
+import http.client
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+BIN, MODEL = sys.argv[1], sys.argv[2]
+del sys.argv[1:3]
+TIMEOUT = 30  # seconds for one request
+
+
+class Server:
+    """`kvsieve serve` on a free loopback port with extra options; stopped (SIGTERM) by stop() or at exit."""
+
+    def __init__(self, *opts, host="127.0.0.1"):
+        self.host = host
+        self.proc = subprocess.Popen([BIN, "serve", "-m", MODEL, "--host", host, "--port", "0", "-t", "1",
+                                      "--slots", "2", "-c", "256", *opts],
+                                     stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
+        self.lines = []
+        # The server's log is read on a thread, so that it never blocks on a full pipe.
+        self.reader = threading.Thread(target=lambda: self.lines.extend(
+            l.decode("utf-8", "replace") for l in iter(self.proc.stderr.readline, b"")), daemon=True)
+        self.reader.start()
+        deadline = time.monotonic() + 60
+        self.port = None
+        while self.port is None:
+            m = re.search(r"listening on http://[^ ]*:(\d+)", self.log)
+            if m:
+                self.port = int(m.group(1))
+            elif self.proc.poll() is not None:
+                raise AssertionError("the server exited before listening:\n" + self.log)
+            elif time.monotonic() > deadline:
+                self.stop()
+                raise AssertionError("the server did not start listening:\n" + self.log)
+            else:
+                time.sleep(0.05)
+
+    @property
+    def log(self):
+        return "".join(self.lines)
+
+    def request(self, method, path, body=None, headers=None, raw_body=None):
+        """(status, headers, body bytes) of one request on a new connection."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=TIMEOUT)
+        try:
+            h = dict(headers or {})
+            data = raw_body
+            if body is not None:
+                data = json.dumps(body).encode()
+                h.setdefault("Content-Type", "application/json")
+            conn.request(method, path, body=data, headers=h)
+            r = conn.getresponse()
+            return r.status, dict(r.getheaders()), r.read()
+        finally:
+            conn.close()
+
+    def json(self, method, path, body=None, headers=None, raw_body=None):
+        status, hdrs, data = self.request(method, path, body, headers, raw_body)
+        return status, json.loads(data.decode("utf-8"))
+
+    def raw(self, data):
+        """Sends raw bytes; the answer's bytes (until the server closes, at most TIMEOUT s)."""
+        with socket.create_connection(("127.0.0.1", self.port), timeout=TIMEOUT) as s:
+            s.sendall(data)
+            out = b""
+            deadline = time.monotonic() + TIMEOUT
+            while time.monotonic() < deadline:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                out += chunk
+                if b"\r\n\r\n" in out:
+                    head, _, rest = out.partition(b"\r\n\r\n")
+                    m = re.search(rb"Content-Length: (\d+)", head, re.I)
+                    if m and len(rest) >= int(m.group(1)):
+                        break
+            return out
+
+    def alive(self):
+        return self.proc.poll() is None and self.request("GET", "/health")[0] == 200
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+        self.reader.join(timeout=10)
+        self.proc.stderr.close()
+        return self.proc.returncode
+
+
+def completion(prompt="Hello", **extra):
+    return dict({"prompt": prompt, "max_tokens": 2, "temperature": 0}, **extra)
+
+
+class HostileClients(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.s = Server()
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.s.stop()
+        assert rc == 0, "the server did not stop cleanly (status %s):\n%s" % (rc, cls.s.log)
+
+    def tearDown(self):
+        self.assertTrue(self.s.alive(), "the server is down after the probe:\n" + self.s.log)
+
+    def test_non_utf8_path_is_a_json_404(self):
+        status, body = self.s.json("GET", "/%FF")
+        self.assertEqual(status, 404)
+        self.assertIn("no endpoint", body["error"]["message"])
+        self.assertIn("\ufffd", body["error"]["message"])
+        # The byte itself, not percent-encoded.
+        out = self.s.raw(b"GET /\xff\xfe HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        self.assertTrue(out.startswith(b"HTTP/1.1 404") or out.startswith(b"HTTP/1.1 400"), out[:100])
+
+    def test_long_path_is_quoted_bounded(self):
+        status, body = self.s.json("GET", "/" + "x" * 4000)
+        self.assertEqual(status, 404)
+        self.assertLess(len(body["error"]["message"]), 400)
+
+    def test_deep_json_is_a_400(self):
+        n = 100000
+        body = b'{"prompt":"Hi","temperature":' + b"[" * n + b"]" * n + b"}"
+        status, _, data = self.s.request("POST", "/v1/completions", raw_body=body,
+                                         headers={"Content-Type": "application/json"})
+        self.assertEqual(status, 400)
+        self.assertIn("deeper than 64", json.loads(data)["error"]["message"])
+        # A shallow but wrong value is quoted by its kind, not dumped.
+        status, body = self.s.json("POST", "/v1/completions", completion(temperature=[[1]] * 1000))
+        self.assertEqual(status, 400)
+        self.assertIn("an array of 1000 elements", body["error"]["message"])
+        status, body = self.s.json("POST", "/v1/cache/save", raw_body=b"[" * n,
+                                   headers={"Content-Type": "application/json"})
+        self.assertEqual(status, 400)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
