@@ -19,7 +19,7 @@ POLICIES=(
 for entry in "${POLICIES[@]}"; do
   name=${entry%%|*} policy=${entry#*|}
   log=$(mktemp)
-  build/bin/kvsieve serve -m "$MODEL" --port 0 --slots 32 -c 4160 --kv-budget-mb 512 \
+  build/bin/kvsieve serve -m "$MODEL" --port 0 --slots 32 -c 4160 --kv-budget-mb 512 --metrics \
     --predictor smollm2-135m-mlstm=models/kvpop/smollm2-135m-mlstm --policy "$policy" 2>"$log" &
   pid=$!
   port=""

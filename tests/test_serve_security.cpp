@@ -1,10 +1,11 @@
 // The server's defences against hostile clients, helper by helper: bounded quotes of client text, responses that
-// serialise any bytes, request bodies refused before a deep parse.
+// serialise any bytes, request bodies refused before a deep parse, bounded metrics labels.
 #include <gtest/gtest.h>
 
 #include <string>
 
 #include "serve/json_body.h"
+#include "serve/metrics.h"
 #include "serve/scheduler.h"
 
 namespace kvsieve {
@@ -67,6 +68,23 @@ TEST(JsonBody, ParseRefusesDeepBodiesWithA400BeforeParsing) {
         EXPECT_EQ(e.status(), 400);
         EXPECT_LT(std::string(e.what()).size(), 2 * kMaxQuotedBytes + 64);
     }
+}
+
+TEST(Metrics, EndpointLabelsAreRouteTemplatesOrOther) {
+    EXPECT_EQ(route_label("/v1/completions"), "/v1/completions");
+    EXPECT_EQ(route_label("/health"), "/health");
+    EXPECT_EQ(route_label("/v1/cache/conversations"), "/v1/cache/conversations");
+    EXPECT_EQ(route_label("/v1/cache/conversations/abc"), "/v1/cache/conversations/{id}");
+    EXPECT_EQ(route_label("/v1/cache/conversations/a/b"), "other");
+    EXPECT_EQ(route_label("/v1/cache/conversations/"), "other");
+    EXPECT_EQ(route_label("/nope-123"), "other");
+    EXPECT_EQ(route_label(std::string("/\xFF")), "other");
+    HttpCounters http;
+    for (int i = 0; i < 1000; ++i) http.count(route_label("/missing/" + std::to_string(i)), 404);
+    for (int i = 0; i < 1000; ++i) http.count(route_label("/v1/cache/conversations/c" + std::to_string(i)), 404);
+    const auto snap = http.snapshot();
+    EXPECT_EQ(snap.size(), 2u);
+    EXPECT_EQ((snap.at({"other", 404})), 1000);
 }
 
 }  // namespace

@@ -107,7 +107,7 @@ void run(const ServeOpts& o) {
 
 void add_serve(CLI::App& app) {
     auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, "
-                                            "/v1/models, /health, /metrics); sequences share one KV pool");
+                                            "/v1/models, /health, /metrics with --metrics); sequences share one KV pool");
     auto o = std::make_shared<ServeOpts>();
     cmd->add_option("-m,--model", o->model, "GGUF model file")->required()->check(CLI::ExistingFile);
     cmd->add_option("--alias", o->alias, "model id reported by /v1/models (default: the file name without .gguf)");
@@ -143,6 +143,7 @@ void add_serve(CLI::App& app) {
                     "(\"cache_restore\": NAME)");
     cmd->add_option("-t,--threads", o->threads, "compute threads (0: all cores)")->capture_default_str();
     cmd->add_option("--http-threads", o->http.threads, "connection threads (0: 2 × slots + max-queue + 4)")->capture_default_str();
+    cmd->add_flag("--metrics", o->http.metrics, "serve GET /metrics (Prometheus text; off: 404)");
     cmd->add_option("--max-body-mb", o->max_body_mb, "largest request body in MiB (larger: 413)")->capture_default_str();
     cmd->callback([o] { run(*o); });
 }

@@ -71,7 +71,7 @@ void HttpServer::routes() {
         }
         send_json(res, 500, error_body(500, msg));
     });
-    s.set_logger([this](const httplib::Request& req, const httplib::Response& res) { counters_.count(req.path, res.status); });
+    s.set_logger([this](const httplib::Request& req, const httplib::Response& res) { counters_.count(route_label(req.path), res.status); });
 
     s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
         const SchedulerSnapshot snap = sched_.snapshot();
@@ -83,9 +83,10 @@ void HttpServer::routes() {
                   {"kv_bytes_free", (snap.pool_pages_capacity - snap.pool_pages_in_use) * snap.pool_page_bytes}};
         send_json(res, snap.running ? 200 : 503, j);
     });
-    s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-        res.set_content(prometheus_text(sched_.snapshot(), counters_, ctx_.model_id), "text/plain; version=0.0.4");
-    });
+    if (opts_.metrics)
+        s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+            res.set_content(prometheus_text(sched_.snapshot(), counters_, ctx_.model_id), "text/plain; version=0.0.4");
+        });
     s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
         json m = {{"id", ctx_.model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "kvsieve"}};
         send_json(res, 200, {{"object", "list"}, {"data", json::array({m})}});

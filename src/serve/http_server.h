@@ -1,6 +1,6 @@
 #pragma once
 // The OpenAI-compatible HTTP front of the scheduler (cpp-httplib): /v1/completions, /v1/chat/completions,
-// /v1/models, /health and /metrics; and kvsieve's /v1/cache/save, /v1/cache/restore and /v1/cache/conversations.
+// /v1/models, /health and (with HttpOptions::metrics) /metrics; and kvsieve's /v1/cache/save, /v1/cache/restore and /v1/cache/conversations.
 #include <atomic>
 #include <cstddef>
 #include <memory>
@@ -21,6 +21,7 @@ struct HttpOptions {
     int port = 8080;                        ///< 0: any free port (bind() returns it)
     size_t max_body_bytes = 8u << 20;       ///< larger request bodies get 413
     int threads = 0;                        ///< connection threads (0: 2 × slots + queue + 4, at least 8)
+    bool metrics = false;                   ///< serve GET /metrics (otherwise it is a 404 like any unknown path)
 };
 
 /// Routes requests to the scheduler. POST bodies are parsed by parse_api_request (errors: JSON bodies with the

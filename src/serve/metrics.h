@@ -10,7 +10,12 @@
 
 namespace kvsieve {
 
-/// HTTP requests answered, per endpoint and status. Thread-safe.
+/// The `endpoint` label of a request path: the route template it matched ("/v1/cache/conversations/{id}" for
+/// every id) or "other" for a path no route serves, so that clients cannot grow the label set (one series per
+/// route and status at most).
+std::string route_label(const std::string& path);
+
+/// HTTP requests answered, per endpoint and status. Thread-safe. Give it route_label()s, not raw paths.
 class HttpCounters {
 public:
     void count(const std::string& endpoint, int status);

@@ -110,7 +110,7 @@ def completion(prompt="Hello", **extra):
 class HostileClients(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.s = Server()
+        cls.s = Server("--metrics")
 
     @classmethod
     def tearDownClass(cls):
@@ -148,6 +148,31 @@ class HostileClients(unittest.TestCase):
         status, body = self.s.json("POST", "/v1/cache/save", raw_body=b"[" * n,
                                    headers={"Content-Type": "application/json"})
         self.assertEqual(status, 400)
+
+    def test_distinct_404_paths_do_not_grow_metrics(self):
+        self.s.request("GET", "/warm-up-404")
+        status, _, before = self.s.request("GET", "/metrics")
+        self.assertEqual(status, 200)
+        for i in range(300):
+            self.assertEqual(self.s.request("GET", "/probe-%d-%s" % (i, "y" * (i % 50)))[0], 404)
+        for i in range(50):
+            self.s.request("DELETE", "/v1/cache/conversations/c%d" % i)
+        _, _, after = self.s.request("GET", "/metrics")
+        self.assertLess(len(after) - len(before), 2048, after.decode()[-3000:])
+        self.assertIn(b'endpoint="other",status="404"', after)
+        self.assertNotIn(b"probe-", after)
+
+
+class MetricsOffByDefault(unittest.TestCase):
+    def test_metrics_is_a_404_without_the_flag(self):
+        s = Server()
+        try:
+            status, body = s.json("GET", "/metrics")
+            self.assertEqual(status, 404)
+            self.assertIn("error", body)
+            self.assertTrue(s.alive())
+        finally:
+            self.assertEqual(s.stop(), 0, s.log)
 
 
 if __name__ == "__main__":
