@@ -259,6 +259,23 @@ TEST(Scheduler, SavedSequenceContinuesAsIfNeverSaved) {
     EXPECT_EQ(sched.snapshot().pool_pages_in_use, 0);
 }
 
+TEST(Scheduler, AFailedSaveKeepsTheAnswerAndSaysWhy) {
+    // The folder does not exist, so the file cannot be written: the request still ends normally with its whole
+    // answer, and the usage says why nothing was saved (without the server's folders).
+    auto pool = std::make_shared<KVPool>(model().config().head_dim, KVType::kF16);
+    Scheduler sched(model(), tokenizer(), pool, options(1));
+    GenerationRequest a = greedy("Once upon a time, there was a little girl named Lily.", 6);
+    a.save_path = (std::filesystem::temp_directory_path() / "kvsieve_no_such_folder_x9" / "s.kvseq").string();
+    const Result r = collect(*sched.submit(a));
+    ASSERT_EQ(r.last.kind, GenerationEvent::Kind::kDone) << r.last.error;
+    EXPECT_EQ(r.text, alone(greedy("Once upon a time, there was a little girl named Lily.", 6), 256));
+    EXPECT_EQ(r.last.usage.saved_bytes, 0u);
+    EXPECT_NE(r.last.usage.cache_save_error.find("'s.kvseq'"), std::string::npos) << r.last.usage.cache_save_error;
+    EXPECT_EQ(r.last.usage.cache_save_error.find("kvsieve_no_such_folder_x9"), std::string::npos) << r.last.usage.cache_save_error;
+    EXPECT_EQ(usage_json(r.last.usage)["cache_save_error"], r.last.usage.cache_save_error);
+    EXPECT_FALSE(usage_json(GenerationUsage{}).contains("cache_save_error"));
+}
+
 /// The greedy ids a sequence alone generates after `prompt` (n of them, the last one sampled and not run).
 std::vector<int32_t> greedy_ids(const std::vector<int32_t>& prompt, int64_t n) {
     KVCache cache(model().config(), 256, parse_policy("full"), std::make_shared<KVPool>(model().config().head_dim, KVType::kF16));

@@ -1,12 +1,21 @@
 // The server's defences against hostile clients, helper by helper: bounded quotes of client text, responses that
-// serialise any bytes, request bodies refused before a deep parse, bounded metrics labels.
+// serialise any bytes, request bodies refused before a deep parse, bounded metrics labels, saved files written
+// atomically without following links.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 #include "serve/json_body.h"
 #include "serve/metrics.h"
 #include "serve/scheduler.h"
+#include "util/atomic_file.h"
+#include "util/error.h"
 
 namespace kvsieve {
 namespace {
@@ -85,6 +94,97 @@ TEST(Metrics, EndpointLabelsAreRouteTemplatesOrOther) {
     const auto snap = http.snapshot();
     EXPECT_EQ(snap.size(), 2u);
     EXPECT_EQ((snap.at({"other", 404})), 1000);
+}
+
+/// A fresh empty folder under the system temp folder, removed with what it holds.
+class TempDir {
+public:
+    TempDir() {
+        static int counter = 0;
+        path_ = (std::filesystem::temp_directory_path() /
+                 ("kvsieve_sec_" + std::to_string(::getpid()) + "_" + std::to_string(counter++)))
+                    .string();
+        std::filesystem::remove_all(path_);
+        std::filesystem::create_directories(path_);
+    }
+    ~TempDir() { std::filesystem::remove_all(path_); }
+    const std::string& path() const { return path_; }
+
+private:
+    std::string path_;
+};
+
+std::string slurp(const std::string& p) {
+    std::ifstream f(p, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+TEST(AtomicFile, WritesMode0600AndLeavesNoTemporary) {
+    TempDir d;
+    const std::string p = d.path() + "/a.kvseq";
+    write_file_atomic(p, "first");
+    write_file_atomic(p, "second");
+    EXPECT_EQ(slurp(p), "second");
+    struct stat st;
+    ASSERT_EQ(::stat(p.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0600u);
+    int files = 0;
+    for (const auto& e : std::filesystem::directory_iterator(d.path())) files += e.path().filename() == "a.kvseq" ? 1 : 100;
+    EXPECT_EQ(files, 1);
+}
+
+TEST(AtomicFile, NeverFollowsAPlantedLink) {
+    TempDir d;
+    const std::string victim = d.path() + "/victim";
+    {
+        std::ofstream(victim) << "precious";
+    }
+    // A link at the name earlier versions used for the temporary, and one at the destination itself.
+    std::filesystem::create_symlink(victim, d.path() + "/a.kvseq.tmp");
+    std::filesystem::create_symlink(victim, d.path() + "/b.kvseq");
+    write_file_atomic(d.path() + "/a.kvseq", "new");
+    write_file_atomic(d.path() + "/b.kvseq", "new");
+    EXPECT_EQ(slurp(victim), "precious");
+    EXPECT_EQ(slurp(d.path() + "/a.kvseq"), "new");
+    EXPECT_FALSE(std::filesystem::is_symlink(d.path() + "/b.kvseq"));  // the link was replaced, not written through
+    EXPECT_EQ(slurp(d.path() + "/b.kvseq"), "new");
+}
+
+TEST(AtomicFile, AFailureNamesOnlyTheShownNameAndLeavesNothing) {
+    TempDir d;
+    std::filesystem::create_directory(d.path() + "/taken.kvseq");  // a folder where the file should go
+    try {
+        write_file_atomic(d.path() + "/taken.kvseq", "x", "taken.kvseq");
+        FAIL() << "renamed over a folder";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("'taken.kvseq'"), std::string::npos) << e.what();
+        EXPECT_EQ(std::string(e.what()).find(d.path()), std::string::npos) << e.what();
+    }
+    int entries = 0;
+    for (const auto& e : std::filesystem::directory_iterator(d.path())) entries += e.path().filename() == "taken.kvseq" ? 1 : 100;
+    EXPECT_EQ(entries, 1);
+    EXPECT_THROW(write_file_atomic(d.path() + "/missing/x.kvseq", "x"), Error);
+}
+
+TEST(AtomicFile, StaleTemporariesAreRemovedAndLinksNotFollowed) {
+    TempDir d;
+    const std::string victim = d.path() + "/victim.txt";
+    {
+        std::ofstream(victim) << "precious";
+        std::ofstream(d.path() + "/.a.kvseq.Ab12Cd.tmp") << "half";
+        std::ofstream(d.path() + "/old.kvseq.tmp") << "half";
+        std::ofstream(d.path() + "/keep.kvseq") << "saved";
+    }
+    std::filesystem::create_directory(d.path() + "/owner");
+    {
+        std::ofstream(d.path() + "/owner/.b.kvseq.xY9zzz.tmp") << "half";
+    }
+    std::filesystem::create_symlink(victim, d.path() + "/owner/.c.kvseq.QQQQQQ.tmp");
+    EXPECT_EQ(remove_stale_temporaries(d.path()), 4);
+    EXPECT_EQ(slurp(victim), "precious");
+    EXPECT_EQ(slurp(d.path() + "/keep.kvseq"), "saved");
+    EXPECT_TRUE(std::filesystem::is_empty(d.path() + "/owner"));
+    EXPECT_EQ(remove_stale_temporaries(d.path() + "/none"), 0);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "serve/scheduler.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
+#include "util/atomic_file.h"
 #include "util/error.h"
 
 namespace kvsieve::cli {
@@ -77,6 +78,9 @@ void run(const ServeOpts& o) {
     if (!o.cache_dir.empty()) {
         std::filesystem::create_directories(o.cache_dir);
         ctx.cache_dir = o.cache_dir;
+        // A save interrupted by a crash leaves its temporary behind; none is in use before the server runs.
+        if (const int n = remove_stale_temporaries(o.cache_dir); n > 0)
+            std::fprintf(stderr, "kvsieve serve: removed %d unfinished temporary file(s) from --cache-dir\n", n);
     }
     HttpOptions ho = o.http;
     ho.max_body_bytes = static_cast<size_t>(o.max_body_mb * 1048576.0);

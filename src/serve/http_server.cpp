@@ -173,7 +173,7 @@ void HttpServer::routes() {
             if (!std::filesystem::exists(op.path)) throw ApiError(404, "no saved sequence '" + op.name + "' in the server's --cache-dir");
             std::shared_ptr<const SavedSequence> saved;
             try {
-                saved = std::make_shared<const SavedSequence>(read_sequence(op.path, *ctx_.model));
+                saved = std::make_shared<const SavedSequence>(read_sequence(op.path, *ctx_.model, op.name + ".kvseq"));
             } catch (const Error& e) {
                 throw ApiError(400, "'" + op.name + "': " + e.what());
             }

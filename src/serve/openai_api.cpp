@@ -126,7 +126,8 @@ ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx)
         if (!std::filesystem::exists(path))
             throw ApiError(404, "no saved sequence '" + body["cache_restore"].get<std::string>() + "' in the server's --cache-dir");
         try {
-            g.restore = std::make_shared<const SavedSequence>(read_sequence(path, *ctx.model));
+            g.restore = std::make_shared<const SavedSequence>(
+                read_sequence(path, *ctx.model, body["cache_restore"].get<std::string>() + ".kvseq"));
             decode_generation_state(g.restore->extra, ctx.model->config().n_vocab);
         } catch (const Error& e) {
             bad(std::string("cache_restore: ") + e.what());
@@ -307,7 +308,7 @@ json error_body(int status, const std::string& message) {
 }
 
 json usage_json(const GenerationUsage& u) {
-    return {{"prompt_tokens", u.prompt_tokens},
+    json j = {{"prompt_tokens", u.prompt_tokens},
             {"completion_tokens", u.completion_tokens},
             {"total_tokens", u.prompt_tokens + u.completion_tokens},
             {"kv_bytes", u.kv_bytes},
@@ -317,6 +318,8 @@ json usage_json(const GenerationUsage& u) {
             {"time_to_first_token_ms", 1e3 * u.time_to_first_token_s},
             {"cache_saved_bytes", u.saved_bytes},
             {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+    if (!u.cache_save_error.empty()) j["cache_save_error"] = u.cache_save_error;
+    return j;
 }
 
 json completion_body(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model,

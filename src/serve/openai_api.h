@@ -94,7 +94,8 @@ nlohmann::json usage_chunk_body(const ApiRequest& r, const std::string& id, int6
                                 const GenerationUsage& u);
 /// OpenAI `usage` (prompt_tokens_details.cached_tokens: prompt tokens a kept conversation already held) with
 /// kvsieve's additions: kv_bytes (pages the sequence held at its end), kv_bytes_full (a full
-/// F16 cache of the same tokens), density and compression_ratio (KVStats), time_to_first_token_ms.
+/// F16 cache of the same tokens), density and compression_ratio (KVStats), time_to_first_token_ms,
+/// cache_saved_bytes, and cache_save_error (only when a cache_save failed: why; the answer is complete).
 nlohmann::json usage_json(const GenerationUsage& u);
 
 }  // namespace kvsieve

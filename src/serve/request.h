@@ -48,6 +48,9 @@ struct GenerationUsage {
     double queue_s = 0, time_to_first_token_s = 0, total_s = 0;  ///< from submission
     uint64_t saved_bytes = 0;  ///< size of the file written for GenerationRequest::save_path (0: none)
     int64_t cached_tokens = 0; ///< prompt tokens not fed again: the kept conversation already held them
+    /// Why GenerationRequest::save_path could not be written ("" when it was, or none was asked); the answer is
+    /// complete either way.
+    std::string cache_save_error;
 };
 
 /// One message from the scheduler to whoever waits on a request.

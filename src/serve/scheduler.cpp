@@ -137,21 +137,31 @@ void Scheduler::fail(Slot& s, int status, const std::string& message) {
 
 void Scheduler::finish(Slot& s, const std::string& reason) {
     uint64_t saved_bytes = 0;
+    std::string save_error;
+    bool keep = true;  // the sequence is whole (a failed last-token step leaves it unusable)
     if (!s.q->req.save_path.empty()) {
-        // Run the last sampled token, so that the saved sequence can go on without new text.
+        // Run the last sampled token, so that the saved sequence can go on without new text. The answer is complete
+        // whatever happens here: a save that fails is reported beside it, never instead of it.
         GenerationState g;
         g.sampler_state = s.sampler->state();
+        const std::string shown = std::filesystem::path(s.q->req.save_path).filename().string();
         try {
             if (s.last >= 0 && !s.last_end && s.session->n_tokens() < opts_.n_ctx) {
                 s.session->decode(s.last, s.logits);
                 g.logits = s.logits;
             }
-            save_sequence(s.q->req.save_path, model_, *s.session, encode_generation_state(g));
-            saved_bytes = std::filesystem::file_size(s.q->req.save_path);
+            try {
+                save_sequence(s.q->req.save_path, model_, *s.session, encode_generation_state(g), shown);
+                saved_bytes = std::filesystem::file_size(s.q->req.save_path);
+            } catch (const std::exception& e) {
+                save_error = std::string("the sequence could not be saved: ") + e.what();
+            }
         } catch (const KVBudgetExhausted& e) {
-            return fail(s, 503, std::string("the answer is complete but the sequence could not be saved: the KV pool is exhausted: ") + e.what());
+            keep = false;
+            save_error = std::string("the sequence could not be saved: the KV pool is exhausted: ") + e.what();
         } catch (const std::exception& e) {
-            return fail(s, 500, std::string("the answer is complete but the sequence could not be saved: ") + e.what());
+            keep = false;
+            save_error = std::string("the sequence could not be saved: ") + e.what();
         }
     }
     const KVStats st = s.cache->stats();
@@ -170,7 +180,8 @@ void Scheduler::finish(Slot& s, const std::string& reason) {
     u.total_s = seconds_since(s.q->submitted);
     u.saved_bytes = saved_bytes;
     u.cached_tokens = s.cached;
-    keep_conversation(s);  // before the client hears of the end, so that its next turn finds it
+    u.cache_save_error = save_error;
+    if (keep) keep_conversation(s);  // before the client hears of the end, so that its next turn finds it
     {
         std::lock_guard<std::mutex> lk(mu_);  // counted before the client hears of it
         ++snap_.requests_finished;
@@ -498,7 +509,8 @@ CacheOpResult Scheduler::save(const SequenceRef& ref, const std::string& path) {
         CacheOpResult out;
         auto write = [&](const Session& session, const GenerationState& g) {
             try {
-                save_sequence(path, model_, session, encode_generation_state(g));
+                save_sequence(path, model_, session, encode_generation_state(g),
+                              std::filesystem::path(path).filename().string());
                 out.file_bytes = std::filesystem::file_size(path);
             } catch (const std::exception& e) {
                 throw CacheOpError(500, std::string("the sequence could not be saved: ") + e.what());

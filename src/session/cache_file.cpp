@@ -1,13 +1,13 @@
 #include "session/cache_file.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 
 #include "cache/kv_cache.h"
 #include "model/llama_model.h"
+#include "util/atomic_file.h"
 #include "util/binary_io.h"
 
 namespace kvsieve {
@@ -30,7 +30,8 @@ uint64_t model_fingerprint(const LlamaModel& m) {
     return h;
 }
 
-void save_sequence(const std::string& path, const LlamaModel& m, const Session& s, const std::string& extra) {
+void save_sequence(const std::string& path, const LlamaModel& m, const Session& s, const std::string& extra,
+                   const std::string& shown) {
     BinaryWriter w;
     w.bytes(kMagic, sizeof kMagic);
     w.pod(kVersion);
@@ -45,32 +46,19 @@ void save_sequence(const std::string& path, const LlamaModel& m, const Session& 
     w.str(cache.data());
     const uint64_t sum = fnv1a64(w.data().data(), w.data().size());
     w.pod(sum);
-    const std::string tmp = path + ".tmp";
-    {
-        std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-        if (!f) fail("cannot write '", tmp, "'");
-        f.write(w.data().data(), static_cast<std::streamsize>(w.data().size()));
-        f.flush();
-        if (!f) {
-            std::remove(tmp.c_str());
-            fail("write error on '", tmp, "' (disk full?)");
-        }
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-        std::remove(tmp.c_str());
-        fail("cannot rename '", tmp, "' to '", path, "'");
-    }
+    write_file_atomic(path, w.data(), shown);
 }
 
-SavedSequence read_sequence(const std::string& path, const LlamaModel& m) {
+SavedSequence read_sequence(const std::string& path, const LlamaModel& m, const std::string& shown) {
+    const std::string name = shown.empty() ? path : shown;
     std::ifstream f(path, std::ios::binary);
-    if (!f) fail("cannot read the cache file '", path, "'");
+    if (!f) fail("cannot read the cache file '", name, "'");
     std::ostringstream ss;
     ss << f.rdbuf();
     const std::string data = ss.str();
-    const std::string what = "cache file '" + path + "'";
+    const std::string what = "cache file '" + name + "'";
     require(data.size() >= sizeof kMagic && data.compare(0, sizeof kMagic, std::string(kMagic, sizeof kMagic)) == 0,
-            "'", path, "' is not a kvsieve cache file (no KVSIEVE-SEQ header)");
+            "'", name, "' is not a kvsieve cache file (no KVSIEVE-SEQ header)");
     require(data.size() >= sizeof kMagic + sizeof(uint32_t) + sizeof(uint64_t), what, " is truncated");
     BinaryReader r(data.data(), data.size() - sizeof(uint64_t), what);
     char magic[sizeof kMagic];

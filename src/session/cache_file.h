@@ -22,16 +22,18 @@ struct SavedSequence {
 /// first 64 KiB of the token embedding's bytes (two files of the same shape with other weights differ).
 uint64_t model_fingerprint(const LlamaModel& m);
 
-/// Writes the session's sequence to `path` (through a temporary file renamed into place, so an existing file is
-/// never half-overwritten): magic "KVSIEVE-SEQ", format version, model fingerprint and summary, policy spec,
-/// context, tokens, `extra`, the cache record, and an FNV-1a 64 checksum of everything before it. Throws Error
-/// if the file cannot be written.
-void save_sequence(const std::string& path, const LlamaModel& m, const Session& s, const std::string& extra);
+/// Writes the session's sequence to `path` (util/atomic_file.h: a temporary file of mode 0600 created
+/// exclusively in the same folder, flushed and renamed into place, so an existing file is never half-overwritten
+/// and no planted link is followed): magic "KVSIEVE-SEQ", format version, model fingerprint and summary, policy
+/// spec, context, tokens, `extra`, the cache record, and an FNV-1a 64 checksum of everything before it. Throws
+/// Error if the file cannot be written, naming it `shown` when given (else `path`).
+void save_sequence(const std::string& path, const LlamaModel& m, const Session& s, const std::string& extra,
+                   const std::string& shown = "");
 
-/// Reads a file written by save_sequence for model m. Throws Error, naming the file, when it cannot be read, is
-/// not a kvsieve sequence file, has another format version, is truncated or corrupted (checksum), or was saved
-/// with another model.
-SavedSequence read_sequence(const std::string& path, const LlamaModel& m);
+/// Reads a file written by save_sequence for model m. Throws Error, naming the file (`shown` when given, else
+/// `path`), when it cannot be read, is not a kvsieve sequence file, has another format version, is truncated or
+/// corrupted (checksum), or was saved with another model.
+SavedSequence read_sequence(const std::string& path, const LlamaModel& m, const std::string& shown = "");
 
 /// What a generating caller (the CLI's generate, the server) keeps in SavedSequence::extra: the logits of the next
 /// token ([n_vocab], empty when the sequence ended and needs new text to go on) and the sampler's generator state.

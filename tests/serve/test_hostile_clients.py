@@ -175,5 +175,52 @@ class MetricsOffByDefault(unittest.TestCase):
             self.assertEqual(s.stop(), 0, s.log)
 
 
+class CacheDirProbes(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="kvsieve_hostile_")
+        # A temporary left by a crash: removed at start.
+        with open(os.path.join(cls.dir, ".old.kvseq.Zz09aB.tmp"), "w") as f:
+            f.write("half")
+        cls.s = Server("--cache-dir", cls.dir)
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.s.stop()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+        assert rc == 0, "the server did not stop cleanly (status %s):\n%s" % (rc, cls.s.log)
+
+    def tearDown(self):
+        self.assertTrue(self.s.alive(), "the server is down after the probe:\n" + self.s.log)
+
+    def test_stale_temporary_removed_at_start(self):
+        self.assertFalse(os.path.exists(os.path.join(self.dir, ".old.kvseq.Zz09aB.tmp")))
+
+    def test_failed_save_keeps_the_answer(self):
+        os.mkdir(os.path.join(self.dir, "blocked.kvseq"))  # a folder where the file should go: the rename fails
+        status, body = self.s.json("POST", "/v1/completions", completion(cache_save="blocked"))
+        self.assertEqual(status, 200, body)
+        self.assertEqual(body["choices"][0]["finish_reason"] in ("stop", "length"), True)
+        err = body["usage"]["cache_save_error"]
+        self.assertIn("could not be saved", err)
+        self.assertNotIn(self.dir, err)
+        self.assertEqual(body["usage"]["cache_saved_bytes"], 0)
+
+    def test_symlink_at_a_temporary_name_is_not_followed(self):
+        victim = os.path.join(self.dir, "victim.txt")
+        with open(victim, "w") as f:
+            f.write("precious")
+        os.symlink(victim, os.path.join(self.dir, "s1.kvseq.tmp"))
+        status, body = self.s.json("POST", "/v1/completions", completion(cache_save="s1"))
+        self.assertEqual(status, 200, body)
+        self.assertNotIn("cache_save_error", body["usage"])
+        self.assertGreater(body["usage"]["cache_saved_bytes"], 0)
+        with open(victim) as f:
+            self.assertEqual(f.read(), "precious")
+        saved = os.path.join(self.dir, "s1.kvseq")
+        self.assertFalse(os.path.islink(saved))
+        self.assertEqual(os.stat(saved).st_mode & 0o777, 0o600)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

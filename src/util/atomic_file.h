@@ -1,0 +1,21 @@
+#pragma once
+// Files written whole or not at all, safe in a folder others can write to.
+#include <string>
+#include <string_view>
+
+namespace kvsieve {
+
+/// Writes `data` to `path` so that `path` is either its old file or the whole new one, even after a crash: the
+/// bytes go to a new temporary file in the same folder (".<name>.XXXXXX.tmp", created exclusively with mode 0600:
+/// a file or symbolic link already at that name is never opened or followed), which is flushed to disk (fsync),
+/// renamed over `path` (a symbolic link at `path` is replaced, not followed), and the folder is flushed too.
+/// Throws Error "cannot write '<shown>': <reason>" on any failure (the temporary is removed); <shown> is `shown`
+/// when given (so that a server's messages need not reveal its folders), else `path`.
+void write_file_atomic(const std::string& path, std::string_view data, const std::string& shown = "");
+
+/// Removes the temporaries write_file_atomic leaves when the process dies between creating and renaming one
+/// (".<name>.XXXXXX.tmp", and "<name>.tmp" of earlier versions), in `dir` and in its immediate subfolders; links
+/// are removed themselves, never followed. Returns how many it removed; a missing folder removes none.
+int remove_stale_temporaries(const std::string& dir);
+
+}  // namespace kvsieve
