@@ -1,6 +1,5 @@
 // The server's defences against hostile clients, helper by helper: bounded quotes of client text, responses that
-// serialise any bytes, request bodies refused before a deep parse, bounded metrics labels, saved files written
-// atomically without following links.
+// serialise any bytes, request bodies refused before a deep parse, bounded metrics labels, keys and owners.
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
@@ -10,12 +9,16 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <vector>
 
+#include "serve/auth.h"
 #include "serve/json_body.h"
+#include "serve/openai_api.h"
 #include "serve/metrics.h"
 #include "serve/scheduler.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/sha256.h"
 
 namespace kvsieve {
 namespace {
@@ -185,6 +188,133 @@ TEST(AtomicFile, StaleTemporariesAreRemovedAndLinksNotFollowed) {
     EXPECT_EQ(slurp(d.path() + "/keep.kvseq"), "saved");
     EXPECT_TRUE(std::filesystem::is_empty(d.path() + "/owner"));
     EXPECT_EQ(remove_stale_temporaries(d.path() + "/none"), 0);
+}
+
+TEST(Sha256, KnownVectors) {
+    EXPECT_EQ(sha256_hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    EXPECT_EQ(sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    // Two blocks: the padding does not fit after 56 bytes.
+    EXPECT_EQ(sha256_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
+              "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+    EXPECT_EQ(sha256_hex(std::string(1000000, 'a')), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+TEST(Auth, ConstantTimeCompare) {
+    EXPECT_TRUE(constant_time_equal("", ""));
+    EXPECT_TRUE(constant_time_equal("secret-key", "secret-key"));
+    EXPECT_FALSE(constant_time_equal("secret-key", "secret-kez"));
+    EXPECT_FALSE(constant_time_equal("secret-key", "secret-key2"));
+    EXPECT_FALSE(constant_time_equal("secret", ""));
+    EXPECT_FALSE(constant_time_equal(std::string("a\0", 2), "a"));
+}
+
+TEST(Auth, KeyFileParsing) {
+    EXPECT_EQ(parse_key_file("# team keys\n\nalpha\n  beta \r\n\t# not a key\ngamma"),
+              (std::vector<std::string>{"alpha", "beta", "gamma"}));
+    EXPECT_TRUE(parse_key_file("").empty());
+    EXPECT_TRUE(parse_key_file("# only\n\n").empty());
+    try {
+        parse_key_file("ok\ntwo words\n");
+        FAIL() << "a line with a space was read as a key";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("line 2"), std::string::npos) << e.what();
+        EXPECT_EQ(std::string(e.what()).find("two words"), std::string::npos) << "the message shows the key";
+    }
+}
+
+TEST(Auth, KeyRingFindsTheOwnerOfAValidBearerKeyOnly) {
+    KeyRing none({}, "");
+    EXPECT_FALSE(none.enabled());
+    KeyRing ring({"alpha", "beta"}, "");
+    EXPECT_TRUE(ring.enabled());
+    EXPECT_EQ(ring.owner_of("Bearer alpha"), owner_tag("alpha"));
+    EXPECT_EQ(ring.owner_of("bearer beta"), owner_tag("beta"));
+    EXPECT_NE(owner_tag("alpha"), owner_tag("beta"));
+    EXPECT_EQ(owner_tag("alpha").size(), 16u);
+    EXPECT_EQ(owner_tag("alpha"), sha256_hex("alpha").substr(0, 16));
+    EXPECT_FALSE(ring.owner_of("Bearer alph"));
+    EXPECT_FALSE(ring.owner_of("Bearer alphaa"));
+    EXPECT_FALSE(ring.owner_of("alpha"));
+    EXPECT_FALSE(ring.owner_of("Basic alpha"));
+    EXPECT_FALSE(ring.owner_of("Bearer "));
+    EXPECT_FALSE(ring.owner_of(""));
+    EXPECT_THROW(KeyRing({"two words"}, ""), Error);
+    EXPECT_THROW(KeyRing({""}, ""), Error);
+}
+
+TEST(Auth, KeyFileReloadKeepsOwnersStableAndRevokes) {
+    TempDir d;
+    const std::string f = d.path() + "/keys";
+    {
+        std::ofstream(f) << "# keys\nk1\nk2\n";
+    }
+    KeyRing ring({"cli"}, f);
+    EXPECT_EQ(ring.size(), 3u);
+    const auto k2 = ring.owner_of("Bearer k2");
+    ASSERT_TRUE(k2);
+    {
+        std::ofstream(f) << "k0\nk2\n";  // k1 revoked, k0 added before k2
+    }
+    EXPECT_EQ(ring.reload(), 3u);
+    EXPECT_FALSE(ring.owner_of("Bearer k1"));
+    EXPECT_EQ(ring.owner_of("Bearer k2"), k2);  // the same owner, whatever its place in the file
+    EXPECT_TRUE(ring.owner_of("Bearer k0"));
+    EXPECT_TRUE(ring.owner_of("Bearer cli"));
+    {
+        std::ofstream(f) << "bad key\n";
+    }
+    EXPECT_THROW(ring.reload(), Error);
+    EXPECT_TRUE(ring.owner_of("Bearer k0"));  // a bad file keeps the keys in force
+    {
+        std::ofstream(f) << "";
+    }
+    ring.reload();
+    EXPECT_TRUE(ring.enabled());  // an emptied key file does not open the server
+    EXPECT_FALSE(ring.owner_of("Bearer k0"));
+    try {
+        KeyRing missing({}, d.path() + "/missing");
+        FAIL() << "a missing key file was accepted";
+    } catch (const Error& e) {
+        EXPECT_EQ(std::string(e.what()).find(d.path()), std::string::npos) << e.what();
+    }
+}
+
+TEST(Auth, HostOriginAndContentTypeChecks) {
+    for (const char* h : {"127.0.0.1", "127.0.0.1:8080", "localhost", "LOCALHOST:1", "[::1]", "[::1]:65535"})
+        EXPECT_TRUE(is_loopback_host_header(h)) << h;
+    for (const char* h : {"", "evil.example", "evil.example:8080", "127.0.0.1.evil.example", "localhost.evil.example",
+                          "127.0.0.1:", "127.0.0.1:80x", "[::1]x", "[::1", "127.0.0.2"})
+        EXPECT_FALSE(is_loopback_host_header(h)) << h;
+    EXPECT_TRUE(is_loopback_address("127.0.0.1"));
+    EXPECT_TRUE(is_loopback_address("::1"));
+    EXPECT_TRUE(is_loopback_address("localhost"));
+    EXPECT_FALSE(is_loopback_address("0.0.0.0"));
+    EXPECT_FALSE(is_loopback_address("192.168.1.2"));
+    EXPECT_TRUE(is_json_content_type("application/json"));
+    EXPECT_TRUE(is_json_content_type("Application/JSON; charset=utf-8"));
+    EXPECT_FALSE(is_json_content_type(""));
+    EXPECT_FALSE(is_json_content_type("text/plain"));
+    EXPECT_FALSE(is_json_content_type("application/x-www-form-urlencoded"));
+    EXPECT_EQ(parse_origins(" https://a.example, http://b.example:8080/ ,,"),
+              (std::vector<std::string>{"https://a.example", "http://b.example:8080"}));
+    EXPECT_TRUE(parse_origins("").empty());
+}
+
+TEST(Auth, ConversationIdsAndFilesAreScopedPerOwner) {
+    EXPECT_EQ(scoped_id("", "chat"), "chat");
+    EXPECT_EQ(scoped_id("0123456789abcdef", "chat"), "0123456789abcdef/chat");
+    EXPECT_EQ(client_id("0123456789abcdef", "0123456789abcdef/chat"), "chat");
+    EXPECT_FALSE(client_id("0123456789abcdef", "fedcba9876543210/chat"));
+    EXPECT_EQ(client_id("", "chat"), "chat");
+    EXPECT_EQ(for_client("0123456789abcdef", "no conversation '0123456789abcdef/chat' is kept"), "no conversation 'chat' is kept");
+    ApiContext ctx;
+    ctx.cache_dir = "/srv/cache";
+    EXPECT_EQ(cache_path(json("s1"), "name", ctx, "0123456789abcdef"), "/srv/cache/0123456789abcdef/s1.kvseq");
+    EXPECT_EQ(cache_path(json("s1"), "name", ctx), "/srv/cache/s1.kvseq");
+    const CacheOpRequest op = parse_cache_op(json{{"name", "s1"}, {"slot", 0}}, false, ctx, "0123456789abcdef");
+    EXPECT_EQ(op.ref.owner, "0123456789abcdef");
+    const CacheOpRequest rs = parse_cache_op(json{{"name", "s1"}}, true, ctx, "0123456789abcdef");
+    EXPECT_EQ(rs.ref.conversation, "0123456789abcdef/s1");
 }
 
 }  // namespace

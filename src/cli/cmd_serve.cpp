@@ -1,5 +1,6 @@
 // kvsieve serve: the OpenAI-compatible server. Sequences share one KV pool and decode together; each request may
-// name its own KV policy. SIGINT / SIGTERM stop it: running and queued requests end with a 503 error.
+// name its own KV policy. SIGINT / SIGTERM stop it: running and queued requests end with a 503 error. SIGHUP
+// re-reads --api-key-file.
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include "kernels/parallel.h"
 #include "model/llama_model.h"
 #include "policy/predictor_names.h"
+#include "serve/auth.h"
 #include "serve/http_server.h"
 #include "serve/scheduler.h"
 #include "text/chat_template.h"
@@ -29,6 +31,8 @@ struct ServeOpts {
     SchedulerOptions sched;
     int threads = 0;
     double max_body_mb = 8;
+    std::vector<std::string> api_keys;
+    std::string api_key_file, allowed_origins;
 };
 
 void run(const ServeOpts& o) {
@@ -40,9 +44,12 @@ void run(const ServeOpts& o) {
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
     std::signal(SIGPIPE, SIG_IGN);
 
+    // Keys are read before the model, so that a bad key file stops the server at once.
+    auto keys = std::make_shared<KeyRing>(o.api_keys, o.api_key_file);
     set_num_threads(o.threads);
     LlamaModel model(o.model);
     const auto tok = Tokenizer::from_gguf(model.file());
@@ -84,6 +91,8 @@ void run(const ServeOpts& o) {
     }
     HttpOptions ho = o.http;
     ho.max_body_bytes = static_cast<size_t>(o.max_body_mb * 1048576.0);
+    ho.keys = keys;
+    ho.allowed_origins = parse_origins(o.allowed_origins);
     HttpServer http(sched, ctx, ho);
     const int port = http.bind();
     std::fprintf(stderr, "model: %s\n", model.config().summary().c_str());
@@ -93,10 +102,25 @@ void run(const ServeOpts& o) {
                  ho.host.c_str(), port, ctx.model_id.c_str(), o.policy.c_str(), so.slots, static_cast<long>(so.n_ctx),
                  o.kv_budget_mb > 0 ? (std::to_string(static_cast<long>(o.kv_budget_mb)) + " MiB").c_str() : "grows on demand",
                  tmpl ? tmpl->name().c_str() : "none");
+    if (keys->enabled())
+        std::fprintf(stderr, "kvsieve serve: %zu API key(s); requests need Authorization: Bearer KEY\n", keys->size());
+    else if (!is_loopback_address(ho.host))
+        std::fprintf(stderr, "warning: kvsieve serve listens on %s without API keys: anyone who can reach it may use it "
+                     "and see every conversation (give --api-key or --api-key-file)\n", ho.host.c_str());
     std::fflush(stderr);
     std::thread waiter([&] {
         int sig = 0;
-        sigwait(&sigs, &sig);
+        for (;;) {
+            sigwait(&sigs, &sig);
+            if (sig != SIGHUP) break;
+            if (o.api_key_file.empty()) continue;
+            try {  // a bad file keeps the keys in force
+                std::fprintf(stderr, "kvsieve serve: key file re-read: %zu API key(s)\n", keys->reload());
+            } catch (const Error& e) {
+                std::fprintf(stderr, "kvsieve serve: key file not re-read (%s); the previous keys stay\n", e.what());
+            }
+            std::fflush(stderr);
+        }
         std::fprintf(stderr, "kvsieve serve: stopping (signal %d)\n", sig);
         sched.stop();
         http.stop();
@@ -147,7 +171,16 @@ void add_serve(CLI::App& app) {
                     "(\"cache_restore\": NAME)");
     cmd->add_option("-t,--threads", o->threads, "compute threads (0: all cores)")->capture_default_str();
     cmd->add_option("--http-threads", o->http.threads, "connection threads (0: 2 × slots + max-queue + 4)")->capture_default_str();
-    cmd->add_flag("--metrics", o->http.metrics, "serve GET /metrics (Prometheus text; off: 404)");
+    cmd->add_flag("--metrics", o->http.metrics, "serve GET /metrics (Prometheus text; off: 404; with keys it needs one)");
+    cmd->add_option("--api-key", o->api_keys,
+                    "an API key clients must present (Authorization: Bearer KEY); repeatable. Each key sees only its own "
+                    "conversations and saved sequences");
+    cmd->add_option("--api-key-file", o->api_key_file,
+                    "file of API keys, one per line ('#' comments and blank lines ignored); re-read on SIGHUP")
+        ->check(CLI::ExistingFile);
+    cmd->add_option("--allowed-origins", o->allowed_origins,
+                    "comma-separated origins (https://app.example:8443) whose browser pages may call the server; a "
+                    "request with another Origin header gets 403 (default: none)");
     cmd->add_option("--max-body-mb", o->max_body_mb, "largest request body in MiB (larger: 413)")->capture_default_str();
     cmd->callback([o] { run(*o); });
 }

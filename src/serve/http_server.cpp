@@ -5,6 +5,10 @@
 #include <chrono>
 #include <ctime>
 #include <filesystem>
+#include <functional>
+#include <optional>
+
+#include <sys/stat.h>
 
 #include "serve/json_body.h"
 
@@ -50,6 +54,33 @@ void HttpServer::stop() { svr_->stop(); }
 
 void HttpServer::routes() {
     httplib::Server& s = *svr_;
+    const bool loopback = is_loopback_address(opts_.host);
+    // Checks of every request, before routing: where it claims to go (Host) and which page sent it (Origin).
+    s.set_pre_routing_handler([this, loopback](const httplib::Request& req, httplib::Response& res) {
+        if (loopback && !is_loopback_host_header(req.get_header_value("Host"))) {
+            send_json(res, 403, error_body(403, "the Host header must name the loopback address (127.0.0.1, localhost or [::1]) "
+                                                "on a server bound to it"));
+            return httplib::Server::HandlerResponse::Handled;
+        }
+        if (req.has_header("Origin")) {
+            const std::string origin = req.get_header_value("Origin");
+            if (std::find(opts_.allowed_origins.begin(), opts_.allowed_origins.end(), origin) == opts_.allowed_origins.end()) {
+                send_json(res, 403, error_body(403, "requests from the origin '" + excerpt(origin, 100) +
+                                                        "' are not allowed (the server's --allowed-origins)"));
+                return httplib::Server::HandlerResponse::Handled;
+            }
+            res.set_header("Access-Control-Allow-Origin", origin);
+            res.set_header("Vary", "Origin");
+            if (req.method == "OPTIONS") {  // a browser's preflight
+                res.set_header("Access-Control-Allow-Methods", "GET, POST, DELETE");
+                res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+                res.set_header("Access-Control-Max-Age", "600");
+                res.status = 204;
+                return httplib::Server::HandlerResponse::Handled;
+            }
+        }
+        return httplib::Server::HandlerResponse::Unhandled;
+    });
     // Every error status gets a JSON body naming the problem (httplib's own 404 / 413 / 400 have none).
     s.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
         if (!res.body.empty()) return;
@@ -73,6 +104,27 @@ void HttpServer::routes() {
     });
     s.set_logger([this](const httplib::Request& req, const httplib::Response& res) { counters_.count(route_label(req.path), res.status); });
 
+    // Routes that need a key (when the server has keys) and, for POST, a JSON body; the handler gets the owner.
+    using Owned = std::function<void(const httplib::Request&, httplib::Response&, const std::string& owner)>;
+    auto guard = [this](bool post, Owned h) {
+        return [this, post, h = std::move(h)](const httplib::Request& req, httplib::Response& res) {
+            std::string owner;
+            if (opts_.keys && opts_.keys->enabled()) {
+                std::optional<std::string> o = opts_.keys->owner_of(req.get_header_value("Authorization"));
+                if (!o) {
+                    res.set_header("WWW-Authenticate", "Bearer");
+                    return send_json(res, 401, error_body(401, "a valid API key is required (Authorization: Bearer KEY)"));
+                }
+                owner = std::move(*o);  // from here on the request is this owner's, whatever happens to the key
+            }
+            if (post && !is_json_content_type(req.get_header_value("Content-Type")))
+                return send_json(res, 415, error_body(415, "the request body must be JSON, sent with Content-Type: application/json"));
+            if (post && !owner.empty() && !ctx_.cache_dir.empty())
+                ::mkdir((ctx_.cache_dir + "/" + owner).c_str(), 0700);  // the owner's saved files (exists: fine)
+            h(req, res, owner);
+        };
+    };
+
     s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
         const SchedulerSnapshot snap = sched_.snapshot();
         json j = {{"status", snap.running ? "ok" : "stopped"},
@@ -84,24 +136,24 @@ void HttpServer::routes() {
         send_json(res, snap.running ? 200 : 503, j);
     });
     if (opts_.metrics)
-        s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+        s.Get("/metrics", guard(false, [this](const httplib::Request&, httplib::Response& res, const std::string&) {
             res.set_content(prometheus_text(sched_.snapshot(), counters_, ctx_.model_id), "text/plain; version=0.0.4");
-        });
-    s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+        }));
+    s.Get("/v1/models", guard(false, [this](const httplib::Request&, httplib::Response& res, const std::string&) {
         json m = {{"id", ctx_.model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "kvsieve"}};
         send_json(res, 200, {{"object", "list"}, {"data", json::array({m})}});
-    });
+    }));
 
-    auto generate = [this](const httplib::Request& req, httplib::Response& res, bool chat) {
+    auto generate = [this](const httplib::Request& req, httplib::Response& res, const std::string& owner, bool chat) {
         json body;
         ApiRequest ar;
         std::shared_ptr<RequestHandle> h;
         try {
             body = parse_json_body(req.body);
-            ar = parse_api_request(body, chat, ctx_);
+            ar = parse_api_request(body, chat, ctx_, owner);
             h = sched_.submit(std::move(ar.gen));
         } catch (const ApiError& e) {
-            return send_json(res, e.status(), error_body(e.status(), e.what()));
+            return send_json(res, e.status(), error_body(e.status(), for_client(owner, e.what())));
         } catch (const ServerBusy& e) {
             return send_json(res, 503, error_body(503, e.what()));
         } catch (const Error& e) {
@@ -113,7 +165,8 @@ void HttpServer::routes() {
                                                                                       : ctx_.model_id;
         // The first event decides the status: an error before any text is the response itself.
         GenerationEvent first = h->next();
-        if (first.kind == GenerationEvent::Kind::kError) return send_json(res, first.status, error_body(first.status, first.error));
+        if (first.kind == GenerationEvent::Kind::kError)
+            return send_json(res, first.status, error_body(first.status, for_client(owner, first.error)));
         if (!ar.stream) {
             std::string text;
             GenerationEvent ev = std::move(first);
@@ -121,7 +174,8 @@ void HttpServer::routes() {
                 text += ev.text;
                 ev = h->next();
             }
-            if (ev.kind == GenerationEvent::Kind::kError) return send_json(res, ev.status, error_body(ev.status, ev.error));
+            if (ev.kind == GenerationEvent::Kind::kError)
+                return send_json(res, ev.status, error_body(ev.status, for_client(owner, ev.error)));
             return send_json(res, 200, completion_body(ar, id, created, model, text, ev));
         }
         struct Stream {
@@ -134,7 +188,7 @@ void HttpServer::routes() {
         res.set_header("Cache-Control", "no-cache");
         res.set_chunked_content_provider(
             "text/event-stream",
-            [h, st, ar, id, created, model](size_t, httplib::DataSink& sink) {
+            [h, st, ar, id, created, model, owner](size_t, httplib::DataSink& sink) {
                 auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
                 if (!st->started) {
                     st->started = true;
@@ -150,7 +204,7 @@ void HttpServer::routes() {
                 }
                 if (ev.kind == GenerationEvent::Kind::kText) return write(sse(chunk_body(ar, id, created, model, ev.text, "")));
                 if (ev.kind == GenerationEvent::Kind::kError) {
-                    write(sse(error_body(ev.status, ev.error)));
+                    write(sse(error_body(ev.status, for_client(owner, ev.error))));
                 } else {
                     if (!write(sse(chunk_body(ar, id, created, model, "", ev.finish_reason)))) return false;
                     if (ar.include_usage && !write(sse(usage_chunk_body(ar, id, created, model, ev.usage)))) return false;
@@ -165,11 +219,15 @@ void HttpServer::routes() {
             });
     };
     // Saved sequences and kept conversations (docs/serving.md).
-    auto cache_op = [this](const httplib::Request& req, httplib::Response& res, bool restore) {
+    auto cache_op = [this](const httplib::Request& req, httplib::Response& res, const std::string& owner, bool restore) {
         try {
             const json body = parse_json_body(req.body);
-            const CacheOpRequest op = parse_cache_op(body, restore, ctx_);
-            if (!restore) return send_json(res, 200, cache_op_body("kv_cache.saved", op.name, sched_.save(op.ref, op.path)));
+            const CacheOpRequest op = parse_cache_op(body, restore, ctx_, owner);
+            auto answer = [&](const char* object, CacheOpResult r) {
+                if (!r.conversation.empty()) r.conversation = client_id(owner, r.conversation).value_or("");
+                send_json(res, 200, cache_op_body(object, op.name, r));
+            };
+            if (!restore) return answer("kv_cache.saved", sched_.save(op.ref, op.path));
             if (!std::filesystem::exists(op.path)) throw ApiError(404, "no saved sequence '" + op.name + "' in the server's --cache-dir");
             std::shared_ptr<const SavedSequence> saved;
             try {
@@ -177,35 +235,44 @@ void HttpServer::routes() {
             } catch (const Error& e) {
                 throw ApiError(400, "'" + op.name + "': " + e.what());
             }
-            send_json(res, 200, cache_op_body("kv_cache.restored", op.name, sched_.restore(saved, op.ref.conversation)));
+            answer("kv_cache.restored", sched_.restore(saved, op.ref.conversation));
         } catch (const StatusError& e) {  // ApiError from the body, CacheOpError from the scheduler
-            send_json(res, e.status(), error_body(e.status(), e.what()));
+            send_json(res, e.status(), error_body(e.status(), for_client(owner, e.what())));
         } catch (const ServerBusy& e) {
             send_json(res, 503, error_body(503, e.what()));
         }
     };
-    s.Post("/v1/cache/save", [cache_op](const httplib::Request& q, httplib::Response& r) { cache_op(q, r, false); });
-    s.Post("/v1/cache/restore", [cache_op](const httplib::Request& q, httplib::Response& r) { cache_op(q, r, true); });
-    s.Get("/v1/cache/conversations", [this](const httplib::Request&, httplib::Response& res) {
+    s.Post("/v1/cache/save", guard(true, [cache_op](const httplib::Request& q, httplib::Response& r, const std::string& o) {
+        cache_op(q, r, o, false);
+    }));
+    s.Post("/v1/cache/restore", guard(true, [cache_op](const httplib::Request& q, httplib::Response& r, const std::string& o) {
+        cache_op(q, r, o, true);
+    }));
+    s.Get("/v1/cache/conversations", guard(false, [this](const httplib::Request&, httplib::Response& res, const std::string& owner) {
         json data = json::array();
         for (const auto& c : sched_.snapshot().conversations)
-            data.push_back({{"id", c.id}, {"tokens", c.tokens}, {"kv_bytes", c.kv_bytes}, {"policy", c.policy}});
+            if (std::optional<std::string> id = client_id(owner, c.id))
+                data.push_back({{"id", *id}, {"tokens", c.tokens}, {"kv_bytes", c.kv_bytes}, {"policy", c.policy}});
         send_json(res, 200, {{"object", "list"}, {"data", data}});
-    });
-    s.Delete(R"(/v1/cache/conversations/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+    }));
+    s.Delete(R"(/v1/cache/conversations/([^/]+))", guard(false, [this](const httplib::Request& req, httplib::Response& res,
+                                                                      const std::string& owner) {
         const std::string id = req.matches[1];
         try {
-            if (!sched_.drop(id)) return send_json(res, 404, error_body(404, "no conversation '" + excerpt(id, 64) + "' is kept"));
+            if (!sched_.drop(scoped_id(owner, id)))
+                return send_json(res, 404, error_body(404, "no conversation '" + excerpt(id, 64) + "' is kept"));
             send_json(res, 200, {{"id", id}, {"object", "kv_cache.conversation"}, {"deleted", true}});
         } catch (const ServerBusy& e) {
             send_json(res, 503, error_body(503, e.what()));
         }
-    });
+    }));
 
-    s.Post("/v1/completions", [generate](const httplib::Request& q, httplib::Response& r) { generate(q, r, false); });
-    s.Post("/v1/chat/completions", [generate](const httplib::Request& q, httplib::Response& r) { generate(q, r, true); });
-    s.Post("/completions", [generate](const httplib::Request& q, httplib::Response& r) { generate(q, r, false); });
-    s.Post("/chat/completions", [generate](const httplib::Request& q, httplib::Response& r) { generate(q, r, true); });
+    for (const char* path : {"/v1/completions", "/completions", "/v1/chat/completions", "/chat/completions"}) {
+        const bool chat = std::string(path).find("chat") != std::string::npos;
+        s.Post(path, guard(true, [generate, chat](const httplib::Request& q, httplib::Response& r, const std::string& o) {
+            generate(q, r, o, chat);
+        }));
+    }
 }
 
 }  // namespace kvsieve

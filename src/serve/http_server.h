@@ -6,6 +6,9 @@
 #include <memory>
 #include <string>
 
+#include <vector>
+
+#include "serve/auth.h"
 #include "serve/metrics.h"
 #include "serve/openai_api.h"
 #include "serve/scheduler.h"
@@ -22,6 +25,12 @@ struct HttpOptions {
     size_t max_body_bytes = 8u << 20;       ///< larger request bodies get 413
     int threads = 0;                        ///< connection threads (0: 2 × slots + queue + 4, at least 8)
     bool metrics = false;                   ///< serve GET /metrics (otherwise it is a 404 like any unknown path)
+    /// API keys (null or !enabled(): none, every client is the same anonymous owner). With keys every endpoint but
+    /// /health needs `Authorization: Bearer KEY` (401 otherwise), and each key sees only its own sequences.
+    std::shared_ptr<KeyRing> keys;
+    /// Origins (scheme://host[:port]) whose browser pages may call the server; a request with another Origin
+    /// header is refused with 403 (none by default: every browser page from elsewhere is refused).
+    std::vector<std::string> allowed_origins;
 };
 
 /// Routes requests to the scheduler. POST bodies are parsed by parse_api_request (errors: JSON bodies with the
@@ -33,6 +42,10 @@ struct HttpOptions {
 /// (parse_cache_op) save a kept conversation or running slot to --cache-dir and keep a saved file under a
 /// conversation id (Scheduler::save / restore; errors with CacheOpError's status); GET /v1/cache/conversations
 /// lists the kept ones, DELETE /v1/cache/conversations/ID drops one (404 when none is kept).
+/// Before any route: a server bound to a loopback address answers only requests whose Host header names loopback
+/// (403: DNS rebinding), and a request with an Origin header not in allowed_origins is refused (403). With keys,
+/// a request without a valid key gets 401 (the key is checked once, and the request runs as its owner to the end,
+/// even if the key is revoked meanwhile); POST bodies must be `Content-Type: application/json` (415).
 class HttpServer {
 public:
     HttpServer(Scheduler& scheduler, ApiContext ctx, HttpOptions opts);

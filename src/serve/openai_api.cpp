@@ -70,9 +70,25 @@ std::string api_name(const json& v, const std::string& field) {
     return name;
 }
 
-std::string cache_path(const json& v, const std::string& field, const ApiContext& ctx) {
+std::string cache_path(const json& v, const std::string& field, const ApiContext& ctx, const std::string& owner) {
     if (ctx.cache_dir.empty()) bad("'" + field + "' needs a server started with --cache-dir DIR");
-    return ctx.cache_dir + "/" + api_name(v, field) + ".kvseq";
+    return ctx.cache_dir + (owner.empty() ? "" : "/" + owner) + "/" + api_name(v, field) + ".kvseq";
+}
+
+std::string scoped_id(const std::string& owner, const std::string& id) { return owner.empty() ? id : owner + "/" + id; }
+
+std::optional<std::string> client_id(const std::string& owner, const std::string& kept) {
+    if (owner.empty()) return kept;
+    const std::string prefix = owner + "/";
+    if (kept.size() <= prefix.size() || kept.compare(0, prefix.size(), prefix) != 0) return std::nullopt;
+    return kept.substr(prefix.size());
+}
+
+std::string for_client(const std::string& owner, std::string message) {
+    if (owner.empty()) return message;
+    const std::string prefix = owner + "/";
+    for (size_t at = message.find(prefix); at != std::string::npos; at = message.find(prefix, at)) message.erase(at, prefix.size());
+    return message;
 }
 
 namespace {
@@ -98,7 +114,7 @@ std::vector<ChatMessage> parse_messages(const json& m) {
 }
 }  // namespace
 
-ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx) {
+ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx, const std::string& owner) {
     if (!body.is_object()) bad("the request body must be a JSON object");
     static const std::set<std::string> common = {"model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed",
                                                  "stop", "stream", "stream_options", "n", "user", "presence_penalty",
@@ -122,7 +138,7 @@ ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx)
     if (body.contains("model") && !body["model"].is_string()) bad("'model' must be a string");
     // cache_restore: the saved sequence is where this request starts.
     if (body.contains("cache_restore") && !body["cache_restore"].is_null()) {
-        const std::string path = cache_path(body["cache_restore"], "cache_restore", ctx);
+        const std::string path = cache_path(body["cache_restore"], "cache_restore", ctx, owner);
         if (!std::filesystem::exists(path))
             throw ApiError(404, "no saved sequence '" + body["cache_restore"].get<std::string>() + "' in the server's --cache-dir");
         try {
@@ -136,7 +152,7 @@ ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx)
     // With saved state (cache_restore, or a kept conversation restored from a file), no seed: its sampler goes on.
     g.restore_sampler = !body.contains("seed") || body["seed"].is_null();
     if (body.contains("conversation") && !body["conversation"].is_null()) {
-        g.conversation = api_name(body["conversation"], "conversation");
+        g.conversation = scoped_id(owner, api_name(body["conversation"], "conversation"));
         if (g.restore) bad("'conversation' and 'cache_restore' exclude each other (restore into a conversation with POST /v1/cache/restore)");
     }
     // The prompt.
@@ -175,6 +191,7 @@ ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx)
         }
     }
     if (g.prompt.empty() && !g.restore) bad("the prompt is empty");
+    g.owner = owner;
     const int64_t held = g.restore ? static_cast<int64_t>(g.restore->tokens.size()) : 0;
     const int64_t n_prompt = held + static_cast<int64_t>(g.prompt.size());
     if (n_prompt >= ctx.n_ctx)
@@ -257,7 +274,7 @@ ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx)
         g.policy_spec = spec;
         g.policy_given = true;
     }
-    if (body.contains("cache_save") && !body["cache_save"].is_null()) g.save_path = cache_path(body["cache_save"], "cache_save", ctx);
+    if (body.contains("cache_save") && !body["cache_save"].is_null()) g.save_path = cache_path(body["cache_save"], "cache_save", ctx, owner);
     try {
         g.policy = parse_policy(g.policy_spec, ctx.policy_options);
         check_policy_fits(g.policy, ctx.n_ctx);
@@ -267,7 +284,7 @@ ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx)
     return r;
 }
 
-CacheOpRequest parse_cache_op(const json& body, bool restore, const ApiContext& ctx) {
+CacheOpRequest parse_cache_op(const json& body, bool restore, const ApiContext& ctx, const std::string& owner) {
     const std::string what = restore ? "a cache restore" : "a cache save";
     if (!body.is_object()) bad("the request body must be a JSON object");
     for (const auto& [k, v] : body.items())
@@ -275,13 +292,14 @@ CacheOpRequest parse_cache_op(const json& body, bool restore, const ApiContext& 
             bad("unknown field '" + excerpt(k) + "' in " + what + " request (name, " + (restore ? "conversation" : "conversation or slot") + ")");
     if (!body.contains("name")) bad("'name' is required: the file is --cache-dir/NAME.kvseq");
     CacheOpRequest r;
-    r.path = cache_path(body["name"], "name", ctx);
+    r.path = cache_path(body["name"], "name", ctx, owner);
     r.name = body["name"].get<std::string>();
+    r.ref.owner = owner;
     const bool has_conv = body.contains("conversation") && !body["conversation"].is_null();
     const bool has_slot = body.contains("slot") && !body["slot"].is_null();
-    if (has_conv) r.ref.conversation = api_name(body["conversation"], "conversation");
+    if (has_conv) r.ref.conversation = scoped_id(owner, api_name(body["conversation"], "conversation"));
     if (restore) {
-        if (!has_conv) r.ref.conversation = r.name;
+        if (!has_conv) r.ref.conversation = scoped_id(owner, r.name);
         return r;
     }
     if (has_conv == has_slot) bad("a cache save names one sequence: 'conversation' (an id) or 'slot' (a running slot's index)");

@@ -1,6 +1,7 @@
 #pragma once
 // The OpenAI API's request and response bodies (completions and chat completions) as kvsieve reads and writes them.
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -57,14 +58,26 @@ struct ApiRequest {
 /// 0, logit_bias empty, response_format text). Throws ApiError 400 naming the field for anything else: an
 /// unknown field, a wrong type or range, a kv_policy that does not parse or does not fit in the context, a prompt
 /// that does not fit in the context.
-ApiRequest parse_api_request(const nlohmann::json& body, bool chat, const ApiContext& ctx);
+/// `owner`: the owner tag of the request's API key (serve/auth.h; "" on a server without keys): the conversation
+/// id is kept as scoped_id(owner, ID) and NAME is a file of the owner's folder (cache_path), so that clients with
+/// different keys never see each other's sequences.
+ApiRequest parse_api_request(const nlohmann::json& body, bool chat, const ApiContext& ctx, const std::string& owner = "");
+
+/// The id the scheduler keeps a client's conversation under: "OWNER/ID" for a key's owner (ID cannot hold '/'),
+/// ID itself on a server without keys.
+std::string scoped_id(const std::string& owner, const std::string& id);
+/// The id a client of `owner` knows a kept id by; nothing when the kept id is another owner's.
+std::optional<std::string> client_id(const std::string& owner, const std::string& kept);
+/// `message` with the owner's scope taken out of the ids it names (what the client sees).
+std::string for_client(const std::string& owner, std::string message);
 
 /// A file or conversation name field: 1–64 of [A-Za-z0-9_.-], not starting with '.'. Throws ApiError 400 naming
 /// `field` otherwise.
 std::string api_name(const nlohmann::json& v, const std::string& field);
-/// ctx.cache_dir/NAME.kvseq for the name in `v`. Throws ApiError 400 when the server has no cache directory or the
-/// name is not one.
-std::string cache_path(const nlohmann::json& v, const std::string& field, const ApiContext& ctx);
+/// ctx.cache_dir/NAME.kvseq for the name in `v` (ctx.cache_dir/OWNER/NAME.kvseq for a key's owner). Throws ApiError
+/// 400 when the server has no cache directory or the name is not one.
+std::string cache_path(const nlohmann::json& v, const std::string& field, const ApiContext& ctx,
+                       const std::string& owner = "");
 
 /// The body of POST /v1/cache/save ({"name": NAME, and "conversation": ID or "slot": N}) or /v1/cache/restore
 /// ({"name": NAME, "conversation": ID}, ID defaulting to NAME): the file ctx.cache_dir/NAME.kvseq and the
@@ -74,7 +87,8 @@ struct CacheOpRequest {
     std::string name, path;
     SequenceRef ref;
 };
-CacheOpRequest parse_cache_op(const nlohmann::json& body, bool restore, const ApiContext& ctx);
+/// `owner` as for parse_api_request: the file is the owner's, the conversation id scoped, a slot only the owner's.
+CacheOpRequest parse_cache_op(const nlohmann::json& body, bool restore, const ApiContext& ctx, const std::string& owner = "");
 /// {"object": object, "name", "conversation", "slot" (save of a slot), "tokens", "kv_bytes", "file_bytes" (save),
 /// "policy"}.
 nlohmann::json cache_op_body(const std::string& object, const std::string& name, const CacheOpResult& r);

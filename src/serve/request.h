@@ -36,6 +36,8 @@ struct GenerationRequest {
     /// with the kept tokens (serve/conversations.h); "" none. Not with `restore`.
     std::string conversation;
     bool policy_given = false;  ///< the client named the policy (a kept conversation with another one is refused)
+    /// The owner tag of the client's API key ("" without keys): a save by slot index finds only the owner's slots.
+    std::string owner;
 };
 
 /// Sizes and costs of a finished request (OpenAI `usage` plus the cache's figures).

@@ -486,7 +486,9 @@ void Scheduler::publish_conversations() {
 Scheduler::Slot* Scheduler::find_slot(const SequenceRef& ref) {
     for (auto& a : active_) {
         if (a->done) continue;
-        if (ref.conversation.empty() ? a->index == ref.slot : a->q->req.conversation == ref.conversation) return a.get();
+        if (ref.conversation.empty() ? a->index == ref.slot && a->q->req.owner == ref.owner
+                                     : a->q->req.conversation == ref.conversation)
+            return a.get();
     }
     return nullptr;
 }

@@ -47,6 +47,7 @@ using CacheOpError = StatusError;
 struct SequenceRef {
     std::string conversation;
     int slot = -1;
+    std::string owner;  ///< a slot is found only when its request has this owner (GenerationRequest::owner)
 };
 
 /// What a save or restore did.

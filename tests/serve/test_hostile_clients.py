@@ -162,6 +162,145 @@ class HostileClients(unittest.TestCase):
         self.assertIn(b'endpoint="other",status="404"', after)
         self.assertNotIn(b"probe-", after)
 
+    def test_post_without_json_content_type_is_a_415(self):
+        data = json.dumps(completion()).encode()
+        for ctype in ("text/plain", "application/x-www-form-urlencoded", None):
+            headers = {"Content-Type": ctype} if ctype else {}
+            status, _, body = self.s.request("POST", "/v1/completions", raw_body=data, headers=headers)
+            self.assertEqual(status, 415, ctype)
+            self.assertIn("application/json", json.loads(body)["error"]["message"])
+        status, _, _ = self.s.request("POST", "/v1/completions", raw_body=data,
+                                      headers={"Content-Type": "application/json; charset=utf-8"})
+        self.assertEqual(status, 200)
+
+    def test_foreign_origin_is_a_403(self):
+        status, body = self.s.json("POST", "/v1/completions", completion(), headers={"Origin": "https://evil.example"})
+        self.assertEqual(status, 403)
+        self.assertIn("origin", body["error"]["message"])
+        self.assertEqual(self.s.request("GET", "/health", headers={"Origin": "http://127.0.0.1:1"})[0], 403)
+
+    def test_bad_host_header_is_a_403(self):
+        for host in ("evil.example", "evil.example:8080", "127.0.0.1.evil.example"):
+            status, body = self.s.json("GET", "/v1/models", headers={"Host": host})
+            self.assertEqual(status, 403, host)
+            self.assertIn("Host", body["error"]["message"])
+        self.assertEqual(self.s.request("GET", "/v1/models", headers={"Host": "localhost:%d" % self.s.port})[0], 200)
+
+
+class AllowedOrigins(unittest.TestCase):
+    def test_an_allowed_origin_gets_cors_headers_and_others_403(self):
+        s = Server("--allowed-origins", "https://app.example, http://localhost:3000")
+        try:
+            status, hdrs, _ = s.request("POST", "/v1/completions", completion(), headers={"Origin": "https://app.example"})
+            self.assertEqual(status, 200)
+            self.assertEqual(hdrs.get("Access-Control-Allow-Origin"), "https://app.example")
+            status, hdrs, _ = s.request("OPTIONS", "/v1/completions", headers={"Origin": "http://localhost:3000"})
+            self.assertEqual(status, 204)
+            self.assertIn("Authorization", hdrs.get("Access-Control-Allow-Headers", ""))
+            self.assertEqual(s.request("POST", "/v1/completions", completion(), headers={"Origin": "https://app.example.evil"})[0], 403)
+            self.assertTrue(s.alive())
+        finally:
+            self.assertEqual(s.stop(), 0, s.log)
+
+
+class KeysAndOwnership(unittest.TestCase):
+    A, B = "key-alpha-0123456789", "key-beta-9876543210"
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="kvsieve_keys_")
+        cls.s = Server("--api-key", cls.A, "--api-key", cls.B, "--cache-dir", cls.dir, "--metrics")
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.s.stop()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+        assert rc == 0, "the server did not stop cleanly (status %s):\n%s" % (rc, cls.s.log)
+
+    def tearDown(self):
+        self.assertTrue(self.s.alive(), "the server is down after the probe:\n" + self.s.log)
+
+    def as_(self, key, method, path, body=None):
+        return self.s.json(method, path, body, headers={"Authorization": "Bearer " + key})
+
+    def test_no_key_or_a_wrong_key_is_a_401(self):
+        for method, path, body in (("POST", "/v1/completions", completion()), ("GET", "/v1/models", None),
+                                   ("GET", "/v1/cache/conversations", None), ("GET", "/metrics", None),
+                                   ("POST", "/v1/cache/save", {"name": "x", "conversation": "x"}),
+                                   ("DELETE", "/v1/cache/conversations/x", None)):
+            for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": self.A},
+                            {"Authorization": "Bearer " + self.A + "x"}):
+                status, b = self.s.json(method, path, body, headers=headers)
+                self.assertEqual(status, 401, (method, path, headers))
+                self.assertIn("API key", b["error"]["message"])
+        self.assertEqual(self.s.request("GET", "/health")[0], 200)
+        self.assertEqual(self.as_(self.A, "GET", "/v1/models")[0], 200)
+        status, _, text = self.s.request("GET", "/metrics", headers={"Authorization": "Bearer " + self.B})
+        self.assertEqual(status, 200)
+        self.assertIn(b"kvsieve_slots", text)
+
+    def test_each_key_sees_only_its_own_conversations_and_files(self):
+        prompt = "Once upon a time there was a little cat"
+        status, a1 = self.as_(self.A, "POST", "/v1/completions", completion(prompt, conversation="shared"))
+        self.assertEqual(status, 200, a1)
+        ids = lambda key: [c["id"] for c in self.as_(key, "GET", "/v1/cache/conversations")[1]["data"]]
+        self.assertIn("shared", ids(self.A))
+        self.assertNotIn("shared", ids(self.B))
+        # B cannot save, restore into, or delete A's conversation.
+        self.assertEqual(self.as_(self.B, "POST", "/v1/cache/save", {"name": "b1", "conversation": "shared"})[0], 404)
+        self.assertEqual(self.as_(self.B, "DELETE", "/v1/cache/conversations/shared")[0], 404)
+        self.assertIn("shared", ids(self.A))
+        # A saves it; the file is A's: B can neither restore it nor start from it.
+        status, saved = self.as_(self.A, "POST", "/v1/cache/save", {"name": "s1", "conversation": "shared"})
+        self.assertEqual(status, 200, saved)
+        self.assertEqual(saved["conversation"], "shared")
+        self.assertEqual(self.as_(self.B, "POST", "/v1/cache/restore", {"name": "s1", "conversation": "mine"})[0], 404)
+        self.assertEqual(self.as_(self.B, "POST", "/v1/completions", completion(prompt, cache_restore="s1"))[0], 404)
+        self.assertEqual(self.as_(self.A, "POST", "/v1/completions", completion(prompt, cache_restore="s1"))[0], 200)
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "s1.kvseq")))
+        owner_dirs = [d for d in os.listdir(self.dir) if os.path.isdir(os.path.join(self.dir, d))]
+        self.assertTrue(any(os.path.exists(os.path.join(self.dir, d, "s1.kvseq")) for d in owner_dirs), owner_dirs)
+        # B continuing "shared" with the same prompt starts its own conversation: nothing of A's is reused.
+        status, b1 = self.as_(self.B, "POST", "/v1/completions", completion(prompt + " and", conversation="shared"))
+        self.assertEqual(status, 200, b1)
+        self.assertEqual(b1["usage"]["prompt_tokens_details"]["cached_tokens"], 0)
+        self.assertIn("shared", ids(self.B))
+        # A's next turn reuses A's own cache.
+        status, a2 = self.as_(self.A, "POST", "/v1/completions", completion(prompt + " and", conversation="shared"))
+        self.assertEqual(status, 200, a2)
+        self.assertGreater(a2["usage"]["prompt_tokens_details"]["cached_tokens"], 0)
+        # B deleting its "shared" leaves A's.
+        self.assertEqual(self.as_(self.B, "DELETE", "/v1/cache/conversations/shared")[0], 200)
+        self.assertNotIn("shared", ids(self.B))
+        self.assertIn("shared", ids(self.A))
+
+
+class KeyFileReload(unittest.TestCase):
+    def test_sighup_rereads_the_key_file(self):
+        d = tempfile.mkdtemp(prefix="kvsieve_keyfile_")
+        path = os.path.join(d, "keys")
+        with open(path, "w") as f:
+            f.write("# keys\nold-key-1\n\n")
+        s = Server("--api-key-file", path)
+        try:
+            auth = lambda k: s.request("GET", "/v1/models", headers={"Authorization": "Bearer " + k})[0]
+            self.assertEqual(auth("old-key-1"), 200)
+            self.assertEqual(auth("new-key-2"), 401)
+            with open(path, "w") as f:
+                f.write("new-key-2\n")
+            s.proc.send_signal(1)  # SIGHUP
+            for _ in range(100):
+                if auth("new-key-2") == 200:
+                    break
+                time.sleep(0.05)
+            self.assertEqual(auth("new-key-2"), 200)
+            self.assertEqual(auth("old-key-1"), 401)
+            self.assertEqual(s.request("GET", "/v1/models")[0], 401)
+            self.assertTrue(s.alive())
+        finally:
+            self.assertEqual(s.stop(), 0, s.log)
+            shutil.rmtree(d, ignore_errors=True)
+
 
 class MetricsOffByDefault(unittest.TestCase):
     def test_metrics_is_a_404_without_the_flag(self):
