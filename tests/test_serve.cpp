@@ -403,6 +403,33 @@ TEST(Scheduler, KeptConversationsGiveTheirPagesToRunningRequests) {
     EXPECT_EQ(ids, (std::vector<std::string>{"y", "z"}));
 }
 
+TEST(Scheduler, ARequestThatCanNeverFitIsA413BeforeAnyConversationIsDropped) {
+    const ModelConfig& c = model().config();
+    const int64_t pages = static_cast<int64_t>(c.n_layer) * c.n_head_kv * 6;  // one ~96-token sequence in all
+    auto pool = std::make_shared<KVPool>(c.head_dim, KVType::kF16, 16, static_cast<uint64_t>(pages) * 16 * c.head_dim * 2 * 2);
+    SchedulerOptions o = options(1);
+    o.max_conversations = 2;
+    Scheduler sched(model(), tokenizer(), pool, o);
+    GenerationRequest a = greedy("Once upon a time, there was a little girl named Lily.", 10);
+    a.conversation = "kept";
+    ASSERT_EQ(collect(*sched.submit(a)).last.kind, GenerationEvent::Kind::kDone);
+    ASSERT_EQ(sched.snapshot().conversations.size(), 1u);
+    // Prompt and 200 tokens under a policy that drops nothing: more pages than the whole pool has.
+    try {
+        sched.submit(greedy("Once upon a time, there was a little girl named Lily.", 200));
+        FAIL() << "a request larger than the pool was queued";
+    } catch (const StatusError& e) {
+        EXPECT_EQ(e.status(), 413);
+        EXPECT_NE(std::string(e.what()).find("can never fit"), std::string::npos) << e.what();
+    }
+    const SchedulerSnapshot snap = sched.snapshot();
+    EXPECT_EQ(snap.conversations.size(), 1u);  // nobody's kept conversation was dropped for it
+    EXPECT_EQ(snap.conversations_dropped, 0);
+    // A compressing policy may hold it: it is not refused up front.
+    const Result r = collect(*sched.submit(greedy("Once upon a time, there was a little girl named Lily.", 200, "h2o:budget=16")));
+    EXPECT_EQ(r.last.kind, GenerationEvent::Kind::kDone) << r.last.error;
+}
+
 TEST(Scheduler, ACancelledTurnKeepsItsConversation) {
     // A client that stops a turn keeps its history: what ran before the cancel stays under the id.
     auto pool = std::make_shared<KVPool>(model().config().head_dim, KVType::kF16);

@@ -39,6 +39,8 @@ void run(const ServeOpts& o) {
     require(o.kv_budget_mb >= 0, "--kv-budget-mb must be ≥ 0, got ", o.kv_budget_mb);
     require(o.max_body_mb > 0, "--max-body-mb must be > 0, got ", o.max_body_mb);
     require(o.http.port >= 0 && o.http.port <= 65535, "--port must be in [0, 65535], got ", o.http.port);
+    require(o.http.timeout_s >= 0, "--timeout must be ≥ 0 seconds, got ", o.http.timeout_s);
+    require(o.http.max_requests_per_key >= 0, "--max-requests-per-key must be ≥ 0, got ", o.http.max_requests_per_key);
     // Signals go to one waiting thread only (blocked here, before any thread starts, so every thread inherits it).
     sigset_t sigs;
     sigemptyset(&sigs);
@@ -178,6 +180,14 @@ void add_serve(CLI::App& app) {
     cmd->add_option("--api-key-file", o->api_key_file,
                     "file of API keys, one per line ('#' comments and blank lines ignored); re-read on SIGHUP")
         ->check(CLI::ExistingFile);
+    cmd->add_option("--timeout", o->http.timeout_s,
+                    "seconds a generation request may take, queue included (0: no limit); then 504, or a last error "
+                    "event in a stream")
+        ->capture_default_str();
+    cmd->add_option("--max-requests-per-key", o->http.max_requests_per_key,
+                    "generation requests one API key may have running or queued at once (0: no limit; one more: 429; "
+                    "without keys all clients count as one)")
+        ->capture_default_str();
     cmd->add_option("--allowed-origins", o->allowed_origins,
                     "comma-separated origins (https://app.example:8443) whose browser pages may call the server; a "
                     "request with another Origin header gets 403 (default: none)");

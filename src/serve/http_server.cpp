@@ -23,7 +23,36 @@ void send_json(httplib::Response& res, int status, const json& body) {
 }
 
 std::string sse(const json& j) { return "data: " + dump_json(j) + "\n\n"; }
+
+using Clock = std::chrono::steady_clock;
+
+/// The next event of `h` if it comes before `deadline`; false when the deadline passed first.
+bool next_before(RequestHandle& h, Clock::time_point deadline, GenerationEvent& ev) {
+    if (deadline == Clock::time_point::max()) {
+        ev = h.next();
+        return true;
+    }
+    for (;;) {
+        const auto now = Clock::now();
+        if (now >= deadline) return false;
+        const auto wait = std::min<Clock::duration>(deadline - now, std::chrono::milliseconds(200));
+        if (h.next(ev, std::chrono::duration_cast<std::chrono::milliseconds>(wait) + std::chrono::milliseconds(1))) return true;
+    }
+}
 }  // namespace
+
+std::shared_ptr<void> HttpServer::take_place(const std::string& owner) {
+    if (opts_.max_requests_per_key <= 0) return std::make_shared<int>(0);
+    std::lock_guard<std::mutex> lk(in_flight_mu_);
+    int& n = in_flight_[owner];
+    if (n >= opts_.max_requests_per_key) return nullptr;
+    ++n;
+    return std::shared_ptr<void>(new int(0), [this, owner](void* p) {
+        delete static_cast<int*>(p);
+        std::lock_guard<std::mutex> lk(in_flight_mu_);
+        if (--in_flight_[owner] == 0) in_flight_.erase(owner);
+    });
+}
 
 HttpServer::HttpServer(Scheduler& scheduler, ApiContext ctx, HttpOptions opts)
     : sched_(scheduler), ctx_(std::move(ctx)), opts_(std::move(opts)), svr_(std::make_unique<httplib::Server>()) {
@@ -145,12 +174,23 @@ void HttpServer::routes() {
     }));
 
     auto generate = [this](const httplib::Request& req, httplib::Response& res, const std::string& owner, bool chat) {
+        // The deadline counts from the request's arrival: time in the queue is part of it.
+        const Clock::time_point deadline =
+            opts_.timeout_s > 0 ? Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opts_.timeout_s))
+                                : Clock::time_point::max();
+        const std::string timed_out = "the request did not finish within the server's --timeout of " +
+                                      dump_json(json(opts_.timeout_s)) + " s; it was cancelled";
         json body;
         ApiRequest ar;
         std::shared_ptr<RequestHandle> h;
+        std::shared_ptr<void> place;
         try {
             body = parse_json_body(req.body);
             ar = parse_api_request(body, chat, ctx_, owner);
+            place = take_place(owner);
+            if (!place)
+                return send_json(res, 429, error_body(429, "this key already has " + std::to_string(opts_.max_requests_per_key) +
+                                                               " requests running or waiting (the server's --max-requests-per-key)"));
             h = sched_.submit(std::move(ar.gen));
         } catch (const ApiError& e) {
             return send_json(res, e.status(), error_body(e.status(), for_client(owner, e.what())));
@@ -164,7 +204,11 @@ void HttpServer::routes() {
         const std::string model = body.contains("model") && body["model"].is_string() ? body["model"].get<std::string>()
                                                                                       : ctx_.model_id;
         // The first event decides the status: an error before any text is the response itself.
-        GenerationEvent first = h->next();
+        GenerationEvent first;
+        if (!next_before(*h, deadline, first)) {
+            h->cancel();
+            return send_json(res, 504, error_body(504, timed_out));
+        }
         if (first.kind == GenerationEvent::Kind::kError)
             return send_json(res, first.status, error_body(first.status, for_client(owner, first.error)));
         if (!ar.stream) {
@@ -172,7 +216,10 @@ void HttpServer::routes() {
             GenerationEvent ev = std::move(first);
             while (ev.kind == GenerationEvent::Kind::kText) {
                 text += ev.text;
-                ev = h->next();
+                if (!next_before(*h, deadline, ev)) {
+                    h->cancel();
+                    return send_json(res, 504, error_body(504, timed_out));
+                }
             }
             if (ev.kind == GenerationEvent::Kind::kError)
                 return send_json(res, ev.status, error_body(ev.status, for_client(owner, ev.error)));
@@ -188,7 +235,7 @@ void HttpServer::routes() {
         res.set_header("Cache-Control", "no-cache");
         res.set_chunked_content_provider(
             "text/event-stream",
-            [h, st, ar, id, created, model, owner](size_t, httplib::DataSink& sink) {
+            [h, st, ar, id, created, model, owner, deadline, timed_out, place](size_t, httplib::DataSink& sink) {
                 auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
                 if (!st->started) {
                     st->started = true;
@@ -199,8 +246,17 @@ void HttpServer::routes() {
                     ev = std::move(st->pending);
                     st->has_pending = false;
                 } else {
-                    while (!h->next(ev, std::chrono::milliseconds(200)))
+                    for (;;) {
+                        if (Clock::now() >= deadline) {  // the stream ends with the error as its last event
+                            h->cancel();
+                            ev.kind = GenerationEvent::Kind::kError;
+                            ev.status = 504;
+                            ev.error = timed_out;
+                            break;
+                        }
+                        if (h->next(ev, std::chrono::milliseconds(200))) break;
                         if (!sink.is_writable()) return false;
+                    }
                 }
                 if (ev.kind == GenerationEvent::Kind::kText) return write(sse(chunk_body(ar, id, created, model, ev.text, "")));
                 if (ev.kind == GenerationEvent::Kind::kError) {

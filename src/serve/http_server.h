@@ -3,7 +3,9 @@
 // /v1/models, /health and (with HttpOptions::metrics) /metrics; and kvsieve's /v1/cache/save, /v1/cache/restore and /v1/cache/conversations.
 #include <atomic>
 #include <cstddef>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include <vector>
@@ -31,6 +33,12 @@ struct HttpOptions {
     /// Origins (scheme://host[:port]) whose browser pages may call the server; a request with another Origin
     /// header is refused with 403 (none by default: every browser page from elsewhere is refused).
     std::vector<std::string> allowed_origins;
+    /// Seconds a generation request may take from its arrival, queue included (0: no limit): a non-streamed one
+    /// then gets 504, a stream ends with a last `data: {"error": …504…}` event; the request is cancelled.
+    double timeout_s = 0;
+    /// Generation requests one key may have running or queued at once (0: no limit); one more gets 429. Without
+    /// keys all clients count as one.
+    int max_requests_per_key = 0;
 };
 
 /// Routes requests to the scheduler. POST bodies are parsed by parse_api_request (errors: JSON bodies with the
@@ -66,6 +74,11 @@ private:
     HttpCounters counters_;
     std::unique_ptr<httplib::Server> svr_;
     std::atomic<uint64_t> next_id_{1};
+    std::mutex in_flight_mu_;
+    std::map<std::string, int> in_flight_;  ///< generation requests per owner, for max_requests_per_key
+    /// A ticket of one of `owner`'s max_requests_per_key places (released when the last copy goes), or null when
+    /// all are taken.
+    std::shared_ptr<void> take_place(const std::string& owner);
 };
 
 }  // namespace kvsieve

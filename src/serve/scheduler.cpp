@@ -80,6 +80,25 @@ std::shared_ptr<RequestHandle> Scheduler::submit(GenerationRequest req) {
     require(req.max_tokens >= 1, "max_tokens must be ≥ 1, got ", req.max_tokens);
     req.sampling.validate();
     check_policy_fits(req.policy, opts_.n_ctx);
+    // A request the whole pool could never hold is refused now, before it waits or any kept conversation gives
+    // its pages for it: its first step alone, or (a policy that drops nothing) its prompt and answer in full.
+    {
+        const ModelConfig& c = model_.config();
+        const int64_t n_new = std::max<int64_t>(1, static_cast<int64_t>(req.prompt.size()));
+        int64_t need = pages_needed(req.policy.after_prefill ? n_new : std::min(opts_.prefill_chunk, n_new));
+        if (req.policy.is_full()) {
+            const int64_t tokens = std::min<int64_t>(held + static_cast<int64_t>(req.prompt.size()) + req.max_tokens, opts_.n_ctx);
+            const int64_t P = pool_->page_tokens();
+            need = std::max(need, static_cast<int64_t>(c.n_layer) * c.n_head_kv * ((tokens + P - 1) / P));
+        }
+        if (need > pool_->capacity_pages()) {
+            std::lock_guard<std::mutex> lk(mu_);
+            ++snap_.requests_refused;
+            throw StatusError(413, "this request can never fit: it needs " + std::to_string(need) + " KV pages and the "
+                                   "server's whole pool has " + std::to_string(pool_->capacity_pages()) +
+                                   "; lower max_tokens, shorten the prompt, or use a compressing kv_policy");
+        }
+    }
     auto q = std::make_unique<Queued>();
     q->handle = std::make_shared<RequestHandle>();
     q->submitted = Clock::now();

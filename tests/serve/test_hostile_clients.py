@@ -22,10 +22,10 @@ TIMEOUT = 30  # seconds for one request
 class Server:
     """`kvsieve serve` on a free loopback port with extra options; stopped (SIGTERM) by stop() or at exit."""
 
-    def __init__(self, *opts, host="127.0.0.1"):
+    def __init__(self, *opts, host="127.0.0.1", ctx=256):
         self.host = host
         self.proc = subprocess.Popen([BIN, "serve", "-m", MODEL, "--host", host, "--port", "0", "-t", "1",
-                                      "--slots", "2", "-c", "256", *opts],
+                                      "--slots", "2", "-c", str(ctx), *opts],
                                      stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
         self.lines = []
         # The server's log is read on a thread, so that it never blocks on a full pipe.
@@ -300,6 +300,75 @@ class KeyFileReload(unittest.TestCase):
         finally:
             self.assertEqual(s.stop(), 0, s.log)
             shutil.rmtree(d, ignore_errors=True)
+
+
+class Limits(unittest.TestCase):
+    """--timeout and --max-requests-per-key (1900 tokens of the tiny model take about 2 s here)."""
+    LONG = {"prompt": "Hello there", "max_tokens": 1900, "temperature": 0}
+
+    @classmethod
+    def setUpClass(cls):
+        cls.s = Server("--timeout", "0.3", "--max-requests-per-key", "1", ctx=2048)
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.s.stop()
+        assert rc == 0, "the server did not stop cleanly (status %s):\n%s" % (rc, cls.s.log)
+
+    def tearDown(self):
+        self.assertTrue(self.s.alive(), "the server is down after the probe:\n" + self.s.log)
+
+    def test_a_request_past_the_timeout_is_a_504(self):
+        t0 = time.monotonic()
+        status, body = self.s.json("POST", "/v1/completions", self.LONG)
+        self.assertEqual(status, 504, body)
+        self.assertIn("--timeout", body["error"]["message"])
+        self.assertLess(time.monotonic() - t0, 10)
+
+    def test_a_stream_past_the_timeout_ends_with_an_error_event(self):
+        status, _, data = self.s.request("POST", "/v1/completions", dict(self.LONG, stream=True))
+        self.assertEqual(status, 200)
+        events = [line[6:] for line in data.decode().split("\n") if line.startswith("data: ")]
+        self.assertGreater(len(events), 1)
+        self.assertNotIn("[DONE]", events, "the stream ran to its end within the timeout")
+        self.assertEqual(json.loads(events[-1])["error"]["code"], 504)
+
+    def test_one_request_more_than_the_key_may_run_is_a_429(self):
+        conn = http.client.HTTPConnection("127.0.0.1", self.s.port, timeout=TIMEOUT)
+        try:
+            conn.request("POST", "/v1/completions", json.dumps(dict(self.LONG, stream=True)),
+                         {"Content-Type": "application/json"})
+            r = conn.getresponse()  # its first event came: the request runs
+            self.assertEqual(r.status, 200)
+            status, body = self.s.json("POST", "/v1/completions", completion())
+            self.assertEqual(status, 429, body)
+            self.assertIn("--max-requests-per-key", body["error"]["message"])
+            r.read()  # the stream ends (its timeout)
+        finally:
+            conn.close()
+        for _ in range(50):  # its place is given back once the stream's response is done
+            status, body = self.s.json("POST", "/v1/completions", completion())
+            if status != 429:
+                break
+            time.sleep(0.05)
+        self.assertEqual(status, 200, body)
+
+
+class NeverFits(unittest.TestCase):
+    def test_a_request_larger_than_the_whole_pool_is_a_413(self):
+        s = Server("--kv-budget-mb", "0.05", "--max-conversations", "4")  # 25 pages of 2 KiB
+        try:
+            status, body = s.json("POST", "/v1/completions", completion(conversation="kept"))
+            self.assertEqual(status, 200, body)
+            status, body = s.json("POST", "/v1/completions", completion(max_tokens=200))
+            self.assertEqual(status, 413, body)
+            self.assertIn("can never fit", body["error"]["message"])
+            # The kept conversation was not dropped for it.
+            _, conv = s.json("GET", "/v1/cache/conversations")
+            self.assertEqual([c["id"] for c in conv["data"]], ["kept"])
+            self.assertTrue(s.alive())
+        finally:
+            self.assertEqual(s.stop(), 0, s.log)
 
 
 class MetricsOffByDefault(unittest.TestCase):
