@@ -430,6 +430,26 @@ TEST(Scheduler, ARequestThatCanNeverFitIsA413BeforeAnyConversationIsDropped) {
     EXPECT_EQ(r.last.kind, GenerationEvent::Kind::kDone) << r.last.error;
 }
 
+TEST(Scheduler, DrainRefusesNewRequestsAndLetsRunningOnesFinish) {
+    auto pool = std::make_shared<KVPool>(model().config().head_dim, KVType::kF16);
+    Scheduler sched(model(), tokenizer(), pool, options(1));
+    EXPECT_TRUE(sched.idle());
+    EXPECT_EQ(sched.snapshot().stalled_s, 0.0);
+    const GenerationRequest a = greedy("Once upon a time, there was a little girl named Lily.", 20);
+    auto h = sched.submit(a);
+    auto queued = sched.submit(greedy("Once upon a time", 5));  // waits for the one slot
+    EXPECT_FALSE(sched.idle());
+    sched.drain();
+    EXPECT_TRUE(sched.snapshot().draining);
+    EXPECT_THROW(sched.submit(greedy("Once upon a time", 5)), ServerBusy);
+    const Result r = collect(*h);
+    ASSERT_EQ(r.last.kind, GenerationEvent::Kind::kDone) << r.last.error;
+    EXPECT_EQ(r.text, alone(a, 256));  // untouched by the drain
+    EXPECT_EQ(collect(*queued).last.kind, GenerationEvent::Kind::kDone);  // the queued one runs too
+    for (int i = 0; i < 200 && !sched.idle(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_TRUE(sched.idle());
+}
+
 TEST(Scheduler, ACancelledTurnKeepsItsConversation) {
     // A client that stops a turn keeps its history: what ran before the cancel stays under the id.
     auto pool = std::make_shared<KVPool>(model().config().head_dim, KVType::kF16);

@@ -1,7 +1,8 @@
 // kvsieve serve: the OpenAI-compatible server. Sequences share one KV pool and decode together; each request may
-// name its own KV policy. SIGINT / SIGTERM stop it: running and queued requests end with a 503 error. SIGHUP
-// re-reads --api-key-file.
+// name its own KV policy. SIGINT / SIGTERM stop it: running and queued requests end with a 503 error (with
+// --shutdown-grace S they may first finish for up to S seconds). SIGHUP re-reads --api-key-file.
 #include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -33,6 +34,7 @@ struct ServeOpts {
     double max_body_mb = 8;
     std::vector<std::string> api_keys;
     std::string api_key_file, allowed_origins;
+    double shutdown_grace_s = 0;
 };
 
 void run(const ServeOpts& o) {
@@ -40,6 +42,8 @@ void run(const ServeOpts& o) {
     require(o.max_body_mb > 0, "--max-body-mb must be > 0, got ", o.max_body_mb);
     require(o.http.port >= 0 && o.http.port <= 65535, "--port must be in [0, 65535], got ", o.http.port);
     require(o.http.timeout_s >= 0, "--timeout must be ≥ 0 seconds, got ", o.http.timeout_s);
+    require(o.shutdown_grace_s >= 0, "--shutdown-grace must be ≥ 0 seconds, got ", o.shutdown_grace_s);
+    require(o.http.ready_stall_s > 0, "--ready-stall must be > 0 seconds, got ", o.http.ready_stall_s);
     require(o.http.max_requests_per_key >= 0, "--max-requests-per-key must be ≥ 0, got ", o.http.max_requests_per_key);
     // Signals go to one waiting thread only (blocked here, before any thread starts, so every thread inherits it).
     sigset_t sigs;
@@ -123,8 +127,30 @@ void run(const ServeOpts& o) {
             }
             std::fflush(stderr);
         }
-        std::fprintf(stderr, "kvsieve serve: stopping (signal %d)\n", sig);
+        if (o.shutdown_grace_s > 0) {
+            // Graceful: new requests get 503 (and /ready 503) while the running and queued ones finish, for at most
+            // the grace period or until a second signal; whatever is left then ends with a 503 error.
+            std::fprintf(stderr, "kvsieve serve: stopping (signal %d): letting running requests finish, at most %g s\n",
+                         sig, o.shutdown_grace_s);
+            std::fflush(stderr);
+            sched.drain();
+            const auto end = std::chrono::steady_clock::now() +
+                             std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(o.shutdown_grace_s));
+            const timespec tick{0, 50 * 1000 * 1000};
+            bool again = false;
+            while (!sched.idle() && std::chrono::steady_clock::now() < end && !again) {
+                const int s2 = sigtimedwait(&sigs, nullptr, &tick);
+                again = s2 == SIGINT || s2 == SIGTERM;
+            }
+            if (!sched.idle()) std::fprintf(stderr, "kvsieve serve: cancelling the requests still running\n");
+        } else {
+            std::fprintf(stderr, "kvsieve serve: stopping (signal %d)\n", sig);
+        }
+        std::fflush(stderr);
         sched.stop();
+        // Every request has its last event now; give the responses a moment to send it before the sockets close.
+        for (int i = 0; i < 200 && http.responses_in_flight() > 0; ++i)
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
         http.stop();
     });
     http.listen();
@@ -187,6 +213,14 @@ void add_serve(CLI::App& app) {
     cmd->add_option("--max-requests-per-key", o->http.max_requests_per_key,
                     "generation requests one API key may have running or queued at once (0: no limit; one more: 429; "
                     "without keys all clients count as one)")
+        ->capture_default_str();
+    cmd->add_option("--shutdown-grace", o->shutdown_grace_s,
+                    "on SIGTERM / SIGINT, seconds running and queued requests may take to finish while new ones get 503 "
+                    "(0: end them at once with 503; a second signal ends the wait)")
+        ->capture_default_str();
+    cmd->add_option("--ready-stall", o->http.ready_stall_s,
+                    "GET /ready answers 503 when the scheduler has made no progress for this many seconds while "
+                    "requests wait")
         ->capture_default_str();
     cmd->add_option("--allowed-origins", o->allowed_origins,
                     "comma-separated origins (https://app.example:8443) whose browser pages may call the server; a "

@@ -42,10 +42,9 @@ bool next_before(RequestHandle& h, Clock::time_point deadline, GenerationEvent& 
 }  // namespace
 
 std::shared_ptr<void> HttpServer::take_place(const std::string& owner) {
-    if (opts_.max_requests_per_key <= 0) return std::make_shared<int>(0);
     std::lock_guard<std::mutex> lk(in_flight_mu_);
     int& n = in_flight_[owner];
-    if (n >= opts_.max_requests_per_key) return nullptr;
+    if (opts_.max_requests_per_key > 0 && n >= opts_.max_requests_per_key) return nullptr;
     ++n;
     return std::shared_ptr<void>(new int(0), [this, owner](void* p) {
         delete static_cast<int*>(p);
@@ -66,6 +65,13 @@ HttpServer::HttpServer(Scheduler& scheduler, ApiContext ctx, HttpOptions opts)
 }
 
 HttpServer::~HttpServer() = default;
+
+int HttpServer::responses_in_flight() {
+    std::lock_guard<std::mutex> lk(in_flight_mu_);
+    int n = 0;
+    for (const auto& [owner, k] : in_flight_) n += k;
+    return n;
+}
 
 int HttpServer::bind() {
     int port = opts_.port;
@@ -168,6 +174,19 @@ void HttpServer::routes() {
         s.Get("/metrics", guard(false, [this](const httplib::Request&, httplib::Response& res, const std::string&) {
             res.set_content(prometheus_text(sched_.snapshot(), counters_, ctx_.model_id), "text/plain; version=0.0.4");
         }));
+    // For load balancers: whether a new request would be taken now (no key needed, like /health).
+    s.Get("/ready", [this](const httplib::Request&, httplib::Response& res) {
+        const SchedulerSnapshot snap = sched_.snapshot();
+        std::string why;
+        if (!snap.running || snap.draining) why = "the server is shutting down";
+        else if (snap.queued >= snap.max_queue && static_cast<int>(snap.active.size()) >= snap.slots)
+            why = "all slots are busy and the queue is full";
+        else if (snap.stalled_s > opts_.ready_stall_s)
+            why = "the scheduler has made no progress for " + std::to_string(static_cast<int64_t>(snap.stalled_s)) +
+                  " s while requests wait";
+        if (why.empty()) return send_json(res, 200, {{"status", "ready"}});
+        send_json(res, 503, {{"status", "not ready"}, {"reason", why}});
+    });
     s.Get("/v1/models", guard(false, [this](const httplib::Request&, httplib::Response& res, const std::string&) {
         json m = {{"id", ctx_.model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "kvsieve"}};
         send_json(res, 200, {{"object", "list"}, {"data", json::array({m})}});

@@ -39,6 +39,8 @@ struct HttpOptions {
     /// Generation requests one key may have running or queued at once (0: no limit); one more gets 429. Without
     /// keys all clients count as one.
     int max_requests_per_key = 0;
+    /// GET /ready answers 503 when the scheduler has made no progress for this many seconds while requests wait.
+    double ready_stall_s = 30;
 };
 
 /// Routes requests to the scheduler. POST bodies are parsed by parse_api_request (errors: JSON bodies with the
@@ -49,7 +51,9 @@ struct HttpOptions {
 /// cancels its request (its pages are freed at the next step). POST /v1/cache/save and /v1/cache/restore
 /// (parse_cache_op) save a kept conversation or running slot to --cache-dir and keep a saved file under a
 /// conversation id (Scheduler::save / restore; errors with CacheOpError's status); GET /v1/cache/conversations
-/// lists the kept ones, DELETE /v1/cache/conversations/ID drops one (404 when none is kept).
+/// lists the kept ones, DELETE /v1/cache/conversations/ID drops one (404 when none is kept). GET /ready is 200
+/// {"status": "ready"} when the server takes requests, else 503 with the reason: stopping (draining or stopped),
+/// the queue full, or no scheduler progress for ready_stall_s while requests wait.
 /// Before any route: a server bound to a loopback address answers only requests whose Host header names loopback
 /// (403: DNS rebinding), and a request with an Origin header not in allowed_origins is refused (403). With keys,
 /// a request without a valid key gets 401 (the key is checked once, and the request runs as its owner to the end,
@@ -62,8 +66,11 @@ public:
     int bind();
     /// Serves until stop() (call after bind()).
     void listen();
-    /// Makes listen() return; safe from another thread.
+    /// Makes listen() return; safe from another thread. Responses still being written are cut off: after
+    /// Scheduler::stop(), wait for responses_in_flight() to reach 0 (bounded) first.
     void stop();
+    /// Generation responses not yet fully sent (their last event included).
+    int responses_in_flight();
 
 private:
     void routes();

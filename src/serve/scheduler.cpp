@@ -106,7 +106,8 @@ std::shared_ptr<RequestHandle> Scheduler::submit(GenerationRequest req) {
     auto h = q->handle;
     {
         std::lock_guard<std::mutex> lk(mu_);
-        if (stop_) throw ServerBusy("the server is shutting down");
+        if (stop_ || draining_) throw ServerBusy("the server is shutting down");
+        if (queue_.empty() && !working_) last_progress_ = Clock::now();  // the stall clock starts now
         if (static_cast<int>(queue_.size()) >= opts_.max_queue + opts_.slots - static_cast<int>(snap_.active.size())) {
             ++snap_.requests_refused;
             throw ServerBusy("all " + std::to_string(opts_.slots) + " slots are busy and " +
@@ -120,9 +121,22 @@ std::shared_ptr<RequestHandle> Scheduler::submit(GenerationRequest req) {
     return h;
 }
 
+void Scheduler::drain() {
+    std::lock_guard<std::mutex> lk(mu_);
+    draining_ = true;
+    snap_.draining = true;
+}
+
+bool Scheduler::idle() const {
+    std::lock_guard<std::mutex> lk(mu_);
+    return queue_.empty() && !working_;
+}
+
 SchedulerSnapshot Scheduler::snapshot() const {
     std::lock_guard<std::mutex> lk(mu_);
     SchedulerSnapshot s = snap_;
+    s.max_queue = opts_.max_queue;
+    s.stalled_s = queue_.empty() && !working_ ? 0.0 : seconds_since(last_progress_);
     s.pool_pages_in_use = pool_->pages_in_use();
     s.pool_pages_capacity = pool_->capacity_pages();
     s.pool_page_bytes = static_cast<int64_t>(pool_->page_bytes());
@@ -656,6 +670,7 @@ void Scheduler::loop() {
                 queue_.pop_front();
             }
             snap_.queued = static_cast<int>(queue_.size());
+            working_ = !active.empty() || !admitted.empty();
         }
         for (auto& c : commands) c();  // cache operations, between two steps
         erase_done();
@@ -682,6 +697,8 @@ void Scheduler::loop() {
         }
         std::lock_guard<std::mutex> lk(mu_);
         snap_.active = std::move(info);
+        working_ = !active.empty();
+        last_progress_ = Clock::now();
     }
     // Stopping: everything still running or waiting ends with an error its client can read; cache operations
     // asked before the stop still run (and find no running slot).

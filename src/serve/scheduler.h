@@ -1,5 +1,6 @@
 #pragma once
 // The server's engine room: slots of sequences that share one KV pool and decode together in batched steps.
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -99,6 +100,11 @@ struct SchedulerSnapshot {
     double prefill_s = 0, decode_s = 0;  ///< step time split between prefill and decode rows in proportion to rows
     std::map<std::string, PolicyTotals> by_policy;  ///< finished requests per policy spec
     bool running = true;
+    bool draining = false;  ///< drain() was called: new requests are refused
+    int max_queue = 0;      ///< SchedulerOptions::max_queue
+    /// Seconds since the scheduler last finished a step while requests are queued or running (0 when there is no
+    /// work): a large value means it is stuck.
+    double stalled_s = 0;
 };
 
 /// Runs generation requests on one thread that owns the model's compute. Up to `slots` sequences are active;
@@ -127,6 +133,11 @@ public:
     std::shared_ptr<RequestHandle> submit(GenerationRequest req);
     /// Stops the thread; requests still queued or running end with a 503 error event.
     void stop();
+    /// Refuses new requests from now on (submit throws ServerBusy "shutting down") while queued and running ones go
+    /// on; idle() tells when they are all done. For a graceful stop: drain(), wait for idle() (bounded), stop().
+    void drain();
+    /// No request is queued or running.
+    bool idle() const;
 
     /// Saves a sequence to `path` (session/cache_file.h), between two steps. A kept conversation is saved as it
     /// is (its next-token logits only when it was restored from a file that had them). A running slot must be
@@ -188,6 +199,9 @@ private:
     std::deque<std::unique_ptr<Queued>> queue_;
     std::deque<std::function<void()>> commands_;  // guarded by mu_; run by the scheduler's thread
     bool stop_ = false;
+    bool draining_ = false;
+    bool working_ = false;  // guarded by mu_: requests are being admitted or run
+    std::chrono::steady_clock::time_point last_progress_;  // guarded by mu_: end of the last step, or when work arrived
     // The scheduler thread's own state.
     std::vector<std::unique_ptr<Slot>> active_;
     ConversationStore conversations_;

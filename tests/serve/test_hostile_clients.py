@@ -378,6 +378,47 @@ class NeverFits(unittest.TestCase):
             self.assertEqual(s.stop(), 0, s.log)
 
 
+class GracefulShutdown(unittest.TestCase):
+    """SIGTERM with --shutdown-grace: running requests finish, new ones get 503, /ready says so."""
+    LONG = {"prompt": "Hello there", "max_tokens": 1500, "temperature": 0, "stream": True}
+
+    def run_stream_through_sigterm(self, grace):
+        s = Server("--shutdown-grace", grace, ctx=2048)
+        try:
+            self.assertEqual(s.json("GET", "/ready"), (200, {"status": "ready"}))
+            conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=TIMEOUT)
+            conn.request("POST", "/v1/completions", json.dumps(self.LONG), {"Content-Type": "application/json"})
+            r = conn.getresponse()  # the first event came: the request runs
+            self.assertEqual(r.status, 200)
+            s.proc.send_signal(15)
+            status, body = None, None
+            for _ in range(100):  # the signal is seen within a few steps
+                status, body = s.json("GET", "/ready")
+                if status == 503:
+                    break
+                time.sleep(0.01)
+            self.assertEqual(status, 503, body)
+            self.assertIn("shutting down", body["reason"])
+            status, body = s.json("POST", "/v1/completions", completion())
+            self.assertEqual(status, 503, body)
+            events = [l[6:] for l in r.read().decode().split("\n") if l.startswith("data: ")]
+            conn.close()
+            self.assertEqual(s.proc.wait(timeout=60), 0, s.log)
+            return events
+        finally:
+            s.stop()
+
+    def test_running_requests_finish_within_the_grace(self):
+        events = self.run_stream_through_sigterm("30")
+        self.assertEqual(events[-1], "[DONE]")
+        self.assertEqual(json.loads(events[-2])["choices"][0]["finish_reason"], "length")
+
+    def test_requests_past_the_grace_end_with_a_503(self):
+        events = self.run_stream_through_sigterm("0.05")
+        self.assertNotIn("[DONE]", events)
+        self.assertEqual(json.loads(events[-1])["error"]["code"], 503)
+
+
 class MetricsOffByDefault(unittest.TestCase):
     def test_metrics_is_a_404_without_the_flag(self):
         s = Server()
