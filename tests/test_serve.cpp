@@ -450,6 +450,23 @@ TEST(Scheduler, DrainRefusesNewRequestsAndLetsRunningOnesFinish) {
     EXPECT_TRUE(sched.idle());
 }
 
+TEST(Scheduler, FinishedRequestsFillTheLatencyAndSizeHistograms) {
+    auto pool = std::make_shared<KVPool>(model().config().head_dim, KVType::kF16);
+    Scheduler sched(model(), tokenizer(), pool, options(2));
+    const GenerationRequest a = greedy("Once upon a time, there was a little girl named Lily.", 8);
+    const Result r = collect(*sched.submit(a));
+    ASSERT_EQ(r.last.kind, GenerationEvent::Kind::kDone) << r.last.error;
+    const SchedulerSnapshot s = sched.snapshot();
+    EXPECT_EQ(s.time_to_first_token_s.count, 1);
+    EXPECT_EQ(s.request_duration_s.count, 1);
+    EXPECT_EQ(s.queue_time_s.count, 1);
+    EXPECT_GE(s.request_duration_s.sum, s.time_to_first_token_s.sum);
+    EXPECT_EQ(s.request_prompt_tokens.sum, static_cast<double>(a.prompt.size()));
+    EXPECT_EQ(s.request_generated_tokens.sum, static_cast<double>(r.last.usage.completion_tokens));
+    EXPECT_EQ(s.inter_token_s.count, r.last.usage.completion_tokens - 1);  // one per token after the first
+    EXPECT_EQ(s.finish_reasons.at(r.last.finish_reason), 1);
+}
+
 TEST(Scheduler, ACancelledTurnKeepsItsConversation) {
     // A client that stops a turn keeps its history: what ran before the cancel stays under the id.
     auto pool = std::make_shared<KVPool>(model().config().head_dim, KVType::kF16);

@@ -317,5 +317,30 @@ TEST(Auth, ConversationIdsAndFilesAreScopedPerOwner) {
     EXPECT_EQ(rs.ref.conversation, "0123456789abcdef/s1");
 }
 
+TEST(Metrics, HistogramsAreCumulativeWithSumAndCount) {
+    Histogram h({0.1, 1});
+    h.observe(0.05);
+    h.observe(0.1);  // a bound is inclusive
+    h.observe(0.5);
+    h.observe(7);
+    EXPECT_EQ(h.counts, (std::vector<int64_t>{2, 1}));
+    EXPECT_EQ(h.count, 4);
+    EXPECT_DOUBLE_EQ(h.sum, 7.65);
+    SchedulerSnapshot s;
+    s.time_to_first_token_s = h;
+    s.finish_reasons["length"] = 3;
+    s.queued = 2;
+    const std::string t = prometheus_text(s, HttpCounters(), "m");
+    EXPECT_NE(t.find("# TYPE kvsieve_time_to_first_token_seconds histogram\n"), std::string::npos) << t;
+    EXPECT_NE(t.find("kvsieve_time_to_first_token_seconds_bucket{le=\"0.1\"} 2\n"), std::string::npos) << t;
+    EXPECT_NE(t.find("kvsieve_time_to_first_token_seconds_bucket{le=\"1\"} 3\n"), std::string::npos) << t;
+    EXPECT_NE(t.find("kvsieve_time_to_first_token_seconds_bucket{le=\"+Inf\"} 4\n"), std::string::npos) << t;
+    EXPECT_NE(t.find("kvsieve_time_to_first_token_seconds_sum 7.65\n"), std::string::npos) << t;
+    EXPECT_NE(t.find("kvsieve_time_to_first_token_seconds_count 4\n"), std::string::npos) << t;
+    EXPECT_NE(t.find("kvsieve_request_finish_total{reason=\"length\"} 3\n"), std::string::npos) << t;
+    EXPECT_NE(t.find("kvsieve_requests_waiting 2\n"), std::string::npos) << t;
+    EXPECT_NE(t.find("kvsieve_inter_token_latency_seconds_count 0\n"), std::string::npos) << t;
+}
+
 }  // namespace
 }  // namespace kvsieve

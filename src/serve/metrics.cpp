@@ -55,6 +55,20 @@ public:
         family(name, type, help);
         sample(name, "", value);
     }
+    /// A histogram family: cumulative `_bucket{le}` samples, `_sum` and `_count`.
+    void histogram(const std::string& name, const std::string& help, const Histogram& h) {
+        family(name, "histogram", help);
+        int64_t cumulative = 0;
+        for (size_t i = 0; i < h.bounds.size(); ++i) {
+            cumulative += h.counts[i];
+            std::ostringstream le;
+            le << h.bounds[i];
+            sample(name + "_bucket", "le=\"" + le.str() + "\"", cumulative);
+        }
+        sample(name + "_bucket", "le=\"+Inf\"", h.count);
+        sample(name + "_sum", "", h.sum);
+        sample(name + "_count", "", h.count);
+    }
     std::string str() const { return o_.str(); }
 
 private:
@@ -93,6 +107,20 @@ std::string prometheus_text(const SchedulerSnapshot& s, const HttpCounters& http
     w.one("kvsieve_slots", "gauge", "sequences that may run at once", s.slots);
     w.one("kvsieve_slots_busy", "gauge", "sequences running", static_cast<int64_t>(s.active.size()));
     w.one("kvsieve_queue_length", "gauge", "requests waiting for a slot", s.queued);
+    w.one("kvsieve_requests_running", "gauge", "generation requests running in a slot", static_cast<int64_t>(s.active.size()));
+    w.one("kvsieve_requests_waiting", "gauge", "generation requests queued for a slot", s.queued);
+    w.histogram("kvsieve_time_to_first_token_seconds", "seconds from a request's arrival to its first token (finished requests)",
+                s.time_to_first_token_s);
+    w.histogram("kvsieve_inter_token_latency_seconds", "seconds between two consecutive tokens of one request",
+                s.inter_token_s);
+    w.histogram("kvsieve_request_duration_seconds", "seconds from a request's arrival to its end (finished requests)",
+                s.request_duration_s);
+    w.histogram("kvsieve_request_queue_seconds", "seconds a finished request waited for a slot", s.queue_time_s);
+    w.histogram("kvsieve_request_prompt_tokens", "prompt tokens per finished request", s.request_prompt_tokens);
+    w.histogram("kvsieve_request_generated_tokens", "generated tokens per finished request", s.request_generated_tokens);
+    w.family("kvsieve_request_finish_total", "counter", "finished requests per finish reason (stop, length)");
+    for (const auto& [reason, n] : s.finish_reasons)
+        w.sample("kvsieve_request_finish_total", "reason=\"" + label(reason) + "\"", n);
     uint64_t kept_bytes = 0;
     for (const auto& c : s.conversations) kept_bytes += c.kv_bytes;
     w.one("kvsieve_conversations_kept", "gauge", "sequences kept between requests under a conversation id",

@@ -30,7 +30,9 @@ private:
 /// refused with 503 and cancelled; prompt and generated tokens; prefill and decode rows and seconds), gauges (prefill
 /// and decode tokens/s since start, KV bytes in use and free, pool pages in use and capacity, slots busy, queue
 /// length), per policy the mean density and compression ratio of its finished requests, and per active slot its
-/// live KV entries, bytes, density and compression ratio.
+/// live KV entries, bytes, density and compression ratio; histograms of finished requests (time to first token,
+/// inter-token latency, duration and queue time in seconds; prompt and generated tokens), finished requests per
+/// finish reason, and running / waiting gauges.
 std::string prometheus_text(const SchedulerSnapshot& s, const HttpCounters& http, const std::string& model_id);
 
 }  // namespace kvsieve

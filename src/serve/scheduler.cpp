@@ -38,6 +38,7 @@ struct Scheduler::Slot {
     Session::StepKind kind = Session::StepKind::kPrefillChunk;
     std::vector<float> logits;
     double queue_s = 0, first_token_s = 0;
+    Clock::time_point last_token_at;  // when the previous token was sampled (inter-token latency)
     int32_t last = -1;      // the last sampled token, not yet run
     bool last_end = false;  // it ended the answer (end of turn or of text)
     bool done = false;
@@ -218,6 +219,12 @@ void Scheduler::finish(Slot& s, const std::string& reason) {
     {
         std::lock_guard<std::mutex> lk(mu_);  // counted before the client hears of it
         ++snap_.requests_finished;
+        snap_.time_to_first_token_s.observe(u.time_to_first_token_s);
+        snap_.request_duration_s.observe(u.total_s);
+        snap_.queue_time_s.observe(u.queue_s);
+        snap_.request_prompt_tokens.observe(static_cast<double>(u.prompt_tokens));
+        snap_.request_generated_tokens.observe(static_cast<double>(u.completion_tokens));
+        ++snap_.finish_reasons[reason];
         auto& p = snap_.by_policy[s.q->req.policy_spec];
         ++p.finished;
         p.density_sum += st.density;
@@ -228,11 +235,14 @@ void Scheduler::finish(Slot& s, const std::string& reason) {
 }
 
 void Scheduler::sampled(Slot& s, int32_t id) {
+    const Clock::time_point now = Clock::now();
     if (++s.generated == 1) s.first_token_s = seconds_since(s.q->submitted);
     {
         std::lock_guard<std::mutex> lk(mu_);
         ++snap_.generated_tokens;
+        if (s.generated > 1) snap_.inter_token_s.observe(std::chrono::duration<double>(now - s.last_token_at).count());
     }
+    s.last_token_at = now;
     const GenerationRequest& r = s.q->req;
     const bool end = tok_.is_eog(id) || id == r.end_token;
     s.last = id;

@@ -15,6 +15,7 @@
 #include "cache/kv_pool.h"
 #include "model/llama_model.h"
 #include "serve/conversations.h"
+#include "serve/histogram.h"
 #include "serve/request.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
@@ -101,6 +102,16 @@ struct SchedulerSnapshot {
     std::map<std::string, PolicyTotals> by_policy;  ///< finished requests per policy spec
     bool running = true;
     bool draining = false;  ///< drain() was called: new requests are refused
+    // Distributions of the requests that ended normally (kDone): seconds from submission to the first token, between
+    // two tokens of one request, from submission to the end and waiting for a slot; prompt tokens (given) and
+    // generated tokens per request; and how many ended for each finish reason ("stop", "length").
+    Histogram time_to_first_token_s{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}};
+    Histogram inter_token_s{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}};
+    Histogram request_duration_s{{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}};
+    Histogram queue_time_s{{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60}};
+    Histogram request_prompt_tokens{{1, 4, 16, 64, 256, 1024, 4096, 16384}};
+    Histogram request_generated_tokens{{1, 4, 16, 64, 256, 1024, 4096, 16384}};
+    std::map<std::string, int64_t> finish_reasons;
     int max_queue = 0;      ///< SchedulerOptions::max_queue
     /// Seconds since the scheduler last finished a step while requests are queued or running (0 when there is no
     /// work): a large value means it is stuck.
