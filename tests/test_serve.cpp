@@ -425,6 +425,10 @@ TEST(Scheduler, ARequestThatCanNeverFitIsA413BeforeAnyConversationIsDropped) {
     const SchedulerSnapshot snap = sched.snapshot();
     EXPECT_EQ(snap.conversations.size(), 1u);  // nobody's kept conversation was dropped for it
     EXPECT_EQ(snap.conversations_dropped, 0);
+    // The same without a max_tokens of the client's (a default that may stop early) is not refused up front.
+    GenerationRequest d = greedy("Once upon a time, there was a little girl named Lily.", 200);
+    d.max_tokens_given = false;
+    EXPECT_NO_THROW(collect(*sched.submit(d)));
     // A compressing policy may hold it: it is not refused up front.
     const Result r = collect(*sched.submit(greedy("Once upon a time, there was a little girl named Lily.", 200, "h2o:budget=16")));
     EXPECT_EQ(r.last.kind, GenerationEvent::Kind::kDone) << r.last.error;
@@ -625,6 +629,7 @@ TEST(OpenAIApi, ParsesCompletionAndChatRequests) {
         "user":"u","logprobs":null,"presence_penalty":0})"), false, ctx);
     EXPECT_EQ(r.gen.prompt, tokenizer().encode("Once upon", true, false));
     EXPECT_EQ(r.gen.max_tokens, 7);
+    EXPECT_TRUE(r.gen.max_tokens_given);
     EXPECT_EQ(r.gen.sampling.temp, 0.0f);
     EXPECT_EQ(r.gen.sampling.seed, 3u);
     EXPECT_EQ(r.gen.stop, (std::vector<std::string>{"a", "b"}));
@@ -637,6 +642,7 @@ TEST(OpenAIApi, ParsesCompletionAndChatRequests) {
     EXPECT_EQ(r.gen.sampling.top_p, 1.0f);
     EXPECT_EQ(r.gen.sampling.top_k, 0);
     EXPECT_EQ(r.gen.max_tokens, 16);
+    EXPECT_FALSE(r.gen.max_tokens_given);  // a default is not held against the pool (413)
     EXPECT_EQ(r.gen.policy_spec, "full");
     r = parse_api_request(json{{"prompt", json::array({1, 5, 9})}}, false, ctx);
     EXPECT_EQ(r.gen.prompt, (std::vector<int32_t>{1, 5, 9}));

@@ -201,7 +201,8 @@ ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx,
 
     g.max_tokens = chat ? ctx.n_ctx - n_prompt : 16;
     const char* max_key = chat && body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-    if (body.contains(max_key) && !body[max_key].is_null()) g.max_tokens = integer_in(body[max_key], max_key, 1, INT32_MAX);
+    g.max_tokens_given = body.contains(max_key) && !body[max_key].is_null();
+    if (g.max_tokens_given) g.max_tokens = integer_in(body[max_key], max_key, 1, INT32_MAX);
     if (body.contains("temperature") && !body["temperature"].is_null())
         g.sampling.temp = static_cast<float>(number_in(body["temperature"], "temperature", 0, 2));
     if (body.contains("top_p") && !body["top_p"].is_null()) {

@@ -21,6 +21,9 @@ namespace kvsieve {
 struct GenerationRequest {
     std::vector<int32_t> prompt;      ///< ≥ 1 ids, within the vocabulary
     int64_t max_tokens = 16;          ///< most tokens generated (≥ 1); the context's end also stops
+    /// The client asked for max_tokens (false: a default, such as a chat's rest of the context): only then does a
+    /// request whose prompt and max_tokens exceed the whole KV pool count as one that can never fit (413).
+    bool max_tokens_given = true;
     SamplerParams sampling;           ///< temp 0: greedy
     std::vector<std::string> stop;    ///< stop strings: generation ends before the first one, which is not returned
     int32_t end_token = -1;           ///< an extra token that ends generation (a chat template's end of turn), −1: none

@@ -88,7 +88,8 @@ std::shared_ptr<RequestHandle> Scheduler::submit(GenerationRequest req) {
         const int64_t n_new = std::max<int64_t>(1, static_cast<int64_t>(req.prompt.size()));
         int64_t need = pages_needed(req.policy.after_prefill ? n_new : std::min(opts_.prefill_chunk, n_new));
         if (req.policy.is_full()) {
-            const int64_t tokens = std::min<int64_t>(held + static_cast<int64_t>(req.prompt.size()) + req.max_tokens, opts_.n_ctx);
+            const int64_t answer = req.max_tokens_given ? req.max_tokens : 1;  // a default may stop long before
+            const int64_t tokens = std::min<int64_t>(held + static_cast<int64_t>(req.prompt.size()) + answer, opts_.n_ctx);
             const int64_t P = pool_->page_tokens();
             need = std::max(need, static_cast<int64_t>(c.n_layer) * c.n_head_kv * ((tokens + P - 1) / P));
         }
@@ -186,7 +187,9 @@ void Scheduler::finish(Slot& s, const std::string& reason) {
             }
             try {
                 save_sequence(s.q->req.save_path, model_, *s.session, encode_generation_state(g), shown);
-                saved_bytes = std::filesystem::file_size(s.q->req.save_path);
+                std::error_code ec;  // the size is a report only (its error would name the server's folders)
+                const auto n = std::filesystem::file_size(s.q->req.save_path, ec);
+                saved_bytes = ec ? 0 : static_cast<uint64_t>(n);
             } catch (const std::exception& e) {
                 save_error = std::string("the sequence could not be saved: ") + e.what();
             }
@@ -556,7 +559,9 @@ CacheOpResult Scheduler::save(const SequenceRef& ref, const std::string& path) {
             try {
                 save_sequence(path, model_, session, encode_generation_state(g),
                               std::filesystem::path(path).filename().string());
-                out.file_bytes = std::filesystem::file_size(path);
+                std::error_code ec;
+                const auto n = std::filesystem::file_size(path, ec);
+                out.file_bytes = ec ? 0 : static_cast<uint64_t>(n);
             } catch (const std::exception& e) {
                 throw CacheOpError(500, std::string("the sequence could not be saved: ") + e.what());
             }

@@ -139,7 +139,8 @@ public:
     /// Queues a request; events arrive on the returned handle. Throws Error for an empty prompt, an id outside the
     /// vocabulary, a prompt that leaves no room in the context for one generated token, or max_tokens < 1;
     /// StatusError 413 when the whole KV pool could never hold it (its first step, or with a policy that drops
-    /// nothing its prompt and max_tokens; decided before any kept conversation is dropped for it); ServerBusy when
+    /// nothing its prompt and a max_tokens the client gave; decided before any kept conversation is dropped for
+    /// it); ServerBusy when
     /// the queue is full or the scheduler has stopped.
     std::shared_ptr<RequestHandle> submit(GenerationRequest req);
     /// Stops the thread; requests still queued or running end with a 503 error event.
