@@ -44,6 +44,12 @@ TEST(JsonBody, DumpReplacesBytesThatAreNotUtf8InsteadOfThrowing) {
     EXPECT_EQ(s, "{\"message\":\"no endpoint GET /\xEF\xBF\xBD\"}");
 }
 
+TEST(JsonBody, ErrorBodiesAreBoundedWhateverTheyQuote) {
+    const json e = error_body(400, "bad: " + std::string(100000, 'q'));
+    EXPECT_LT(e["error"]["message"].get<std::string>().size(), kMaxErrorBytes + 32);
+    EXPECT_EQ(error_body(404, "short")["error"]["message"], "short");
+}
+
 TEST(JsonBody, DescribeValueNeverWalksAStructuredValue) {
     EXPECT_EQ(describe_value(json(3)), "3");
     EXPECT_EQ(describe_value(json("x")), "\"x\"");

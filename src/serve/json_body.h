@@ -12,6 +12,8 @@ namespace kvsieve {
 
 /// The most bytes of client text an error message quotes (excerpt()).
 constexpr size_t kMaxQuotedBytes = 200;
+/// The most bytes of an error message as a whole (error_body()).
+constexpr size_t kMaxErrorBytes = 1024;
 
 /// The deepest nesting of arrays and objects a request body may have; deeper bodies are refused before parsing.
 constexpr size_t kMaxJsonDepth = 64;

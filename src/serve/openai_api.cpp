@@ -146,7 +146,7 @@ ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx,
                 read_sequence(path, *ctx.model, body["cache_restore"].get<std::string>() + ".kvseq"));
             decode_generation_state(g.restore->extra, ctx.model->config().n_vocab);
         } catch (const Error& e) {
-            bad(std::string("cache_restore: ") + e.what());
+            bad("cache_restore: " + excerpt(e.what(), 2 * kMaxQuotedBytes));
         }
     }
     // With saved state (cache_restore, or a kept conversation restored from a file), no seed: its sampler goes on.
@@ -164,7 +164,7 @@ ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx,
         try {
             g.prompt = encode_conversation(tok, *ctx.chat_template, msgs, true);
         } catch (const Error& e) {
-            bad(std::string("messages: ") + e.what());
+            bad("messages: " + excerpt(e.what()));
         }
         g.end_token = tok.vocab().find(ctx.chat_template->end_of_turn());
     } else {
@@ -177,7 +177,7 @@ ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx,
             try {
                 g.prompt = tok.encode(text->get<std::string>(), !g.restore, false);
             } catch (const Error& e) {
-                bad(std::string("prompt: ") + e.what());
+                bad("prompt: " + excerpt(e.what()));
             }
         } else if (p.is_array() && !p.empty() && std::all_of(p.begin(), p.end(), [](const json& x) { return x.is_number_integer(); })) {
             for (const auto& x : p) {
@@ -323,7 +323,7 @@ json cache_op_body(const std::string& object, const std::string& name, const Cac
 
 json error_body(int status, const std::string& message) {
     return {{"error",
-             {{"message", message}, {"type", status < 500 ? "invalid_request_error" : "server_error"}, {"code", status}}}};
+             {{"message", excerpt(message, kMaxErrorBytes)}, {"type", status < 500 ? "invalid_request_error" : "server_error"}, {"code", status}}}};
 }
 
 json usage_json(const GenerationUsage& u) {

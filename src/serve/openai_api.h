@@ -93,7 +93,8 @@ CacheOpRequest parse_cache_op(const nlohmann::json& body, bool restore, const Ap
 /// "policy"}.
 nlohmann::json cache_op_body(const std::string& object, const std::string& name, const CacheOpResult& r);
 
-/// The error body {"error": {"message", "type", "code"}} (type: invalid_request_error for 4xx, server_error for 5xx).
+/// The error body {"error": {"message", "type", "code"}} (type: invalid_request_error for 4xx, server_error for 5xx);
+/// the message is cut at kMaxErrorBytes (serve/json_body.h), whatever it quotes.
 nlohmann::json error_body(int status, const std::string& message);
 
 /// The whole response of a non-streamed request: `text` is the answer, `done` its kDone event.
