@@ -419,6 +419,49 @@ class GracefulShutdown(unittest.TestCase):
         self.assertEqual(json.loads(events[-1])["error"]["code"], 503)
 
 
+class KeyRevokedMidRequest(unittest.TestCase):
+    def test_a_running_request_keeps_its_owner_and_owners_survive_a_reload(self):
+        d = tempfile.mkdtemp(prefix="kvsieve_revoke_")
+        path = os.path.join(d, "keys")
+        with open(path, "w") as f:
+            f.write("key-one\n")
+        s = Server("--api-key-file", path, ctx=2048)
+        try:
+            def call(key, method, p, body=None):
+                return s.json(method, p, body, headers={"Authorization": "Bearer " + key})
+
+            def reload(text, key, want):
+                with open(path, "w") as f:
+                    f.write(text)
+                s.proc.send_signal(1)  # SIGHUP
+                for _ in range(100):
+                    if call(key, "GET", "/v1/models")[0] == want:
+                        return
+                    time.sleep(0.05)
+                self.fail("the key file was not re-read")
+
+            self.assertEqual(call("key-one", "POST", "/v1/completions", completion(conversation="c"))[0], 200)
+            conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=TIMEOUT)
+            conn.request("POST", "/v1/completions",
+                         json.dumps({"prompt": "Hello there", "max_tokens": 1500, "temperature": 0, "stream": True,
+                                     "conversation": "long"}),
+                         {"Content-Type": "application/json", "Authorization": "Bearer key-one"})
+            r = conn.getresponse()
+            self.assertEqual(r.status, 200)
+            reload("key-two\n", "key-one", 401)  # revoked while its request runs
+            events = [l[6:] for l in r.read().decode().split("\n") if l.startswith("data: ")]
+            conn.close()
+            self.assertEqual(events[-1], "[DONE]")  # it ran to its end as key-one's request
+            self.assertEqual(call("key-two", "GET", "/v1/cache/conversations")[1]["data"], [])
+            reload("key-two\nkey-one\n", "key-one", 200)  # back, in another place in the file
+            ids = sorted(c["id"] for c in call("key-one", "GET", "/v1/cache/conversations")[1]["data"])
+            self.assertEqual(ids, ["c", "long"])
+            self.assertTrue(s.alive())
+        finally:
+            self.assertEqual(s.stop(), 0, s.log)
+            shutil.rmtree(d, ignore_errors=True)
+
+
 class MetricsOffByDefault(unittest.TestCase):
     def test_metrics_is_a_404_without_the_flag(self):
         s = Server()
