@@ -854,6 +854,47 @@ TEST(Metrics, PrometheusTextHasTheCountersAndEscapesLabels) {
     EXPECT_NE(t.find("# TYPE kvsieve_requests_finished_total counter\n"), std::string::npos);
 }
 
+TEST(Scheduler, ARestoredSpecNamesRegisteredPredictorsAndNeverFiles) {
+    // A saved sequence's policy spec is read again at restore: its model= must resolve among the server's registered
+    // predictors, as a request's does, never as a path (a file written by another tool may name one).
+    const std::string dir = std::string(KVSIEVE_SOURCE_DIR) + "/models/kvzap/stories260K-linear";
+    NamedPredictors preds;
+    preds.add("stories-kvzap", dir);
+    preds.validate(model().config());
+    auto pool = std::make_shared<KVPool>(model().config().head_dim, KVType::kF16);
+    SchedulerOptions named = options(1);
+    named.policy_options = preds.parse_options();
+    Scheduler sched(model(), tokenizer(), pool, named);
+    test::TempFile by_name(".kvseq"), by_path(".kvseq");
+    for (const auto& [spec, file] : {std::pair{std::string("kvzap:model=stories-kvzap,tau=-3"), &by_name},
+                                     std::pair{"kvzap:model=" + dir + ",tau=-3", &by_path}}) {
+        GenerationRequest g = greedy("Once upon a time, there was a little girl named Lily.", 4);
+        g.policy_spec = spec;
+        // The server's reading for the name; the command line's (a path) for the other, as another tool wrote it.
+        g.policy = spec.find('/') == std::string::npos ? parse_policy(spec, named.policy_options) : parse_policy(spec);
+        g.conversation = "c";
+        ASSERT_EQ(collect(*sched.submit(g)).last.kind, GenerationEvent::Kind::kDone);
+        sched.save({"c", -1}, file->path());
+        ASSERT_TRUE(sched.drop("c"));
+    }
+    const auto seq_name = std::make_shared<const SavedSequence>(read_sequence(by_name.path(), model()));
+    const auto seq_path = std::make_shared<const SavedSequence>(read_sequence(by_path.path(), model()));
+    EXPECT_EQ(sched.restore(seq_name, "restored").policy, "kvzap:model=stories-kvzap,tau=-3");
+    // A path in the saved spec, or a name this server did not register: 400, with nothing of the file system.
+    Scheduler bare(model(), tokenizer(), pool, options(1));
+    for (const auto& [s, seq] : {std::pair{&sched, seq_path}, std::pair{&bare, seq_name}, std::pair{&bare, seq_path}}) {
+        try {
+            s->restore(seq, "x");
+            ADD_FAILURE() << "restored " << seq->policy_spec;
+        } catch (const CacheOpError& e) {
+            EXPECT_EQ(e.status(), 400);
+            const std::string m = e.what();
+            EXPECT_NE(m.find("registered predictors"), std::string::npos) << m;
+            EXPECT_EQ(m.find('/'), std::string::npos) << m;
+        }
+    }
+}
+
 TEST(OpenAIApi, KvPolicyNamesRegisteredPredictorsAndNeverFiles) {
     const std::string dir = std::string(KVSIEVE_SOURCE_DIR) + "/models/kvzap/stories260K-linear";
     NamedPredictors preds;

@@ -74,6 +74,7 @@ void run(const ServeOpts& o) {
     for (const auto& a : o.predictors) preds.add_assignment(a);
     preds.validate(model.config());
     const PolicyParseOptions policy_options = preds.parse_options();
+    so.policy_options = policy_options;
     // A bad default policy is an error at start, not per request; it names registered predictors as requests do.
     const Policy check = parse_policy(o.policy, policy_options);
     check_policy_fits(check, so.n_ctx);

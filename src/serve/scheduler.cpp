@@ -625,7 +625,7 @@ CacheOpResult Scheduler::restore(std::shared_ptr<const SavedSequence> saved, con
     Policy policy;
     GenerationState pending;
     try {
-        policy = parse_policy(saved->policy_spec);
+        policy = parse_policy(saved->policy_spec, opts_.policy_options);
         check_policy_fits(policy, opts_.n_ctx);
         pending = decode_generation_state(saved->extra, model_.config().n_vocab);
     } catch (const Error& e) {

@@ -14,6 +14,7 @@
 
 #include "cache/kv_pool.h"
 #include "model/llama_model.h"
+#include "policy/predictor_names.h"
 #include "serve/conversations.h"
 #include "serve/histogram.h"
 #include "serve/request.h"
@@ -72,6 +73,9 @@ struct SchedulerOptions {
     bool wait_for_memory = false;
     /// Sequences kept between requests under a conversation id (ConversationStore); 0 keeps none.
     int max_conversations = 32;
+    /// How the policy spec of a restored sequence resolves `model=`: the predictors the operator registered. The
+    /// default refuses every name, so that a spec read from a saved file never names a file to open.
+    PolicyParseOptions policy_options = NamedPredictors{}.parse_options();
 };
 
 /// What the scheduler has done and holds, for /metrics and /health. Counters grow from start.
