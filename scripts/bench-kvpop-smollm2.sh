@@ -14,9 +14,9 @@ TEXT=${TEXT:-../shared/data/wiki.test.raw}
 B=${B:-768}
 mkdir -p "$OUT"
 cpu=$(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')
-declare -A POL=([full]=full [kvpop]="kvpop:model=models/kvpop/smollm2-135m-mlstm,budget=$B"
-                [kvpop_mlp]="kvpop_mlp:model=models/kvpop/smollm2-135m-mlp,budget=$B"
-                [streaming_llm]="streaming_llm:window=$((B - 4)),sinks=4" [h2o]="h2o:budget=$B")
+declare -A POL=([full]=full [kvpop]="kvpop:model=models/kvpop/smollm2-135m-mlstm,capacity=$B"
+                [kvpop_mlp]="kvpop_mlp:model=models/kvpop/smollm2-135m-mlp,capacity=$B"
+                [streaming_llm]="streaming_llm:window=$((B - 4)),sinks=4" [h2o]="h2o:capacity=$B")
 for name in full kvpop kvpop_mlp streaming_llm h2o; do
   f="$OUT/$name.txt"
   [ -s "$f" ] || $K bench -m "$M" --text "$TEXT" -p 0 -n 64 -d 3072 -r 3 --prefill-chunk 256 \

@@ -16,7 +16,7 @@ B=${BUDGET:-512}
 mkdir -p "$OUT/speed_quest"
 cpu=$(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')
 isa=$(grep -q avx512f /proc/cpuinfo && echo AVX-512 || echo AVX2)
-for P in full "quest:budget=$B" "wgkv:model=$G" "wgkv:model=$G+quest:budget=$B"; do
+for P in full "quest:read_budget=$B" "wgkv:model=$G" "wgkv:model=$G+quest:read_budget=$B"; do
   f="$OUT/speed_quest/$(echo "$P" | tr ':=,/+' '_____').txt"
   echo "$P" > "${f%.txt}.spec"
   [ -s "$f" ] || $K bench -m "$M" --text "$TEXT" -p 0 -n 64 -d "$DEPTH" -r 3 -t 2 --policy "$P" > "$f" 2> "$f.err"

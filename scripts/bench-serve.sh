@@ -13,13 +13,13 @@ mkdir -p "$OUT"
 [ -f "$MODEL" ] || bash scripts/get-model.sh smollm2-135m
 POLICIES=(
   "full|full"
-  "kvpop-1024|kvpop:model=smollm2-135m-mlstm,budget=1024"
+  "kvpop-1024|kvpop:model=smollm2-135m-mlstm,capacity=1024"
   "streaming-1024|streaming_llm:window=1020,sinks=4"
 )
 for entry in "${POLICIES[@]}"; do
   name=${entry%%|*} policy=${entry#*|}
   log=$(mktemp)
-  build/bin/kvsieve serve -m "$MODEL" --port 0 --slots 32 -c 4160 --kv-budget-mb 512 --metrics \
+  build/bin/kvsieve serve -m "$MODEL" --port 0 --slots 32 -c 4160 --kv-pool-mb 512 --metrics \
     --predictor smollm2-135m-mlstm=models/kvpop/smollm2-135m-mlstm --policy "$policy" 2>"$log" &
   pid=$!
   port=""

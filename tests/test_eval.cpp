@@ -102,8 +102,8 @@ TEST(EvalNll, BadInputIsReportedBeforeWork) {
 TEST(EvalSweep, ACellsParameterGoesToThePresetNotToTheSelection) {
     EXPECT_EQ(cell_spec("knorm", "ratio", 0.5), "knorm:ratio=0.5");
     EXPECT_EQ(cell_spec("kvzap:model=D", "tau", -4), "kvzap:model=D,rule=threshold,tau=-4");
-    const std::string s = cell_spec("knorm:window=8+quest:budget=16", "ratio", 0.25);
-    EXPECT_EQ(s, "knorm:window=8,ratio=0.25+quest:budget=16");
+    const std::string s = cell_spec("knorm:window=8+quest:read_budget=16", "ratio", 0.25);
+    EXPECT_EQ(s, "knorm:window=8,ratio=0.25+quest:read_budget=16");
     EXPECT_EQ(parse_policy(s).compression.ratio, 0.25);
     EXPECT_EQ(parse_policy(s).selection.budget, 16);
 }
@@ -153,7 +153,7 @@ TEST(EvalSweep, WithoutRatiosOrThresholdsEachSpecIsOneCell) {
     const auto tok = Tokenizer::from_gguf(m.file());
     const std::string dir = (std::filesystem::temp_directory_path() / ("kvsieve_fixed_" + std::to_string(::getpid()))).string();
     SweepOptions o;
-    o.policies = {"streaming_llm:window=16,sinks=2", "knorm:ratio=0.5,window=8+quest:budget=16"};
+    o.policies = {"streaming_llm:window=16,sinks=2", "knorm:ratio=0.5,window=8+quest:read_budget=16"};
     o.out_dir = dir;
     o.nll.sample_tokens = 160;
     o.nll.samples = 1;
@@ -166,7 +166,7 @@ TEST(EvalSweep, WithoutRatiosOrThresholdsEachSpecIsOneCell) {
     }
     std::ifstream dat(std::filesystem::path(dir) / "nll_vs_density.dat");
     const std::string d((std::istreambuf_iterator<char>(dat)), {});
-    EXPECT_NE(d.find("# knorm:ratio=0.5,window=8+quest:budget=16"), std::string::npos) << d;
+    EXPECT_NE(d.find("# knorm:ratio=0.5,window=8+quest:read_budget=16"), std::string::npos) << d;
     std::filesystem::remove_all(dir);
 }
 

@@ -348,7 +348,7 @@ TEST(Policy, ParseErrorsNameTheProblem) {
     EXPECT_NE(err("snapkv:ratio").find("not key=value"), std::string::npos);
     EXPECT_NE(err("streaming_llm").find("window=<tokens> or ratio"), std::string::npos);
     EXPECT_NE(err("snapkv:ratio=0.5,budget=3").find("not both"), std::string::npos);
-    EXPECT_EQ(err("snapkv:ratio=0.5,window_size=32,kernel=3,rule=layer,safeguard=0.3"), "no error");
+    EXPECT_EQ(err("snapkv:ratio=0.5,obs_window=32,kernel=3,rule=layer,safeguard=0.3"), "no error");
     EXPECT_NE(err("knorm:ratio=0.5,timing=at_write").find("needs rule=threshold"), std::string::npos);
     EXPECT_NE(err("knorm:rule=threshold,tau=1,timing=soon").find("timing='soon'"), std::string::npos);
     EXPECT_EQ(parse_policy("streaming_llm:window=256").window, 256);
@@ -401,7 +401,7 @@ TEST(Rule, BudgetsPickTheBestEntries) {
 TEST(ExpectedAttention, RotatesQueriesWithTheModelsOwnRope) {
     // Partial rotation (4 of 8 dimensions, halves layout), a frequency factor and linear position scaling: the
     // scorer's mean rotation must move μ exactly as the forward's Rope would at the n_future next positions.
-    // Reference (cov=0, vnorm=0, n_sink=0): μ' = mean_p Rope_p(μ) with Rope::apply, s_i = softmax_i(k_i·μ'/√d).
+    // Reference (cov=0, vnorm=0, scored_sinks=0): μ' = mean_p Rope_p(μ) with Rope::apply, s_i = softmax_i(k_i·μ'/√d).
     ModelConfig c;
     c.head_dim = 8;
     c.n_rot = 4;
@@ -418,7 +418,7 @@ TEST(ExpectedAttention, RotatesQueriesWithTheModelsOwnRope) {
     for (auto& x : k) x = 2 * nd(rng);
     std::vector<int32_t> pos(n);
     for (int i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(pos0 + T - n + i);
-    const Policy p = parse_policy("expected_attention:cov=0,vnorm=0,n_sink=0,n_future=5,ratio=0.5");
+    const Policy p = parse_policy("expected_attention:cov=0,vnorm=0,scored_sinks=0,n_future=5,ratio=0.5");
     PrefillScoreInput in;
     in.n_layer = 1;
     in.n_head = in.n_head_kv = 1;

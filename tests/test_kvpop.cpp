@@ -278,12 +278,12 @@ TEST(KvpopScorer, WrongShapesAndKindsAreOneClearError) {
     auto cache = [&](const std::string& spec) {
         KVCache kc(c, 64, parse_policy(spec), std::make_shared<KVPool>(c.head_dim, KVType::kF32));
     };
-    EXPECT_NE(msg([&] { cache("kvpop:model=" + mlp.path + ",budget=20"); }).find("kvpop_mlp"), std::string::npos);
-    EXPECT_NE(msg([&] { cache("kvpop_mlp:model=" + mlstm.path + ",budget=20"); }).find("use policy kvpop"), std::string::npos);
-    EXPECT_NE(msg([&] { parse_policy("kvpop:model=" + mlstm.path + ",budget=10"); }).find("no long-range"), std::string::npos);
-    EXPECT_NE(msg([&] { parse_policy("kvpop:model=" + mlstm.path); }).find("budget=B"), std::string::npos);
-    EXPECT_NE(msg([&] { parse_policy("kvpop:budget=40"); }).find("model="), std::string::npos);
-    EXPECT_NE(msg([&] { cache("kvpop:model=/nonexistent/kvpop,budget=400"); }).find("cannot open"), std::string::npos);
+    EXPECT_NE(msg([&] { cache("kvpop:model=" + mlp.path + ",capacity=20"); }).find("kvpop_mlp"), std::string::npos);
+    EXPECT_NE(msg([&] { cache("kvpop_mlp:model=" + mlstm.path + ",capacity=20"); }).find("use policy kvpop"), std::string::npos);
+    EXPECT_NE(msg([&] { parse_policy("kvpop:model=" + mlstm.path + ",capacity=10"); }).find("no long-range"), std::string::npos);
+    EXPECT_NE(msg([&] { parse_policy("kvpop:model=" + mlstm.path); }).find("capacity=B"), std::string::npos);
+    EXPECT_NE(msg([&] { parse_policy("kvpop:capacity=40"); }).find("model="), std::string::npos);
+    EXPECT_NE(msg([&] { cache("kvpop:model=/nonexistent/kvpop,capacity=400"); }).find("cannot open"), std::string::npos);
 }
 
 // ---- the policy in the cache ----
@@ -312,7 +312,7 @@ TEST(KvpopPolicy, EachLeavingEntryIsScoredAgainstTheStateAtTheStepThatPushesItOu
     const int64_t s = 2, w = 8;
     ScorerDir dir(c, "mlstm", w, s);
     const auto ids = test::story_prompt_ids();
-    const std::string spec = "kvpop:model=" + dir.path + ",budget=1000";  // no eviction: every score stays
+    const std::string spec = "kvpop:model=" + dir.path + ",capacity=1000";  // no eviction: every score stays
     auto pool = std::make_shared<KVPool>(c.head_dim, KVType::kF32);
     KVCache one(c, 128, parse_policy(spec), pool), steps(c, 128, parse_policy(spec), pool);
     std::vector<float> logits;
@@ -382,9 +382,9 @@ TEST(KvpopPolicy, EvictionKeepsTheTopKOfTheDecayedScoresAndTheBudgetHolds) {
         Synthetic sa, sb;
         ScorerDir dir(sa.c, kind, w, s, 21);
         const std::string preset = kind == "mlp" ? "kvpop_mlp" : "kvpop";
-        KVCache all(sa.c, 512, parse_policy(preset + ":model=" + dir.path + ",budget=1000"),
+        KVCache all(sa.c, 512, parse_policy(preset + ":model=" + dir.path + ",capacity=1000"),
                     std::make_shared<KVPool>(sa.c.head_dim, KVType::kF32));
-        KVCache kept(sa.c, 512, parse_policy(preset + ":model=" + dir.path + ",budget=" + std::to_string(B)),
+        KVCache kept(sa.c, 512, parse_policy(preset + ":model=" + dir.path + ",capacity=" + std::to_string(B)),
                      std::make_shared<KVPool>(sa.c.head_dim, KVType::kF32));
         int64_t now = 0;
         for (int64_t T : {30, 17, 25}) {
@@ -428,7 +428,7 @@ TEST(KvpopPolicy, DecodeMemoryIsFlatAtTheBudgetOver4kGeneratedTokens) {
     const int64_t s = 4, w = 32, B = 96;
     ScorerDir dir(syn.c, "mlstm", w, s);
     auto pool = std::make_shared<KVPool>(syn.c.head_dim, KVType::kF16);
-    KVCache kc(syn.c, 8192, parse_policy("kvpop:model=" + dir.path + ",budget=" + std::to_string(B)), pool);
+    KVCache kc(syn.c, 8192, parse_policy("kvpop:model=" + dir.path + ",capacity=" + std::to_string(B)), pool);
     KVCache full(syn.c, 8192, parse_policy("full"), std::make_shared<KVPool>(syn.c.head_dim, KVType::kF16));
     syn.step(kc, 0, 300);
     kc.end_prefill();
@@ -487,8 +487,8 @@ TEST(KvpopPolicy, AnAdmissionInFrontOfTheBudgetThinsTheCandidates) {
     std::nth_element(zs.begin(), zs.begin() + zs.size() / 2, zs.end());
     const std::string tau = std::to_string(zs[zs.size() / 2]);
     const auto alone = run(kvzap + ",tau=" + tau + ",window=8,sinks=2");
-    const auto wide = run(kvzap + ",tau=" + tau + ">kvpop:model=" + dir.path + ",budget=1000");
-    const auto tight = run(kvzap + ",tau=" + tau + ">kvpop:model=" + dir.path + ",budget=" + std::to_string(s + w + k));
+    const auto wide = run(kvzap + ",tau=" + tau + ">kvpop:model=" + dir.path + ",capacity=1000");
+    const auto tight = run(kvzap + ",tau=" + tau + ">kvpop:model=" + dir.path + ",capacity=" + std::to_string(s + w + k));
     EXPECT_EQ(wide->policy().name, "kvzap>kvpop");
     EXPECT_EQ(wide->policy().window, w);
     const int64_t now = static_cast<int64_t>(ids.size()) + 12;
@@ -517,9 +517,9 @@ TEST(KvpopPolicy, AnAdmissionInFrontOfTheBudgetThinsTheCandidates) {
         EXPECT_EQ(got, want) << "head " << h;
     }
     // The parts must be an admission and an eviction.
-    EXPECT_THROW(parse_policy("kvpop:model=" + dir.path + ",budget=40>" + kvzap), Error);
-    EXPECT_THROW(parse_policy("h2o:budget=64>kvpop:model=" + dir.path + ",budget=40"), Error);
-    EXPECT_THROW(parse_policy(kvzap + ">kvpop:model=" + dir.path + ",budget=40>" + kvzap), Error);
+    EXPECT_THROW(parse_policy("kvpop:model=" + dir.path + ",capacity=40>" + kvzap), Error);
+    EXPECT_THROW(parse_policy("h2o:budget=64>kvpop:model=" + dir.path + ",capacity=40"), Error);
+    EXPECT_THROW(parse_policy(kvzap + ">kvpop:model=" + dir.path + ",capacity=40>" + kvzap), Error);
 }
 
 }  // namespace

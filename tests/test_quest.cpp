@@ -174,16 +174,16 @@ TEST(Quest, KeyBoundsKeptBesideThePagesFollowEveryChange) {
 }
 
 TEST(Quest, ComposesWithAnyPolicyInASpec) {
-    const Policy alone = parse_policy("quest:budget=64");
+    const Policy alone = parse_policy("quest:read_budget=64");
     EXPECT_EQ(alone.name, "full");
     EXPECT_EQ(alone.selection.kind, "quest");
     EXPECT_EQ(alone.selection.budget, 64);
     EXPECT_EQ(alone.selection.skip_layers, 2);
-    const Policy both = parse_policy("streaming_llm:window=64+quest:budget=32,skip_layers=0");
+    const Policy both = parse_policy("streaming_llm:window=64+quest:read_budget=32,skip_layers=0");
     EXPECT_EQ(both.name, "streaming_llm");
     EXPECT_EQ(both.window, 64);
     EXPECT_EQ(both.selection.skip_layers, 0);
-    EXPECT_NE(both.describe().find("read-time selection quest(budget=32,page=16,skip_layers=0)"), std::string::npos);
+    EXPECT_NE(both.describe().find("read-time selection quest(read_budget=32,page=16,skip_layers=0)"), std::string::npos);
     EXPECT_FALSE(parse_policy("full").selection.active());
     auto error_of = [](const std::string& spec) {
         try {
@@ -195,13 +195,13 @@ TEST(Quest, ComposesWithAnyPolicyInASpec) {
     };
     EXPECT_NE(error_of("quest").find("budget=<entries read per KV head> is required"), std::string::npos);
     EXPECT_NE(error_of("full+snapkv:ratio=0.5").find("unknown read-time selection 'snapkv'"), std::string::npos);
-    EXPECT_NE(error_of("full+quest:budget=8+quest:budget=8").find("at most one read-time selection"), std::string::npos);
-    EXPECT_NE(error_of("quest:budget=8,pages=4").find("unknown"), std::string::npos);
-    EXPECT_NE(error_of("quest:budget=8,group=mean").find("group='mean' is not sum or max"), std::string::npos);
-    EXPECT_TRUE(parse_policy("quest:budget=8,group=max").selection.group_max);
-    EXPECT_FALSE(parse_policy("quest:budget=8").selection.group_max);
-    EXPECT_NE(parse_policy("quest:budget=8,group=max").describe().find("group=max"), std::string::npos);
-    EXPECT_EQ(parse_policy("full:sinks=4+quest:budget=8").sinks, 4);
+    EXPECT_NE(error_of("full+quest:read_budget=8+quest:read_budget=8").find("at most one read-time selection"), std::string::npos);
+    EXPECT_NE(error_of("quest:read_budget=8,pages=4").find("unknown"), std::string::npos);
+    EXPECT_NE(error_of("quest:read_budget=8,group=mean").find("group='mean' is not sum or max"), std::string::npos);
+    EXPECT_TRUE(parse_policy("quest:read_budget=8,group=max").selection.group_max);
+    EXPECT_FALSE(parse_policy("quest:read_budget=8").selection.group_max);
+    EXPECT_NE(parse_policy("quest:read_budget=8,group=max").describe().find("group=max"), std::string::npos);
+    EXPECT_EQ(parse_policy("full:sinks=4+quest:read_budget=8").sinks, 4);
     EXPECT_NE(error_of("full:sinks=-1").find("sinks must be ≥ 0"), std::string::npos);
 }
 
@@ -239,10 +239,10 @@ std::vector<float> decode(const std::string& spec, KVStats* st = nullptr) {
 TEST(Quest, DecodeReadsOnlyTheChosenPagesAndLeavesTheCacheWhole) {
     KVStats full_st, wide_st, narrow_st;
     const auto full = decode("full", &full_st);
-    const auto wide = decode("quest:budget=128", &wide_st);  // every page fits the budget
+    const auto wide = decode("quest:read_budget=128", &wide_st);  // every page fits the budget
     for (size_t i = 0; i < full.size(); ++i) ASSERT_EQ(full[i], wide[i]) << "a budget covering the cache reads it all";
     EXPECT_EQ(wide_st.read_fraction, 1.0);
-    const auto narrow = decode("quest:budget=16", &narrow_st);
+    const auto narrow = decode("quest:read_budget=16", &narrow_st);
     // The cache is unchanged: every head still holds all 66 entries.
     EXPECT_EQ(narrow_st.entries, full_st.entries);
     EXPECT_EQ(narrow_st.density, 1.0);
@@ -265,14 +265,14 @@ TEST(Quest, DecodeReadsOnlyTheChosenPagesAndLeavesTheCacheWhole) {
     EXPECT_GT(diff, 1e-4) << "reading a subset changes the attention";
     // Composed with a windowed policy the window is always read; the global pages are chosen.
     KVStats sw;
-    (void)decode("knorm:ratio=0.25,window=16+quest:budget=16,skip_layers=0", &sw);
+    (void)decode("knorm:ratio=0.25,window=16+quest:read_budget=16,skip_layers=0", &sw);
     EXPECT_LT(sw.read_fraction, 1.0);
     EXPECT_GT(sw.read_fraction, 0.5);
     // full:sinks=4 keeps every entry, its first 4 in the sink region, which a selection reads at every step: one
     // chosen page + the current token's page as before, plus the 4 sinks (the first page's other 12 entries are
     // global ones, ranked with the rest).
     KVStats sinks_st;
-    (void)decode("full:sinks=4+quest:budget=16", &sinks_st);
+    (void)decode("full:sinks=4+quest:read_budget=16", &sinks_st);
     EXPECT_EQ(sinks_st.entries, full_st.entries);
     EXPECT_GT(sinks_st.read_fraction, narrow_st.read_fraction);
     const LlamaModel& m = test::stories260k();

@@ -133,7 +133,7 @@ TEST(Session, PyramidKvLayerBudgetsDoNotCompoundOverChunks) {
     // tokens seen, not from the entries left by earlier chunks, so chunked and one-shot prefill keep as many.
     const auto tok = Tokenizer::from_gguf(model().file());
     const auto ids = prompt_ids();
-    auto one = make("pyramidkv:ratio=0.5,window_size=4"), chunked = make("pyramidkv:ratio=0.5,window_size=4");
+    auto one = make("pyramidkv:ratio=0.5,obs_window=4"), chunked = make("pyramidkv:ratio=0.5,obs_window=4");
     std::vector<float> logits;
     prefill(model(), *tok, *one, ids, ids, PrefillPlan{}, logits);
     PrefillPlan plan;
@@ -234,7 +234,7 @@ TEST(Session, APrefillWithoutCompressionOnlyExtendsTheCache) {
     const auto ids = prompt_ids();
     const int64_t n_ctx = 30;
     const std::vector<int32_t> context(ids.begin(), ids.begin() + n_ctx), question(ids.begin() + n_ctx, ids.end());
-    auto c = make("snapkv:ratio=0.75,window_size=4");
+    auto c = make("snapkv:ratio=0.75,obs_window=4");
     Session s(model(), *tok, *c);
     std::vector<float> logits;
     s.prefill(context, PrefillPlan{}, logits);
@@ -251,7 +251,7 @@ TEST(Session, APrefillWithoutCompressionOnlyExtendsTheCache) {
                 EXPECT_TRUE(std::binary_search(kept.begin(), kept.end(), static_cast<int32_t>(p)));
         }
     // The same tokens with compression would have been cut again.
-    auto d = make("snapkv:ratio=0.75,window_size=4");
+    auto d = make("snapkv:ratio=0.75,obs_window=4");
     Session s2(model(), *tok, *d);
     s2.prefill(context, PrefillPlan{}, logits);
     s2.prefill(question, PrefillPlan{}, logits);
@@ -263,7 +263,7 @@ TEST(Session, EveryBudgetRuleKeepsSinksWindowAndItsBudget) {
     const auto tok = Tokenizer::from_gguf(model().file());
     const auto ids = prompt_ids();
     const int64_t n = static_cast<int64_t>(ids.size()) - 3;
-    for (const char* spec : {"snapkv:budget=8,sinks=2,window=4,window_size=4", "knorm:budget=8,sinks=2,window=4",
+    for (const char* spec : {"snapkv:budget=8,sinks=2,window=4,obs_window=4", "knorm:budget=8,sinks=2,window=4",
                              "tova:budget=8,sinks=2,window=4", "expected_attention:budget=8,sinks=2,window=4"}) {
         SCOPED_TRACE(spec);
         auto c = make(spec);

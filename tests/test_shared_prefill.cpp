@@ -60,7 +60,7 @@ TEST(SharedPrefill, EveryCacheHoldsWhatItsOwnPrefillGives) {
                                             "tova:ratio=0.5",
                                             "h2o:ratio=0.75",   // the statistics of h2o:ratio=0.5, taken from it
                                             "tova:ratio=0.75",  // and those of tova:ratio=0.5
-                                            "snapkv:ratio=0.5,window_size=8",
+                                            "snapkv:ratio=0.5,obs_window=8",
                                             "expected_attention:ratio=0.5",
                                             "kvzip:ratio=0.5",
                                             "kvzip:ratio=0.75",  // the replay above, once for both

@@ -37,7 +37,8 @@ KVPool::KVPool(int head_dim, KVType type, int page_tokens, uint64_t budget_bytes
         limit = std::max<uint64_t>(phys / 2, page_bytes_);
     }
     capacity_ = static_cast<int64_t>(limit / page_bytes_);
-    require(capacity_ > 0, "KV budget of ", budget_bytes, " bytes is smaller than one page (", page_bytes_, " bytes)");
+    require(capacity_ > 0, "KV pool of ", budget_bytes, " bytes (--kv-pool-mb) is smaller than one page (", page_bytes_,
+            " bytes)");
     reserved_ = static_cast<size_t>(capacity_) * page_bytes_;
     void* p = mmap(nullptr, reserved_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) fail("cannot reserve ", reserved_ >> 20, " MiB of address space for the KV pool");
@@ -56,7 +57,7 @@ int32_t KVPool::alloc() {
     } else {
         if (high_ >= capacity_)
             throw KVBudgetExhausted(cat("KV cache budget exhausted: all ", capacity_, " pages (", (reserved_ >> 20),
-                                        " MiB) are in use; raise --kv-budget-mb or compress more"));
+                                        " MiB) are in use; raise --kv-pool-mb or compress more"));
         p = high_++;
     }
     ++in_use_;

@@ -2,16 +2,26 @@
 
 #include <fstream>
 
+#include "cli/commands.h"
 #include "session/prefill.h"
+#include "util/deprecation.h"
 #include "util/error.h"
 
 namespace kvsieve::cli {
 
+CLI::Option* add_kv_pool_option(CLI::App* cmd, double& mb, const std::string& help) {
+    CLI::Option* pool = cmd->add_option("--kv-pool-mb", mb, help)->capture_default_str();
+    CLI::Option* old = cmd->add_option("--kv-budget-mb", mb, "deprecated alias of --kv-pool-mb")
+                           ->each([](const std::string&) { warn_deprecated("--kv-budget-mb", "--kv-pool-mb"); });
+    old->excludes(pool);
+    return pool;
+}
+
 void CacheOptions::add_to(CLI::App* cmd) {
-    cmd->add_option("--policy", policy, "KV policy NAME[:key=value,...], e.g. snapkv:ratio=0.5, streaming_llm:window=256, h2o:budget=512")
+    cmd->add_option("--policy", policy, "KV policy NAME[:key=value,...], e.g. snapkv:ratio=0.5, streaming_llm:window=256, h2o:capacity=512")
         ->capture_default_str();
     cmd->add_option("--kv-type", kv_type, "element type of cached keys/values: f32, f16, bf16")->capture_default_str();
-    cmd->add_option("--kv-budget-mb", kv_budget_mb, "KV pool size in MiB (0: grow on demand)")->capture_default_str();
+    add_kv_pool_option(cmd, kv_pool_mb, "KV pool size in MiB (0: grow on demand)");
     cmd->add_option("--prefill-chunk", prefill_chunk, "prefill in chunks of this many tokens, compressing after each (0: one batch)")
         ->capture_default_str();
     cmd->add_option("--stats-json", stats_json, "write the KV cache statistics to this JSON file");
@@ -20,10 +30,10 @@ void CacheOptions::add_to(CLI::App* cmd) {
 std::unique_ptr<KVCache> CacheOptions::make_cache(const LlamaModel& m, int64_t n_ctx) const {
     Policy p = parse_policy(policy);
     const KVType t = parse_kv_type(kv_type);
-    require(kv_budget_mb >= 0, "--kv-budget-mb must be ≥ 0, got ", kv_budget_mb);
+    require(kv_pool_mb >= 0, "--kv-pool-mb must be ≥ 0, got ", kv_pool_mb);
     require(prefill_chunk >= 0, "--prefill-chunk must be ≥ 0, got ", prefill_chunk);
     check_policy_fits(p, n_ctx);
-    auto pool = std::make_shared<KVPool>(m.config().head_dim, t, 16, static_cast<uint64_t>(kv_budget_mb * 1048576.0));
+    auto pool = std::make_shared<KVPool>(m.config().head_dim, t, 16, static_cast<uint64_t>(kv_pool_mb * 1048576.0));
     return std::make_unique<KVCache>(m.config(), n_ctx, std::move(p), std::move(pool));
 }
 

@@ -1,6 +1,6 @@
 #pragma once
-// Command-line options shared by every command that runs a KV cache: --policy, --kv-type, --kv-budget-mb,
-// --prefill-chunk, --stats-json.
+// Command-line options shared by every command that runs a KV cache: --policy, --kv-type, --kv-pool-mb (deprecated
+// alias --kv-budget-mb), --prefill-chunk, --stats-json.
 #include <memory>
 #include <string>
 
@@ -16,7 +16,7 @@ namespace kvsieve::cli {
 struct CacheOptions {
     std::string policy = "full";
     std::string kv_type = "f16";
-    double kv_budget_mb = 0;
+    double kv_pool_mb = 0;  ///< size of the KV pool in MiB (0: grows on demand)
     int64_t prefill_chunk = 0;
     std::string stats_json;
 

@@ -243,7 +243,7 @@ void add_eval(CLI::App& app) {
     auto fo = std::make_shared<FidOpts>();
     fid->add_option("-m,--model", fo->model, "GGUF model")->required()->check(CLI::ExistingFile);
     fid->add_option("--corpus", fo->corpus, "text file the prompts are taken from")->required();
-    fid->add_option("--policies", fo->policies, "policy specs separated by ';' (e.g. 'full;kvpop:model=M,budget=512'); "
+    fid->add_option("--policies", fo->policies, "policy specs separated by ';' (e.g. 'full;kvpop:model=M,capacity=512'); "
                                                 "SPEC@FILE.gguf runs the policy on another model of the same vocabulary "
                                                 "(e.g. one fine-tuned for the budget) against the same teachers")->required();
     fid->add_option("--prompt", fo->prompt, "prompt tokens, BOS included")->capture_default_str();

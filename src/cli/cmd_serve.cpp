@@ -179,8 +179,7 @@ void add_serve(CLI::App& app) {
     cmd->add_option("--predictor-dir", o->predictor_dirs,
                     "a folder whose subfolders are predictors, each registered under its own name (repeatable)");
     cmd->add_option("--kv-type", o->kv_type, "element type of cached keys/values: f32, f16, bf16")->capture_default_str();
-    cmd->add_option("--kv-budget-mb", o->kv_budget_mb, "size of the KV pool all sequences share, in MiB (0: grow on demand)")
-        ->capture_default_str();
+    add_kv_pool_option(cmd, o->kv_budget_mb, "size of the KV pool all sequences share, in MiB (0: grow on demand)");
     cmd->add_option("--slots", o->sched.slots, "sequences decoded together")->capture_default_str();
     cmd->add_option("-c,--ctx-size", o->sched.n_ctx, "positions per sequence, prompt and answer (0: the model's, at most 4096)")
         ->capture_default_str();

@@ -1,5 +1,7 @@
 #pragma once
 // Registration of the `kvsieve` subcommands. Each adds itself to the app and sets its callback.
+#include <string>
+
 #include <CLI/CLI.hpp>
 
 namespace kvsieve::cli {
@@ -18,5 +20,10 @@ void add_eval_tasks(CLI::App& app);
 void add_train(CLI::App& app);
 void add_pull(CLI::App& app);
 void add_policies(CLI::App& app);
+
+/// Adds --kv-pool-mb (the size of the KV pool in MiB, docs/glossary.md) to `cmd`, writing `mb`, described by `help`;
+/// and its deprecated alias --kv-budget-mb, which writes the same value and prints a deprecation warning once per
+/// process. Giving both is an error. Returns the --kv-pool-mb option.
+CLI::Option* add_kv_pool_option(CLI::App* cmd, double& mb, const std::string& help);
 
 }  // namespace kvsieve::cli

@@ -125,10 +125,10 @@ std::pair<double, double> mean_ci95(const std::vector<double>& v) {
     return {m, 1.96 * std::sqrt(ss / static_cast<double>(v.size() - 1)) / std::sqrt(static_cast<double>(v.size()))};
 }
 
-/// A spec's method: the spec without the quantity a sweep varies (ratio=, budget=, tau=), so that one method's cells
-/// form one curve: the policy's name, the last path component of its model= (two learned surrogates of one policy
-/// are two methods) and its other parameters in key order, e.g. "kvzap smollm2-135m-mlp (rule=threshold, sinks=4)" or
-/// "knorm (sinks=4, window=128)". A composed spec's later parts ("+quest:…", ">kvpop:…") are kept as written.
+/// A spec's method: the spec without the quantity a sweep varies (ratio=, budget=, capacity=, tau=), so that one
+/// method's cells form one curve: the policy's name, the last path component of its model= (two learned surrogates of
+/// one policy are two methods) and its other parameters in key order, e.g. "kvzap smollm2-135m-mlp (rule=threshold,
+/// sinks=4)" or "knorm (sinks=4, window=128)". A composed spec's later parts ("+quest:…", ">kvpop:…") are kept as written.
 std::string method_of(const std::string& spec) {
     const size_t colon = spec.find(':');
     const size_t end = std::min(spec.size(), spec.find_first_of("+>@", colon == std::string::npos ? 0 : colon));
@@ -140,7 +140,7 @@ std::string method_of(const std::string& spec) {
                 std::string path = value;
                 while (!path.empty() && path.back() == '/') path.pop_back();
                 m += " " + path.substr(path.find_last_of('/') + 1);
-            } else if (key != "ratio" && key != "budget" && key != "tau") {
+            } else if (key != "ratio" && key != "budget" && key != "capacity" && key != "tau") {
                 params += (params.empty() ? "" : ", ") + key + "=" + value;
             }
         }

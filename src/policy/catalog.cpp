@@ -61,7 +61,8 @@ std::string cell(std::string s) {
 std::string table(const std::vector<const ParamDecl*>& rows) {
     std::string s = "| key | type | range | default | meaning | source |\n|---|---|---|---|---|---|\n";
     for (const ParamDecl* d : rows)
-        s += "| `" + d->key + "` | " + d->type_name() + " | " + cell(d->range_text()) + " | " + cell(d->default_text()) +
+        s += "| `" + d->key + "`" + (d->deprecated_alias.empty() ? "" : " (deprecated alias `" + d->deprecated_alias + "`)") +
+             " | " + d->type_name() + " | " + cell(d->range_text()) + " | " + cell(d->default_text()) +
              " | " + cell(d->doc) + " | " + cell(d->source) + " |\n";
     return s;
 }
@@ -74,7 +75,9 @@ std::string policies_text(const std::string& name) {
         if (e.params->empty()) s += "  (no keys)\n";
         for (const ParamDecl& d : *e.params) {
             s += "  " + d.key + std::string(d.key.size() < 15 ? 15 - d.key.size() : 1, ' ') + d.type_name() + " " +
-                 d.range_text() + "; default " + d.default_text() + "\n      " + d.doc + " (" + d.source + ")\n";
+                 d.range_text() + "; default " + d.default_text() +
+                 (d.deprecated_alias.empty() ? "" : "; deprecated alias " + d.deprecated_alias) + "\n      " + d.doc +
+                 " (" + d.source + ")\n";
         }
     }
     return s;
@@ -97,8 +100,12 @@ std::string policies_markdown(const std::string& name) {
         for (const ParamDecl& d : *e.params)
             if (!is_shared_unchanged(d)) rows.push_back(&d);
         const bool group = uses_group(e);
+        std::string left_out;  // shared keys the preset replaces by its own (h2o: capacity for budget)
+        for (const ParamDecl& g : canonical_group())
+            if (std::none_of(e.params->begin(), e.params->end(), [&](const ParamDecl& d) { return d.key == g.key; }))
+                left_out += (left_out.empty() ? " but `" : ", `") + g.key + "`";
         s += "**`" + e.name + "`**" + (e.kind == "selection" ? " (read-time selection, after `+`)" : "") + " — " +
-             e.summary + (group ? "; the budget rule keys" : "") +
+             e.summary + (group ? "; the budget rule keys" + left_out : "") +
              (rows.empty() ? (group ? "." : "; no keys.") : (group ? ", and:" : ":")) + "\n\n";
         if (!rows.empty()) s += table(rows) + "\n";
     }
@@ -112,7 +119,7 @@ std::string policies_json(const std::string& name) {
         for (const ParamDecl& d : *e.params) {
             nlohmann::json p{{"key", d.key},       {"type", d.type_name()}, {"range", d.range_text()},
                              {"default", nullptr}, {"default_note", d.default_note}, {"doc", d.doc},
-                             {"source", d.source}, {"group", d.group}};
+                             {"source", d.source}, {"group", d.group}, {"deprecated_alias", d.deprecated_alias}};
             if (!d.default_value.empty()) p["default"] = d.default_value;
             if (d.type == ParamType::kInt) {
                 p["min"] = d.imin;

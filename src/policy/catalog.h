@@ -6,7 +6,7 @@
 namespace kvsieve {
 
 /// Plain text: each preset and selection (or only `name`), its summary and one line per key (type, range, default,
-/// meaning, source). Throws Error for an unknown name, listing the known ones.
+/// deprecated alias, meaning, source). Throws Error for an unknown name, listing the known ones.
 std::string policies_text(const std::string& name = "");
 
 /// Markdown: a table of the shared budget rule keys, then one table per preset and selection (or only `name`) of its
@@ -15,7 +15,7 @@ std::string policies_text(const std::string& name = "");
 std::string policies_markdown(const std::string& name = "");
 
 /// JSON: {"presets": [{name, summary, params: [{key, type, range, min, max, choices, default, default_note, doc,
-/// source, group}]}], "selections": [...]} (or only `name`). Throws Error for an unknown name.
+/// source, group, deprecated_alias}]}], "selections": [...]} (or only `name`). Throws Error for an unknown name.
 std::string policies_json(const std::string& name = "");
 
 /// The README lines that enclose the generated tables.

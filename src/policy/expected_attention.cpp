@@ -1,9 +1,10 @@
 // expected_attention: the attention future queries are expected to pay (Devoto et al. 2025, "Expected
 // Attention: KV Cache Compression by Estimating Attention from Future Queries Distribution", §3, eq. 4–6;
 // kvpress ExpectedAttentionPress). Queries before RoPE are modelled as Gaussian, mean μ and covariance Σ over
-// the chunk's positions from n_sink on; both are moved by the mean RoPE rotation R̄ of the next n_future
+// the chunk's positions from scored_sinks on; both are moved by the mean RoPE rotation R̄ of the next n_future
 // positions (μ' = R̄μ, Σ' = R̄ΣR̄ᵀ); then per query head s_i = softmax_i(kᵢ·μ'/√d + ½ kᵢᵀΣ'kᵢ/d), averaged
-// over the G heads of the KV head and multiplied by ‖vᵢ‖ (plus ε). The first n_sink entries get max + 1.
+// over the G heads of the KV head and multiplied by ‖vᵢ‖ (plus ε). The first scored_sinks entries (kvpress n_sink,
+// kept as a deprecated alias) get max + 1.
 // R̄ uses the model's own RoPE (PrefillScoreInput::rope: partial rotation, frequency factors, linear scaling).
 #include <algorithm>
 #include <cmath>
@@ -130,8 +131,11 @@ std::vector<ParamDecl> expected_attention_params(const std::string& default_rule
         budget_rule_params("0.5", default_rule),
         {int_param("n_future", 1, kMaxTokens, "512", "future positions whose mean RoPE rotation moves the query statistics",
                    "Expected Attention §3, eq. 5 (kvpress n_future_positions)"),
-         int_param("n_sink", 0, kMaxTokens, "4", "first entries scored max + 1 and left out of the query statistics",
-                   "kvpress ExpectedAttentionPress n_sink"),
+         with_alias(int_param("scored_sinks", 0, kMaxTokens, "4",
+                              "first entries scored max + 1 (kept by the rule, inside its budget, unlike sinks s) and "
+                              "left out of the query statistics",
+                              "kvpress ExpectedAttentionPress n_sink"),
+                    "n_sink"),
          flag_param("cov", "1", "use the queries' covariance Σ (0: the mean only)", "Expected Attention §3, eq. 6 (kvpress use_covariance)"),
          flag_param("vnorm", "1", "multiply by ‖v‖ (plus ε)", "Expected Attention §3 (kvpress use_vnorm)"),
          real_param("epsilon", 0, std::numeric_limits<double>::infinity(), default_epsilon,
@@ -140,7 +144,7 @@ std::vector<ParamDecl> expected_attention_params(const std::string& default_rule
 
 Policy make_expected_attention(PolicyParams& p) {
     Policy pol;
-    const int64_t nf = p.get_int("n_future"), ns = p.get_int("n_sink");
+    const int64_t nf = p.get_int("n_future"), ns = p.get_int("scored_sinks");
     pol.scorer = std::make_shared<ExpectedAttentionScorer>(static_cast<int>(nf), static_cast<int>(ns), p.get_flag("cov"),
                                                            p.get_flag("vnorm"), p.get_double("epsilon"));
     read_budget_rule(p, pol);

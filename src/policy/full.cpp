@@ -1,6 +1,6 @@
 // full: the uncompressed cache; every entry is kept.
 //   full[:sinks=S]   S > 0 keeps the first S entries in the sink region: still every entry is kept, but a read-time
-//                    selection reads the sinks at every step besides what it chooses ("full:sinks=4+quest:budget=512")
+//                    selection reads the sinks at every step besides what it chooses ("full:sinks=4+quest:read_budget=512")
 #include "policy/policy.h"
 #include "util/error.h"
 

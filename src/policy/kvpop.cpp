@@ -9,7 +9,8 @@
 // (eqs. 5, 18–21; learned per-head decay) is evicted, after each prefill chunk and at every decode step, so the
 // memory of a sequence is constant once the budget is reached. The mLSTM state (per sequence, layer and KV head: C,
 // n, m, and the last w queries q̃ awaiting their delayed readout) lives in the cache's scorer state.
-//   kvpop:model=PATH,budget=B[,sinks=4][,window=256][,delayed=1]     kvpop_mlp:model=PATH,budget=B[,sinks][,window]
+//   kvpop:model=PATH,capacity=B[,sinks=4][,window=256][,delayed=1]   kvpop_mlp:model=PATH,capacity=B[,sinks][,window]
+// (capacity B, formerly `budget`, which stays accepted as a deprecated alias; docs/glossary.md)
 // PATH: a .safetensors file or a directory with model.safetensors and config.json (`kvsieve train kvpop` writes
 // one); the config's sinks, window and delayed are the defaults (what the scorer was trained for), else 4, 256, 1.
 #include <cmath>
@@ -162,9 +163,9 @@ Policy make_kvpop(PolicyParams& p, bool mlstm) {
     const int64_t s = p.get_int("sinks", trained.sinks), w = p.get_int("window", trained.window);
     require(s >= 0 && w >= 0 && s <= kMaxTokens && w <= kMaxTokens, "policy ", name, ": the scorer's sinks=", s,
             " and window=", w, " must be in [0, ", kMaxTokens, "]");
-    require(p.has("budget"), "policy ", name, ": budget=B (entries per KV head, B = sinks + window + k) is required");
-    const int64_t B = p.get_int("budget", 0);
-    require(B > s + w, "policy ", name, ": budget=", B, " leaves no long-range entries beyond sinks=", s, " and window=",
+    require(p.has("capacity"), "policy ", name, ": capacity=B (entries per KV head, B = sinks + window + k) is required");
+    const int64_t B = p.get_int("capacity", 0);
+    require(B > s + w, "policy ", name, ": capacity=", B, " leaves no long-range entries beyond sinks=", s, " and window=",
             w, " (B = s + w + k with k ≥ 1)");
     const bool delayed = p.get_flag("delayed", trained.delayed);
     require(mlstm || !p.has("delayed") || !delayed, "policy kvpop_mlp scores at write: delayed=1 needs the mLSTM (kvpop)");
@@ -184,9 +185,10 @@ std::vector<ParamDecl> kvpop_params() {
                                               "config.json (a registered predictor name under kvsieve serve)",
                                  "KVpop §3"),
                       "required"),
-            with_note(int_param("budget", 1, kMaxTokens, "", "B = s + w + k: entries each KV head keeps (k ≥ 1)",
-                                "KVpop eq. 1"),
-                      "required"),
+            with_alias(with_note(int_param("capacity", 1, kMaxTokens, "",
+                                           "B = s + w + k: entries each KV head keeps (k ≥ 1)", "KVpop eq. 1"),
+                                 "required"),
+                       "budget"),
             with_note(int_param("sinks", 0, kMaxTokens, "", "s: first entries always kept", "KVpop eq. 1"),
                       "the scorer's config.json sinks, else 4"),
             with_note(int_param("window", 0, kMaxTokens, "", "w: recent entries always kept", "KVpop eq. 1"),

@@ -112,6 +112,11 @@ ParamDecl with_default(ParamDecl d, std::string def) {
     return d;
 }
 
+ParamDecl with_alias(ParamDecl d, std::string old_key) {
+    d.deprecated_alias = std::move(old_key);
+    return d;
+}
+
 std::vector<ParamDecl> merge_params(std::vector<ParamDecl> out, const std::vector<ParamDecl>& more) {
     for (const ParamDecl& m : more) {
         auto it = std::find_if(out.begin(), out.end(), [&](const ParamDecl& d) { return d.key == m.key; });
@@ -220,6 +225,9 @@ void check_param_decls(const std::string& owner, const std::vector<ParamDecl>& d
     std::set<std::string> seen;
     for (const ParamDecl& d : decls) {
         require(!d.key.empty() && seen.insert(d.key).second, "policy ", owner, ": key '", d.key, "' declared twice");
+        if (!d.deprecated_alias.empty())
+            require(seen.insert(d.deprecated_alias).second, "policy ", owner, ": deprecated alias '", d.deprecated_alias,
+                    "' of key '", d.key, "' is declared twice");
         require(d.type != ParamType::kInt || d.imin <= d.imax, "policy ", owner, ": key '", d.key, "' has an empty range");
         require(d.type != ParamType::kEnum || !d.choices.empty(), "policy ", owner, ": key '", d.key, "' has no choices");
         if (!d.default_value.empty()) parse_param_value(owner, d, d.default_value);

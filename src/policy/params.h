@@ -39,6 +39,10 @@ struct ParamDecl {
     std::string doc;     ///< one line: what the key sets, in the field's terms
     std::string source;  ///< paper and section or equation, or the kvpress class it follows
     std::string group;   ///< the shared group it comes from ("budget rule"), empty for a preset's own key
+    /// The key's former spelling, still accepted for one release (a spec using it prints a one-line deprecation
+    /// warning once per process, util/deprecation.h); empty when the key was never renamed. Giving both spellings in
+    /// one spec is an error.
+    std::string deprecated_alias;
 
     /// "int", "real", "ratio", "flag", "enum", "name".
     std::string type_name() const;
@@ -62,6 +66,8 @@ ParamDecl name_param(std::string key, std::string default_value, std::string doc
 ParamDecl with_note(ParamDecl d, std::string note);
 /// The same declaration with another literal default.
 ParamDecl with_default(ParamDecl d, std::string default_value);
+/// The same declaration, also accepting its former spelling `old_key` as a deprecated alias.
+ParamDecl with_alias(ParamDecl d, std::string old_key);
 
 /// `base` followed by `more`; an entry of `more` whose key is already in `base` replaces it there (so a preset can
 /// change a shared key's default or range; the replacement is the preset's own key).
@@ -85,11 +91,11 @@ struct ParamValue {
 /// outside the range, a word not among the choices, empty text.
 ParamValue parse_param_value(const std::string& owner, const ParamDecl& d, const std::string& text);
 
-/// Throws Error when a declaration list is malformed: a key twice, a literal default that its own type refuses, an
-/// empty range. Called when presets are registered.
+/// Throws Error when a declaration list is malformed: a key or deprecated alias twice (or an alias equal to a key), a
+/// literal default that its own type refuses, an empty range. Called when presets are registered.
 void check_param_decls(const std::string& owner, const std::vector<ParamDecl>& decls);
 
-/// "budget, every, ratio, …": the keys of `decls` in sorted order.
+/// "budget, every, ratio, …": the keys of `decls` in sorted order (deprecated aliases left out).
 std::string param_keys_text(const std::vector<ParamDecl>& decls);
 
 }  // namespace kvsieve

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#include "util/deprecation.h"
 #include "util/error.h"
 
 namespace kvsieve {
@@ -43,10 +44,25 @@ PolicyParams::PolicyParams(std::string preset, const std::vector<ParamDecl>& dec
     for (const auto& [key, text] : kv) {
         const std::string& k = key;  // a structured binding cannot be captured by a lambda before clang 16
         auto it = std::find_if(decls.begin(), decls.end(), [&](const ParamDecl& d) { return d.key == k; });
+        if (it != decls.end()) {
+            values_[k] = parse_param_value(preset_, *it, text);
+            continue;
+        }
+        // A former spelling: read as the key it was renamed to (its errors name the spelling given).
+        it = std::find_if(decls.begin(), decls.end(), [&](const ParamDecl& d) { return d.deprecated_alias == k; });
         if (it == decls.end())
             fail("policy ", preset_, ": unknown key '", k, "' (valid keys: ", param_keys_text(decls), ")");
-        values_[k] = parse_param_value(preset_, *it, text);
+        require(!kv.count(it->key), "policy ", preset_, ": give ", it->key, " or its deprecated alias ", k, ", not both");
+        ParamDecl as_given = *it;
+        as_given.key = k;
+        values_[it->key] = parse_param_value(preset_, as_given, text);
+        aliased_[it->key] = true;
+        warn_deprecated(cat("policy key ", preset_, ":", k), cat(preset_, ":", it->key), "see docs/glossary.md");
     }
+}
+
+bool PolicyParams::declares(const std::string& k) const {
+    return std::any_of(decls_->begin(), decls_->end(), [&](const ParamDecl& d) { return d.key == k; });
 }
 
 const ParamDecl& PolicyParams::decl(const std::string& k) const {
@@ -160,9 +176,10 @@ void read_budget_rule(PolicyParams& p, Policy& policy) {
         require(p.has("tau"), "policy ", p.preset(), ": rule=threshold needs tau=<number>");
         r.tau = p.get_double("tau", 0);
     } else {
-        require(!(p.has("ratio") && p.has("budget")), "policy ", p.preset(), ": give ratio or budget, not both");
+        const std::string size_key = p.declares("capacity") ? "capacity" : "budget";
+        require(!(p.has("ratio") && p.has(size_key)), "policy ", p.preset(), ": give ratio or ", size_key, ", not both");
         r.ratio = p.get_ratio("ratio");
-        r.budget = p.get_int("budget", -1);
+        r.budget = p.get_int(size_key, -1);
         r.safeguard = p.get_double("safeguard");
     }
     policy.compression = r;

@@ -75,11 +75,16 @@ struct PolicyParseOptions {
 /// does not apply to the chosen variant, such as tau with a budget rule) are refused by check_all_used.
 class PolicyParams {
 public:
-    /// Throws Error for a key not among `decls` (listing the valid keys) or a value its declaration refuses
-    /// (parse_param_value). `decls` must outlive this object.
+    /// A key's deprecated alias (ParamDecl::deprecated_alias) is read as the key, printing a deprecation warning once
+    /// per process. Throws Error for a key not among `decls` (listing the valid keys), a key given together with its
+    /// alias, or a value its declaration refuses (parse_param_value). `decls` must outlive this object.
     PolicyParams(std::string preset, const std::vector<ParamDecl>& decls, std::map<std::string, std::string> kv,
                  const PolicyParseOptions* options = nullptr);
     bool has(const std::string& k) const { return values_.count(k) > 0; }
+    /// True when the preset declares key `k`.
+    bool declares(const std::string& k) const;
+    /// True when `k` was given under its deprecated alias (ParamDecl::deprecated_alias) rather than its own name.
+    bool given_as_alias(const std::string& k) const { return aliased_.count(k) > 0; }
     /// real or ratio key. Throws std::logic_error if the key is undeclared or has no literal default.
     double get_double(const std::string& k);
     double get_double(const std::string& k, double fallback);
@@ -111,6 +116,7 @@ private:
     const std::vector<ParamDecl>* decls_;
     std::map<std::string, ParamValue> values_;
     std::map<std::string, bool> used_;
+    std::map<std::string, bool> aliased_;  // keys given under their deprecated alias
     const PolicyParseOptions* options_;
 };
 
@@ -163,7 +169,8 @@ std::map<std::string, std::string> parse_spec_params(const std::string& name, co
 void check_policy_fits(const Policy& p, int64_t n_ctx);
 
 /// Shared handling of the budget keys of scored presets (declared by budget_rule_params, policy/params.h): `ratio`
-/// (kvpress compression ratio) or `budget` (entries k per head beyond the sinks and the window), `rule` = head |
+/// (kvpress compression ratio) or `budget` (entries k per head beyond the sinks and the window; a preset that
+/// declares `capacity` instead, h2o, gets its value B = s + w + k in policy.compression.budget and splits it itself), `rule` = head |
 /// layer | global | threshold (with `tau`), `safeguard` for layer, `every` (decode steps between evictions; 0 =
 /// prefill only), `timing`, `sinks` = s and `window` = w (protected regions, so that a head keeps B = s + w + k; both
 /// 0 by default, when ratio and budget count every entry). The defaults are the preset's declared ones. Sets

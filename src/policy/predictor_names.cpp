@@ -67,7 +67,7 @@ std::pair<std::string, std::string> method_of(const std::string& path, const Mod
     std::string preset = k.kind == "mlp" ? "kvpop_mlp" : "kvpop";
     if (k.kind.empty())  // the tensors say which scorer it is
         preset = KvpopScorerNet::load(path, c.n_layer, c.n_head_kv, c.head_dim).stateful() ? "kvpop" : "kvpop_mlp";
-    return {preset, preset + ":model=" + path + ",budget=" + std::to_string(k.sinks + k.window + 1)};
+    return {preset, preset + ":model=" + path + ",capacity=" + std::to_string(k.sinks + k.window + 1)};
 }
 }  // namespace
 

@@ -24,7 +24,7 @@ void register_pyramidkv() {
                                               "PyramidKV §3.2, eq. 6 (kvpress PyramidKVPress beta)")}),
                      [](PolicyParams& p) {
                          Policy pol;
-                         const int64_t w = p.get_int("window_size"), k = p.get_int("kernel");
+                         const int64_t w = p.get_int("obs_window"), k = p.get_int("kernel");
                          const double beta = p.get_double("beta");
                          require(k % 2 == 1, "policy pyramidkv: kernel=", k, " must be odd");
                          pol.scorer = make_snapkv_scorer(static_cast<int>(w), static_cast<int>(k));

@@ -1,13 +1,14 @@
 // quest: read-time page selection by an upper bound on the attention logits (Tang et al. 2024, "Quest:
 // Query-Aware Sparsity for Efficient Long-Context LLM Inference"). Per KV head, the cache's 16-token pages carry
 // per-channel minimum and maximum keys; at each decode step the global-region pages with the highest bound
-// Σ_c max(q_c·min_c, q_c·max_c) are read, `budget` tokens of them, besides the sinks, the local window and the page of
+// Σ_c max(q_c·min_c, q_c·max_c) are read, `read_budget` tokens of them, besides the sinks, the local window and the page of
 // the current token; the first two layers read everything (the paper's choice). Prefill is as the policy's. The bounds
 // are kept beside the pages (PageStore::key_bounds: binary16 rounded outwards, extended on appends, recomputed for a
 // page an eviction changed), so a page left out has neither its keys nor its values read, and ranked where they lie
 // (two SIMD dot products per page: selection.h). Composes with any cache policy:
-//   quest:budget=512[,page=16][,skip_layers=2][,group=sum|max]   (the full cache, read sparsely)
-//   wgkv:model=DIR+quest:budget=512                        (WG-KV's cache, read sparsely: the paper's Fig. 9)
+//   quest:read_budget=512[,page=16][,skip_layers=2][,group=sum|max]   (the full cache, read sparsely)
+//   wgkv:model=DIR+quest:read_budget=512                   (WG-KV's cache, read sparsely: the paper's Fig. 9)
+// (read_budget was `budget`, still accepted as a deprecated alias; docs/glossary.md)
 #include <algorithm>
 #include <limits>
 #include <numeric>
@@ -21,7 +22,7 @@ namespace kvsieve {
 
 std::string Selection::describe() const {
     if (!active()) return "";
-    return kind + "(budget=" + std::to_string(budget) + ",page=" + std::to_string(page) +
+    return kind + "(read_budget=" + std::to_string(budget) + ",page=" + std::to_string(page) +
            ",skip_layers=" + std::to_string(skip_layers) + (group_max ? ",group=max" : "") + ")";
 }
 
@@ -71,10 +72,12 @@ std::vector<int> quest_choose_pages(const float* q, int G, int d, const uint16_t
 void register_quest() {
     // page: the KV pool's page size, which the bounds are kept for; accepted only at that value (16).
     register_selection({"quest", "read-time page selection by key bounds (Quest)",
-                        {with_note(int_param("budget", 1, kMaxTokens, "",
-                                             "global-region entries read per KV head and decode step (whole pages)",
-                                             "Quest §3 (token budget)"),
-                                   "required"),
+                        {with_alias(with_note(int_param("read_budget", 1, kMaxTokens, "",
+                                                        "global-region entries read per KV head and decode step "
+                                                        "(whole pages)",
+                                                        "Quest §3 (token budget)"),
+                                              "required"),
+                                    "budget"),
                          int_param("page", 16, 16, "16", "tokens per page: fixed, the KV pool's page size",
                                    "Quest §3 (page size 16)"),
                          int_param("skip_layers", 0, 65536, "2", "first layers that read every entry",
@@ -85,8 +88,9 @@ void register_quest() {
                         [](PolicyParams& p) {
                             Selection s;
                             s.kind = "quest";
-                            require(p.has("budget"), "selection quest: budget=<entries read per KV head> is required");
-                            s.budget = p.get_int("budget", 0);
+                            require(p.has("read_budget"),
+                                    "selection quest: read_budget=<entries read per KV head> is required");
+                            s.budget = p.get_int("read_budget", 0);
                             s.page = static_cast<int>(p.get_int("page"));
                             s.skip_layers = static_cast<int>(p.get_int("skip_layers"));
                             s.group_max = p.get_string("group") == "max";

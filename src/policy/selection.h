@@ -1,7 +1,7 @@
 #pragma once
 // Selection: the read-time primitive (DESIGN §1). At a decode step each KV head's attention reads only a subset of
 // its cached entries, chosen for the step's queries; the cache itself is unchanged, so a selection composes with any
-// admission or eviction policy ("wgkv:…+quest:budget=512").
+// admission or eviction policy ("wgkv:…+quest:read_budget=512").
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -18,7 +18,7 @@ struct Selection {
     bool group_max = false;   ///< GQA: rank a page by the largest of its G query heads' bounds (group=max) instead
                               ///< of their sum (group=sum, the default)
     bool active() const { return !kind.empty(); }
-    /// "quest(budget=512,page=16,skip_layers=2)" (",group=max" when set), or "" for none.
+    /// "quest(read_budget=512,page=16,skip_layers=2)" (",group=max" when set), or "" for none.
     std::string describe() const;
 };
 

@@ -86,8 +86,10 @@ std::shared_ptr<Scorer> make_snapkv_scorer(int window, int kernel) {
 }
 
 std::vector<ParamDecl> snapkv_params() {
-    return {int_param("window_size", 1, kMaxTokens, "64", "observation window: the last queries whose attention is scored",
-                      "SnapKV §4.2 (kvpress SnapKVPress window_size)"),
+    return {with_alias(int_param("obs_window", 1, kMaxTokens, "64",
+                                 "observation window: the last queries whose attention is scored",
+                                 "SnapKV §4.2 (kvpress SnapKVPress window_size)"),
+                       "window_size"),
             int_param("kernel", 1, kMaxTokens, "5", "width of the average pooling of the scores (odd)",
                       "SnapKV §4.2, eq. 3 (kvpress kernel_size)")};
 }
@@ -96,7 +98,7 @@ void register_snapkv() {
     register_preset({"snapkv", "observation-window attention, pooled (Li et al. 2024)",
                      merge_params(budget_rule_params(), snapkv_params()), [](PolicyParams& p) {
                          Policy pol;
-                         const int64_t w = p.get_int("window_size"), k = p.get_int("kernel");
+                         const int64_t w = p.get_int("obs_window"), k = p.get_int("kernel");
                          require(k % 2 == 1, "policy snapkv: kernel=", k, " must be odd");
                          pol.scorer = make_snapkv_scorer(static_cast<int>(w), static_cast<int>(k));
                          read_budget_rule(p, pol);

@@ -15,8 +15,8 @@ namespace kvsieve {
 /// queries; a single token leaves every score at 1.
 void snapkv_scores(const PrefillScoreInput& in, int window, int kernel, std::vector<std::vector<float>>& scores);
 
-/// The keys of SnapKV's scores, shared by snapkv and pyramidkv: window_size (observation window, 64) and kernel
-/// (pooling width, odd, 5).
+/// The keys of SnapKV's scores, shared by snapkv and pyramidkv: obs_window (observation window, 64; deprecated alias
+/// window_size) and kernel (pooling width, odd, 5).
 std::vector<ParamDecl> snapkv_params();
 
 }  // namespace kvsieve

@@ -1,8 +1,8 @@
-// Admission in front of eviction: "ADMISSION>EVICTION", e.g. kvzap:model=M,tau=-4>kvpop:model=D,budget=516. An entry
+// Admission in front of eviction: "ADMISSION>EVICTION", e.g. kvzap:model=M,tau=-4>kvpop:model=D,capacity=516. An entry
 // leaving the local window is first judged by the admission policy's threshold rule on its own score (KVzap, SP-KV or
 // WG-KV: a write-time score, a drop decision made once); only the admitted entries enter the global region, where
-// they compete for the eviction policy's per-head budget B = s + w + k by its scores (KVpop). Admission thins the
-// candidates, so the budget holds entries that passed both; the sinks, window and budget are the eviction policy's.
+// they compete for the eviction policy's per-head capacity B = s + w + k by its scores (KVpop). Admission thins the
+// candidates, so the budget k holds entries that passed both; the sinks, window and capacity are the eviction policy's.
 // The stacked scorer keeps both scorers' per-sequence states and, for the entries in the window, their admission
 // scores until they leave it.
 #include <cmath>
