@@ -434,5 +434,24 @@ TEST(DeprecatedAliases, EveryRecordedResultsPolicyStillParses) {
     EXPECT_LT(missing_model, parsed);
 }
 
+TEST(Glossary, ListsEveryDeclaredKey) {
+    std::ifstream f(std::string(KVSIEVE_SOURCE_DIR) + "/docs/glossary.md");
+    ASSERT_TRUE(f.good()) << "docs/glossary.md is missing";
+    const std::string glossary(std::istreambuf_iterator<char>(f), {});
+    int checked = 0;
+    for (const auto& [owner, d] : all_decls()) {
+        EXPECT_TRUE(contains(glossary, "`" + d->key + "`"))
+            << "docs/glossary.md does not list key '" << d->key << "' of " << owner;
+        if (!d->deprecated_alias.empty())
+            EXPECT_TRUE(contains(glossary, "`" + d->deprecated_alias))
+                << "docs/glossary.md does not list the deprecated alias '" << d->deprecated_alias << "' of " << owner;
+        ++checked;
+    }
+    EXPECT_GT(checked, 50);
+    // The pool flag and its former spelling.
+    EXPECT_TRUE(contains(glossary, "`--kv-pool-mb"));
+    EXPECT_TRUE(contains(glossary, "`--kv-budget-mb`"));
+}
+
 }  // namespace
 }  // namespace kvsieve
