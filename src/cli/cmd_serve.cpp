@@ -38,7 +38,7 @@ struct ServeOpts {
 };
 
 void run(const ServeOpts& o) {
-    require(o.kv_budget_mb >= 0, "--kv-budget-mb must be ≥ 0, got ", o.kv_budget_mb);
+    require(o.kv_budget_mb >= 0, "--kv-pool-mb must be ≥ 0, got ", o.kv_budget_mb);
     require(o.max_body_mb > 0, "--max-body-mb must be > 0, got ", o.max_body_mb);
     require(o.http.port >= 0 && o.http.port <= 65535, "--port must be in [0, 65535], got ", o.http.port);
     require(o.http.timeout_s >= 0, "--timeout must be ≥ 0 seconds, got ", o.http.timeout_s);

@@ -318,7 +318,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& active) {
         std::snprintf(msg, sizeof msg,
                       "the KV pool is exhausted: this request's next step may need %lld pages (%.2f MiB) and %lld of "
                       "%lld are free; other requests hold the rest. Retry later, use a compressing kv_policy, or start "
-                      "the server with a larger --kv-budget-mb",
+                      "the server with a larger --kv-pool-mb",
                       static_cast<long long>(need), need * mib,
                       static_cast<long long>(pool_->capacity_pages() - pool_->pages_in_use()),
                       static_cast<long long>(pool_->capacity_pages()));

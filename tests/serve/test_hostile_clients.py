@@ -363,7 +363,7 @@ class Limits(unittest.TestCase):
 
 class NeverFits(unittest.TestCase):
     def test_a_request_larger_than_the_whole_pool_is_a_413(self):
-        s = Server("--kv-budget-mb", "0.05", "--max-conversations", "4")  # 25 pages of 2 KiB
+        s = Server("--kv-pool-mb", "0.05", "--max-conversations", "4")  # 25 pages of 2 KiB
         try:
             status, body = s.json("POST", "/v1/completions", completion(conversation="kept"))
             self.assertEqual(status, 200, body)
