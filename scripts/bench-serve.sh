@@ -11,6 +11,7 @@ MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf
 OUT=docs/results/serving
 mkdir -p "$OUT"
 [ -f "$MODEL" ] || bash scripts/get-model.sh smollm2-135m
+bash scripts/need-checkpoint.sh models/kvpop/smollm2-135m-mlstm
 POLICIES=(
   "full|full"
   "kvpop-1024|kvpop:model=smollm2-135m-mlstm,capacity=1024"
