@@ -4,8 +4,6 @@
 #include <cmath>
 #include <limits>
 
-#include <omp.h>
-
 #include "kernels/attention.h"
 #include "kernels/dot.h"
 #include "util/error.h"
@@ -29,6 +27,19 @@ KeyStat key_stat(const Policy& p) {
         case AttnStat::kMassLast: return KeyStat::kLast;
         default: return KeyStat::kNone;
     }
+}
+
+/// Pages per span of the flash-decoding split of a decode step: each KV head's pages are cut into spans of this
+/// many consecutive pages (the last one shorter), attended independently (in parallel) and merged in span order.
+/// The split is fixed by the number of pages alone, never by the thread count, so a decode step's output, and the
+/// logits after it, are bit-identical whatever the number of threads. 16 pages (256 entries at the default page
+/// size) keep the merge (G·d floats per span) negligible beside the span's reads and still give a 4k-token head 16
+/// spans to spread over the threads.
+constexpr size_t kDecodeSpanPages = 16;
+
+/// Spans of a head holding `pages` pages in a decode step: ⌈pages / kDecodeSpanPages⌉, at least 1.
+int decode_span_count(size_t pages) {
+    return static_cast<int>(std::max<size_t>(1, (pages + kDecodeSpanPages - 1) / kDecodeSpanPages));
 }
 
 /// Flat index over a head's regions in attention order (sinks, global, window).
@@ -225,57 +236,56 @@ void KVCache::decode_layer(const LayerInputs& in, const float* write_scores, flo
         selected_read_ += read;
         selected_total_ += total;
     }
-    // About four spans per thread (dynamic scheduling then balances heads of unequal lengths, and 3 KV heads on 2
-    // threads), none shorter than four pages.
-    const int threads = omp_get_max_threads();
-    size_t max_pages = 0;
-    for (const auto& pl : pages) max_pages = std::max(max_pages, pl.size());
-    int spans = 1;
-    if (threads > 1)
-        spans = std::max(1, std::min((4 * threads + in.n_head_kv - 1) / in.n_head_kv, static_cast<int>(max_pages / 4)));
-    struct Partial {
-        std::vector<float> m, l, o;
-    };
-    std::vector<Partial> part(static_cast<size_t>(in.n_head_kv) * spans);
-#pragma omp parallel for collapse(2) schedule(dynamic)
+    // Flash-decoding work items: spans of kSpanPages consecutive pages of one head, whose partial softmax states
+    // (m, l, o) are merged afterwards in span order. The spans depend only on how many pages each head holds, never
+    // on the thread count, so the order of every sum (within a span, then across spans) is the same at any -t and the
+    // output is bit-identical; dynamic scheduling of the items still balances heads of unequal lengths.
+    std::vector<int> span0(in.n_head_kv + 1, 0);  // head h's spans are items span0[h] … span0[h+1) − 1
     for (int h = 0; h < in.n_head_kv; ++h)
-        for (int sp = 0; sp < spans; ++sp) {
-            const auto& pl = pages[h];
-            const size_t b = pl.size() * sp / spans, e = pl.size() * (sp + 1) / spans;
-            Partial& pt = part[static_cast<size_t>(h) * spans + sp];
-            pt.m.assign(G, -INFINITY);
-            pt.l.assign(G, 0.0f);
-            pt.o.assign(static_cast<size_t>(G) * d, 0.0f);
-            const int64_t n = static_cast<int64_t>(probs.empty() ? 0 : probs[h].size() / G);
-            const float* q = in.q + static_cast<int64_t>(h) * G * d;
-            const size_t half = pool_->page_bytes() / 2;
-            for (size_t i = b; i < e; ++i) {
-                // Pages are not contiguous: touch the first lines of the keys and values of the page two ahead so
-                // the hardware streamers are already running when it is read. (Prefetching whole pages filled the
-                // line-fill buffers and measured 15-25% slower at 16k tokens.)
-                if (i + 2 < e) {
-                    const char* nk = reinterpret_cast<const char*>(pool_->keys(pl[i + 2].page));
-                    for (size_t off = 0; off < 256 && off < half; off += 64) {
-                        __builtin_prefetch(nk + off, 0, 3);
-                        __builtin_prefetch(nk + half + off, 0, 3);
-                    }
+        span0[h + 1] = span0[h] + decode_span_count(pages[h].size());
+    const int items = span0.back();
+    std::vector<float> part_m(static_cast<size_t>(items) * G, -INFINITY), part_l(static_cast<size_t>(items) * G, 0.0f),
+        part_o(static_cast<size_t>(items) * G * d, 0.0f);
+#pragma omp parallel for schedule(dynamic)
+    for (int it = 0; it < items; ++it) {
+        const int h = static_cast<int>(std::upper_bound(span0.begin(), span0.end(), it) - span0.begin()) - 1;
+        const auto& pl = pages[h];
+        const size_t b = static_cast<size_t>(it - span0[h]) * kDecodeSpanPages,
+                     e = std::min(pl.size(), b + kDecodeSpanPages);
+        float* pm = part_m.data() + static_cast<size_t>(it) * G;
+        float* plsum = part_l.data() + static_cast<size_t>(it) * G;
+        float* po = part_o.data() + static_cast<size_t>(it) * G * d;
+        const int64_t n = static_cast<int64_t>(probs.empty() ? 0 : probs[h].size() / G);
+        const float* q = in.q + static_cast<int64_t>(h) * G * d;
+        const size_t half = pool_->page_bytes() / 2;
+        for (size_t i = b; i < e; ++i) {
+            // Pages are not contiguous: touch the first lines of the keys and values of the page two ahead so
+            // the hardware streamers are already running when it is read. (Prefetching whole pages filled the
+            // line-fill buffers and measured 15-25% slower at 16k tokens.)
+            if (i + 2 < e) {
+                const char* nk = reinterpret_cast<const char*>(pool_->keys(pl[i + 2].page));
+                for (size_t off = 0; off < 256 && off < half; off += 64) {
+                    __builtin_prefetch(nk + off, 0, 3);
+                    __builtin_prefetch(nk + half + off, 0, 3);
                 }
-                dk.attend_rows(kt, pool_->keys(pl[i].page), pool_->values(pl[i].page), pl[i].cnt, d, q, G, scale,
-                               pt.m.data(), pt.l.data(), pt.o.data(), probs.empty() ? nullptr : probs[h].data() + pl[i].off, n);
             }
+            dk.attend_rows(kt, pool_->keys(pl[i].page), pool_->values(pl[i].page), pl[i].cnt, d, q, G, scale, pm,
+                           plsum, po, probs.empty() ? nullptr : probs[h].data() + pl[i].off, n);
         }
+    }
     for (int h = 0; h < in.n_head_kv; ++h)
         for (int g = 0; g < G; ++g) {
             float m = -INFINITY, l = 0;
-            for (int sp = 0; sp < spans; ++sp) m = std::max(m, part[static_cast<size_t>(h) * spans + sp].m[g]);
+            for (int it = span0[h]; it < span0[h + 1]; ++it) m = std::max(m, part_m[static_cast<size_t>(it) * G + g]);
             float* dst = out + static_cast<int64_t>(h * G + g) * d;
             std::fill(dst, dst + d, 0.0f);
-            for (int sp = 0; sp < spans; ++sp) {
-                const Partial& pt = part[static_cast<size_t>(h) * spans + sp];
-                if (pt.m[g] == -INFINITY) continue;
-                const float w = std::exp(pt.m[g] - m);
-                l += pt.l[g] * w;
-                for (int c = 0; c < d; ++c) dst[c] += pt.o[g * d + c] * w;
+            for (int it = span0[h]; it < span0[h + 1]; ++it) {
+                const float mi = part_m[static_cast<size_t>(it) * G + g];
+                if (mi == -INFINITY) continue;
+                const float w = std::exp(mi - m);
+                l += part_l[static_cast<size_t>(it) * G + g] * w;
+                const float* o = part_o.data() + (static_cast<size_t>(it) * G + g) * d;
+                for (int c = 0; c < d; ++c) dst[c] += o[c] * w;
             }
             for (int c = 0; c < d; ++c) dst[c] /= l;
             if (!probs.empty()) {
