@@ -146,16 +146,33 @@ inline void dequant_weight_row(const DotKernels& k, const WeightMatrix& W, int64
     k.dequant_row(W.type, W.row(r), dst, W.cols);
 }
 
+/// Y[T][N] (row stride ldy) = X[T][K] · B[N][K]ᵀ (B's row stride ldb), as tiles of kGemmTokenBlock × kGemmColBlock
+/// outputs, one single-threaded SGEMM per tile run on kvsieve's threads. The tiles depend only on T and N, and
+/// OpenBLAS runs one thread inside an active OpenMP region (and at -t 1), so each output is computed by the same call
+/// at any thread count. (One multi-threaded SGEMM over the whole product is not bit-reproducible across thread
+/// counts: OpenBLAS 0.3.21's Haswell/Zen kernels give different last bits for some outputs at 1, 2, 4 and 16
+/// threads; see docs/benchmarks.md.)
+void sgemm_tiles(const float* X, int64_t T, int64_t K, const float* B, int64_t ldb, int64_t N, float* Y, int64_t ldy) {
+    const int64_t row_tiles = (T + kGemmTokenBlock - 1) / kGemmTokenBlock, col_tiles = (N + kGemmColBlock - 1) / kGemmColBlock;
+#pragma omp parallel for schedule(dynamic)
+    for (int64_t i = 0; i < row_tiles * col_tiles; ++i) {
+        const int64_t t0 = i / col_tiles * kGemmTokenBlock, c0 = i % col_tiles * kGemmColBlock;
+        const int64_t m = std::min(kGemmTokenBlock, T - t0), n = std::min(kGemmColBlock, N - c0);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n),
+                    static_cast<int>(K), 1.0f, X + t0 * K, static_cast<int>(K), B + c0 * ldb, static_cast<int>(ldb), 0.0f,
+                    Y + t0 * ldy + c0, static_cast<int>(ldy));
+    }
+}
+
 void gemm_panels(const DotKernels& k, const WeightMatrix& W, const float* X, int64_t T, float* Y, int64_t ldy) {
     if (W.type == TensorType::F32) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(T), static_cast<int>(W.rows),
-                    static_cast<int>(W.cols), 1.0f, X, static_cast<int>(W.cols),
-                    reinterpret_cast<const float*>(W.data), static_cast<int>(W.row_bytes / sizeof(float)), 0.0f,
-                    Y, static_cast<int>(ldy));
+        sgemm_tiles(X, T, W.cols, reinterpret_cast<const float*>(W.data), static_cast<int64_t>(W.row_bytes / sizeof(float)),
+                    W.rows, Y, ldy);
         return;
     }
-    // Panels of about 2M weights (8 MB of float32) keep the scratch bounded for any matrix size.
-    const int64_t panel = std::clamp<int64_t>((int64_t{1} << 21) / W.cols, 16, W.rows);
+    // Panels of about 2M weights (8 MB of float32) keep the scratch bounded for any matrix size; a multiple of the
+    // tile width, so that the tiles are those of the whole matrix.
+    const int64_t panel = std::min(std::max<int64_t>((int64_t{1} << 21) / W.cols / kGemmColBlock, 1) * kGemmColBlock, W.rows);
     thread_local std::vector<float> buf;
     buf.resize(static_cast<size_t>(panel * W.cols));
     for (int64_t r0 = 0; r0 < W.rows; r0 += panel) {
@@ -163,9 +180,7 @@ void gemm_panels(const DotKernels& k, const WeightMatrix& W, const float* X, int
         float* b = buf.data();
 #pragma omp parallel for schedule(static)
         for (int64_t r = 0; r < n; ++r) dequant_weight_row(k, W, r0 + r, b + r * W.cols);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(T), static_cast<int>(n),
-                    static_cast<int>(W.cols), 1.0f, X, static_cast<int>(W.cols), b, static_cast<int>(W.cols), 0.0f,
-                    Y + r0, static_cast<int>(ldy));
+        sgemm_tiles(X, T, W.cols, b, W.cols, n, Y + r0, ldy);
     }
 }
 

@@ -33,6 +33,9 @@ struct WeightMatrix {
 /// for all T vectors (activations quantized to Q8_0 / Q8_1 / Q8_K where activation_type() says so). Large T: row
 /// panels of W are dequantized to float32 into a bounded scratch buffer and multiplied with OpenBLAS SGEMM; F32 weights
 /// go to SGEMM directly. Never holds a dequantized copy of more than one panel.
+/// Both paths give bit-identical Y at any thread count: the GEMV path computes each output row on one thread, and the
+/// SGEMM path computes fixed tiles of kGemmTokenBlock × kGemmColBlock outputs, each by one single-threaded SGEMM on
+/// kvsieve's threads (one multi-threaded SGEMM over the whole product is not reproducible across thread counts).
 /// path kRowExact: always the GEMV path, whose result for a row of X does not depend on T or on the other rows
 /// (what a batch of sequences needs so that each gets the numbers it would get alone).
 enum class MatmulPath { kAuto, kRowExact };
@@ -57,6 +60,13 @@ void matmul_reference(const WeightMatrix& W, const float* X, int64_t T, float* Y
 
 /// Number of tokens from which matmul switches from GEMV to panel SGEMM.
 constexpr int64_t kGemmMinTokens = 32;
+
+/// Output tile of the SGEMM path: activation rows (tokens) × weight rows. The tiling depends only on the product's
+/// shape, never on the thread count, so each output is computed by the same SGEMM call at any -t; 128 × 128 tiles
+/// amortise packing the operands (under 1% of a tile's work) and still give a 512-token prefill of a 576-row matrix
+/// 20 tiles to share out.
+constexpr int64_t kGemmTokenBlock = 128;
+constexpr int64_t kGemmColBlock = 128;
 
 /// Dequantizes row r of W into dst[cols] (float32).
 void dequantize_weight_row(const WeightMatrix& W, int64_t r, float* dst);

@@ -19,7 +19,12 @@ void snapkv_scores(const PrefillScoreInput& in, int window, int kernel, std::vec
     const double inv_sqrt_d = 1.0 / std::sqrt(static_cast<double>(d));
     const int64_t ldq = static_cast<int64_t>(in.n_head) * d;
     float mx = -INFINITY;
-    for (size_t h = 0; h < in.heads.size(); ++h) {
+    // One KV head per iteration on kvsieve's threads: the DGEMM inside then runs on one thread (OpenBLAS does inside
+    // an active OpenMP region), so the scores do not depend on the thread count (a multi-threaded DGEMM's last bits
+    // may; docs/benchmarks.md). The maximum is exact in any order.
+    const int n_heads = static_cast<int>(in.heads.size());
+#pragma omp parallel for schedule(dynamic) reduction(max : mx)
+    for (int h = 0; h < n_heads; ++h) {
         const HeadView& v = in.heads[h];
         scores[h].assign(v.n, 1.0f);
         if (in.T <= window || v.n <= window) continue;
@@ -30,7 +35,7 @@ void snapkv_scores(const PrefillScoreInput& in, int window, int kernel, std::vec
             S(static_cast<size_t>(window) * v.n);
         std::copy(v.k, v.k + v.n * d, K.begin());
         for (int g = 0; g < G; ++g) {
-            const int qh = static_cast<int>(h) * G + g;
+            const int qh = h * G + g;
             std::vector<double> acc(m, 0.0);
             for (int64_t t = in.T - window; t < in.T; ++t)
                 std::copy_n(in.q + t * ldq + qh * d, d, Q.begin() + (t - in.T + window) * d);

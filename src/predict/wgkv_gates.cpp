@@ -67,8 +67,11 @@ void WgkvGates::predict(int layer, const float* k_pre, const float* k_post, int6
     const Layer& L = layers_.at(layer);
     const DotKernels& k = dot_kernels();
     const int d = d_, in = 2 * d_;
-    std::vector<float> x(static_cast<size_t>(T) * in), a(static_cast<size_t>(T) * inner_);
+    // One KV head per iteration on kvsieve's threads: the SGEMM inside runs on one thread, so the gates do not depend
+    // on the thread count (a multi-threaded SGEMM's last bits may; docs/benchmarks.md).
+#pragma omp parallel for schedule(dynamic)
     for (int h = 0; h < hkv_; ++h) {
+        std::vector<float> x(static_cast<size_t>(T) * in), a(static_cast<size_t>(T) * inner_);
         for (int64_t t = 0; t < T; ++t) {
             const size_t off = (static_cast<size_t>(t) * hkv_ + h) * d;
             rms_norm(k_pre + off, L.w_pre.data(), d, x.data() + t * in);
