@@ -153,14 +153,15 @@ inline void dequant_weight_row(const DotKernels& k, const WeightMatrix& W, int64
 /// counts: OpenBLAS 0.3.21's Haswell/Zen kernels give different last bits for some outputs at 1, 2, 4 and 16
 /// threads; see docs/benchmarks.md.)
 void sgemm_tiles(const float* X, int64_t T, int64_t K, const float* B, int64_t ldb, int64_t N, float* Y, int64_t ldy) {
-    const int64_t row_tiles = (T + kGemmTokenBlock - 1) / kGemmTokenBlock, col_tiles = (N + kGemmColBlock - 1) / kGemmColBlock;
+    const int64_t row_tiles = (T + kGemmTokenBlock - 1) / kGemmTokenBlock;
+    const int64_t col_tiles = (N + kGemmColBlock - 1) / kGemmColBlock;
 #pragma omp parallel for schedule(dynamic)
     for (int64_t i = 0; i < row_tiles * col_tiles; ++i) {
         const int64_t t0 = i / col_tiles * kGemmTokenBlock, c0 = i % col_tiles * kGemmColBlock;
         const int64_t m = std::min(kGemmTokenBlock, T - t0), n = std::min(kGemmColBlock, N - c0);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n),
-                    static_cast<int>(K), 1.0f, X + t0 * K, static_cast<int>(K), B + c0 * ldb, static_cast<int>(ldb), 0.0f,
-                    Y + t0 * ldy + c0, static_cast<int>(ldy));
+                    static_cast<int>(K), 1.0f, X + t0 * K, static_cast<int>(K), B + c0 * ldb, static_cast<int>(ldb),
+                    0.0f, Y + t0 * ldy + c0, static_cast<int>(ldy));
     }
 }
 
