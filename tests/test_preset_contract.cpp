@@ -1,0 +1,333 @@
+// One contract over every registered preset and read-time selection: on the tiny long-context model each runs a
+// prefill and greedy decode steps, keeps its cache statistics consistent with its per-(layer, KV head) entry tables,
+// really frees memory when it drops entries, continues bit for bit after its sequence is saved and restored, and
+// refuses every integer or real key outside its declared range, naming the key. The list of cases is read from the
+// registry when the tests start, so a preset registered without a valid spec in kSpecs below fails by name.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <sstream>
+
+#include "cache/kv_cache.h"
+#include "model/llama_model.h"
+#include "model/sampler.h"
+#include "session/cache_file.h"
+#include "session/session.h"
+#include "test_util.h"
+#include "util/error.h"
+
+namespace kvsieve {
+namespace {
+
+const std::string kModels = std::string(KVSIEVE_SOURCE_DIR) + "/models/";
+const std::string kTiny2k = "kvsieve-tiny-2k.gguf";
+const std::string kTiny2kSpkv = "kvsieve-tiny-2k-spkv.gguf";
+
+/// A valid spec of each preset and selection: sizes that make it drop entries of a ~400-token prompt, the model it
+/// runs on (under models/), and whether it drops entries at all (full and a read-time selection alone keep all).
+struct CaseSpec {
+    std::map<std::string, std::string> params;
+    std::string model = kTiny2k;
+    bool drops = true;
+};
+
+const std::map<std::string, CaseSpec>& spec_table() {
+    static const std::map<std::string, CaseSpec> t = {
+        {"full", {{}, kTiny2k, false}},
+        {"streaming_llm", {{{"window", "64"}, {"sinks", "4"}}}},
+        {"random", {{{"ratio", "0.5"}, {"seed", "7"}}}},
+        {"knorm", {{{"ratio", "0.5"}}}},
+        {"h2o", {{{"capacity", "128"}}}},
+        {"tova", {{{"ratio", "0.5"}}}},
+        {"snapkv", {{{"ratio", "0.5"}}}},
+        {"pyramidkv", {{{"ratio", "0.5"}}}},
+        {"expected_attention", {{{"ratio", "0.5"}}}},
+        {"adakv_expected_attention_e2", {{{"ratio", "0.5"}}}},
+        {"kvzap", {{{"model", kModels + "kvzap/kvsieve-tiny-2k-linear"}, {"tau", "-3"}, {"window", "32"}}}},
+        {"kvzip", {{{"ratio", "0.5"}}}},
+        {"kvzip_plus", {{{"ratio", "0.5"}}}},
+        {"spkv", {{{"tau", "0.5"}, {"window", "64"}}, kTiny2kSpkv}},
+        {"wgkv", {{{"model", kModels + "wgkv/tiny2k-lambda0.08"}, {"window", "64"}}}},
+        {"kvpop", {{{"model", kModels + "kvpop/tiny2k-mlstm"}, {"capacity", "128"}, {"window", "32"}, {"sinks", "4"}}}},
+        {"kvpop_mlp", {{{"model", kModels + "kvpop/tiny2k-mlp"}, {"capacity", "128"}, {"window", "32"}, {"sinks", "4"}}}},
+        {"hybrid_heads", {{{"global", "0.1/2.0"}, {"window", "64"}}}},
+        {"quest", {{{"read_budget", "64"}}, kTiny2k, false}},
+    };
+    return t;
+}
+
+/// One registered preset or selection.
+struct Registered {
+    std::string name;
+    bool selection = false;
+};
+
+void PrintTo(const Registered& r, std::ostream* os) { *os << (r.selection ? "selection " : "preset ") << r.name; }
+
+std::vector<Registered> registered() {
+    std::vector<Registered> v;
+    for (const auto& [name, info] : presets()) v.push_back({name, false});
+    for (const auto& [name, info] : selections()) v.push_back({name, true});
+    return v;
+}
+
+const std::vector<ParamDecl>& decls_of(const Registered& r) {
+    return r.selection ? selections().at(r.name).params : presets().at(r.name).params;
+}
+
+std::string spec_of(const std::string& name, const std::map<std::string, std::string>& params) {
+    std::string s = name;
+    char sep = ':';
+    for (const auto& [k, v] : params) {
+        s += sep + k + "=" + v;
+        sep = ',';
+    }
+    return s;
+}
+
+const LlamaModel& model(const std::string& file) {
+    static std::map<std::string, std::unique_ptr<LlamaModel>> loaded;
+    auto& m = loaded[file];
+    if (!m) m = std::make_unique<LlamaModel>(kModels + file);
+    return *m;
+}
+
+/// A prompt of about 400 tokens of story text.
+std::vector<int32_t> prompt_for(const LlamaModel& m) {
+    const auto tok = Tokenizer::from_gguf(m.file());
+    std::string text;
+    const char* lines[] = {"Once upon a time, there was a little girl named Lily who liked to play in the park. ",
+                           "Her friend Ben had a big red ball, and they threw it high over the old oak tree. ",
+                           "One day a small dog ran after the ball and hid it under a bench near the pond. ",
+                           "Lily and Ben looked everywhere until the dog came back wagging its tail. "};
+    for (int i = 0; i < 20; ++i) text += lines[i % 4];
+    return tok->encode(text, true, false);
+}
+
+constexpr int64_t kCtx = 1024;
+constexpr int kDecodeSteps = 8;
+
+std::unique_ptr<KVCache> make_cache(const LlamaModel& m, const std::string& spec) {
+    return std::make_unique<KVCache>(m.config(), kCtx, parse_policy(spec),
+                                     std::make_shared<KVPool>(m.config().head_dim, KVType::kF16));
+}
+
+int32_t greedy(const LlamaModel& m, const std::vector<float>& logits) {
+    return argmax(logits.data(), m.config().n_vocab);
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+class PresetContract : public ::testing::TestWithParam<Registered> {
+protected:
+    /// The case's table entry; fails (naming the preset) when there is none.
+    const CaseSpec* table_entry() const {
+        const auto it = spec_table().find(GetParam().name);
+        if (it == spec_table().end()) {
+            ADD_FAILURE() << (GetParam().selection ? "selection '" : "preset '") << GetParam().name
+                          << "' is registered but has no valid spec in tests/test_preset_contract.cpp's table";
+            return nullptr;
+        }
+        return &it->second;
+    }
+};
+
+/// The statistics against the per-(layer, KV head) entry tables they summarise, after `tokens` positions.
+void check_stats(const KVStats& st, const LlamaModel& m, int64_t tokens, int64_t prompt_len) {
+    const auto& c = m.config();
+    ASSERT_EQ(st.tokens, tokens);
+    ASSERT_EQ(st.entries.size(), static_cast<size_t>(c.n_layer));
+    ASSERT_EQ(st.beyond.size(), static_cast<size_t>(c.n_layer));
+    int64_t kept = 0, kept_beyond = 0, heads = 0;
+    for (int l = 0; l < c.n_layer; ++l) {
+        ASSERT_EQ(st.entries[l].size(), static_cast<size_t>(c.n_head_kv));
+        ASSERT_EQ(st.beyond[l].size(), static_cast<size_t>(c.n_head_kv));
+        for (int h = 0; h < c.n_head_kv; ++h) {
+            const int64_t e = st.entries[l][h], b = st.beyond[l][h];
+            SCOPED_TRACE("layer " + std::to_string(l) + " head " + std::to_string(h));
+            EXPECT_GE(b, 0);
+            EXPECT_LE(b, e);
+            // At most the positions given so far; at most the prompt's after the prefill (no decode step yet).
+            EXPECT_LE(e, tokens);
+            if (tokens == prompt_len) EXPECT_LE(e, prompt_len);
+            // The entries inside the local window are at most the window's positions, those beyond it at most the
+            // positions that have left it.
+            EXPECT_LE(e - b, std::min<int64_t>(st.window, tokens));
+            EXPECT_LE(b, std::max<int64_t>(0, tokens - st.window));
+            kept += e;
+            kept_beyond += b;
+            ++heads;
+        }
+    }
+    const double want_ratio = 1.0 - static_cast<double>(kept) / static_cast<double>(tokens * heads);
+    EXPECT_NEAR(st.compression_ratio, want_ratio, 1e-12);
+    const int64_t outside = std::max<int64_t>(0, tokens - st.window) * heads;
+    const double want_density = outside > 0 ? static_cast<double>(kept_beyond) / static_cast<double>(outside) : 1.0;
+    EXPECT_NEAR(st.density, want_density, 1e-12);
+    EXPECT_GE(st.density, 0.0);
+    EXPECT_LE(st.density, 1.0);
+    // Bytes: every kept entry's F16 key and value lie in pages in use; the final use is at most the peak.
+    EXPECT_GE(st.kv_bytes_final, static_cast<uint64_t>(kept) * 2 * c.head_dim * 2);
+    EXPECT_LE(st.kv_bytes_final, st.kv_bytes_peak);
+    EXPECT_EQ(st.kv_bytes_full, static_cast<uint64_t>(tokens * heads) * 2 * c.head_dim * 2);
+    EXPECT_GE(st.read_fraction, 0.0);
+    EXPECT_LE(st.read_fraction, 1.0);
+}
+
+/// Bytes in use of a full cache holding exactly `tokens`.
+uint64_t full_cache_bytes(const LlamaModel& m, const std::vector<int32_t>& tokens) {
+    const auto tok = Tokenizer::from_gguf(m.file());
+    auto cache = make_cache(m, "full");
+    Session s(m, *tok, *cache);
+    std::vector<float> logits;
+    s.prefill(tokens, PrefillPlan{}, logits);
+    return cache->stats().kv_bytes_final;
+}
+
+TEST_P(PresetContract, RunsKeepsItsStatisticsAndRestoresBitForBit) {
+    const CaseSpec* cs = table_entry();
+    if (!cs) return;
+    const std::string spec = spec_of(GetParam().name, cs->params);
+    SCOPED_TRACE(spec);
+    const LlamaModel& m = model(cs->model);
+    const auto tok = Tokenizer::from_gguf(m.file());
+    const std::vector<int32_t> prompt = prompt_for(m);
+    ASSERT_GE(prompt.size(), 300u);
+    ASSERT_LE(prompt.size(), 600u);
+
+    // 1. Prefill (in chunks unless the policy rescores the whole prompt at once) and greedy decode steps.
+    auto cache = make_cache(m, spec);
+    const Policy& policy = cache->policy();
+    const bool drops = cs->drops;
+    EXPECT_EQ(policy.is_full(), !drops);
+    Session s(m, *tok, *cache);
+    std::vector<float> logits;
+    PrefillPlan plan;
+    plan.chunk = policy.after_prefill ? 0 : 128;
+    ASSERT_NO_THROW(s.prefill(prompt, plan, logits));
+    ASSERT_EQ(logits.size(), static_cast<size_t>(m.config().n_vocab));
+    const int64_t n = static_cast<int64_t>(prompt.size());
+
+    // 2. Statistics after the prefill, and memory against a full cache of the same prompt.
+    {
+        SCOPED_TRACE("after the prefill");
+        const KVStats st = cache->stats();
+        check_stats(st, m, n, n);
+        if (drops) {
+            EXPECT_GT(st.compression_ratio, 0.0);
+            EXPECT_LT(st.kv_bytes_final, full_cache_bytes(m, prompt));
+        } else {
+            for (const auto& layer : st.entries)
+                for (int64_t e : layer) EXPECT_EQ(e, n);
+        }
+    }
+    for (int i = 0; i < kDecodeSteps; ++i) ASSERT_NO_THROW(s.decode(greedy(m, logits), logits));
+    {
+        SCOPED_TRACE("after the decode steps");
+        const KVStats st = cache->stats();
+        check_stats(st, m, n + kDecodeSteps, n);
+        if (drops) {
+            EXPECT_GT(st.compression_ratio, 0.0);
+            EXPECT_LT(st.kv_bytes_final, full_cache_bytes(m, s.tokens()));
+        } else {
+            for (const auto& layer : st.entries)
+                for (int64_t e : layer) EXPECT_EQ(e, n + kDecodeSteps);
+        }
+    }
+
+    // 3. Save, restore into a fresh cache, and continue both: the next tokens' logits are bit-identical.
+    test::TempFile file(".kvseq");
+    GenerationState g;
+    g.logits = logits;
+    save_sequence(file.path(), m, s, encode_generation_state(g));
+    const KVStats saved_stats = cache->stats();
+    const SavedSequence saved = read_sequence(file.path(), m);
+    EXPECT_EQ(saved.policy_spec, spec);
+    auto restored_cache = make_cache(m, spec);
+    Session r(m, *tok, *restored_cache);
+    ASSERT_NO_THROW(restore_sequence(r, saved));
+    EXPECT_EQ(r.tokens(), s.tokens());
+    EXPECT_EQ(restored_cache->stats().entries, saved_stats.entries);
+    EXPECT_EQ(restored_cache->stats().beyond, saved_stats.beyond);
+    std::vector<float> restored_logits = decode_generation_state(saved.extra, m.config().n_vocab).logits;
+    EXPECT_TRUE(same_bits(restored_logits, logits));
+    for (int step = 1; step <= 2; ++step) {
+        const int32_t next = greedy(m, logits);
+        s.decode(next, logits);
+        r.decode(next, restored_logits);
+        EXPECT_TRUE(same_bits(restored_logits, logits)) << "decode step " << step << " after the restore";
+        EXPECT_EQ(restored_cache->stats().entries, cache->stats().entries) << "decode step " << step;
+    }
+}
+
+/// Texts outside a declaration's range: below its minimum, above its maximum (or past int64), NaN for reals.
+std::vector<std::string> out_of_range(const ParamDecl& d) {
+    std::vector<std::string> v;
+    auto real_text = [](double x) {
+        std::ostringstream o;
+        o.precision(17);
+        o << x;
+        return o.str();
+    };
+    switch (d.type) {
+        case ParamType::kInt:
+            if (d.imin > std::numeric_limits<int64_t>::min()) v.push_back(std::to_string(d.imin - 1));
+            if (d.imax < std::numeric_limits<int64_t>::max()) v.push_back(std::to_string(d.imax + 1));
+            else v.push_back("9223372036854775808");
+            break;
+        case ParamType::kReal:
+            if (std::isfinite(d.rmin)) v.push_back(real_text(d.rmin - std::max(1.0, std::fabs(d.rmin))));
+            if (std::isfinite(d.rmax)) v.push_back(real_text(d.rmax + std::max(1.0, std::fabs(d.rmax))));
+            v.push_back("nan");
+            break;
+        case ParamType::kRatio:
+            v = {"-0.25", "1", "1.5", "nan"};
+            break;
+        default:
+            break;
+    }
+    return v;
+}
+
+TEST_P(PresetContract, RefusesEveryNumberOutsideItsDeclaredRangeNamingTheKey) {
+    const CaseSpec* cs = table_entry();
+    if (!cs) return;
+    ASSERT_NO_THROW(parse_policy(spec_of(GetParam().name, cs->params)));
+    int checked = 0;
+    for (const ParamDecl& d : decls_of(GetParam())) {
+        for (const std::string& bad : out_of_range(d)) {
+            auto params = cs->params;
+            if (!d.deprecated_alias.empty()) params.erase(d.deprecated_alias);
+            params[d.key] = bad;
+            const std::string spec = spec_of(GetParam().name, params);
+            try {
+                parse_policy(spec);
+                ADD_FAILURE() << spec << " was accepted (" << d.key << " is declared " << d.range_text() << ")";
+            } catch (const Error& e) {
+                EXPECT_NE(std::string(e.what()).find(d.key + "="), std::string::npos) << spec << ": " << e.what();
+            }
+            ++checked;
+        }
+    }
+    RecordProperty("out_of_range_values", checked);
+}
+
+std::string case_name(const ::testing::TestParamInfo<Registered>& info) {
+    return (info.param.selection ? "selection_" : "") + info.param.name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Registered, PresetContract, ::testing::ValuesIn(registered()), case_name);
+
+TEST(PresetContractTable, EveryEntryIsRegistered) {
+    // A stale entry (a renamed or removed preset) would silently test nothing.
+    for (const auto& [name, cs] : spec_table())
+        EXPECT_TRUE(presets().count(name) > 0 || selections().count(name) > 0) << name << " is not registered";
+}
+
+}  // namespace
+}  // namespace kvsieve
