@@ -107,18 +107,26 @@ def completion(prompt="Hello", **extra):
     return dict({"prompt": prompt, "max_tokens": 2, "temperature": 0}, **extra)
 
 
-class HostileClients(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.s = Server("--metrics")
+class SharedServerCase(unittest.TestCase):
+    """One server for the whole class (set as cls.s by setUpClass, with an optional scratch folder cls.dir): alive
+    after every probe, stopped cleanly (status 0) at the end, its folder removed."""
+    dir = None
 
     @classmethod
     def tearDownClass(cls):
         rc = cls.s.stop()
+        if cls.dir:
+            shutil.rmtree(cls.dir, ignore_errors=True)
         assert rc == 0, "the server did not stop cleanly (status %s):\n%s" % (rc, cls.s.log)
 
     def tearDown(self):
         self.assertTrue(self.s.alive(), "the server is down after the probe:\n" + self.s.log)
+
+
+class HostileClients(SharedServerCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.s = Server("--metrics")
 
     def test_non_utf8_path_is_a_json_404(self):
         status, body = self.s.json("GET", "/%FF")
@@ -203,22 +211,13 @@ class AllowedOrigins(unittest.TestCase):
             self.assertEqual(s.stop(), 0, s.log)
 
 
-class KeysAndOwnership(unittest.TestCase):
+class KeysAndOwnership(SharedServerCase):
     A, B = "key-alpha-0123456789", "key-beta-9876543210"
 
     @classmethod
     def setUpClass(cls):
         cls.dir = tempfile.mkdtemp(prefix="kvsieve_keys_")
         cls.s = Server("--api-key", cls.A, "--api-key", cls.B, "--cache-dir", cls.dir, "--metrics")
-
-    @classmethod
-    def tearDownClass(cls):
-        rc = cls.s.stop()
-        shutil.rmtree(cls.dir, ignore_errors=True)
-        assert rc == 0, "the server did not stop cleanly (status %s):\n%s" % (rc, cls.s.log)
-
-    def tearDown(self):
-        self.assertTrue(self.s.alive(), "the server is down after the probe:\n" + self.s.log)
 
     def as_(self, key, method, path, body=None):
         return self.s.json(method, path, body, headers={"Authorization": "Bearer " + key})
@@ -302,21 +301,13 @@ class KeyFileReload(unittest.TestCase):
             shutil.rmtree(d, ignore_errors=True)
 
 
-class Limits(unittest.TestCase):
+class Limits(SharedServerCase):
     """--timeout and --max-requests-per-key (1900 tokens of the tiny model take about 2 s here)."""
     LONG = {"prompt": "Hello there", "max_tokens": 1900, "temperature": 0}
 
     @classmethod
     def setUpClass(cls):
         cls.s = Server("--timeout", "0.3", "--max-requests-per-key", "1", ctx=2048)
-
-    @classmethod
-    def tearDownClass(cls):
-        rc = cls.s.stop()
-        assert rc == 0, "the server did not stop cleanly (status %s):\n%s" % (rc, cls.s.log)
-
-    def tearDown(self):
-        self.assertTrue(self.s.alive(), "the server is down after the probe:\n" + self.s.log)
 
     def test_a_request_past_the_timeout_is_a_504(self):
         t0 = time.monotonic()
@@ -474,7 +465,7 @@ class MetricsOffByDefault(unittest.TestCase):
             self.assertEqual(s.stop(), 0, s.log)
 
 
-class CacheDirProbes(unittest.TestCase):
+class CacheDirProbes(SharedServerCase):
     @classmethod
     def setUpClass(cls):
         cls.dir = tempfile.mkdtemp(prefix="kvsieve_hostile_")
@@ -482,15 +473,6 @@ class CacheDirProbes(unittest.TestCase):
         with open(os.path.join(cls.dir, ".old.kvseq.Zz09aB.tmp"), "w") as f:
             f.write("half")
         cls.s = Server("--cache-dir", cls.dir)
-
-    @classmethod
-    def tearDownClass(cls):
-        rc = cls.s.stop()
-        shutil.rmtree(cls.dir, ignore_errors=True)
-        assert rc == 0, "the server did not stop cleanly (status %s):\n%s" % (rc, cls.s.log)
-
-    def tearDown(self):
-        self.assertTrue(self.s.alive(), "the server is down after the probe:\n" + self.s.log)
 
     def test_stale_temporary_removed_at_start(self):
         self.assertFalse(os.path.exists(os.path.join(self.dir, ".old.kvseq.Zz09aB.tmp")))
