@@ -8,17 +8,13 @@
 
 #include "predict/kvpop_scorer.h"
 #include "util/error.h"
+#include "util/names.h"
 
 namespace kvsieve {
 
 namespace fs = std::filesystem;
 
-bool is_predictor_name(const std::string& s) {
-    if (s.empty() || s.size() > 64 || s[0] == '.') return false;
-    for (char c : s)
-        if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-')) return false;
-    return true;
-}
+bool is_predictor_name(const std::string& s) { return is_safe_name(s); }
 
 void NamedPredictors::add(const std::string& name, const std::string& path) {
     require(is_predictor_name(name), "predictor name '", name,

@@ -12,7 +12,8 @@
 
 namespace kvsieve {
 
-/// True for a predictor name: 1 to 64 characters of [A-Za-z0-9_.-], not starting with '.'.
+/// True for a predictor name: a safe name (util/names.h: 1 to 64 characters of [A-Za-z0-9_.-], not starting with
+/// '.'), the rule conversation and saved-sequence names follow too.
 bool is_predictor_name(const std::string& s);
 
 /// Predictors by name, for one served model.

@@ -12,6 +12,7 @@
 #include "serve/json_body.h"
 #include "session/cache_file.h"
 #include "text/chat_prompt.h"
+#include "util/names.h"
 
 namespace kvsieve {
 
@@ -62,11 +63,7 @@ std::string message_text(const json& content, size_t i) {
 std::string api_name(const json& v, const std::string& field) {
     if (!v.is_string()) bad("'" + field + "' must be a name (1 to 64 of A-Z a-z 0-9 _ . -)");
     const std::string name = v.get<std::string>();
-    const bool ok = !name.empty() && name.size() <= 64 && name[0] != '.' &&
-                    std::all_of(name.begin(), name.end(), [](char c) {
-                        return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-';
-                    });
-    if (!ok) bad("'" + field + "' must be a name of 1 to 64 of A-Z a-z 0-9 _ . - not starting with '.', got " + describe_value(v));
+    if (!is_safe_name(name)) bad("'" + field + "' must be a name of 1 to 64 of A-Z a-z 0-9 _ . - not starting with '.', got " + describe_value(v));
     return name;
 }
 
