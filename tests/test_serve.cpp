@@ -7,8 +7,14 @@
 #include <filesystem>
 #include <thread>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include "cache/kv_cache.h"
 #include "model/llama_model.h"
+#include "serve/client_socket.h"
 #include "serve/metrics.h"
 #include "serve/openai_api.h"
 #include "serve/scheduler.h"
@@ -926,4 +932,60 @@ TEST(OpenAIApi, KvPolicyNamesRegisteredPredictorsAndNeverFiles) {
 }
 
 }  // namespace
+
+namespace {
+/// A loopback TCP connection: the listening socket, the client's end and the accepted (server's) end.
+struct LoopbackPair {
+    int listener = -1, client = -1, server = -1;
+    int server_port = 0, client_port = 0;
+    LoopbackPair() {
+        listener = ::socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t len = sizeof a;
+        EXPECT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+        EXPECT_EQ(::listen(listener, 4), 0);
+        ::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len);
+        server_port = ntohs(a.sin_port);
+        client = ::socket(AF_INET, SOCK_STREAM, 0);
+        EXPECT_EQ(::connect(client, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+        server = ::accept(listener, nullptr, nullptr);
+        len = sizeof a;
+        ::getsockname(client, reinterpret_cast<sockaddr*>(&a), &len);
+        client_port = ntohs(a.sin_port);
+    }
+    ~LoopbackPair() {
+        for (int fd : {listener, client, server})
+            if (fd >= 0) ::close(fd);
+    }
+};
+}  // namespace
+
+TEST(ClientSocket, FindsTheAcceptedSocketByItsAddressesAndSeesItsClientLeave) {
+    LoopbackPair c;
+    ASSERT_GE(c.server, 0);
+    // The server's end: local 127.0.0.1:server_port, peer 127.0.0.1:client_port (the client's end is the reverse).
+    EXPECT_EQ(connection_socket("127.0.0.1", c.server_port, "127.0.0.1", c.client_port), c.server);
+    EXPECT_EQ(connection_socket("127.0.0.1", c.client_port, "127.0.0.1", c.server_port), c.client);
+    EXPECT_EQ(connection_socket("127.0.0.1", c.server_port, "127.0.0.1", c.client_port == 1 ? 2 : 1), -1);
+    EXPECT_EQ(connection_socket("127.0.0.2", c.server_port, "127.0.0.1", c.client_port), -1);
+    EXPECT_FALSE(client_gone(c.server));
+    // Bytes waiting (a pipelined next request) are not a departure, and are not consumed.
+    ASSERT_EQ(::write(c.client, "GET", 3), 3);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_FALSE(client_gone(c.server));
+    ::close(c.client);
+    c.client = -1;
+    bool gone = false;
+    for (int i = 0; i < 200 && !gone; ++i) {  // the FIN arrives at once on loopback; bounded anyway
+        gone = client_gone(c.server);
+        if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_TRUE(gone);
+    char buf[8];
+    EXPECT_EQ(::recv(c.server, buf, sizeof buf, MSG_DONTWAIT), 3);  // still there after the polls
+    EXPECT_FALSE(client_gone(-1));
+}
+
 }  // namespace kvsieve

@@ -10,6 +10,7 @@
 
 #include <sys/stat.h>
 
+#include "serve/client_socket.h"
 #include "serve/json_body.h"
 
 namespace kvsieve {
@@ -26,17 +27,21 @@ std::string sse(const json& j) { return "data: " + dump_json(j) + "\n\n"; }
 
 using Clock = std::chrono::steady_clock;
 
-/// The next event of `h` if it comes before `deadline`; false when the deadline passed first.
-bool next_before(RequestHandle& h, Clock::time_point deadline, GenerationEvent& ev) {
-    if (deadline == Clock::time_point::max()) {
-        ev = h.next();
-        return true;
-    }
+/// How often a waiting request looks at its client's connection (and the deadline).
+constexpr std::chrono::milliseconds kClientPoll{100};
+
+enum class Wait { kEvent, kDeadline, kClientGone };
+
+/// Waits for the next event of `h`: kEvent (in `ev`) when it comes first, kDeadline when `deadline` passes first,
+/// kClientGone when the client of connection socket `sock` has gone away (client_gone: checked at each call, so also
+/// while events come fast, and every kClientPoll while none comes; one poll() costs about a microsecond).
+Wait next_before(RequestHandle& h, Clock::time_point deadline, int sock, GenerationEvent& ev) {
     for (;;) {
+        if (client_gone(sock)) return Wait::kClientGone;
         const auto now = Clock::now();
-        if (now >= deadline) return false;
-        const auto wait = std::min<Clock::duration>(deadline - now, std::chrono::milliseconds(200));
-        if (h.next(ev, std::chrono::duration_cast<std::chrono::milliseconds>(wait) + std::chrono::milliseconds(1))) return true;
+        if (now >= deadline) return Wait::kDeadline;
+        const auto wait = std::min<Clock::duration>(deadline - now, kClientPoll);
+        if (h.next(ev, std::chrono::duration_cast<std::chrono::milliseconds>(wait) + std::chrono::milliseconds(1))) return Wait::kEvent;
     }
 }
 }  // namespace
@@ -218,13 +223,20 @@ void HttpServer::routes() {
         } catch (const Error& e) {
             return send_json(res, 400, error_body(400, e.what()));
         }
+        // The client's connection, polled while the request waits for its events: a client that leaves cancels it.
+        const int sock = connection_socket(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+        auto left = [&h, &res] {
+            h->cancel();
+            send_json(res, 499, error_body(499, "the client closed the connection; the request was cancelled"));
+        };
         const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);
         const int64_t created = static_cast<int64_t>(std::time(nullptr));
         const std::string model = body.contains("model") && body["model"].is_string() ? body["model"].get<std::string>()
                                                                                       : ctx_.model_id;
         // The first event decides the status: an error before any text is the response itself.
         GenerationEvent first;
-        if (!next_before(*h, deadline, first)) {
+        if (const Wait w = next_before(*h, deadline, sock, first); w != Wait::kEvent) {
+            if (w == Wait::kClientGone) return left();
             h->cancel();
             return send_json(res, 504, error_body(504, timed_out));
         }
@@ -235,7 +247,8 @@ void HttpServer::routes() {
             GenerationEvent ev = std::move(first);
             while (ev.kind == GenerationEvent::Kind::kText) {
                 text += ev.text;
-                if (!next_before(*h, deadline, ev)) {
+                if (const Wait w = next_before(*h, deadline, sock, ev); w != Wait::kEvent) {
+                    if (w == Wait::kClientGone) return left();
                     h->cancel();
                     return send_json(res, 504, error_body(504, timed_out));
                 }
@@ -254,7 +267,8 @@ void HttpServer::routes() {
         res.set_header("Cache-Control", "no-cache");
         res.set_chunked_content_provider(
             "text/event-stream",
-            [h, st, ar, id, created, model, owner, deadline, timed_out, place](size_t, httplib::DataSink& sink) {
+            [h, st, ar, id, created, model, owner, deadline, timed_out, place, sock](size_t, httplib::DataSink& sink) {
+                if (client_gone(sock)) return false;  // the releaser cancels the request
                 auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
                 if (!st->started) {
                     st->started = true;
@@ -273,8 +287,8 @@ void HttpServer::routes() {
                             ev.error = timed_out;
                             break;
                         }
-                        if (h->next(ev, std::chrono::milliseconds(200))) break;
-                        if (!sink.is_writable()) return false;
+                        if (h->next(ev, kClientPoll)) break;
+                        if (!sink.is_writable() || client_gone(sock)) return false;
                     }
                 }
                 if (ev.kind == GenerationEvent::Kind::kText) return write(sse(chunk_body(ar, id, created, model, ev.text, "")));

@@ -47,8 +47,11 @@ struct HttpOptions {
 /// status ApiError gives; invalid JSON 400; a body over max_body_bytes 413; queue full or KV pool exhausted 503).
 /// A streamed request (`stream: true`) answers with server-sent events `data: {chunk}` ending in `data: [DONE]`;
 /// its status is that of its first event, so a request the pool cannot hold gets 503 even when streamed; an error
-/// after the first token comes as a last `data: {"error": …}` event. A client that disconnects from a stream
-/// cancels its request (its pages are freed at the next step). POST /v1/cache/save and /v1/cache/restore
+/// after the first token comes as a last `data: {"error": …}` event. A client that closes its connection cancels
+/// its request, streamed or not, while it waits in the queue, during its prefill and during decoding: the
+/// connection's socket (connection_socket) is polled every 100 ms, the request is cancelled at once when the peer
+/// is gone (client_gone), and the scheduler drops it and frees its pages at its next step (so within one
+/// prefill chunk or decode step). Such a request is logged with status 499. POST /v1/cache/save and /v1/cache/restore
 /// (parse_cache_op) save a kept conversation or running slot to --cache-dir and keep a saved file under a
 /// conversation id (Scheduler::save / restore; errors with CacheOpError's status); GET /v1/cache/conversations
 /// lists the kept ones, DELETE /v1/cache/conversations/ID drops one (404 when none is kept). GET /ready is 200

@@ -352,6 +352,75 @@ class Limits(SharedServerCase):
         self.assertEqual(status, 200, body)
 
 
+class ClientDisconnects(SharedServerCase):
+    """A client that closes its connection cancels its request, streamed or not, during prefill and decoding: the
+    request leaves its slot long before max_tokens instead of running to its end."""
+    MAX_TOKENS = 1000
+    BODY = {"prompt": [1] + [(7 * i) % 400 + 20 for i in range(1500)], "max_tokens": MAX_TOKENS, "temperature": 0}
+
+    @classmethod
+    def setUpClass(cls):
+        cls.s = Server("--metrics", ctx=2048)
+
+    def metric(self, text, name):
+        m = re.search(r"^%s (\S+)$" % re.escape(name), text, re.M)
+        self.assertIsNotNone(m, name)
+        return float(m.group(1))
+
+    def metrics(self):
+        status, _, text = self.s.request("GET", "/metrics")
+        self.assertEqual(status, 200)
+        return text.decode()
+
+    def poll(self, cond, seconds=10):
+        """Waits (bounded) until cond(metrics text) holds; the last text."""
+        deadline = time.monotonic() + seconds
+        while True:
+            text = self.metrics()
+            if cond(text) or time.monotonic() > deadline:
+                return text
+            time.sleep(0.02)
+
+    def close_during(self, stream, phase):
+        before = self.metrics()
+        cancelled0 = self.metric(before, "kvsieve_requests_cancelled_total")
+        generated0 = self.metric(before, "kvsieve_generated_tokens_total")
+        data = json.dumps(dict(self.BODY, stream=stream)).encode()
+        sock = socket.create_connection(("127.0.0.1", self.s.port), timeout=TIMEOUT)
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n" % len(data) + data)
+        running = lambda t: self.metric(t, "kvsieve_requests_running") >= 1
+        if phase == "decode":
+            started = lambda t: running(t) and self.metric(t, "kvsieve_generated_tokens_total") >= generated0 + 3
+        else:
+            started = running
+        at_close = self.poll(started)
+        self.assertTrue(started(at_close), "the request did not reach its %s" % phase)
+        if phase == "prefill":  # 1500 prompt tokens take several steps of 256
+            self.assertEqual(self.metric(at_close, "kvsieve_generated_tokens_total"), generated0)
+        sock.close()
+        after = self.poll(lambda t: self.metric(t, "kvsieve_requests_cancelled_total") > cancelled0
+                          and self.metric(t, "kvsieve_requests_running") == 0)
+        self.assertEqual(self.metric(after, "kvsieve_requests_cancelled_total"), cancelled0 + 1, after)
+        self.assertEqual(self.metric(after, "kvsieve_requests_running"), 0)
+        generated = self.metric(after, "kvsieve_generated_tokens_total") - generated0
+        self.assertLess(generated, self.MAX_TOKENS / 10, "the request ran on after its client left")
+        self.assertEqual(self.metric(after, "kvsieve_kv_pool_pages_in_use"), 0)  # no conversation kept: all freed
+        self.assertIn('status="499"', after)
+
+    def test_a_non_streamed_request_is_cancelled_during_prefill(self):
+        self.close_during(False, "prefill")
+
+    def test_a_non_streamed_request_is_cancelled_during_decoding(self):
+        self.close_during(False, "decode")
+
+    def test_a_streamed_request_is_cancelled_during_prefill(self):
+        self.close_during(True, "prefill")
+
+    def test_a_streamed_request_is_cancelled_during_decoding(self):
+        self.close_during(True, "decode")
+
+
 class NeverFits(unittest.TestCase):
     def test_a_request_larger_than_the_whole_pool_is_a_413(self):
         s = Server("--kv-pool-mb", "0.05", "--max-conversations", "4")  # 25 pages of 2 KiB
