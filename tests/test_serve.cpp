@@ -3,8 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <filesystem>
+#include <mutex>
 #include <thread>
 
 #include <arpa/inet.h>
@@ -15,6 +18,7 @@
 #include "cache/kv_cache.h"
 #include "model/llama_model.h"
 #include "serve/client_socket.h"
+#include "serve/connection_threads.h"
 #include "serve/metrics.h"
 #include "serve/openai_api.h"
 #include "serve/scheduler.h"
@@ -986,6 +990,46 @@ TEST(ClientSocket, FindsTheAcceptedSocketByItsAddressesAndSeesItsClientLeave) {
     char buf[8];
     EXPECT_EQ(::recv(c.server, buf, sizeof buf, MSG_DONTWAIT), 3);  // still there after the polls
     EXPECT_FALSE(client_gone(-1));
+}
+
+TEST(ConnectionThreads, OneThreadPerConnectionUpToTheLimitThenTheyWait) {
+    ConnectionThreads q(4);
+    std::mutex mu;
+    std::condition_variable cv;
+    bool release = false;
+    std::atomic<int> started{0}, finished{0};
+    for (int i = 0; i < 10; ++i)
+        q.enqueue([&] {
+            ++started;
+            std::unique_lock<std::mutex> lk(mu);
+            cv.wait(lk, [&] { return release; });
+            ++finished;
+        });
+    for (int i = 0; i < 500 && started < 4; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_EQ(started.load(), 4);
+    EXPECT_EQ(q.threads(), 4u);
+    EXPECT_EQ(q.waiting(), 6u);
+    {
+        std::lock_guard<std::mutex> lk(mu);
+        release = true;
+    }
+    cv.notify_all();
+    q.shutdown();  // runs what is queued, then joins
+    EXPECT_EQ(started.load(), 10);
+    EXPECT_EQ(finished.load(), 10);
+    EXPECT_THROW(ConnectionThreads(0), Error);
+}
+
+TEST(ConnectionThreads, IdleThreadsAreReusedBeforeNewOnesStart) {
+    ConnectionThreads q(8);
+    std::atomic<int> done{0};
+    for (int i = 0; i < 20; ++i) {
+        q.enqueue([&] { ++done; });
+        for (int k = 0; k < 500 && done < i + 1; ++k) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_EQ(done.load(), 20);
+    // One connection at a time: a thread is idle whenever the next one arrives (the first may still be parking).
+    EXPECT_LE(q.threads(), 2u);
 }
 
 }  // namespace kvsieve

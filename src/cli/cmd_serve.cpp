@@ -198,7 +198,13 @@ void add_serve(CLI::App& app) {
                     "folder of saved sequences: requests may save theirs (\"cache_save\": NAME) and start from one "
                     "(\"cache_restore\": NAME)");
     cmd->add_option("-t,--threads", o->threads, "compute threads (0: all cores)")->capture_default_str();
-    cmd->add_option("--http-threads", o->http.threads, "connection threads (0: 2 × slots + max-queue + 4)")->capture_default_str();
+    cmd->add_option("--max-connections,--http-threads", o->http.max_connections,
+                    "connections served at once, one thread each (more wait for a free one); idle and half-sent "
+                    "connections count until --read-timeout closes them")
+        ->capture_default_str();
+    cmd->add_option("--read-timeout", o->http.read_timeout_s,
+                    "seconds the server waits for the next bytes of a request before it closes the connection")
+        ->capture_default_str();
     cmd->add_flag("--metrics", o->http.metrics, "serve GET /metrics (Prometheus text; off: 404; with keys it needs one)");
     cmd->add_option("--api-key", o->api_keys,
                     "an API key clients must present (Authorization: Bearer KEY); repeatable. Each key sees only its own "

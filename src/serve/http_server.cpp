@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "serve/client_socket.h"
+#include "serve/connection_threads.h"
 #include "serve/json_body.h"
 
 namespace kvsieve {
@@ -60,11 +61,14 @@ std::shared_ptr<void> HttpServer::take_place(const std::string& owner) {
 
 HttpServer::HttpServer(Scheduler& scheduler, ApiContext ctx, HttpOptions opts)
     : sched_(scheduler), ctx_(std::move(ctx)), opts_(std::move(opts)), svr_(std::make_unique<httplib::Server>()) {
-    const SchedulerOptions& so = sched_.options();
-    const int threads = opts_.threads > 0 ? opts_.threads : std::max(8, 2 * so.slots + so.max_queue + 4);
-    svr_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+    require(opts_.max_connections >= 1, "--max-connections must be ≥ 1, got ", opts_.max_connections);
+    require(opts_.read_timeout_s > 0 && opts_.read_timeout_s <= 86400, "--read-timeout must be in (0, 86400] seconds, got ",
+            opts_.read_timeout_s);
+    const size_t threads = static_cast<size_t>(opts_.max_connections);
+    svr_->new_task_queue = [threads] { return new ConnectionThreads(threads); };
     svr_->set_payload_max_length(opts_.max_body_bytes);
-    svr_->set_read_timeout(60, 0);
+    const auto read_us = static_cast<int64_t>(opts_.read_timeout_s * 1e6);
+    svr_->set_read_timeout(static_cast<time_t>(read_us / 1000000), static_cast<time_t>(read_us % 1000000));
     svr_->set_write_timeout(60, 0);
     routes();
 }

@@ -421,6 +421,43 @@ class ClientDisconnects(SharedServerCase):
         self.close_during(True, "decode")
 
 
+class HalfSentConnections(unittest.TestCase):
+    """80 connections that send half a request and wait hold one connection thread each (httplib runs a connection
+    on one thread): /health still answers under --max-connections, and the server closes them after --read-timeout."""
+
+    def test_health_answers_and_half_sent_connections_are_closed(self):
+        s = Server("--read-timeout", "2")
+        socks = []
+        try:
+            for _ in range(80):
+                c = socket.create_connection(("127.0.0.1", s.port), timeout=TIMEOUT)
+                c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-")
+                socks.append(c)
+            self.assertEqual(s.request("GET", "/health")[0], 200)
+            closed = 0
+            for c in socks:  # each gets httplib's 400 for the cut request, then the server closes it
+                data = b""
+                while True:
+                    chunk = c.recv(4096)  # bounded by TIMEOUT: a socket the server left open fails the test
+                    if not chunk:
+                        break
+                    data += chunk
+                self.assertTrue(data == b"" or data.startswith(b"HTTP/1.1 4"), data[:80])
+                closed += 1
+            self.assertEqual(closed, 80)
+            self.assertTrue(s.alive())
+        finally:
+            for c in socks:
+                c.close()
+            self.assertEqual(s.stop(), 0, s.log)
+
+    def test_bad_limits_are_refused_by_name(self):
+        for opt, value in (("--max-connections", "0"), ("--read-timeout", "0")):
+            p = subprocess.run([BIN, "serve", "-m", MODEL, "--port", "0", opt, value], capture_output=True, timeout=60)
+            self.assertNotEqual(p.returncode, 0)
+            self.assertIn(opt.encode(), p.stderr)
+
+
 class NeverFits(unittest.TestCase):
     def test_a_request_larger_than_the_whole_pool_is_a_413(self):
         s = Server("--kv-pool-mb", "0.05", "--max-conversations", "4")  # 25 pages of 2 KiB
