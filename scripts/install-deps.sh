@@ -3,7 +3,7 @@
 # arguments are installed too (scripts/fuzz.sh asks for clang and its fuzzer runtime).
 set -euo pipefail
 PKGS=(build-essential cmake pkg-config libopenblas-openmp-dev libpcre2-dev nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
-      libgtest-dev libbenchmark-dev libtorch-dev libjemalloc-dev ccache gnuplot-nox python3 python3-pip python3-venv "$@")
+      libgtest-dev libbenchmark-dev libtorch-dev libjemalloc-dev ccache gnuplot-nox python3 python3-pip python3-venv nginx-light "$@")
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
