@@ -38,7 +38,7 @@ inline __m256 hsum8x8(const __m256* a) {
 template <int G>
 struct Queries {
     const BlockQ8_0* qq;
-    float dq[G][kMaxBlocks];
+    alignas(32) float dq[G][kMaxBlocks][8];  ///< broadcast to 8 lanes
     alignas(32) int32_t bias[G][kMaxBlocks][8];
 };
 
@@ -76,18 +76,18 @@ void attend(const uint8_t* K, const uint8_t* V, int n, int d, const Queries<G>& 
         __m256 acc[G];
         for (int g = 0; g < G; ++g) acc[g] = _mm256_setzero_ps();
         for (int b = 0; b < nb; ++b) {
-            float dk;
+            __m256 dk;
             __m256i ku, ks;
             if constexpr (KT == TensorType::Q8_0) {
                 const BlockQ8_0& blk = reinterpret_cast<const BlockQ8_0*>(K + j * kb)[b];
                 ks = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs));
                 ku = _mm256_sign_epi8(ks, ks);  // |k|, with k's sign moved onto the query bytes below
-                dk = KVSIEVE_HALF(blk.d);
+                dk = _mm256_set1_ps(KVSIEVE_HALF(blk.d));
             } else {
                 const BlockQ4_0& blk = reinterpret_cast<const BlockQ4_0*>(K + j * kb)[b];
                 ku = unpack_nibbles_32(blk.qs);
                 ks = ku;
-                dk = KVSIEVE_HALF(blk.d);
+                dk = _mm256_set1_ps(KVSIEVE_HALF(blk.d));
             }
             for (int g = 0; g < G; ++g) {
                 const __m256i qv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(Q.qq[g * nb + b].qs));
@@ -97,7 +97,7 @@ void attend(const uint8_t* K, const uint8_t* V, int n, int d, const Queries<G>& 
                 else
                     dot = _mm256_add_epi32(dot_us8_i32(ku, qv),
                                            _mm256_load_si256(reinterpret_cast<const __m256i*>(Q.bias[g][b])));
-                acc[g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dk * Q.dq[g][b]), acc[g]);
+                acc[g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dk, _mm256_load_ps(Q.dq[g][b])), acc[g]);
             }
         }
         for (int g = 0; g < G; ++g) part[g][j] = acc[g];
@@ -127,17 +127,23 @@ void attend(const uint8_t* K, const uint8_t* V, int n, int d, const Queries<G>& 
         l[g] = l[g] * corr[g] + hsum_ps256(_mm256_add_ps(p0, p1));
         m[g] = mx;
     }
-    // 3. Values: per 8-column chunk the G outputs stay in registers while each row's chunk is dequantized once
-    // and accumulated into all of them.
-    for (int c = 0; c < d; c += 8) {
+    // 3. Values: per CH 8-column chunks the G·CH outputs stay in registers while each row's chunks are dequantized
+    // once and accumulated into all of them (CH > 1 gives the FMAs more independent chains than G alone).
+    constexpr int CH = G <= 3 ? 4 : G <= 6 ? 2 : 1;
+    for (int c = 0; c < d; c += 8 * CH) {
         const int b = c / QK8_0, w = c % QK8_0;
-        __m256 acc[G];
-        for (int g = 0; g < G; ++g) acc[g] = _mm256_mul_ps(_mm256_set1_ps(corr[g]), _mm256_loadu_ps(o + g * d + c));
-        for (int j = 0; j < n; ++j) {
-            const __m256 vr = value8<VT>(V + j * vb, b, w);
-            for (int g = 0; g < G; ++g) acc[g] = _mm256_fmadd_ps(_mm256_broadcast_ss(&p[g][j]), vr, acc[g]);
-        }
-        for (int g = 0; g < G; ++g) _mm256_storeu_ps(o + g * d + c, acc[g]);
+        __m256 acc[G][CH];
+        for (int g = 0; g < G; ++g)
+            for (int u = 0; u < CH; ++u)
+                acc[g][u] = _mm256_mul_ps(_mm256_set1_ps(corr[g]), _mm256_loadu_ps(o + g * d + c + 8 * u));
+        for (int j = 0; j < n; ++j)
+            for (int u = 0; u < CH; ++u) {
+                const __m256 vr = value8<VT>(V + j * vb, b, w + 8 * u);
+                for (int g = 0; g < G; ++g)
+                    acc[g][u] = _mm256_fmadd_ps(_mm256_broadcast_ss(&p[g][j]), vr, acc[g][u]);
+            }
+        for (int g = 0; g < G; ++g)
+            for (int u = 0; u < CH; ++u) _mm256_storeu_ps(o + g * d + c + 8 * u, acc[g][u]);
     }
 }
 
@@ -160,7 +166,7 @@ void run(TensorType kt, const void* k, TensorType vt, const void* v, int n, int 
     for (int g = 0; g < G; ++g)
         for (int b = 0; b < nb; ++b) {
             const BlockQ8_0& blk = qq[g * nb + b];
-            Q.dq[g][b] = KVSIEVE_HALF(blk.d);
+            for (int i = 0; i < 8; ++i) Q.dq[g][b][i] = KVSIEVE_HALF(blk.d);
             if (kt == TensorType::Q4_0) {
                 int32_t sum = 0;
                 for (int i = 0; i < QK8_0; ++i) sum += blk.qs[i];
