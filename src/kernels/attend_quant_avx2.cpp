@@ -61,11 +61,23 @@ inline __m256 value8(const uint8_t* row, int b, int w) {
     }
 }
 
+/// Bytes of one cached row of d values of type T (Q8_0, Q4_0: d/32 blocks; F16: 2·d), without row_bytes's checks
+/// (the shape was checked once by the caller).
+template <TensorType T>
+constexpr size_t page_row_bytes(int d) {
+    if constexpr (T == TensorType::Q8_0)
+        return static_cast<size_t>(d / QK8_0) * sizeof(BlockQ8_0);
+    else if constexpr (T == TensorType::Q4_0)
+        return static_cast<size_t>(d / QK8_0) * sizeof(BlockQ4_0);
+    else
+        return static_cast<size_t>(d) * sizeof(uint16_t);
+}
+
 template <int G, TensorType KT, TensorType VT>
 void attend(const uint8_t* K, const uint8_t* V, int n, int d, const Queries<G>& Q, float scale, float* m, float* l,
             float* o, float* s_out, int64_t s_stride) {
     const int nb = d / QK8_0;
-    const size_t kb = row_bytes(KT, d), vb = row_bytes(VT, d);
+    const size_t kb = page_row_bytes<KT>(d), vb = page_row_bytes<VT>(d);
     alignas(32) __m256 part[G][16];
     alignas(32) float s[G][16];
     alignas(32) float p[G][16];
