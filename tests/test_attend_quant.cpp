@@ -77,11 +77,15 @@ Page random_page(TensorType kt, TensorType vt, int n, int d, std::mt19937& rng, 
     return make_page(kt, vt, n, d, randn(static_cast<size_t>(n) * d, rng, sd), randn(static_cast<size_t>(n) * d, rng, sd));
 }
 
+/// Row stride of the kernels' score output in these tests: not the page size, so a kernel that assumed 16 would
+/// write the wrong cells.
+constexpr int kScoreStride = 19;
+
 /// Running online-softmax state of G heads (m = −∞, l = 0, o = 0 before the first page) and the scores of the
 /// last page.
 struct State {
     std::vector<float> m, l, o, s;
-    State(int G, int d) : m(G, -INFINITY), l(G, 0.0f), o(static_cast<size_t>(G) * d, 0.0f), s(G * 16, 0.0f) {}
+    State(int G, int d) : m(G, -INFINITY), l(G, 0.0f), o(static_cast<size_t>(G) * d, 0.0f), s(G * kScoreStride, 0.0f) {}
 };
 
 /// The Q8_0 rounding of a query row, computed here on its own: per block d = max|x|/127 kept as binary16,
@@ -134,9 +138,10 @@ void check_kernels_against_reference(TensorType kt, TensorType vt, int G, int d,
             const Page& p = pages[pi];
             vmax = std::max(vmax, max_abs(p.vd));
             attend_rows_quant_reference(kt, p.k.data(), vt, p.v.data(), n, d, q.data(), G, sc, ref.m.data(),
-                                        ref.l.data(), ref.o.data(), ref.s.data(), 16);
+                                        ref.l.data(), ref.o.data(), ref.s.data(), kScoreStride);
             const bool took = isa.attend(kt, p.k.data(), vt, p.v.data(), n, d, q.data(), G, sc, got.m.data(),
-                                         got.l.data(), got.o.data(), with_scores ? got.s.data() : nullptr, 16);
+                                         got.l.data(), got.o.data(), with_scores ? got.s.data() : nullptr,
+                                         kScoreStride);
             if (G > isa.max_group) {
                 ASSERT_FALSE(took);
                 break;
@@ -146,9 +151,9 @@ void check_kernels_against_reference(TensorType kt, TensorType vt, int G, int d,
             for (int g = 0; g < G; ++g) {
                 double dsg = 0;
                 for (int j = 0; j < n; ++j) {
-                    const double tol = score_tol(p, j, q.data() + g * d, d, sc, ref.s[g * 16 + j]);
+                    const double tol = score_tol(p, j, q.data() + g * d, d, sc, ref.s[g * kScoreStride + j]);
                     dsg = std::max(dsg, tol);
-                    if (with_scores) EXPECT_NEAR(got.s[g * 16 + j], ref.s[g * 16 + j], tol) << "page " << pi;
+                    if (with_scores) EXPECT_NEAR(got.s[g * kScoreStride + j], ref.s[g * kScoreStride + j], tol) << "page " << pi;
                 }
                 ds = std::max(ds, dsg);
                 EXPECT_NEAR(got.m[g], ref.m[g], dsg + 1e-6 * std::fabs(ref.m[g])) << "page " << pi << " head " << g;
@@ -208,7 +213,7 @@ void check_reference_against_float(TensorType kt, TensorType vt, int G, int d, i
     double ds = 0;  // largest score tolerance: float32 rounding of the terms
     for (const Page& p : pages) {
         attend_rows_quant_reference(kt, p.k.data(), vt, p.v.data(), n, d, q.data(), G, scale, st.m.data(),
-                                    st.l.data(), st.o.data(), st.s.data(), 16);
+                                    st.l.data(), st.o.data(), st.s.data(), kScoreStride);
         for (int g = 0; g < G; ++g) {
             const auto qr = q8_0_rounded(q.data() + g * d, d);
             for (int j = 0; j < n; ++j) {
@@ -219,7 +224,7 @@ void check_reference_against_float(TensorType kt, TensorType vt, int G, int d, i
                 }
                 const double want = scale * dot, tol = 1e-5 * std::fabs(scale) * mag + 1e-30;
                 ds = std::max(ds, tol);
-                EXPECT_NEAR(st.s[g * 16 + j], want, tol) << "head " << g << " row " << j;
+                EXPECT_NEAR(st.s[g * kScoreStride + j], want, tol) << "head " << g << " row " << j;
                 s[g].push_back(want);
             }
         }
@@ -279,10 +284,11 @@ TEST(AttendQuant, ZeroBlocksHugeValuesAndOneRow) {
             EXPECT_EQ(fp16_to_fp32(zero_scale), 0.0f);
             check_reference_against_float(kt, vt, G, d, 16, zero, q, 0.125f);
             check_kernels_against_reference(kt, vt, G, d, zero, 16, q, 0.125f, true);
-            // Huge values: keys and values near binary16's range for the block scales, scores around 1e7, so the
-            // softmax is nearly one-hot and every exp(s − m) but the largest underflows.
-            const std::vector<Page> huge{random_page(kt, vt, 16, d, rng, 2000.0f), random_page(kt, vt, 16, d, rng, 2000.0f)};
-            const auto qh = randn(G * d, rng, 300.0f);
+            // Huge values: keys and values of standard deviation 8000 (binary16 values up to about 4·10^4, below
+            // its 65504), queries of 1000, scores around 10^7, so the softmax is nearly one-hot and every
+            // exp(s − m) but the largest underflows.
+            const std::vector<Page> huge{random_page(kt, vt, 16, d, rng, 8000.0f), random_page(kt, vt, 16, d, rng, 8000.0f)};
+            const auto qh = randn(G * d, rng, 1000.0f);
             check_reference_against_float(kt, vt, G, d, 16, huge, qh, 0.125f);
             check_kernels_against_reference(kt, vt, G, d, huge, 16, qh, 0.125f, true);
             // One row per page, many pages.
@@ -303,9 +309,9 @@ TEST(AttendQuant, PreQuantizedQueriesGiveTheSameResultBitForBit) {
         quantize_row_q8_0_activations(q.data(), qq.data(), G * d);
         State a(G, d), b(G, d);
         ASSERT_TRUE(isa.attend(TensorType::Q4_0, p.k.data(), TensorType::Q8_0, p.v.data(), n, d, q.data(), G, 0.1f,
-                               a.m.data(), a.l.data(), a.o.data(), a.s.data(), 16));
+                               a.m.data(), a.l.data(), a.o.data(), a.s.data(), kScoreStride));
         ASSERT_TRUE(isa.attend_q8(TensorType::Q4_0, p.k.data(), TensorType::Q8_0, p.v.data(), n, d, qq.data(), G, 0.1f,
-                                  b.m.data(), b.l.data(), b.o.data(), b.s.data(), 16));
+                                  b.m.data(), b.l.data(), b.o.data(), b.s.data(), kScoreStride));
         EXPECT_EQ(a.m, b.m) << isa.name;
         EXPECT_EQ(a.l, b.l) << isa.name;
         EXPECT_EQ(a.o, b.o) << isa.name;
@@ -319,7 +325,7 @@ TEST(AttendQuant, VectorQueryQuantizerMatchesTheScalarOneBitForBit) {
     std::fill(x.begin() + 64, x.begin() + 96, 0.0f);  // a zero block (scale 0)
     // Exact ties after scaling: a block whose largest magnitude is 127 has 1/d = 1, so x.5 values are ties.
     for (int i = 0; i < 32; ++i) x[96 + i] = i == 0 ? 127.0f : float(i % 9) - 4.5f;
-    x[200] = 60000.0f;  // a block scale near binary16's largest
+    x[200] = 6.0e6f;  // a block scale of 6·10^6/127 ≈ 47244, near binary16's largest (65504)
     std::vector<BlockQ8_0> want(40), got(40);
     quantize_row_q8_0_activations(x.data(), want.data(), static_cast<int64_t>(x.size()));
     for (const Isa& isa : isas()) {
@@ -353,7 +359,7 @@ TEST(AttendQuant, KernelsDeclineShapesTheyDoNotTakeAndTouchNothing) {
             st.s.assign(st.s.size(), 4.5f);
             const State before = st;
             EXPECT_FALSE(isa.attend(c.kt, big.data(), c.vt, big.data(), c.n, c.d, q.data(), c.G, 1.0f, st.m.data(),
-                                    st.l.data(), st.o.data(), st.s.data(), 16))
+                                    st.l.data(), st.o.data(), st.s.data(), kScoreStride))
                 << isa.name << " " << type_name(c.kt) << "/" << type_name(c.vt) << " n=" << c.n << " d=" << c.d
                 << " G=" << c.G;
             EXPECT_EQ(st.m, before.m);
