@@ -34,7 +34,7 @@ inline __m256 hsum8x8(const __m256* a) {
 }
 
 /// Per-call view of the G quantized queries: their blocks, their scales as float32 and, for Q4_0 keys (unsigned
-/// nibbles against signed query bytes), the int32 correction −8·Σ_i q_i of each block in lane 0 of a vector.
+/// nibbles against signed query bytes), the int32 correction −8·Σ_i q_i of each block spread over a vector's lanes.
 template <int G>
 struct Queries {
     const BlockQ8_0* qq;
@@ -175,16 +175,16 @@ void run(TensorType kt, const void* k, TensorType vt, const void* v, int n, int 
     const int nb = d / QK8_0;
     Queries<G> Q;
     Q.qq = qq;
+    const __m256i ones = _mm256_set1_epi8(1);
     for (int g = 0; g < G; ++g)
         for (int b = 0; b < nb; ++b) {
             const BlockQ8_0& blk = qq[g * nb + b];
-            for (int i = 0; i < 8; ++i) Q.dq[g][b][i] = KVSIEVE_HALF(blk.d);
-            if (kt == TensorType::Q4_0) {
-                int32_t sum = 0;
-                for (int i = 0; i < QK8_0; ++i) sum += blk.qs[i];
-                Q.bias[g][b][0] = -8 * sum;
-                for (int i = 1; i < 8; ++i) Q.bias[g][b][i] = 0;
-            }
+            _mm256_store_ps(Q.dq[g][b], _mm256_set1_ps(KVSIEVE_HALF(blk.d)));
+            // −8·Σ q over the block, spread over the eight lanes (sums of four bytes each; the lanes are summed).
+            if (kt == TensorType::Q4_0)
+                _mm256_store_si256(reinterpret_cast<__m256i*>(Q.bias[g][b]),
+                                   _mm256_slli_epi32(_mm256_sub_epi32(_mm256_setzero_si256(),
+                                       dot_us8_i32(ones, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs)))), 3));
         }
     const auto* K = static_cast<const uint8_t*>(k);
     const auto* V = static_cast<const uint8_t*>(v);

@@ -27,8 +27,8 @@ inline __m256 hsum8x8(const __m256* a) {
 
 /// Per-call layout of the G quantized queries for two-block dots: each head's query bytes back to back in
 /// 64-byte pairs of blocks (a missing odd block zero), the pair's two binary16 scales as float32 in lanes 0..7 and
-/// 8..15, and the int32 correction −c·Σ_i q_i of each block in lane 0 of its half, c the offset of the unsigned key
-/// bytes (128 for Q8_0 keys read as k + 128, 8 for Q4_0 nibbles).
+/// 8..15, and the int32 correction −c·Σ_i q_i of each block spread over the eight lanes of its half (the lanes are
+/// summed anyway), c the offset of the unsigned key bytes (128 for Q8_0 keys read as k + 128, 8 for Q4_0 nibbles).
 template <int G>
 struct Queries {
     alignas(64) int8_t qs[G][kMaxPairs][64];
@@ -169,26 +169,24 @@ template <int G>
 void run(TensorType kt, const void* k, TensorType vt, const void* v, int n, int d, const BlockQ8_0* qq, float scale,
          float* m, float* l, float* o, float* s_out, int64_t s_stride) {
     const int nb = d / QK8_0, np = (nb + 1) / 2;
-    const int32_t off = kt == TensorType::Q8_0 ? 128 : 8;
+    // −off·Σ q over each block, spread over its eight lanes (vpdpbusd of the bytes with ones: sums of four).
+    const __m256i neg_off = _mm256_set1_epi32(kt == TensorType::Q8_0 ? -128 : -8);
+    const __m256i ones = _mm256_set1_epi8(1);
     Queries<G> Q;
     for (int g = 0; g < G; ++g)
         for (int pr = 0; pr < np; ++pr)
             for (int h = 0; h < 2; ++h) {
                 const int b = 2 * pr + h;
-                int32_t sum = 0;
+                __m256i q = _mm256_setzero_si256();
                 float dq = 0.0f;
                 if (b < nb) {
-                    const BlockQ8_0& blk = qq[g * nb + b];
-                    std::memcpy(Q.qs[g][pr] + 32 * h, blk.qs, QK8_0);
-                    for (int i = 0; i < QK8_0; ++i) sum += blk.qs[i];
-                    dq = KVSIEVE_HALF(blk.d);
-                } else {
-                    std::memset(Q.qs[g][pr] + 32 * h, 0, QK8_0);
+                    q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qq[g * nb + b].qs));
+                    dq = KVSIEVE_HALF(qq[g * nb + b].d);
                 }
-                for (int i = 0; i < 8; ++i) {
-                    Q.dq[g][pr][8 * h + i] = dq;
-                    Q.bias[g][pr][8 * h + i] = i == 0 ? -off * sum : 0;
-                }
+                _mm256_store_si256(reinterpret_cast<__m256i*>(Q.qs[g][pr] + 32 * h), q);
+                _mm256_store_ps(Q.dq[g][pr] + 8 * h, _mm256_set1_ps(dq));
+                _mm256_store_si256(reinterpret_cast<__m256i*>(Q.bias[g][pr] + 8 * h),
+                                   _mm256_mullo_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, q), neg_off));
             }
     const auto* K = static_cast<const uint8_t*>(k);
     const auto* V = static_cast<const uint8_t*>(v);
