@@ -706,6 +706,9 @@ TEST(OpenAIApi, RefusesWhatItCannotDoWithOneClearError) {
                      "unknown field 'tool_calls'");
     expect_api_error(json{{"messages", json::array({{{"role", "user"}, {"content", json::array({{{"type", "image_url"}}})}}})}},
                      true, "only parts");
+    // A part whose type is not a string (found by schemathesis: it was a 500).
+    expect_api_error(json{{"messages", json::array({{{"role", "user"}, {"content", json::array({{{"type", json::object()}, {"text", ""}}})}}})}},
+                     true, "only parts");
     expect_api_error(json{{"messages", json::array({{{"role", "user"}, {"content", "x"}}})}, {"tools", json::array()}},
                      true, "unknown field 'tools'");
     // Saved sequences need --cache-dir and a plain name; a missing one is 404; chat cannot restore.

@@ -13,6 +13,7 @@
 #include "serve/client_socket.h"
 #include "serve/connection_threads.h"
 #include "serve/json_body.h"
+#include "serve/routes.h"
 
 namespace kvsieve {
 
@@ -147,6 +148,13 @@ void HttpServer::routes() {
         send_json(res, 500, error_body(500, msg));
     });
     s.set_logger([this](const httplib::Request& req, const httplib::Response& res) { counters_.count(route_label(req.path), res.status); });
+    // Every route comes from the table of serve/routes.h (which docs/openapi.json describes); another one fails here.
+    auto on = [&s](const char* method, const char* path, httplib::Server::Handler h) {
+        const std::string pattern = route_pattern(find_route(method, path).path);
+        if (std::string(method) == "GET") s.Get(pattern, std::move(h));
+        else if (std::string(method) == "POST") s.Post(pattern, std::move(h));
+        else s.Delete(pattern, std::move(h));
+    };
 
     // Routes that need a key (when the server has keys) and, for POST, a JSON body; the handler gets the owner.
     using Owned = std::function<void(const httplib::Request&, httplib::Response&, const std::string& owner)>;
@@ -169,7 +177,7 @@ void HttpServer::routes() {
         };
     };
 
-    s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    on("GET", "/health", [this](const httplib::Request&, httplib::Response& res) {
         const SchedulerSnapshot snap = sched_.snapshot();
         json j = {{"status", snap.running ? "ok" : "stopped"},
                   {"slots", snap.slots},
@@ -180,11 +188,11 @@ void HttpServer::routes() {
         send_json(res, snap.running ? 200 : 503, j);
     });
     if (opts_.metrics)
-        s.Get("/metrics", guard(false, [this](const httplib::Request&, httplib::Response& res, const std::string&) {
+        on("GET", "/metrics", guard(false, [this](const httplib::Request&, httplib::Response& res, const std::string&) {
             res.set_content(prometheus_text(sched_.snapshot(), counters_, ctx_.model_id), "text/plain; version=0.0.4");
         }));
     // For load balancers: whether a new request would be taken now (no key needed, like /health).
-    s.Get("/ready", [this](const httplib::Request&, httplib::Response& res) {
+    on("GET", "/ready", [this](const httplib::Request&, httplib::Response& res) {
         const SchedulerSnapshot snap = sched_.snapshot();
         std::string why;
         if (!snap.running || snap.draining) why = "the server is shutting down";
@@ -196,7 +204,12 @@ void HttpServer::routes() {
         if (why.empty()) return send_json(res, 200, {{"status", "ready"}});
         send_json(res, 503, {{"status", "not ready"}, {"reason", why}});
     });
-    s.Get("/v1/models", guard(false, [this](const httplib::Request&, httplib::Response& res, const std::string&) {
+    // The OpenAPI document of these routes (no key needed: it describes, it does not serve).
+    on("GET", "/openapi.json", [](const httplib::Request&, httplib::Response& res) {
+        res.status = 200;
+        res.set_content(std::string(openapi_document()), "application/json");
+    });
+    on("GET", "/v1/models", guard(false, [this](const httplib::Request&, httplib::Response& res, const std::string&) {
         json m = {{"id", ctx_.model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "kvsieve"}};
         send_json(res, 200, {{"object", "list"}, {"data", json::array({m})}});
     }));
@@ -335,20 +348,20 @@ void HttpServer::routes() {
             send_json(res, 503, error_body(503, e.what()));
         }
     };
-    s.Post("/v1/cache/save", guard(true, [cache_op](const httplib::Request& q, httplib::Response& r, const std::string& o) {
+    on("POST", "/v1/cache/save", guard(true, [cache_op](const httplib::Request& q, httplib::Response& r, const std::string& o) {
         cache_op(q, r, o, false);
     }));
-    s.Post("/v1/cache/restore", guard(true, [cache_op](const httplib::Request& q, httplib::Response& r, const std::string& o) {
+    on("POST", "/v1/cache/restore", guard(true, [cache_op](const httplib::Request& q, httplib::Response& r, const std::string& o) {
         cache_op(q, r, o, true);
     }));
-    s.Get("/v1/cache/conversations", guard(false, [this](const httplib::Request&, httplib::Response& res, const std::string& owner) {
+    on("GET", "/v1/cache/conversations", guard(false, [this](const httplib::Request&, httplib::Response& res, const std::string& owner) {
         json data = json::array();
         for (const auto& c : sched_.snapshot().conversations)
             if (std::optional<std::string> id = client_id(owner, c.id))
                 data.push_back({{"id", *id}, {"tokens", c.tokens}, {"kv_bytes", c.kv_bytes}, {"policy", c.policy}});
         send_json(res, 200, {{"object", "list"}, {"data", data}});
     }));
-    s.Delete(R"(/v1/cache/conversations/([^/]+))", guard(false, [this](const httplib::Request& req, httplib::Response& res,
+    on("DELETE", "/v1/cache/conversations/{id}", guard(false, [this](const httplib::Request& req, httplib::Response& res,
                                                                       const std::string& owner) {
         const std::string id = req.matches[1];
         try {
@@ -362,7 +375,7 @@ void HttpServer::routes() {
 
     for (const char* path : {"/v1/completions", "/completions", "/v1/chat/completions", "/chat/completions"}) {
         const bool chat = std::string(path).find("chat") != std::string::npos;
-        s.Post(path, guard(true, [generate, chat](const httplib::Request& q, httplib::Response& r, const std::string& o) {
+        on("POST", path, guard(true, [generate, chat](const httplib::Request& q, httplib::Response& r, const std::string& o) {
             generate(q, r, o, chat);
         }));
     }

@@ -2,18 +2,13 @@
 
 #include <sstream>
 
+#include "serve/routes.h"
+
 namespace kvsieve {
 
 std::string route_label(const std::string& path) {
-    static const char* const kRoutes[] = {"/health", "/ready", "/metrics", "/v1/models", "/v1/completions",
-                                          "/v1/chat/completions", "/completions", "/chat/completions", "/v1/cache/save",
-                                          "/v1/cache/restore", "/v1/cache/conversations"};
-    for (const char* r : kRoutes)
-        if (path == r) return r;
-    static const std::string conv = "/v1/cache/conversations/";
-    if (path.size() > conv.size() && path.compare(0, conv.size(), conv) == 0 && path.find('/', conv.size()) == std::string::npos)
-        return "/v1/cache/conversations/{id}";
-    return "other";
+    const std::string r = match_route_path(path);
+    return r.empty() ? "other" : r;
 }
 
 void HttpCounters::count(const std::string& endpoint, int status) {

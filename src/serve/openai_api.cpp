@@ -49,7 +49,9 @@ std::string message_text(const json& content, size_t i) {
     if (content.is_array()) {
         std::string text;
         for (const auto& part : content) {
-            if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+            // value("type", "") would throw for a type that is not a string: compare the JSON value instead.
+            if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
+                !part["text"].is_string())
                 bad("messages[" + std::to_string(i) + "].content: only parts {\"type\": \"text\", \"text\": \"…\"} are supported");
             text += part["text"].get<std::string>();
         }

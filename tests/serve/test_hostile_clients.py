@@ -187,6 +187,24 @@ class HostileClients(SharedServerCase):
         self.assertIn("origin", body["error"]["message"])
         self.assertEqual(self.s.request("GET", "/health", headers={"Origin": "http://127.0.0.1:1"})[0], 403)
 
+    def test_the_served_openapi_document_is_the_committed_one_and_every_route_answers(self):
+        status, hdrs, data = self.s.request("GET", "/openapi.json")
+        self.assertEqual(status, 200)
+        self.assertTrue(hdrs.get("Content-Type", "").startswith("application/json"), hdrs)
+        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "openapi.json"), "rb") as f:
+            self.assertEqual(data, f.read())
+        doc = json.loads(data)
+        for path, item in doc["paths"].items():
+            for method in item:
+                concrete = path.replace("{id}", "no-such-id")
+                body = {} if method == "post" else None
+                status, hdrs, answer = self.s.request(method.upper(), concrete, body)
+                self.assertIn(str(status), item[method]["responses"], (method, path, answer[:200]))
+                ctype = hdrs.get("Content-Type", "").split(";")[0]
+                self.assertIn(ctype, item[method]["responses"].get(str(status), {}).get("content", {"application/json": 0}))
+                if status == 404:  # the route exists: its own 404, not the router's
+                    self.assertNotIn("no endpoint", json.loads(answer)["error"]["message"], (method, path))
+
     def test_bad_host_header_is_a_403(self):
         for host in ("evil.example", "evil.example:8080", "127.0.0.1.evil.example"):
             status, body = self.s.json("GET", "/v1/models", headers={"Host": host})

@@ -1,0 +1,80 @@
+#include "serve/routes.h"
+
+#include "util/error.h"
+
+namespace kvsieve {
+
+extern const char kOpenApiDocument[];      // build/generated/openapi_document.cpp (cmake/embed_text.cmake)
+extern const unsigned long kOpenApiDocumentSize;
+
+const std::vector<Route>& server_routes() {
+    static const std::vector<Route> routes = {
+        {"GET", "/health"},
+        {"GET", "/ready"},
+        {"GET", "/metrics"},
+        {"GET", "/openapi.json"},
+        {"GET", "/v1/models"},
+        {"POST", "/v1/completions"},
+        {"POST", "/completions"},
+        {"POST", "/v1/chat/completions"},
+        {"POST", "/chat/completions"},
+        {"POST", "/v1/cache/save"},
+        {"POST", "/v1/cache/restore"},
+        {"GET", "/v1/cache/conversations"},
+        {"DELETE", "/v1/cache/conversations/{id}"},
+    };
+    return routes;
+}
+
+const Route& find_route(const std::string& method, const std::string& path) {
+    for (const Route& r : server_routes())
+        if (method == r.method && path == r.path) return r;
+    fail("the route ", method, " ", path, " is not in the server's route table (serve/routes.cpp) and docs/openapi.json");
+}
+
+std::string route_pattern(const std::string& path_template) {
+    std::string out;
+    for (size_t i = 0; i < path_template.size(); ++i) {
+        if (path_template[i] == '{') {
+            const size_t close = path_template.find('}', i);
+            require(close != std::string::npos, "route '", path_template, "' has an unclosed '{'");
+            out += "([^/]+)";
+            i = close;
+        } else {
+            out += path_template[i];
+        }
+    }
+    return out;
+}
+
+namespace {
+/// Whether `path` matches `tmpl`, each {name} of which stands for one non-empty segment without '/'.
+bool matches(const std::string& tmpl, const std::string& path) {
+    size_t t = 0, p = 0;
+    while (t < tmpl.size()) {
+        if (tmpl[t] == '{') {
+            const size_t close = tmpl.find('}', t);
+            if (close == std::string::npos) return false;
+            const size_t start = p;
+            while (p < path.size() && path[p] != '/') ++p;
+            if (p == start) return false;
+            t = close + 1;
+        } else {
+            if (p >= path.size() || path[p] != tmpl[t]) return false;
+            ++t;
+            ++p;
+        }
+    }
+    return p == path.size();
+}
+}  // namespace
+
+std::string match_route_path(const std::string& path) {
+    for (const Route& r : server_routes())
+        if (matches(r.path, path)) return r.path;
+    return "";
+}
+
+std::string_view openapi_document() { return std::string_view(kOpenApiDocument, kOpenApiDocumentSize); }
+
+}  // namespace kvsieve
