@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "serve/auth.h"
+#include "serve/cache_quota.h"
 #include "serve/json_body.h"
 #include "serve/openai_api.h"
 #include "serve/metrics.h"
@@ -194,6 +195,36 @@ TEST(AtomicFile, StaleTemporariesAreRemovedAndLinksNotFollowed) {
     EXPECT_EQ(slurp(d.path() + "/keep.kvseq"), "saved");
     EXPECT_TRUE(std::filesystem::is_empty(d.path() + "/owner"));
     EXPECT_EQ(remove_stale_temporaries(d.path() + "/none"), 0);
+}
+
+TEST(CacheQuota, CountsTheFolderOwnSavedFilesOnlyAndFreesAReplacedOne) {
+    TempDir dir;
+    const std::string d = dir.path();
+    auto put = [](const std::string& p, size_t n) { std::ofstream(p, std::ios::binary) << std::string(n, 'x'); };
+    put(d + "/a.kvseq", 100);
+    put(d + "/b.kvseq", 250);
+    put(d + "/notes.txt", 1000);                       // not a saved sequence
+    std::filesystem::create_directories(d + "/other");  // another owner's folder
+    put(d + "/other/c.kvseq", 5000);
+    std::filesystem::create_symlink(d + "/other/c.kvseq", d + "/link.kvseq");  // a link is not followed
+    EXPECT_EQ(saved_sequence_bytes(d), 350u);
+    EXPECT_EQ(saved_sequence_bytes(d, "b.kvseq"), 100u);
+    EXPECT_EQ(saved_sequence_bytes(d + "/missing"), 0u);
+    EXPECT_NO_THROW(check_cache_quota(d + "/new.kvseq", 1 << 20, 0));  // 0: no quota
+    EXPECT_NO_THROW(check_cache_quota(d + "/new.kvseq", 150, 500));    // 350 + 150 = 500: just fits
+    try {
+        check_cache_quota(d + "/new.kvseq", 151, 500);
+        ADD_FAILURE() << "a save one byte past the quota was allowed";
+    } catch (const StatusError& e) {
+        EXPECT_EQ(e.status(), 403);
+        const std::string m = e.what();
+        EXPECT_NE(m.find("151 bytes"), std::string::npos) << m;
+        EXPECT_NE(m.find("350 bytes of its 500"), std::string::npos) << m;
+        EXPECT_EQ(m.find(d), std::string::npos) << "the message names the server's folder: " << m;
+    }
+    // Saving over b.kvseq frees its 250 bytes first.
+    EXPECT_NO_THROW(check_cache_quota(d + "/b.kvseq", 400, 500));
+    EXPECT_THROW(check_cache_quota(d + "/b.kvseq", 401, 500), StatusError);
 }
 
 TEST(Sha256, KnownVectors) {

@@ -35,6 +35,7 @@ struct ServeOpts {
     std::vector<std::string> api_keys;
     std::string api_key_file, allowed_origins;
     double shutdown_grace_s = 0;
+    double cache_dir_quota_mb = 0;
 };
 
 void run(const ServeOpts& o) {
@@ -45,6 +46,8 @@ void run(const ServeOpts& o) {
     require(o.shutdown_grace_s >= 0, "--shutdown-grace must be ≥ 0 seconds, got ", o.shutdown_grace_s);
     require(o.http.ready_stall_s > 0, "--ready-stall must be > 0 seconds, got ", o.http.ready_stall_s);
     require(o.http.max_requests_per_key >= 0, "--max-requests-per-key must be ≥ 0, got ", o.http.max_requests_per_key);
+    require(o.cache_dir_quota_mb >= 0, "--cache-dir-quota-mb must be ≥ 0, got ", o.cache_dir_quota_mb);
+    require(o.cache_dir_quota_mb == 0 || !o.cache_dir.empty(), "--cache-dir-quota-mb needs --cache-dir DIR");
     // Signals go to one waiting thread only (blocked here, before any thread starts, so every thread inherits it).
     sigset_t sigs;
     sigemptyset(&sigs);
@@ -67,6 +70,7 @@ void run(const ServeOpts& o) {
         std::fprintf(stderr, "note: %s; /v1/chat/completions is off\n", e.what());
     }
     SchedulerOptions so = o.sched;
+    so.cache_quota_bytes = static_cast<uint64_t>(o.cache_dir_quota_mb * 1048576.0);
     if (so.n_ctx == 0) so.n_ctx = std::min<int64_t>(model.config().n_ctx_train, 4096);
     // The predictors requests may name (model=NAME), each loaded once and checked against the model here.
     NamedPredictors preds;
@@ -197,6 +201,11 @@ void add_serve(CLI::App& app) {
     cmd->add_option("--cache-dir", o->cache_dir,
                     "folder of saved sequences: requests may save theirs (\"cache_save\": NAME) and start from one "
                     "(\"cache_restore\": NAME)");
+    cmd->add_option("--cache-dir-quota-mb", o->cache_dir_quota_mb,
+                    "most MiB of saved sequences each API key's folder of --cache-dir may hold (without keys: the folder "
+                    "itself); a save past it is refused (cache_save: usage.cache_save_error; POST /v1/cache/save: 403), "
+                    "deleting saved sequences frees space (0: no limit)")
+        ->capture_default_str();
     cmd->add_option("-t,--threads", o->threads, "compute threads (0: all cores)")->capture_default_str();
     cmd->add_option("--max-connections,--http-threads", o->http.max_connections,
                     "connections served at once, one thread each (more wait for a free one); idle and half-sent "

@@ -373,6 +373,21 @@ void HttpServer::routes() {
         }
     }));
 
+    // A saved sequence of the owner's folder removed (its bytes no longer count against --cache-dir-quota-mb).
+    on("DELETE", "/v1/cache/saved/{name}", guard(false, [this](const httplib::Request& req, httplib::Response& res,
+                                                               const std::string& owner) {
+        const std::string name = req.matches[1];
+        try {
+            const std::string path = cache_path(json(name), "name", ctx_, owner);
+            std::error_code ec;
+            if (!std::filesystem::is_regular_file(std::filesystem::symlink_status(path, ec)) || !std::filesystem::remove(path, ec))
+                return send_json(res, 404, error_body(404, "no saved sequence '" + name + "' in the server's --cache-dir"));
+            send_json(res, 200, {{"name", name}, {"object", "kv_cache.saved"}, {"deleted", true}});
+        } catch (const StatusError& e) {
+            send_json(res, e.status(), error_body(e.status(), e.what()));
+        }
+    }));
+
     for (const char* path : {"/v1/completions", "/completions", "/v1/chat/completions", "/chat/completions"}) {
         const bool chat = std::string(path).find("chat") != std::string::npos;
         on("POST", path, guard(true, [generate, chat](const httplib::Request& q, httplib::Response& r, const std::string& o) {

@@ -22,6 +22,7 @@ const std::vector<Route>& server_routes() {
         {"POST", "/v1/cache/restore"},
         {"GET", "/v1/cache/conversations"},
         {"DELETE", "/v1/cache/conversations/{id}"},
+        {"DELETE", "/v1/cache/saved/{name}"},
     };
     return routes;
 }

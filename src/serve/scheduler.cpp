@@ -6,10 +6,12 @@
 #include <future>
 
 #include "cache/kv_cache.h"
+#include "serve/cache_quota.h"
 #include "serve/stop_strings.h"
 #include "session/cache_file.h"
 #include "session/session.h"
 #include "text/utf8_stream.h"
+#include "util/atomic_file.h"
 
 namespace kvsieve {
 
@@ -186,7 +188,9 @@ void Scheduler::finish(Slot& s, const std::string& reason) {
                 g.logits = s.logits;
             }
             try {
-                save_sequence(s.q->req.save_path, model_, *s.session, encode_generation_state(g), shown);
+                const std::string bytes = encode_sequence(model_, *s.session, encode_generation_state(g));
+                check_cache_quota(s.q->req.save_path, bytes.size(), opts_.cache_quota_bytes);
+                write_file_atomic(s.q->req.save_path, bytes, shown);
                 std::error_code ec;  // the size is a report only (its error would name the server's folders)
                 const auto n = std::filesystem::file_size(s.q->req.save_path, ec);
                 saved_bytes = ec ? 0 : static_cast<uint64_t>(n);
@@ -556,9 +560,10 @@ CacheOpResult Scheduler::save(const SequenceRef& ref, const std::string& path) {
     return on_loop<CacheOpResult>([&]() -> CacheOpResult {
         CacheOpResult out;
         auto write = [&](const Session& session, const GenerationState& g) {
+            const std::string bytes = encode_sequence(model_, session, encode_generation_state(g));
+            check_cache_quota(path, bytes.size(), opts_.cache_quota_bytes);  // 403 past the owner's quota
             try {
-                save_sequence(path, model_, session, encode_generation_state(g),
-                              std::filesystem::path(path).filename().string());
+                write_file_atomic(path, bytes, std::filesystem::path(path).filename().string());
                 std::error_code ec;
                 const auto n = std::filesystem::file_size(path, ec);
                 out.file_bytes = ec ? 0 : static_cast<uint64_t>(n);

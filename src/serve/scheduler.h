@@ -76,6 +76,9 @@ struct SchedulerOptions {
     /// How the policy spec of a restored sequence resolves `model=`: the predictors the operator registered. The
     /// default refuses every name, so that a spec read from a saved file never names a file to open.
     PolicyParseOptions policy_options = NamedPredictors{}.parse_options();
+    /// Most bytes of saved sequences one owner's folder of the cache directory may hold (serve/cache_quota.h;
+    /// 0: no limit). A save past it is refused: a request's cache_save reports why in its usage, save() throws 403.
+    uint64_t cache_quota_bytes = 0;
 };
 
 /// What the scheduler has done and holds, for /metrics and /health. Counters grow from start.
@@ -160,7 +163,8 @@ public:
     /// generating: its last sampled token is run first (as its next step would have run it), the file gets the
     /// next token's logits and the sampler's state, and the slot goes on from there — so the file continues
     /// exactly as the request itself does. Throws CacheOpError (404 unknown conversation or slot, 409 a slot still
-    /// reading its prompt, 503 no pages for the token, 500 the file cannot be written), ServerBusy when stopped.
+    /// reading its prompt, 503 no pages for the token, 403 over the owner's SchedulerOptions::cache_quota_bytes,
+    /// 500 the file cannot be written), ServerBusy when stopped.
     CacheOpResult save(const SequenceRef& ref, const std::string& path);
     /// Keeps a saved sequence under `conversation` (replacing a kept one), so that a request naming the id goes on
     /// from it. Kept conversations are dropped, least recently used first, if the pool needs their pages. Throws

@@ -30,8 +30,7 @@ uint64_t model_fingerprint(const LlamaModel& m) {
     return h;
 }
 
-void save_sequence(const std::string& path, const LlamaModel& m, const Session& s, const std::string& extra,
-                   const std::string& shown) {
+std::string encode_sequence(const LlamaModel& m, const Session& s, const std::string& extra) {
     BinaryWriter w;
     w.bytes(kMagic, sizeof kMagic);
     w.pod(kVersion);
@@ -46,7 +45,12 @@ void save_sequence(const std::string& path, const LlamaModel& m, const Session& 
     w.str(cache.data());
     const uint64_t sum = fnv1a64(w.data().data(), w.data().size());
     w.pod(sum);
-    write_file_atomic(path, w.data(), shown);
+    return w.data();
+}
+
+void save_sequence(const std::string& path, const LlamaModel& m, const Session& s, const std::string& extra,
+                   const std::string& shown) {
+    write_file_atomic(path, encode_sequence(m, s, extra), shown);
 }
 
 SavedSequence read_sequence(const std::string& path, const LlamaModel& m, const std::string& shown) {

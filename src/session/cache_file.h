@@ -29,6 +29,9 @@ uint64_t model_fingerprint(const LlamaModel& m);
 /// Error if the file cannot be written, naming it `shown` when given (else `path`).
 void save_sequence(const std::string& path, const LlamaModel& m, const Session& s, const std::string& extra,
                    const std::string& shown = "");
+/// The bytes save_sequence writes for the session (the same layout, checksum included), for a caller that needs
+/// their size before writing them (a server's quota) and then writes them with write_file_atomic (util/atomic_file.h).
+std::string encode_sequence(const LlamaModel& m, const Session& s, const std::string& extra);
 
 /// Reads a file written by save_sequence for model m. Throws Error, naming the file (`shown` when given, else
 /// `path`), when it cannot be read, is not a kvsieve sequence file, has another format version, is truncated or

@@ -589,6 +589,73 @@ class MetricsOffByDefault(unittest.TestCase):
             self.assertEqual(s.stop(), 0, s.log)
 
 
+class CacheDirQuota(SharedServerCase):
+    """--cache-dir-quota-mb: each key's folder holds at most that many bytes of saved sequences."""
+    A, B = "quota-key-alpha-0123", "quota-key-beta-45678"
+    QUOTA_MB = 0.05
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="kvsieve_quota_")
+        cls.s = Server("--api-key", cls.A, "--api-key", cls.B, "--cache-dir", cls.dir,
+                       "--cache-dir-quota-mb", str(cls.QUOTA_MB))
+
+    def as_(self, key, method, path, body=None):
+        return self.s.json(method, path, body, headers={"Authorization": "Bearer " + key})
+
+    def saved_bytes(self):
+        """Bytes of .kvseq files in each owner folder."""
+        out = {}
+        for d in os.listdir(self.dir):
+            folder = os.path.join(self.dir, d)
+            if os.path.isdir(folder):
+                out[d] = sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder) if f.endswith(".kvseq"))
+        return out
+
+    def test_saves_past_the_quota_are_refused_and_deleting_frees_space(self):
+        quota = int(self.QUOTA_MB * 1048576)
+        prompt = "Once upon a time there was a cat"
+        status, body = self.as_(self.A, "POST", "/v1/completions", completion(prompt, conversation="c", seed=1))
+        self.assertEqual(status, 200, body)
+        # Explicit saves of the same conversation: each the same size, until the next one would pass the quota.
+        sizes, refused = [], None
+        for i in range(50):
+            status, body = self.as_(self.A, "POST", "/v1/cache/save", {"name": "conv-%d" % i, "conversation": "c"})
+            if status != 200:
+                refused = (status, body)
+                break
+            sizes.append(body["file_bytes"])
+        self.assertIsNotNone(refused, "no save was refused")
+        self.assertEqual(refused[0], 403, refused)
+        self.assertIn("--cache-dir-quota-mb", refused[1]["error"]["message"])
+        self.assertNotIn(self.dir, refused[1]["error"]["message"])
+        self.assertEqual(len(set(sizes)), 1, sizes)
+        self.assertEqual(len(sizes), quota // sizes[0])
+        self.assertLessEqual(max(self.saved_bytes().values()), quota)
+        # A request's cache_save past the quota: the answer comes, the save is refused in usage.
+        status, body = self.as_(self.A, "POST", "/v1/completions",
+                                completion(prompt + " that liked to sleep in the sun", cache_save="big"))
+        self.assertEqual(status, 200, body)
+        self.assertIn(body["choices"][0]["finish_reason"], ("stop", "length"))
+        self.assertIn("--cache-dir-quota-mb", body["usage"]["cache_save_error"])
+        self.assertEqual(body["usage"]["cache_saved_bytes"], 0)
+        # Saving over a name replaces its file: it needs no more room.
+        status, body = self.as_(self.A, "POST", "/v1/cache/save", {"name": "conv-0", "conversation": "c"})
+        self.assertEqual(status, 200, body)
+        # Deleting frees space; a missing or bad name is a 404 / 400.
+        status, body = self.as_(self.A, "DELETE", "/v1/cache/saved/conv-1")
+        self.assertEqual((status, body), (200, {"name": "conv-1", "object": "kv_cache.saved", "deleted": True}))
+        self.assertEqual(self.as_(self.A, "DELETE", "/v1/cache/saved/conv-1")[0], 404)
+        self.assertEqual(self.as_(self.A, "DELETE", "/v1/cache/saved/.hidden")[0], 400)
+        status, body = self.as_(self.A, "POST", "/v1/cache/save", {"name": "conv-new", "conversation": "c"})
+        self.assertEqual(status, 200, body)
+        # The other key's folder has its own quota, and it cannot delete the first key's files.
+        self.assertEqual(self.as_(self.B, "DELETE", "/v1/cache/saved/conv-0")[0], 404)
+        self.assertEqual(self.as_(self.B, "POST", "/v1/completions", completion(prompt, conversation="c"))[0], 200)
+        status, body = self.as_(self.B, "POST", "/v1/cache/save", {"name": "conv-0", "conversation": "c"})
+        self.assertEqual(status, 200, body)
+
+
 class CacheDirProbes(SharedServerCase):
     @classmethod
     def setUpClass(cls):
