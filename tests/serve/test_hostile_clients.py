@@ -577,6 +577,37 @@ class KeyRevokedMidRequest(unittest.TestCase):
             shutil.rmtree(d, ignore_errors=True)
 
 
+class NonLoopbackWithoutKeys(unittest.TestCase):
+    """A server reachable beyond this machine (bound to 0.0.0.0 on a free port) without API keys says so on stderr."""
+
+    def wait_for(self, s, text):
+        for _ in range(100):
+            if text in s.log:
+                return True
+            time.sleep(0.05)
+        return False
+
+    def test_binding_every_address_without_keys_warns(self):
+        s = Server(host="0.0.0.0")
+        try:
+            self.assertTrue(self.wait_for(s, "warning:"), s.log)
+            line = next(l for l in s.log.splitlines() if l.startswith("warning:"))
+            self.assertIn("0.0.0.0", line)
+            self.assertIn("without API keys", line)
+            self.assertIn("--api-key", line)
+            self.assertTrue(s.alive())
+        finally:
+            self.assertEqual(s.stop(), 0, s.log)
+
+    def test_no_warning_with_keys(self):
+        s = Server("--api-key", "nonloopback-key-0123", host="0.0.0.0")
+        try:
+            self.assertTrue(self.wait_for(s, "1 API key(s)"), s.log)  # printed where the warning would be
+            self.assertNotIn("warning:", s.log)
+        finally:
+            self.assertEqual(s.stop(), 0, s.log)
+
+
 class MetricsOffByDefault(unittest.TestCase):
     def test_metrics_is_a_404_without_the_flag(self):
         s = Server()
