@@ -1,9 +1,13 @@
-// The server's request bodies: any bytes parsed as JSON and read as a completion and a chat completion request,
-// and as a cache save and restore body, give a request or one ApiError (a 4xx), never a crash.
+// The server's request bodies: any bytes parsed as JSON by the server's parser (serve/json_body.h: depth-checked
+// first) and read as a completion and a chat completion request, and as a cache save and restore body, give a
+// request or one ApiError (a 4xx), never a crash.
+#include <string_view>
+
 #include <nlohmann/json.hpp>
 
 #include "fuzz_input.h"
 #include "io/gguf.h"
+#include "serve/json_body.h"
 #include "serve/openai_api.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
@@ -18,8 +22,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     ctx.model_id = "fuzz";
     ctx.n_ctx = 256;
     ctx.cache_dir = "/nonexistent-kvsieve-fuzz";
-    const nlohmann::json body = nlohmann::json::parse(data, data + size, nullptr, false);
-    if (body.is_discarded()) return 0;  // the server answers 400 before parse_api_request
+    nlohmann::json body;
+    try {  // the server's parser: depth-checked before parsing
+        body = kvsieve::parse_json_body(std::string_view(reinterpret_cast<const char*>(data), size));
+    } catch (const kvsieve::StatusError& e) {
+        if (e.status() != 400) __builtin_trap();
+        return 0;  // the server answers 400 before parse_api_request
+    }
     for (bool chat : {false, true}) {
         try {
             const kvsieve::ApiRequest r = kvsieve::parse_api_request(body, chat, ctx);

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 C=fuzz/corpus
-mkdir -p $C/{gguf,safetensors,tokenizer,policy_spec,chat_template,api_request,cache_file}
+mkdir -p $C/{gguf,safetensors,tokenizer,policy_spec,chat_template,api_request,cache_file,request_path}
 # GGUF: the first 64 KiB of two bundled models (header, metadata with the vocabulary, tensor infos).
 head -c 65536 models/stories260K.gguf > $C/gguf/seed-stories260K-head.gguf
 head -c 65536 tests/data/models/tiny-qwen3-q4_k_m.gguf > $C/gguf/seed-tiny-qwen3-head.gguf
@@ -30,6 +30,21 @@ printf 'sys\x01user says hi\x01assistant answers\x01user again' > $C/chat_templa
 printf '%s' '{"prompt":"Once upon a time","max_tokens":8,"temperature":0,"stop":["."],"stream":true,"stream_options":{"include_usage":true},"kv_policy":"snapkv:ratio=0.5"}' > $C/api_request/seed-completion.json
 printf '%s' '{"model":"m","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":[{"type":"text","text":"Hi"}]}],"max_completion_tokens":5,"seed":3,"top_p":0.9,"n":1,"logprobs":false}' > $C/api_request/seed-chat.json
 printf '%s' '{"prompt":[1,2,3],"echo":false,"best_of":1,"presence_penalty":0,"logit_bias":{},"user":"u","top_k":40,"min_p":0.05}' > $C/api_request/seed-ids.json
+# Whole request path: valid requests and hostile ones (deep nesting, huge windows, NaN, unknown presets, paths in model=).
+R=$C/request_path
+cp $C/api_request/seed-completion.json $C/api_request/seed-chat.json $C/api_request/seed-ids.json $R/
+printf '%s' '{"prompt":"Once upon a time","max_tokens":1,"temperature":0.7,"top_k":5,"top_p":0.9,"min_p":0.1,"seed":7,"logit_bias":{"3":100},"kv_policy":"streaming_llm:window=4,sinks=1"}' > $R/seed-sampled.json
+printf '%s' '{"prompt":"Hi","kv_policy":"h2o:budget=8"}' > $R/seed-h2o.json
+printf '%s' '{"prompt":"Hi","kv_policy":"knorm:ratio=0.3+quest:budget=16"}' > $R/seed-stacked.json
+printf '%s' '{"prompt":"Hi","kv_policy":"snapkv:window=1000000000,budget=99999999999"}' > $R/seed-huge-window.json
+printf '%s' '{"prompt":"Hi","kv_policy":"snapkv:ratio=NaN"}' > $R/seed-nan-spec.json
+printf '%s' '{"prompt":"Hi","temperature":NaN,"top_p":1e999}' > $R/seed-nan-number.json
+printf '%s' '{"prompt":"Hi","kv_policy":"no_such_preset:ratio=0.5"}' > $R/seed-unknown-preset.json
+printf '%s' '{"prompt":"Hi","kv_policy":"kvzap:model=../../etc/passwd"}' > $R/seed-path-in-model.json
+printf '%s' '{"prompt":"Hi","kv_policy":"wgkv:model=/tmp/x.safetensors"}' > $R/seed-absolute-model.json
+printf '{"prompt":"Hi","temperature":%s1%s}' "$(printf '[%.0s' $(seq 1 70))" "$(printf ']%.0s' $(seq 1 70))" > $R/seed-deep.json
+printf '%s' '{"messages":[{"role":"user","content":[{"type":{},"text":""}]}]}' > $R/seed-part-type-object.json
+printf '%s' '{"prompt":[0,1,2,99999999],"cache_restore":"../x"}' > $R/seed-bad-ids.json
 # Saved sequences of stories260K under three policies, without their 8-byte checksum (the target appends it).
 tmp=$(mktemp)
 for p in full "h2o:budget=24" "streaming_llm:window=8,sinks=2"; do

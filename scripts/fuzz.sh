@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 RUNS=${1:-1000000}
 shift || true
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(gguf safetensors tokenizer policy_spec chat_template api_request cache_file)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(gguf safetensors tokenizer policy_spec chat_template api_request cache_file request_path)
 bash scripts/install-deps.sh clang libclang-rt-14-dev libomp-dev
 source scripts/ccache-env.sh
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVSIEVE_FUZZ=ON \
