@@ -687,6 +687,16 @@ class CacheDirQuota(SharedServerCase):
         self.assertEqual(status, 200, body)
 
 
+    def test_a_bad_quota_option_stops_the_start_with_one_error(self):
+        for opts, needle in ((["--cache-dir-quota-mb", "5"], "needs --cache-dir"),
+                             (["--cache-dir", self.dir, "--cache-dir-quota-mb", "-1"], "must be ≥ 0")):
+            p = subprocess.run([BIN, "serve", "-m", MODEL, "--port", "0", *opts], capture_output=True, timeout=60)
+            self.assertNotEqual(p.returncode, 0)
+            err = p.stderr.decode("utf-8", "replace").strip()
+            self.assertIn(needle, err)
+            self.assertEqual(len(err.splitlines()), 1, err)
+
+
 class CacheDirProbes(SharedServerCase):
     @classmethod
     def setUpClass(cls):
