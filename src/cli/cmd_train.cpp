@@ -1,4 +1,9 @@
 // kvsieve train NAME: one subcommand per registered trainer (cli/trainers.h).
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
 #include "cli/commands.h"
 #include "cli/trainers.h"
 #include "util/error.h"
@@ -56,6 +61,81 @@ TrainerSpec config_trainer(std::string name, std::string help, bool (*run)(const
             }
             // Interrupted (SIGINT/SIGTERM, checkpoint saved): exit 130 so scripts chaining runs stop here.
             if (!run(*config, *resume, !*quiet)) throw CLI::RuntimeError(130);
+        });
+    };
+    return s;
+}
+
+TrainerSpec config_trainer(std::string name, std::string help, std::vector<ConfigFlag> flags,
+                           void (*run)(const nlohmann::json&, const std::string&, bool)) {
+    TrainerSpec s;
+    s.name = name;
+    s.help = std::move(help);
+    s.setup = [name, flags, run](CLI::App& cmd) {
+        auto config = std::make_shared<std::string>();
+        auto quiet = std::make_shared<bool>(false);
+        cmd.add_option("--config", *config, "JSON config (docs/training.md); the flags below override its keys")
+            ->check(CLI::ExistingFile);
+        cmd.add_flag("-q,--quiet", *quiet, "no progress output");
+        // One slot per flag: the text(s) given, read into the config's key after parsing.
+        auto values = std::make_shared<std::vector<std::vector<std::string>>>(flags.size());
+        auto given = std::make_shared<std::vector<bool>>(flags.size(), false);
+        for (size_t i = 0; i < flags.size(); ++i) {
+            const ConfigFlag& f = flags[i];
+            if (f.kind == ConfigFlag::Kind::kSwitch) {
+                cmd.add_flag_callback(f.names, [given, i] { (*given)[i] = true; }, f.help);
+                continue;
+            }
+            auto* o = cmd.add_option(f.names, (*values)[i], f.help);
+            if (f.kind != ConfigFlag::Kind::kPaths) o->expected(1);
+            if (f.kind == ConfigFlag::Kind::kInt) o->check(CLI::Number);
+            if (f.kind == ConfigFlag::Kind::kReal) o->check(CLI::Number);
+        }
+        cmd.callback([name, flags, run, config, quiet, values, given] {
+            nlohmann::json j = nlohmann::json::object();
+            std::string base;
+            if (!config->empty()) {
+                try {
+                    j = nlohmann::json::parse(std::ifstream(*config));
+                } catch (const nlohmann::json::exception& e) {
+                    fail("train ", name, ": '", *config, "' is not JSON: ", e.what());
+                }
+                require(j.is_object(), "train ", name, ": '", *config, "' must hold a JSON object");
+                base = std::filesystem::path(*config).parent_path().string();
+                if (base.empty()) base = ".";
+            }
+            for (size_t i = 0; i < flags.size(); ++i) {
+                const ConfigFlag& f = flags[i];
+                const auto& v = (*values)[i];
+                if (f.kind == ConfigFlag::Kind::kSwitch) {
+                    if ((*given)[i]) j[f.key] = true;
+                    continue;
+                }
+                if (v.empty()) continue;
+                auto abs = [](const std::string& p) { return std::filesystem::absolute(p).string(); };
+                switch (f.kind) {
+                    case ConfigFlag::Kind::kText: j[f.key] = v.back(); break;
+                    case ConfigFlag::Kind::kPath: j[f.key] = abs(v.back()); break;
+                    case ConfigFlag::Kind::kPaths: {
+                        nlohmann::json list = nlohmann::json::array();
+                        for (const auto& p : v) list.push_back(abs(p));
+                        j[f.key] = list;
+                        break;
+                    }
+                    case ConfigFlag::Kind::kInt:
+                        try {
+                            size_t end = 0;
+                            j[f.key] = std::stoll(v.back(), &end);
+                            require(end == v.back().size(), "");
+                        } catch (const std::exception&) {
+                            fail("train ", name, ": ", f.names, " takes an integer, got '", v.back(), "'");
+                        }
+                        break;
+                    case ConfigFlag::Kind::kReal: j[f.key] = std::stod(v.back()); break;
+                    case ConfigFlag::Kind::kSwitch: break;
+                }
+            }
+            run(j, base, !*quiet);
         });
     };
     return s;

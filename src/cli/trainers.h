@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 namespace kvsieve::cli {
 
@@ -30,6 +31,29 @@ const std::vector<TrainerSpec>& trainers();
 /// command then offers --eval-only, which calls it instead of training.
 TrainerSpec config_trainer(std::string name, std::string help, bool (*run)(const std::string&, bool, bool),
                            void (*evaluate)(const std::string&, bool) = nullptr, bool offers_eval_only = false);
+
+/// A command-line flag that sets one key of a config trainer's JSON config.
+struct ConfigFlag {
+    enum class Kind {
+        kText,   ///< one string
+        kPath,   ///< one file or folder, relative to the working directory (made absolute in the config)
+        kPaths,  ///< one or more files (repeatable), as kPath; the key holds a list
+        kInt,    ///< integer
+        kReal,   ///< number
+        kSwitch, ///< flag without a value: sets the key to true
+    };
+    std::string names;  ///< CLI11 spelling, e.g. "-t,--threads"
+    std::string key;    ///< the config key it sets
+    Kind kind = Kind::kText;
+    std::string help;
+};
+
+/// A config trainer whose keys may also be given as flags (`flags`, one per key): --config FILE is optional, each
+/// flag given sets its key over the file's, -q/--quiet as for the others. `run(config, base, progress)` receives the
+/// merged config and the folder the file's relative paths start from ("" without a file). Errors: Error with one line
+/// naming the problem (from `run`, or for a --config file that is not a JSON object).
+TrainerSpec config_trainer(std::string name, std::string help, std::vector<ConfigFlag> flags,
+                           void (*run)(const nlohmann::json& config, const std::string& base, bool progress));
 
 /// The trainers, one line each.
 TrainerSpec kvzap_trainer();     // cli/train_kvzap.cpp

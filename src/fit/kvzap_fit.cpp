@@ -207,7 +207,8 @@ std::vector<std::vector<double>> kvzap_pearson_r2(const KVzapPairs& p, const std
 }
 
 KVzapFitReport finish_kvzap_fit(const KVzapPairs& p, const std::vector<std::vector<float>>& pred, int hidden_dim,
-                                const std::map<std::string, SafeTensor>& tensors, const std::string& out_dir) {
+                                const std::map<std::string, SafeTensor>& tensors, const std::string& out_dir,
+                                const TrainedDefaults& trained) {
     KVzapFitReport rep;
     rep.r2 = kvzap_r2(p, pred);
     rep.pearson = kvzap_pearson_r2(p, pred);
@@ -226,6 +227,7 @@ KVzapFitReport finish_kvzap_fit(const KVzapPairs& p, const std::vector<std::vect
     nlohmann::json cfg = {{"model_type", "kvzap"}, {"input_dim", p.dim}, {"output_dim", p.n_head_kv},
                           {"n_modules", p.n_layer}, {"hidden_dim", nullptr}};
     if (hidden_dim > 0) cfg["hidden_dim"] = hidden_dim;
+    write_trained_defaults(trained, cfg);
     std::ofstream f(std::filesystem::path(out_dir) / "config.json");
     f << cfg.dump(2) << "\n";
     require(f.good(), "cannot write ", out_dir, "/config.json");
@@ -271,7 +273,7 @@ KVzapFitReport fit_kvzap_linear(const KVzapPairs& p, const std::string& out_dir,
         tensors["layers." + std::to_string(l) + ".weight"] = std::move(w);
         tensors["layers." + std::to_string(l) + ".bias"] = std::move(bias);
     }
-    return finish_kvzap_fit(p, pred, 0, tensors, out_dir);
+    return finish_kvzap_fit(p, pred, 0, tensors, out_dir, o.trained);
 }
 
 }  // namespace kvsieve

@@ -6,11 +6,23 @@
 #include <vector>
 
 #include "io/safetensors.h"
+#include "predict/trained_defaults.h"
 
 namespace kvsieve {
 
 class LlamaModel;
 class Tokenizer;
+
+/// The inference defaults a KVzap checkpoint records in its config.json (predict/trained_defaults.h): τ = −4 (KVzap
+/// §3.3, the paper's value for Qwen3-8B), the local window w = 128 and no sinks (KVzap Alg. 1), what `kvzap` used
+/// before checkpoints recorded them.
+inline TrainedDefaults kvzap_inference_defaults() {
+    TrainedDefaults d;
+    d.tau = -4;
+    d.window = 128;
+    d.sinks = 0;
+    return d;
+}
 
 /// Options of `kvsieve train kvzap` (KVzap paper §3.3 / App.: prompts of ~750–1250 tokens, 500 sampled tokens
 /// per prompt, 5% held out).
@@ -23,6 +35,8 @@ struct KVzapFitOptions {
     double log_eps = 1e-6;      ///< targets are log(ε + s⁺)
     uint64_t seed = 0;
     bool progress = true;
+    /// τ, window, sinks and provenance written to the checkpoint's config.json (the policy's defaults when loaded).
+    TrainedDefaults trained = kvzap_inference_defaults();
 };
 
 /// R² of the fitted model on the held-out pairs, per layer and KV head.
@@ -63,10 +77,11 @@ std::vector<std::vector<double>> kvzap_r2(const KVzapPairs& p, const std::vector
 std::vector<std::vector<double>> kvzap_pearson_r2(const KVzapPairs& p, const std::vector<std::vector<float>>& pred);
 
 /// Finishes a fit: R² of `pred` ([L] × [n_val × H]) on p's validation pairs, and the checkpoint written to out_dir
-/// in kvpress's KVzapModel layout (config.json with hidden_dim, null when 0 = linear; model.safetensors holding
-/// `tensors`). Throws Error on I/O failure.
+/// in kvpress's KVzapModel layout (config.json with hidden_dim, null when 0 = linear, and the trained defaults
+/// `trained`; model.safetensors holding `tensors`). Throws Error on I/O failure.
 KVzapFitReport finish_kvzap_fit(const KVzapPairs& p, const std::vector<std::vector<float>>& pred, int hidden_dim,
-                                const std::map<std::string, SafeTensor>& tensors, const std::string& out_dir);
+                                const std::map<std::string, SafeTensor>& tensors, const std::string& out_dir,
+                                const TrainedDefaults& trained = kvzap_inference_defaults());
 
 /// Fits one ridge-regression linear model per layer (closed form, bias unpenalised) and writes it to out_dir in
 /// kvpress's KVzapModel layout (config.json + model.safetensors with layers.{i}.weight/bias).

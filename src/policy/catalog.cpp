@@ -17,12 +17,13 @@ namespace {
 struct Entry {
     std::string name, summary, kind;  // kind: "preset" or "selection"
     const std::vector<ParamDecl>* params;
+    std::string trained_defaults;  // PresetInfo::trained_defaults
 };
 
 std::vector<Entry> entries(const std::string& name) {
     std::vector<Entry> out;
-    for (const auto& [n, p] : presets()) out.push_back({n, p.summary, "preset", &p.params});
-    for (const auto& [n, s] : selections()) out.push_back({n, s.summary, "selection", &s.params});
+    for (const auto& [n, p] : presets()) out.push_back({n, p.summary, "preset", &p.params, p.trained_defaults});
+    for (const auto& [n, s] : selections()) out.push_back({n, s.summary, "selection", &s.params, ""});
     if (name.empty()) return out;
     for (const Entry& e : out)
         if (e.name == name) return {e};
@@ -72,6 +73,7 @@ std::string policies_text(const std::string& name) {
     std::string s;
     for (const Entry& e : entries(name)) {
         s += e.name + (e.kind == "selection" ? " (read-time selection, after '+')" : "") + " — " + e.summary + "\n";
+        if (!e.trained_defaults.empty()) s += "  precedence: " + e.trained_defaults + "\n";
         if (e.params->empty()) s += "  (no keys)\n";
         for (const ParamDecl& d : *e.params) {
             s += "  " + d.key + std::string(d.key.size() < 15 ? 15 - d.key.size() : 1, ' ') + d.type_name() + " " +
@@ -107,6 +109,7 @@ std::string policies_markdown(const std::string& name) {
         s += "**`" + e.name + "`**" + (e.kind == "selection" ? " (read-time selection, after `+`)" : "") + " — " +
              e.summary + (group ? "; the budget rule keys" + left_out : "") +
              (rows.empty() ? (group ? "." : "; no keys.") : (group ? ", and:" : ":")) + "\n\n";
+        if (!e.trained_defaults.empty()) s += "Precedence: " + e.trained_defaults + ".\n\n";
         if (!rows.empty()) s += table(rows) + "\n";
     }
     return s;
@@ -137,6 +140,7 @@ std::string policies_json(const std::string& name) {
         }
         j[e.kind == "preset" ? "presets" : "selections"].push_back(
             {{"name", e.name}, {"summary", e.summary}, {"params", params}});
+        if (!e.trained_defaults.empty()) j["presets"].back()["trained_defaults"] = e.trained_defaults;
     }
     return j.dump(2) + "\n";
 }

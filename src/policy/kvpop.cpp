@@ -17,6 +17,7 @@
 #include <memory>
 #include <unordered_map>
 
+#include "policy/learned_rule.h"
 #include "policy/policy.h"
 #include "predict/kvpop_scorer.h"
 #include "predict/predictor_registry.h"
@@ -158,16 +159,22 @@ private:
 Policy make_kvpop(PolicyParams& p, bool mlstm) {
     const std::string name = mlstm ? "kvpop" : "kvpop_mlp";
     const std::string path = p.get_model_path("scorer .safetensors or directory");
-    // Defaults: what the scorer was trained for (its config.json), else the paper's s = 4, w = 256.
-    const KvpopConfig trained = read_kvpop_config(path);
-    const int64_t s = p.get_int("sinks", trained.sinks), w = p.get_int("window", trained.window);
-    require(s >= 0 && w >= 0 && s <= kMaxTokens && w <= kMaxTokens, "policy ", name, ": the scorer's sinks=", s,
-            " and window=", w, " must be in [0, ", kMaxTokens, "]");
+    // sinks, window, delayed: the spec's, else what the scorer was trained for (its config.json, the block the loaded
+    // scorer carries), else the paper's s = 4, w = 256, delayed readout (policy/learned_rule.h). The capacity is
+    // the experiment's choice and always given.
+    const TrainedDefaults trained = read_kvpop_config(path).trained;
+    const std::optional<int64_t> s_spec = given_int(p, "sinks"), w_spec = given_int(p, "window");
+    if (!s_spec) check_trained_tokens(name, trained, "sinks", trained.sinks);
+    if (!w_spec) check_trained_tokens(name, trained, "window", trained.window);
+    const int64_t s = spec_trained_preset<int64_t>(s_spec, trained.sinks, 4);
+    const int64_t w = spec_trained_preset<int64_t>(w_spec, trained.window, 256);
     require(p.has("capacity"), "policy ", name, ": capacity=B (entries per KV head, B = sinks + window + k) is required");
     const int64_t B = p.get_int("capacity", 0);
     require(B > s + w, "policy ", name, ": capacity=", B, " leaves no long-range entries beyond sinks=", s, " and window=",
             w, " (B = s + w + k with k ≥ 1)");
-    const bool delayed = p.get_flag("delayed", trained.delayed);
+    const std::optional<int64_t> delayed_spec = given_int(p, "delayed");
+    const bool delayed = spec_trained_preset<bool>(
+        delayed_spec ? std::optional<bool>(*delayed_spec != 0) : std::nullopt, trained.delayed, true);
     require(mlstm || !p.has("delayed") || !delayed, "policy kvpop_mlp scores at write: delayed=1 needs the mLSTM (kvpop)");
     Policy pol;
     pol.scorer = std::make_shared<KvpopScorer>(path, mlstm, w, delayed && mlstm && w > 0);
@@ -178,6 +185,10 @@ Policy make_kvpop(PolicyParams& p, bool mlstm) {
     pol.timing = Timing::kEveryNDecodeSteps;  // after the prompt (each chunk) and at every decode step
     pol.every_n = 1;
     return pol;
+}
+
+std::string kvpop_defaults_note() {
+    return trained_defaults_note("sinks, window and delayed", "the scorer's config.json");
 }
 
 std::vector<ParamDecl> kvpop_params() {
@@ -202,9 +213,9 @@ std::vector<ParamDecl> kvpop_params() {
 
 void register_kvpop() {
     register_preset({"kvpop", "fixed-budget eviction, delayed mLSTM scorer (KVpop)", kvpop_params(),
-                     [](PolicyParams& p) { return make_kvpop(p, true); }});
+                     [](PolicyParams& p) { return make_kvpop(p, true); }, kvpop_defaults_note()});
     register_preset({"kvpop_mlp", "fixed-budget eviction, stateless MLP scorer (KVpop_mlp)", kvpop_params(),
-                     [](PolicyParams& p) { return make_kvpop(p, false); }});
+                     [](PolicyParams& p) { return make_kvpop(p, false); }, kvpop_defaults_note()});
 }
 
 }  // namespace kvsieve

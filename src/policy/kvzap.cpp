@@ -7,10 +7,13 @@
 // rule=head|layer ranks the same scores by a budget after the prefill instead (kvpress kvzap_mlp_head and
 // kvzap_mlp_layer); window=0 judges each entry as it is written (the paper's window ablation).
 //   kvzap:model=DIR[,tau=-4][,window=128][,sinks=0]   kvzap:model=DIR,rule=head|layer,ratio=R[,sinks=S,window=W]
+// With rule=threshold, τ, w and s left out of the spec come from the checkpoint's config.json (the trained defaults
+// `kvsieve train kvzap` records, predict/trained_defaults.h), else −4, 128, 0 (policy/learned_rule.h).
 #include <limits>
 #include <map>
 #include <memory>
 
+#include "policy/learned_rule.h"
 #include "policy/policy.h"
 #include "predict/kvzap_model.h"
 #include "predict/predictor_registry.h"
@@ -71,7 +74,7 @@ void register_kvzap() {
                          // One load per checkpoint, shared by every policy and sequence (predict/predictor_registry.h).
                          auto model = PredictorRegistry::instance().get<KVzapModel>(
                              "kvzap", dir, "", [](const std::string& d) { return KVzapModel::load(d); });
-                         pol.scorer = std::make_shared<KVzapScorer>(std::move(model), dir);
+                         pol.scorer = std::make_shared<KVzapScorer>(model, dir);
                          const std::string rule = p.get_string("rule");
                          if (rule != "threshold") {
                              // kvpress kvzap_mlp_head (KVzapPress) / kvzap_mlp_layer (AdaKVPress(KVzapPress)): the
@@ -79,17 +82,14 @@ void register_kvzap() {
                              read_budget_rule(p, pol);
                              return pol;
                          }
-                         pol.admission.kind = Rule::Kind::kThreshold;
-                         pol.admission.tau = p.get_double("tau");
-                         const int64_t w = p.get_int("window", 128), s = p.get_int("sinks");
-                         pol.window = static_cast<int>(w);
-                         pol.sinks = static_cast<int>(s);
-                         // w = 0: the paper's window ablation, each entry judged as it is written.
-                         pol.timing = w > 0 ? Timing::kAtWindowExit : Timing::kAtWrite;
-                         // kvpress prefills densely and evicts after; sparse_prefill=1 gates the prefill instead.
-                         pol.gated_prefill = p.get_flag("sparse_prefill");
+                         // Threshold rule: τ, w, s from the spec, else the checkpoint's config.json, else the
+                         // paper's −4, 128, 0 (policy/learned_rule.h). kvpress prefills densely and evicts after;
+                         // sparse_prefill=1 gates the prefill instead.
+                         apply_threshold_rule("kvzap", read_threshold_spec(p), model->trained_defaults(),
+                                              ThresholdPreset{-4, 128, 0}, pol);
                          return pol;
-                     }});
+                     },
+                     trained_defaults_note("tau, window and sinks (rule=threshold)", "the checkpoint's config.json")});
 }
 
 }  // namespace kvsieve

@@ -126,6 +126,9 @@ struct PresetInfo {
     std::string summary;             ///< one line with the source paper
     std::vector<ParamDecl> params;   ///< every key it accepts (policy/params.h)
     std::function<Policy(PolicyParams&)> make;
+    /// Learned presets: which keys the predictor's trained defaults fill and from where (policy/learned_rule.h,
+    /// trained_defaults_note); `kvsieve policies` prints it. Empty for the others.
+    std::string trained_defaults = {};
 };
 
 /// Registers a preset (called from policy/registry.cpp). Throws Error when its declarations are malformed.

@@ -2,60 +2,47 @@
 // Each entry's utility u = σ(f_l(h)) ∈ (0, 1) per KV head is predicted from the token's attention-input hidden state
 // when it is written (eq. 1; predict/spkv_gates.h, gates stored in the model's own GGUF). The entry stays in the local
 // window (w = 128, the paper's default; by default the window the gates were trained with, from the GGUF's
-// kvsieve.predictor.spkv.window) and is kept beyond it iff u ≥ τ (the paper's hard threshold, eq. 7; τ = 0.5 by
-// default), in prefill and decode alike. Optional sinks (by default the trained ones).
+// kvsieve.predictor.spkv.window) and is kept beyond it iff u ≥ τ (the paper's hard threshold, eq. 7; by default the
+// τ the gates were trained with, kvsieve.predictor.spkv.tau, else 0.5), in prefill and decode alike. Optional sinks
+// (by default the trained ones). Precedence of each: spec > the GGUF's trained defaults > 0.5, 128, 0
+// (policy/learned_rule.h), applied when the model is bound.
 // The prefill is gated as the paper's (eqs. 3–5): each query sees its window and the admitted keys only, what a
 // decode step would see (sparse_prefill=0: dense prefill, admission afterwards).
 //   spkv[:tau=0.5][,window=128][,sinks=0][,sparse_prefill=1][,rule=threshold]
 #include <memory>
 
 #include "io/gguf.h"
+#include "policy/learned_rule.h"
 #include "policy/policy.h"
 #include "predict/predictor_registry.h"
-#include "predict/predictor_tensors.h"
 #include "predict/spkv_gates.h"
 #include "util/error.h"
 
 namespace kvsieve {
 
 namespace {
-/// The gates a GGUF holds and the window and sinks they were trained with (−1: not recorded).
-struct TrainedGates {
-    SpkvGates gates;
-    int64_t window, sinks;
-};
-
 class SpkvScorer : public Scorer {
 public:
-    /// window_given, sinks_given: whether the spec set them (else the model's trained values apply).
-    SpkvScorer(bool window_given, bool sinks_given) : window_given_(window_given), sinks_given_(sinks_given) {}
+    /// spec: the threshold block as the spec gave it (the model's trained defaults fill the rest at bind).
+    explicit SpkvScorer(ThresholdSpec spec) : spec_(std::move(spec)) {}
     std::string name() const override { return "spkv"; }
     void bind(const ModelConfig& c) override {
         require(!c.path.empty(), "policy spkv reads its gates from the model's GGUF, and this model has no file");
         if (gates_ && path_ == c.path) return;
-        // One load per model file serves every policy and sequence (predict/predictor_registry.h).
-        const auto trained = PredictorRegistry::instance().get<TrainedGates>(
-            "spkv", c.path, cat("L=", c.n_layer, ",D=", c.n_embd, ",Hkv=", c.n_head_kv), [&](const std::string& p) {
-                GGUFFile f(p);
-                return TrainedGates{SpkvGates::load(f, c.n_layer, c.n_embd, c.n_head_kv),
-                                    f.get_int(predictor_metadata_key("spkv", "window"), -1),
-                                    f.get_int(predictor_metadata_key("spkv", "sinks"), -1)};
-            });
-        require(trained->window <= kMaxTokens && trained->sinks <= kMaxTokens, "policy spkv: the model's trained window=",
-                trained->window, " and sinks=", trained->sinks, " must be at most ", kMaxTokens);
-        gates_ = std::shared_ptr<const SpkvGates>(trained, &trained->gates);
+        // One load per model file serves every policy and sequence (predict/predictor_registry.h); the gates carry
+        // the GGUF's trained defaults (kvsieve.predictor.spkv.{tau,window,sinks}).
+        gates_ = PredictorRegistry::instance().get<SpkvGates>(
+            "spkv", c.path, cat("L=", c.n_layer, ",D=", c.n_embd, ",Hkv=", c.n_head_kv),
+            [&](const std::string& p) { return SpkvGates::load(GGUFFile(p), c.n_layer, c.n_embd, c.n_head_kv); });
         path_ = c.path;
-        trained_window_ = trained->window;
-        trained_sinks_ = trained->sinks;
+        Policy check;  // the trained values' ranges, checked at bind as before any sequence uses them
+        adjust_policy(check);
     }
-    /// The window and sinks the gates were trained with (the GGUF's kvsieve.predictor.spkv.{window,sinks}) replace
-    /// the preset's defaults: the utilities mean "keep beyond this window".
+    /// The threshold block from the spec, else the gates' trained defaults (the utilities mean "keep beyond this
+    /// window"), else the paper's τ = 0.5, w = 128, s = 0 (policy/learned_rule.h).
     void adjust_policy(Policy& p) const override {
-        if (!window_given_ && trained_window_ >= 0) {
-            p.window = static_cast<int>(trained_window_);
-            p.timing = p.window > 0 ? Timing::kAtWindowExit : Timing::kAtWrite;
-        }
-        if (!sinks_given_ && trained_sinks_ >= 0) p.sinks = static_cast<int>(trained_sinks_);
+        apply_threshold_rule("spkv", spec_, gates_ ? gates_->trained_defaults() : TrainedDefaults{},
+                             ThresholdPreset{0.5, 128, 0, 0.0, 1.0}, p);
     }
     bool scores_at_write() const override { return true; }
     void on_write(const WriteEvent& e, ScorerState*, float* scores) const override {
@@ -64,10 +51,9 @@ public:
     void score_prefill(const PrefillScoreInput&, std::vector<std::vector<float>>&) const override {}
 
 private:
-    bool window_given_, sinks_given_;
+    ThresholdSpec spec_;
     std::shared_ptr<const SpkvGates> gates_;
     std::string path_;
-    int64_t trained_window_ = -1, trained_sinks_ = -1;  // from the GGUF; -1: not recorded
 };
 }  // namespace
 
@@ -86,18 +72,16 @@ void register_spkv() {
                                  "SP-KV eqs. 3–5")},
                      [](PolicyParams& p) {
                          Policy pol;
-                         pol.scorer = std::make_shared<SpkvScorer>(p.has("window"), p.has("sinks"));
-                         pol.admission.kind = Rule::Kind::kThreshold;
                          // rule=threshold is the only rule (accepted so `eval sweep --thresholds` can name it).
                          (void)p.get_string("rule");
-                         pol.admission.tau = p.get_double("tau");
-                         const int64_t w = p.get_int("window", 128), s = p.get_int("sinks", 0);
-                         pol.window = static_cast<int>(w);
-                         pol.sinks = static_cast<int>(s);
-                         pol.timing = w > 0 ? Timing::kAtWindowExit : Timing::kAtWrite;
-                         pol.gated_prefill = p.get_flag("sparse_prefill");  // the paper's prefill (eqs. 3–5)
+                         const ThresholdSpec spec = read_threshold_spec(p);
+                         // The preset's defaults until bind, where the gates' trained defaults may replace them.
+                         apply_threshold_rule("spkv", spec, TrainedDefaults{}, ThresholdPreset{0.5, 128, 0, 0.0, 1.0},
+                                              pol);
+                         pol.scorer = std::make_shared<SpkvScorer>(spec);
                          return pol;
-                     }});
+                     },
+                     trained_defaults_note("tau, window and sinks", "the model GGUF's kvsieve.predictor.spkv.*, read when the model is bound")});
 }
 
 }  // namespace kvsieve

@@ -7,14 +7,11 @@
 // verticals), what a decode step at its position sees (sparse_prefill=0: dense prefill, admission afterwards).
 //   wgkv:model=PATH[,tau=0.1][,window=256][,sinks=0][,sparse_prefill=1][,rule=threshold]
 // PATH: a .safetensors file or a directory holding model.safetensors (`kvsieve train wgkv` writes one). When the
-// directory has the config.json the trainer writes, its window and tau are the defaults (the gates were trained
-// for them); otherwise the paper's 256 and 0.1.
-#include <filesystem>
-#include <fstream>
+// directory has the config.json the trainer writes, its tau, window and sinks are the defaults (the gates were
+// trained for them); otherwise the paper's 0.1, 256 and 0. Precedence: spec > config.json > paper.
 #include <memory>
 
-#include <nlohmann/json.hpp>
-
+#include "policy/learned_rule.h"
 #include "policy/policy.h"
 #include "predict/predictor_registry.h"
 #include "predict/wgkv_gates.h"
@@ -62,41 +59,22 @@ void register_wgkv() {
                       with_note(int_param("window", 0, kMaxTokens, "", "w: recent entries always kept (0: at write)",
                                           "WG-KV §4.3 (256)"),
                                 "the gates' config.json window, else 256"),
-                      int_param("sinks", 0, kMaxTokens, "0", "s: first entries always kept", "StreamingLLM §3.2"),
+                      with_note(int_param("sinks", 0, kMaxTokens, "", "s: first entries always kept", "StreamingLLM §3.2"),
+                                "the gates' config.json sinks, else 0"),
                       flag_param("sparse_prefill", "1", "1: vertical-slash sparse prefill as the paper's; 0: dense",
                                  "WG-KV §4.2")},
                      [](PolicyParams& p) {
                          const std::string path = p.get_model_path("gates .safetensors or directory");
                          Policy pol;
                          pol.scorer = std::make_shared<WgkvScorer>(path);
-                         pol.admission.kind = Rule::Kind::kThreshold;
                          (void)p.get_string("rule");
-                         // Defaults: the training's window and τ when the gates say them, else the paper's.
-                         double tau0 = 0.1;
-                         int64_t w0 = 256;
-                         const auto cfg = std::filesystem::path(path) / "config.json";
-                         if (std::filesystem::is_directory(path) && std::filesystem::exists(cfg)) {
-                             nlohmann::json j;
-                             try {
-                                 j = nlohmann::json::parse(std::ifstream(cfg));
-                             } catch (const nlohmann::json::exception& e) {
-                                 fail("policy wgkv: '", cfg.string(), "' is not JSON: ", e.what());
-                             }
-                             if (j.contains("tau") && j["tau"].is_number()) tau0 = j["tau"].get<double>();
-                             if (j.contains("window") && j["window"].is_number_integer()) w0 = j["window"].get<int64_t>();
-                         }
-                         pol.admission.tau = p.get_double("tau", tau0);
-                         require(pol.admission.tau >= 0 && pol.admission.tau <= 1, "policy wgkv: the gates' tau=",
-                                 pol.admission.tau, " is not a gate value in [0, 1]");
-                         const int64_t w = p.get_int("window", w0), s = p.get_int("sinks");
-                         require(w >= 0 && w <= kMaxTokens, "policy wgkv: the gates' window=", w, " is outside [0, ",
-                                 kMaxTokens, "]");
-                         pol.window = static_cast<int>(w);
-                         pol.sinks = static_cast<int>(s);
-                         pol.timing = w > 0 ? Timing::kAtWindowExit : Timing::kAtWrite;
-                         pol.gated_prefill = p.get_flag("sparse_prefill");  // the paper's prefill (§4.2)
+                         // τ, w, s: the spec's, else the training's (the config.json beside the gates, the block the
+                         // loaded gates carry), else the paper's 0.1, 256, 0 (policy/learned_rule.h).
+                         apply_threshold_rule("wgkv", read_threshold_spec(p), read_trained_defaults(path, "wgkv"),
+                                              ThresholdPreset{0.1, 256, 0, 0.0, 1.0}, pol);
                          return pol;
-                     }});
+                     },
+                     trained_defaults_note("tau, window and sinks", "the gates' config.json")});
 }
 
 }  // namespace kvsieve

@@ -136,14 +136,15 @@ KvpopConfig read_kvpop_config(const std::string& path) {
     KvpopConfig cfg;
     const auto cj = std::filesystem::path(path) / "config.json";
     if (!std::filesystem::is_directory(path) || !std::filesystem::exists(cj)) return cfg;
+    cfg.trained = read_trained_defaults(path, "kvpop");  // window, sinks, delayed, budget_k (one block for every method)
+    cfg.window = cfg.trained.window.value_or(cfg.window);
+    cfg.sinks = cfg.trained.sinks.value_or(cfg.sinks);
+    cfg.delayed = cfg.trained.delayed.value_or(cfg.delayed);
     try {
         const nlohmann::json j = nlohmann::json::parse(std::ifstream(cj));
         cfg.kind = j.value("kind", std::string());
-        cfg.window = j.value("window", cfg.window);
-        cfg.sinks = j.value("sinks", cfg.sinks);
         cfg.decay_every = j.value("decay_every", cfg.decay_every);
         cfg.softcap = j.value("softcap", cfg.softcap);
-        cfg.delayed = j.value("delayed", cfg.delayed);
     } catch (const nlohmann::json::exception& e) {
         fail("KVpop scorer: '", cj.string(), "' is not a valid config: ", e.what());
     }

@@ -36,6 +36,8 @@
 #include <string>
 #include <vector>
 
+#include "predict/trained_defaults.h"
+
 namespace kvsieve {
 
 struct SafeTensor;
@@ -56,10 +58,13 @@ struct KvpopConfig {
     int64_t decay_every = 1;     ///< n of ⌊(q − t)/n⌋ (tokens)
     double softcap = 10;         ///< c of the mLSTM readout's soft-cap
     bool delayed = true;         ///< mLSTM read at window exit (true) or at write
+    /// The trained defaults block of the same config.json (window, sinks, delayed, budget_k as recorded, empty where
+    /// absent; window, sinks and delayed above are these or the paper's defaults).
+    TrainedDefaults trained;
 };
 
 /// The config.json of a scorer directory (`path` a directory holding one); defaults (kind empty) otherwise. Throws
-/// Error if it is not JSON or a value has the wrong type.
+/// Error if it is not JSON or a value has the wrong type (a trained default: naming the file and the key).
 KvpopConfig read_kvpop_config(const std::string& path);
 
 /// One KV head's mLSTM memory. C [2f][dv] row-major, n [2f], m the stabiliser.
@@ -88,6 +93,8 @@ public:
                                        int n_layer, int n_head_kv, int head_dim, KvpopConfig cfg = {});
 
     const KvpopConfig& config() const { return cfg_; }
+    /// sinks, window, delayed and budget_k of the training (config.json; empty fields: not recorded).
+    const TrainedDefaults& trained_defaults() const { return cfg_.trained; }
     bool stateful() const { return cfg_.kind == "mlstm"; }
     int feature_dim() const { return f_; }  ///< f (φ has 2f entries)
     int value_dim() const { return dv_; }   ///< dv

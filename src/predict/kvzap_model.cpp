@@ -33,6 +33,7 @@ KVzapModel KVzapModel::load(const std::string& dir) {
     } catch (const nlohmann::json::exception& e) {
         fail("kvzap checkpoint '", dir, "': config.json lacks a field (", e.what(), ")");
     }
+    m.trained_ = trained_defaults_from_json(cfg, cfg_path.string());
     require(m.input_dim_ > 0 && m.output_dim_ > 0 && m.n_modules_ > 0 && m.hidden_dim_ >= 0, "kvzap checkpoint '", dir,
             "': non-positive sizes in config.json");
     auto tensors = read_safetensors(st_path.string());

@@ -26,6 +26,7 @@ SpkvGates SpkvGates::load(const GGUFFile& f, int n_layer, int n_embd, int n_head
     const auto first = read_predictor_tensors(f, "spkv", 0);
     require(!first.empty(), "model '", f.path(), "' has no SP-KV gates (tensors blk.<layer>.spkv.*): it was not trained ",
             "with SP-KV (kvsieve train spkv writes them)");
+    g.trained_ = read_trained_defaults(f, "spkv");
     const bool mlp = first.count("fc1.weight") > 0;
     if (mlp) g.hidden_ = static_cast<int>(first.at("fc1.weight").shape.at(0));
     for (int l = 0; l < n_layer; ++l) {

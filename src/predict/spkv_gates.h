@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "predict/trained_defaults.h"
+
 namespace kvsieve {
 
 class GGUFFile;
@@ -17,15 +19,18 @@ class GGUFFile;
 /// The gates of every layer of one model.
 class SpkvGates {
 public:
-    /// Reads the gates of layers 0 … n_layer − 1 from `f`. Throws Error naming the file if it holds no SP-KV gates
-    /// (a model not trained with SP-KV), or naming the first missing or mis-shaped tensor (every layer must have the
-    /// same form).
+    /// Reads the gates of layers 0 … n_layer − 1 from `f`, and their trained defaults (the GGUF's
+    /// kvsieve.predictor.spkv.{tau,window,sinks}, predict/trained_defaults.h). Throws Error naming the file if it
+    /// holds no SP-KV gates (a model not trained with SP-KV), naming the first missing or mis-shaped tensor (every
+    /// layer must have the same form), or naming the file and key of a trained default of the wrong type.
     static SpkvGates load(const GGUFFile& f, int n_layer, int n_embd, int n_head_kv);
 
     /// u[t·Hkv + h] ∈ (0, 1) for T hidden states x [T][D] of `layer`.
     void predict(int layer, const float* x, int64_t T, float* u) const;
 
     int hidden() const { return hidden_; }  ///< 0: linear
+    /// τ, window and sinks the gates were trained with (empty fields: not recorded in the GGUF).
+    const TrainedDefaults& trained_defaults() const { return trained_; }
     int n_layers() const { return static_cast<int>(layers_.size()); }
 
 private:
@@ -34,6 +39,7 @@ private:
     };
     std::vector<Layer> layers_;
     int d_ = 0, hkv_ = 0, hidden_ = 0;
+    TrainedDefaults trained_;
 };
 
 }  // namespace kvsieve

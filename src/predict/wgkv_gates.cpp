@@ -60,7 +60,9 @@ WgkvGates WgkvGates::from_tensors(const std::map<std::string, SafeTensor>& t, co
 
 WgkvGates WgkvGates::load(const std::string& path, int n_layer, int n_head_kv, int head_dim) {
     const std::string file = safetensors_file(path);
-    return from_tensors(read_safetensors(file), file, n_layer, n_head_kv, head_dim);
+    WgkvGates g = from_tensors(read_safetensors(file), file, n_layer, n_head_kv, head_dim);
+    g.trained_ = read_trained_defaults(path, "wgkv");
+    return g;
 }
 
 void WgkvGates::predict(int layer, const float* k_pre, const float* k_post, int64_t T, float* g) const {

@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "predict/trained_defaults.h"
+
 namespace kvsieve {
 
 struct SafeTensor;
@@ -30,9 +32,11 @@ std::string wgkv_tensor_name(int layer, const std::string& name);
 /// The write gates of every layer of one model.
 class WgkvGates {
 public:
-    /// Reads the gates from a safetensors file, or from DIR/model.safetensors when `path` is a directory. Throws
-    /// Error naming the file if it holds no gates, or the first missing or mis-shaped tensor (every layer 0 …
-    /// n_layer − 1 must have the same shapes, and those must fit Hkv KV heads of size d = head_dim).
+    /// Reads the gates from a safetensors file, or from DIR/model.safetensors when `path` is a directory (then with
+    /// the trained defaults of DIR/config.json, predict/trained_defaults.h). Throws Error naming the file if it holds
+    /// no gates, or the first missing or mis-shaped tensor (every layer 0 … n_layer − 1 must have the same shapes,
+    /// and those must fit Hkv KV heads of size d = head_dim), or naming config.json and the key of a malformed
+    /// trained default.
     static WgkvGates load(const std::string& path, int n_layer, int n_head_kv, int head_dim);
     /// The same from tensors already read (`source` names them in errors).
     static WgkvGates from_tensors(const std::map<std::string, SafeTensor>& t, const std::string& source, int n_layer,
@@ -42,6 +46,8 @@ public:
     void predict(int layer, const float* k_pre, const float* k_post, int64_t T, float* g) const;
 
     int inner() const { return inner_; }  ///< hidden width per head (g_expand · d)
+    /// τ, window and sinks of the training (config.json beside the weights; empty fields: not recorded).
+    const TrainedDefaults& trained_defaults() const { return trained_; }
     int n_layers() const { return static_cast<int>(layers_.size()); }
 
 private:
@@ -52,6 +58,7 @@ private:
     };
     std::vector<Layer> layers_;
     int hkv_ = 0, d_ = 0, inner_ = 0;
+    TrainedDefaults trained_;
 };
 
 }  // namespace kvsieve

@@ -71,7 +71,7 @@ KVzapFitReport fit_kvzap_mlp(const KVzapPairs& p, const std::string& out_dir, co
         tensors[pre + "2.bias"] = to_safetensor(l2->bias);
     }
     bar.finish();
-    return finish_kvzap_fit(p, pred, Dh, tensors, out_dir);
+    return finish_kvzap_fit(p, pred, Dh, tensors, out_dir, o.trained);
 }
 
 }  // namespace kvsieve::train

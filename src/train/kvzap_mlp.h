@@ -17,10 +17,12 @@ struct KVzapMlpOptions {
     double clip = 1.0;
     uint64_t seed = 0;
     bool progress = true;
+    /// τ, window, sinks and provenance written to the checkpoint's config.json (predict/trained_defaults.h).
+    TrainedDefaults trained = kvzap_inference_defaults();
 };
 
 /// Fits one MLP per layer on p's training pairs, reports R² on its validation pairs, and writes out_dir in
-/// kvpress's layout (config.json with hidden_dim = D/8; layers.{i}.0.weight [D/8, D], .0.bias, .2.weight
+/// kvpress's layout (config.json with hidden_dim = D/8 and the trained defaults o.trained; layers.{i}.0.weight [D/8, D], .0.bias, .2.weight
 /// [H_kv, D/8], .2.bias). Throws Error if there are no training pairs.
 KVzapFitReport fit_kvzap_mlp(const KVzapPairs& p, const std::string& out_dir, const KVzapMlpOptions& o);
 
