@@ -9,7 +9,11 @@
 # full-cache cell; the 4k table). PART=baselines or PART=kvzap runs one half (the two can run at once, one per core;
 # each has its own full-cache cell); THREADS (default all cores). SHARDS=N runs each sweep as N processes of one thread that
 # share its examples (eval sweep --shard K/N; about N times faster on N cores, where one process with N threads
-# gains far less); the last to finish writes the cells.
+# gains far less); the last to finish writes the cells. FORMAT=chat (default raw) builds the prompts as kvpress does
+# (eval ruler --format chat: the context inside SmolLM2's chat template, then the question after the end of the user
+# turn) into ruler_<L>k_chat/, ruler_<L>k_chat_kvzap/ and leaderboard_<L>k_chat/, so that its table reads beside
+# kvpress's; FORMAT=raw keeps the plain-text prompts of the existing tables (their directories as before).
+# RESULTS (default docs/results/smollm2) moves every output directory; BASELINES overrides the baselines swept.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 K=${KVSIEVE:-build/bin/kvsieve}
@@ -17,11 +21,19 @@ M=${MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
 CORPUS=${CORPUS:-../shared/data/wiki.test.raw}
 [ -f "$M" ] || bash scripts/get-model.sh
 L=${LENGTH:-1024}
-OUT=docs/results/smollm2/ruler_$((L / 1024))k
+FORMAT=${FORMAT:-raw}
+case "$FORMAT" in
+  raw) SUFFIX= ;;
+  chat) SUFFIX=_chat ;;
+  *) echo "error: FORMAT must be raw or chat, got '$FORMAT'" >&2; exit 2 ;;
+esac
+RESULTS=${RESULTS:-docs/results/smollm2}
+OUT=$RESULTS/ruler_$((L / 1024))k$SUFFIX
+BOARD=$RESULTS/leaderboard_$((L / 1024))k$SUFFIX
 TASKS=${TASKS:-niah_single_1,niah_single_2,niah_single_3,niah_multikey_1,niah_multikey_2,niah_multiquery,niah_multivalue,fwe}
 SHARDS=${SHARDS:-1}
 [ "$SHARDS" -gt 1 ] && THREADS=1
-RULER="--task ruler -m $M --corpus $CORPUS --tasks $TASKS --lengths $L --samples ${SAMPLES:-25} --threads ${THREADS:-0}"
+RULER="--task ruler -m $M --corpus $CORPUS --tasks $TASKS --lengths $L --samples ${SAMPLES:-25} --threads ${THREADS:-0} --format $FORMAT"
 PART=${PART:-all}
 # One sweep; as SHARDS background processes when SHARDS > 1 (the script fails if one of them does).
 sweep() {
@@ -36,7 +48,7 @@ sweep() {
   done
   for k in "${pids[@]}"; do wait "$k"; done
 }
-BASELINES="snapkv,tova,h2o,streaming_llm,knorm,expected_attention,adakv_expected_attention_e2,pyramidkv,random,kvzip,kvzip_plus"
+BASELINES=${BASELINES:-"snapkv,tova,h2o,streaming_llm,knorm,expected_attention,adakv_expected_attention_e2,pyramidkv,random,kvzip,kvzip_plus"}
 KVZAP="kvzap:model=models/kvzap/smollm2-135m-mlp,sinks=4;kvzap:model=models/kvzap/smollm2-135m-linear,sinks=4"
 if [ "$PART" = all ] || [ "$PART" = baselines ]; then
   sweep $RULER --ratios "${RATIOS:-0.25,0.5,0.75,0.9}" --out "$OUT" --policies "$BASELINES"
@@ -61,9 +73,9 @@ if [ "$PART" = all ] || [ "$PART" = kvzap ]; then
 fi
 # EXCLUDE: tasks at chance with the full cache at this length, left out of the page's values (niah_multikey_2 at 4k).
 if [ "$PART" = together ] && [ -f "$OUT/full/metrics.json" ]; then
-  $K eval leaderboard "$OUT" --out "docs/results/smollm2/leaderboard_$((L / 1024))k" \
+  $K eval leaderboard "$OUT" --out "$BOARD" \
     ${EXCLUDE:+--exclude-tasks "$EXCLUDE"} > /dev/null
 fi
 if [ "$PART" = all ] && [ -f "$OUT/full/metrics.json" ] && [ -f "${OUT}_kvzap/full/metrics.json" ]; then
-  $K eval leaderboard "$OUT" "${OUT}_kvzap" --out "docs/results/smollm2/leaderboard_$((L / 1024))k" > /dev/null
+  $K eval leaderboard "$OUT" "${OUT}_kvzap" --out "$BOARD" > /dev/null
 fi

@@ -193,6 +193,20 @@ TEST(Cli, EvalTasksPrintsAccuracyLast) {
     const double acc = std::stod(last.substr(9));
     EXPECT_GE(acc, 0.0);
     EXPECT_LE(acc, 1.0);
+    // A model without a chat template is prompted raw by default; chat is refused for it.
+    EXPECT_NE(r.out.find(" format=raw "), std::string::npos) << r.out;
+    expect_clean_failure("eval-tasks -m " + kModel + " --task niah_single --length 400 -n 2 --format chat",
+                         "has no chat template (tokenizer.chat_template); use --format raw");
+    expect_clean_failure("eval ruler -m " + kModel + " --corpus " + kModel + " --format chat", "has no chat template");
+    expect_clean_failure("eval ruler -m " + kModel + " --corpus " + kModel + " --format html", "html");
+    expect_clean_failure("eval sweep --task nll -m " + kModel + " --corpus " + kModel + " --policies knorm --ratios 0.5 --format raw",
+                         "--format applies to --task ruler");
+    {
+        test::TempFile bad(".jsonl");
+        std::ofstream(bad.path()) << "{\"index\": 0}\n";
+        expect_clean_failure("eval kept -m " + kModel + " --examples " + bad.path() + " --policies knorm:ratio=0.5 --out /tmp/x.jsonl",
+                             "line 1 is not an exported example");
+    }
     expect_clean_failure("eval-tasks -m " + kModel + " --task niah_single --length 4096 -n 2", "beyond the model's context");
     expect_clean_failure("eval-tasks -m " + kModel + " --task nosuch -n 2", "unknown task 'nosuch'");
     expect_clean_failure("eval nll -m " + kModel + " --corpus /nonexistent.txt", "cannot open corpus");

@@ -16,6 +16,7 @@
 #include "model/llama_model.h"
 #include "policy/policy.h"
 #include "test_util.h"
+#include "text/chat_template.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
 #include "util/file.h"
@@ -245,6 +246,51 @@ TEST(EvalSweep, RulerCellsRunTogetherAndResumeFromTheirPartialFiles) {
     } catch (const Error& e) {
         EXPECT_NE(std::string(e.what()).find("seed"), std::string::npos) << e.what();
     }
+    std::filesystem::remove_all(base);
+}
+
+TEST(EvalSweep, CellsOfAnotherPromptFormatAreRefusedNamingBoth) {
+    LlamaModel m(test::model_path("stories260K.gguf"));
+    const auto tok = Tokenizer::from_gguf(m.file());
+    const auto base = std::filesystem::temp_directory_path() / ("kvsieve_format_sweep_" + std::to_string(::getpid()));
+    SweepOptions raw = knorm_h2o_ruler_sweep({"niah_single_1"});
+    raw.policies = {"knorm"};
+    raw.ruler.samples = 1;
+    raw.out_dir = (base / "finished").string();
+    run_ruler_sweep(m, *tok, kText, raw);
+    SweepOptions chat = raw;
+    chat.ruler.format = RulerFormat::kChat;
+    chat.ruler.chat_template = chat_template_defaults(ChatTemplateKind::kChatML);
+    auto refused = [&](const SweepOptions& o, const std::vector<std::string>& named) {
+        try {
+            run_ruler_sweep(m, *tok, kText, o);
+            ADD_FAILURE() << "cells of the other format were resumed";
+        } catch (const Error& e) {
+            for (const auto& n : named) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
+        }
+    };
+    // Finished cells (metrics.json) and partial files of the other format.
+    refused(chat, {"--format raw", "--format chat"});
+    const std::string spec = "knorm:ratio=0.5";
+    RulerSample first;
+    first.task = "niah_single_1";
+    first.length = 300;
+    first.index = 0;
+    first.prediction = "kept from before";
+    first.answers = {"0"};
+    chat.out_dir = (base / "partial").string();
+    append_ruler_partial((base / "partial" / "knorm_ratio_0.5").string(),
+                         ruler_cell_settings(spec, raw.ruler, raw.model_path, raw.corpus_path), first);
+    refused(chat, {"format = \"raw\"", "this run has \"chat\""});
+    // A partial file from before the format was recorded was made raw: a raw sweep resumes it.
+    raw.out_dir = (base / "old").string();
+    nlohmann::json old = ruler_cell_settings(spec, raw.ruler, raw.model_path, raw.corpus_path);
+    old.erase("format");
+    append_ruler_partial((base / "old" / "knorm_ratio_0.5").string(), old, first);
+    run_ruler_sweep(m, *tok, kText, raw);
+    EXPECT_NE(read_whole_file((base / "old" / "knorm_ratio_0.5" / "predictions.csv").string(), "cell output")
+                  .find("kept from before"),
+              std::string::npos);
     std::filesystem::remove_all(base);
 }
 

@@ -19,7 +19,7 @@ namespace fs = std::filesystem;
 
 /// A RULER cell with the given per-sample scores (0/1).
 void cell(const fs::path& dir, const std::string& name, const std::string& policy, double compression,
-          const std::vector<int>& scores, bool query_aware) {
+          const std::vector<int>& scores, bool query_aware, const std::string& format = "") {
     fs::create_directories(dir / name);
     std::ofstream(dir / name / "config.yaml") << "task: ruler\npolicy: \"" << policy << "\"\nmodel: \"models/m.gguf\"\n";
     double mean = 0;
@@ -32,7 +32,37 @@ void cell(const fs::path& dir, const std::string& name, const std::string& polic
     std::ofstream(dir / name / "metrics.json") << "{\"policy\": \"" << policy << "\", \"score\": " << 100 * mean
                                                 << ", \"compression_ratio\": " << compression << ", \"density\": "
                                                 << 1 - compression << ", \"samples\": " << scores.size()
-                                                << ", \"query_aware\": " << (query_aware ? "true" : "false") << "}\n";
+                                                << ", \"query_aware\": " << (query_aware ? "true" : "false")
+                                                << (format.empty() ? "" : ", \"format\": \"" + format + "\"") << "}\n";
+}
+
+TEST(Leaderboard, RawAndChatPromptsGetTablesOfTheirOwn) {
+    test::TempFile root("_board_formats");
+    // Sweep a: written before the format was recorded (raw); sweep b: chat prompts, other scores.
+    const fs::path a = fs::path(root.path()) / "a", b = fs::path(root.path()) / "b";
+    cell(a, "full", "full", 0.0, {1, 1, 1, 1}, false);
+    cell(a, "snapkv_ratio_0.5", "snapkv:ratio=0.5", 0.5, {1, 1, 0, 0}, false);
+    cell(b, "full", "full", 0.0, {1, 1, 1, 0}, false, "chat");
+    cell(b, "snapkv_ratio_0.5", "snapkv:ratio=0.5", 0.5, {1, 0, 0, 0}, false, "chat");
+    const auto rows = collect_leaderboard({a.string(), b.string()});
+    ASSERT_EQ(rows.size(), 4u);
+    for (const auto& r : rows) EXPECT_EQ(r.format, r.sweep == "a" ? "raw" : "chat") << r.sweep;
+    const std::string md = write_leaderboard(rows, (fs::path(root.path()) / "out").string());
+    const size_t raw = md.find("## m.gguf — ruler, query-agnostic, raw prompts\n");
+    const size_t chat = md.find("## m.gguf — ruler, query-agnostic, chat prompts\n");
+    ASSERT_NE(raw, std::string::npos) << md;
+    ASSERT_NE(chat, std::string::npos) << md;
+    // Each table holds its own sweep's cells, each Δ against its own full cache: raw 50 − 100, chat 25 − 75.
+    const std::string chat_table = md.substr(chat, raw > chat ? raw - chat : std::string::npos);
+    const std::string raw_table = md.substr(raw, chat > raw ? chat - raw : std::string::npos);
+    EXPECT_NE(raw_table.find("| snapkv | `snapkv:ratio=0.5` | 0.500 | 0.500 | 50.00 ± "), std::string::npos) << md;
+    EXPECT_NE(raw_table.find("| -50.00 ± "), std::string::npos) << md;
+    EXPECT_EQ(raw_table.find("25.00"), std::string::npos) << md;
+    EXPECT_NE(chat_table.find("| snapkv | `snapkv:ratio=0.5` | 0.500 | 0.500 | 25.00 ± "), std::string::npos) << md;
+    EXPECT_NE(chat_table.find("| -50.00 ± "), std::string::npos) << md;
+    EXPECT_EQ(chat_table.find("| full (a) |"), std::string::npos) << md;
+    EXPECT_TRUE(fs::exists(fs::path(root.path()) / "out" / "score_vs_compression_m.gguf.dat"));
+    EXPECT_TRUE(fs::exists(fs::path(root.path()) / "out" / "score_vs_compression_m.gguf_chat.dat"));
 }
 
 TEST(Leaderboard, TablesWithIntervalsAndTheNinetyFivePercentLine) {

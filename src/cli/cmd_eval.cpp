@@ -7,10 +7,12 @@
 #include <fstream>
 #include <sstream>
 
+#include "cache/kv_pool.h"
 #include "cli/commands.h"
 #include "util/file.h"
 #include "eval/fidelity.h"
 #include "eval/head_density.h"
+#include "eval/kept_positions.h"
 #include "eval/retrieval_heads.h"
 #include "eval/leaderboard.h"
 #include "eval/nll.h"
@@ -21,6 +23,7 @@
 #include "kernels/parallel.h"
 #include "model/llama_model.h"
 #include "policy/policy.h"
+#include "text/chat_template.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
 
@@ -70,6 +73,33 @@ struct EvalCommon {
         return read_whole_file(corpus, "corpus");  // throws on an unreadable or empty file
     }
 };
+
+/// The --format option of the commands that build RULER prompts: chat, raw, or empty for the model's default.
+void add_format_option(CLI::App* cmd, std::string& format) {
+    cmd->add_option("--format", format,
+                    "RULER prompt format: chat (kvpress's: the context inside the model's chat template, then the "
+                    "question after the end of the user turn) or raw (context and question as plain text); default: "
+                    "chat for a model with a chat template, raw otherwise")
+        ->check(CLI::IsMember({"chat", "raw"}));
+}
+
+/// Sets o.format and o.chat_template from --format (empty: chat when the GGUF has tokenizer.chat_template, else
+/// raw). Throws Error for chat on a model without a template, or a template kvsieve does not render.
+void apply_format(const std::string& flag, const LlamaModel& m, const Tokenizer& tok, const std::string& model_path,
+                  RulerOptions& o) {
+    const bool has_template = m.file().has("tokenizer.chat_template");
+    const RulerFormat f = flag.empty() ? (has_template ? RulerFormat::kChat : RulerFormat::kRaw) : parse_ruler_format(flag);
+    o.format = f;
+    if (f == RulerFormat::kRaw) return;
+    require(has_template, "--format chat: ", model_path,
+            " has no chat template (tokenizer.chat_template); use --format raw");
+    try {
+        o.chat_template = chat_template_for_model(m.file(), tok.vocab(), "");
+    } catch (const Error& e) {
+        fail("--format chat", flag.empty() ? " (the default for a model with a chat template)" : "", ": ", e.what(),
+             "; or use --format raw");
+    }
+}
 
 std::vector<std::string> split_names(const std::string& s) {
     std::vector<std::string> v;
@@ -148,7 +178,13 @@ void add_eval(CLI::App& app) {
                       "decode-time variant: after the context the model generates this many tokens of its own (decode "
                       "steps, where fixed-budget policies evict) before the question comes")
         ->capture_default_str();
-    ruler->callback([c3, rpolicy, rtasks, rlengths, rqa, rpre] {
+    auto rformat = std::make_shared<std::string>();
+    add_format_option(ruler, *rformat);
+    auto rexport = std::make_shared<std::string>();
+    ruler->add_option("--export-jsonl", *rexport,
+                      "write the examples (context, question, answer prefix, answers and the prompt ids in --format) "
+                      "to this JSON Lines file and stop, running no policy");
+    ruler->callback([c3, rpolicy, rtasks, rlengths, rqa, rpre, rformat, rexport] {
         set_num_threads(c3->threads);
         RulerOptions o;
         o.tasks = split_names(*rtasks);
@@ -165,12 +201,19 @@ void add_eval(CLI::App& app) {
         const std::string text = c3->read_corpus();
         LlamaModel m(c3->model);
         const auto tok = Tokenizer::from_gguf(m.file());
+        apply_format(*rformat, m, *tok, c3->model, o);
+        if (!rexport->empty()) {
+            export_ruler_examples(*rexport, m, *tok, text, o);
+            std::fprintf(stderr, "wrote %s (%s format)\n", rexport->c_str(), ruler_format_name(o.format).c_str());
+            return;
+        }
         const RulerResult r = run_ruler(m, *tok, text, *rpolicy, o);
         write_ruler_cell(c3->out, r, o, c3->model, c3->corpus);
         const auto j = r.metrics();
         for (const auto& [k, v] : j["tasks"].items()) std::printf("%-24s %6.1f\n", k.c_str(), v.get<double>());
-        std::printf("policy=%s score=%.2f density=%.4f compression_ratio=%.4f\n", rpolicy->c_str(), r.score(),
-                    j["density"].get<double>(), j["compression_ratio"].get<double>());
+        std::printf("policy=%s format=%s score=%.2f density=%.4f compression_ratio=%.4f\n", rpolicy->c_str(),
+                    ruler_format_name(o.format).c_str(), r.score(), j["density"].get<double>(),
+                    j["compression_ratio"].get<double>());
     });
 
     auto* dens = eval->add_subcommand("density", "per-head density map of a policy (heatmap) and the hybrid local/global layouts it suggests");
@@ -213,6 +256,71 @@ void add_eval(CLI::App& app) {
                        .c_str(),
                    stdout);
         std::fprintf(stderr, "wrote %s/retrieval_heads.{md,json,png} and %s/policy.txt\n", c5->out.c_str(), c5->out.c_str());
+    });
+
+    auto* kept = eval->add_subcommand("kept", "per (layer, KV head): the positions and scores a policy keeps after "
+                                               "prefilling each exported RULER context (eval ruler --export-jsonl)");
+    struct KeptOpts {
+        std::string model, examples, policies, out, kv_type = "f32";
+        int threads = 0;
+    };
+    auto ko = std::make_shared<KeptOpts>();
+    kept->add_option("-m,--model", ko->model, "GGUF model")->required()->check(CLI::ExistingFile);
+    kept->add_option("--examples", ko->examples, "JSON Lines of eval ruler --export-jsonl (its context_ids are prefilled)")
+        ->required()
+        ->check(CLI::ExistingFile);
+    kept->add_option("--policies", ko->policies, "policy specs separated by ';', e.g. 'snapkv:ratio=0.5;snapkv:ratio=0'")
+        ->required();
+    kept->add_option("--out", ko->out, "output JSON Lines: one object per example and policy (index, policy, "
+                                       "n_tokens, heads: [{layer, head, positions, scores}])")
+        ->required();
+    kept->add_option("--kv-type", ko->kv_type, "f32, f16 or bf16")->capture_default_str();
+    kept->add_option("-t,--threads", ko->threads, "threads (0: all cores)");
+    kept->callback([ko] {
+        set_num_threads(ko->threads);
+        std::vector<std::string> specs;
+        std::stringstream ss(ko->policies);
+        for (std::string p; std::getline(ss, p, ';');)
+            if (!p.empty()) specs.push_back(p);
+        require(!specs.empty(), "--policies names no policy");
+        for (const auto& sp : specs) parse_policy(sp);  // bad specs fail before the model loads
+        parse_kv_type(ko->kv_type);
+        std::vector<std::pair<int64_t, std::vector<int32_t>>> contexts;  // (index, context ids)
+        {
+            std::istringstream in(read_whole_file(ko->examples, "examples"));
+            int64_t line_no = 0;
+            for (std::string line; std::getline(in, line);) {
+                ++line_no;
+                if (line.empty()) continue;
+                const auto j = nlohmann::json::parse(line, nullptr, false);
+                require(!j.is_discarded() && j.is_object() && j.contains("context_ids") && j.contains("index"),
+                        ko->examples, ": line ", line_no, " is not an exported example (JSON with index and context_ids)");
+                try {
+                    contexts.emplace_back(j.at("index").get<int64_t>(), j.at("context_ids").get<std::vector<int32_t>>());
+                } catch (const nlohmann::json::exception&) {
+                    fail(ko->examples, ": line ", line_no, " has an index or context_ids of the wrong type");
+                }
+            }
+        }
+        require(!contexts.empty(), ko->examples, " holds no examples");
+        LlamaModel m(ko->model);
+        for (const auto& ctx : contexts)
+            for (int32_t id : ctx.second)
+                require(id >= 0 && id < m.config().n_vocab, ko->examples, ": example ", ctx.first, " has token id ", id,
+                        " outside the vocabulary of ", m.config().n_vocab);
+        std::ostringstream out;
+        for (const auto& ctx : contexts)
+            for (const auto& spec : specs) {
+                nlohmann::json heads = nlohmann::json::array();
+                for (const auto& h : kept_after_prefill(m, ctx.second, spec, ko->kv_type))
+                    heads.push_back({{"layer", h.layer}, {"head", h.head}, {"positions", h.positions}, {"scores", h.scores}});
+                out << nlohmann::json{{"index", ctx.first}, {"policy", spec}, {"n_tokens", ctx.second.size()},
+                                      {"heads", heads}}
+                           .dump()
+                    << "\n";
+                std::fprintf(stderr, "example %ld, %s: done\n", static_cast<long>(ctx.first), spec.c_str());
+            }
+        write_text(ko->out, out.str());
     });
 
     auto* board = eval->add_subcommand("leaderboard", "sweep directories → one table per model and a score-vs-compression plot");
@@ -377,11 +485,14 @@ void add_eval(CLI::App& app) {
     CLI::Option* spass_opt = sweep->add_option("--cells-per-pass", *spass,
                       "ruler: unfinished cells run together, sharing each example's prefill (0: all; 1: one at a time)")
         ->capture_default_str();
+    auto sformat = std::make_shared<std::string>();
+    add_format_option(sweep, *sformat);
     auto sshard = std::make_shared<std::string>();
     sweep->add_option("--shard", *sshard,
                       "ruler: K/N runs only the examples e with e mod N = K, so N processes (one per core) share a sweep; "
                       "each keeps its own partial files, and the last to finish writes the cells");
-    sweep->callback([c2, policies, ratios, thresholds, tau_policies, task, stasks, slengths, sqa, spre, spass, spass_opt, sshard] {
+    sweep->callback([c2, policies, ratios, thresholds, tau_policies, task, stasks, slengths, sqa, spre, spass, spass_opt, sshard,
+                     sformat] {
         require(*task == "nll" || *task == "ruler", "sweep task '", *task, "' is not nll or ruler");
         set_num_threads(c2->threads);
         SweepOptions o;
@@ -417,6 +528,7 @@ void add_eval(CLI::App& app) {
         o.ruler.decode_preamble = *spre;
         require(*task == "ruler" || !*sqa, "--query-aware applies to --task ruler");
         require(*task == "ruler" || *spre == 0, "--decode-preamble applies to --task ruler");
+        require(*task == "ruler" || sformat->empty(), "--format applies to --task ruler");
         require(*spass >= 0, "--cells-per-pass must be ≥ 0, got ", *spass);
         require(*task == "ruler" || spass_opt->count() == 0, "--cells-per-pass applies to --task ruler");
         o.cells_per_pass = *spass;
@@ -440,6 +552,7 @@ void add_eval(CLI::App& app) {
         const std::string text = c2->read_corpus();
         LlamaModel m(c2->model);
         const auto tok = Tokenizer::from_gguf(m.file());
+        if (*task == "ruler") apply_format(*sformat, m, *tok, c2->model, o.ruler);
         if (*task == "nll")
             run_nll_sweep(m, *tok, text, o);
         else
@@ -450,7 +563,7 @@ void add_eval(CLI::App& app) {
 void add_eval_tasks(CLI::App& app) {
     auto* cmd = app.add_subcommand("eval-tasks", "accuracy of a model on N held-out generated examples of one task");
     struct Opts {
-        std::string model, task = "niah_single", corpus, policy = "full";
+        std::string model, task = "niah_single", corpus, policy = "full", format;
         int64_t length = 2048, n = 50;
         uint64_t seed = 1000003;  // held out: training data generators use other seeds
         int threads = 0;
@@ -465,6 +578,7 @@ void add_eval_tasks(CLI::App& app) {
     cmd->add_option("--policy", o->policy, "KV policy")->capture_default_str();
     cmd->add_option("--seed", o->seed, "first example seed")->capture_default_str();
     cmd->add_option("-t,--threads", o->threads, "threads (0: all cores)");
+    add_format_option(cmd, o->format);
     cmd->callback([o] {
         set_num_threads(o->threads);
         RulerOptions r;
@@ -475,11 +589,13 @@ void add_eval_tasks(CLI::App& app) {
         const std::string corpus = o->corpus.empty() ? std::string() : read_whole_file(o->corpus, "corpus");
         LlamaModel m(o->model);
         const auto tok = Tokenizer::from_gguf(m.file());
+        apply_format(o->format, m, *tok, o->model, r);
         const RulerResult res = run_ruler(m, *tok, corpus, o->policy, r);
         int correct = 0;
         for (const auto& s : res.samples) correct += s.score >= 1.0;
-        std::printf("task=%s length=%ld n=%ld exact=%d\naccuracy=%.4f\n", canonical_task(o->task).c_str(),
-                    static_cast<long>(o->length), static_cast<long>(o->n), correct, res.score() / 100.0);
+        std::printf("task=%s length=%ld n=%ld format=%s exact=%d\naccuracy=%.4f\n", canonical_task(o->task).c_str(),
+                    static_cast<long>(o->length), static_cast<long>(o->n), ruler_format_name(r.format).c_str(), correct,
+                    res.score() / 100.0);
     });
 }
 

@@ -174,6 +174,7 @@ std::vector<LeaderboardRow> collect_leaderboard(const std::vector<std::string>& 
             r.compression = m.value("compression_ratio", 0.0);
             r.density = m.value("density", 1.0);
             r.query_aware = m.value("query_aware", true);
+            r.format = m.value("format", std::string("raw"));
             const bool ruler = r.task == "ruler";
             const fs::path csv = e.path() / "predictions.csv";
             const auto records = read_csv(csv);
@@ -232,7 +233,13 @@ std::string write_leaderboard(const std::vector<LeaderboardRow>& rows, const std
                               const std::vector<std::string>& exclude_tasks) {
     fs::create_directories(out_dir);
     std::map<std::pair<std::string, std::string>, std::vector<LeaderboardRow>> groups;  // (model, task)
-    for (const auto& r : rows) groups[{r.model, r.task + (r.task == "ruler" ? (r.query_aware ? ", query-aware" : ", query-agnostic") : "")}].push_back(r);
+    // RULER cells are grouped by protocol and prompt format too: scores of raw and chat-format prompts are not
+    // comparable, so each format gets tables (and plots) of its own.
+    for (const auto& r : rows)
+        groups[{r.model, r.task + (r.task == "ruler" ? std::string(r.query_aware ? ", query-aware" : ", query-agnostic") +
+                                                           ", " + r.format + " prompts"
+                                                     : "")}]
+            .push_back(r);
     std::ostringstream md;
     md << "# Leaderboard\n";
     for (auto& group : groups) {
@@ -312,7 +319,8 @@ std::string write_leaderboard(const std::vector<LeaderboardRow>& rows, const std
         }
         // Plot: one curve per method, through its own sweep's full-cache point (sweeps whose full caches differ each
         // start their methods at theirs).
-        const std::string stem = "score_vs_compression_" + key.first + (ruler ? "" : "_nll");
+        const bool chat = ruler && key.second.find(", chat prompts") != std::string::npos;
+        const std::string stem = "score_vs_compression_" + key.first + (ruler ? (chat ? "_chat" : "") : "_nll");
         std::ostringstream dat;
         std::vector<std::string> methods;
         for (const auto& r : g)

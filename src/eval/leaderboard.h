@@ -26,6 +26,8 @@ struct LeaderboardRow {
     double delta_ci95 = 0;
     int64_t samples = 0;
     bool query_aware = false;   ///< RULER protocol (cells written before it was recorded count as query-aware)
+    /// RULER prompt format, "raw" or "chat" (eval/ruler_prompt.h; cells written before it was recorded are raw).
+    std::string format = "raw";
 };
 
 /// Reads every cell (<dir>/<cell>/{config.yaml, metrics.json, predictions.csv}) of the sweep directories. RULER
@@ -36,10 +38,13 @@ struct LeaderboardRow {
 std::vector<LeaderboardRow> collect_leaderboard(const std::vector<std::string>& dirs,
                                                 const std::vector<std::string>& exclude_tasks = {});
 
-/// Writes <out>/leaderboard.md (per model and task: rows sorted by method then compression, value ± 95% interval,
+/// Writes <out>/leaderboard.md (per model and task, RULER tables also per protocol and prompt format, so that raw and
+/// chat-format cells never share a table or a plot; the heading names both, e.g. "ruler, query-agnostic, chat
+/// prompts": rows sorted by method then compression, value ± 95% interval,
 /// Δ vs full ± its paired 95% interval, and for RULER the highest compression ratio at which each method keeps ≥ 95%
 /// of the full score, by the point estimate and by the lower end of the paired interval) and per model
-/// a gnuplot script and PNG (score_vs_compression_<model>.png, if gnuplot is installed). Returns the markdown.
+/// a gnuplot script and PNG (score_vs_compression_<model>.png, with _chat before the extension for chat-format
+/// tables, if gnuplot is installed). Returns the markdown.
 /// `exclude_tasks` (as given to collect_leaderboard) is named under each RULER table.
 std::string write_leaderboard(const std::vector<LeaderboardRow>& rows, const std::string& out_dir,
                               const std::vector<std::string>& exclude_tasks = {});

@@ -47,6 +47,7 @@ nlohmann::json RulerResult::metrics() const {
     j["policy"] = policy;
     j["query_aware"] = query_aware;
     j["decode_preamble"] = decode_preamble;
+    j["format"] = ruler_format_name(format);
     j["score"] = score();
     j["density"] = samples.empty() ? 1.0 : dens / samples.size();
     j["compression_ratio"] = samples.empty() ? 0.0 : comp / samples.size();
@@ -57,9 +58,17 @@ nlohmann::json RulerResult::metrics() const {
 
 namespace {
 
-/// Every example of the run, in generation order (task, then length, then sample), with its length.
-std::vector<std::pair<TaskExample, int64_t>> make_examples(const ModelConfig& c, const Tokenizer& tok,
-                                                           const std::string& corpus, const RulerOptions& o) {
+/// One example of a run: the generated task, its nominal length, its seed and its prompt ids in the run's format.
+struct RunExample {
+    TaskExample ex;
+    int64_t length = 0;
+    uint64_t seed = 0;
+    RulerPromptIds ids;
+};
+
+/// Every example of the run, in generation order (task, then length, then sample).
+std::vector<RunExample> make_examples(const ModelConfig& c, const Tokenizer& tok, const std::string& corpus,
+                                      const RulerOptions& o) {
     require(!o.tasks.empty() && !o.lengths.empty(), "give at least one task and one length");
     require(o.samples >= 1, "--samples must be ≥ 1");
     require(o.decode_preamble >= 0, "--decode-preamble must be ≥ 0, got ", o.decode_preamble);
@@ -71,16 +80,21 @@ std::vector<std::pair<TaskExample, int64_t>> make_examples(const ModelConfig& c,
         tasks.push_back(canonical_task(t));
         check_task_name(tasks.back());
     }
-    std::vector<std::pair<TaskExample, int64_t>> examples;
+    std::vector<RunExample> examples;
     for (const auto& t : tasks)
         for (int64_t len : o.lengths)
             for (int64_t i = 0; i < o.samples; ++i) {
-                TaskExample ex = make_task_example(t, len, tok, corpus, o.seed + static_cast<uint64_t>(i));
-                const int64_t need = ex.input_tokens + 1 + o.decode_preamble + ex.max_new_tokens;
+                RunExample r;
+                r.seed = o.seed + static_cast<uint64_t>(i);
+                r.ex = make_task_example(t, len, tok, corpus, r.seed);
+                r.length = len;
+                r.ids = ruler_prompt_ids(tok, r.ex, o.format, o.chat_template);
+                const int64_t need = static_cast<int64_t>(r.ids.context.size() + r.ids.question.size()) +
+                                     o.decode_preamble + r.ex.max_new_tokens;
                 require(need <= c.n_ctx_train, "task ", t, " at length ", len, " needs ", need,
-                        " positions (input, BOS, decode preamble and answer), beyond the model's context of ",
-                        c.n_ctx_train);
-                examples.emplace_back(std::move(ex), len);
+                        " positions (", ruler_format_name(o.format),
+                        " prompt, decode preamble and answer), beyond the model's context of ", c.n_ctx_train);
+                examples.push_back(std::move(r));
             }
     return examples;
 }
@@ -110,12 +124,20 @@ int32_t argmax_not_eog(const std::vector<float>& logits, const Tokenizer& tok) {
 
 /// Runs one example under every policy in `policies` together; one sample per policy.
 std::vector<RulerSample> run_example(const LlamaModel& model, const Tokenizer& tok, const std::vector<const Policy*>& policies,
-                                     const TaskExample& ex, const RulerOptions& o, const std::shared_ptr<KVPool>& pool) {
+                                     const RunExample& run, const RulerOptions& o, const std::shared_ptr<KVPool>& pool) {
     const ModelConfig& c = model.config();
     const size_t N = policies.size();
-    // Query-aware: one prompt. Query-agnostic: the context (BOS first), compressed, then the question.
-    const std::vector<int32_t> ids = tok.encode(o.query_aware ? ex.input : ex.context(), true, false);
-    const std::vector<int32_t> question = o.query_aware ? std::vector<int32_t>{} : tok.encode(ex.question, false, false);
+    const TaskExample& ex = run.ex;
+    // Query-aware: one prompt. Query-agnostic: the context, compressed, then the question.
+    std::vector<int32_t> ids = run.ids.context;
+    std::vector<int32_t> question = run.ids.question;
+    if (o.query_aware) {
+        if (o.format == RulerFormat::kRaw)
+            ids = tok.encode(ex.input, true, false);  // one text, as before the formats existed
+        else
+            ids.insert(ids.end(), question.begin(), question.end());
+        question.clear();
+    }
     const int64_t n_in = static_cast<int64_t>(ids.size() + question.size());
     // Room for the answer, and for KVzip's reconstruction prompt if the policy replays the context.
     const int64_t n_ctx = 2 * n_in + o.decode_preamble + ex.max_new_tokens + 64;
@@ -211,9 +233,9 @@ std::vector<RulerResult> run_ruler_cells(const LlamaModel& model, const Tokenize
             require(smp.index >= 0 && smp.index < static_cast<int64_t>(n_ex), "ruler: a sample made for ", specs[i],
                     " is example ", smp.index, ", beyond the ", n_ex, " examples of this run");
             const auto& ex = examples[static_cast<size_t>(smp.index)];
-            require(smp.task == ex.first.task && smp.length == ex.second, "ruler: the samples already made for ", specs[i],
+            require(smp.task == ex.ex.task && smp.length == ex.length, "ruler: the samples already made for ", specs[i],
                     " are not this run's examples (sample ", smp.index, " is ", smp.task, "@", smp.length, ", the run's is ",
-                    ex.first.task, "@", ex.second, ")");
+                    ex.ex.task, "@", ex.length, ")");
             if (have[i][static_cast<size_t>(smp.index)]) continue;  // made twice (two runs over one example): the first
             have[i][static_cast<size_t>(smp.index)] = 1;
             kept.push_back(std::move(smp));
@@ -222,6 +244,7 @@ std::vector<RulerResult> run_ruler_cells(const LlamaModel& model, const Tokenize
         r.policy = specs[i];
         r.query_aware = o.query_aware;
         r.decode_preamble = o.decode_preamble;
+        r.format = o.format;
     }
     // This shard's examples: e ≡ shard (mod shards).
     std::vector<size_t> mine;
@@ -247,9 +270,9 @@ std::vector<RulerResult> run_ruler_cells(const LlamaModel& model, const Tokenize
                 ps.push_back(&policies[i]);
             }
         if (active.empty()) continue;
-        std::vector<RulerSample> got = run_example(model, tok, ps, examples[e].first, o, pool);
+        std::vector<RulerSample> got = run_example(model, tok, ps, examples[e], o, pool);
         for (size_t a = 0; a < active.size(); ++a) {
-            got[a].length = examples[e].second;
+            got[a].length = examples[e].length;
             got[a].index = static_cast<int64_t>(e);
             if (on_sample) on_sample(active[a], got[a]);
             have[active[a]][e] = 1;
@@ -299,6 +322,30 @@ RulerSample RulerSample::from_json(const nlohmann::json& j) {
     return s;
 }
 
+void export_ruler_examples(const std::string& path, const LlamaModel& model, const Tokenizer& tok,
+                           const std::string& corpus, const RulerOptions& o) {
+    const auto examples = make_examples(model.config(), tok, corpus, o);
+    std::ostringstream out;
+    const auto replace = nlohmann::json::error_handler_t::replace;
+    for (size_t e = 0; e < examples.size(); ++e) {
+        const RunExample& r = examples[e];
+        const nlohmann::json j = {{"index", e},
+                                  {"task", r.ex.task},
+                                  {"length", r.length},
+                                  {"seed", r.seed},
+                                  {"context", r.ex.context()},
+                                  {"question", r.ex.question_only()},
+                                  {"answer_prefix", r.ex.answer_prefix},
+                                  {"answers", r.ex.answers},
+                                  {"max_new_tokens", r.ex.max_new_tokens},
+                                  {"format", ruler_format_name(o.format)},
+                                  {"context_ids", r.ids.context},
+                                  {"question_ids", r.ids.question}};
+        out << j.dump(-1, ' ', false, replace) << "\n";
+    }
+    write_text(path, out.str());
+}
+
 nlohmann::json ruler_cell_settings(const std::string& spec, const RulerOptions& o, const std::string& model_path,
                                    const std::string& corpus_path) {
     return {{"policy", spec},
@@ -306,6 +353,7 @@ nlohmann::json ruler_cell_settings(const std::string& spec, const RulerOptions& 
             {"corpus", corpus_path},
             {"query_aware", o.query_aware},
             {"decode_preamble", o.decode_preamble},
+            {"format", ruler_format_name(o.format)},
             {"tasks", o.tasks},
             {"lengths", o.lengths},
             {"samples", o.samples},
@@ -359,6 +407,8 @@ std::vector<RulerSample> read_partial_file(const std::filesystem::path& p, const
             damaged_tail = true;
         }
     }
+    // A file from before the prompt format was recorded was made raw.
+    if (!lines.empty() && head.is_object() && !head.contains("format")) head["format"] = ruler_format_name(RulerFormat::kRaw);
     if (!lines.empty())
         for (const auto& item : settings.items())
             require(head.contains(item.key()) && head.at(item.key()) == item.value(), p.string(), " was made with ",
@@ -454,6 +504,7 @@ void write_ruler_cell(const std::string& dir, const RulerResult& r, const RulerO
     std::ofstream y(fs::path(dir) / "config.yaml");
     y << "task: ruler\npolicy: \"" << r.policy << "\"\nmodel: \"" << model_path << "\"\ncorpus: \"" << corpus_path
       << "\"\nquery_aware: " << (o.query_aware ? "true" : "false") << "\ndecode_preamble: " << o.decode_preamble
+      << "\nformat: " << ruler_format_name(o.format)
       << "\nsamples: " << o.samples << "\nseed: " << o.seed << "\nkv_type: " << o.kv_type << "\ntasks: [";
     for (size_t i = 0; i < o.tasks.size(); ++i) y << (i ? ", " : "") << o.tasks[i];
     y << "]\nlengths: [";

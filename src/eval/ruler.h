@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "eval/ruler_prompt.h"
+
 namespace kvsieve {
 
 class LlamaModel;
@@ -28,6 +30,10 @@ struct RulerOptions {
     /// own (greedy, never an end-of-generation token) as decode steps — so a policy that evicts at decode time
     /// (a fixed budget) must keep the needle through a long generation — and only then gets the question. 0: none.
     int64_t decode_preamble = 0;
+    /// How examples become token ids (eval/ruler_prompt.h): raw text (default) or kvpress's chat format with
+    /// `chat_template` (the model's: chat_template_for_model).
+    RulerFormat format = RulerFormat::kRaw;
+    ChatTemplate chat_template;
     bool progress = true;
     /// Runs only the examples e with e mod shards = shard (0 ≤ shard < shards), so that several processes share a
     /// run's examples (eval sweep --shard K/N); each keeps its samples in a partial file of its own.
@@ -51,8 +57,10 @@ struct RulerResult {
     std::string policy;
     bool query_aware = false;
     int64_t decode_preamble = 0;
+    RulerFormat format = RulerFormat::kRaw;
     std::vector<RulerSample> samples;
-    /// Mean score ×100 per "task@length" and overall, mean density and compression ratio.
+    /// Mean score ×100 per "task@length" and overall, mean density and compression ratio, and the protocol
+    /// (policy, query_aware, decode_preamble, format: "raw" or "chat").
     nlohmann::json metrics() const;
     double score() const;  ///< overall mean ×100
 };
@@ -86,8 +94,16 @@ std::vector<RulerResult> run_ruler_cells(const LlamaModel& model, const Tokenize
                                          const std::vector<std::string>& specs, const RulerOptions& o,
                                          std::vector<RulerResult> done = {}, const RulerSampleFn& on_sample = {});
 
-/// The settings a cell's samples depend on (policy, model, corpus, protocol, tasks, lengths, samples, seed, KV type,
-/// prefill chunk), as recorded in its partial file.
+/// Writes every example of a run (the ones run_ruler makes for o, in the same order) to a JSON Lines file, one
+/// object per line: index, task, length, seed, context, question (without its answer prefix), answer_prefix,
+/// answers, max_new_tokens, format, and context_ids / question_ids, the prompt ids in o.format. The text fields are
+/// what kvpress's RULER data calls context, question and answer_prefix. Throws Error as run_ruler does before any
+/// work, or if the file cannot be written.
+void export_ruler_examples(const std::string& path, const LlamaModel& model, const Tokenizer& tok,
+                           const std::string& corpus, const RulerOptions& o);
+
+/// The settings a cell's samples depend on (policy, model, corpus, protocol, prompt format, tasks, lengths, samples,
+/// seed, KV type, prefill chunk), as recorded in its partial file.
 nlohmann::json ruler_cell_settings(const std::string& spec, const RulerOptions& o, const std::string& model_path,
                                    const std::string& corpus_path);
 /// The partial file of a shard: partial.jsonl for an unsharded run (shards = 1), partial.shard<K>of<N>.jsonl for
@@ -97,7 +113,8 @@ std::string ruler_partial_name(int shard, int shards);
 /// the settings on its first line and one sample per line after; a last line cut short by an interrupted write, one
 /// without its newline included, is dropped, from the file too), sorted by example index, an example found in two
 /// files once (from the first); none if there is no such file. Throws Error naming
-/// the file and key when a file's settings differ from `settings`, or for a damaged line before the last.
+/// the file and key when a file's settings differ from `settings` (a file without "format" was made raw, before
+/// the format was recorded), or for a damaged line before the last.
 std::vector<RulerSample> read_ruler_partial(const std::string& dir, const nlohmann::json& settings);
 /// Appends one sample to dir's partial file of the shard (ruler_partial_name; created with `settings` as its first
 /// line), flushed at once; bytes of the prediction that are not UTF-8 (an answer cut off inside a character) are
@@ -107,7 +124,8 @@ void append_ruler_partial(const std::string& dir, const nlohmann::json& settings
 /// Removes every partial file of dir (once the cell's metrics are written).
 void remove_ruler_partials(const std::string& dir);
 
-/// Writes predictions.csv, metrics.json and config.yaml of one result into dir (created).
+/// Writes predictions.csv, metrics.json and config.yaml of one result into dir (created); both record the prompt
+/// format ("format: chat" / "raw").
 void write_ruler_cell(const std::string& dir, const RulerResult& r, const RulerOptions& o, const std::string& model_path,
                       const std::string& corpus_path);
 

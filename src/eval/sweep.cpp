@@ -236,6 +236,11 @@ void run_ruler_sweep(const LlamaModel& model, const Tokenizer& tok, const std::s
         const int64_t got = m.value("samples", int64_t{-1});
         require(got == static_cast<int64_t>(want), "sweep: cell ", dir.string(), " holds ", got, " samples; this sweep makes ", want,
                 " (tasks × lengths × samples; use another --out)");
+        // Cells written before the prompt format was recorded were raw.
+        const std::string fmt = m.value("format", std::string("raw"));
+        const std::string want_fmt = ruler_format_name(o.ruler.format);
+        require(fmt == want_fmt, "sweep: cell ", dir.string(), " was made with --format ", fmt, "; this sweep has --format ",
+                want_fmt, " (use another --out, or --format ", fmt, " to resume it)");
         const int64_t pre = m.value("decode_preamble", int64_t{0});
         require(pre == o.ruler.decode_preamble, "sweep: cell ", dir.string(), " was made with --decode-preamble ", pre,
                 "; this sweep has ", o.ruler.decode_preamble, " (use another --out)");

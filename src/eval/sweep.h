@@ -42,7 +42,8 @@ void run_nll_sweep(const LlamaModel& model, const Tokenizer& tok, const std::str
 /// The same for RULER-style tasks: metrics.json has score (0–100), compression_ratio, density and per-task
 /// scores; <out>/summary.md and <out>/score_vs_compression.png. The unfinished cells run together
 /// (o.cells_per_pass); an interrupted run resumes each cell from the samples in its <cell>/partial.jsonl, which is
-/// removed once the cell's metrics are written. With o.ruler.shards > 1 the run makes only its shard's examples
+/// removed once the cell's metrics are written. A finished cell or partial file made with another prompt format
+/// (o.ruler.format; raw where none is recorded) is refused with an Error naming both formats. With o.ruler.shards > 1 the run makes only its shard's examples
 /// (one process per core, each with its own partial files, read_ruler_partial reads them all); a cell is written
 /// by the run that finds every example made, and the summary only once every cell is (a run that leaves cells to
 /// the other shards says so and writes none).

@@ -374,6 +374,17 @@ std::string variable_tracking_question(const std::string& value, int count) {
            std::to_string(count) + " variables are assigned the value " + value + ", they are:";
 }
 
+namespace {
+/// The answer prefix of a question (TaskExample::answer_prefix): from its last " Answer:", else from the space
+/// after its last "?", else empty.
+std::string answer_prefix_of(const std::string& question) {
+    const size_t a = question.rfind(" Answer:");
+    if (a != std::string::npos) return question.substr(a);
+    const size_t q = question.rfind("? ");
+    return q == std::string::npos ? std::string() : question.substr(q + 1);
+}
+}  // namespace
+
 TaskExample make_task_example(const std::string& task, int64_t length, const Tokenizer& tok, const std::string& corpus,
                               uint64_t seed) {
     check_task_name(task);
@@ -389,16 +400,25 @@ TaskExample make_task_example(const std::string& task, int64_t length, const Tok
         {"niah_multivalue", {false, false, 1, 4, 1, false, false}},
         {"niah_multiquery", {false, false, 4, 1, 4, false, false}},
     };
+    TaskExample ex;
     try {
-        if (auto it = niahs.find(task); it != niahs.end()) return niah(task, it->second, length, tok, corpus, rng);
-        if (task == "vt") return variable_tracking(task, 1, length, tok, rng);
-        if (task == "vt_2") return variable_tracking(task, 2, length, tok, rng);
-        if (task == "cwe") return common_words(length, tok, rng);
-        if (task == "fwe") return frequent_words(length, tok, rng);
-        return question_answering(length, tok, corpus, rng);
+        if (auto it = niahs.find(task); it != niahs.end())
+            ex = niah(task, it->second, length, tok, corpus, rng);
+        else if (task == "vt")
+            ex = variable_tracking(task, 1, length, tok, rng);
+        else if (task == "vt_2")
+            ex = variable_tracking(task, 2, length, tok, rng);
+        else if (task == "cwe")
+            ex = common_words(length, tok, rng);
+        else if (task == "fwe")
+            ex = frequent_words(length, tok, rng);
+        else
+            ex = question_answering(length, tok, corpus, rng);
     } catch (const Error& e) {
         fail("task ", task, ": ", e.what());
     }
+    ex.answer_prefix = answer_prefix_of(ex.question);
+    return ex;
 }
 
 double string_match_all(const std::string& prediction, const std::vector<std::string>& answers) {

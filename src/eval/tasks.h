@@ -15,11 +15,18 @@ struct TaskExample {
     std::string task;
     std::string input;                 ///< prompt text, ending with the answer prefix: context() + question
     std::string question;              ///< the input's tail after the context: the question and the answer prefix
+    /// The question's tail that starts the model's answer (RULER's answer_prefix, e.g. " Answer: The top 10 words
+    /// that appear most often in the list are:"): from the last " Answer:" of the question, else from the space
+    /// after its last "?" (the NIAH tasks' " The special magic … are"); kvpress's chat format puts the end of the
+    /// user turn and the assistant's opening between the rest of the question and this.
+    std::string answer_prefix;
     std::vector<std::string> answers;  ///< every string expected in the completion
     int64_t input_tokens = 0;          ///< tokens of input (BOS excluded)
     int64_t max_new_tokens = 0;        ///< tokens to generate
     /// The input without the question (the document a query-agnostic policy compresses before it sees the question).
     std::string context() const { return input.substr(0, input.size() - question.size()); }
+    /// The question without its answer prefix (what kvpress's RULER data calls the question).
+    std::string question_only() const { return question.substr(0, question.size() - answer_prefix.size()); }
 };
 
 /// Names of the tasks: niah_single_1/2/3, niah_multikey_1/2/3, niah_multivalue, niah_multiquery, vt, vt_2 (two

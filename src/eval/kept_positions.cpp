@@ -1,0 +1,49 @@
+#include "eval/kept_positions.h"
+
+#include <algorithm>
+#include <memory>
+
+#include "cache/kv_cache.h"
+#include "cache/kv_pool.h"
+#include "model/llama_model.h"
+#include "policy/policy.h"
+#include "util/error.h"
+
+namespace kvsieve {
+
+std::vector<HeadKept> kept_after_prefill(const LlamaModel& model, const std::vector<int32_t>& ids,
+                                         const std::string& policy_spec, const std::string& kv_type) {
+    const ModelConfig& c = model.config();
+    require(!ids.empty(), "kept positions: the prompt is empty");
+    require(static_cast<int64_t>(ids.size()) <= c.n_ctx_train, "kept positions: a prompt of ", ids.size(),
+            " tokens is beyond the model's context of ", c.n_ctx_train);
+    const Policy policy = parse_policy(policy_spec);
+    auto pool = std::make_shared<KVPool>(c.head_dim, parse_kv_type(kv_type));
+    // Room for a policy that replays the context (KVzip's reconstruction prompt).
+    KVCache cache(c, 2 * static_cast<int64_t>(ids.size()) + 64, policy, pool);
+    std::vector<float> logits;
+    model.forward(ids, cache, logits);
+    cache.end_prefill();
+    std::vector<HeadKept> out;
+    for (int l = 0; l < c.n_layer; ++l)
+        for (int h = 0; h < c.n_head_kv; ++h) {
+            const HeadCache& hc = cache.head(l, h);
+            std::vector<std::pair<int32_t, float>> e;
+            for (int reg = 0; reg < 3; ++reg)
+                for (int64_t i = 0; i < hc.region(reg)->size(); ++i)
+                    e.emplace_back(hc.region(reg)->positions()[static_cast<size_t>(i)],
+                                   hc.region(reg)->scores()[static_cast<size_t>(i)]);
+            std::sort(e.begin(), e.end());
+            HeadKept k;
+            k.layer = l;
+            k.head = h;
+            for (const auto& pe : e) {
+                k.positions.push_back(pe.first);
+                k.scores.push_back(pe.second);
+            }
+            out.push_back(std::move(k));
+        }
+    return out;
+}
+
+}  // namespace kvsieve

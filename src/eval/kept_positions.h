@@ -1,0 +1,27 @@
+#pragma once
+// What a policy keeps after a prompt's prefill, head by head: the positions and scores each (layer, KV head) holds,
+// for comparing kvsieve's decisions with another implementation's (tools/kvpress_crosscheck.py).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kvsieve {
+
+class LlamaModel;
+
+/// The entries one (layer, KV head) holds: positions ascending, each with the score the policy gave it.
+struct HeadKept {
+    int layer = 0, head = 0;
+    std::vector<int32_t> positions;
+    std::vector<float> scores;  ///< scores[i] belongs to positions[i] (the policy's units; higher = kept first)
+};
+
+/// Prefills `ids` (one forward batch, then KVCache::end_prefill: the after-prefill step and the compression rule, as
+/// the query-agnostic RULER protocol does after the context) into a cache of `policy_spec` with KV elements of
+/// `kv_type` ("f32", "f16", "bf16"), and returns every head's entries, layer-major ([L × H_kv], head fastest).
+/// With ratio=0 a scoring policy keeps every position, so its scores are those of the whole prompt. Throws Error
+/// for an empty prompt, one beyond the model's context, a policy spec that does not parse, or an unknown KV type.
+std::vector<HeadKept> kept_after_prefill(const LlamaModel& model, const std::vector<int32_t>& ids,
+                                         const std::string& policy_spec, const std::string& kv_type);
+
+}  // namespace kvsieve
