@@ -11,7 +11,7 @@
 #include "util/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-    static const kvsieve::LlamaModel model(kvsieve::fuzz::source_path("models/stories260K.gguf"));
+    static const kvsieve::LlamaModel model(kvsieve::fuzz::source_path("tests/data/models/stories260K.gguf"));
     static const auto tok = kvsieve::Tokenizer::from_gguf(model.file());
     // The input is the file without its checksum, which is appended here, so that the fuzzer reaches the records.
     std::string bytes(reinterpret_cast<const char*>(data), size);

@@ -12,7 +12,7 @@ struct Tokenizers {
     std::unique_ptr<kvsieve::GGUFFile> a, b;
     std::unique_ptr<kvsieve::Tokenizer> spm, bpe;
     Tokenizers() {
-        a = std::make_unique<kvsieve::GGUFFile>(kvsieve::fuzz::source_path("models/stories260K.gguf"));
+        a = std::make_unique<kvsieve::GGUFFile>(kvsieve::fuzz::source_path("tests/data/models/stories260K.gguf"));
         b = std::make_unique<kvsieve::GGUFFile>(kvsieve::fuzz::source_path("tests/data/models/tiny-qwen3-f32.gguf"));
         spm = kvsieve::Tokenizer::from_gguf(*a);
         bpe = kvsieve::Tokenizer::from_gguf(*b);

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 C=fuzz/corpus
 mkdir -p $C/{gguf,safetensors,tokenizer,policy_spec,chat_template,api_request,cache_file,request_path}
 # GGUF: the first 64 KiB of two bundled models (header, metadata with the vocabulary, tensor infos).
-head -c 65536 models/stories260K.gguf > $C/gguf/seed-stories260K-head.gguf
+head -c 65536 tests/data/models/stories260K.gguf > $C/gguf/seed-stories260K-head.gguf
 head -c 65536 tests/data/models/tiny-qwen3-q4_k_m.gguf > $C/gguf/seed-tiny-qwen3-head.gguf
 # safetensors: two small KVzap checkpoints.
 cp models/kvzap/stories260K-linear/model.safetensors $C/safetensors/seed-kvzap-stories260K.safetensors
@@ -48,7 +48,7 @@ printf '%s' '{"prompt":[0,1,2,99999999],"cache_restore":"../x"}' > $R/seed-bad-i
 # Saved sequences of stories260K under three policies, without their 8-byte checksum (the target appends it).
 tmp=$(mktemp)
 for p in full "h2o:budget=24" "streaming_llm:window=8,sinks=2"; do
-  build/bin/kvsieve generate -m models/stories260K.gguf -p "Once upon a time" -n 12 --temp 0 -q --ids --policy "$p" \
+  build/bin/kvsieve generate -m tests/data/models/stories260K.gguf -p "Once upon a time" -n 12 --temp 0 -q --ids --policy "$p" \
     --save-cache "$tmp" >/dev/null
   head -c -8 "$tmp" > "$C/cache_file/seed-$(printf '%s' "$p" | tr -c 'a-z0-9' '_').kvseq"
 done

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # KVpop results (docs/results/kvpop/<model>). Usage: bash scripts/results-kvpop.sh tiny2k|smollm2
-# Resumable: a trained scorer (models/kvpop/<model>-<kind>/) or a finished fidelity table is skipped, an interrupted
-# training continues from its checkpoint.
+# Resumable: a trained scorer ($SCORERS/<name>-<kind>/: tiny-2k's in tests/data/models/kvpop, where the tests read
+# them, SmolLM2's in models/kvpop) or a finished fidelity table is skipped, an interrupted training continues from its
+# checkpoint.
 #  1. the scorers, scorer-only (the model frozen; configs/kvpop/<model>-kvpop-<kind>.json): the delayed mLSTM (KVpop),
 #     the MLP (KVpop_mlp) and, on tiny2k, the mLSTM read at write (Fig. 5's ablation);
 #  2. decode-heavy fidelity (`eval fidelity`): prompts from the held-out tail of WikiText-2, the full cache's
@@ -17,21 +18,22 @@ cd "$(dirname "$0")/.."
 K=build/bin/kvsieve
 MODEL=${1:-tiny2k}
 case "$MODEL" in
-  tiny2k) M=models/kvsieve-tiny-2k.gguf; PROMPT=${PROMPT:-256}; GEN=${GEN:-1792}; KINDS=${KINDS:-"mlstm mlp mlstm-immediate"}
-          GATES=models/wgkv/tiny2k-lambda0.08; NAME=tiny2k; KVZAP=models/kvzap/kvsieve-tiny-2k-mlp; STATE_ENTRIES= ;;
+  tiny2k) M=tests/data/models/kvsieve-tiny-2k.gguf; PROMPT=${PROMPT:-256}; GEN=${GEN:-1792}; KINDS=${KINDS:-"mlstm mlp mlstm-immediate"}
+          GATES=tests/data/models/wgkv/tiny2k-lambda0.08; NAME=tiny2k; KVZAP=models/kvzap/kvsieve-tiny-2k-mlp; STATE_ENTRIES=
+          SCORERS=tests/data/models/kvpop ;;  # the tests read the tiny-2k scorers
   smollm2) M=models/SmolLM2-135M-Instruct.Q4_1.gguf; PROMPT=${PROMPT:-1024}; GEN=${GEN:-2048}; KINDS=${KINDS:-"mlstm mlp mlstm-immediate"}
            GATES=models/wgkv/smollm2-135m-lambda0.04; NAME=smollm2-135m
            # The mLSTM's state per sequence (3.55 MiB: C, n and the pending queries) in KV entries per head (30 layers ×
            # 3 KV heads × K and V × 64 dims × 2 bytes of F16 = 23 040 bytes per position): the budget it pays for.
-           STATE_ENTRIES=162; KVZAP=models/kvzap/smollm2-135m-mlp
+           STATE_ENTRIES=162; KVZAP=models/kvzap/smollm2-135m-mlp; SCORERS=models/kvpop
            [ -f "$M" ] || bash scripts/get-model.sh ;;
   *) echo "usage: $0 tiny2k|smollm2" >&2; exit 2 ;;
 esac
 bash scripts/need-checkpoint.sh "$GATES" "$KVZAP"  # the admission policies stacked in front of KVpop
 OUT=docs/results/kvpop/$MODEL
-mkdir -p "$OUT" runs models/kvpop
+mkdir -p "$OUT" runs "$SCORERS"
 for kind in $KINDS; do
-  S=models/kvpop/$NAME-$kind
+  S=$SCORERS/$NAME-$kind
   [ -f "$S/model.safetensors" ] && continue
   R=runs/$MODEL-kvpop-$kind
   python3 - "$MODEL" "$kind" "$R" "$S" <<'PY'
@@ -51,13 +53,13 @@ done
 #  2b. the fine-tuning modes (configs/kvpop/<model>-kvpop-{distill,streaming_plus}.json, same data and steps):
 #     KVpop's full distillation (the model fine-tuned to the dense teacher under its scorer's own evictions, with the
 #     scorer) and StreamingLLM+ (fine-tuned under StreamingLLM's mask at the same budget); their models are kept as
-#     F16 in models/kvpop/<name>-{distill,streaming_plus}/model.gguf (tiny2k, committed; SmolLM2's are 270 MB and
+#     F16 in $SCORERS/<name>-{distill,streaming_plus}/model.gguf (SmolLM2's are 270 MB and
 #     rebuilt by this script) and compared with the frozen model's policies against the same full-cache teachers
 #     (`eval fidelity`, POLICY@MODEL), at the two budgets of step 2. They train first: their runs also write the
 #     held-out tail the prompts come from.
 FT_MODES=${FT_MODES:-"distill streaming_plus"}
 for mode in $FT_MODES; do
-  S=models/kvpop/$NAME-$mode
+  S=$SCORERS/$NAME-$mode
   [ -f "$S/model.gguf" ] && continue
   R=runs/$MODEL-kvpop-$mode
   if [ -f "$R/checkpoint.pt" ]; then args=--resume; else args=; fi
@@ -86,13 +88,13 @@ ADMIT="kvzap:model=$KVZAP,tau=-3"
 for pct in 75 88; do
   B=$(budget $pct)
   D=$OUT/fidelity_$pct
-  P="full;kvpop:model=models/kvpop/$NAME-mlstm,budget=$B;kvpop_mlp:model=models/kvpop/$NAME-mlp,budget=$B"
-  [ -f models/kvpop/$NAME-mlstm-immediate/model.safetensors ] && P="$P;kvpop:model=models/kvpop/$NAME-mlstm-immediate,budget=$B"
+  P="full;kvpop:model=$SCORERS/$NAME-mlstm,budget=$B;kvpop_mlp:model=$SCORERS/$NAME-mlp,budget=$B"
+  [ -f $SCORERS/$NAME-mlstm-immediate/model.safetensors ] && P="$P;kvpop:model=$SCORERS/$NAME-mlstm-immediate,budget=$B"
   P="$P;streaming_llm:window=$((B - 4)),sinks=4;tova:budget=$B;h2o:budget=$B"
   if [ "$pct" = 75 ]; then
-    P="$P;wgkv:model=$GATES>kvpop:model=models/kvpop/$NAME-mlstm,budget=$B;wgkv:model=$GATES"
-    P="$P;$ADMIT>kvpop:model=models/kvpop/$NAME-mlstm,budget=$B;$ADMIT,sinks=4,window=128"
-    [ -n "$STATE_ENTRIES" ] && P="$P;kvpop:model=models/kvpop/$NAME-mlstm,budget=$((B - STATE_ENTRIES))"
+    P="$P;wgkv:model=$GATES>kvpop:model=$SCORERS/$NAME-mlstm,budget=$B;wgkv:model=$GATES"
+    P="$P;$ADMIT>kvpop:model=$SCORERS/$NAME-mlstm,budget=$B;$ADMIT,sinks=4,window=128"
+    [ -n "$STATE_ENTRIES" ] && P="$P;kvpop:model=$SCORERS/$NAME-mlstm,budget=$((B - STATE_ENTRIES))"
   fi
   fidelity "$P" "$D"
 done
@@ -100,9 +102,9 @@ for pct in 75 88; do
   B=$(budget $pct)
   D=$OUT/fidelity_finetuned_$pct
   [ -f "$D/fidelity.json" ] && continue
-  [ -f models/kvpop/$NAME-distill/model.gguf ] && [ -f models/kvpop/$NAME-streaming_plus/model.gguf ] || continue
-  DM=models/kvpop/$NAME-distill/model.gguf; SM=models/kvpop/$NAME-streaming_plus/model.gguf
-  P="full;full@$DM;kvpop:model=models/kvpop/$NAME-mlstm,budget=$B;kvpop:model=models/kvpop/$NAME-distill,budget=$B@$DM"
+  [ -f $SCORERS/$NAME-distill/model.gguf ] && [ -f $SCORERS/$NAME-streaming_plus/model.gguf ] || continue
+  DM=$SCORERS/$NAME-distill/model.gguf; SM=$SCORERS/$NAME-streaming_plus/model.gguf
+  P="full;full@$DM;kvpop:model=$SCORERS/$NAME-mlstm,budget=$B;kvpop:model=$SCORERS/$NAME-distill,budget=$B@$DM"
   P="$P;streaming_llm:window=$((B - 4)),sinks=4;streaming_llm:window=$((B - 4)),sinks=4@$SM"
   fidelity "$P" "$D"
 done
@@ -113,7 +115,7 @@ done
 PRE=${PREAMBLE:-512}
 RTASKS=${RULER_TASKS:-niah_single_1}
 for B in 768 384; do
-  P="full;kvpop:model=models/kvpop/$NAME-mlstm,budget=$B;kvpop_mlp:model=models/kvpop/$NAME-mlp,budget=$B"
+  P="full;kvpop:model=$SCORERS/$NAME-mlstm,budget=$B;kvpop_mlp:model=$SCORERS/$NAME-mlp,budget=$B"
   P="$P;streaming_llm:window=$((B - 4)),sinks=4;tova:budget=$B;h2o:budget=$B"
   $K eval sweep --task ruler -m "$M" --corpus ../shared/data/wiki.test.raw --tasks "$RTASKS" --lengths 1024 \
     --samples "${RULER_SAMPLES:-8}" --decode-preamble "$PRE" --format raw --policies "$P" --out "$OUT/ruler_decode_$PRE" \

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Reproduces docs/results/tiny2k_* : the RULER-style table of the classic policies and of KVzap on
-# models/kvsieve-tiny-2k.gguf, at 1k and 2k tokens. About 25 minutes on 2 cores. Sweeps are resumable: rerun
+# tests/data/models/kvsieve-tiny-2k.gguf, at 1k and 2k tokens. About 25 minutes on 2 cores. Sweeps are resumable: rerun
 # to finish an interrupted one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 K=build/bin/kvsieve
-M=models/kvsieve-tiny-2k.gguf
+M=tests/data/models/kvsieve-tiny-2k.gguf
 CORPUS=../shared/data/wiki.test.raw
 TASKS=${TASKS:-niah_single_1,niah_single_2,niah_single_3,niah_multikey_1,niah_multivalue,niah_multiquery,vt,qa}
 SAMPLES=${SAMPLES:-6}

@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 K=build/bin/kvsieve
 OUT=docs/results/wgkv/tiny2k
-M=models/kvsieve-tiny-2k.gguf
+M=tests/data/models/kvsieve-tiny-2k.gguf
 CAL=$(ls runs/wgkv-tiny2k/*/heldout_tinystories_val_sample.txt | head -1)
 RULER="--task ruler --corpus ../shared/data/wiki.test.raw --tasks niah_single_1,niah_multikey_1,vt --lengths 1024,2048 --samples ${SAMPLES:-25}"
 for n in 1 2 4; do
@@ -16,7 +16,7 @@ for n in 1 2 4; do
     $K eval retrieval-heads -q -m "$M" --corpus "$CAL" --length 1024 --samples 4 --window 128 --sinks 4 \
       --global-heads $n --out "$OUT/retrieval_heads_$n"
 done
-W="wgkv:model=models/wgkv/tiny2k-lambda"
+W="wgkv:model=tests/data/models/wgkv/tiny2k-lambda"
 P="full;${W}0.08,window=128;${W}0.32,window=128;${W}1.28,window=128"
 P="$P;streaming_llm:window=128,sinks=4;streaming_llm:window=256,sinks=4;streaming_llm:window=512,sinks=4"
 for n in 1 2 4; do P="$P;$(cat "$OUT/retrieval_heads_$n/policy.txt")"; done

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Trains models/kvsieve-tiny-2k.gguf from scratch with kvsieve's training stack, in fourteen phases (see
-# models/kvsieve-tiny-2k.md): language and task formats, induction on short copy examples, retrieval at
+# Trains tests/data/models/kvsieve-tiny-2k.gguf from scratch with kvsieve's training stack, in fourteen phases (see
+# tests/data/models/kvsieve-tiny-2k.md): language and task formats, induction on short copy examples, retrieval at
 # 512–2304 tokens, then the tasks on short rows with code copying and associative recall, the tasks again
 # at 1k–2.3k tokens, and chain following for variable tracking (attention supervision, short rows then
 # 768–2304 tokens in five phases). About 7 hours on 2 cores. Each phase is resumable: rerun the script
@@ -29,4 +29,4 @@ phase configs/kvsieve-tiny-2k-attnsup-c.json runs/tiny2k-attnsup-c
 phase configs/kvsieve-tiny-2k-attnsup-d.json runs/tiny2k-attnsup-d
 phase configs/kvsieve-tiny-2k-attnsup-e.json runs/tiny2k-attnsup-e
 phase configs/kvsieve-tiny-2k-attnsup-f.json runs/tiny2k-attnsup-f
-$K quantize runs/tiny2k-attnsup-f/final.gguf models/kvsieve-tiny-2k.gguf --type f16
+$K quantize runs/tiny2k-attnsup-f/final.gguf tests/data/models/kvsieve-tiny-2k.gguf --type f16

@@ -17,7 +17,7 @@ namespace kvsieve {
 namespace {
 
 const LlamaModel& tiny2k() {
-    static const LlamaModel m(std::string(KVSIEVE_SOURCE_DIR) + "/models/kvsieve-tiny-2k.gguf");
+    static const LlamaModel m(test::model_path("kvsieve-tiny-2k.gguf"));
     return m;
 }
 
@@ -98,17 +98,17 @@ void check_continuation(const LlamaModel& m, const std::string& spec) {
 }
 
 TEST(CacheFile, RestoredSequenceContinuesBitForBit) {
-    const std::string models = std::string(KVSIEVE_SOURCE_DIR) + "/models/";
     for (const std::string spec : {std::string("full"), std::string("snapkv:ratio=0.5"), std::string("h2o:budget=40"),
                                    std::string("streaming_llm:window=32,sinks=4"),
-                                   "kvzap:model=" + models + "kvzap/kvsieve-tiny-2k-linear,tau=-4,window=32"})
+                                   "kvzap:model=" + std::string(KVSIEVE_SOURCE_DIR) +
+                                       "/models/kvzap/kvsieve-tiny-2k-linear,tau=-4,window=32"})
         check_continuation(tiny2k(), spec);
 }
 
 TEST(CacheFile, KvpopStateIsSavedWithTheCache) {
     // The mLSTM memories, the queries awaiting their delayed readout and the pending scores travel with the file.
-    check_continuation(tiny2k(), "kvpop:model=" + std::string(KVSIEVE_SOURCE_DIR) +
-                                     "/models/kvpop/tiny2k-mlstm,budget=96,window=32,sinks=4");
+    check_continuation(tiny2k(),
+                       "kvpop:model=" + test::model_path("kvpop/tiny2k-mlstm") + ",budget=96,window=32,sinks=4");
 }
 
 TEST(CacheFile, CompressedSequenceSavesSmall) {

@@ -279,7 +279,7 @@ TEST(Cli, EvalFidelityWritesItsReportAndRejectsBadInput) {
                          "--temp must be ≥ 0");
     expect_clean_failure("eval fidelity -m " + kModel + " --corpus " + corpus.path() + " --policies 'full@/nonexistent.gguf'",
                          "model file '/nonexistent.gguf' of 'full@/nonexistent.gguf' does not exist");
-    const std::string other = std::string(KVSIEVE_SOURCE_DIR) + "/models/kvsieve-tiny-2k.gguf";
+    const std::string other = test::model_path("kvsieve-tiny-2k.gguf");
     expect_clean_failure("eval fidelity -m " + kModel + " --corpus " + corpus.path() + " --prompt 32 --gen 8 --samples 1 "
                          "--policies 'full;full@" + other + "'", "does not share the tokenizer of");
 }

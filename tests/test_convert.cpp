@@ -1,5 +1,5 @@
 // llama2.c import: the converted stories260K equals the GGUF that llama.cpp's converter wrote
-// (models/stories260K.gguf, see ../shared/models/README.md) tensor by tensor, and generates the same text.
+// (tests/data/models/stories260K.gguf, see tests/data/README.md) tensor by tensor, and generates the same text.
 #include <gtest/gtest.h>
 
 #include <cstring>

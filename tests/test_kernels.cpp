@@ -638,7 +638,7 @@ TEST(Kernels, TheCliRunsOnABlasCoreTheCpuSupports) {
     const char* own = std::getenv("OPENBLAS_CORETYPE");
     const std::string saved = own ? own : "";
     unsetenv("OPENBLAS_CORETYPE");
-    const auto r = test::run_cli("bench -m " + std::string(KVSIEVE_SOURCE_DIR) + "/models/stories260K.gguf -p 8 -n 2 -r 1 -t 1");
+    const auto r = test::run_cli("bench -m " + test::model_path("stories260K.gguf") + " -p 8 -n 2 -r 1 -t 1");
     if (own != nullptr) setenv("OPENBLAS_CORETYPE", saved.c_str(), 1);
     ASSERT_EQ(r.status, 0) << r.out;
     const size_t at = r.out.find("| BLAS ");

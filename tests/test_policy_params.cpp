@@ -302,8 +302,8 @@ TEST(DeprecatedAliases, AnAliasBuildsTheSamePolicyAsTheNewName) {
         {"expected_attention:n_sink=2", "expected_attention:scored_sinks=2"},
         {"full+quest:budget=32,skip_layers=0", "full+quest:read_budget=32,skip_layers=0"},
     };
-    const std::string kvpop = "kvpop:model=" + std::string(KVSIEVE_SOURCE_DIR) + "/models/kvpop/tiny2k-mlstm";
-    const std::string mlp = "kvpop_mlp:model=" + std::string(KVSIEVE_SOURCE_DIR) + "/models/kvpop/tiny2k-mlp";
+    const std::string kvpop = "kvpop:model=" + test::model_path("kvpop/tiny2k-mlstm");
+    const std::string mlp = "kvpop_mlp:model=" + test::model_path("kvpop/tiny2k-mlp");
     auto with_kvpop = same;
     with_kvpop.push_back({kvpop + ",budget=96,window=32,sinks=4", kvpop + ",capacity=96,window=32,sinks=4"});
     with_kvpop.push_back({mlp + ",budget=300", mlp + ",capacity=300"});
@@ -383,7 +383,7 @@ TEST(DeprecatedAliases, PoliciesListsTheAliases) {
 }
 
 TEST(DeprecatedAliases, PoolFlagAndItsFormerSpellingGiveTheSamePool) {
-    const std::string base = "generate -m " + std::string(KVSIEVE_SOURCE_DIR) + "/models/stories260K.gguf -p hi -n 4 "
+    const std::string base = "generate -m " + test::model_path("stories260K.gguf") + " -p hi -n 4 "
                              "--temp 0 --ids -q -t 1 ";
     // 0.0001 MiB = 104 bytes, less than one page: the error names the pool's size in bytes, whichever flag set it.
     const auto small_new = test::run_cli(base + "--kv-pool-mb 0.0001");
@@ -415,8 +415,16 @@ TEST(DeprecatedAliases, EveryRecordedResultsPolicyStillParses) {
         for (std::string line; std::getline(f, line);) {
             if (line.rfind("policy: \"", 0) != 0) continue;
             std::string spec = line.substr(9, line.size() - 10);
-            for (size_t at = spec.find("model=models/"); at != std::string::npos; at = spec.find("model=models/", at + 1))
-                spec.replace(at, 6, "model=" + root + "/");
+            // A recorded predictor path is relative to the repository root of its run; those the tests read have since
+            // moved into tests/data, whose copy (test::data_dir()) mirrors the root's layout below it.
+            for (size_t at = spec.find("model="); at != std::string::npos; at = spec.find("model=", at + 1)) {
+                const size_t from = at + 6, end = spec.find_first_of(",>;@", from);
+                const std::string rel = spec.substr(from, end == std::string::npos ? std::string::npos : end - from);
+                if (rel.empty() || rel[0] == '/') continue;
+                const std::string bundled = test::data_dir() + "/" + rel;
+                const bool moved = !fs::exists(root + "/" + rel) && fs::exists(bundled);
+                spec.replace(from, rel.size(), moved ? bundled : root + "/" + rel);
+            }
             const std::string err = parse_error(spec);
             if (contains(err, "cannot open") || contains(err, "No such file") || contains(err, "does not exist")) {
                 ++missing_model;  // a predictor the repository does not bundle

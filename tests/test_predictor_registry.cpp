@@ -159,10 +159,10 @@ TEST(PredictorNames, AFolderOfPredictorsAndBadOnesFailAtStart) {
 }
 
 TEST(PredictorNames, KvpopPredictorsResolveForTheirOwnVariant) {
-    const LlamaModel tiny(std::string(KVSIEVE_SOURCE_DIR) + "/models/kvsieve-tiny-2k.gguf");
+    const LlamaModel tiny(test::model_path("kvsieve-tiny-2k.gguf"));
     NamedPredictors preds;
-    preds.add("t-mlstm", std::string(KVSIEVE_SOURCE_DIR) + "/models/kvpop/tiny2k-mlstm");
-    preds.add("t-mlp", std::string(KVSIEVE_SOURCE_DIR) + "/models/kvpop/tiny2k-mlp");
+    preds.add("t-mlstm", test::model_path("kvpop/tiny2k-mlstm"));
+    preds.add("t-mlp", test::model_path("kvpop/tiny2k-mlp"));
     preds.validate(tiny.config());
     EXPECT_EQ(preds.names_text(), "t-mlp (kvpop_mlp), t-mlstm (kvpop)");
     const auto o = preds.parse_options();

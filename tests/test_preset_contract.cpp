@@ -22,12 +22,13 @@
 namespace kvsieve {
 namespace {
 
-const std::string kModels = std::string(KVSIEVE_SOURCE_DIR) + "/models/";
+const std::string kKvzap = std::string(KVSIEVE_SOURCE_DIR) + "/models/kvzap/";
 const std::string kTiny2k = "kvsieve-tiny-2k.gguf";
 const std::string kTiny2kSpkv = "kvsieve-tiny-2k-spkv.gguf";
 
 /// A valid spec of each preset and selection: sizes that make it drop entries of a ~400-token prompt, the model it
-/// runs on (under models/), and whether it drops entries at all (full and a read-time selection alone keep all).
+/// runs on (in tests/data/models), and whether it drops entries at all (full and a read-time selection alone keep
+/// all).
 struct CaseSpec {
     std::map<std::string, std::string> params;
     std::string model = kTiny2k;
@@ -46,13 +47,13 @@ const std::map<std::string, CaseSpec>& spec_table() {
         {"pyramidkv", {{{"ratio", "0.5"}}}},
         {"expected_attention", {{{"ratio", "0.5"}}}},
         {"adakv_expected_attention_e2", {{{"ratio", "0.5"}}}},
-        {"kvzap", {{{"model", kModels + "kvzap/kvsieve-tiny-2k-linear"}, {"tau", "-3"}, {"window", "32"}}}},
+        {"kvzap", {{{"model", kKvzap + "kvsieve-tiny-2k-linear"}, {"tau", "-3"}, {"window", "32"}}}},
         {"kvzip", {{{"ratio", "0.5"}}}},
         {"kvzip_plus", {{{"ratio", "0.5"}}}},
         {"spkv", {{{"tau", "0.5"}, {"window", "64"}}, kTiny2kSpkv}},
-        {"wgkv", {{{"model", kModels + "wgkv/tiny2k-lambda0.08"}, {"window", "64"}}}},
-        {"kvpop", {{{"model", kModels + "kvpop/tiny2k-mlstm"}, {"capacity", "128"}, {"window", "32"}, {"sinks", "4"}}}},
-        {"kvpop_mlp", {{{"model", kModels + "kvpop/tiny2k-mlp"}, {"capacity", "128"}, {"window", "32"}, {"sinks", "4"}}}},
+        {"wgkv", {{{"model", test::model_path("wgkv/tiny2k-lambda0.08")}, {"window", "64"}}}},
+        {"kvpop", {{{"model", test::model_path("kvpop/tiny2k-mlstm")}, {"capacity", "128"}, {"window", "32"}, {"sinks", "4"}}}},
+        {"kvpop_mlp", {{{"model", test::model_path("kvpop/tiny2k-mlp")}, {"capacity", "128"}, {"window", "32"}, {"sinks", "4"}}}},
         {"hybrid_heads", {{{"global", "0.1/2.0"}, {"window", "64"}}}},
         {"quest", {{{"read_budget", "64"}}, kTiny2k, false}},
     };
@@ -91,7 +92,7 @@ std::string spec_of(const std::string& name, const std::map<std::string, std::st
 const LlamaModel& model(const std::string& file) {
     static std::map<std::string, std::unique_ptr<LlamaModel>> loaded;
     auto& m = loaded[file];
-    if (!m) m = std::make_unique<LlamaModel>(kModels + file);
+    if (!m) m = std::make_unique<LlamaModel>(test::model_path(file));
     return *m;
 }
 

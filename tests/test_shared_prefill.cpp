@@ -146,7 +146,7 @@ TEST(SharedPrefill, WhatCannotShareIsRefused) {
     EXPECT_THROW(prefill_shared({&sa, &sb}, ids, lg), Error);  // not fresh
     EXPECT_EQ(a.n_tokens(), 0);                                // nothing half done
     // A gated prefill (SP-KV's) is not the dense one.
-    const LlamaModel spkv(std::string(KVSIEVE_SOURCE_DIR) + "/models/kvsieve-tiny-2k-spkv.gguf");
+    const LlamaModel spkv(test::model_path("kvsieve-tiny-2k-spkv.gguf"));
     const auto stok = Tokenizer::from_gguf(spkv.file());
     auto spool = std::make_shared<KVPool>(spkv.config().head_dim, KVType::kF32);
     const Policy gated = parse_policy("spkv:tau=0.5,window=16");

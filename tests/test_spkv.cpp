@@ -268,11 +268,11 @@ TEST(Spkv, QuantizingTheModelKeepsItsGatesAsTheyAre) {
 }
 
 TEST(Spkv, TheTrainedTiny2kModelKeepsTheFarNeedleItNeeds) {
-    // models/kvsieve-tiny-2k-spkv.gguf (trained by `kvsieve train spkv`, card beside it): its gates were learned
+    // tests/data/models/kvsieve-tiny-2k-spkv.gguf (trained by `kvsieve train spkv`, card beside it): its gates were learned
     // from next-token loss on text and retrieval rows. Query-agnostic single-needle retrieval at 1024 tokens:
     // with its gates it keeps ~2% of the entries beyond the 128-token window and still finds the needle, while
     // the same window with every gate closed (a sliding window) cannot reach it.
-    LlamaModel m(std::string(KVSIEVE_SOURCE_DIR) + "/models/kvsieve-tiny-2k-spkv.gguf");
+    LlamaModel m(test::model_path("kvsieve-tiny-2k-spkv.gguf"));
     const auto tok = Tokenizer::from_gguf(m.file());
     const std::string haystack =
         "Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friend "

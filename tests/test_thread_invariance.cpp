@@ -83,9 +83,7 @@ void expect_thread_invariant(const LlamaModel& m, const std::string& spec, KVTyp
 const LlamaModel& load(const std::string& name) {
     static std::map<std::string, std::unique_ptr<LlamaModel>> models;
     auto& m = models[name];
-    if (!m) m = std::make_unique<LlamaModel>(name == "kvsieve-tiny-2k.gguf"
-                                                 ? std::string(KVSIEVE_SOURCE_DIR) + "/models/" + name
-                                                 : test::model_path(name));
+    if (!m) m = std::make_unique<LlamaModel>(test::model_path(name));
     return *m;
 }
 
@@ -114,7 +112,7 @@ TEST(ThreadInvariance, KvsieveTiny2k) {
 /// The command line at -t 1 and -t 2: the same greedy token ids from generate, and the same NLL report (its JSON,
 /// with the NLL to 16 digits) from eval nll's plain protocol (a prompt, then one decode step per token).
 TEST(ThreadInvariance, CliGenerateAndNllMatchAcrossThreadCounts) {
-    const std::string model = std::string(KVSIEVE_SOURCE_DIR) + "/models/kvsieve-tiny-2k.gguf";
+    const std::string model = test::model_path("kvsieve-tiny-2k.gguf");
     const std::string sentence = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. ";
     test::TempFile prompt(".txt"), corpus(".txt");
     {

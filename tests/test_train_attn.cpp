@@ -17,7 +17,7 @@ namespace kvsieve {
 namespace {
 
 std::unique_ptr<Tokenizer> tiny2k_tokenizer() {
-    GGUFFile f(std::string(KVSIEVE_SOURCE_DIR) + "/models/kvsieve-tiny-2k.gguf");
+    GGUFFile f(std::string(KVSIEVE_TEST_DATA) + "/models/kvsieve-tiny-2k.gguf");
     return Tokenizer::from_gguf(f);
 }
 
@@ -91,7 +91,7 @@ TEST(AttnSupervision, ChainTargetsFindEveryStatementAndTheStatementOfEachAnswer)
     const auto none = train::chain_targets(p64, 1, static_cast<int64_t>(p64.size()), ids);
     EXPECT_TRUE(none.carry.empty() && none.lookup.empty());
     EXPECT_THROW(train::chain_targets(p64, 2, static_cast<int64_t>(p64.size()), ids), Error);
-    GGUFFile stories(std::string(KVSIEVE_SOURCE_DIR) + "/models/stories260K.gguf");
+    GGUFFile stories(std::string(KVSIEVE_TEST_DATA) + "/models/stories260K.gguf");
     EXPECT_THROW(train::chain_token_ids(*Tokenizer::from_gguf(stories)), Error);
 }
 

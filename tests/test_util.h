@@ -16,11 +16,8 @@ namespace kvsieve::test {
 
 /// tests/data (copies of the reference models and golden outputs; see tests/data/README.md).
 inline std::string data_dir() { return KVSIEVE_TEST_DATA; }
-/// A reference model file: models/ of the repository for stories260K.gguf, tests/data/models otherwise.
-inline std::string model_path(const std::string& name) {
-    if (name == "stories260K.gguf") return std::string(KVSIEVE_SOURCE_DIR) + "/models/" + name;
-    return data_dir() + "/models/" + name;
-}
+/// A bundled model file (a GGUF, or a predictor's folder such as "kvpop/tiny2k-mlstm") of tests/data/models.
+inline std::string model_path(const std::string& name) { return data_dir() + "/models/" + name; }
 inline std::string golden_dir() { return data_dir() + "/golden"; }
 
 /// A fresh path under the system temp folder, removed when the object dies.
