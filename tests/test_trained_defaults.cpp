@@ -27,7 +27,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kModels = std::string(KVSIEVE_SOURCE_DIR) + "/models/";
+/// The bundled predictors and models of tests/data/models, and the committed KVzap surrogates.
+const std::string kModels = test::data_dir() + "/models/";
+const std::string kKvzap = std::string(KVSIEVE_SOURCE_DIR) + "/models/kvzap/";
 
 /// A copy of a committed predictor folder whose config.json is replaced (or removed), deleted with the object.
 class PredictorCopy {
@@ -36,7 +38,7 @@ public:
         static int n = 0;
         dir_ = fs::temp_directory_path() / ("kvsieve_trained_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
         fs::create_directories(dir_);
-        for (const auto& e : fs::directory_iterator(kModels + committed))
+        for (const auto& e : fs::directory_iterator(committed.rfind("kvzap/", 0) == 0 ? kKvzap + committed.substr(6) : kModels + committed))
             if (e.path().filename() != "README.md") fs::copy_file(e.path(), dir_ / e.path().filename());
         original_ = nlohmann::json::parse(std::ifstream(dir_ / "config.json"));
     }
@@ -129,7 +131,7 @@ TEST(TrainedDefaults, NoConfigGivesAnEmptyBlock) {
     EXPECT_TRUE(read_trained_defaults(test::data_dir(), "wgkv").empty());  // a folder without config.json
 }
 
-/// models/kvsieve-tiny-2k-spkv.gguf with its trained-default metadata changed by `edit` (dropped when it returns
+/// tests/data/models/kvsieve-tiny-2k-spkv.gguf with its trained-default metadata changed by `edit` (dropped when it returns
 /// false).
 void spkv_copy(const std::string& dst, const std::function<bool(const std::string&, GGUFValue&)>& edit) {
     test::GGUFEdit e;
@@ -171,7 +173,7 @@ TEST(TrainedDefaults, ReadFromGgufMetadata) {
 TEST(TrainedDefaultsPrecedence, Kvzap) {
     PredictorCopy c("kvzap/stories260K-linear");
     // The committed checkpoint records the paper's values: the same policy as before it recorded them.
-    const Policy committed = parse_policy("kvzap:model=" + kModels + "kvzap/stories260K-linear");
+    const Policy committed = parse_policy("kvzap:model=" + kKvzap + "stories260K-linear");
     EXPECT_DOUBLE_EQ(committed.admission.tau, -4);
     EXPECT_EQ(committed.window, 128);
     EXPECT_EQ(committed.sinks, 0);
