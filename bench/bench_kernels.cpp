@@ -1,6 +1,6 @@
 // Micro-benchmarks of the matmul kernels: GEMV (decode) bytes/s per weight type and instruction set, and
 // panel-SGEMM (prefill) FLOP/s; and prefill attention of one GQA group, dense against gated (SP-KV's sparse
-// prefill) at several densities. Run: build/bin/kvsieve_bench_kernels [--benchmark_filter=...]
+// prefill) at several densities; and the Walsh–Hadamard rotation of KV head vectors per instruction set. Run: build/bin/kvsieve_bench_kernels [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
 
 #include <map>
@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "kernels/attention.h"
+#include "kernels/cpu_features.h"
+#include "kernels/hadamard.h"
 #include "kernels/matmul.h"
 #include "kernels/parallel.h"
 #include "kernels/quant.h"
@@ -156,6 +158,32 @@ void BM_WgkvGates(benchmark::State& st) {
     st.SetItemsProcessed(st.iterations() * T);
 }
 BENCHMARK(BM_WgkvGates)->Arg(1)->Arg(256)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// The Walsh–Hadamard rotation of 64 head vectors of dimension d (one decode step's keys, queries and values of a few
+// layers), per instruction set the CPU runs. args: d, set (0 scalar, 1 AVX2, 2 AVX-512).
+void BM_Hadamard(benchmark::State& st) {
+    const int d = static_cast<int>(st.range(0));
+    const HadamardKernels* sets[] = {&hadamard_kernels_scalar(), &hadamard_kernels_avx2(), &hadamard_kernels_avx512()};
+    const bool runs[] = {true, cpu_features().has_avx2_set(), cpu_features().has_avx512_set()};
+    if (!runs[st.range(1)]) {
+        st.SkipWithError("instruction set not supported by this CPU");
+        return;
+    }
+    const HadamardKernels& k = *sets[st.range(1)];
+    const int64_t rows = 64;
+    std::mt19937 rng(2);
+    std::normal_distribution<float> nd(0, 1);
+    std::vector<float> x(static_cast<size_t>(rows * d));
+    for (auto& v : x) v = nd(rng);
+    for (auto _ : st) {
+        k.rows(x.data(), rows, d, d);
+        benchmark::DoNotOptimize(x.data());
+    }
+    st.SetItemsProcessed(st.iterations() * rows);
+    st.SetBytesProcessed(st.iterations() * rows * d * static_cast<int64_t>(sizeof(float)));
+    st.SetLabel(k.isa);
+}
+BENCHMARK(BM_Hadamard)->ArgsProduct({{64, 128}, {0, 1, 2}})->Unit(benchmark::kNanosecond);
 
 }  // namespace
 }  // namespace kvsieve
