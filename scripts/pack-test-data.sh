@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Packs the large golden fixtures of tests/data into tests/data/golden.tar.xz (the vocabulary GGUFs of
-# golden/tokenizers and the logit JSONs of golden/{tiny,stories260K,kquants}); CMake unpacks the archive into the
-# build tree's test-data/ beside a copy of the rest of tests/data (tests/CMakeLists.txt), where the tests read it.
+# golden/tokenizers and the logit JSONs of golden/{tiny,stories260K,kquants,kvquant}); CMake unpacks the archive into
+# the build tree's test-data/ beside a copy of the rest of tests/data (tests/CMakeLists.txt), where the tests read it.
 #   bash scripts/pack-test-data.sh unpack   # restore the files into tests/data to change or add one (git-ignored)
 #   bash scripts/pack-test-data.sh pack     # rewrite the archive from them (deterministic: sorted, mtime 0, xz -9)
 set -euo pipefail
 cd "$(dirname "$0")/../tests/data"
 ARCHIVE=golden.tar.xz
-members() { find golden/tokenizers -name '*.gguf'; find golden/tiny golden/stories260K golden/kquants -name '*.json'; }
+members() { find golden/tokenizers -name '*.gguf'; find golden/tiny golden/stories260K golden/kquants golden/kvquant -name '*.json'; }
 case "${1:-}" in
   pack)
     members | LC_ALL=C sort > /tmp/kvsieve-pack.$$
