@@ -150,7 +150,8 @@ TEST(CacheFile, BadFilesAreOneClearError) {
     expect_error([&] { restore_sequence(o, saved); }, "was saved under policy 'h2o:budget=40'");
     auto f32 = make_cache(tiny2k(), "h2o:budget=40", KVType::kF32);
     Session o2(tiny2k(), *tok, *f32);
-    expect_error([&] { restore_sequence(o2, saved); }, "element type");
+    expect_error([&] { restore_sequence(o2, saved); },
+                 "holds keys of type f16 and values of type f16; this cache stores keys as f32 and values as f32");
     EXPECT_EQ(other->n_tokens(), 0);
 }
 

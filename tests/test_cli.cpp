@@ -185,6 +185,36 @@ TEST(Cli, BadPolicyOptionsAreReported) {
                          "KV cache budget exhausted");
 }
 
+TEST(Cli, QuantizedKVTypesRunAndBadOnesAreReported) {
+    // tiny-2k has head size 32: keys as q8_0, values as q4_0; the stats name both and count their real bytes.
+    const std::string tiny2k = std::string(KVSIEVE_SOURCE_DIR) + "/models/kvsieve-tiny-2k.gguf";
+    test::TempFile json(".json"), seq(".kvseq");
+    const CmdResult r = run("generate -m " + tiny2k + " -p 'Once upon a time' -n 6 --temp 0 --cache-type-k q8_0 "
+                            "--cache-type-v q4_0 --stats-json " + json.path() + " --save-cache " + seq.path());
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.err.find("q8_0/q4_0 keys/values"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("full F16"), std::string::npos) << r.err;
+    std::ifstream f(json.path());
+    const auto j = nlohmann::json::parse(f);
+    EXPECT_EQ(j.at("kv_type"), "q8_0/q4_0");
+    // Pages of 16 entries: keys 34 and values 18 bytes per 32 elements (head size 32), far below F16's 2 per element.
+    const uint64_t final_bytes = j.at("kv_bytes_final").get<uint64_t>(), full = j.at("kv_bytes_full").get<uint64_t>();
+    EXPECT_EQ(final_bytes % (16 * (34 + 18)), 0u) << final_bytes;
+    EXPECT_GT(final_bytes, 0u);
+    EXPECT_LT(final_bytes, full);
+    // Restoring it into a cache of other types names both pairs.
+    expect_clean_failure("generate -m " + tiny2k + " -q -n 2 --load-cache " + seq.path(),
+                         "holds keys of type q8_0 and values of type q4_0; this cache stores keys as f16 and values as f16");
+    expect_clean_failure("generate -m " + kModel + " -p hi --cache-type-k q5_1",
+                         "--cache-type-k: unknown KV cache type 'q5_1' (supported: f32, f16, bf16, q8_0, q4_0)");
+    expect_clean_failure("generate -m " + kModel + " -p hi --cache-type-v f8", "--cache-type-v: unknown KV cache type 'f8'");
+    // stories260K has head size 8: not whole blocks of 32.
+    expect_clean_failure("generate -m " + kModel + " -p hi --kv-type q8_0",
+                         "KV cache type q8_0 stores blocks of 32 elements; head dimension 8 is not a multiple of 32");
+    expect_clean_failure("bench -m " + kModel + " --cache-type-v q4_0",
+                         "KV cache type q4_0 stores blocks of 32 elements; head dimension 8");
+}
+
 TEST(Cli, EvalTasksPrintsAccuracyLast) {
     const CmdResult r = run("eval-tasks -m " + kModel + " --task niah_single --length 400 -n 2");
     ASSERT_EQ(r.status, 0) << r.err;

@@ -512,7 +512,7 @@ TEST(Kernels, PagedAttentionRowsMatchReferenceForEveryTypeAndIsa) {
                 std::vector<float> m(G, -INFINITY), l(G, 0), o(G * d, 0), s(G * n);
                 for (int j0 = 0; j0 < n; j0 += 16) {
                     const int cnt = std::min(16, n - j0);
-                    k->attend_rows(t, static_cast<const uint8_t*>(kp) + j0 * d * es, static_cast<const uint8_t*>(vp) + j0 * d * es,
+                    k->attend_rows(t, static_cast<const uint8_t*>(kp) + j0 * d * es, t, static_cast<const uint8_t*>(vp) + j0 * d * es,
                                    cnt, d, q.data(), G, 1.0f / std::sqrt(float(d)), m.data(), l.data(), o.data(), s.data() + j0, n);
                 }
                 double worst = 0, worst_s = 0;

@@ -1,5 +1,6 @@
-// One contract over every registered preset and read-time selection: on the tiny long-context model each runs a
-// prefill and greedy decode steps, keeps its cache statistics consistent with its per-(layer, KV head) entry tables,
+// One contract over every registered preset and read-time selection: on the tiny long-context model, with keys and
+// values cached as F16, Q8_0 and Q4_0 (mode a: every entry quantized when written), each runs a prefill and greedy
+// decode steps, keeps its cache statistics consistent with its per-(layer, KV head) entry tables,
 // really frees memory when it drops entries, continues bit for bit after its sequence is saved and restored, and
 // refuses every integer or real key outside its declared range, naming the key. The list of cases is read from the
 // registry when the tests start, so a preset registered without a valid spec in kSpecs below fails by name.
@@ -111,9 +112,12 @@ std::vector<int32_t> prompt_for(const LlamaModel& m) {
 constexpr int64_t kCtx = 1024;
 constexpr int kDecodeSteps = 8;
 
-std::unique_ptr<KVCache> make_cache(const LlamaModel& m, const std::string& spec) {
+/// The cache types every preset runs on (keys and values of the same type).
+constexpr KVType kCacheTypes[] = {KVType::kF16, KVType::kQ8_0, KVType::kQ4_0};
+
+std::unique_ptr<KVCache> make_cache(const LlamaModel& m, const std::string& spec, KVType type) {
     return std::make_unique<KVCache>(m.config(), kCtx, parse_policy(spec),
-                                     std::make_shared<KVPool>(m.config().head_dim, KVType::kF16));
+                                     std::make_shared<KVPool>(m.config().head_dim, type));
 }
 
 int32_t greedy(const LlamaModel& m, const std::vector<float>& logits) {
@@ -124,22 +128,33 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
+/// The case's table entry; fails (naming the preset) when there is none.
+const CaseSpec* table_entry_of(const Registered& r) {
+    const auto it = spec_table().find(r.name);
+    if (it == spec_table().end()) {
+        ADD_FAILURE() << (r.selection ? "selection '" : "preset '") << r.name
+                      << "' is registered but has no valid spec in tests/test_preset_contract.cpp's table";
+        return nullptr;
+    }
+    return &it->second;
+}
+
 class PresetContract : public ::testing::TestWithParam<Registered> {
 protected:
-    /// The case's table entry; fails (naming the preset) when there is none.
-    const CaseSpec* table_entry() const {
-        const auto it = spec_table().find(GetParam().name);
-        if (it == spec_table().end()) {
-            ADD_FAILURE() << (GetParam().selection ? "selection '" : "preset '") << GetParam().name
-                          << "' is registered but has no valid spec in tests/test_preset_contract.cpp's table";
-            return nullptr;
-        }
-        return &it->second;
-    }
+    const CaseSpec* table_entry() const { return table_entry_of(GetParam()); }
 };
 
-/// The statistics against the per-(layer, KV head) entry tables they summarise, after `tokens` positions.
-void check_stats(const KVStats& st, const LlamaModel& m, int64_t tokens, int64_t prompt_len) {
+/// A preset on one cache type.
+class PresetContractOnType : public ::testing::TestWithParam<std::tuple<Registered, KVType>> {
+protected:
+    const CaseSpec* table_entry() const { return table_entry_of(std::get<0>(GetParam())); }
+    const Registered& reg() const { return std::get<0>(GetParam()); }
+    KVType type() const { return std::get<1>(GetParam()); }
+};
+
+/// The statistics against the per-(layer, KV head) entry tables they summarise, after `tokens` positions, for a
+/// cache whose keys and values are of `type`.
+void check_stats(const KVStats& st, const LlamaModel& m, int64_t tokens, int64_t prompt_len, KVType type) {
     const auto& c = m.config();
     ASSERT_EQ(st.tokens, tokens);
     ASSERT_EQ(st.entries.size(), static_cast<size_t>(c.n_layer));
@@ -172,8 +187,12 @@ void check_stats(const KVStats& st, const LlamaModel& m, int64_t tokens, int64_t
     EXPECT_NEAR(st.density, want_density, 1e-12);
     EXPECT_GE(st.density, 0.0);
     EXPECT_LE(st.density, 1.0);
-    // Bytes: every kept entry's F16 key and value lie in pages in use; the final use is at most the peak.
-    EXPECT_GE(st.kv_bytes_final, static_cast<uint64_t>(kept) * 2 * c.head_dim * 2);
+    // Bytes: every kept entry's key and value (2 bytes per element for F16, 34 / 32 for Q8_0, 18 / 32 for Q4_0) lie
+    // in pages in use, and at most a page per head more; the final use is at most the peak.
+    const uint64_t row = type == KVType::kQ8_0 ? 34 * c.head_dim / 32 : type == KVType::kQ4_0 ? 18 * c.head_dim / 32
+                                                                                               : 2 * c.head_dim;
+    EXPECT_GE(st.kv_bytes_final, static_cast<uint64_t>(kept) * 2 * row);
+    EXPECT_LE(st.kv_bytes_final, static_cast<uint64_t>(kept + 3 * 16 * heads) * 2 * row);
     EXPECT_LE(st.kv_bytes_final, st.kv_bytes_peak);
     EXPECT_EQ(st.kv_bytes_full, static_cast<uint64_t>(tokens * heads) * 2 * c.head_dim * 2);
     EXPECT_GE(st.read_fraction, 0.0);
@@ -181,20 +200,20 @@ void check_stats(const KVStats& st, const LlamaModel& m, int64_t tokens, int64_t
 }
 
 /// Bytes in use of a full cache holding exactly `tokens`.
-uint64_t full_cache_bytes(const LlamaModel& m, const std::vector<int32_t>& tokens) {
+uint64_t full_cache_bytes(const LlamaModel& m, const std::vector<int32_t>& tokens, KVType type) {
     const auto tok = Tokenizer::from_gguf(m.file());
-    auto cache = make_cache(m, "full");
+    auto cache = make_cache(m, "full", type);
     Session s(m, *tok, *cache);
     std::vector<float> logits;
     s.prefill(tokens, PrefillPlan{}, logits);
     return cache->stats().kv_bytes_final;
 }
 
-TEST_P(PresetContract, RunsKeepsItsStatisticsAndRestoresBitForBit) {
+TEST_P(PresetContractOnType, RunsKeepsItsStatisticsAndRestoresBitForBit) {
     const CaseSpec* cs = table_entry();
     if (!cs) return;
-    const std::string spec = spec_of(GetParam().name, cs->params);
-    SCOPED_TRACE(spec);
+    const std::string spec = spec_of(reg().name, cs->params);
+    SCOPED_TRACE(spec + " on " + kv_type_name(type()));
     const LlamaModel& m = model(cs->model);
     const auto tok = Tokenizer::from_gguf(m.file());
     const std::vector<int32_t> prompt = prompt_for(m);
@@ -202,7 +221,7 @@ TEST_P(PresetContract, RunsKeepsItsStatisticsAndRestoresBitForBit) {
     ASSERT_LE(prompt.size(), 600u);
 
     // 1. Prefill (in chunks unless the policy rescores the whole prompt at once) and greedy decode steps.
-    auto cache = make_cache(m, spec);
+    auto cache = make_cache(m, spec, type());
     const Policy& policy = cache->policy();
     const bool drops = cs->drops;
     EXPECT_EQ(policy.is_full(), !drops);
@@ -218,10 +237,10 @@ TEST_P(PresetContract, RunsKeepsItsStatisticsAndRestoresBitForBit) {
     {
         SCOPED_TRACE("after the prefill");
         const KVStats st = cache->stats();
-        check_stats(st, m, n, n);
+        check_stats(st, m, n, n, type());
         if (drops) {
             EXPECT_GT(st.compression_ratio, 0.0);
-            EXPECT_LT(st.kv_bytes_final, full_cache_bytes(m, prompt));
+            EXPECT_LT(st.kv_bytes_final, full_cache_bytes(m, prompt, type()));
         } else {
             for (const auto& layer : st.entries)
                 for (int64_t e : layer) EXPECT_EQ(e, n);
@@ -231,10 +250,10 @@ TEST_P(PresetContract, RunsKeepsItsStatisticsAndRestoresBitForBit) {
     {
         SCOPED_TRACE("after the decode steps");
         const KVStats st = cache->stats();
-        check_stats(st, m, n + kDecodeSteps, n);
+        check_stats(st, m, n + kDecodeSteps, n, type());
         if (drops) {
             EXPECT_GT(st.compression_ratio, 0.0);
-            EXPECT_LT(st.kv_bytes_final, full_cache_bytes(m, s.tokens()));
+            EXPECT_LT(st.kv_bytes_final, full_cache_bytes(m, s.tokens(), type()));
         } else {
             for (const auto& layer : st.entries)
                 for (int64_t e : layer) EXPECT_EQ(e, n + kDecodeSteps);
@@ -249,7 +268,7 @@ TEST_P(PresetContract, RunsKeepsItsStatisticsAndRestoresBitForBit) {
     const KVStats saved_stats = cache->stats();
     const SavedSequence saved = read_sequence(file.path(), m);
     EXPECT_EQ(saved.policy_spec, spec);
-    auto restored_cache = make_cache(m, spec);
+    auto restored_cache = make_cache(m, spec, type());
     Session r(m, *tok, *restored_cache);
     ASSERT_NO_THROW(restore_sequence(r, saved));
     EXPECT_EQ(r.tokens(), s.tokens());
@@ -323,6 +342,15 @@ std::string case_name(const ::testing::TestParamInfo<Registered>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Registered, PresetContract, ::testing::ValuesIn(registered()), case_name);
+
+std::string case_type_name(const ::testing::TestParamInfo<std::tuple<Registered, KVType>>& info) {
+    const Registered& r = std::get<0>(info.param);
+    return (r.selection ? "selection_" : "") + r.name + "_" + kv_type_name(std::get<1>(info.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(Registered, PresetContractOnType,
+                         ::testing::Combine(::testing::ValuesIn(registered()), ::testing::ValuesIn(kCacheTypes)),
+                         case_type_name);
 
 TEST(PresetContractTable, EveryEntryIsRegistered) {
     // A stale entry (a renamed or removed preset) would silently test nothing.

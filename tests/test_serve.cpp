@@ -586,6 +586,19 @@ TEST(Scheduler, ARestoredFileBecomesAConversationToGoOnFrom) {
         EXPECT_EQ(e.status(), 400);
         EXPECT_NE(std::string(e.what()).find("context holds 16"), std::string::npos) << e.what();
     }
+    // A server whose pool stores keys and values of other types (--kv-type, --cache-type-k/-v) refuses it, naming
+    // the file's types and its own.
+    Scheduler other(model(), tokenizer(), std::make_shared<KVPool>(model().config().head_dim, KVType::kF32), options(1));
+    try {
+        other.restore(seq, "y");
+        ADD_FAILURE() << "an F16 sequence was restored into an F32 pool";
+    } catch (const CacheOpError& e) {
+        EXPECT_EQ(e.status(), 400);
+        EXPECT_NE(std::string(e.what()).find("keys of type f16 and values of type f16; this cache stores keys as f32 and "
+                                             "values as f32"),
+                  std::string::npos)
+            << e.what();
+    }
 }
 
 TEST(StopMatcher, HoldsBackWhatMayStartAStopStringAndCutsBeforeIt) {

@@ -235,5 +235,47 @@ TEST(SmolLM2, GreedyTokensMatchLlamaCppUpToItsNearTies) {
     std::printf("[ llama.cpp ] %d of %zu prompts identical for all their tokens\n", exact, rows.size());
 }
 
+/// A Q8_0 cache (keys and values quantized at write, llama.cpp's -ctk q8_0 -ctv q8_0) decodes the F16 cache's greedy
+/// tokens. Both run free from the same prompt; where they part, the step must be a near-tie: the F16 run's margin
+/// between its token and the Q8_0 run's is smaller than how far the Q8_0 cache moves the logits at that step
+/// (max over the two tokens of |logit_q8_0 − logit_f16|), so the quantization noise alone flips it. That prompt then
+/// stops there and says so; at least 8 tokens must agree before.
+TEST(SmolLM2, Q8_0CacheGreedyTokensMatchF16CacheUpToNearTies) {
+    REQUIRE_MODEL();
+    const LlamaModel& m = *model();
+    const auto rows = reference("logits.json");
+    ASSERT_EQ(rows.size(), 4u);
+    int exact = 0;
+    for (const RefRow& row : rows) {
+        SCOPED_TRACE(row.prompt);
+        const int64_t n_ctx = static_cast<int64_t>(row.ids.size() + row.steps.size()) + 1;
+        KVCache f16 = make_cache(m, n_ctx, KVType::kF16), q8 = make_cache(m, n_ctx, KVType::kQ8_0);
+        std::vector<float> lf, lq;
+        m.forward(row.ids, f16, lf);
+        m.forward(row.ids, q8, lq);
+        size_t i = 0;
+        for (; i < row.steps.size(); ++i) {
+            const auto a = static_cast<int32_t>(std::max_element(lf.begin(), lf.end()) - lf.begin());
+            const auto b = static_cast<int32_t>(std::max_element(lq.begin(), lq.end()) - lq.begin());
+            if (a != b) {
+                const float margin = lf[a] - lf[b];
+                const float moved = std::max(std::fabs(lq[a] - lf[a]), std::fabs(lq[b] - lf[b]));
+                ASSERT_LT(margin, moved) << "step " << i << ": the Q8_0 cache chose " << b << " where the F16 cache chose "
+                                         << a << " by a margin of " << margin << ", more than the Q8_0 cache moves "
+                                         << "those logits (" << moved << ")";
+                std::printf("[ near-tie  ] %s: step %zu, q8_0 %d vs f16 %d; f16 margin %.3f < q8_0 movement %.3f\n",
+                            row.prompt.c_str(), i, b, a, margin, moved);
+                break;
+            }
+            m.forward({a}, f16, lf);
+            m.forward({a}, q8, lq);
+        }
+        if (i == row.steps.size()) ++exact;
+        EXPECT_GE(i, 8u) << "fewer than 8 tokens agree before the first near-tie";
+    }
+    std::printf("[ q8_0 kv   ] %d of %zu prompts give the F16 cache's greedy tokens for all their steps\n", exact,
+                rows.size());
+}
+
 }  // namespace
 }  // namespace kvsieve

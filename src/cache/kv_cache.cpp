@@ -11,15 +11,6 @@
 namespace kvsieve {
 
 namespace {
-TensorType tensor_type(KVType t) {
-    switch (t) {
-        case KVType::kF32: return TensorType::F32;
-        case KVType::kF16: return TensorType::F16;
-        case KVType::kBF16: return TensorType::BF16;
-    }
-    return TensorType::F32;
-}
-
 KeyStat key_stat(const Policy& p) {
     if (!p.scorer) return KeyStat::kNone;
     switch (p.scorer->stat()) {
@@ -86,6 +77,8 @@ KVCache::KVCache(const ModelConfig& c, int64_t n_ctx, Policy policy, std::shared
       n_head_kv_(c.n_head_kv) {
     require(n_ctx > 0, "context size must be positive, got ", n_ctx);
     require(pool_ && pool_->head_dim() == c.head_dim, "KV pool head dimension does not match the model");
+    check_kv_head_dim(pool_->key_type(), c.head_dim);
+    check_kv_head_dim(pool_->value_type(), c.head_dim);
     require(c.head_dim <= 256, "head dimension ", c.head_dim, " above 256 is not supported by the paged kernels");
     if (policy_.scorer) {
         policy_.scorer->bind(c);
@@ -195,7 +188,7 @@ void KVCache::decode_layer(const LayerInputs& in, const float* write_scores, flo
     // 2. Attention per head over its pages, reading each page once for the G query heads.
     const KeyStat stat = key_stat(policy_);
     const DotKernels& dk = dot_kernels();
-    const TensorType kt = tensor_type(pool_->type());
+    const TensorType kt = kv_tensor_type(pool_->key_type()), vt = kv_tensor_type(pool_->value_type());
     const float scale = 1.0f / std::sqrt(static_cast<float>(d));
     std::vector<std::vector<float>> probs(stat != KeyStat::kNone ? in.n_head_kv : 0);
     // Work items: spans of a head's pages, whose partial softmax states (m, l, o) are merged afterwards
@@ -257,7 +250,7 @@ void KVCache::decode_layer(const LayerInputs& in, const float* write_scores, flo
         float* po = part_o.data() + static_cast<size_t>(it) * G * d;
         const int64_t n = static_cast<int64_t>(probs.empty() ? 0 : probs[h].size() / G);
         const float* q = in.q + static_cast<int64_t>(h) * G * d;
-        const size_t half = pool_->page_bytes() / 2;
+        const size_t half = pool_->key_page_bytes();
         for (size_t i = b; i < e; ++i) {
             // Pages are not contiguous: touch the first lines of the keys and values of the page two ahead so
             // the hardware streamers are already running when it is read. (Prefetching whole pages filled the
@@ -269,7 +262,7 @@ void KVCache::decode_layer(const LayerInputs& in, const float* write_scores, flo
                     __builtin_prefetch(nk + half + off, 0, 3);
                 }
             }
-            dk.attend_rows(kt, pool_->keys(pl[i].page), pool_->values(pl[i].page), pl[i].cnt, d, q, G, scale, pm,
+            dk.attend_rows(kt, pool_->keys(pl[i].page), vt, pool_->values(pl[i].page), pl[i].cnt, d, q, G, scale, pm,
                            plsum, po, probs.empty() ? nullptr : probs[h].data() + pl[i].off, n);
         }
     }
@@ -430,13 +423,13 @@ void KVCache::prefill_layer(const LayerInputs& in, const float* write_scores, fl
         else if (!shadow_ || stat != KeyStat::kNone) {  // a shadow cache computes only the statistics its policy reads
             // A shadow takes the statistics another cache of this step computed over the same keys.
             const std::vector<float>* had =
-                shadow_ && stat_share_ ? stat_share_->find(in.layer, h, stat, pool_->type(), P[h]) : nullptr;
+                shadow_ && stat_share_ ? stat_share_->find(in.layer, h, stat, pool_->key_type(), P[h]) : nullptr;
             if (had != nullptr) {
                 A[h] = *had;
             } else {
                 attention_prefill_group(in.q + static_cast<int64_t>(h) * G * d, ldq, G, d, T, K[h].data(), V[h].data(), no,
                                         shadow_ ? nullptr : out + static_cast<int64_t>(h) * G * d, ldq, stat, A[h].data());
-                if (stat_share_ && stat != KeyStat::kNone) stat_share_->put(in.layer, h, stat, pool_->type(), P[h], A[h]);
+                if (stat_share_ && stat != KeyStat::kNone) stat_share_->put(in.layer, h, stat, pool_->key_type(), P[h], A[h]);
             }
         }
         if (!scored) {  // nothing else needs the gathered copy
@@ -590,6 +583,7 @@ KVStats KVCache::stats() const {
     KVStats s;
     s.policy = policy_.spec.empty() ? policy_.name : policy_.spec;
     if (s.policy.empty()) s.policy = "full";
+    s.kv_type = kv_types_spec({pool_->key_type(), pool_->value_type()});
     s.tokens = n_tokens_;
     s.sinks = policy_.sinks;
     s.window = policy_.window;
@@ -619,7 +613,8 @@ KVStats KVCache::stats() const {
 }
 
 namespace {
-constexpr uint32_t kCacheRecordVersion = 1;
+/// 2: the key type and the value type (int32 each, KVType); 1 (still read): one type for both.
+constexpr uint32_t kCacheRecordVersion = 2;
 }
 
 void KVCache::save(BinaryWriter& w) const {
@@ -627,7 +622,8 @@ void KVCache::save(BinaryWriter& w) const {
     w.pod<int32_t>(n_layer_);
     w.pod<int32_t>(n_head_kv_);
     w.pod<int32_t>(pool_->head_dim());
-    w.pod<int32_t>(static_cast<int32_t>(pool_->type()));
+    w.pod<int32_t>(static_cast<int32_t>(pool_->key_type()));
+    w.pod<int32_t>(static_cast<int32_t>(pool_->value_type()));
     w.pod<int32_t>(pool_->page_tokens());
     w.pod(n_ctx_);
     w.str(policy_.spec);
@@ -643,14 +639,23 @@ void KVCache::save(BinaryWriter& w) const {
 void KVCache::load(BinaryReader& r) {
     const std::string& what = r.what();
     const uint32_t version = r.pod<uint32_t>();
-    require(version == kCacheRecordVersion, what, " has cache record version ", version, "; this build reads ",
-            kCacheRecordVersion);
-    const int32_t L = r.pod<int32_t>(), H = r.pod<int32_t>(), d = r.pod<int32_t>(), type = r.pod<int32_t>(),
-                  page = r.pod<int32_t>();
+    require(version == 1 || version == kCacheRecordVersion, what, " has cache record version ", version,
+            "; this build reads versions 1 and ", kCacheRecordVersion);
+    const int32_t L = r.pod<int32_t>(), H = r.pod<int32_t>(), d = r.pod<int32_t>(), ktype = r.pod<int32_t>();
+    const int32_t vtype = version == 1 ? ktype : r.pod<int32_t>();
+    const int32_t page = r.pod<int32_t>();
     require(L == n_layer_ && H == n_head_kv_ && d == pool_->head_dim(), what, " holds a cache of ", L, " layers × ", H,
             " KV heads × d ", d, "; this model has ", n_layer_, " × ", n_head_kv_, " × ", pool_->head_dim());
-    require(type == static_cast<int32_t>(pool_->type()) && page == pool_->page_tokens(), what,
-            " holds keys and values of another element type or page size than this cache (--kv-type)");
+    auto type_name = [](int32_t t) {
+        return t >= 0 && t <= static_cast<int32_t>(KVType::kQ4_0) ? kv_type_name(static_cast<KVType>(t))
+                                                                   : "unknown type " + std::to_string(t);
+    };
+    require(ktype == static_cast<int32_t>(pool_->key_type()) && vtype == static_cast<int32_t>(pool_->value_type()),
+            what, " holds keys of type ", type_name(ktype), " and values of type ", type_name(vtype),
+            "; this cache stores keys as ", kv_type_name(pool_->key_type()), " and values as ",
+            kv_type_name(pool_->value_type()), " (--cache-type-k / --cache-type-v, or --kv-type for both)");
+    require(page == pool_->page_tokens(), what, " holds pages of ", page, " entries; this cache's pages hold ",
+            pool_->page_tokens());
     const int64_t n_ctx = r.pod<int64_t>();
     require(n_ctx <= n_ctx_, what, " holds a sequence of context ", n_ctx, ", larger than this cache's ", n_ctx_);
     const std::string spec = r.str(1 << 16);

@@ -67,12 +67,14 @@ public:
     /// Removes every entry at a position ≥ n and rewinds to position n (entries dropped earlier stay dropped).
     void rollback(int64_t n);
     void clear();
-    /// Appends everything this sequence's cache holds to w: its shape (layers, KV heads, head dimension, element
-    /// type, page size), context, policy spec, position, every head's kept entries with their positions and scores
+    /// Appends everything this sequence's cache holds to w (record version 2): its shape (layers, KV heads, head
+    /// dimension, key element type, value element type, page size), context, policy spec, position, every head's kept entries with their positions and scores
     /// (only what is kept: a compressed cache saves small), and the scorer's state.
     void save(BinaryWriter& w) const;
-    /// Replaces the contents with a record of save() from a cache of the same shape and policy spec (this one
-    /// must be built with them). Throws Error naming what differs, or for a truncated or corrupted record;
+    /// Replaces the contents with a record of save() from a cache of the same shape, key and value types and policy
+    /// spec (this one must be built with them); version-1 records (one element type for keys and values) are read
+    /// too. Throws Error naming what differs (for the types: the record's key and value types and this cache's), or
+    /// for a truncated or corrupted record;
     /// KVBudgetExhausted if the pool runs out (the cache is then cleared).
     void load(BinaryReader& r);
 

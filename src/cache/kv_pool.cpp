@@ -7,30 +7,77 @@
 
 namespace kvsieve {
 
-size_t kv_type_size(KVType t) { return t == KVType::kF32 ? 4 : 2; }
+namespace {
+constexpr KVType kAllTypes[] = {KVType::kF32, KVType::kF16, KVType::kBF16, KVType::kQ8_0, KVType::kQ4_0};
+}
+
+int kv_type_block(KVType t) { return t == KVType::kQ8_0 || t == KVType::kQ4_0 ? 32 : 1; }
+
+void check_kv_head_dim(KVType t, int head_dim) {
+    require(head_dim > 0, "KV cache: head dimension must be positive, got ", head_dim);
+    const int b = kv_type_block(t);
+    require(head_dim % b == 0, "KV cache type ", kv_type_name(t), " stores blocks of ", b,
+            " elements; head dimension ", head_dim, " is not a multiple of ", b, " (use f16, bf16 or f32)");
+}
+
+size_t kv_row_bytes(KVType t, int n) {
+    check_kv_head_dim(t, n);
+    switch (t) {
+        case KVType::kF32: return 4 * static_cast<size_t>(n);
+        case KVType::kF16:
+        case KVType::kBF16: return 2 * static_cast<size_t>(n);
+        case KVType::kQ8_0: return 34 * static_cast<size_t>(n / 32);
+        case KVType::kQ4_0: return 18 * static_cast<size_t>(n / 32);
+    }
+    fail("KV cache: unknown element type ", static_cast<int>(t));
+}
 
 std::string kv_type_name(KVType t) {
     switch (t) {
         case KVType::kF32: return "f32";
         case KVType::kF16: return "f16";
         case KVType::kBF16: return "bf16";
+        case KVType::kQ8_0: return "q8_0";
+        case KVType::kQ4_0: return "q4_0";
     }
     return "?";
 }
 
+std::string kv_type_names() {
+    std::string s;
+    for (KVType t : kAllTypes) s += (s.empty() ? "" : ", ") + kv_type_name(t);
+    return s;
+}
+
 KVType parse_kv_type(const std::string& s) {
-    if (s == "f32") return KVType::kF32;
-    if (s == "f16") return KVType::kF16;
-    if (s == "bf16") return KVType::kBF16;
-    fail("unknown KV cache type '", s, "' (f32, f16 or bf16)");
+    for (KVType t : kAllTypes)
+        if (s == kv_type_name(t)) return t;
+    fail("unknown KV cache type '", s, "' (supported: ", kv_type_names(), ")");
+}
+
+KVTypes parse_kv_types(const std::string& spec) {
+    const size_t slash = spec.find('/');
+    if (slash == std::string::npos) {
+        const KVType t = parse_kv_type(spec);
+        return {t, t};
+    }
+    return {parse_kv_type(spec.substr(0, slash)), parse_kv_type(spec.substr(slash + 1))};
+}
+
+std::string kv_types_spec(KVTypes t) {
+    return t.key == t.value ? kv_type_name(t.key) : kv_type_name(t.key) + "/" + kv_type_name(t.value);
 }
 
 KVPool::KVPool(int head_dim, KVType type, int page_tokens, uint64_t budget_bytes)
-    : head_dim_(head_dim), type_(type), page_tokens_(page_tokens) {
+    : KVPool(head_dim, type, type, page_tokens, budget_bytes) {}
+
+KVPool::KVPool(int head_dim, KVType key_type, KVType value_type, int page_tokens, uint64_t budget_bytes)
+    : head_dim_(head_dim), key_type_(key_type), value_type_(value_type), page_tokens_(page_tokens) {
     require(head_dim > 0 && page_tokens > 0, "KV pool: head_dim and page_tokens must be positive");
-    row_bytes_ = static_cast<size_t>(head_dim) * kv_type_size(type);
-    half_bytes_ = row_bytes_ * page_tokens;
-    page_bytes_ = 2 * half_bytes_;
+    key_row_bytes_ = kv_row_bytes(key_type, head_dim);
+    value_row_bytes_ = kv_row_bytes(value_type, head_dim);
+    key_bytes_ = key_row_bytes_ * page_tokens;
+    page_bytes_ = key_bytes_ + value_row_bytes_ * page_tokens;
     uint64_t limit = budget_bytes;
     if (limit == 0) {
         const uint64_t phys = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE));

@@ -24,8 +24,8 @@ std::vector<std::vector<double>> KVStats::head_density() const {
 std::string KVStats::table() const {
     char buf[256];
     std::string s;
-    std::snprintf(buf, sizeof buf, "KV cache — policy %s, %ld tokens, s=%d w=%d\n", policy.c_str(),
-                  static_cast<long>(tokens), sinks, window);
+    std::snprintf(buf, sizeof buf, "KV cache — policy %s, %ld tokens, s=%d w=%d, %s keys/values\n", policy.c_str(),
+                  static_cast<long>(tokens), sinks, window, kv_type.c_str());
     s += buf;
     std::snprintf(buf, sizeof buf, "  density %.3f | compression ratio %.3f | KV bytes peak %s, final %s, full F16 %s\n",
                   density, compression_ratio, mib(kv_bytes_peak).c_str(), mib(kv_bytes_final).c_str(),
@@ -62,6 +62,7 @@ std::string KVStats::table() const {
 nlohmann::json KVStats::to_json() const {
     nlohmann::json j;
     j["policy"] = policy;
+    j["kv_type"] = kv_type;
     j["tokens"] = tokens;
     j["sinks"] = sinks;
     j["window"] = window;

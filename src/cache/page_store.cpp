@@ -9,7 +9,44 @@
 
 namespace kvsieve {
 
+float kv_quant_limit(KVType t) {
+    switch (t) {
+        case KVType::kQ8_0: return 65504.0f * 127.0f;
+        case KVType::kQ4_0: return 65504.0f * 8.0f;
+        default: return INFINITY;
+    }
+}
+
+TensorType kv_tensor_type(KVType t) {
+    switch (t) {
+        case KVType::kF32: return TensorType::F32;
+        case KVType::kF16: return TensorType::F16;
+        case KVType::kBF16: return TensorType::BF16;
+        case KVType::kQ8_0: return TensorType::Q8_0;
+        case KVType::kQ4_0: return TensorType::Q4_0;
+    }
+    fail("KV cache: unknown element type ", static_cast<int>(t));
+}
+
 void store_row(KVType t, const float* src, uint8_t* dst, int n) {
+    if (t == KVType::kQ8_0 || t == KVType::kQ4_0) {
+        require(n % QK8_0 == 0, "KV cache type ", kv_type_name(t), ": row of ", n, " elements is not whole blocks of 32");
+        // Clamped so the block scale (largest magnitude / 127 or / 8) is a finite binary16; NaN stays NaN.
+        const float lim = kv_quant_limit(t);
+        float buf[256];
+        for (int c0 = 0; c0 < n; c0 += 256) {
+            const int m = std::min(256, n - c0);
+            for (int j = 0; j < m; ++j) {
+                const float x = src[c0 + j];
+                buf[j] = x > lim ? lim : x < -lim ? -lim : x;
+            }
+            if (t == KVType::kQ8_0)
+                quantize_row_q8_0(buf, reinterpret_cast<BlockQ8_0*>(dst) + c0 / QK8_0, m);
+            else
+                quantize_row_q4_0(buf, reinterpret_cast<BlockQ4_0*>(dst) + c0 / QK8_0, m);
+        }
+        return;
+    }
     switch (t) {
         case KVType::kF32: std::memcpy(dst, src, sizeof(float) * n); return;
         case KVType::kF16: {
@@ -21,6 +58,7 @@ void store_row(KVType t, const float* src, uint8_t* dst, int n) {
             for (int i = 0; i < n; ++i) d[i] = fp32_to_bf16(src[i]);
             return;
         }
+        default: return;  // block types above
     }
 }
 
@@ -29,6 +67,8 @@ void load_row(KVType t, const uint8_t* src, float* dst, int n) {
         case KVType::kF32: std::memcpy(dst, src, sizeof(float) * n); return;
         case KVType::kF16: dot_kernels().dequant_row(TensorType::F16, src, dst, n); return;
         case KVType::kBF16: dot_kernels().dequant_row(TensorType::BF16, src, dst, n); return;
+        case KVType::kQ8_0: dot_kernels().dequant_row(TensorType::Q8_0, src, dst, n); return;
+        case KVType::kQ4_0: dot_kernels().dequant_row(TensorType::Q4_0, src, dst, n); return;
     }
 }
 
@@ -81,7 +121,7 @@ void PageStore::key_bounds(size_t p, const uint16_t** kmin, const uint16_t** kma
         if (bound_rows_[p] > 0)
             for (int c = 0; c < d; ++c) fl[c] = fp16_to_fp32(lo[c]), fh[c] = fp16_to_fp32(hi[c]);
         for (int32_t r = bound_rows_[p]; r < cnt; ++r) {
-            load_row(pool_->type(), key_ptr(static_cast<int64_t>(p) * P + r), row.data(), d);
+            load_row(pool_->key_type(), key_ptr(static_cast<int64_t>(p) * P + r), row.data(), d);
             for (int c = 0; c < d; ++c) {
                 fl[c] = std::min(fl[c], row[c]);
                 fh[c] = std::max(fh[c], row[c]);
@@ -100,8 +140,8 @@ void PageStore::push(const float* k, const float* v, int32_t pos, float score) {
     pos_.push_back(pos);
     score_.push_back(score);
     touch(i);
-    store_row(pool_->type(), k, kslot(i), pool_->head_dim());
-    store_row(pool_->type(), v, vslot(i), pool_->head_dim());
+    store_row(pool_->key_type(), k, kslot(i), pool_->head_dim());
+    store_row(pool_->value_type(), v, vslot(i), pool_->head_dim());
 }
 
 void PageStore::push_copy(const PageStore& src, int64_t j) {
@@ -110,16 +150,16 @@ void PageStore::push_copy(const PageStore& src, int64_t j) {
     pos_.push_back(src.pos_[j]);
     score_.push_back(src.score_[j]);
     touch(i);
-    std::memcpy(kslot(i), src.key_ptr(j), pool_->row_bytes());
-    std::memcpy(vslot(i), src.value_ptr(j), pool_->row_bytes());
+    std::memcpy(kslot(i), src.key_ptr(j), pool_->key_row_bytes());
+    std::memcpy(vslot(i), src.value_ptr(j), pool_->value_row_bytes());
 }
 
 void PageStore::save(BinaryWriter& w) const {
     w.vec(pos_);
     w.vec(score_);
     for (int64_t i = 0; i < size(); ++i) {
-        w.bytes(key_ptr(i), pool_->row_bytes());
-        w.bytes(value_ptr(i), pool_->row_bytes());
+        w.bytes(key_ptr(i), pool_->key_row_bytes());
+        w.bytes(value_ptr(i), pool_->value_row_bytes());
     }
 }
 
@@ -132,8 +172,8 @@ void PageStore::load(BinaryReader& r, int64_t max_entries) {
         if (i % pool_->page_tokens() == 0) pages_.push_back(pool_->alloc());
         pos_.push_back(pos[i]);
         score_.push_back(score[i]);
-        r.bytes(kslot(static_cast<int64_t>(i)), pool_->row_bytes());
-        r.bytes(vslot(static_cast<int64_t>(i)), pool_->row_bytes());
+        r.bytes(kslot(static_cast<int64_t>(i)), pool_->key_row_bytes());
+        r.bytes(vslot(static_cast<int64_t>(i)), pool_->value_row_bytes());
     }
 }
 
@@ -141,14 +181,14 @@ void PageStore::set(int64_t i, const float* k, const float* v, int32_t pos, floa
     pos_[i] = pos;
     score_[i] = score;
     touch(i);
-    store_row(pool_->type(), k, kslot(i), pool_->head_dim());
-    store_row(pool_->type(), v, vslot(i), pool_->head_dim());
+    store_row(pool_->key_type(), k, kslot(i), pool_->head_dim());
+    store_row(pool_->value_type(), v, vslot(i), pool_->head_dim());
 }
 
 void PageStore::move_entry(int64_t from, int64_t to) {
     touch(to);
-    std::memcpy(kslot(to), kslot(from), pool_->row_bytes());
-    std::memcpy(vslot(to), vslot(from), pool_->row_bytes());
+    std::memcpy(kslot(to), kslot(from), pool_->key_row_bytes());
+    std::memcpy(vslot(to), vslot(from), pool_->value_row_bytes());
     pos_[to] = pos_[from];
     score_[to] = score_[from];
 }
@@ -193,15 +233,15 @@ void PageStore::clear() {
 }
 
 void PageStore::read(int64_t i, float* k, float* v) const {
-    load_row(pool_->type(), key_ptr(i), k, pool_->head_dim());
-    load_row(pool_->type(), value_ptr(i), v, pool_->head_dim());
+    load_row(pool_->key_type(), key_ptr(i), k, pool_->head_dim());
+    load_row(pool_->value_type(), value_ptr(i), v, pool_->head_dim());
 }
 
 const uint8_t* PageStore::key_ptr(int64_t i) const {
-    return pool_->keys(pages_[i / pool_->page_tokens()]) + (i % pool_->page_tokens()) * pool_->row_bytes();
+    return pool_->keys(pages_[i / pool_->page_tokens()]) + (i % pool_->page_tokens()) * pool_->key_row_bytes();
 }
 const uint8_t* PageStore::value_ptr(int64_t i) const {
-    return pool_->values(pages_[i / pool_->page_tokens()]) + (i % pool_->page_tokens()) * pool_->row_bytes();
+    return pool_->values(pages_[i / pool_->page_tokens()]) + (i % pool_->page_tokens()) * pool_->value_row_bytes();
 }
 
 }  // namespace kvsieve

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "cache/kv_pool.h"
+#include "kernels/tensor_types.h"
 #include "util/binary_io.h"
 
 namespace kvsieve {
@@ -42,9 +43,11 @@ public:
     /// max_entries). Throws Error for a truncated or corrupted record, KVBudgetExhausted if the pool runs out.
     void load(BinaryReader& r, int64_t max_entries);
 
-    /// Entry i converted to float32.
+    /// Entry i converted to float32 (dequantized for Q8_0 / Q4_0: what attention reads).
     void read(int64_t i, float* k, float* v) const;
+    /// Entry i's key as stored: pool().key_row_bytes() bytes of pool().key_type() (load_row converts it).
     const uint8_t* key_ptr(int64_t i) const;
+    /// Entry i's value as stored: pool().value_row_bytes() bytes of pool().value_type().
     const uint8_t* value_ptr(int64_t i) const;
 
     const std::vector<int32_t>& pages() const { return pages_; }
@@ -65,8 +68,8 @@ public:
     size_t bounds_bytes() const { return (bmin_.size() + bmax_.size()) * sizeof(uint16_t); }
 
 private:
-    uint8_t* kslot(int64_t i) { return pool_->keys(pages_[i / pool_->page_tokens()]) + (i % pool_->page_tokens()) * pool_->row_bytes(); }
-    uint8_t* vslot(int64_t i) { return pool_->values(pages_[i / pool_->page_tokens()]) + (i % pool_->page_tokens()) * pool_->row_bytes(); }
+    uint8_t* kslot(int64_t i) { return pool_->keys(pages_[i / pool_->page_tokens()]) + (i % pool_->page_tokens()) * pool_->key_row_bytes(); }
+    uint8_t* vslot(int64_t i) { return pool_->values(pages_[i / pool_->page_tokens()]) + (i % pool_->page_tokens()) * pool_->value_row_bytes(); }
     void move_entry(int64_t from, int64_t to);
     /// Entry i was written in place: its page's bounds, if they cover it, are recomputed when next asked.
     void touch(int64_t i);
@@ -81,9 +84,20 @@ private:
     mutable std::vector<int32_t> bound_rows_;  // per page: how many of its leading entries the bounds cover
 };
 
-/// float32 [n] → one cached row of the pool's type (rounding to nearest even for F16/BF16).
+/// float32 [n] → one cached row of type t (kv_row_bytes(t, n) bytes): rounding to nearest even for F16/BF16;
+/// for Q8_0 / Q4_0 ggml's reference quantizers (quantize_row_q8_0, quantize_row_q4_0 of kernels/quant.h; n a multiple
+/// of 32), after clamping every element to ±kv_quant_limit(t) so the binary16 block scale stays finite: a block of
+/// zeros stores d = 0 and reads back zeros, a block of huge finite values (or ±inf) reads back ±limit, never NaN or
+/// inf. Bound per block (values within the limit): |x − x̂| ≤ d/2 for Q8_0 (d = max|x|/127 rounded to binary16,
+/// plus the binary16 rounding of d times |q| ≤ 127), |x − x̂| ≤ |d| for Q4_0 (half a step, a whole step where the
+/// +8 level is clipped to 7).
 void store_row(KVType t, const float* src, uint8_t* dst, int n);
-/// One cached row → float32 [n].
+/// One cached row of type t → float32 [n] (dequantized: x̂_j = d·q_j for Q8_0, d·(q_j − 8) for Q4_0).
 void load_row(KVType t, const uint8_t* src, float* dst, int n);
+/// Largest magnitude store_row keeps for a block type: 65504·127 for Q8_0 and 65504·8 for Q4_0 (the scale d is the
+/// largest magnitude / 127 or / 8, and 65504 is binary16's largest finite value); +inf for the other types.
+float kv_quant_limit(KVType t);
+/// The kernels' tensor type of a KV element type (F32, F16, BF16, Q8_0, Q4_0), for DotKernels::attend_rows.
+TensorType kv_tensor_type(KVType t);
 
 }  // namespace kvsieve

@@ -17,10 +17,29 @@ CLI::Option* add_kv_pool_option(CLI::App* cmd, double& mb, const std::string& he
     return pool;
 }
 
+void KVTypeOptions::add_to(CLI::App* cmd) {
+    cmd->add_option("--kv-type", both, "element type of cached keys and values: " + kv_type_names())
+        ->capture_default_str();
+    cmd->add_option("--cache-type-k", key, "element type of cached keys (overrides --kv-type): " + kv_type_names());
+    cmd->add_option("--cache-type-v", value, "element type of cached values (overrides --kv-type): " + kv_type_names());
+}
+
+KVTypes KVTypeOptions::types() const {
+    auto one = [](const std::string& s, const char* flag) {
+        try {
+            return parse_kv_type(s);
+        } catch (const Error& e) {
+            fail(flag, ": ", e.what());
+        }
+    };
+    const KVType b = one(both, "--kv-type");
+    return {key.empty() ? b : one(key, "--cache-type-k"), value.empty() ? b : one(value, "--cache-type-v")};
+}
+
 void CacheOptions::add_to(CLI::App* cmd) {
     cmd->add_option("--policy", policy, "KV policy NAME[:key=value,...], e.g. snapkv:ratio=0.5, streaming_llm:window=256, h2o:capacity=512")
         ->capture_default_str();
-    cmd->add_option("--kv-type", kv_type, "element type of cached keys/values: f32, f16, bf16")->capture_default_str();
+    kv.add_to(cmd);
     add_kv_pool_option(cmd, kv_pool_mb, "KV pool size in MiB (0: grow on demand)");
     cmd->add_option("--prefill-chunk", prefill_chunk, "prefill in chunks of this many tokens, compressing after each (0: one batch)")
         ->capture_default_str();
@@ -29,11 +48,12 @@ void CacheOptions::add_to(CLI::App* cmd) {
 
 std::unique_ptr<KVCache> CacheOptions::make_cache(const LlamaModel& m, int64_t n_ctx) const {
     Policy p = parse_policy(policy);
-    const KVType t = parse_kv_type(kv_type);
+    const KVTypes t = kv.types();
     require(kv_pool_mb >= 0, "--kv-pool-mb must be ≥ 0, got ", kv_pool_mb);
     require(prefill_chunk >= 0, "--prefill-chunk must be ≥ 0, got ", prefill_chunk);
     check_policy_fits(p, n_ctx);
-    auto pool = std::make_shared<KVPool>(m.config().head_dim, t, 16, static_cast<uint64_t>(kv_pool_mb * 1048576.0));
+    auto pool = std::make_shared<KVPool>(m.config().head_dim, t.key, t.value, 16,
+                                         static_cast<uint64_t>(kv_pool_mb * 1048576.0));
     return std::make_unique<KVCache>(m.config(), n_ctx, std::move(p), std::move(pool));
 }
 

@@ -1,6 +1,6 @@
 #pragma once
-// Command-line options shared by every command that runs a KV cache: --policy, --kv-type, --kv-pool-mb (deprecated
-// alias --kv-budget-mb), --prefill-chunk, --stats-json.
+// Command-line options shared by every command that runs a KV cache: --policy, --kv-type, --cache-type-k,
+// --cache-type-v, --kv-pool-mb (deprecated alias --kv-budget-mb), --prefill-chunk, --stats-json.
 #include <memory>
 #include <string>
 
@@ -13,9 +13,24 @@
 
 namespace kvsieve::cli {
 
+/// Element types of the cache: --kv-type sets keys and values, --cache-type-k / --cache-type-v (llama.cpp's
+/// spellings; its short -ctk / -ctv are not CLI11 names) set one half each and take precedence.
+struct KVTypeOptions {
+    std::string both = "f16";  ///< --kv-type
+    std::string key, value;    ///< --cache-type-k, --cache-type-v (empty: --kv-type's)
+
+    /// Adds the three options to a subcommand.
+    void add_to(CLI::App* cmd);
+    /// The chosen types; throws Error naming a bad value and the supported types (kv_type_names()).
+    KVTypes types() const;
+    /// kv_types_spec(types()): "q8_0", or "q8_0/f16" for keys/values of different types (what the evaluation
+    /// options' kv_type fields take).
+    std::string spec() const { return kv_types_spec(types()); }
+};
+
 struct CacheOptions {
     std::string policy = "full";
-    std::string kv_type = "f16";
+    KVTypeOptions kv;
     double kv_pool_mb = 0;  ///< size of the KV pool in MiB (0: grows on demand)
     int64_t prefill_chunk = 0;
     std::string stats_json;

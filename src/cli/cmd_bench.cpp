@@ -106,7 +106,7 @@ void run(const BenchOpts& o) {
     std::printf("model: %s | %s | %.2f GiB | threads %d | kernels %s | BLAS %s\n", o.model.c_str(),
                 c.summary().c_str(), gib, num_threads(), dot_kernels().isa, blas_core_name().c_str());
     std::printf("KV cache: policy %s, %s; at depth %ld: %.1f MiB kept (full F16: %.1f MiB), compression ratio %.3f\n",
-                cache.policy().describe().c_str(), o.cache.kv_type.c_str(), static_cast<long>(o.depth),
+                cache.policy().describe().c_str(), o.cache.kv.spec().c_str(), static_cast<long>(o.depth),
                 filled.kv_bytes_final / 1048576.0, filled.kv_bytes_full / 1048576.0, filled.compression_ratio);
     std::printf("| test | t/s | ms/token |\n|---|---|---|\n");
     auto report = [&](const std::string& name, const std::vector<double>& tps) {

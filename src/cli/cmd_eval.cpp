@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "cache/kv_pool.h"
+#include "cli/cache_options.h"
 #include "cli/commands.h"
 #include "util/file.h"
 #include "eval/fidelity.h"
@@ -31,7 +32,8 @@ namespace kvsieve::cli {
 
 namespace {
 struct EvalCommon {
-    std::string model, corpus, out = "results", protocol = "chunked", kv_type = "f16";
+    std::string model, corpus, out = "results", protocol = "chunked";
+    KVTypeOptions kv;
     int64_t samples = 8, sample_tokens = 512, chunk = 16, prefix = -1;
     int threads = 0, sinks = 4, window = 128;
     uint64_t seed = 0;
@@ -48,7 +50,7 @@ struct EvalCommon {
         cmd->add_option("--sinks", sinks, "sink tokens kept by the chunked protocol")->capture_default_str();
         cmd->add_option("--window", window, "local window kept by the chunked protocol")->capture_default_str();
         cmd->add_option("--prefix", prefix, "plain protocol: prompt tokens (-1: half the window)")->capture_default_str();
-        cmd->add_option("--kv-type", kv_type, "f32, f16 or bf16")->capture_default_str();
+        kv.add_to(cmd);
         cmd->add_option("--seed", seed, "seed (random policies)")->capture_default_str();
         cmd->add_option("--out", out, "output directory")->capture_default_str();
         cmd->add_option("-t,--threads", threads, "threads (0: all cores)");
@@ -64,7 +66,7 @@ struct EvalCommon {
         o.sinks = sinks;
         o.window = window;
         o.prefix = prefix;
-        o.kv_type = kv_type;
+        o.kv_type = kv.spec();
         o.progress = !quiet;
         require(sinks >= 0 && window >= 0, "--sinks and --window must be ≥ 0");
         return o;
@@ -192,7 +194,7 @@ void add_eval(CLI::App& app) {
         for (double l : parse_list(*rlengths, "--lengths")) o.lengths.push_back(static_cast<int64_t>(l));
         o.samples = c3->samples;
         o.seed = c3->seed;
-        o.kv_type = c3->kv_type;
+        o.kv_type = c3->kv.spec();
         o.progress = !c3->quiet;
         o.query_aware = *rqa;
         o.decode_preamble = *rpre;
@@ -341,7 +343,8 @@ void add_eval(CLI::App& app) {
     auto* fid = eval->add_subcommand("fidelity", "decode-heavy fidelity: long greedy generations of the full cache, fed to "
                                                  "each policy; greedy prefix, token accuracy, KL and KV memory along the way");
     struct FidOpts {
-        std::string model, corpus, policies, out = "results", kv_type = "f16";
+        std::string model, corpus, policies, out = "results";
+        KVTypeOptions kv;
         int64_t prompt = 512, gen = 1024, samples = 2, top = 256, chunk = 0, every = 64;
         double temp = 0;
         uint64_t seed = 1;
@@ -360,7 +363,7 @@ void add_eval(CLI::App& app) {
     fid->add_option("--top", fo->top, "teacher probabilities kept per step for the KL")->capture_default_str();
     fid->add_option("--prefill-chunk", fo->chunk, "chunked prefill of the prompt, compression after each chunk (0: one batch)")->capture_default_str();
     fid->add_option("--every", fo->every, "steps between KV-memory records and accuracy bins")->capture_default_str();
-    fid->add_option("--kv-type", fo->kv_type, "f32, f16 or bf16")->capture_default_str();
+    fo->kv.add_to(fid);
     fid->add_option("--temp", fo->temp, "teacher's sampling temperature (0: greedy)")->capture_default_str();
     fid->add_option("--seed", fo->seed, "teacher's sampling seed")->capture_default_str();
     fid->add_option("--out", fo->out, "output directory; a table already there with the same settings is resumed (its "
@@ -393,7 +396,7 @@ void add_eval(CLI::App& app) {
         o.top = fo->top;
         o.prefill_chunk = fo->chunk;
         o.memory_every = fo->every;
-        o.kv_type = fo->kv_type;
+        o.kv_type = fo->kv.spec();
         o.temp = fo->temp;
         o.seed = fo->seed;
         o.corpus = fo->corpus;
@@ -522,7 +525,7 @@ void add_eval(CLI::App& app) {
         for (double l : parse_list(*slengths, "--lengths")) o.ruler.lengths.push_back(static_cast<int64_t>(l));
         o.ruler.samples = c2->samples;
         o.ruler.seed = c2->seed;
-        o.ruler.kv_type = c2->kv_type;
+        o.ruler.kv_type = c2->kv.spec();
         o.ruler.progress = !c2->quiet;
         o.ruler.query_aware = *sqa;
         o.ruler.decode_preamble = *spre;

@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <thread>
 
+#include "cli/cache_options.h"
 #include "cli/commands.h"
 #include "kernels/parallel.h"
 #include "model/llama_model.h"
@@ -25,7 +26,8 @@ namespace kvsieve::cli {
 
 namespace {
 struct ServeOpts {
-    std::string model, alias, policy = "full", kv_type = "f16", chat_template, cache_dir;
+    std::string model, alias, policy = "full", chat_template, cache_dir;
+    KVTypeOptions kv;  // server-wide: the one pool's key and value types
     std::vector<std::string> predictors, predictor_dirs;  // NAME=PATH; folders of predictors
     double kv_budget_mb = 0;
     HttpOptions http;
@@ -82,7 +84,8 @@ void run(const ServeOpts& o) {
     // A bad default policy is an error at start, not per request; it names registered predictors as requests do.
     const Policy check = parse_policy(o.policy, policy_options);
     check_policy_fits(check, so.n_ctx);
-    auto pool = std::make_shared<KVPool>(model.config().head_dim, parse_kv_type(o.kv_type), 16,
+    const KVTypes kv = o.kv.types();
+    auto pool = std::make_shared<KVPool>(model.config().head_dim, kv.key, kv.value, 16,
                                          static_cast<uint64_t>(o.kv_budget_mb * 1048576.0));
     Scheduler sched(model, *tok, pool, so);
     ApiContext ctx;
@@ -182,7 +185,7 @@ void add_serve(CLI::App& app) {
                     "model=NAME (repeatable); loaded and checked against the model at start. Requests never name files");
     cmd->add_option("--predictor-dir", o->predictor_dirs,
                     "a folder whose subfolders are predictors, each registered under its own name (repeatable)");
-    cmd->add_option("--kv-type", o->kv_type, "element type of cached keys/values: f32, f16, bf16")->capture_default_str();
+    o->kv.add_to(cmd);
     add_kv_pool_option(cmd, o->kv_budget_mb, "size of the KV pool all sequences share, in MiB (0: grow on demand)");
     cmd->add_option("--slots", o->sched.slots, "sequences decoded together")->capture_default_str();
     cmd->add_option("-c,--ctx-size", o->sched.n_ctx, "positions per sequence, prompt and answer (0: the model's, at most 4096)")

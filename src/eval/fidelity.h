@@ -35,7 +35,7 @@ struct FidelityOptions {
     int64_t memory_every = 64;    ///< steps between KV-byte records
     double temp = 0;              ///< teacher's sampling temperature (0: greedy)
     uint64_t seed = 1;            ///< its sampling seed (prompt i uses seed + i)
-    std::string kv_type = "f16";
+    std::string kv_type = "f16";  ///< KV element types, parse_kv_types spec: "f16", "q8_0", or keys/values "q8_0/f16"
     std::string corpus;           ///< the corpus's name (its path), recorded in the report and checked on resume
     bool progress = true;
 };

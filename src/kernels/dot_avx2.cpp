@@ -176,6 +176,7 @@ static void isa_axpy_f16(float a, const uint16_t* v, float* o, int64_t n) {
                                                 _mm256_loadu_ps(o + i)));
     for (; i < n; ++i) o[i] += a * fp16_to_fp32(v[i]);
 }
+static float isa_dot_q8_0(const BlockQ8_0* w, const BlockQ8_0* xq, int64_t nb) { return dot_q8_0(w, xq, nb); }
 #include "kernels/attention_generic.inc"
 /// DotKernels::softmax with eight lanes at a time (max, exponentials and their sum, scaling).
 static void softmax8(float* s, int64_t n) {
@@ -230,12 +231,12 @@ static float gelu_dot8(const float* a, const float* b, const float* w, int64_t n
 }
 
 /// Binary16 pages of the common shapes take the specialised kernel (attend_f16_avx2.h).
-static void attend_rows_best(TensorType kv, const void* k, const void* v, int n, int d, const float* q, int G,
-                             float scale, float* m, float* l, float* o, float* s_out, int64_t s_stride) {
-    if (kv == TensorType::F16 && attend_rows_f16(static_cast<const uint16_t*>(k), static_cast<const uint16_t*>(v), n, d,
+static void attend_rows_best(TensorType kt, const void* k, TensorType vt, const void* v, int n, int d, const float* q,
+                             int G, float scale, float* m, float* l, float* o, float* s_out, int64_t s_stride) {
+    if (kt == TensorType::F16 && vt == TensorType::F16 && attend_rows_f16(static_cast<const uint16_t*>(k), static_cast<const uint16_t*>(v), n, d,
                                                  q, G, scale, m, l, o, s_out, s_stride))
         return;
-    attend_rows(kv, k, v, n, d, q, G, scale, m, l, o, s_out, s_stride);
+    attend_rows(kt, k, vt, v, n, d, q, G, scale, m, l, o, s_out, s_stride);
 }
 }  // namespace avx2
 

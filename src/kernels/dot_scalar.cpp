@@ -26,6 +26,7 @@ static float isa_dot_f16(const uint16_t* w, const float* x, int64_t n) {
 static void isa_axpy_f16(float a, const uint16_t* v, float* o, int64_t n) {
     for (int64_t i = 0; i < n; ++i) o[i] += a * fp16_to_fp32(v[i]);
 }
+static float isa_dot_q8_0(const BlockQ8_0* w, const BlockQ8_0* xq, int64_t nb) { return g_dot_q8_0(w, xq, nb); }
 #include "kernels/attention_generic.inc"
 
 static float dot_f16(const uint16_t* w, const float* x, int64_t n) {

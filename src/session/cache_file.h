@@ -49,7 +49,8 @@ std::string encode_generation_state(const GenerationState& g);
 GenerationState decode_generation_state(const std::string& extra, int n_vocab);
 
 /// Loads the saved cache record into `s`'s cache (built with the saved policy and at least the saved context)
-/// and its token history into `s`. Throws Error as KVCache::load.
+/// and its token history into `s`. Throws Error as KVCache::load (a cache of other key / value element types than the
+/// saved record's is refused, naming both pairs).
 void restore_sequence(Session& s, const SavedSequence& saved);
 
 }  // namespace kvsieve

@@ -1,0 +1,340 @@
+// Quantized KV pages (Q8_0, Q4_0 as llama.cpp's -ctk / -ctv): row layout and round-trip error per block, zeros and
+// huge values, the pool's key and value row sizes, decode attention over quantized rows against references computed
+// here, and saved cache records of other key / value types refused.
+#include <gtest/gtest.h>
+
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "cache/kv_cache.h"
+#include "cache/page_store.h"
+#include "kernels/cpu_features.h"
+#include "kernels/dot.h"
+#include "kernels/fp16.h"
+#include "model/llama_model.h"
+#include "test_util.h"
+#include "util/binary_io.h"
+#include "util/error.h"
+
+namespace kvsieve {
+namespace {
+
+std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
+    std::mt19937 g(seed);
+    std::normal_distribution<float> nd(0.0f, scale);
+    std::vector<float> v(n);
+    for (float& x : v) x = nd(g);
+    return v;
+}
+
+/// Every kernel set this CPU runs (the generic attention body is compiled once per set).
+std::vector<const DotKernels*> kernel_sets() {
+    std::vector<const DotKernels*> v{&dot_kernels_scalar()};
+    if (cpu_features().has_avx2_set()) v.push_back(&dot_kernels_avx2());
+    if (cpu_features().has_avx512_set()) v.push_back(&dot_kernels_avx512());
+    return v;
+}
+
+float half_round(float x) { return fp16_to_fp32(fp32_to_fp16(x)); }
+
+/// Dequantizes one row from its bytes by the block layout itself (binary16 d, then 32 int8 for Q8_0 or 16 bytes
+/// of nibbles, weight j in the low and j+16 in the high nibble of byte j, for Q4_0), not through kvsieve's code.
+std::vector<float> decode_row(KVType t, const uint8_t* p, int n) {
+    std::vector<float> y(n);
+    const size_t bb = t == KVType::kQ8_0 ? 34 : 18;
+    for (int b = 0; b < n / 32; ++b) {
+        const uint8_t* blk = p + b * bb;
+        uint16_t dh;
+        std::memcpy(&dh, blk, 2);
+        const float d = fp16_to_fp32(dh);
+        for (int j = 0; j < 32; ++j) {
+            if (t == KVType::kQ8_0) {
+                y[b * 32 + j] = d * static_cast<float>(static_cast<int8_t>(blk[2 + j]));
+            } else {
+                const uint8_t byte = blk[2 + (j % 16)];
+                const int q = j < 16 ? (byte & 0xF) : (byte >> 4);
+                y[b * 32 + j] = d * static_cast<float>(q - 8);
+            }
+        }
+    }
+    return y;
+}
+
+TEST(KVQuant, TypesNamesAndRowBytes) {
+    EXPECT_EQ(kv_row_bytes(KVType::kQ8_0, 64), 68u);   // 2 blocks of 34 bytes
+    EXPECT_EQ(kv_row_bytes(KVType::kQ4_0, 64), 36u);   // 2 blocks of 18 bytes
+    EXPECT_EQ(kv_row_bytes(KVType::kF16, 64), 128u);
+    EXPECT_EQ(kv_row_bytes(KVType::kF32, 64), 256u);
+    for (const char* s : {"f32", "f16", "bf16", "q8_0", "q4_0"}) EXPECT_EQ(kv_type_name(parse_kv_type(s)), s);
+    const KVTypes t = parse_kv_types("q8_0/f16");
+    EXPECT_EQ(t.key, KVType::kQ8_0);
+    EXPECT_EQ(t.value, KVType::kF16);
+    EXPECT_EQ(kv_types_spec(t), "q8_0/f16");
+    EXPECT_EQ(kv_types_spec(parse_kv_types("q4_0")), "q4_0");
+    try {
+        parse_kv_type("q5_0");
+        ADD_FAILURE() << "q5_0 accepted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("'q5_0'"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("f32, f16, bf16, q8_0, q4_0"), std::string::npos) << e.what();
+    }
+    // Keys and values of separate types: a page is 16 keys then 16 values, each in its own row size.
+    KVPool pool(64, KVType::kQ8_0, KVType::kF16, 16, 1 << 20);
+    EXPECT_EQ(pool.key_row_bytes(), 68u);
+    EXPECT_EQ(pool.value_row_bytes(), 128u);
+    EXPECT_EQ(pool.page_bytes(), 16u * (68 + 128));
+    const int32_t p = pool.alloc();
+    EXPECT_EQ(pool.values(p) - pool.keys(p), 16 * 68);
+    EXPECT_EQ(pool.bytes_in_use(), 16u * (68 + 128));
+}
+
+TEST(KVQuant, HeadDimensionNotAMultipleOf32IsRefusedNamingTypeAndDim) {
+    for (KVType t : {KVType::kQ8_0, KVType::kQ4_0}) {
+        try {
+            KVPool pool(48, KVType::kF16, t);
+            ADD_FAILURE() << "d = 48 accepted for " << kv_type_name(t);
+        } catch (const Error& e) {
+            const std::string w = e.what();
+            EXPECT_NE(w.find(kv_type_name(t)), std::string::npos) << w;
+            EXPECT_NE(w.find("head dimension 48"), std::string::npos) << w;
+        }
+    }
+    EXPECT_NO_THROW(KVPool(48, KVType::kF16));
+}
+
+TEST(KVQuant, RowsRoundTripWithinEachBlocksBound) {
+    // Rows of 128 with blocks of very different magnitudes (scales 1e-3 .. 1e4).
+    const int n = 128;
+    for (KVType t : {KVType::kQ8_0, KVType::kQ4_0}) {
+        SCOPED_TRACE(kv_type_name(t));
+        for (uint32_t seed = 1; seed <= 20; ++seed) {
+            std::vector<float> x = randn(n, seed);
+            for (int b = 0; b < n / 32; ++b)
+                for (int j = 0; j < 32; ++j) x[b * 32 + j] *= std::pow(10.0f, static_cast<float>((seed + b) % 8) - 3.0f);
+            std::vector<uint8_t> row(kv_row_bytes(t, n));
+            store_row(t, x.data(), row.data(), n);
+            std::vector<float> back(n);
+            load_row(t, row.data(), back.data(), n);
+            EXPECT_EQ(back, decode_row(t, row.data(), n)) << "load_row is not the block format's dequantization";
+            for (int b = 0; b < n / 32; ++b) {
+                float amax = 0, m = 0;
+                for (int j = 0; j < 32; ++j)
+                    if (std::fabs(x[b * 32 + j]) > amax) amax = std::fabs(x[b * 32 + j]), m = x[b * 32 + j];
+                // Q8_0: d = max|x|/127, stored as binary16; q = round(x/d), so |x − d·q| ≤ d/2, and the binary16
+                // rounding of d moves d·q by at most 127·|d − d16|. Q4_0: d = m/−8; half a step except where the
+                // +8 level is clipped to 7 (a whole step), and at most 8·|d − d16| from the rounding of d.
+                const float d = t == KVType::kQ8_0 ? amax / 127.0f : m / -8.0f;
+                const float d16 = half_round(d);
+                const float bound = t == KVType::kQ8_0 ? std::fabs(d) / 2 + 127 * std::fabs(d - d16)
+                                                       : std::fabs(d) + 8 * std::fabs(d - d16);
+                uint16_t stored;
+                std::memcpy(&stored, row.data() + b * (t == KVType::kQ8_0 ? 34 : 18), 2);
+                EXPECT_EQ(fp16_to_fp32(stored), d16) << "block " << b;
+                for (int j = 0; j < 32; ++j)
+                    EXPECT_LE(std::fabs(x[b * 32 + j] - back[b * 32 + j]), bound * (1 + 1e-5f) + 1e-30f)
+                        << "block " << b << " element " << j;
+            }
+        }
+    }
+}
+
+TEST(KVQuant, ZerosAndHugeFiniteValuesNeverGiveNaNOrInf) {
+    const int n = 64;
+    for (KVType t : {KVType::kQ8_0, KVType::kQ4_0}) {
+        SCOPED_TRACE(kv_type_name(t));
+        std::vector<uint8_t> row(kv_row_bytes(t, n));
+        std::vector<float> back(n, 1.0f);
+        const std::vector<float> zeros(n, 0.0f);
+        store_row(t, zeros.data(), row.data(), n);
+        load_row(t, row.data(), back.data(), n);
+        for (float y : back) EXPECT_EQ(y, 0.0f);
+        // Huge finite values (block 0) and values just past binary16's range for the scale (block 1).
+        std::vector<float> x(n);
+        for (int j = 0; j < 32; ++j) x[j] = (j % 2 ? -1.0f : 1.0f) * (j % 3 ? FLT_MAX : 1e30f);
+        for (int j = 32; j < 64; ++j) x[j] = (j % 2 ? -1.0f : 1.0f) * 2e7f * static_cast<float>(j - 31) / 32.0f;
+        store_row(t, x.data(), row.data(), n);
+        load_row(t, row.data(), back.data(), n);
+        const float lim = kv_quant_limit(t);
+        for (int j = 0; j < n; ++j) {
+            ASSERT_TRUE(std::isfinite(back[j])) << j;
+            EXPECT_LE(std::fabs(back[j]), lim) << j;
+            if (std::fabs(back[j]) > 0) EXPECT_EQ(std::signbit(back[j]), std::signbit(x[j])) << j;
+        }
+        // The largest magnitudes come back as the limit itself.
+        EXPECT_EQ(std::fabs(back[0]), lim);
+    }
+}
+
+/// Float64 online-softmax attention of G queries over n rows: out[g] = Σ_j softmax(s_g)_j · V_j with
+/// s_gj = Q_g · K_j · scale, and the scores themselves.
+void reference_attention(const std::vector<double>& Q, const std::vector<float>& K, const std::vector<float>& V, int n,
+                         int d, int G, double scale, std::vector<double>& out, std::vector<double>& s) {
+    out.assign(static_cast<size_t>(G) * d, 0.0);
+    s.assign(static_cast<size_t>(G) * n, 0.0);
+    for (int g = 0; g < G; ++g) {
+        double mx = -INFINITY;
+        for (int j = 0; j < n; ++j) {
+            double dot = 0;
+            for (int c = 0; c < d; ++c) dot += Q[g * d + c] * K[j * d + c];
+            s[g * n + j] = dot * scale;
+            mx = std::max(mx, s[g * n + j]);
+        }
+        double sum = 0;
+        for (int j = 0; j < n; ++j) sum += std::exp(s[g * n + j] - mx);
+        for (int j = 0; j < n; ++j) {
+            const double p = std::exp(s[g * n + j] - mx) / sum;
+            for (int c = 0; c < d; ++c) out[g * d + c] += p * V[j * d + c];
+        }
+    }
+}
+
+TEST(KVQuant, AttendRowsOnQuantizedRowsMatchesReferences) {
+    // Keys and values of every quantized / F16 pairing, on every kernel set; 39 rows as two full pages and a
+    // partial one. Tight reference: float64 attention on the dequantized rows and, for quantized keys, the query as
+    // the kernel scores it (quantized to Q8_0 blocks and dequantized): only float32 summation order and the
+    // exponential (relative error < 2e-7) differ. Loose reference: float64 attention on the unquantized rows and
+    // query; the bounds are the quantization's effect on these unit-variance rows (measured worst per output element
+    // over d and the kernel sets: 0.010 with Q8_0 keys and values, 0.085 where keys or values are Q4_0), with a 3×
+    // margin. (Measured tight worst: 1.3e-6 for the scores, 5e-7 for the outputs.)
+    struct Pair {
+        KVType k, v;
+        double loose;
+    };
+    const Pair pairs[] = {{KVType::kQ8_0, KVType::kQ8_0, 0.03}, {KVType::kQ4_0, KVType::kQ4_0, 0.25},
+                          {KVType::kQ8_0, KVType::kF16, 0.03},  {KVType::kF16, KVType::kQ4_0, 0.25},
+                          {KVType::kQ4_0, KVType::kQ8_0, 0.25}, {KVType::kF16, KVType::kQ8_0, 0.03}};
+    for (auto [d, G] : std::vector<std::pair<int, int>>{{32, 4}, {64, 3}, {128, 1}, {256, 2}}) {
+        const int n = 39;
+        const auto kf = randn(static_cast<size_t>(n) * d, 41), vf = randn(static_cast<size_t>(n) * d, 42),
+                   q = randn(static_cast<size_t>(G) * d, 43);
+        const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+        for (const Pair& pr : pairs) {
+            SCOPED_TRACE(testing::Message() << "d=" << d << " G=" << G << " k=" << kv_type_name(pr.k)
+                                            << " v=" << kv_type_name(pr.v));
+            const size_t kr = kv_row_bytes(pr.k, d), vr = kv_row_bytes(pr.v, d);
+            std::vector<uint8_t> kb(kr * n), vb(vr * n);
+            std::vector<float> K(static_cast<size_t>(n) * d), V(static_cast<size_t>(n) * d);
+            for (int j = 0; j < n; ++j) {
+                store_row(pr.k, kf.data() + j * d, kb.data() + j * kr, d);
+                store_row(pr.v, vf.data() + j * d, vb.data() + j * vr, d);
+                load_row(pr.k, kb.data() + j * kr, K.data() + j * d, d);
+                load_row(pr.v, vb.data() + j * vr, V.data() + j * d, d);
+            }
+            // The query as the kernel sees it: Q8_0 blocks (ties to even) for quantized keys, else as is.
+            std::vector<double> Qt(q.begin(), q.end()), Qf(q.begin(), q.end());
+            if (pr.k == KVType::kQ8_0 || pr.k == KVType::kQ4_0) {
+                std::vector<BlockQ8_0> qq(d / 32);
+                std::vector<float> qd(d);
+                for (int g = 0; g < G; ++g) {
+                    quantize_row_q8_0_activations(q.data() + g * d, qq.data(), d);
+                    dequantize_row(TensorType::Q8_0, qq.data(), qd.data(), d);
+                    for (int c = 0; c < d; ++c) Qt[g * d + c] = qd[c];
+                }
+            }
+            std::vector<double> ref_t, s_t, ref_f, s_f;
+            reference_attention(Qt, K, V, n, d, G, scale, ref_t, s_t);
+            reference_attention(Qf, kf, vf, n, d, G, scale, ref_f, s_f);
+            for (const DotKernels* ks : kernel_sets()) {
+                SCOPED_TRACE(ks->isa);
+                std::vector<float> m(G, -INFINITY), l(G, 0), o(static_cast<size_t>(G) * d, 0), s(static_cast<size_t>(G) * n);
+                for (int j0 = 0; j0 < n; j0 += 16)
+                    ks->attend_rows(kv_tensor_type(pr.k), kb.data() + j0 * kr, kv_tensor_type(pr.v), vb.data() + j0 * vr,
+                                    std::min(16, n - j0), d, q.data(), G, scale, m.data(), l.data(), o.data(),
+                                    s.data() + j0, n);
+                double worst_t = 0, worst_f = 0, worst_s = 0;
+                for (int g = 0; g < G; ++g) {
+                    for (int c = 0; c < d; ++c) {
+                        const double y = o[g * d + c] / l[g];
+                        worst_t = std::max(worst_t, std::fabs(y - ref_t[g * d + c]));
+                        worst_f = std::max(worst_f, std::fabs(y - ref_f[g * d + c]));
+                    }
+                    for (int j = 0; j < n; ++j) worst_s = std::max(worst_s, std::fabs(s[g * n + j] - s_t[g * n + j]));
+                }
+                EXPECT_LE(worst_s, 1e-5);
+                EXPECT_LE(worst_t, 5e-6);
+                EXPECT_LE(worst_f, pr.loose);
+            }
+        }
+    }
+}
+
+std::unique_ptr<KVCache> tiny_cache(const LlamaModel& m, KVType k, KVType v) {
+    return std::make_unique<KVCache>(m.config(), 256, parse_policy("full"),
+                                     std::make_shared<KVPool>(m.config().head_dim, k, v));
+}
+
+const LlamaModel& tiny2k() {
+    static const LlamaModel m(std::string(KVSIEVE_SOURCE_DIR) + "/models/kvsieve-tiny-2k.gguf");
+    return m;
+}
+
+TEST(KVQuant, CacheBytesAreTheQuantizedPages) {
+    const LlamaModel& m = tiny2k();
+    const int d = m.config().head_dim;
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 40; ++i) prompt.push_back(10 + i);
+    for (KVTypes t : {KVTypes{KVType::kQ8_0, KVType::kQ8_0}, KVTypes{KVType::kQ4_0, KVType::kQ4_0},
+                      KVTypes{KVType::kQ8_0, KVType::kF16}}) {
+        SCOPED_TRACE(kv_types_spec(t));
+        auto cache = tiny_cache(m, t.key, t.value);
+        std::vector<float> logits;
+        m.forward(prompt, *cache, logits);
+        // 40 entries per head: 3 pages of 16 keys and 16 values, each row 34 or 18 bytes per 32 elements (F16 2 per).
+        auto row = [d](KVType ty) { return ty == KVType::kQ8_0 ? 34 * d / 32 : ty == KVType::kQ4_0 ? 18 * d / 32 : 2 * d; };
+        const uint64_t pages = 3ull * m.config().n_layer * m.config().n_head_kv;
+        const KVStats st = cache->stats();
+        EXPECT_EQ(st.kv_bytes_final, pages * 16 * static_cast<uint64_t>(row(t.key) + row(t.value)));
+        EXPECT_EQ(st.kv_bytes_full, 40ull * m.config().n_layer * m.config().n_head_kv * 2 * d * 2);
+    }
+}
+
+TEST(KVQuant, CacheRecordOfOtherTypesIsRefusedNamingBothAndVersion1IsRead) {
+    const LlamaModel& m = tiny2k();
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 20; ++i) prompt.push_back(5 + 3 * i);
+    auto cache = tiny_cache(m, KVType::kQ8_0, KVType::kQ4_0);
+    std::vector<float> logits;
+    m.forward(prompt, *cache, logits);
+    BinaryWriter w;
+    cache->save(w);
+    for (KVTypes other : {KVTypes{KVType::kF16, KVType::kF16}, KVTypes{KVType::kQ8_0, KVType::kQ8_0}}) {
+        auto c2 = tiny_cache(m, other.key, other.value);
+        BinaryReader r(w.data().data(), w.data().size(), "the record");
+        try {
+            c2->load(r);
+            ADD_FAILURE() << "a q8_0/q4_0 record was loaded into a " << kv_types_spec(other) << " cache";
+        } catch (const Error& e) {
+            const std::string s = e.what();
+            EXPECT_NE(s.find("keys of type q8_0 and values of type q4_0"), std::string::npos) << s;
+            EXPECT_NE(s.find("keys as " + kv_type_name(other.key) + " and values as " + kv_type_name(other.value)),
+                      std::string::npos)
+                << s;
+        }
+    }
+    {  // the same types load, and hold the same entries
+        auto c2 = tiny_cache(m, KVType::kQ8_0, KVType::kQ4_0);
+        BinaryReader r(w.data().data(), w.data().size(), "the record");
+        ASSERT_NO_THROW(c2->load(r));
+        EXPECT_EQ(c2->stats().entries, cache->stats().entries);
+        EXPECT_EQ(c2->stats().kv_bytes_final, cache->stats().kv_bytes_final);
+    }
+    // A version-1 record (one type for keys and values) of an F16 cache still loads into an F16 cache: version 1
+    // is version 2 without the value type after the key type (u32 version, then int32 L, H, d, type).
+    auto f16 = tiny_cache(m, KVType::kF16, KVType::kF16);
+    m.forward(prompt, *f16, logits);
+    BinaryWriter w2;
+    f16->save(w2);
+    std::string v1 = w2.data();
+    const uint32_t one = 1;
+    std::memcpy(v1.data(), &one, 4);
+    v1.erase(4 + 4 * 4, 4);
+    auto back = tiny_cache(m, KVType::kF16, KVType::kF16);
+    BinaryReader r1(v1.data(), v1.size(), "the version-1 record");
+    ASSERT_NO_THROW(back->load(r1));
+    EXPECT_EQ(back->stats().entries, f16->stats().entries);
+}
+
+}  // namespace
+}  // namespace kvsieve
