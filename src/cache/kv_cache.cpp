@@ -385,6 +385,7 @@ void KVCache::prefill_layer(const LayerInputs& in, const float* write_scores, fl
     auto will_keep = [&](float score) {
         return adm.kind == Rule::Kind::kKeepAll || (adm.kind == Rule::Kind::kThreshold && score >= adm.tau);
     };
+    const bool kq = kv_type_block(pool_->key_type()) > 1, vq = kv_type_block(pool_->value_type()) > 1;
     // 1. Per head: gather the kept entries (float32) followed by the chunk's, attend.
     std::vector<std::vector<float>> K(Hkv), V(Hkv), A(Hkv);
     std::vector<std::vector<int32_t>> P(Hkv);
@@ -412,6 +413,11 @@ void KVCache::prefill_layer(const LayerInputs& in, const float* write_scores, fl
         for (int64_t t = 0; t < T; ++t, ++j) {
             std::copy_n(in.k + t * kvd + h * d, d, K[h].data() + j * d);
             std::copy_n(in.v + t * kvd + h * d, d, V[h].data() + j * d);
+            // Quantized pages: the chunk's own keys and values are seen as they will be stored (as llama.cpp, which
+            // writes the batch into its cache before attending), so a chunked and a one-batch prefill, the decode
+            // steps and every prefill statistic read the same dequantized entries.
+            if (kq) round_trip_row(pool_->key_type(), K[h].data() + j * d, K[h].data() + j * d, d);
+            if (vq) round_trip_row(pool_->value_type(), V[h].data() + j * d, V[h].data() + j * d, d);
             P[h][j] = static_cast<int32_t>(in.pos0 + t);
             if (gated)  // the first s entries become sinks
                 open[j] = hc.sinks().size() + t < policy_.sinks || will_keep(write_scores ? write_scores[t * Hkv + h] : 0.0f);

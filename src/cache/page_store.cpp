@@ -72,6 +72,13 @@ void load_row(KVType t, const uint8_t* src, float* dst, int n) {
     }
 }
 
+void round_trip_row(KVType t, const float* src, float* dst, int n) {
+    uint8_t buf[4 * 256];
+    require(n <= 256, "round_trip_row: rows of at most 256 elements, got ", n);
+    store_row(t, src, buf, n);
+    load_row(t, buf, dst, n);
+}
+
 PageStore::PageStore(PageStore&& o) noexcept
     : pool_(o.pool_),
       pages_(std::move(o.pages_)),

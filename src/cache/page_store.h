@@ -94,6 +94,8 @@ private:
 void store_row(KVType t, const float* src, uint8_t* dst, int n);
 /// One cached row of type t → float32 [n] (dequantized: x̂_j = d·q_j for Q8_0, d·(q_j − 8) for Q4_0).
 void load_row(KVType t, const uint8_t* src, float* dst, int n);
+/// dst ← the row a reader sees after src [n] is stored as type t: load_row(t, store_row(t, src)). dst may be src.
+void round_trip_row(KVType t, const float* src, float* dst, int n);
 /// Largest magnitude store_row keeps for a block type: 65504·127 for Q8_0 and 65504·8 for Q4_0 (the scale d is the
 /// largest magnitude / 127 or / 8, and 65504 is binary16's largest finite value); +inf for the other types.
 float kv_quant_limit(KVType t);
