@@ -187,7 +187,7 @@ TEST(Cli, BadPolicyOptionsAreReported) {
 
 TEST(Cli, QuantizedKVTypesRunAndBadOnesAreReported) {
     // tiny-2k has head size 32: keys as q8_0, values as q4_0; the stats name both and count their real bytes.
-    const std::string tiny2k = std::string(KVSIEVE_SOURCE_DIR) + "/models/kvsieve-tiny-2k.gguf";
+    const std::string tiny2k = test::model_path("kvsieve-tiny-2k.gguf");
     test::TempFile json(".json"), seq(".kvseq");
     const CmdResult r = run("generate -m " + tiny2k + " -p 'Once upon a time' -n 6 --temp 0 --cache-type-k q8_0 "
                             "--cache-type-v q4_0 --stats-json " + json.path() + " --save-cache " + seq.path());

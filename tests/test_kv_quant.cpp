@@ -266,7 +266,7 @@ std::unique_ptr<KVCache> tiny_cache(const LlamaModel& m, KVType k, KVType v) {
 }
 
 const LlamaModel& tiny2k() {
-    static const LlamaModel m(std::string(KVSIEVE_SOURCE_DIR) + "/models/kvsieve-tiny-2k.gguf");
+    static const LlamaModel m(test::model_path("kvsieve-tiny-2k.gguf"));
     return m;
 }
 

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "kernels/attend_f16_avx2.h"
+#include "kernels/attend_quant.h"
 #include "kernels/dot.h"
 #include "kernels/exp_avx2.h"
 #include "kernels/repack.h"
@@ -235,6 +236,9 @@ static void attend_rows_best(TensorType kt, const void* k, TensorType vt, const 
                              int G, float scale, float* m, float* l, float* o, float* s_out, int64_t s_stride) {
     if (kt == TensorType::F16 && vt == TensorType::F16 && attend_rows_f16(static_cast<const uint16_t*>(k), static_cast<const uint16_t*>(v), n, d,
                                                  q, G, scale, m, l, o, s_out, s_stride))
+        return;
+    // Q8_0 / Q4_0 pages of the common shapes take the specialised kernel (attend_quant.h), same semantics.
+    if (is_quant_attend_pair(kt, vt) && attend_rows_quant(kt, k, vt, v, n, d, q, G, scale, m, l, o, s_out, s_stride))
         return;
     attend_rows(kt, k, vt, v, n, d, q, G, scale, m, l, o, s_out, s_stride);
 }
