@@ -65,7 +65,7 @@ void BM_AttendPages(benchmark::State& st) {
             const uint8_t* k = K.data() + p * pb;
             const uint8_t* v = V.data() + p * pb;
             if (mode == 2) {
-                dk.attend_rows(t, k, v, kPage, d, q.data(), G, scale, m.data(), l.data(), o.data(), nullptr, 0);
+                dk.attend_rows(t, k, t, v, kPage, d, q.data(), G, scale, m.data(), l.data(), o.data(), nullptr, 0);
             } else if (!quant) {
                 const auto* kh = reinterpret_cast<const uint16_t*>(k);
                 const auto* vh = reinterpret_cast<const uint16_t*>(v);
