@@ -131,9 +131,9 @@ TEST(Cli, PolicyStatsTableAndJson) {
     EXPECT_LT(j["kv_bytes_final"].get<double>(), j["kv_bytes_full"].get<double>() * 0.45);
     // The table's saving line is full − final, in MiB and percent.
     const double full = j["kv_bytes_full"].get<double>(), fin = j["kv_bytes_final"].get<double>();
-    char want[128];
-    std::snprintf(want, sizeof want, "memory saved against the full F16 cache: %.2f MiB (%.1f%%)",
-                  (full - fin) / 1048576.0, 100.0 * (full - fin) / full);
+    char want[160];
+    std::snprintf(want, sizeof want, "memory saved against the full F16 cache: %.2f MiB (%.1f%%), %.1f× smaller",
+                  (full - fin) / 1048576.0, 100.0 * (full - fin) / full, full / fin);
     EXPECT_NE(r.err.find(want), std::string::npos) << want << "\n" << r.err;
 }
 

@@ -37,9 +37,15 @@ std::string KVStats::table() const {
     }
     if (kv_bytes_full > 0) {
         const double saved = static_cast<double>(kv_bytes_full) - static_cast<double>(kv_bytes_final);
-        std::snprintf(buf, sizeof buf, "  memory saved against the full F16 cache: %.2f MiB (%.1f%%)\n",
+        std::snprintf(buf, sizeof buf, "  memory saved against the full F16 cache: %.2f MiB (%.1f%%)",
                       saved / 1048576.0, 100.0 * saved / static_cast<double>(kv_bytes_full));
         s += buf;
+        if (kv_bytes_final > 0) {
+            std::snprintf(buf, sizeof buf, ", %.1f× smaller",
+                          static_cast<double>(kv_bytes_full) / static_cast<double>(kv_bytes_final));
+            s += buf;
+        }
+        s += "\n";
     }
     if (read_fraction < 1) {
         std::snprintf(buf, sizeof buf,
