@@ -3,6 +3,7 @@
 // cache holds, errors), not the quality of the answers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <fstream>
@@ -13,6 +14,9 @@
 
 #include "io/gguf.h"
 #include "io/gguf_writer.h"
+#include "model/llama_model.h"
+#include "serve/scheduler.h"
+#include "text/tokenizer.h"
 #include "cli_runner.h"
 #include "test_util.h"
 
@@ -94,6 +98,36 @@ TEST(ChatCli, GenerateChatFeedsTheRenderedTemplate) {
     EXPECT_EQ(text.out.find("<|im_start|>"), std::string::npos) << text.out;
     EXPECT_EQ(text.out.find("Once upon a time"), std::string::npos) << text.out;
     EXPECT_EQ(text.out.back(), '\n');
+    // One turn of `kvsieve chat` (a conversation: it keeps its answer in the cache) and the server's completion of
+    // the same rendered prompt decode through the same driver and give the same answer, token for token: the same
+    // text and as many tokens as generate's ids.
+    std::istringstream ids(chat.out);
+    const size_t n_ids = static_cast<size_t>(std::distance(std::istream_iterator<std::string>(ids),
+                                                           std::istream_iterator<std::string>()));
+    const CmdResult turn = run("chat -m " + kModel + " --chat-template chatml -n 12 --temp 0", "Once upon a time\n");
+    ASSERT_EQ(turn.status, 0) << turn.err;
+    EXPECT_EQ(turn.out, text.out);
+    const std::vector<TurnLine> lines = turn_lines(turn.err);
+    ASSERT_EQ(lines.size(), 1u) << turn.err;
+    EXPECT_EQ(lines[0].generated, static_cast<long>(n_ids));
+    const LlamaModel& model = test::stories260k();  // kModel
+    const auto tok = Tokenizer::from_gguf(model.file());
+    SchedulerOptions so;
+    so.n_ctx = std::min<int64_t>(model.config().n_ctx_train, 4096);  // generate's context
+    Scheduler sched(model, *tok, std::make_shared<KVPool>(model.config().head_dim, KVType::kF16), so);
+    GenerationRequest req;
+    req.prompt = tok->encode(kTurn1, true, true);  // as generate tokenizes -p
+    req.max_tokens = 12;
+    req.sampling.temp = 0;
+    req.policy_spec = "full";
+    req.policy = parse_policy("full");
+    const std::shared_ptr<RequestHandle> h = sched.submit(req);
+    std::string served;
+    GenerationEvent ev;
+    for (ev = h->next(); ev.kind == GenerationEvent::Kind::kText; ev = h->next()) served += ev.text;
+    ASSERT_EQ(ev.kind, GenerationEvent::Kind::kDone) << ev.error;
+    EXPECT_EQ(served + "\n", text.out);
+    EXPECT_EQ(ev.usage.completion_tokens, static_cast<int64_t>(n_ids));
 }
 
 TEST(ChatCli, GenerateChatDetectsTheTemplateAndItsDefaultSystemMessage) {

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <mutex>
 #include <thread>
+#include <tuple>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -22,7 +23,8 @@
 #include "serve/metrics.h"
 #include "serve/openai_api.h"
 #include "serve/scheduler.h"
-#include "serve/stop_strings.h"
+#include "session/stop_strings.h"
+#include "session/prefill_plan.h"
 #include "session/session.h"
 #include "test_util.h"
 #include "text/chat_prompt.h"
@@ -143,6 +145,37 @@ TEST(Scheduler, ConcurrentRequestsEachEqualTheSequenceRunAlone) {
     EXPECT_GT(snap.decode_rows, 0);
     EXPECT_LT(snap.steps, snap.decode_rows);  // decode steps were batched
     EXPECT_EQ(snap.by_policy.at("full").finished, 1);
+}
+
+TEST(Scheduler, AnAfterPrefillPolicyIsFedInOnePieceAsOnTheCommandLine) {
+    // The one chunk planner (session/prefill_plan.h): KVzip scores the whole prompt after the prefill, so the server
+    // feeds its prompt in one piece however small --prefill-chunk is, and answers as one Session prefilled in one
+    // batch does; a policy without that step is fed in chunks of the given size.
+    const Policy kvzip = parse_policy("kvzip:ratio=0.5"), h2o = parse_policy("h2o:budget=16");
+    EXPECT_EQ(planned_chunk(kvzip, 16), 0);
+    EXPECT_TRUE(chunk_overruled(kvzip, 16));
+    EXPECT_EQ(planned_chunk(kvzip, 16, false), 16);  // only extending the cache: no step runs, chunks are fine
+    EXPECT_EQ(planned_chunk(h2o, 16), 16);
+    EXPECT_FALSE(chunk_overruled(kvzip, 0));
+    const PrefillChunk a = next_prefill_chunk(40, 0, 16), b = next_prefill_chunk(40, 32, 16), c = next_prefill_chunk(40, 5, 0);
+    EXPECT_EQ(std::make_tuple(a.begin, a.end, a.last), std::make_tuple(int64_t{0}, int64_t{16}, false));
+    EXPECT_EQ(std::make_tuple(b.begin, b.end, b.last), std::make_tuple(int64_t{32}, int64_t{40}, true));
+    EXPECT_EQ(std::make_tuple(c.begin, c.end, c.last), std::make_tuple(int64_t{5}, int64_t{40}, true));
+    EXPECT_THROW(next_prefill_chunk(40, 40, 16), Error);
+    EXPECT_THROW(planned_chunk(h2o, -1), Error);
+
+    auto pool = std::make_shared<KVPool>(model().config().head_dim, KVType::kF16);
+    SchedulerOptions o = options(1);
+    o.prefill_chunk = 8;
+    Scheduler sched(model(), tokenizer(), pool, o);
+    const GenerationRequest req = greedy("Once upon a time, there was a little girl named Lily. She loved to play "
+                                         "outside in the park with her friend Ben.", 16, "kvzip:ratio=0.5");
+    ASSERT_GT(req.prompt.size(), 8u);
+    const Result r = collect(*sched.submit(req));
+    ASSERT_EQ(r.last.kind, GenerationEvent::Kind::kDone) << r.last.error;
+    EXPECT_EQ(r.text, alone(req, 256));
+    EXPECT_GT(r.last.usage.compression_ratio, 0.0);
+    EXPECT_EQ(sched.snapshot().steps, sched.snapshot().decode_rows + 1);  // one prefill step, then one per token
 }
 
 TEST(Scheduler, ExhaustedPoolFailsOnlyTheRequestThatDoesNotFit) {

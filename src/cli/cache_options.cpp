@@ -1,9 +1,11 @@
 #include "cli/cache_options.h"
 
+#include <cstdio>
 #include <fstream>
 
 #include "cli/commands.h"
 #include "session/prefill.h"
+#include "session/prefill_plan.h"
 #include "util/deprecation.h"
 #include "util/error.h"
 
@@ -52,6 +54,9 @@ std::unique_ptr<KVCache> CacheOptions::make_cache(const LlamaModel& m, int64_t n
     require(kv_pool_mb >= 0, "--kv-pool-mb must be ≥ 0, got ", kv_pool_mb);
     require(prefill_chunk >= 0, "--prefill-chunk must be ≥ 0, got ", prefill_chunk);
     check_policy_fits(p, n_ctx);
+    if (chunk_overruled(p, prefill_chunk))
+        std::fprintf(stderr, "note: policy %s scores the whole prompt after the prefill, so its prompt is fed in one "
+                             "piece (--prefill-chunk does not apply to it)\n", p.name.c_str());
     auto pool = std::make_shared<KVPool>(m.config().head_dim, t.key, t.value, 16,
                                          static_cast<uint64_t>(kv_pool_mb * 1048576.0));
     return std::make_unique<KVCache>(m.config(), n_ctx, std::move(p), std::move(pool));
@@ -59,7 +64,7 @@ std::unique_ptr<KVCache> CacheOptions::make_cache(const LlamaModel& m, int64_t n
 
 void CacheOptions::prefill(Session& session, const std::vector<int32_t>& prompt, std::vector<float>& logits) const {
     PrefillPlan plan;
-    plan.chunk = prefill_chunk;
+    plan.chunk = planned_chunk(session.cache().policy(), prefill_chunk);
     session.prefill(prompt, plan, logits);
 }
 

@@ -37,10 +37,12 @@ struct CacheOptions {
 
     /// Adds the options to a subcommand.
     void add_to(CLI::App* cmd);
-    /// Parses and validates them (throws Error naming a bad value) and builds the cache.
+    /// Parses and validates them (throws Error naming a bad value) and builds the cache. Says on stderr when
+    /// --prefill-chunk does not apply to the policy (session/prefill_plan.h: an after-prefill step).
     std::unique_ptr<KVCache> make_cache(const LlamaModel& m, int64_t n_ctx) const;
     /// Feeds the prompt to the session in one batch or in chunks of prefill_chunk tokens (compressing after
-    /// each chunk), then ends the prefill (Session::prefill). logits: the last token's.
+    /// each chunk) as the chunk planner says (session/prefill_plan.h planned_chunk: one piece for a policy with
+    /// an after-prefill step), then ends the prefill (Session::prefill). logits: the last token's.
     void prefill(Session& session, const std::vector<int32_t>& prompt, std::vector<float>& logits) const;
     /// Writes stats as JSON to stats_json if set; throws Error if the file cannot be written.
     void write_stats(const KVStats& s) const;

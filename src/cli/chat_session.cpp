@@ -1,9 +1,10 @@
 #include "cli/chat_session.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "text/chat_prompt.h"
-#include "text/utf8_stream.h"
+#include "session/decode_driver.h"
 #include "util/error.h"
 
 namespace kvsieve::cli {
@@ -50,35 +51,19 @@ ChatTurn ChatSession::turn(const std::string& user, int64_t n_predict,
     if (history_.empty() && system_) history_.push_back({"system", *system_});
     history_.push_back({"user", user});
 
-    const int n_vocab = m_.config().n_vocab;
-    Utf8Stream text;
-    for (int64_t i = 0; i < n_predict; ++i) {
-        const int32_t next = sampler_.sample(logits.data(), n_vocab);
-        r.ids.push_back(next);
-        const bool end = next == end_of_turn_id_ || tok_.is_eog(next);
-        if (!end) {
-            const std::string piece = tok_.token_to_piece(next);
-            r.reply += piece;
-            const std::string done = text.push(piece);
-            if (!done.empty()) on_text(done);
-        }
-        if (!keep_reply_ && (end || i + 1 == n_predict)) {  // a single turn: the last token need not be run
-            r.ended = end;
-            break;
-        }
-        if (session_.n_tokens() >= session_.n_ctx()) {
-            r.context_full = true;
-            r.ended = end;
-            break;
-        }
-        session_.decode(next, logits);
-        if (end) {
-            r.ended = true;
-            break;
-        }
-    }
-    const std::string rest = text.finish();
-    if (!rest.empty()) on_text(rest);
+    StopRules rules;
+    rules.end_tokens = {end_of_turn_id_};
+    rules.max_tokens = std::max<int64_t>(0, n_predict);
+    DecodeDriver driver(tok_, sampler_, rules);
+    // A single turn does not run its last token; a conversation gives every token, end of turn included, to the cache.
+    const DecodeRun run = decode_session(session_, driver, logits, keep_reply_ ? RunLast::kYes : RunLast::kNo,
+                                         [&](const DecodeStep& st) {
+                                             r.reply += st.piece;
+                                             if (!st.text.empty()) on_text(st.text);
+                                         });
+    r.ids = driver.tokens();
+    r.ended = run.reason == FinishReason::kEndToken;
+    r.context_full = run.context_full;
     r.prefill_s = t1 - t0;
     r.decode_s = now_s() - t1;
     history_.push_back({"assistant", r.reply});

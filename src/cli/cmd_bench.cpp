@@ -12,6 +12,7 @@
 #include "kernels/dot.h"
 #include "kernels/parallel.h"
 #include "model/llama_model.h"
+#include "session/prefill_plan.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
 #include "util/file.h"
@@ -87,13 +88,14 @@ void run(const BenchOpts& o) {
             kv.fill_synthetic(o.depth, o.seed);
         } else if (o.depth > 0) {
             std::fprintf(stderr, "filling context to depth %ld...\n", static_cast<long>(o.depth));
-            // --prefill-chunk: chunks of that size with the policy's rule after each (as a chunked prefill); else 512.
-            const int64_t chunk = o.cache.prefill_chunk > 0 ? o.cache.prefill_chunk : 512;
+            // --prefill-chunk as the chunk planner takes it (session/prefill_plan.h): chunks of that size with the
+            // policy's rule after each (as a chunked prefill); else pieces of 512 with no rule between them.
+            const int64_t chunk = planned_chunk(kv.policy(), o.cache.prefill_chunk);
             for (int64_t done = 0; done < o.depth;) {
-                const int64_t n = std::min<int64_t>(chunk, o.depth - done);
-                model.forward(bench_tokens(n), kv, logits);
-                done += n;
-                if (o.cache.prefill_chunk > 0 && done < o.depth) kv.end_prefill();
+                const PrefillChunk c = next_prefill_chunk(o.depth, done, chunk > 0 ? chunk : 512);
+                model.forward(bench_tokens(c.end - c.begin), kv, logits);
+                done = c.end;
+                if (chunk > 0 && !c.last) kv.end_prefill();
                 std::fprintf(stderr, "\r  %ld / %ld", static_cast<long>(done), static_cast<long>(o.depth));
             }
             std::fprintf(stderr, "\n");

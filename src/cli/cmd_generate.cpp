@@ -14,8 +14,8 @@
 #include "model/llama_model.h"
 #include "model/sampler.h"
 #include "session/cache_file.h"
+#include "session/decode_driver.h"
 #include "text/tokenizer.h"
-#include "text/utf8_stream.h"
 #include "util/error.h"
 
 namespace kvsieve::cli {
@@ -150,8 +150,6 @@ void run(GenerateOpts o) {
         std::fprintf(stderr, "continuing %s: %ld tokens, policy %s\n", o.load_cache.c_str(), static_cast<long>(held),
                      saved->policy_spec.c_str());
 
-    std::vector<int32_t> out;
-    Utf8Stream text;  // byte tokens may split characters
     if (!o.ids) {
         std::fputs(o.prompt.c_str(), stdout);
         std::fflush(stdout);
@@ -159,36 +157,28 @@ void run(GenerateOpts o) {
     const double t0 = now_s();
     if (!prompt.empty()) o.cache.prefill(session, prompt, logits);
     const double t1 = now_s();
-    bool ended = false;
-    for (int64_t i = 0; i < n_gen; ++i) {
-        const int32_t next = sampler.sample(logits.data(), c.n_vocab);
-        out.push_back(next);
-        if (tok->is_eog(next)) {
-            ended = true;
-            break;
-        }
-        if (!o.ids) {
-            std::fputs(text.push(tok->token_to_piece(next)).c_str(), stdout);
-            std::fflush(stdout);
-        }
-        // The last token is run too when the sequence is saved, so that a continuation samples right away.
-        if (i + 1 < n_gen || !o.save_cache.empty()) {
-            if (session.n_tokens() >= n_ctx) {
-                ended = true;
-                break;
-            }
-            session.decode(next, logits);
-        }
-    }
+    // The last token is run too when the sequence is saved, so that a continuation samples right away.
+    StopRules rules;
+    rules.max_tokens = n_gen;
+    DecodeDriver driver(*tok, sampler, rules);
+    const DecodeRun run = decode_session(session, driver, logits,
+                                         o.save_cache.empty() ? RunLast::kNo : RunLast::kUnlessEndToken,
+                                         [&](const DecodeStep& st) {
+                                             if (o.ids || st.text.empty()) return;
+                                             std::fputs(st.text.c_str(), stdout);
+                                             std::fflush(stdout);
+                                         });
+    const std::vector<int32_t>& out = driver.tokens();
     if (!o.save_cache.empty()) {
-        if (ended || (out.empty() && prompt.empty())) logits.clear();  // nothing to continue from without new text
+        // Nothing to continue from without new text: an ended answer, or no prompt and nothing sampled.
+        if (!run.logits_current || (out.empty() && prompt.empty())) logits.clear();
         save_sequence(o.save_cache, model, session, encode_generation_state({logits, sampler.state()}));
     }
     const double t2 = now_s();
     if (o.ids) {
         print_ids(out);
     } else {
-        std::printf("%s\n", text.finish().c_str());
+        std::printf("\n");
     }
     std::fflush(stdout);
     if (!o.quiet) {

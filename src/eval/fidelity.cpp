@@ -14,6 +14,7 @@
 #include "model/llama_model.h"
 #include "model/sampler.h"
 #include "policy/policy.h"
+#include "session/prefill_plan.h"
 #include "session/session.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
@@ -50,7 +51,7 @@ std::string short_label(const std::string& spec) {
 
 std::vector<float> prompt_logits(Session& s, const std::vector<int32_t>& prompt, int64_t chunk) {
     PrefillPlan plan;
-    plan.chunk = chunk;
+    plan.chunk = planned_chunk(s.cache().policy(), chunk);
     std::vector<float> logits;
     s.prefill(prompt, plan, logits);
     return logits;

@@ -31,7 +31,7 @@ struct FidelityOptions {
     int64_t gen_tokens = 1024;    ///< teacher's greedy continuation
     int64_t samples = 2;          ///< prompts (consecutive windows of the corpus)
     int64_t top = 256;            ///< teacher probabilities kept per step for the KL
-    int64_t prefill_chunk = 0;    ///< chunked prefill of the prompt, compression after each chunk (0: one batch)
+    int64_t prefill_chunk = 0;    ///< chunked prefill of the prompt, compression after each chunk (0: one batch; session/prefill_plan.h)
     int64_t memory_every = 64;    ///< steps between KV-byte records
     double temp = 0;              ///< teacher's sampling temperature (0: greedy)
     uint64_t seed = 1;            ///< its sampling seed (prompt i uses seed + i)

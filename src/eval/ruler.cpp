@@ -11,6 +11,7 @@
 #include "eval/tasks.h"
 #include "model/llama_model.h"
 #include "model/sampler.h"
+#include "session/prefill_plan.h"
 #include "session/session.h"
 #include "session/shared_prefill.h"
 #include "text/tokenizer.h"
@@ -155,7 +156,7 @@ std::vector<RulerSample> run_example(const LlamaModel& model, const Tokenizer& t
             shared.push_back(all.back());
         } else {
             PrefillPlan plan;
-            plan.chunk = o.prefill_chunk;
+            plan.chunk = planned_chunk(*policies[i], o.prefill_chunk);
             all.back()->prefill(ids, plan, logits[i]);
         }
     }

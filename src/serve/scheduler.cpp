@@ -7,8 +7,9 @@
 
 #include "cache/kv_cache.h"
 #include "serve/cache_quota.h"
-#include "serve/stop_strings.h"
 #include "session/cache_file.h"
+#include "session/decode_driver.h"
+#include "session/prefill_plan.h"
 #include "session/session.h"
 #include "text/utf8_stream.h"
 #include "util/atomic_file.h"
@@ -32,8 +33,7 @@ struct Scheduler::Slot {
     std::unique_ptr<KVCache> cache;
     std::unique_ptr<Session> session;
     std::unique_ptr<Sampler> sampler;
-    Utf8Stream utf8;
-    StopMatcher stops;
+    std::unique_ptr<DecodeDriver> driver;  // samples with `sampler`; the request's stop rules and streamed text
     int64_t prompt_done = 0, generated = 0;
     int64_t cached = 0;        // prompt tokens a kept conversation already held
     std::vector<int32_t> ids;  // what the next step feeds
@@ -88,7 +88,8 @@ std::shared_ptr<RequestHandle> Scheduler::submit(GenerationRequest req) {
     {
         const ModelConfig& c = model_.config();
         const int64_t n_new = std::max<int64_t>(1, static_cast<int64_t>(req.prompt.size()));
-        int64_t need = pages_needed(req.policy.after_prefill ? n_new : std::min(opts_.prefill_chunk, n_new));
+        const PrefillChunk first = next_prefill_chunk(n_new, 0, planned_chunk(req.policy, opts_.prefill_chunk));
+        int64_t need = pages_needed(first.end);
         if (req.policy.is_full()) {
             const int64_t answer = req.max_tokens_given ? req.max_tokens : 1;  // a default may stop long before
             const int64_t tokens = std::min<int64_t>(held + static_cast<int64_t>(req.prompt.size()) + answer, opts_.n_ctx);
@@ -241,35 +242,26 @@ void Scheduler::finish(Slot& s, const std::string& reason) {
     s.done = true;
 }
 
-void Scheduler::sampled(Slot& s, int32_t id) {
+void Scheduler::sample_next(Slot& s) {
+    const DecodeStep st = s.driver->next(s.logits.data(), model_.config().n_vocab, opts_.n_ctx - s.session->n_tokens());
     const Clock::time_point now = Clock::now();
-    if (++s.generated == 1) s.first_token_s = seconds_since(s.q->submitted);
+    s.generated = s.driver->generated();
+    if (s.generated == 1) s.first_token_s = seconds_since(s.q->submitted);
     {
         std::lock_guard<std::mutex> lk(mu_);
         ++snap_.generated_tokens;
         if (s.generated > 1) snap_.inter_token_s.observe(std::chrono::duration<double>(now - s.last_token_at).count());
     }
     s.last_token_at = now;
-    const GenerationRequest& r = s.q->req;
-    const bool end = tok_.is_eog(id) || id == r.end_token;
-    s.last = id;
-    s.last_end = end;
-    auto send = [&](const std::string& text) {
-        if (text.empty()) return;
+    s.last = st.token;
+    s.last_end = st.end_token;
+    if (!st.text.empty()) {
         GenerationEvent ev;
-        ev.text = text;
+        ev.text = st.text;
         s.q->handle->push(std::move(ev));
-    };
-    if (!end) send(s.stops.push(s.utf8.push(tok_.token_to_piece(id))));
-    if (s.stops.stopped()) return finish(s, "stop");
-    const bool length = s.generated >= r.max_tokens || s.session->n_tokens() >= opts_.n_ctx;
-    if (end || length) {
-        std::string rest = s.stops.push(s.utf8.finish());
-        rest += s.stops.finish();
-        send(rest);
-        return finish(s, end || s.stops.stopped() ? "stop" : "length");
     }
-    s.ids = {id};
+    if (st.finish != FinishReason::kNone) return finish(s, finish_reason_name(st.finish));
+    s.ids = {st.token};
     s.kind = Session::StepKind::kDecode;
 }
 
@@ -291,10 +283,10 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& active) {
         const auto& prompt = s->q->req.prompt;
         const int64_t n = static_cast<int64_t>(prompt.size());
         if (s->prompt_done < n) {
-            const int64_t len = s->cache->policy().after_prefill ? n - s->prompt_done
-                                                                 : std::min(opts_.prefill_chunk, n - s->prompt_done);
-            s->ids.assign(prompt.begin() + s->prompt_done, prompt.begin() + s->prompt_done + len);
-            s->kind = s->prompt_done + len == n ? Session::StepKind::kPrefillLast : Session::StepKind::kPrefillChunk;
+            const PrefillChunk c =
+                next_prefill_chunk(n, s->prompt_done, planned_chunk(s->cache->policy(), opts_.prefill_chunk));
+            s->ids.assign(prompt.begin() + c.begin, prompt.begin() + c.end);
+            s->kind = c.last ? Session::StepKind::kPrefillLast : Session::StepKind::kPrefillChunk;
         }
     }
     // The oldest sequences go first, as long as the pool can give the pages their rows may need; a sequence that
@@ -369,7 +361,6 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& active) {
         snap_.decode_s += dt * decode_rows / rows;
         ++snap_.steps;
     }
-    const int n_vocab = model_.config().n_vocab;
     for (Slot* s : run) {
         try {
             s->session->end_step(s->kind);
@@ -382,7 +373,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& active) {
         }
         if (s->kind != Session::StepKind::kDecode) s->prompt_done += static_cast<int64_t>(s->ids.size());
         if (s->kind == Session::StepKind::kPrefillChunk) continue;
-        sampled(*s, s->sampler->sample(s->logits.data(), n_vocab));
+        sample_next(*s);
     }
 }
 
@@ -400,8 +391,12 @@ std::unique_ptr<Scheduler::Slot> Scheduler::admit(std::unique_ptr<Queued> q, con
             break;
         }
     s->queue_s = seconds_since(q->submitted);
-    s->stops = StopMatcher(q->req.stop);
     s->sampler = std::make_unique<Sampler>(q->req.sampling);
+    StopRules rules;
+    rules.stop_strings = q->req.stop;
+    rules.end_tokens = {q->req.end_token};
+    rules.max_tokens = q->req.max_tokens;
+    s->driver = std::make_unique<DecodeDriver>(tok_, *s->sampler, std::move(rules));
     s->q = std::move(q);
     GenerationState restored;
     try {
@@ -438,7 +433,7 @@ std::unique_ptr<Scheduler::Slot> Scheduler::admit(std::unique_ptr<Queued> q, con
             return nullptr;
         }
         s->logits = std::move(restored.logits);
-        sampled(*s, s->sampler->sample(s->logits.data(), c.n_vocab));
+        sample_next(*s);
         if (s->done) return nullptr;
     }
     return s;
@@ -613,7 +608,7 @@ CacheOpResult Scheduler::save(const SequenceRef& ref, const std::string& path) {
         } catch (const CacheOpError& e) {
             error = e.what();
         }
-        sampled(*s, s->sampler->sample(s->logits.data(), model_.config().n_vocab));
+        sample_next(*s);
         if (!error.empty()) throw CacheOpError(500, error);
         return out;
     });

@@ -206,7 +206,9 @@ private:
     void step(std::vector<std::unique_ptr<Slot>>& active);
     void finish(Slot& s, const std::string& reason);
     void fail(Slot& s, int status, const std::string& message);
-    void sampled(Slot& s, int32_t id);
+    /// Samples the slot's next token from its logits through its decode driver (session/decode_driver.h), sends
+    /// the text it releases and finishes the request when the driver says so; else the token is the next step's.
+    void sample_next(Slot& s);
     int64_t pages_needed(int64_t rows) const;
 
     const LlamaModel& model_;

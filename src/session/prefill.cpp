@@ -4,6 +4,7 @@
 
 #include "cache/kv_cache.h"
 #include "session/model_access.h"
+#include "session/prefill_plan.h"
 #include "model/llama_model.h"
 #include "util/error.h"
 
@@ -33,21 +34,24 @@ void prefill(const LlamaModel& model, const Tokenizer& tok, KVCache& cache, cons
              const ChunkFn& on_chunk) {
     require(!prompt.empty(), "prefill: the prompt is empty");
     require(plan.chunk >= 0, "prefill: chunk must be ≥ 0, got ", plan.chunk);
-    require(plan.chunk == 0 || !plan.compress || !cache.policy().after_prefill, "policy ", cache.policy().name,
-            " scores the whole prompt after the prefill; a chunked prefill cannot be used with it");
+    // A plan the planner (session/prefill_plan.h) never makes: it feeds such a prompt in one piece.
+    require(!chunk_overruled(cache.policy(), plan.chunk, plan.compress), "policy ", cache.policy().name,
+            " scores the whole prompt after the prefill; a chunked prefill cannot be used with it (planned_chunk "
+            "feeds its prompt in one piece)");
     const int64_t n = static_cast<int64_t>(prompt.size());
-    const int64_t step = plan.chunk > 0 ? plan.chunk : n;
     LayerTap tap(cache, plan.on_layer);
     SequenceCache& target = plan.on_layer ? static_cast<SequenceCache&>(tap) : cache;
-    for (int64_t b = 0; b < n; b += step) {
-        const int64_t e = std::min(n, b + step);
-        if (b == 0 && e == n) {
+    for (int64_t done = 0; done < n;) {
+        const PrefillChunk c = next_prefill_chunk(n, done, plan.chunk);
+        if (c.begin == 0 && c.last) {
             model.forward(prompt, target, logits, plan.all_logits);
         } else {
-            model.forward(std::vector<int32_t>(prompt.begin() + b, prompt.begin() + e), target, logits, plan.all_logits);
+            model.forward(std::vector<int32_t>(prompt.begin() + c.begin, prompt.begin() + c.end), target, logits,
+                          plan.all_logits);
         }
-        if (on_chunk) on_chunk(b, e, logits);
-        if (e < n && plan.compress) cache.end_prefill();
+        if (on_chunk) on_chunk(c.begin, c.end, logits);
+        if (!c.last && plan.compress) cache.end_prefill();
+        done = c.end;
     }
     if (plan.compress) finish_prefill(model, tok, cache, context);
 }
@@ -56,8 +60,15 @@ void prefill(const LlamaModel& model, const Tokenizer& tok, KVCache& cache, cons
 
 namespace kvsieve {
 
-void finish_prefill(const LlamaModel& model, const Tokenizer& tok, KVCache& cache, const std::vector<int32_t>& context) {
-    run_after_prefill(model, tok, cache, context);
+void finish_prefill(const LlamaModel& model, const Tokenizer& tok, KVCache& cache, const std::vector<int32_t>& context,
+                    const EntryScores* scores) {
+    if (scores) {
+        require(static_cast<bool>(cache.policy().after_prefill), "policy ", cache.policy().spec,
+                " has no after-prefill step to take scores for");
+        cache.set_scores(*scores);
+    } else {
+        run_after_prefill(model, tok, cache, context);
+    }
     cache.end_prefill();
 }
 

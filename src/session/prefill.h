@@ -1,12 +1,13 @@
 #pragma once
 // The one prefill driver: how a prompt enters a KV cache (one batch or chunks with compression after each), and
 // the policy's after-prefill step (KVzip's context reconstruction where the policy asks for it). The CLI, the
-// NLL and RULER evaluations and chat turns all prefill through it.
+// NLL and RULER evaluations and chat turns all prefill through it, in the pieces of session/prefill_plan.h.
 #include <cstdint>
 #include <functional>
 #include <vector>
 
 #include "cache/sequence_cache.h"
+#include "policy/after_prefill.h"
 
 namespace kvsieve {
 
@@ -32,15 +33,21 @@ using ChunkFn = std::function<void(int64_t begin, int64_t end, const std::vector
 /// plan.chunk tokens with the policy's compression (KVCache::end_prefill) between chunks; then ends the prefill
 /// with finish_prefill (KVzip replay over `context` if the policy asks, then compression). `context` is every
 /// token the cache has been given, ending with `prompt` (for a fresh cache, the prompt itself). On return
-/// `logits` holds the last chunk's logits as plan.all_logits says. Throws Error if plan.chunk > 0 with a policy
-/// that rescores the whole context after the prefill (KVzip), or if the prompt is empty.
+/// `logits` holds the last chunk's logits as plan.all_logits says. The pieces are those of the one chunk planner
+/// (session/prefill_plan.h next_prefill_chunk). Throws Error if plan.chunk > 0 with a policy that rescores the
+/// whole context after the prefill (KVzip): a plan that planned_chunk never makes (callers that take a chunk size
+/// from their user pass it through planned_chunk, which feeds such a prompt in one piece), or if the prompt is empty.
 void prefill(const LlamaModel& model, const Tokenizer& tok, KVCache& cache, const std::vector<int32_t>& prompt,
              const std::vector<int32_t>& context, const PrefillPlan& plan, std::vector<float>& logits,
              const ChunkFn& on_chunk = {});
 
 /// Ends the prefill of `context` (the tokens the cache holds, positions 0 … n − 1): runs the policy's after-prefill
 /// step if it has one (KVzip's context reconstruction, policy/kvzip.cpp) and writes its scores into the cache,
-/// then runs the policy's compression (KVCache::end_prefill).
-void finish_prefill(const LlamaModel& model, const Tokenizer& tok, KVCache& cache, const std::vector<int32_t>& context);
+/// then runs the policy's compression (KVCache::end_prefill). The one place a prefill ends: prefill(),
+/// Session::end_step (the server's batched steps) and prefill_shared all end through it. `scores`, when given,
+/// are the step's scores computed once for several caches like this one (prefill_shared) and are written instead
+/// of running the step; Error if the policy has no after-prefill step.
+void finish_prefill(const LlamaModel& model, const Tokenizer& tok, KVCache& cache, const std::vector<int32_t>& context,
+                    const EntryScores* scores = nullptr);
 
 }  // namespace kvsieve

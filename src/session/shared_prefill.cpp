@@ -103,8 +103,7 @@ int64_t prefill_shared(const std::vector<Session*>& sessions, const std::vector<
                         if (std::find(asked.begin(), asked.end(), k) != asked.end() && !es.by_pos.empty())
                             by_key.emplace(k + cache_key(c), std::move(es));
                 }
-                c.set_scores(it->second);
-                c.end_prefill();
+                finish_prefill(model, s->tokenizer(), c, prompt, &it->second);
             } else {
                 finish_prefill(model, s->tokenizer(), c, prompt);
             }

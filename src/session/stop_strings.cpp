@@ -1,4 +1,4 @@
-#include "serve/stop_strings.h"
+#include "session/stop_strings.h"
 
 #include <algorithm>
 

@@ -1,0 +1,29 @@
+#include "session/prefill_plan.h"
+
+#include <algorithm>
+
+#include "policy/policy.h"
+#include "util/error.h"
+
+namespace kvsieve {
+
+int64_t planned_chunk(const Policy& policy, int64_t chunk, bool compress) {
+    require(chunk >= 0, "the prefill chunk must be ≥ 0, got ", chunk);
+    return chunk_overruled(policy, chunk, compress) ? 0 : chunk;
+}
+
+bool chunk_overruled(const Policy& policy, int64_t chunk, bool compress) {
+    return chunk > 0 && compress && static_cast<bool>(policy.after_prefill);
+}
+
+PrefillChunk next_prefill_chunk(int64_t n_prompt, int64_t done, int64_t chunk) {
+    require(done >= 0 && done < n_prompt, "no prompt tokens left to feed: ", done, " of ", n_prompt, " are fed");
+    require(chunk >= 0, "the prefill chunk must be ≥ 0, got ", chunk);
+    PrefillChunk c;
+    c.begin = done;
+    c.end = chunk > 0 ? std::min(n_prompt, done + chunk) : n_prompt;
+    c.last = c.end == n_prompt;
+    return c;
+}
+
+}  // namespace kvsieve
