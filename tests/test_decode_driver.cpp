@@ -23,6 +23,7 @@ const Tokenizer& tokenizer() {
     return *tok;
 }
 int n_vocab() { return model().config().n_vocab; }
+std::shared_ptr<KVPool> full_pool() { return std::make_shared<KVPool>(model().config().head_dim, KVType::kF16); }
 
 /// The lowest id whose piece is exactly `piece` (stories260K has a byte token for every byte).
 int32_t id_of(const std::string& piece) {
@@ -185,7 +186,7 @@ TEST(DecodeDriver, AUtf8CharacterSplitAcrossTokensIsShownWhole) {
 /// The greedy answer of up to n tokens after `prompt`, by hand: argmax, stop at an end of generation, each token but
 /// the last run (`run_last`: the last too).
 std::vector<int32_t> by_hand(const std::vector<int32_t>& prompt, int64_t n, bool run_last, int64_t& n_cached) {
-    KVCache cache(model().config(), 256, parse_policy("full"), std::make_shared<KVPool>(model().config().head_dim, KVType::kF16));
+    KVCache cache(model().config(), 256, parse_policy("full"), full_pool());
     Session s(model(), tokenizer(), cache);
     std::vector<float> logits;
     s.prefill(prompt, PrefillPlan{}, logits);
@@ -207,7 +208,7 @@ TEST(DecodeDriver, DecodeSessionRunsEachTokenAndTheLastAsAsked) {
     for (RunLast run_last : {RunLast::kNo, RunLast::kYes}) {
         int64_t want_cached = 0;
         const std::vector<int32_t> want = by_hand(prompt, n, run_last == RunLast::kYes, want_cached);
-        KVCache cache(model().config(), 256, parse_policy("full"), std::make_shared<KVPool>(model().config().head_dim, KVType::kF16));
+        KVCache cache(model().config(), 256, parse_policy("full"), full_pool());
         Session s(model(), tokenizer(), cache);
         std::vector<float> logits;
         s.prefill(prompt, PrefillPlan{}, logits);
@@ -229,7 +230,7 @@ TEST(DecodeDriver, DecodeSessionRunsEachTokenAndTheLastAsAsked) {
     }
     // A context with room for 3 more tokens: three are run, the fourth sampled and the answer cut.
     const int64_t n_ctx = static_cast<int64_t>(prompt.size()) + 3;
-    KVCache cache(model().config(), n_ctx, parse_policy("full"), std::make_shared<KVPool>(model().config().head_dim, KVType::kF16));
+    KVCache cache(model().config(), n_ctx, parse_policy("full"), full_pool());
     Session s(model(), tokenizer(), cache);
     std::vector<float> logits;
     s.prefill(prompt, PrefillPlan{}, logits);

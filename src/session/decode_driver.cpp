@@ -30,7 +30,8 @@ DecodeDriver::DecodeDriver(const Tokenizer& tok, Sampler& sampler, StopRules rul
 }
 
 bool DecodeDriver::is_end(int32_t id) const {
-    return tok_.is_eog(id) || std::find(rules_.end_tokens.begin(), rules_.end_tokens.end(), id) != rules_.end_tokens.end();
+    const auto& ends = rules_.end_tokens;
+    return tok_.is_eog(id) || std::find(ends.begin(), ends.end(), id) != ends.end();
 }
 
 std::string DecodeDriver::release() {

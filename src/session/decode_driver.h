@@ -23,7 +23,8 @@ class Tokenizer;
 /// Why an answer ended.
 enum class FinishReason {
     kNone,         ///< not finished
-    kEndToken,     ///< an end token came: the vocabulary's end of generation (EOS, end of turn) or StopRules::end_tokens
+    kEndToken,     ///< an end token came: the vocabulary's end of generation (EOS, end of turn) or one of
+                   ///< StopRules::end_tokens
     kStopString,   ///< a stop string appeared in the text
     kMaxTokens,    ///< StopRules::max_tokens tokens were sampled
     kContextFull,  ///< the context has no position left to run the token sampled last
@@ -69,7 +70,8 @@ public:
     /// run next, and `positions_left` ≤ 0 (positions the context can still take: n_ctx − tokens it holds)
     /// finishes (kContextFull). On a finish the text held back (an unfinished UTF-8 character becomes U+FFFD, text
     /// that could begin a stop string) is released into DecodeStep::text, through the stop strings, which may still
-    /// end it (then kStopString, unless an end token finished it). Throws Error when the driver has finished, and what Sampler::sample throws.
+    /// end it (then kStopString, unless an end token finished it). Throws Error when the driver has finished, and
+    /// what Sampler::sample throws.
     DecodeStep next(const float* logits, int n_vocab, int64_t positions_left);
 
     /// Whether the answer has finished, and why.

@@ -21,7 +21,7 @@ public:
 
     /// Feeds `prompt` after what the sequence holds, through prefill() (session/prefill.h) with the whole token
     /// history as the policy's context; logits as plan.all_logits says. Throws Error for an empty prompt, a prompt
-    /// that does not fit in the context, or a chunked prefill with a policy that rescores the whole context.
+    /// that does not fit, or a chunked plan for a policy that rescores the whole context (session/prefill_plan.h).
     void prefill(const std::vector<int32_t>& prompt, const PrefillPlan& plan, std::vector<float>& logits,
                  const ChunkFn& on_chunk = {});
     /// Feeds one token as a decode step; logits becomes the next token's [V]. Throws Error when the context is
