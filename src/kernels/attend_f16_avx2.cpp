@@ -1,7 +1,7 @@
 // AVX2 online-softmax decode attention over binary16 cache pages. Compiled with AVX2/FMA/F16C flags; reached
 // only through dot_kernels_avx2(), which the dispatcher selects after checking the CPU.
 #include "kernels/attend_f16_avx2.h"
-#include "kernels/exp_avx2.h"
+#include "kernels/online_softmax_avx2.h"
 
 #include <immintrin.h>
 
@@ -13,13 +13,6 @@ namespace {
 
 inline __m256 load_half8(const uint16_t* p) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
-
-inline float hsum8(__m256 a) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
 }
 
 template <int G>
@@ -39,24 +32,7 @@ void attend(const uint16_t* K, const uint16_t* V, int n, int d, const float* q, 
         for (int g = 0; g < G; ++g) s[g][j] = hsum8(acc[g]) * scale;
     }
     // 2. Online softmax update per query head; lanes j ≥ n are zeroed after the exponential.
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    const __m256 live0 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n), lane));
-    const __m256 live1 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n - 8), lane));
-    for (int g = 0; g < G; ++g) {
-        if (s_out)
-            for (int j = 0; j < n; ++j) s_out[g * s_stride + j] = s[g][j];
-        float mx = m[g];
-        for (int j = 0; j < n; ++j) mx = std::max(mx, s[g][j]);
-        for (int j = n; j < 16; ++j) s[g][j] = mx;
-        const __m256 mv = _mm256_set1_ps(mx);
-        const __m256 p0 = _mm256_and_ps(live0, exp_nonpos8(_mm256_sub_ps(_mm256_load_ps(s[g]), mv)));
-        const __m256 p1 = _mm256_and_ps(live1, exp_nonpos8(_mm256_sub_ps(_mm256_load_ps(s[g] + 8), mv)));
-        _mm256_store_ps(p[g], p0);
-        _mm256_store_ps(p[g] + 8, p1);
-        corr[g] = m[g] == -INFINITY ? 0.0f : _mm256_cvtss_f32(exp_nonpos8(_mm256_set1_ps(m[g] - mx)));
-        l[g] = l[g] * corr[g] + hsum8(_mm256_add_ps(p0, p1));
-        m[g] = mx;
-    }
+    online_softmax_step16(s, p, G, n, m, l, corr, s_out, s_stride);
     // 3. Values: per 8-wide column chunk, the G outputs stay in registers while each row's chunk is converted
     // once and accumulated into all of them.
     for (int c = 0; c < d; c += 8) {

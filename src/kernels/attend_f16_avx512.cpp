@@ -1,6 +1,7 @@
 // AVX-512 online-softmax decode attention over binary16 cache pages. Compiled with AVX-512 flags; reached only
 // through dot_kernels_avx512(), which the dispatcher selects after checking the CPU.
 #include "kernels/attend_f16_avx512.h"
+#include "kernels/online_softmax_avx512.h"
 
 #include <immintrin.h>
 
@@ -8,25 +9,6 @@
 
 namespace kvsieve::avx512 {
 namespace {
-
-/// exp(x) for 16 lanes with x ≤ 0: 2^n · p(r), n = round(x·log2 e), r = x − n·ln 2 (two-part ln 2), p the
-/// degree-6 Taylor polynomial (relative error < 2e-7, the scalar exp_nonpos of attention_generic.inc);
-/// inputs below −87 give ≈ 0.
-inline __m512 exp_nonpos16(__m512 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
-    __m512 p = _mm512_set1_ps(1.0f / 720);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, n);
-}
 
 // Two 256-bit conversions joined: Zen 4 runs the 512-bit vcvtph2ps as two halves, and the joined form decoded
 // faster there (SmolLM2 Q4_1 at depth 4096: 74.5 → 77.4 tok/s; the F16 weight kernel of dot_avx512.cpp: 77 → 131).
@@ -61,17 +43,7 @@ void attend(const uint16_t* K, const uint16_t* V, int n, const float* q, int G, 
         }
     }
     // 2. Online softmax update per query head, 16 keys at once.
-    const __mmask16 live = static_cast<__mmask16>((1u << n) - 1u);
-    for (int g = 0; g < G; ++g) {
-        const __m512 sv = _mm512_maskz_load_ps(live, s[g]);
-        if (s_out) _mm512_mask_storeu_ps(s_out + g * s_stride, live, sv);
-        const float mx = std::max(m[g], _mm512_mask_reduce_max_ps(live, sv));
-        const __m512 pv = _mm512_maskz_mov_ps(live, exp_nonpos16(_mm512_sub_ps(sv, _mm512_set1_ps(mx))));
-        _mm512_store_ps(p[g], pv);
-        corr[g] = m[g] == -INFINITY ? 0.0f : _mm512_cvtss_f32(exp_nonpos16(_mm512_set1_ps(m[g] - mx)));
-        l[g] = l[g] * corr[g] + _mm512_reduce_add_ps(pv);
-        m[g] = mx;
-    }
+    online_softmax_step16(s, p, G, n, m, l, corr, s_out, s_stride);
     // 3. Values: each value row is converted once per block of GB query heads held in registers.
     for (int g0 = 0; g0 < G; g0 += GB) {
         const int gn = std::min(GB, G - g0);

@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "kernels/attend_quant.h"
-#include "kernels/exp_avx2.h"
+#include "kernels/online_softmax_avx2.h"
 
 // Block scales are converted with F16C.
 #define KVSIEVE_HALF(h) _cvtsh_ss(h)
@@ -121,24 +121,7 @@ void attend(const uint8_t* K, const uint8_t* V, int n, int d, const Queries<G>& 
             _mm256_store_ps(s[g] + j, _mm256_mul_ps(hsum8x8(part[g] + j), _mm256_set1_ps(scale)));
     }
     // 2. Online softmax update per query head; lanes j ≥ n are zeroed after the exponential.
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    const __m256 live0 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n), lane));
-    const __m256 live1 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n - 8), lane));
-    for (int g = 0; g < G; ++g) {
-        if (s_out)
-            for (int j = 0; j < n; ++j) s_out[g * s_stride + j] = s[g][j];
-        float mx = m[g];
-        for (int j = 0; j < n; ++j) mx = std::max(mx, s[g][j]);
-        for (int j = n; j < 16; ++j) s[g][j] = mx;
-        const __m256 mv = _mm256_set1_ps(mx);
-        const __m256 p0 = _mm256_and_ps(live0, exp_nonpos8(_mm256_sub_ps(_mm256_load_ps(s[g]), mv)));
-        const __m256 p1 = _mm256_and_ps(live1, exp_nonpos8(_mm256_sub_ps(_mm256_load_ps(s[g] + 8), mv)));
-        _mm256_store_ps(p[g], p0);
-        _mm256_store_ps(p[g] + 8, p1);
-        corr[g] = m[g] == -INFINITY ? 0.0f : _mm256_cvtss_f32(exp_nonpos8(_mm256_set1_ps(m[g] - mx)));
-        l[g] = l[g] * corr[g] + hsum_ps256(_mm256_add_ps(p0, p1));
-        m[g] = mx;
-    }
+    online_softmax_step16(s, p, G, n, m, l, corr, s_out, s_stride);
     // 3. Values: per CH 8-column chunks the G·CH outputs stay in registers while each row's chunks are dequantized
     // once and accumulated into all of them (CH > 1 gives the FMAs more independent chains than G alone).
     constexpr int CH = G <= 3 ? 4 : G <= 6 ? 2 : 1;

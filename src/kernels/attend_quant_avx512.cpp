@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "kernels/attend_quant.h"
-#include "kernels/exp_avx512.h"
+#include "kernels/online_softmax_avx512.h"
 
 #define KVSIEVE_HALF(h) _cvtsh_ss(h)
 
@@ -130,17 +130,7 @@ void attend(const uint8_t* K, const uint8_t* V, int n, int d, const Queries<G>& 
             _mm256_store_ps(s[g] + j, _mm256_mul_ps(hsum8x8(part[g] + j), _mm256_set1_ps(scale)));
     }
     // 2. Online softmax update per query head, 16 keys at once.
-    const __mmask16 live = static_cast<__mmask16>((1u << n) - 1u);
-    for (int g = 0; g < G; ++g) {
-        const __m512 sv = _mm512_maskz_load_ps(live, s[g]);
-        if (s_out) _mm512_mask_storeu_ps(s_out + g * s_stride, live, sv);
-        const float mx = std::max(m[g], _mm512_mask_reduce_max_ps(live, sv));
-        const __m512 pv = _mm512_maskz_mov_ps(live, exp_nonpos16(_mm512_sub_ps(sv, _mm512_set1_ps(mx))));
-        _mm512_store_ps(p[g], pv);
-        corr[g] = m[g] == -INFINITY ? 0.0f : _mm512_cvtss_f32(exp_nonpos16(_mm512_set1_ps(m[g] - mx)));
-        l[g] = l[g] * corr[g] + _mm512_reduce_add_ps(pv);
-        m[g] = mx;
-    }
+    online_softmax_step16(s, p, G, n, m, l, corr, s_out, s_stride);
     // 3. Values: per 16-column chunk the G outputs stay in registers while each row's chunk is dequantized once
     // and accumulated into all of them.
     for (int c = 0; c < d; c += 16) {
