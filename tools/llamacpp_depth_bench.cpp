@@ -1,9 +1,11 @@
 // llama.cpp's prefill (pp) and decode (tg) speed at a context depth, for docs/benchmarks.md (not part of the
-// kvsieve build; built by scripts/bench-vs-llamacpp.sh against a llama.cpp build tree). The method is
-// llama-bench's (newer llama-bench versions have `-d`, the pinned commit c392e5094 does not): per test a fresh
-// context with a llama-bench-style thread pool, one warm-up, then per repetition the cache is cleared, filled to
-// the depth with random tokens (untimed) and the pp or tg test is timed. One JSON object per test on stdout.
-// Usage: llamacpp_depth_bench MODEL N_PROMPT N_GEN THREADS REPS DEPTH[,DEPTH...]
+// kvsieve build; built by scripts/bench-vs-llamacpp.sh against a llama.cpp build tree of the current API, e.g. the
+// tree vendored in the llama-cpp-python 0.3.36 sdist). The method is llama-bench's: per test a fresh context with a
+// llama-bench-style thread pool, one warm-up, then per repetition the cache is cleared, filled to the depth with
+// random tokens (untimed) and the pp or tg test is timed. One JSON object per test on stdout.
+// Usage: llamacpp_depth_bench MODEL N_PROMPT N_GEN THREADS REPS DEPTH[,DEPTH...] [TYPE_K TYPE_V [FLASH_ATTN]]
+// TYPE_K / TYPE_V: KV cache element types by ggml name (f16, q8_0, q4_0, ...; default f16); FLASH_ATTN: on (the
+// default, as llama.cpp's users run it; a quantized V cache needs it), off or auto.
 #include "llama.h"
 #include "ggml-cpu.h"
 #include <chrono>
@@ -13,6 +15,15 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+// The ggml type of that name (f16, q8_0, ...), GGML_TYPE_COUNT if none.
+static ggml_type type_by_name(const std::string & name) {
+    for (int t = 0; t < GGML_TYPE_COUNT; t++) {
+        const char * n = ggml_type_name(static_cast<ggml_type>(t));
+        if (n && name == n) return static_cast<ggml_type>(t);
+    }
+    return GGML_TYPE_COUNT;
+}
 
 static uint64_t now_ns() {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -45,7 +56,17 @@ static void test_gen(llama_context * ctx, int n_gen) {
 static void null_log(enum ggml_log_level, const char *, void *) {}
 
 int main(int argc, char ** argv) {
-    if (argc < 7) { fprintf(stderr, "usage: %s MODEL N_PROMPT N_GEN THREADS REPS DEPTHS\n", argv[0]); return 1; }
+    if (argc < 7) {
+        fprintf(stderr, "usage: %s MODEL N_PROMPT N_GEN THREADS REPS DEPTHS [TYPE_K TYPE_V [on|off|auto]]\n", argv[0]);
+        return 1;
+    }
+    const ggml_type type_k = argc > 7 ? type_by_name(argv[7]) : GGML_TYPE_F16;
+    const ggml_type type_v = argc > 8 ? type_by_name(argv[8]) : GGML_TYPE_F16;
+    const std::string fa = argc > 9 ? argv[9] : "on";
+    if (type_k == GGML_TYPE_COUNT || type_v == GGML_TYPE_COUNT || (fa != "on" && fa != "off" && fa != "auto")) {
+        fprintf(stderr, "unknown cache type or flash attention mode\n");
+        return 1;
+    }
     const std::string model_path = argv[1];
     const int n_prompt = atoi(argv[2]), n_gen = atoi(argv[3]), n_threads = atoi(argv[4]), reps = atoi(argv[5]);
     std::vector<int> depths; { std::stringstream ss(argv[6]); std::string s; while (std::getline(ss, s, ',')) depths.push_back(atoi(s.c_str())); }
@@ -62,18 +83,21 @@ int main(int argc, char ** argv) {
             if (np == 0 && ng == 0) continue;
             llama_context_params cp = llama_context_default_params();
             cp.n_ctx = np + ng + depth; cp.n_batch = n_batch; cp.n_ubatch = n_ubatch;
+            cp.type_k = type_k; cp.type_v = type_v;
+            cp.flash_attn_type = fa == "on" ? LLAMA_FLASH_ATTN_TYPE_ENABLED
+                               : fa == "off" ? LLAMA_FLASH_ATTN_TYPE_DISABLED : LLAMA_FLASH_ATTN_TYPE_AUTO;
             llama_context * ctx = llama_init_from_model(model, cp);
             if (!ctx) { fprintf(stderr, "ctx failed\n"); return 1; }
             ggml_threadpool_params tpp = ggml_threadpool_params_default(n_threads);  // poll=50 like llama-bench
             ggml_threadpool * tp = ggml_threadpool_new(&tpp);
             llama_attach_threadpool(ctx, tp, nullptr);
             llama_set_n_threads(ctx, n_threads, n_threads);
-            llama_kv_cache_clear(ctx);
+            llama_memory_clear(llama_get_memory(ctx), true);
             if (np > 0) test_prompt(ctx, np, n_batch);   // warmup (as llama-bench)
             if (ng > 0) test_gen(ctx, 1);
             std::vector<double> ts;
             for (int r = 0; r < reps; r++) {
-                llama_kv_cache_clear(ctx);
+                llama_memory_clear(llama_get_memory(ctx), true);
                 if (depth > 0) test_prompt(ctx, depth, n_batch);  // untimed fill
                 uint64_t t0 = now_ns();
                 if (np > 0) test_prompt(ctx, np, n_batch);
@@ -83,9 +107,11 @@ int main(int argc, char ** argv) {
             double avg = 0, sd = 0; for (double v : ts) avg += v; avg /= ts.size();
             for (double v : ts) sd += (v - avg) * (v - avg); sd = ts.size() > 1 ? std::sqrt(sd / (ts.size() - 1)) : 0;
             printf("{\"model_filename\": \"%s\", \"model_type\": \"%s\", \"model_size\": %llu, \"n_threads\": %d, "
+                   "\"type_k\": \"%s\", \"type_v\": \"%s\", \"flash_attn\": \"%s\", "
                    "\"n_batch\": %d, \"n_ubatch\": %d, \"n_prompt\": %d, \"n_gen\": %d, \"n_depth\": %d, "
                    "\"test\": \"%s%d @ d%d\", \"avg_ts\": %.6f, \"stddev_ts\": %.6f, \"samples_ts\": [",
-                   model_path.c_str(), desc, (unsigned long long) llama_model_size(model), n_threads, n_batch, n_ubatch,
+                   model_path.c_str(), desc, (unsigned long long) llama_model_size(model), n_threads,
+                   ggml_type_name(type_k), ggml_type_name(type_v), fa.c_str(), n_batch, n_ubatch,
                    np, ng, depth, np ? "pp" : "tg", np ? np : ng, depth, avg, sd);
             for (size_t i = 0; i < ts.size(); i++) printf("%s%.6f", i ? ", " : "", ts[i]);
             printf("]}\n"); fflush(stdout);
