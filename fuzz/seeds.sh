@@ -9,7 +9,7 @@ mkdir -p $C/{gguf,safetensors,tokenizer,policy_spec,chat_template,api_request,ca
 head -c 65536 tests/data/models/stories260K.gguf > $C/gguf/seed-stories260K-head.gguf
 head -c 65536 tests/data/models/tiny-qwen3-q4_k_m.gguf > $C/gguf/seed-tiny-qwen3-head.gguf
 # safetensors: two small KVzap checkpoints.
-cp models/kvzap/stories260K-linear/model.safetensors $C/safetensors/seed-kvzap-stories260K.safetensors
+cp tests/data/models/kvzap/stories260K-linear/model.safetensors $C/safetensors/seed-kvzap-stories260K.safetensors
 cp tests/data/kvzap/tiny-qwen3-linear/model.safetensors $C/safetensors/seed-kvzap-tiny-qwen3.safetensors
 printf 'Once upon a time, there was a little girl named Lily.' > $C/tokenizer/seed-story.txt
 printf '<|im_start|>user\nHéllo wörld! 12345 日本語 \xf0\x9f\x98\x80<|im_end|>\n' > $C/tokenizer/seed-chatml.txt

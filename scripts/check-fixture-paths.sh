@@ -15,12 +15,14 @@ KVSIEVE_TEST_DATA\) \+ "/models/
 models/SmolLM2-
 "/models/" \+ kModelName
 "models/m\.gguf
-models/kvzap/'
+kvzap:model=models/kvzap/m-(linear|mlp)[,/]
+\$\{CMAKE_SOURCE_DIR\}/models/kvzap/smollm2-135m-linear,'
 # What each allows: the fixtures and the build's copy of them (test::data_dir(), KVSIEVE_TEST_DATA); the downloaded
-# SmolLM2 (scripts/get-model.sh; test_smollm2.cpp names it by kModelName); the made-up model path that
-# test_leaderboard.cpp writes into made-up config.yaml files; and, until they move into tests/data, the KVzap
-# surrogates of models/kvzap/ (tests/test_{kvpop,predictor_registry,serve,shared_prefill,policy_params,cache_file,
-# preset_contract,leaderboard}.cpp and fuzz/seeds.sh read them).
+# SmolLM2 (scripts/get-model.sh; test_smollm2.cpp names it by kModelName); the made-up model paths that
+# test_leaderboard.cpp writes into made-up config.yaml files (models/m.gguf, models/kvzap/m-{linear,mlp}); and the
+# SmolLM2 KVzap surrogate that README's first command runs, read by one test only: README's demo
+# (SmolLM2.DemoLearnedQuantizedCacheAnswers in tests/CMakeLists.txt). Every other KVzap surrogate a test reads lives
+# in tests/data/models/kvzap/.
 dirs=$(for d in tests fuzz; do [ -d "$d" ] && echo "$d"; done || true)
 files=$([ -z "$dirs" ] ||
         find $dirs \( -path tests/data -o -path fuzz/corpus \) -prune -o -type f -print | LC_ALL=C sort)

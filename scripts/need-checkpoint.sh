@@ -9,7 +9,7 @@ for dir in "$@"; do
   [ -f "$dir/model.safetensors" ] || [ -f "$dir/model.gguf" ] && continue
   case "$dir" in
     models/kvzap/smollm2-135m-*) how="PART=kvzap bash scripts/results-smollm2.sh (trains the SmolLM2 surrogates first)" ;;
-    models/kvzap/kvsieve-tiny-2k-*) how="bash scripts/results-tiny2k.sh" ;;
+    tests/data/models/kvzap/kvsieve-tiny-2k-*) how="bash scripts/results-tiny2k.sh" ;;
     models/wgkv/smollm2-135m-lambda*) how="LAMBDAS=${dir##*lambda} TRAIN_ONLY=1 bash scripts/results-wgkv-smollm2.sh" ;;
     tests/data/models/wgkv/tiny2k-lambda*) how="bash scripts/results-wgkv-tiny2k.sh" ;;
     models/kvpop/smollm2-135m-*) how="bash scripts/results-kvpop.sh smollm2 (trains the missing scorers first)" ;;

@@ -19,7 +19,7 @@ K=build/bin/kvsieve
 MODEL=${1:-tiny2k}
 case "$MODEL" in
   tiny2k) M=tests/data/models/kvsieve-tiny-2k.gguf; PROMPT=${PROMPT:-256}; GEN=${GEN:-1792}; KINDS=${KINDS:-"mlstm mlp mlstm-immediate"}
-          GATES=tests/data/models/wgkv/tiny2k-lambda0.08; NAME=tiny2k; KVZAP=models/kvzap/kvsieve-tiny-2k-mlp; STATE_ENTRIES=
+          GATES=tests/data/models/wgkv/tiny2k-lambda0.08; NAME=tiny2k; KVZAP=tests/data/models/kvzap/kvsieve-tiny-2k-mlp; STATE_ENTRIES=
           SCORERS=tests/data/models/kvpop ;;  # the tests read the tiny-2k scorers
   smollm2) M=models/SmolLM2-135M-Instruct.Q4_1.gguf; PROMPT=${PROMPT:-1024}; GEN=${GEN:-2048}; KINDS=${KINDS:-"mlstm mlp mlstm-immediate"}
            GATES=models/wgkv/smollm2-135m-lambda0.04; NAME=smollm2-135m

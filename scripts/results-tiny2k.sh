@@ -13,5 +13,5 @@ $K eval sweep --task ruler -m $M --corpus $CORPUS --tasks $TASKS --lengths 1024,
   --policies streaming_llm,h2o,tova,snapkv,knorm,random --ratios 0.5,0.75,0.9 --out docs/results/tiny2k_ruler \
   --query-aware
 $K eval sweep --task ruler -m $M --corpus $CORPUS --tasks $TASKS --lengths 1024,2048 --samples $SAMPLES \
-  --policies "kvzap:model=models/kvzap/kvsieve-tiny-2k-linear,sinks=4;kvzap:model=models/kvzap/kvsieve-tiny-2k-mlp,sinks=4" \
+  --policies "kvzap:model=tests/data/models/kvzap/kvsieve-tiny-2k-linear,sinks=4;kvzap:model=tests/data/models/kvzap/kvsieve-tiny-2k-mlp,sinks=4" \
   --thresholds "${TAUS:--5,-4,-3}" --out docs/results/tiny2k_kvzap --query-aware

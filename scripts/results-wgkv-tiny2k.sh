@@ -41,7 +41,7 @@ for lam in $LAMBDAS; do
     --thresholds 0.1 --out "$OUT/nll_wgkv_sinks4_l$lam"
 done
 $K eval sweep $NLL -m "$M" --policies h2o,expected_attention,streaming_llm --ratios 0.5,0.75,0.9 --out "$OUT/nll_baselines"
-$K eval sweep $NLL -m "$M" --policies "kvzap:model=models/kvzap/kvsieve-tiny-2k-mlp,sinks=4" --thresholds -7,-6,-5,-4,-3 \
+$K eval sweep $NLL -m "$M" --policies "kvzap:model=tests/data/models/kvzap/kvsieve-tiny-2k-mlp,sinks=4" --thresholds -7,-6,-5,-4,-3 \
   --out "$OUT/nll_kvzap"
 python3 scripts/wgkv_pareto.py "$OUT" tests/data/models/wgkv/tiny2k-lambda $LAMBDAS
 command -v gnuplot >/dev/null && (cd "$OUT" && gnuplot pareto.gp)

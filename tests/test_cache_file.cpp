@@ -100,8 +100,7 @@ void check_continuation(const LlamaModel& m, const std::string& spec) {
 TEST(CacheFile, RestoredSequenceContinuesBitForBit) {
     for (const std::string spec : {std::string("full"), std::string("snapkv:ratio=0.5"), std::string("h2o:budget=40"),
                                    std::string("streaming_llm:window=32,sinks=4"),
-                                   "kvzap:model=" + std::string(KVSIEVE_SOURCE_DIR) +
-                                       "/models/kvzap/kvsieve-tiny-2k-linear,tau=-4,window=32"})
+                                   "kvzap:model=" + test::model_path("kvzap/kvsieve-tiny-2k-linear") + ",tau=-4,window=32"})
         check_continuation(tiny2k(), spec);
 }
 

@@ -470,7 +470,7 @@ TEST(KvpopPolicy, AnAdmissionInFrontOfTheBudgetThinsTheCandidates) {
     const ModelConfig& c = m.config();
     const int64_t s = 2, w = 8, k = 5;
     ScorerDir dir(c, "mlstm", w, s);
-    const std::string kvzap = "kvzap:model=" + std::string(KVSIEVE_SOURCE_DIR) + "/models/kvzap/stories260K-linear";
+    const std::string kvzap = "kvzap:model=" + test::model_path("kvzap/stories260K-linear");
     const auto ids = test::story_prompt_ids();
     auto run = [&](const std::string& spec) {
         auto kc = std::make_unique<KVCache>(c, 128, parse_policy(spec), std::make_shared<KVPool>(c.head_dim, KVType::kF32));

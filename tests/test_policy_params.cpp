@@ -115,7 +115,7 @@ TEST(PolicyParams, PolicyFitsChecksSinksWindowAndBudgetTogether) {
 /// Specs that build each variant of a preset with its required keys only; none for presets whose every literal
 /// default needs gates from a file the tests make elsewhere (wgkv: tests/test_wgkv.cpp).
 std::vector<std::string> base_specs(const std::string& preset) {
-    const std::string kvzap = "kvzap:model=" + std::string(KVSIEVE_SOURCE_DIR) + "/models/kvzap/stories260K-linear";
+    const std::string kvzap = "kvzap:model=" + test::model_path("kvzap/stories260K-linear");
     if (preset == "streaming_llm") return {"streaming_llm:window=64"};
     if (preset == "hybrid_heads") return {"hybrid_heads:global=0.1"};
     if (preset == "kvzap") return {kvzap, kvzap + ",rule=head"};
@@ -307,9 +307,9 @@ TEST(DeprecatedAliases, AnAliasBuildsTheSamePolicyAsTheNewName) {
     auto with_kvpop = same;
     with_kvpop.push_back({kvpop + ",budget=96,window=32,sinks=4", kvpop + ",capacity=96,window=32,sinks=4"});
     with_kvpop.push_back({mlp + ",budget=300", mlp + ",capacity=300"});
-    with_kvpop.push_back({"kvzap:model=" + std::string(KVSIEVE_SOURCE_DIR) + "/models/kvzap/stories260K-linear>" + kvpop +
+    with_kvpop.push_back({"kvzap:model=" + test::model_path("kvzap/stories260K-linear") + ">" + kvpop +
                               ",budget=96,window=32",
-                          "kvzap:model=" + std::string(KVSIEVE_SOURCE_DIR) + "/models/kvzap/stories260K-linear>" + kvpop +
+                          "kvzap:model=" + test::model_path("kvzap/stories260K-linear") + ">" + kvpop +
                               ",capacity=96,window=32"});
     for (const auto& [old_spec, new_spec] : with_kvpop) {
         const std::string e_old = parse_error(old_spec), e_new = parse_error(new_spec);

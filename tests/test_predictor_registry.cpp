@@ -16,7 +16,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kKvzapStories = std::string(KVSIEVE_SOURCE_DIR) + "/models/kvzap/stories260K-linear";
+const std::string kKvzapStories = test::model_path("kvzap/stories260K-linear");
 
 /// A fresh copy of a predictor folder under the temp folder, removed at the end.
 struct CopiedDir {
@@ -145,7 +145,7 @@ TEST(PredictorNames, AFolderOfPredictorsAndBadOnesFailAtStart) {
 
     // A predictor trained for another model: the start fails naming it.
     NamedPredictors other;
-    other.add("tiny", std::string(KVSIEVE_SOURCE_DIR) + "/models/kvzap/kvsieve-tiny-2k-linear");
+    other.add("tiny", test::model_path("kvzap/kvsieve-tiny-2k-linear"));
     const std::string e = error_of([&] { other.validate(m.config()); });
     EXPECT_NE(e.find("predictor 'tiny'"), std::string::npos) << e;
     EXPECT_NE(e.find("layers"), std::string::npos) << e;

@@ -23,7 +23,7 @@
 namespace kvsieve {
 namespace {
 
-const std::string kKvzap = std::string(KVSIEVE_SOURCE_DIR) + "/models/kvzap/";
+const std::string kKvzap = test::model_path("kvzap/");
 const std::string kTiny2k = "kvsieve-tiny-2k.gguf";
 const std::string kTiny2kSpkv = "kvsieve-tiny-2k-spkv.gguf";
 

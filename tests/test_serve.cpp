@@ -916,7 +916,7 @@ TEST(Metrics, PrometheusTextHasTheCountersAndEscapesLabels) {
 TEST(Scheduler, ARestoredSpecNamesRegisteredPredictorsAndNeverFiles) {
     // A saved sequence's policy spec is read again at restore: its model= must resolve among the server's registered
     // predictors, as a request's does, never as a path (a file written by another tool may name one).
-    const std::string dir = std::string(KVSIEVE_SOURCE_DIR) + "/models/kvzap/stories260K-linear";
+    const std::string dir = test::model_path("kvzap/stories260K-linear");
     NamedPredictors preds;
     preds.add("stories-kvzap", dir);
     preds.validate(model().config());
@@ -955,7 +955,7 @@ TEST(Scheduler, ARestoredSpecNamesRegisteredPredictorsAndNeverFiles) {
 }
 
 TEST(OpenAIApi, KvPolicyNamesRegisteredPredictorsAndNeverFiles) {
-    const std::string dir = std::string(KVSIEVE_SOURCE_DIR) + "/models/kvzap/stories260K-linear";
+    const std::string dir = test::model_path("kvzap/stories260K-linear");
     NamedPredictors preds;
     preds.add("stories-kvzap", dir);
     preds.validate(model().config());

@@ -42,7 +42,7 @@ Contents contents(const KVCache& c, const ModelConfig& cfg) {
     return out;
 }
 
-const std::string kKvzap = "kvzap:model=" + std::string(KVSIEVE_SOURCE_DIR) + "/models/kvzap/stories260K-linear";
+const std::string kKvzap = "kvzap:model=" + test::model_path("kvzap/stories260K-linear");
 
 TEST(SharedPrefill, EveryCacheHoldsWhatItsOwnPrefillGives) {
     const LlamaModel& m = test::stories260k();

@@ -27,9 +27,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-/// The bundled predictors and models of tests/data/models, and the committed KVzap surrogates.
+/// The bundled predictors and models of tests/data/models (the KVzap surrogates in its kvzap/ folder).
 const std::string kModels = test::data_dir() + "/models/";
-const std::string kKvzap = std::string(KVSIEVE_SOURCE_DIR) + "/models/kvzap/";
+const std::string kKvzap = kModels + "kvzap/";
 
 /// A copy of a committed predictor folder whose config.json is replaced (or removed), deleted with the object.
 class PredictorCopy {
@@ -38,7 +38,7 @@ public:
         static int n = 0;
         dir_ = fs::temp_directory_path() / ("kvsieve_trained_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
         fs::create_directories(dir_);
-        for (const auto& e : fs::directory_iterator(committed.rfind("kvzap/", 0) == 0 ? kKvzap + committed.substr(6) : kModels + committed))
+        for (const auto& e : fs::directory_iterator(kModels + committed))
             if (e.path().filename() != "README.md") fs::copy_file(e.path(), dir_ / e.path().filename());
         original_ = nlohmann::json::parse(std::ifstream(dir_ / "config.json"));
     }

@@ -3,7 +3,7 @@
 // relative paths taken from the config's folder. Each key is also a command-line flag (cli/train_kvzap.cpp):
 //   {"model": "models/stories260K.gguf",            --model       GGUF model the pairs come from
 //    "corpus": ["a.txt", "b.txt"],                  --corpus      text files prompts are cut from
-//    "out": "models/kvzap/stories260K-linear",      --out         checkpoint directory
+//    "out": "tests/data/models/kvzap/stories260K-linear",      --out         checkpoint directory
 //    "mlp": false, "epochs": 15,                    --mlp, --epochs   the MLP surrogate (libtorch stack)
 //    "prompts": 40, "min_tokens": 750, "max_tokens": 1250, "tokens_per_prompt": 500, "ridge": 1e-3, "seed": 0,
 //    "threads": 0,
