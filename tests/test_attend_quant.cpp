@@ -13,6 +13,7 @@
 #include "kernels/cpu_features.h"
 #include "kernels/fp16.h"
 #include "kernels/quant.h"
+#include "test_util.h"
 #include "util/error.h"
 
 namespace kvsieve {
@@ -44,12 +45,7 @@ std::vector<Isa> isas() {
     return v;
 }
 
-std::vector<float> randn(size_t n, std::mt19937& rng, float sd) {
-    std::normal_distribution<float> dist(0.0f, sd);
-    std::vector<float> v(n);
-    for (auto& x : v) x = dist(rng);
-    return v;
-}
+using test::randn;
 
 /// n cached rows of one KV head, keys of type kt and values of type vt (quantized from `kf` / `vf` with kvsieve's
 /// quantizers), with their dequantized float copies.

@@ -52,16 +52,7 @@ void spit(const std::string& path, const std::string& data) {
     f << data;
 }
 
-template <class F>
-void expect_error(F f, const std::string& needle) {
-    try {
-        f();
-        ADD_FAILURE() << "no error (expected '" << needle << "')";
-    } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-        EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
-    }
-}
+using test::expect_error_contains;
 
 /// Prefill, 10 decode steps, save (with the next token's logits as the caller's extra bytes), then 25 more steps;
 /// a cache restored from the file must continue with the same 25 tokens, logits and entries, bit for bit.
@@ -133,23 +124,23 @@ TEST(CacheFile, BadFilesAreOneClearError) {
     s.prefill(prompt_for(tiny2k()), PrefillPlan{}, l);
     save_sequence(file.path(), tiny2k(), s, "");
     const std::string data = slurp(file.path());
-    expect_error([&] { read_sequence(file.path(), test::stories260k()); }, "another model");
+    expect_error_contains([&] { read_sequence(file.path(), test::stories260k()); }, "another model");
     spit(bad.path(), data.substr(0, data.size() / 2));
-    expect_error([&] { read_sequence(bad.path(), tiny2k()); }, "corrupted or truncated");
+    expect_error_contains([&] { read_sequence(bad.path(), tiny2k()); }, "corrupted or truncated");
     std::string flipped = data;
     flipped[data.size() / 2] ^= 0x40;
     spit(bad.path(), flipped);
-    expect_error([&] { read_sequence(bad.path(), tiny2k()); }, "checksum");
+    expect_error_contains([&] { read_sequence(bad.path(), tiny2k()); }, "checksum");
     spit(bad.path(), "GGUF not a cache");
-    expect_error([&] { read_sequence(bad.path(), tiny2k()); }, "not a kvsieve cache file");
-    expect_error([&] { read_sequence("/nonexistent/x.kvseq", tiny2k()); }, "cannot read");
+    expect_error_contains([&] { read_sequence(bad.path(), tiny2k()); }, "not a kvsieve cache file");
+    expect_error_contains([&] { read_sequence("/nonexistent/x.kvseq", tiny2k()); }, "cannot read");
     const SavedSequence saved = read_sequence(file.path(), tiny2k());
     auto other = make_cache(tiny2k(), "h2o:budget=48");
     Session o(tiny2k(), *tok, *other);
-    expect_error([&] { restore_sequence(o, saved); }, "was saved under policy 'h2o:budget=40'");
+    expect_error_contains([&] { restore_sequence(o, saved); }, "was saved under policy 'h2o:budget=40'");
     auto f32 = make_cache(tiny2k(), "h2o:budget=40", KVType::kF32);
     Session o2(tiny2k(), *tok, *f32);
-    expect_error([&] { restore_sequence(o2, saved); },
+    expect_error_contains([&] { restore_sequence(o2, saved); },
                  "holds keys of type f16 and values of type f16; this cache stores keys as f32 and values as f32");
     EXPECT_EQ(other->n_tokens(), 0);
 }

@@ -197,15 +197,7 @@ const std::vector<ChatMessage> kConversation = {
     {"user", " What is 2+2?\n"},
 };
 
-template <class F>
-std::string error_of(F&& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "(no error)";
-}
+using test::error_of;
 
 TEST(ChatTemplate, ChatMLRendersExactly) {
     EXPECT_EQ(render(ChatTemplateKind::kChatML, kConversation, true),

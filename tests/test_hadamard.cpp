@@ -11,18 +11,13 @@
 #include "kernels/cpu_features.h"
 #include "kernels/hadamard.h"
 #include "kernels/quant.h"
+#include "test_util.h"
 #include "util/error.h"
 
 namespace kvsieve {
 namespace {
 
-std::vector<float> randn(size_t n, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> nd(0.0f, 1.0f);
-    std::vector<float> v(n);
-    for (auto& x : v) x = nd(rng);
-    return v;
-}
+using test::randn;
 
 /// H_d built entry by entry from Sylvester's recursion H_2d = [[H_d, H_d], [H_d, −H_d]] (unnormalised, ±1), in
 /// double, row-major [d][d].

@@ -21,13 +21,7 @@
 namespace kvsieve {
 namespace {
 
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> d(0.0f, scale);
-    std::vector<float> v(n);
-    for (auto& x : v) x = d(rng);
-    return v;
-}
+using test::randn;
 
 /// A weight matrix of `type` holding random values, with its storage.
 struct OwnedMatrix {

@@ -21,13 +21,7 @@
 namespace kvsieve {
 namespace {
 
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
-    std::mt19937 g(seed);
-    std::normal_distribution<float> nd(0.0f, scale);
-    std::vector<float> v(n);
-    for (float& x : v) x = nd(g);
-    return v;
-}
+using test::randn;
 
 /// Every kernel set this CPU runs (the generic attention body is compiled once per set).
 std::vector<const DotKernels*> kernel_sets() {

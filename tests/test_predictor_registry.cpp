@@ -30,14 +30,7 @@ struct CopiedDir {
     std::string path;
 };
 
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "no error";
-}
+using test::error_of;
 
 TEST(PredictorRegistry, OneLoadIsSharedAndAChangedFileIsLoadedAgain) {
     CopiedDir dir(kKvzapStories, "share");

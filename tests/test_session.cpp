@@ -34,17 +34,7 @@ std::unique_ptr<KVCache> make(const std::string& spec) {
                                      std::make_shared<KVPool>(model().config().head_dim, KVType::kF32));
 }
 
-/// f() throws Error whose one-line message contains needle.
-template <class F>
-void expect_error_contains(F f, const std::string& needle) {
-    try {
-        f();
-        ADD_FAILURE() << "no error (expected '" << needle << "')";
-    } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << "message: " << e.what();
-        EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "message is not one line";
-    }
-}
+using test::expect_error_contains;
 
 TEST(Session, ChunkedPrefillIsForwardAndCompressionPerChunk) {
     // The same steps written out by hand: forward each chunk, compress after it (the last one too).

@@ -1,16 +1,23 @@
 #pragma once
-// Shared helpers for the tests: paths of bundled data, temporary files, the bundled stories260K model.
+// Shared helpers for the tests: paths of bundled data, temporary files, the bundled stories260K model, Gaussian test
+// vectors and the message of a thrown Error.
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <random>
 #include <unistd.h>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "cache/kv_cache.h"
 #include "model/llama_model.h"
 #include "policy/policy.h"
 #include "text/tokenizer.h"
+#include "util/error.h"
 
 namespace kvsieve::test {
 
@@ -69,6 +76,48 @@ inline double max_abs_diff(const std::vector<float>& a, const std::vector<float>
     double d = 0;
     for (size_t i = 0; i < a.size() && i < b.size(); ++i) d = std::max(d, static_cast<double>(std::abs(a[i] - b[i])));
     return d;
+}
+
+/// n independent samples of the normal distribution N(0, sd²) (`std::normal_distribution<float>`), drawn in order
+/// from `rng`, which advances: successive calls on one generator give different vectors. sd: the standard deviation.
+inline std::vector<float> randn(size_t n, std::mt19937& rng, float sd = 1.0f) {
+    std::normal_distribution<float> dist(0.0f, sd);
+    std::vector<float> v(n);
+    for (float& x : v) x = dist(rng);
+    return v;
+}
+
+/// n samples of N(0, sd²) from a fresh `std::mt19937` seeded with `seed`: the same vector for the same arguments on
+/// every run (the C++ standard fixes mt19937's sequence; the float normal draws are those of this standard library).
+inline std::vector<float> randn(size_t n, uint32_t seed, float sd = 1.0f) {
+    std::mt19937 rng(seed);
+    return randn(n, rng, sd);
+}
+
+/// The message of the kvsieve::Error that `f()` throws, or "no error" when it returns normally. Any other exception
+/// propagates (the test then fails on it). F: a callable taking no argument.
+template <class F>
+std::string error_of(F&& f) {
+    try {
+        f();
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "no error";
+}
+
+/// Expects `f()` to throw kvsieve::Error whose message contains `needle` and is one line (no '\n'), the project's
+/// rule for bad input; a call that returns, or another message, adds a non-fatal failure to the running test that
+/// names `needle` and the message. F: a callable taking no argument.
+template <class F>
+void expect_error_contains(F&& f, const std::string& needle) {
+    try {
+        f();
+        ADD_FAILURE() << "no error (expected '" << needle << "')";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << "message: " << e.what();
+        EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "message is not one line: " << e.what();
+    }
 }
 
 }  // namespace kvsieve::test

@@ -12,22 +12,23 @@
 //   q4_0, q4_0_norot  the same with Q4_0
 // "attn_rot_k" / "attn_rot_v" record what llama.cpp reported for each context (its "attn_rot_k = N" log lines).
 //
-// "piece" is informational: each byte ≥ 0x80 is written as the code point of the same value. Build against a
+// "piece" is informational: each byte ≥ 0x80 is written as the code point of the same value. The loop is
+// llamacpp_reference.h's (beside this file, shared with llamacpp_logits.cpp). Build against a
 // llama.cpp build tree (headers from its source tree SRC, libraries from its build tree BUILD):
 //   g++ -O2 -std=c++17 tools/llamacpp_logits_kvquant.cpp -I$SRC/include -I$SRC/ggml/include \
 //       -L$BUILD/bin -lllama -lggml -lggml-base -Wl,-rpath,$BUILD/bin -o /tmp/llamacpp_logits_kvquant
 //   /tmp/llamacpp_logits_kvquant MODEL.gguf N TOPK THREADS "prompt 1" "prompt 2" ... > logits.json
-#include <llama.h>
+#include "llamacpp_reference.h"
 
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <numeric>
 #include <string>
 #include <vector>
 
 namespace {
+
+using namespace llamacpp_reference;
 
 struct CacheConfig {
     const char* name;
@@ -41,12 +42,6 @@ const CacheConfig kConfigs[] = {
     {"q8_0_norot", GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, true},
     {"q4_0", GGML_TYPE_Q4_0, GGML_TYPE_Q4_0, false},
     {"q4_0_norot", GGML_TYPE_Q4_0, GGML_TYPE_Q4_0, true},
-};
-
-struct Step {
-    int token;                // greedy choice
-    std::vector<int> top;     // top-k token ids
-    std::vector<float> logit; // their logits
 };
 
 // What llama.cpp's log says about the rotation of the context being made (-1: not reported).
@@ -80,99 +75,32 @@ llama_context* make_context(llama_model* model, const CacheConfig& c, int thread
     return ctx;
 }
 
-void decode(llama_context* ctx, std::vector<llama_token> toks) {
-    if (llama_decode(ctx, llama_batch_get_one(toks.data(), static_cast<int32_t>(toks.size()))) != 0) {
-        std::fprintf(stderr, "llama_decode failed\n");
-        std::exit(1);
-    }
-}
-
-std::string json_escape(const std::string& s) {
-    std::string o;
-    for (unsigned char c : s) {
-        if (c == '"' || c == '\\') {
-            o += '\\';
-            o += static_cast<char>(c);
-        } else if (c < 0x20 || c >= 0x80) {
-            char buf[8];
-            std::snprintf(buf, sizeof buf, "\\u%04x", c);
-            o += buf;
-        } else {
-            o += static_cast<char>(c);
-        }
-    }
-    return o;
-}
-
-void print_ints(const std::vector<int>& v) {
-    std::printf("[");
-    for (size_t i = 0; i < v.size(); ++i) std::printf("%s%d", i ? ", " : "", v[i]);
-    std::printf("]");
-}
-
-void print_floats(const std::vector<float>& v) {
-    std::printf("[");
-    for (size_t i = 0; i < v.size(); ++i) std::printf("%s%.5f", i ? ", " : "", v[i]);
-    std::printf("]");
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-    if (argc < 6) {
-        std::fprintf(stderr, "usage: %s MODEL N TOPK THREADS PROMPT...\n", argv[0]);
-        return 2;
-    }
-    const int n = std::atoi(argv[2]), topk = std::atoi(argv[3]), threads = std::atoi(argv[4]);
+    const Options o = parse_options(argc, argv);
+    const int n = o.n, topk = o.topk, threads = o.threads;
     llama_log_set(log_callback, nullptr);
-    llama_backend_init();
-    llama_model* model = llama_model_load_from_file(argv[1], llama_model_default_params());
-    if (!model) {
-        std::fprintf(stderr, "cannot load %s\n", argv[1]);
-        return 1;
-    }
+    llama_model* model = load_model(o.model);
     const llama_vocab* vocab = llama_model_get_vocab(model);
-    const int V = llama_vocab_n_tokens(vocab);
     const char* base = std::strrchr(argv[1], '/');
     std::printf("{\"model\": \"%s\", \"n_predict\": %d, \"top_k\": %d, \"threads\": %d, \"flash_attn\": true, "
                 "\"rows\": [\n",
                 json_escape(base ? base + 1 : argv[1]).c_str(), n, topk, threads);
     for (int a = 5; a < argc; ++a) {
         const std::string prompt = argv[a];
-        std::vector<llama_token> ids(prompt.size() + 8);
-        const int np = llama_tokenize(vocab, prompt.c_str(), static_cast<int32_t>(prompt.size()), ids.data(),
-                                      static_cast<int32_t>(ids.size()), true, false);
-        if (np < 0) {
-            std::fprintf(stderr, "cannot tokenize prompt %d\n", a - 4);
-            return 1;
-        }
-        ids.resize(np);
+        const std::vector<llama_token> ids = tokenize(vocab, prompt, a - 4);
         std::printf("  {\"prompt\": \"%s\", \"prompt_ids\": ", json_escape(prompt).c_str());
-        print_ints(std::vector<int>(ids.begin(), ids.end()));
+        print_ints(ids);
         std::printf(", \"caches\": [\n");
         std::vector<Step> ref;  // the F16 run's steps
         const size_t nc = sizeof kConfigs / sizeof kConfigs[0];
         for (size_t ci = 0; ci < nc; ++ci) {
             const CacheConfig& c = kConfigs[ci];
             // free-running greedy decode
-            std::vector<Step> steps;
             llama_context* ctx = make_context(model, c, threads);
             const int rot_k = g_rot_k, rot_v = g_rot_v;
-            decode(ctx, ids);
-            for (int i = 0; i < n; ++i) {
-                const float* lg = llama_get_logits_ith(ctx, -1);
-                std::vector<int> order(V);
-                std::iota(order.begin(), order.end(), 0);
-                std::partial_sort(order.begin(), order.begin() + topk, order.end(),
-                                  [&](int x, int y) { return lg[x] > lg[y]; });
-                Step s;
-                s.token = order[0];
-                s.top.assign(order.begin(), order.begin() + topk);
-                for (int t : s.top) s.logit.push_back(lg[t]);
-                steps.push_back(s);
-                if (llama_vocab_is_eog(vocab, s.token)) break;
-                decode(ctx, {s.token});
-            }
+            const std::vector<Step> steps = greedy(ctx, vocab, ids, n, topk);
             llama_free(ctx);
             if (ci == 0) ref = steps;
             // teacher-forced on the F16 run's tokens: the logits of its top-k
@@ -181,24 +109,13 @@ int main(int argc, char** argv) {
                 for (const Step& s : steps) forced.push_back(s.logit);
             } else {
                 ctx = make_context(model, c, threads);
-                decode(ctx, ids);
-                for (size_t i = 0; i < ref.size(); ++i) {
-                    const float* lg = llama_get_logits_ith(ctx, -1);
-                    std::vector<float> row;
-                    for (int t : ref[i].top) row.push_back(lg[t]);
-                    forced.push_back(row);
-                    if (i + 1 < ref.size()) decode(ctx, {ref[i].token});
-                }
+                forced = teacher_forced(ctx, ids, ref);
                 llama_free(ctx);
             }
             std::vector<int> greedy;
             for (const Step& s : steps) greedy.push_back(s.token);
             std::string text;
-            for (int t : greedy) {
-                char piece[256];
-                const int len = llama_token_to_piece(vocab, t, piece, sizeof piece, 0, false);
-                text += std::string(piece, std::max(len, 0));
-            }
+            for (int t : greedy) text += piece(vocab, t);
             std::printf("    {\"cache\": \"%s\", \"type_k\": \"%s\", \"type_v\": \"%s\", \"attn_rot_k\": %d, "
                         "\"attn_rot_v\": %d, \"greedy\": ",
                         c.name, ggml_type_name(c.k), ggml_type_name(c.v), rot_k, rot_v);

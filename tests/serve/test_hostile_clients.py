@@ -10,97 +10,20 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import unittest
 
-BIN, MODEL = sys.argv[1], sys.argv[2]
-del sys.argv[1:3]
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+import harness  # noqa: E402 (tests/serve/harness.py, beside this script)
+
+BIN, MODEL = harness.binary_and_model()
 TIMEOUT = 30  # seconds for one request
 
 
-class Server:
-    """`kvsieve serve` on a free loopback port with extra options; stopped (SIGTERM) by stop() or at exit."""
-
-    def __init__(self, *opts, host="127.0.0.1", ctx=256):
-        self.host = host
-        self.proc = subprocess.Popen([BIN, "serve", "-m", MODEL, "--host", host, "--port", "0", "-t", "1",
-                                      "--slots", "2", "-c", str(ctx), *opts],
-                                     stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
-        self.lines = []
-        # The server's log is read on a thread, so that it never blocks on a full pipe.
-        self.reader = threading.Thread(target=lambda: self.lines.extend(
-            l.decode("utf-8", "replace") for l in iter(self.proc.stderr.readline, b"")), daemon=True)
-        self.reader.start()
-        deadline = time.monotonic() + 60
-        self.port = None
-        while self.port is None:
-            m = re.search(r"listening on http://[^ ]*:(\d+)", self.log)
-            if m:
-                self.port = int(m.group(1))
-            elif self.proc.poll() is not None:
-                raise AssertionError("the server exited before listening:\n" + self.log)
-            elif time.monotonic() > deadline:
-                self.stop()
-                raise AssertionError("the server did not start listening:\n" + self.log)
-            else:
-                time.sleep(0.05)
-
-    @property
-    def log(self):
-        return "".join(self.lines)
-
-    def request(self, method, path, body=None, headers=None, raw_body=None):
-        """(status, headers, body bytes) of one request on a new connection."""
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=TIMEOUT)
-        try:
-            h = dict(headers or {})
-            data = raw_body
-            if body is not None:
-                data = json.dumps(body).encode()
-                h.setdefault("Content-Type", "application/json")
-            conn.request(method, path, body=data, headers=h)
-            r = conn.getresponse()
-            return r.status, dict(r.getheaders()), r.read()
-        finally:
-            conn.close()
-
-    def json(self, method, path, body=None, headers=None, raw_body=None):
-        status, hdrs, data = self.request(method, path, body, headers, raw_body)
-        return status, json.loads(data.decode("utf-8"))
-
-    def raw(self, data):
-        """Sends raw bytes; the answer's bytes (until the server closes, at most TIMEOUT s)."""
-        with socket.create_connection(("127.0.0.1", self.port), timeout=TIMEOUT) as s:
-            s.sendall(data)
-            out = b""
-            deadline = time.monotonic() + TIMEOUT
-            while time.monotonic() < deadline:
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                out += chunk
-                if b"\r\n\r\n" in out:
-                    head, _, rest = out.partition(b"\r\n\r\n")
-                    m = re.search(rb"Content-Length: (\d+)", head, re.I)
-                    if m and len(rest) >= int(m.group(1)):
-                        break
-            return out
-
-    def alive(self):
-        return self.proc.poll() is None and self.request("GET", "/health")[0] == 200
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=30)
-        self.reader.join(timeout=10)
-        self.proc.stderr.close()
-        return self.proc.returncode
+def Server(*opts, host="127.0.0.1", ctx=256):
+    """`kvsieve serve` of the test's binary and model on a free loopback port with extra options (harness.Server):
+    stopped (SIGTERM) by stop()."""
+    return harness.Server(BIN, MODEL, *opts, host=host, ctx=ctx, timeout=TIMEOUT)
 
 
 def completion(prompt="Hello", **extra):

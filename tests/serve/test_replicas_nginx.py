@@ -11,15 +11,15 @@ import os
 import re
 import shutil
 import socket
-import subprocess
 import sys
 import tempfile
-import threading
-import time
 import unittest
 
-BIN, MODEL = sys.argv[1], sys.argv[2]
-del sys.argv[1:3]
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+import harness  # noqa: E402 (tests/serve/harness.py, beside this script)
+from harness import free_port, wait_for  # noqa: E402
+
+BIN, MODEL = harness.binary_and_model()
 TIMEOUT = 60  # seconds for one request
 KEY = "replica-test-key-0123456789"
 # The nginx binary: $KVSIEVE_NGINX when set (a path that is not executable: none), else nginx on PATH or in sbin.
@@ -28,65 +28,15 @@ NGINX = (os.environ["KVSIEVE_NGINX"] if os.access(os.environ["KVSIEVE_NGINX"], o
     shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx") if os.access(p, os.X_OK)), None)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(pred, what, seconds=60):
-    deadline = time.monotonic() + seconds
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(what)
-        time.sleep(0.05)
-
-
-class Process:
-    """A child process whose stderr is collected on a thread; stop() ends it with SIGTERM (SIGKILL after 30 s)."""
-
-    def __init__(self, args):
-        self.proc = subprocess.Popen(args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
-        self.lines = []
-        self.reader = threading.Thread(target=lambda: self.lines.extend(
-            l.decode("utf-8", "replace") for l in iter(self.proc.stderr.readline, b"")), daemon=True)
-        self.reader.start()
-
-    @property
-    def log(self):
-        return "".join(self.lines)
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=30)
-        self.reader.join(timeout=10)
-        self.proc.stderr.close()
-        return self.proc.returncode
-
-
 def call(port, method, path, body=None, key=KEY):
-    """(status, parsed JSON or raw text) of one request to 127.0.0.1:port."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT)
+    """(status, parsed JSON or raw text) of one request to 127.0.0.1:port, with `key` as its bearer token."""
+    status, _, data = harness.request(port, method, path, body,
+                                      {"Authorization": "Bearer " + key} if key else {}, timeout=TIMEOUT)
+    raw = data.decode("utf-8")
     try:
-        headers = {"Authorization": "Bearer " + key} if key else {}
-        data = None
-        if body is not None:
-            data = json.dumps(body).encode()
-            headers["Content-Type"] = "application/json"
-        conn.request(method, path, body=data, headers=headers)
-        r = conn.getresponse()
-        raw = r.read().decode("utf-8")
-        try:
-            return r.status, json.loads(raw)
-        except ValueError:
-            return r.status, raw
-    finally:
-        conn.close()
+        return status, json.loads(raw)
+    except ValueError:
+        return status, raw
 
 
 NGINX_CONF = """
@@ -132,19 +82,16 @@ class ReplicasBehindNginx(unittest.TestCase):
         os.chmod(cls.dir, 0o755)  # nginx's workers run as another user when started by root
         cls.cache = os.path.join(cls.dir, "cache")
         os.mkdir(cls.cache)
-        cls.ports = [free_port(), free_port()]
-        cls.replicas = [Process([BIN, "serve", "-m", MODEL, "--host", "127.0.0.1", "--port", str(p), "-t", "1",
-                                 "--slots", "2", "-c", "2048", "--api-key", KEY, "--cache-dir", cls.cache,
-                                 "--metrics"])
-                        for p in cls.ports]
-        for r, p in zip(cls.replicas, cls.ports):
-            wait_for(lambda: "listening on" in r.log or r.proc.poll() is not None, "replica did not start:\n" + r.log)
-            assert r.proc.poll() is None, "a replica exited:\n" + r.log
+        cls.replicas = []
+        for _ in range(2):
+            cls.replicas.append(harness.Server(BIN, MODEL, "--api-key", KEY, "--cache-dir", cls.cache, "--metrics",
+                                               ctx=2048, timeout=TIMEOUT))
+        cls.ports = [r.port for r in cls.replicas]
         cls.port = free_port()
         conf = os.path.join(cls.dir, "nginx.conf")
         with open(conf, "w") as f:
             f.write(NGINX_CONF.format(dir=cls.dir, a=cls.ports[0], b=cls.ports[1], port=cls.port))
-        cls.nginx = Process([NGINX, "-p", cls.dir, "-c", conf, "-e", os.path.join(cls.dir, "error.log"),
+        cls.nginx = harness.Process([NGINX, "-p", cls.dir, "-c", conf, "-e", os.path.join(cls.dir, "error.log"),
                              "-g", "daemon off;"])
 
         def up():
@@ -159,7 +106,7 @@ class ReplicasBehindNginx(unittest.TestCase):
     def tearDownClass(cls):
         if hasattr(cls, "nginx"):
             cls.nginx.stop()
-        codes = [r.stop() for r in cls.replicas]
+        codes = [r.stop() for r in getattr(cls, "replicas", [])]
         shutil.rmtree(cls.dir, ignore_errors=True)
         assert codes == [0, 0], "a replica did not stop cleanly: %s" % codes
 
