@@ -185,6 +185,33 @@ TEST(Cli, BadPolicyOptionsAreReported) {
                          "KV cache budget exhausted");
 }
 
+TEST(Cli, QuantizationAtAdmissionRunsKeepsTheWindowInF16AndIsRecordedInTheCache) {
+    // tiny-2k (head size 32), Q8_0 keys and values quantized at admission under a policy with 4 sinks and a window
+    // of 16: the stats name the place and count the F16 and the Q8_0 pages apart; a record of it is refused by a
+    // cache quantized at write, naming both.
+    const std::string tiny2k = test::model_path("kvsieve-tiny-2k.gguf");
+    test::TempFile json(".json"), seq(".kvseq");
+    const std::string policy = " --policy tova:budget=1024,window=16,sinks=4";
+    const CmdResult r = run("generate -m " + tiny2k + " -p 'Once upon a time there was a little girl' -n 30 --temp 0"
+                            " --kv-type q8_0 --kv-quant-at admission" + policy + " --stats-json " + json.path() +
+                            " --save-cache " + seq.path());
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.err.find("quantized at admission: sinks and window f16"), std::string::npos) << r.err;
+    std::ifstream f(json.path());
+    const auto j = nlohmann::json::parse(f);
+    EXPECT_EQ(j.at("kv_quant_at"), "admission");
+    EXPECT_EQ(j.at("kv_type_local"), "f16");
+    const uint64_t local = j.at("kv_bytes_local").get<uint64_t>(), global = j.at("kv_bytes_global").get<uint64_t>();
+    EXPECT_EQ(local % (16 * (64 + 64)), 0u) << local;  // F16 pages: 16 entries × (64 + 64) bytes at d = 32
+    EXPECT_EQ(global % (16 * (34 + 34)), 0u) << global;
+    EXPECT_GT(global, 0u);
+    EXPECT_EQ(local + global, j.at("kv_bytes_final").get<uint64_t>());
+    expect_clean_failure("generate -m " + tiny2k + " -q -n 2 --kv-type q8_0" + policy + " --load-cache " + seq.path(),
+                         "(sinks and window: keys f16, values f16); this cache stores keys as q8_0 and values as q8_0");
+    expect_clean_failure("generate -m " + kModel + " -p hi --kv-quant-at later",
+                         "--kv-quant-at: unknown place of KV quantization 'later' (supported: write, admission)");
+}
+
 TEST(Cli, QuantizedKVTypesRunAndBadOnesAreReported) {
     // tiny-2k has head size 32: keys as q8_0, values as q4_0; the stats name both and count their real bytes.
     const std::string tiny2k = test::model_path("kvsieve-tiny-2k.gguf");

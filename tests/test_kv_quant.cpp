@@ -13,6 +13,8 @@
 #include "kernels/cpu_features.h"
 #include "kernels/dot.h"
 #include "kernels/fp16.h"
+#include "kernels/parallel.h"
+#include "kernels/quant.h"
 #include "model/llama_model.h"
 #include "test_util.h"
 #include "util/binary_io.h"
@@ -315,19 +317,325 @@ TEST(KVQuant, CacheRecordOfOtherTypesIsRefusedNamingBothAndVersion1IsRead) {
         EXPECT_EQ(c2->stats().kv_bytes_final, cache->stats().kv_bytes_final);
     }
     // A version-1 record (one type for keys and values) of an F16 cache still loads into an F16 cache: version 1
-    // is version 2 without the value type after the key type (u32 version, then int32 L, H, d, type).
+    // is version 2 without the value type after the key type (u32 version, then int32 L, H, d, type), and version 2
+    // is version 3 without the sinks' and the window's types.
     auto f16 = tiny_cache(m, KVType::kF16, KVType::kF16);
     m.forward(prompt, *f16, logits);
     BinaryWriter w2;
     f16->save(w2);
+    // Version 3 adds the sinks' and the window's key and value types after the value type: drop the three.
     std::string v1 = w2.data();
     const uint32_t one = 1;
     std::memcpy(v1.data(), &one, 4);
-    v1.erase(4 + 4 * 4, 4);
+    v1.erase(4 + 4 * 4, 12);
     auto back = tiny_cache(m, KVType::kF16, KVType::kF16);
     BinaryReader r1(v1.data(), v1.size(), "the version-1 record");
     ASSERT_NO_THROW(back->load(r1));
     EXPECT_EQ(back->stats().entries, f16->stats().entries);
+}
+
+// ---- Quantization at admission (mode b): sinks and window in F16, the global region quantized ----
+
+/// The pool of mode (b) for keys of type kt and values of type vt.
+std::shared_ptr<KVPool> admission_pool(int d, KVType kt, KVType vt, uint64_t budget = 0) {
+    return std::make_shared<KVPool>(d, kt, vt, 16, budget, KVQuantAt::kAdmission);
+}
+
+TEST(KVQuantAtAdmission, ParsesAndNamesThePlaceAndKeepsF16Unchanged) {
+    EXPECT_EQ(parse_kv_quant_at("write"), KVQuantAt::kWrite);
+    EXPECT_EQ(parse_kv_quant_at("admission"), KVQuantAt::kAdmission);
+    try {
+        parse_kv_quant_at("later");
+        ADD_FAILURE() << "'later' was accepted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("'later'"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("write, admission"), std::string::npos) << e.what();
+    }
+    const KVTypes t = parse_kv_types("q8_0/q4_0@admission");
+    EXPECT_EQ(t.key, KVType::kQ8_0);
+    EXPECT_EQ(t.value, KVType::kQ4_0);
+    EXPECT_EQ(t.quant_at, KVQuantAt::kAdmission);
+    EXPECT_EQ(kv_types_spec(t), "q8_0/q4_0@admission");
+    EXPECT_EQ(parse_kv_types("q8_0").quant_at, KVQuantAt::kWrite);
+    EXPECT_EQ(kv_types_spec({KVType::kF16, KVType::kF16, KVQuantAt::kAdmission}), "f16");  // nothing to quantize
+    EXPECT_THROW(parse_kv_types("q8_0@never"), Error);
+    // Block types become F16 in the sinks and the window; other types stay as they are.
+    EXPECT_EQ(kv_local_type(KVType::kQ8_0, KVQuantAt::kAdmission), KVType::kF16);
+    EXPECT_EQ(kv_local_type(KVType::kQ4_0, KVQuantAt::kAdmission), KVType::kF16);
+    EXPECT_EQ(kv_local_type(KVType::kF32, KVQuantAt::kAdmission), KVType::kF32);
+    EXPECT_EQ(kv_local_type(KVType::kQ8_0, KVQuantAt::kWrite), KVType::kQ8_0);
+    // F16 at admission is one layout, as at write.
+    KVPool f16(64, KVType::kF16, KVType::kF16, 16, 0, KVQuantAt::kAdmission);
+    EXPECT_FALSE(f16.two_layouts());
+    EXPECT_EQ(&f16.local(), &f16);
+    KVPool q(64, KVType::kQ8_0, KVType::kF32, 16, 0, KVQuantAt::kAdmission);
+    ASSERT_TRUE(q.two_layouts());
+    EXPECT_EQ(q.local().key_type(), KVType::kF16);
+    EXPECT_EQ(q.local().value_type(), KVType::kF32);
+}
+
+TEST(KVQuantAtAdmission, SinksAndWindowAreBitExactF16AndAdmittedEntriesAreQuantizedThen) {
+    // 2 sinks, a window of 5, 30 entries: 23 leave the window and are admitted. Every key and value is compared with
+    // what it must be, computed here: binary16 rounding (fp32_to_fp16) in the sinks and the window; in the global
+    // region ggml's block of the binary16-rounded row (the window's value is what is quantized at admission),
+    // decoded from its bytes by the block layout (decode_row above), not by kvsieve's load_row.
+    const int d = 64;
+    for (KVTypes t : {KVTypes{KVType::kQ8_0, KVType::kQ8_0}, KVTypes{KVType::kQ8_0, KVType::kQ4_0},
+                      KVTypes{KVType::kQ4_0, KVType::kQ4_0}}) {
+        SCOPED_TRACE(kv_types_spec(t));
+        auto pool = admission_pool(d, t.key, t.value);
+        HeadCache hc(pool.get(), 2, 5);
+        const int n = 30;
+        const auto K = randn(static_cast<size_t>(n) * d, 7, 3.0f), V = randn(static_cast<size_t>(n) * d, 8, 3.0f);
+        const auto keep = [](int32_t, float&, const PageStore*, int64_t) { return true; };
+        for (int i = 0; i < n; ++i) hc.append(K.data() + i * d, V.data() + i * d, i, 0.0f, HeadCache::Admit(keep));
+        ASSERT_EQ(hc.sinks().size(), 2);
+        ASSERT_EQ(hc.window().size(), 5);
+        ASSERT_EQ(hc.global().size(), n - 7);
+        EXPECT_EQ(hc.sinks().pool().key_type(), KVType::kF16);
+        EXPECT_EQ(hc.window().pool().value_type(), KVType::kF16);
+        EXPECT_EQ(hc.global().pool().key_type(), t.key);
+        EXPECT_EQ(hc.global().pool().value_type(), t.value);
+        std::vector<float> k(d), v(d);
+        for (const PageStore* ps : {&hc.sinks(), &hc.window()})
+            for (int64_t i = 0; i < ps->size(); ++i) {
+                const int p = ps->positions()[i];
+                ps->read(i, k.data(), v.data());
+                for (int c = 0; c < d; ++c) {
+                    ASSERT_EQ(k[c], half_round(K[p * d + c])) << "position " << p;
+                    ASSERT_EQ(v[c], half_round(V[p * d + c])) << "position " << p;
+                }
+                const auto* raw = reinterpret_cast<const uint16_t*>(ps->key_ptr(i));
+                for (int c = 0; c < d; ++c) ASSERT_EQ(raw[c], fp32_to_fp16(K[p * d + c]));
+            }
+        double worst_k = 0, worst_v = 0;
+        for (int64_t i = 0; i < hc.global().size(); ++i) {
+            const int p = hc.global().positions()[i];
+            std::vector<float> kh(d), vh(d);
+            for (int c = 0; c < d; ++c) kh[c] = half_round(K[p * d + c]), vh[c] = half_round(V[p * d + c]);
+            std::vector<uint8_t> kb(kv_row_bytes(t.key, d)), vb(kv_row_bytes(t.value, d));
+            if (t.key == KVType::kQ8_0)
+                quantize_row_q8_0(kh.data(), reinterpret_cast<BlockQ8_0*>(kb.data()), d);
+            else
+                quantize_row_q4_0(kh.data(), reinterpret_cast<BlockQ4_0*>(kb.data()), d);
+            if (t.value == KVType::kQ8_0)
+                quantize_row_q8_0(vh.data(), reinterpret_cast<BlockQ8_0*>(vb.data()), d);
+            else
+                quantize_row_q4_0(vh.data(), reinterpret_cast<BlockQ4_0*>(vb.data()), d);
+            ASSERT_EQ(std::memcmp(hc.global().key_ptr(i), kb.data(), kb.size()), 0) << "position " << p;
+            ASSERT_EQ(std::memcmp(hc.global().value_ptr(i), vb.data(), vb.size()), 0) << "position " << p;
+            const auto kq = decode_row(t.key, hc.global().key_ptr(i), d), vq = decode_row(t.value, hc.global().value_ptr(i), d);
+            hc.global().read(i, k.data(), v.data());
+            for (int c = 0; c < d; ++c) {
+                ASSERT_EQ(k[c], kq[c]);
+                ASSERT_EQ(v[c], vq[c]);
+                worst_k = std::max(worst_k, static_cast<double>(std::fabs(kq[c] - K[p * d + c])));
+                worst_v = std::max(worst_v, static_cast<double>(std::fabs(vq[c] - V[p * d + c])));
+            }
+        }
+        // Quantized, not F16: a 3-sigma row of 32 loses far more than binary16's 2^-11 relative rounding.
+        EXPECT_GT(worst_k, 1e-3);
+        EXPECT_GT(worst_v, 1e-3);
+    }
+}
+
+/// A one-layer configuration for driving KVCache::attend directly: 8 query heads over 2 KV heads of d = 32.
+ModelConfig small_config() {
+    ModelConfig c;
+    c.n_layer = 1;
+    c.n_head = 8;
+    c.n_head_kv = 2;
+    c.head_dim = 32;
+    c.n_embd = 64;
+    return c;
+}
+
+TEST(KVQuantAtAdmission, BytesArePerRegionAndTheBudgetCoversBothLayouts) {
+    const ModelConfig c = small_config();
+    const int d = c.head_dim, heads = c.n_head_kv;
+    // 4 sinks, a window of 16, 60 synthetic tokens: per head 1 sink page and 1 window page of F16 rows and 40 global
+    // entries in 3 pages of Q8_0 keys and Q4_0 values.
+    KVCache cache(c, 256, parse_policy("tova:budget=100000,window=16,sinks=4"),
+                  admission_pool(d, KVType::kQ8_0, KVType::kQ4_0));
+    cache.fill_synthetic(60, 3);
+    const uint64_t f16_page = 16ull * (2 * d + 2 * d), quant_page = 16ull * (34 * d / 32 + 18 * d / 32);
+    const KVStats st = cache.stats();
+    EXPECT_EQ(st.kv_quant_at, "admission");
+    EXPECT_EQ(st.kv_type, "q8_0/q4_0");
+    EXPECT_EQ(st.kv_type_local, "f16");
+    EXPECT_EQ(cache.head(0, 0).global().size(), 40);
+    EXPECT_EQ(st.kv_bytes_local, heads * 2 * f16_page);
+    EXPECT_EQ(st.kv_bytes_global, heads * 3 * quant_page);
+    EXPECT_EQ(st.kv_bytes_final, st.kv_bytes_local + st.kv_bytes_global);
+    EXPECT_EQ(cache.pool().bytes_in_use(), st.kv_bytes_final);
+    EXPECT_EQ(cache.pool().layout_pages_in_use(), heads * 3);
+    EXPECT_EQ(cache.pool().local().layout_pages_in_use(), heads * 2);
+    EXPECT_EQ(cache.pool().unit_page_bytes(), f16_page);
+    EXPECT_NE(st.table().find("sinks and window f16"), std::string::npos) << st.table();
+    EXPECT_EQ(st.to_json()["kv_bytes_global"], st.kv_bytes_global);
+    // At write the same entries take quantized pages everywhere.
+    KVCache at_write(c, 256, parse_policy("tova:budget=100000,window=16,sinks=4"),
+                     std::make_shared<KVPool>(d, KVType::kQ8_0, KVType::kQ4_0));
+    at_write.fill_synthetic(60, 3);
+    EXPECT_EQ(at_write.stats().kv_bytes_final, heads * 5 * quant_page);
+    EXPECT_EQ(at_write.stats().kv_quant_at, "write");
+    // One budget for both layouts: room for exactly 2 F16 pages (sinks, window) and 1 quantized page (global) per
+    // head; the next admitted entry needs a second global page and fails.
+    const uint64_t budget = heads * 2 * f16_page + 2 * quant_page;
+    KVCache tight(c, 256, parse_policy("tova:budget=100000,window=16,sinks=4"),
+                  admission_pool(d, KVType::kQ8_0, KVType::kQ4_0, budget));
+    EXPECT_NO_THROW(tight.fill_synthetic(4 + 16 + 16, 3));  // sinks, window and one global page per head
+    EXPECT_EQ(tight.pool().bytes_in_use(), budget);
+    EXPECT_THROW(tight.fill_synthetic(1, 4), KVBudgetExhausted);
+}
+
+TEST(KVQuantAtAdmission, DecodeOverMixedRegionsEqualsAFloatReferenceOnTheStoredValues) {
+    // A prefill of 400 tokens and one decode step; per KV head 4 sinks and 16 window entries in F16 and 381 global
+    // entries in Q8_0 keys and Q4_0 values: 26 pages, so two flash-decoding spans of 16 pages, the first holding pages
+    // of both layouts, whose softmax states merge (at 2 and 5 threads). Reference: float64 softmax
+    // attention over the values every region stores (PageStore::read), scoring the global region's quantized keys
+    // with the query as the kernel quantizes it (Q8_0 blocks), and the F16 keys with the query as is.
+    const ModelConfig c = small_config();
+    const int d = c.head_dim, Hkv = c.n_head_kv, Hq = c.n_head, G = Hq / Hkv, T = 400;
+    for (int threads : {2, 5}) {
+        SCOPED_TRACE(testing::Message() << "threads " << threads);
+        set_num_threads(threads);
+        KVCache cache(c, 512, parse_policy("tova:budget=100000,window=16,sinks=4"),
+                      admission_pool(d, KVType::kQ8_0, KVType::kQ4_0));
+        const auto q = randn(static_cast<size_t>(T) * Hq * d, 11), k = randn(static_cast<size_t>(T) * Hkv * d, 12),
+                   v = randn(static_cast<size_t>(T) * Hkv * d, 13);
+        std::vector<float> hidden(static_cast<size_t>(T) * c.n_embd), out(static_cast<size_t>(T) * Hq * d);
+        LayerInputs in;
+        in.n_head = Hq;
+        in.n_head_kv = Hkv;
+        in.head_dim = d;
+        in.n_embd = c.n_embd;
+        in.T = T;
+        in.q = in.q_pre = q.data();
+        in.k = in.k_pre = k.data();
+        in.v = v.data();
+        in.hidden = hidden.data();
+        cache.set_phase(KVCache::Phase::kPrefill);
+        cache.attend(in, out.data());
+        cache.finish_step(0, T);
+        cache.end_prefill();
+        const auto q1 = randn(static_cast<size_t>(Hq) * d, 21), k1 = randn(static_cast<size_t>(Hkv) * d, 22),
+                   v1 = randn(static_cast<size_t>(Hkv) * d, 23);
+        std::vector<float> o1(static_cast<size_t>(Hq) * d);
+        LayerInputs one = in;
+        one.pos0 = T;
+        one.T = 1;
+        one.q = one.q_pre = q1.data();
+        one.k = one.k_pre = k1.data();
+        one.v = v1.data();
+        cache.set_phase(KVCache::Phase::kDecode);
+        cache.attend(one, o1.data());
+        double worst = 0;
+        for (int h = 0; h < Hkv; ++h) {
+            const HeadCache& hc = cache.head(0, h);
+            ASSERT_EQ(hc.global().size(), T + 1 - 20);
+            for (int g = 0; g < G; ++g) {
+                const float* qg = q1.data() + (h * G + g) * d;
+                std::vector<BlockQ8_0> qq(d / 32);
+                std::vector<float> qd(d);
+                quantize_row_q8_0_activations(qg, qq.data(), d);
+                dequantize_row(TensorType::Q8_0, qq.data(), qd.data(), d);
+                std::vector<double> s;
+                std::vector<std::vector<float>> vals;
+                std::vector<float> kr(d), vr(d);
+                for (int r = 0; r < 3; ++r) {
+                    const PageStore* ps = hc.region(r);
+                    const bool quant = kv_type_block(ps->pool().key_type()) > 1;
+                    EXPECT_EQ(quant, r == 1);
+                    for (int64_t i = 0; i < ps->size(); ++i) {
+                        ps->read(i, kr.data(), vr.data());
+                        double dot = 0;
+                        for (int e = 0; e < d; ++e) dot += static_cast<double>(quant ? qd[e] : qg[e]) * kr[e];
+                        s.push_back(dot / std::sqrt(static_cast<double>(d)));
+                        vals.push_back(vr);
+                    }
+                }
+                const double mx = *std::max_element(s.begin(), s.end());
+                double sum = 0;
+                for (double x : s) sum += std::exp(x - mx);
+                for (int e = 0; e < d; ++e) {
+                    double ref = 0;
+                    for (size_t j = 0; j < s.size(); ++j) ref += std::exp(s[j] - mx) / sum * vals[j][e];
+                    worst = std::max(worst, std::fabs(ref - o1[(h * G + g) * d + e]));
+                }
+            }
+        }
+        EXPECT_LE(worst, 5e-6);
+    }
+    set_num_threads(2);
+}
+
+TEST(KVQuantAtAdmission, SaveLoadRoundTripsAndRecordsOfOtherRegionTypesAreRefusedNamingBoth) {
+    const ModelConfig c = small_config();
+    const int d = c.head_dim;
+    const std::string spec = "tova:budget=100000,window=16,sinks=4";
+    auto make = [&](KVQuantAt at) {
+        return std::make_unique<KVCache>(c, 256, parse_policy(spec),
+                                         std::make_shared<KVPool>(d, KVType::kQ8_0, KVType::kQ4_0, 16, 0, at));
+    };
+    auto b = make(KVQuantAt::kAdmission);
+    b->fill_synthetic(70, 9);
+    BinaryWriter w;
+    b->save(w);
+    {  // the same types and place load, and hold the same bytes
+        auto back = make(KVQuantAt::kAdmission);
+        BinaryReader r(w.data().data(), w.data().size(), "the record");
+        ASSERT_NO_THROW(back->load(r));
+        EXPECT_EQ(back->stats().entries, b->stats().entries);
+        EXPECT_EQ(back->stats().kv_bytes_local, b->stats().kv_bytes_local);
+        EXPECT_EQ(back->stats().kv_bytes_global, b->stats().kv_bytes_global);
+        for (int h = 0; h < c.n_head_kv; ++h)
+            for (int r = 0; r < 3; ++r) {
+                const PageStore &x = *b->head(0, h).region(r), &y = *back->head(0, h).region(r);
+                ASSERT_EQ(x.size(), y.size());
+                for (int64_t i = 0; i < x.size(); ++i) {
+                    EXPECT_EQ(std::memcmp(x.key_ptr(i), y.key_ptr(i), x.pool().key_row_bytes()), 0);
+                    EXPECT_EQ(std::memcmp(x.value_ptr(i), y.value_ptr(i), x.pool().value_row_bytes()), 0);
+                    EXPECT_EQ(x.positions()[i], y.positions()[i]);
+                }
+            }
+    }
+    {  // a mode (b) record into a cache quantized at write: refused, naming both
+        auto a = make(KVQuantAt::kWrite);
+        BinaryReader r(w.data().data(), w.data().size(), "the record");
+        try {
+            a->load(r);
+            ADD_FAILURE() << "a record quantized at admission loaded into a cache quantized at write";
+        } catch (const Error& e) {
+            const std::string m = e.what();
+            EXPECT_NE(m.find("holds keys of type q8_0 and values of type q4_0 (sinks and window: keys f16, values f16)"),
+                      std::string::npos) << m;
+            EXPECT_NE(m.find("; this cache stores keys as q8_0 and values as q4_0 (--cache-type-k"), std::string::npos) << m;
+        }
+        EXPECT_EQ(a->n_tokens(), 0);
+    }
+    // A version-2 record (before the sinks' and the window's types) reads as quantized at write: it loads into a
+    // cache quantized at write and is refused by one quantized at admission.
+    auto a = make(KVQuantAt::kWrite);
+    a->fill_synthetic(70, 9);
+    BinaryWriter wa;
+    a->save(wa);
+    std::string v2 = wa.data();
+    const uint32_t two = 2;
+    std::memcpy(v2.data(), &two, 4);
+    v2.erase(4 + 5 * 4, 8);
+    {
+        auto back = make(KVQuantAt::kWrite);
+        BinaryReader r(v2.data(), v2.size(), "the version-2 record");
+        ASSERT_NO_THROW(back->load(r));
+        EXPECT_EQ(back->stats().entries, a->stats().entries);
+        EXPECT_EQ(back->stats().kv_bytes_final, a->stats().kv_bytes_final);
+    }
+    {
+        auto back = make(KVQuantAt::kAdmission);
+        BinaryReader r(v2.data(), v2.size(), "the version-2 record");
+        EXPECT_THROW(back->load(r), Error);
+    }
 }
 
 }  // namespace

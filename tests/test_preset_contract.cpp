@@ -112,12 +112,16 @@ std::vector<int32_t> prompt_for(const LlamaModel& m) {
 constexpr int64_t kCtx = 1024;
 constexpr int kDecodeSteps = 8;
 
-/// The cache types every preset runs on (keys and values of the same type).
-constexpr KVType kCacheTypes[] = {KVType::kF16, KVType::kQ8_0, KVType::kQ4_0};
+/// The cache types every preset runs on (keys and values of the same type): quantized at write, and Q8_0 quantized
+/// at admission (sinks and window in F16, the global region in Q8_0).
+const KVTypes kCacheTypes[] = {{KVType::kF16, KVType::kF16},
+                               {KVType::kQ8_0, KVType::kQ8_0},
+                               {KVType::kQ4_0, KVType::kQ4_0},
+                               {KVType::kQ8_0, KVType::kQ8_0, KVQuantAt::kAdmission}};
 
-std::unique_ptr<KVCache> make_cache(const LlamaModel& m, const std::string& spec, KVType type) {
+std::unique_ptr<KVCache> make_cache(const LlamaModel& m, const std::string& spec, KVTypes types) {
     return std::make_unique<KVCache>(m.config(), kCtx, parse_policy(spec),
-                                     std::make_shared<KVPool>(m.config().head_dim, type));
+                                     std::make_shared<KVPool>(m.config().head_dim, types));
 }
 
 int32_t greedy(const LlamaModel& m, const std::vector<float>& logits) {
@@ -145,16 +149,16 @@ protected:
 };
 
 /// A preset on one cache type.
-class PresetContractOnType : public ::testing::TestWithParam<std::tuple<Registered, KVType>> {
+class PresetContractOnType : public ::testing::TestWithParam<std::tuple<Registered, KVTypes>> {
 protected:
     const CaseSpec* table_entry() const { return table_entry_of(std::get<0>(GetParam())); }
     const Registered& reg() const { return std::get<0>(GetParam()); }
-    KVType type() const { return std::get<1>(GetParam()); }
+    KVTypes type() const { return std::get<1>(GetParam()); }
 };
 
 /// The statistics against the per-(layer, KV head) entry tables they summarise, after `tokens` positions, for a
-/// cache whose keys and values are of `type`.
-void check_stats(const KVStats& st, const LlamaModel& m, int64_t tokens, int64_t prompt_len, KVType type) {
+/// cache whose keys and values are of `types` (under quantization at admission: F16 in the sinks and the window).
+void check_stats(const KVStats& st, const LlamaModel& m, int64_t tokens, int64_t prompt_len, KVTypes types) {
     const auto& c = m.config();
     ASSERT_EQ(st.tokens, tokens);
     ASSERT_EQ(st.entries.size(), static_cast<size_t>(c.n_layer));
@@ -188,11 +192,22 @@ void check_stats(const KVStats& st, const LlamaModel& m, int64_t tokens, int64_t
     EXPECT_GE(st.density, 0.0);
     EXPECT_LE(st.density, 1.0);
     // Bytes: every kept entry's key and value (2 bytes per element for F16, 34 / 32 for Q8_0, 18 / 32 for Q4_0) lie
-    // in pages in use, and at most a page per head more; the final use is at most the peak.
+    // in pages in use, and at most a page per head and region more; the final use is at most the peak. Under
+    // quantization at admission the sinks and the window hold F16 rows and the global region quantized ones.
+    const KVType type = types.key;
     const uint64_t row = type == KVType::kQ8_0 ? 34 * c.head_dim / 32 : type == KVType::kQ4_0 ? 18 * c.head_dim / 32
                                                                                                : 2 * c.head_dim;
-    EXPECT_GE(st.kv_bytes_final, static_cast<uint64_t>(kept) * 2 * row);
-    EXPECT_LE(st.kv_bytes_final, static_cast<uint64_t>(kept + 3 * 16 * heads) * 2 * row);
+    const bool local_f16 = types.quant_at == KVQuantAt::kAdmission;
+    const uint64_t local_row = local_f16 ? 2 * c.head_dim : row;
+    EXPECT_EQ(st.kv_bytes_local + st.kv_bytes_global, st.kv_bytes_final);
+    EXPECT_EQ(st.kv_quant_at, kv_quant_at_name(types.quant_at));
+    EXPECT_GE(st.kv_bytes_final, static_cast<uint64_t>(kept) * 2 * std::min(row, local_row));
+    EXPECT_LE(st.kv_bytes_final, static_cast<uint64_t>(kept + 3 * 16 * heads) * 2 * std::max(row, local_row));
+    const int64_t sinks = std::min<int64_t>(st.sinks, tokens), global = kept_beyond - sinks * heads;
+    EXPECT_GE(st.kv_bytes_global, static_cast<uint64_t>(global) * 2 * row);
+    EXPECT_LE(st.kv_bytes_global, static_cast<uint64_t>(global + 16 * heads) * 2 * row);
+    EXPECT_GE(st.kv_bytes_local, static_cast<uint64_t>(kept - global) * 2 * local_row);
+    EXPECT_LE(st.kv_bytes_local, static_cast<uint64_t>(kept - global + 2 * 16 * heads) * 2 * local_row);
     EXPECT_LE(st.kv_bytes_final, st.kv_bytes_peak);
     EXPECT_EQ(st.kv_bytes_full, static_cast<uint64_t>(tokens * heads) * 2 * c.head_dim * 2);
     EXPECT_GE(st.read_fraction, 0.0);
@@ -200,7 +215,7 @@ void check_stats(const KVStats& st, const LlamaModel& m, int64_t tokens, int64_t
 }
 
 /// Bytes in use of a full cache holding exactly `tokens`.
-uint64_t full_cache_bytes(const LlamaModel& m, const std::vector<int32_t>& tokens, KVType type) {
+uint64_t full_cache_bytes(const LlamaModel& m, const std::vector<int32_t>& tokens, KVTypes type) {
     const auto tok = Tokenizer::from_gguf(m.file());
     auto cache = make_cache(m, "full", type);
     Session s(m, *tok, *cache);
@@ -213,7 +228,7 @@ TEST_P(PresetContractOnType, RunsKeepsItsStatisticsAndRestoresBitForBit) {
     const CaseSpec* cs = table_entry();
     if (!cs) return;
     const std::string spec = spec_of(reg().name, cs->params);
-    SCOPED_TRACE(spec + " on " + kv_type_name(type()));
+    SCOPED_TRACE(spec + " on " + kv_types_spec(type()));
     const LlamaModel& m = model(cs->model);
     const auto tok = Tokenizer::from_gguf(m.file());
     const std::vector<int32_t> prompt = prompt_for(m);
@@ -343,9 +358,12 @@ std::string case_name(const ::testing::TestParamInfo<Registered>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Registered, PresetContract, ::testing::ValuesIn(registered()), case_name);
 
-std::string case_type_name(const ::testing::TestParamInfo<std::tuple<Registered, KVType>>& info) {
+std::string case_type_name(const ::testing::TestParamInfo<std::tuple<Registered, KVTypes>>& info) {
     const Registered& r = std::get<0>(info.param);
-    return (r.selection ? "selection_" : "") + r.name + "_" + kv_type_name(std::get<1>(info.param));
+    std::string t = kv_types_spec(std::get<1>(info.param));
+    const size_t at = t.find('@');
+    if (at != std::string::npos) t.replace(at, 1, "_at_");
+    return (r.selection ? "selection_" : "") + r.name + "_" + t;
 }
 
 INSTANTIATE_TEST_SUITE_P(Registered, PresetContractOnType,

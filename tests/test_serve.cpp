@@ -889,6 +889,8 @@ TEST(Metrics, PrometheusTextHasTheCountersAndEscapesLabels) {
     s.pool_pages_in_use = 10;
     s.pool_pages_capacity = 100;
     s.pool_page_bytes = 4096;
+    s.pool_bytes_in_use = 10 * 4096;
+    s.pool_bytes_capacity = 100 * 4096;
     s.requests_finished = 3;
     s.decode_rows = 200;
     s.decode_s = 2;

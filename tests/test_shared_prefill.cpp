@@ -110,21 +110,24 @@ TEST(SharedPrefill, AttentionStatisticsAreSharedOnlyOverTheSameKeys) {
     PrefillStatShare share;
     const std::vector<int32_t> pos = {0, 1, 2, 5};
     const std::vector<float> a = {0.1f, 0.2f, 0.3f, 0.4f};
-    share.put(3, 1, KeyStat::kSum, KVType::kF16, pos, a);
-    ASSERT_NE(share.find(3, 1, KeyStat::kSum, KVType::kF16, pos), nullptr);
-    EXPECT_EQ(*share.find(3, 1, KeyStat::kSum, KVType::kF16, pos), a);
+    share.put(3, 1, KeyStat::kSum, KVType::kF16, KVType::kF16, pos, a);
+    ASSERT_NE(share.find(3, 1, KeyStat::kSum, KVType::kF16, KVType::kF16, pos), nullptr);
+    EXPECT_EQ(*share.find(3, 1, KeyStat::kSum, KVType::kF16, KVType::kF16, pos), a);
     EXPECT_EQ(share.hits(), 2);
-    // Another layer, head, statistic, element type, or other keys (one more, another order, another one) miss.
-    EXPECT_EQ(share.find(2, 1, KeyStat::kSum, KVType::kF16, pos), nullptr);
-    EXPECT_EQ(share.find(3, 0, KeyStat::kSum, KVType::kF16, pos), nullptr);
-    EXPECT_EQ(share.find(3, 1, KeyStat::kLast, KVType::kF16, pos), nullptr);
-    EXPECT_EQ(share.find(3, 1, KeyStat::kSum, KVType::kF32, pos), nullptr);
-    EXPECT_EQ(share.find(3, 1, KeyStat::kSum, KVType::kF16, {0, 1, 2, 5, 6}), nullptr);
-    EXPECT_EQ(share.find(3, 1, KeyStat::kSum, KVType::kF16, {0, 2, 1, 5}), nullptr);
-    EXPECT_EQ(share.find(3, 1, KeyStat::kSum, KVType::kF16, {0, 1, 2, 4}), nullptr);
+    // Another layer, head, statistic, element type (global or local), or other keys (one more, another order, another one) miss.
+    EXPECT_EQ(share.find(2, 1, KeyStat::kSum, KVType::kF16, KVType::kF16, pos), nullptr);
+    EXPECT_EQ(share.find(3, 0, KeyStat::kSum, KVType::kF16, KVType::kF16, pos), nullptr);
+    EXPECT_EQ(share.find(3, 1, KeyStat::kLast, KVType::kF16, KVType::kF16, pos), nullptr);
+    EXPECT_EQ(share.find(3, 1, KeyStat::kSum, KVType::kF32, KVType::kF32, pos), nullptr);
+    // Keys of the same global type with other sinks' and window's types (quantization at admission) miss too.
+    share.put(3, 1, KeyStat::kSum, KVType::kQ8_0, KVType::kQ8_0, pos, a);
+    EXPECT_EQ(share.find(3, 1, KeyStat::kSum, KVType::kQ8_0, KVType::kF16, pos), nullptr);
+    EXPECT_EQ(share.find(3, 1, KeyStat::kSum, KVType::kF16, KVType::kF16, {0, 1, 2, 5, 6}), nullptr);
+    EXPECT_EQ(share.find(3, 1, KeyStat::kSum, KVType::kF16, KVType::kF16, {0, 2, 1, 5}), nullptr);
+    EXPECT_EQ(share.find(3, 1, KeyStat::kSum, KVType::kF16, KVType::kF16, {0, 1, 2, 4}), nullptr);
     EXPECT_EQ(share.hits(), 2);
     share.clear();
-    EXPECT_EQ(share.find(3, 1, KeyStat::kSum, KVType::kF16, pos), nullptr);
+    EXPECT_EQ(share.find(3, 1, KeyStat::kSum, KVType::kF16, KVType::kF16, pos), nullptr);
 }
 
 TEST(SharedPrefill, WhatCannotShareIsRefused) {

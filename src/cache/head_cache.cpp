@@ -6,7 +6,7 @@
 namespace kvsieve {
 
 HeadCache::HeadCache(KVPool* pool, int sinks, int window)
-    : s_(sinks), w_(window), sinks_(pool), window_(pool), global_(pool) {}
+    : s_(sinks), w_(window), sinks_(&pool->local()), window_(&pool->local()), global_(pool) {}
 
 HeadCache::Slot HeadCache::append(const float* k, const float* v, int32_t pos, float score, const Admit& admit) {
     if (sinks_.size() < s_) {

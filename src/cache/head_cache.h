@@ -15,6 +15,9 @@ namespace kvsieve {
 /// `score` (which admit may rewrite: a delayed readout), dropped (its slot reused) if false. With w = 0 a new
 /// entry is offered as `admit(pos, score, nullptr, −1)` before it is stored. `admit` is a non-owning reference
 /// (no allocation per append): the callable it names must live until append returns.
+/// Page layouts: the sinks and the window take pages of `pool->local()`, the global region pages of `pool`; with
+/// quantization at admission (KVQuantAt::kAdmission) the former are binary16 and the latter Q8_0 / Q4_0, so an entry
+/// is quantized when it is admitted (PageStore::push_copy from the window, or push at w = 0).
 class HeadCache {
 public:
     using Admit = FunctionRef<bool(int32_t pos, float& score, const PageStore* store, int64_t slot)>;

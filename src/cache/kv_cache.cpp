@@ -188,13 +188,16 @@ void KVCache::decode_layer(const LayerInputs& in, const float* write_scores, flo
     // 2. Attention per head over its pages, reading each page once for the G query heads.
     const KeyStat stat = key_stat(policy_);
     const DotKernels& dk = dot_kernels();
-    const TensorType kt = kv_tensor_type(pool_->key_type()), vt = kv_tensor_type(pool_->value_type());
+    // Each region's pages carry their own layout: under quantization at admission the sinks and the window are
+    // binary16 (pool_->local()) and the global region Q8_0 / Q4_0, so each page is attended with its own types and
+    // the spans' partial softmax states merge as before.
     const float scale = 1.0f / std::sqrt(static_cast<float>(d));
     std::vector<std::vector<float>> probs(stat != KeyStat::kNone ? in.n_head_kv : 0);
     // Work items: spans of a head's pages, whose partial softmax states (m, l, o) are merged afterwards
     // (flash-decoding).
     struct PageRef {
         int32_t page;
+        const KVPool* pool;  // the layout of its region (types, row bytes)
         int cnt;
         int64_t off;  // index of its first entry in the head's attention order
         bool always;  // read whatever a read-time selection chooses (sinks, window, the current token's page)
@@ -211,7 +214,7 @@ void KVCache::decode_layer(const LayerInputs& in, const float* write_scores, flo
             const int P = pool_->page_tokens();
             for (size_t pi = 0; pi < ps->pages().size(); ++pi) {
                 const int cnt = static_cast<int>(std::min<int64_t>(P, ps->size() - static_cast<int64_t>(pi) * P));
-                pages[h].push_back({ps->pages()[pi], cnt, off, r != 1, ps, pi});
+                pages[h].push_back({ps->pages()[pi], &ps->pool(), cnt, off, r != 1, ps, pi});
                 off += cnt;
             }
             // Without a window the newest entry is the last of the global region.
@@ -250,19 +253,22 @@ void KVCache::decode_layer(const LayerInputs& in, const float* write_scores, flo
         float* po = part_o.data() + static_cast<size_t>(it) * G * d;
         const int64_t n = static_cast<int64_t>(probs.empty() ? 0 : probs[h].size() / G);
         const float* q = in.q + static_cast<int64_t>(h) * G * d;
-        const size_t half = pool_->key_page_bytes();
         for (size_t i = b; i < e; ++i) {
             // Pages are not contiguous: touch the first lines of the keys and values of the page two ahead so
             // the hardware streamers are already running when it is read. (Prefetching whole pages filled the
             // line-fill buffers and measured 15-25% slower at 16k tokens.)
             if (i + 2 < e) {
-                const char* nk = reinterpret_cast<const char*>(pool_->keys(pl[i + 2].page));
+                const KVPool& np = *pl[i + 2].pool;
+                const size_t half = np.key_page_bytes();
+                const char* nk = reinterpret_cast<const char*>(np.keys(pl[i + 2].page));
                 for (size_t off = 0; off < 256 && off < half; off += 64) {
                     __builtin_prefetch(nk + off, 0, 3);
                     __builtin_prefetch(nk + half + off, 0, 3);
                 }
             }
-            dk.attend_rows(kt, pool_->keys(pl[i].page), vt, pool_->values(pl[i].page), pl[i].cnt, d, q, G, scale, pm,
+            const KVPool& pp = *pl[i].pool;
+            dk.attend_rows(kv_tensor_type(pp.key_type()), pp.keys(pl[i].page), kv_tensor_type(pp.value_type()),
+                           pp.values(pl[i].page), pl[i].cnt, d, q, G, scale, pm,
                            plsum, po, probs.empty() ? nullptr : probs[h].data() + pl[i].off, n);
         }
     }
@@ -385,7 +391,7 @@ void KVCache::prefill_layer(const LayerInputs& in, const float* write_scores, fl
     auto will_keep = [&](float score) {
         return adm.kind == Rule::Kind::kKeepAll || (adm.kind == Rule::Kind::kThreshold && score >= adm.tau);
     };
-    const bool kq = kv_type_block(pool_->key_type()) > 1, vq = kv_type_block(pool_->value_type()) > 1;
+    const KVPool& lp = pool_->local();  // the sinks' and the window's layout (binary16 under quantization at admission)
     // 1. Per head: gather the kept entries (float32) followed by the chunk's, attend.
     std::vector<std::vector<float>> K(Hkv), V(Hkv), A(Hkv);
     std::vector<std::vector<int32_t>> P(Hkv);
@@ -415,9 +421,13 @@ void KVCache::prefill_layer(const LayerInputs& in, const float* write_scores, fl
             std::copy_n(in.v + t * kvd + h * d, d, V[h].data() + j * d);
             // Quantized pages: the chunk's own keys and values are seen as they will be stored (as llama.cpp, which
             // writes the batch into its cache before attending), so a chunked and a one-batch prefill, the decode
-            // steps and every prefill statistic read the same dequantized entries.
-            if (kq) round_trip_row(pool_->key_type(), K[h].data() + j * d, K[h].data() + j * d, d);
-            if (vq) round_trip_row(pool_->value_type(), V[h].data() + j * d, V[h].data() + j * d, d);
+            // steps and every prefill statistic read the same dequantized entries. An entry is written to the sinks
+            // or the window (their layout), or without a window straight to the global region.
+            const KVPool& dst = hc.sinks().size() + t < policy_.sinks || policy_.window > 0 ? lp : *pool_;
+            if (kv_type_block(dst.key_type()) > 1)
+                round_trip_row(dst.key_type(), K[h].data() + j * d, K[h].data() + j * d, d);
+            if (kv_type_block(dst.value_type()) > 1)
+                round_trip_row(dst.value_type(), V[h].data() + j * d, V[h].data() + j * d, d);
             P[h][j] = static_cast<int32_t>(in.pos0 + t);
             if (gated)  // the first s entries become sinks
                 open[j] = hc.sinks().size() + t < policy_.sinks || will_keep(write_scores ? write_scores[t * Hkv + h] : 0.0f);
@@ -429,13 +439,13 @@ void KVCache::prefill_layer(const LayerInputs& in, const float* write_scores, fl
         else if (!shadow_ || stat != KeyStat::kNone) {  // a shadow cache computes only the statistics its policy reads
             // A shadow takes the statistics another cache of this step computed over the same keys.
             const std::vector<float>* had =
-                shadow_ && stat_share_ ? stat_share_->find(in.layer, h, stat, pool_->key_type(), P[h]) : nullptr;
+                shadow_ && stat_share_ ? stat_share_->find(in.layer, h, stat, pool_->key_type(), lp.key_type(), P[h]) : nullptr;
             if (had != nullptr) {
                 A[h] = *had;
             } else {
                 attention_prefill_group(in.q + static_cast<int64_t>(h) * G * d, ldq, G, d, T, K[h].data(), V[h].data(), no,
                                         shadow_ ? nullptr : out + static_cast<int64_t>(h) * G * d, ldq, stat, A[h].data());
-                if (stat_share_ && stat != KeyStat::kNone) stat_share_->put(in.layer, h, stat, pool_->key_type(), P[h], A[h]);
+                if (stat_share_ && stat != KeyStat::kNone) stat_share_->put(in.layer, h, stat, pool_->key_type(), lp.key_type(), P[h], A[h]);
             }
         }
         if (!scored) {  // nothing else needs the gathered copy
@@ -579,10 +589,12 @@ void KVCache::clear() {
 }
 
 uint64_t KVCache::bytes_in_use() const {
-    size_t pages = 0;
-    for (const HeadCache& hc : heads_)
-        pages += hc.sinks().pages().size() + hc.window().pages().size() + hc.global().pages().size();
-    return static_cast<uint64_t>(pages) * pool_->page_bytes();
+    size_t local = 0, global = 0;
+    for (const HeadCache& hc : heads_) {
+        local += hc.sinks().pages().size() + hc.window().pages().size();
+        global += hc.global().pages().size();
+    }
+    return static_cast<uint64_t>(local) * pool_->local().page_bytes() + static_cast<uint64_t>(global) * pool_->page_bytes();
 }
 
 KVStats KVCache::stats() const {
@@ -590,6 +602,8 @@ KVStats KVCache::stats() const {
     s.policy = policy_.spec.empty() ? policy_.name : policy_.spec;
     if (s.policy.empty()) s.policy = "full";
     s.kv_type = kv_types_spec({pool_->key_type(), pool_->value_type()});
+    s.kv_quant_at = kv_quant_at_name(pool_->quant_at());
+    s.kv_type_local = kv_types_spec({pool_->local().key_type(), pool_->local().value_type()});
     s.tokens = n_tokens_;
     s.sinks = policy_.sinks;
     s.window = policy_.window;
@@ -611,6 +625,11 @@ KVStats KVCache::stats() const {
     s.compression_ratio = total > 0 ? 1.0 - static_cast<double>(kept) / total : 0.0;
     s.density = total_beyond > 0 ? static_cast<double>(kept_beyond) / total_beyond : 1.0;
     s.kv_bytes_final = bytes_in_use();
+    for (const HeadCache& hc : heads_) {
+        s.kv_bytes_local += static_cast<uint64_t>(hc.sinks().pages().size() + hc.window().pages().size()) *
+                            pool_->local().page_bytes();
+        s.kv_bytes_global += static_cast<uint64_t>(hc.global().pages().size()) * pool_->page_bytes();
+    }
     s.kv_bytes_peak = std::max(peak_bytes_, s.kv_bytes_final);
     s.kv_bytes_full = static_cast<uint64_t>(total) * 2 * cfg_.head_dim * 2;
     s.scorer_state_bytes = state_ ? state_->bytes() : 0;
@@ -619,8 +638,10 @@ KVStats KVCache::stats() const {
 }
 
 namespace {
-/// 2: the key type and the value type (int32 each, KVType); 1 (still read): one type for both.
-constexpr uint32_t kCacheRecordVersion = 2;
+/// 3: the global region's key and value types, then the sinks' and the window's (int32 each, KVType; they differ
+/// under quantization at admission); 2 (still read, as quantization at write): the key type and the value type;
+/// 1 (still read): one type for both.
+constexpr uint32_t kCacheRecordVersion = 3;
 }
 
 void KVCache::save(BinaryWriter& w) const {
@@ -630,6 +651,8 @@ void KVCache::save(BinaryWriter& w) const {
     w.pod<int32_t>(pool_->head_dim());
     w.pod<int32_t>(static_cast<int32_t>(pool_->key_type()));
     w.pod<int32_t>(static_cast<int32_t>(pool_->value_type()));
+    w.pod<int32_t>(static_cast<int32_t>(pool_->local().key_type()));
+    w.pod<int32_t>(static_cast<int32_t>(pool_->local().value_type()));
     w.pod<int32_t>(pool_->page_tokens());
     w.pod(n_ctx_);
     w.str(policy_.spec);
@@ -645,10 +668,13 @@ void KVCache::save(BinaryWriter& w) const {
 void KVCache::load(BinaryReader& r) {
     const std::string& what = r.what();
     const uint32_t version = r.pod<uint32_t>();
-    require(version == 1 || version == kCacheRecordVersion, what, " has cache record version ", version,
-            "; this build reads versions 1 and ", kCacheRecordVersion);
+    require(version >= 1 && version <= kCacheRecordVersion, what, " has cache record version ", version,
+            "; this build reads versions 1 to ", kCacheRecordVersion);
     const int32_t L = r.pod<int32_t>(), H = r.pod<int32_t>(), d = r.pod<int32_t>(), ktype = r.pod<int32_t>();
     const int32_t vtype = version == 1 ? ktype : r.pod<int32_t>();
+    // Versions 1 and 2 quantized every entry at write: the sinks and the window hold the global region's types.
+    const int32_t lktype = version < 3 ? ktype : r.pod<int32_t>();
+    const int32_t lvtype = version < 3 ? vtype : r.pod<int32_t>();
     const int32_t page = r.pod<int32_t>();
     require(L == n_layer_ && H == n_head_kv_ && d == pool_->head_dim(), what, " holds a cache of ", L, " layers × ", H,
             " KV heads × d ", d, "; this model has ", n_layer_, " × ", n_head_kv_, " × ", pool_->head_dim());
@@ -656,10 +682,20 @@ void KVCache::load(BinaryReader& r) {
         return t >= 0 && t <= static_cast<int32_t>(KVType::kQ4_0) ? kv_type_name(static_cast<KVType>(t))
                                                                    : "unknown type " + std::to_string(t);
     };
-    require(ktype == static_cast<int32_t>(pool_->key_type()) && vtype == static_cast<int32_t>(pool_->value_type()),
-            what, " holds keys of type ", type_name(ktype), " and values of type ", type_name(vtype),
+    const KVPool& lp = pool_->local();
+    // The sinks' and the window's types are named where they differ from the global region's (quantization at
+    // admission).
+    auto local_note = [&type_name](int32_t k, int32_t v, int32_t lk, int32_t lv) {
+        return lk == k && lv == v ? std::string()
+                                  : " (sinks and window: keys " + type_name(lk) + ", values " + type_name(lv) + ")";
+    };
+    const auto pk = static_cast<int32_t>(pool_->key_type()), pv = static_cast<int32_t>(pool_->value_type()),
+               plk = static_cast<int32_t>(lp.key_type()), plv = static_cast<int32_t>(lp.value_type());
+    require(ktype == pk && vtype == pv && lktype == plk && lvtype == plv, what, " holds keys of type ", type_name(ktype),
+            " and values of type ", type_name(vtype), local_note(ktype, vtype, lktype, lvtype),
             "; this cache stores keys as ", kv_type_name(pool_->key_type()), " and values as ",
-            kv_type_name(pool_->value_type()), " (--cache-type-k / --cache-type-v, or --kv-type for both)");
+            kv_type_name(pool_->value_type()), local_note(pk, pv, plk, plv),
+            " (--cache-type-k / --cache-type-v, or --kv-type for both; --kv-quant-at)");
     require(page == pool_->page_tokens(), what, " holds pages of ", page, " entries; this cache's pages hold ",
             pool_->page_tokens());
     const int64_t n_ctx = r.pod<int64_t>();

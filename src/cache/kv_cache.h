@@ -17,7 +17,8 @@ namespace kvsieve {
 /// A scorer's view of a layer's step (everything but the heads, whose entries the caller gathers).
 PrefillScoreInput prefill_score_input(const LayerInputs& in, int n_layer);
 
-/// All HeadCaches (L × H_kv) of one sequence over one KVPool, the policy that decides what they keep, the
+/// All HeadCaches (L × H_kv) of one sequence over one KVPool (its sinks and windows on the pool's local() layout,
+/// its global regions on the pool's own: docs/architecture.md, "Where quantization happens"), the policy that decides what they keep, the
 /// scorer's per-sequence state, and statistics. Per forward step and layer (docs/architecture.md):
 ///   write-time scorers score the step's new entries first (Scorer::on_write);
 ///   decode (one token; the session sets the phase): the new entry is appended to every head (an entry leaving a full window goes through
@@ -67,13 +68,15 @@ public:
     /// Removes every entry at a position ≥ n and rewinds to position n (entries dropped earlier stay dropped).
     void rollback(int64_t n);
     void clear();
-    /// Appends everything this sequence's cache holds to w (record version 2): its shape (layers, KV heads, head
-    /// dimension, key element type, value element type, page size), context, policy spec, position, every head's kept entries with their positions and scores
+    /// Appends everything this sequence's cache holds to w (record version 3): its shape (layers, KV heads, head
+    /// dimension, the global region's key and value element types, the sinks' and the window's key and value element
+    /// types, page size), context, policy spec, position, every head's kept entries with their positions and scores
     /// (only what is kept: a compressed cache saves small), and the scorer's state.
     void save(BinaryWriter& w) const;
     /// Replaces the contents with a record of save() from a cache of the same shape, key and value types and policy
-    /// spec (this one must be built with them); version-1 records (one element type for keys and values) are read
-    /// too. Throws Error naming what differs (for the types: the record's key and value types and this cache's), or
+    /// spec (this one must be built with them); version-1 records (one element type for keys and values) and
+    /// version-2 records (no types of the sinks and the window: quantization at write) are read too. Throws Error
+    /// naming what differs (for the types: the record's key and value types per region and this cache's), or
     /// for a truncated or corrupted record;
     /// KVBudgetExhausted if the pool runs out (the cache is then cleared).
     void load(BinaryReader& r);

@@ -56,36 +56,77 @@ KVType parse_kv_type(const std::string& s) {
 }
 
 KVTypes parse_kv_types(const std::string& spec) {
-    const size_t slash = spec.find('/');
+    const size_t at = spec.find('@');
+    const std::string types = spec.substr(0, at);
+    const KVQuantAt where = at == std::string::npos ? KVQuantAt::kWrite : parse_kv_quant_at(spec.substr(at + 1));
+    const size_t slash = types.find('/');
     if (slash == std::string::npos) {
-        const KVType t = parse_kv_type(spec);
-        return {t, t};
+        const KVType t = parse_kv_type(types);
+        return {t, t, where};
     }
-    return {parse_kv_type(spec.substr(0, slash)), parse_kv_type(spec.substr(slash + 1))};
+    return {parse_kv_type(types.substr(0, slash)), parse_kv_type(types.substr(slash + 1)), where};
 }
 
 std::string kv_types_spec(KVTypes t) {
-    return t.key == t.value ? kv_type_name(t.key) : kv_type_name(t.key) + "/" + kv_type_name(t.value);
+    std::string s = t.key == t.value ? kv_type_name(t.key) : kv_type_name(t.key) + "/" + kv_type_name(t.value);
+    if (t.quant_at == KVQuantAt::kAdmission && (kv_type_block(t.key) > 1 || kv_type_block(t.value) > 1))
+        s += "@admission";
+    return s;
+}
+
+std::string kv_quant_at_name(KVQuantAt a) { return a == KVQuantAt::kAdmission ? "admission" : "write"; }
+
+KVQuantAt parse_kv_quant_at(const std::string& s) {
+    if (s == "write") return KVQuantAt::kWrite;
+    if (s == "admission") return KVQuantAt::kAdmission;
+    fail("unknown place of KV quantization '", s, "' (supported: write, admission)");
+}
+
+KVType kv_local_type(KVType t, KVQuantAt at) {
+    return at == KVQuantAt::kAdmission && kv_type_block(t) > 1 ? KVType::kF16 : t;
 }
 
 KVPool::KVPool(int head_dim, KVType type, int page_tokens, uint64_t budget_bytes)
     : KVPool(head_dim, type, type, page_tokens, budget_bytes) {}
 
-KVPool::KVPool(int head_dim, KVType key_type, KVType value_type, int page_tokens, uint64_t budget_bytes)
-    : head_dim_(head_dim), key_type_(key_type), value_type_(value_type), page_tokens_(page_tokens) {
+KVPool::KVPool(int head_dim, KVType key_type, KVType value_type, int page_tokens, uint64_t budget_bytes,
+               KVQuantAt quant_at)
+    : head_dim_(head_dim), key_type_(key_type), value_type_(value_type), page_tokens_(page_tokens), quant_at_(quant_at),
+      budget_(std::make_shared<Budget>()) {
     require(head_dim > 0 && page_tokens > 0, "KV pool: head_dim and page_tokens must be positive");
     key_row_bytes_ = kv_row_bytes(key_type, head_dim);
     value_row_bytes_ = kv_row_bytes(value_type, head_dim);
-    key_bytes_ = key_row_bytes_ * page_tokens;
-    page_bytes_ = key_bytes_ + value_row_bytes_ * page_tokens;
+    const KVType lk = kv_local_type(key_type, quant_at), lv = kv_local_type(value_type, quant_at);
+    size_t unit = (key_row_bytes_ + value_row_bytes_) * page_tokens;
+    if (lk != key_type || lv != value_type)
+        unit = std::max(unit, (kv_row_bytes(lk, head_dim) + kv_row_bytes(lv, head_dim)) * page_tokens);
     uint64_t limit = budget_bytes;
     if (limit == 0) {
         const uint64_t phys = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE));
-        limit = std::max<uint64_t>(phys / 2, page_bytes_);
+        limit = std::max<uint64_t>(phys / 2, unit);
     }
-    capacity_ = static_cast<int64_t>(limit / page_bytes_);
-    require(capacity_ > 0, "KV pool of ", budget_bytes, " bytes (--kv-pool-mb) is smaller than one page (", page_bytes_,
+    require(limit >= unit, "KV pool of ", budget_bytes, " bytes (--kv-pool-mb) is smaller than one page (", unit,
             " bytes)");
+    budget_->limit = limit;
+    budget_->unit = unit;
+    reserve();
+    if (lk != key_type || lv != value_type)
+        local_.reset(new KVPool(head_dim, lk, lv, page_tokens, quant_at, budget_));
+}
+
+KVPool::KVPool(int head_dim, KVType key_type, KVType value_type, int page_tokens, KVQuantAt quant_at,
+               std::shared_ptr<Budget> budget)
+    : head_dim_(head_dim), key_type_(key_type), value_type_(value_type), page_tokens_(page_tokens), quant_at_(quant_at),
+      budget_(std::move(budget)) {
+    key_row_bytes_ = kv_row_bytes(key_type, head_dim);
+    value_row_bytes_ = kv_row_bytes(value_type, head_dim);
+    reserve();
+}
+
+void KVPool::reserve() {
+    key_bytes_ = key_row_bytes_ * page_tokens_;
+    page_bytes_ = key_bytes_ + value_row_bytes_ * page_tokens_;
+    capacity_ = static_cast<int64_t>(budget_->limit / page_bytes_);
     reserved_ = static_cast<size_t>(capacity_) * page_bytes_;
     void* p = mmap(nullptr, reserved_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) fail("cannot reserve ", reserved_ >> 20, " MiB of address space for the KV pool");
@@ -97,18 +138,19 @@ KVPool::~KVPool() {
 }
 
 int32_t KVPool::alloc() {
+    if (budget_->used + page_bytes_ > budget_->limit || (free_.empty() && high_ >= capacity_))
+        throw KVBudgetExhausted(cat("KV cache budget exhausted: ", budget_->used, " of ", budget_->limit, " bytes (",
+                                    (budget_->limit >> 20), " MiB) are in pages in use; raise --kv-pool-mb or compress more"));
     int32_t p;
     if (!free_.empty()) {
         p = free_.back();
         free_.pop_back();
     } else {
-        if (high_ >= capacity_)
-            throw KVBudgetExhausted(cat("KV cache budget exhausted: all ", capacity_, " pages (", (reserved_ >> 20),
-                                        " MiB) are in use; raise --kv-pool-mb or compress more"));
         p = high_++;
     }
     ++in_use_;
-    peak_ = std::max(peak_, in_use_);
+    budget_->used += page_bytes_;
+    budget_->peak = std::max(budget_->peak, budget_->used);
     return p;
 }
 
@@ -122,6 +164,7 @@ void KVPool::release(int32_t p) {
     if (b > a) madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
     free_.push_back(p);
     --in_use_;
+    budget_->used -= page_bytes_;
 }
 
 }  // namespace kvsieve

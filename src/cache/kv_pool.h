@@ -3,6 +3,7 @@
 // taken back, from one reserved arena whose resident memory follows the pages in use.
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -30,15 +31,35 @@ std::string kv_type_names();
 /// Parses one of kv_type_names(); throws Error naming the value and the supported types otherwise.
 KVType parse_kv_type(const std::string& s);
 
-/// The element types of a cache's keys and of its values (llama.cpp's --cache-type-k / --cache-type-v).
+/// Where a quantized (Q8_0 / Q4_0) key or value is quantized (docs/architecture.md, "Where quantization happens"):
+///   kWrite     — mode (a): every entry when it is written; sinks, window and global region share one page layout;
+///   kAdmission — mode (b): sinks and the local window hold binary16 (F16) rows, and an entry is quantized when it
+///                leaves the window and is admitted to the global region (or at write, for a policy without a
+///                window, whose entries go straight to the global region).
+/// Types that are not block types (f32, f16, bf16) are stored as they are in either mode.
+enum class KVQuantAt { kWrite, kAdmission };
+/// "write", "admission".
+std::string kv_quant_at_name(KVQuantAt a);
+/// Parses "write" or "admission"; throws Error naming the value and both choices otherwise.
+KVQuantAt parse_kv_quant_at(const std::string& s);
+/// The element type of the sinks and the window for keys (or values) of type t quantized at `at`: kF16 for a block
+/// type (Q8_0, Q4_0) under kAdmission, t itself otherwise.
+KVType kv_local_type(KVType t, KVQuantAt at);
+
+/// The element types of a cache's keys and of its values (llama.cpp's --cache-type-k / --cache-type-v), and where
+/// block types are quantized (--kv-quant-at).
 struct KVTypes {
     KVType key = KVType::kF16;
     KVType value = KVType::kF16;
+    KVQuantAt quant_at = KVQuantAt::kWrite;
 };
-/// Parses a KV types spec: one type name for keys and values ("q8_0"), or KEY/VALUE ("q8_0/f16"). Throws Error
-/// naming the value and the supported types.
+/// Parses a KV types spec: one type name for keys and values ("q8_0"), or KEY/VALUE ("q8_0/f16"), optionally
+/// followed by "@write" or "@admission" (where they are quantized; write when absent). Throws Error naming the value
+/// and the supported types or places.
 KVTypes parse_kv_types(const std::string& spec);
-/// The spec parse_kv_types reads back: "q8_0" when both types are equal, else "q8_0/f16" (keys/values).
+/// The spec parse_kv_types reads back: "q8_0" when both types are equal, else "q8_0/f16" (keys/values), then
+/// "@admission" when quantized at admission and a type is a block type (for f16, f32, bf16 the place changes
+/// nothing and is left out).
 std::string kv_types_spec(KVTypes t);
 
 /// Thrown when a page is requested from a pool whose budget is used up. The request that needed the page
@@ -53,6 +74,11 @@ public:
 /// (d elements of value_type()). Keys and values may have different types (llama.cpp's --cache-type-k /
 /// --cache-type-v); a block-quantized row is d/32 consecutive blocks, so a page's rows are one contiguous run of
 /// blocks.
+/// Two page layouts (quantization at admission, KVQuantAt::kAdmission, with a block type): this pool's pages hold the
+/// global region in key_type() / value_type(), and local() is a second pool of the same head dimension and page size
+/// whose pages hold the sinks and the window in kv_local_type() of each (binary16). Both draw on one byte budget:
+/// bytes_in_use(), peak_bytes(), pages_in_use() and capacity_pages() count the two layouts together; a layout's own
+/// pages are layout_pages_in_use(). Otherwise local() is this pool itself.
 /// Memory: an address range of `capacity_pages` pages is reserved up front (no memory committed); a page's
 /// memory is committed by the OS when first written and released (madvise DONTNEED) when the page is
 /// returned, so resident bytes follow pages in use. Not thread-safe: pages are taken and returned by one
@@ -63,13 +89,18 @@ public:
     /// committed). Throws Error if the budget is smaller than one page or the type cannot hold rows of head_dim
     /// (check_kv_head_dim).
     KVPool(int head_dim, KVType type, int page_tokens = 16, uint64_t budget_bytes = 0);
-    /// Keys of key_type and values of value_type; otherwise as above.
-    KVPool(int head_dim, KVType key_type, KVType value_type, int page_tokens = 16, uint64_t budget_bytes = 0);
+    /// Keys of key_type and values of value_type, quantized at `quant_at`; otherwise as above. The budget covers
+    /// both layouts (it must hold one page of the larger).
+    KVPool(int head_dim, KVType key_type, KVType value_type, int page_tokens = 16, uint64_t budget_bytes = 0,
+           KVQuantAt quant_at = KVQuantAt::kWrite);
+    /// The types and place of quantization of `types`; otherwise as above.
+    KVPool(int head_dim, KVTypes types, int page_tokens = 16, uint64_t budget_bytes = 0)
+        : KVPool(head_dim, types.key, types.value, page_tokens, budget_bytes, types.quant_at) {}
     ~KVPool();
     KVPool(const KVPool&) = delete;
     KVPool& operator=(const KVPool&) = delete;
 
-    /// Index of a free page; throws KVBudgetExhausted when none is left.
+    /// Index of a free page of this layout; throws KVBudgetExhausted when the shared budget has no room for it.
     int32_t alloc();
     /// Returns page p to the pool (its memory is released to the OS where the page spans whole OS pages).
     void release(int32_t p);
@@ -78,6 +109,14 @@ public:
     uint8_t* values(int32_t p) { return keys(p) + key_bytes_; }
     const uint8_t* keys(int32_t p) const { return base_ + static_cast<size_t>(p) * page_bytes_; }
     const uint8_t* values(int32_t p) const { return keys(p) + key_bytes_; }
+
+    /// The pool of the sinks' and the window's pages: a second layout for quantization at admission with a block
+    /// type, else this pool.
+    KVPool& local() { return local_ ? *local_ : *this; }
+    const KVPool& local() const { return local_ ? *local_ : *this; }
+    /// Whether local() is a second layout (its pages are other pages than this pool's).
+    bool two_layouts() const { return local_ != nullptr; }
+    KVQuantAt quant_at() const { return quant_at_; }
 
     int head_dim() const { return head_dim_; }
     KVType key_type() const { return key_type_; }
@@ -90,24 +129,48 @@ public:
     size_t value_row_bytes() const { return value_row_bytes_; }
     /// Bytes of a page's keys (page_tokens · key_row_bytes; the values start there).
     size_t key_page_bytes() const { return key_bytes_; }
-    int64_t pages_in_use() const { return in_use_; }
-    int64_t peak_pages() const { return peak_; }
-    int64_t capacity_pages() const { return capacity_; }
-    uint64_t bytes_in_use() const { return static_cast<uint64_t>(in_use_) * page_bytes_; }
-    uint64_t peak_bytes() const { return static_cast<uint64_t>(peak_) * page_bytes_; }
-    void reset_peak() { peak_ = in_use_; }
+    /// Pages of this layout in use.
+    int64_t layout_pages_in_use() const { return in_use_; }
+    /// Bytes of the largest page of the layouts sharing the budget: the unit of pages_in_use() and capacity_pages().
+    size_t unit_page_bytes() const { return budget_->unit; }
+    /// Pages in use over both layouts, in units of unit_page_bytes() (rounded up; with one layout, its pages).
+    int64_t pages_in_use() const { return static_cast<int64_t>((budget_->used + budget_->unit - 1) / budget_->unit); }
+    /// Largest pages_in_use() so far, likewise in units of unit_page_bytes().
+    int64_t peak_pages() const { return static_cast<int64_t>((budget_->peak + budget_->unit - 1) / budget_->unit); }
+    /// Pages of unit_page_bytes() the budget holds (with one layout: its pages).
+    int64_t capacity_pages() const { return static_cast<int64_t>(budget_->limit / budget_->unit); }
+    /// Bytes of the pages in use, both layouts.
+    uint64_t bytes_in_use() const { return budget_->used; }
+    uint64_t peak_bytes() const { return budget_->peak; }
+    /// Bytes the budget holds (--kv-pool-mb, or half the physical memory).
+    uint64_t budget_bytes() const { return budget_->limit; }
+    void reset_peak() { budget_->peak = budget_->used; }
 
 private:
+    /// The byte budget the layouts share: its limit, the bytes in use and their peak, and the largest page.
+    struct Budget {
+        uint64_t limit = 0, used = 0, peak = 0;
+        size_t unit = 1;
+    };
+    /// A second layout drawing on `budget` (the local pages of quantization at admission).
+    KVPool(int head_dim, KVType key_type, KVType value_type, int page_tokens, KVQuantAt quant_at,
+           std::shared_ptr<Budget> budget);
+    /// Lays out the pages and reserves the address range for budget_->limit bytes of them.
+    void reserve();
+
     int head_dim_;
     KVType key_type_, value_type_;
     int page_tokens_;
+    KVQuantAt quant_at_;
     size_t key_row_bytes_, value_row_bytes_, key_bytes_, page_bytes_;
     int64_t capacity_;
     uint8_t* base_ = nullptr;
     size_t reserved_ = 0;
     std::vector<int32_t> free_;  // LIFO of returned pages
     int32_t high_ = 0;           // pages below this index have been handed out at least once
-    int64_t in_use_ = 0, peak_ = 0;
+    int64_t in_use_ = 0;
+    std::shared_ptr<Budget> budget_;
+    std::unique_ptr<KVPool> local_;  // the sinks' and window's layout, when it differs from this one
 };
 
 }  // namespace kvsieve

@@ -27,6 +27,11 @@ std::string KVStats::table() const {
     std::snprintf(buf, sizeof buf, "KV cache — policy %s, %ld tokens, s=%d w=%d, %s keys/values\n", policy.c_str(),
                   static_cast<long>(tokens), sinks, window, kv_type.c_str());
     s += buf;
+    if (kv_quant_at == "admission" && kv_type_local != kv_type) {
+        std::snprintf(buf, sizeof buf, "  quantized at admission: sinks and window %s (%s), global region %s (%s)\n",
+                      kv_type_local.c_str(), mib(kv_bytes_local).c_str(), kv_type.c_str(), mib(kv_bytes_global).c_str());
+        s += buf;
+    }
     std::snprintf(buf, sizeof buf, "  density %.3f | compression ratio %.3f | KV bytes peak %s, final %s, full F16 %s\n",
                   density, compression_ratio, mib(kv_bytes_peak).c_str(), mib(kv_bytes_final).c_str(),
                   mib(kv_bytes_full).c_str());
@@ -69,6 +74,10 @@ nlohmann::json KVStats::to_json() const {
     nlohmann::json j;
     j["policy"] = policy;
     j["kv_type"] = kv_type;
+    j["kv_quant_at"] = kv_quant_at;
+    j["kv_type_local"] = kv_type_local;
+    j["kv_bytes_local"] = kv_bytes_local;
+    j["kv_bytes_global"] = kv_bytes_global;
     j["tokens"] = tokens;
     j["sinks"] = sinks;
     j["window"] = window;

@@ -12,6 +12,10 @@ namespace kvsieve {
 struct KVStats {
     std::string policy;          ///< the policy spec
     std::string kv_type = "f16";  ///< element types of keys and values (kv_types_spec: "q8_0", or "q8_0/f16")
+    /// Where quantized entries are quantized (kv_quant_at_name: "write", or "admission": the sinks and the window
+    /// hold kv_type_local, the global region kv_type).
+    std::string kv_quant_at = "write";
+    std::string kv_type_local = "f16";  ///< element types of the sinks' and the window's keys and values
     int64_t tokens = 0;          ///< positions processed (what a full cache would hold per head)
     int sinks = 0, window = 0;
     std::vector<std::vector<int64_t>> entries;  ///< [L][Hkv] entries kept
@@ -20,6 +24,8 @@ struct KVStats {
     double density = 1;            ///< kept / total among entries outside the local window (SP-KV eq. 8)
     uint64_t kv_bytes_final = 0;   ///< bytes of pages in use now (at the real row sizes: 34/32 bytes per element for
                                    ///< Q8_0, 18/32 for Q4_0, 2 for F16 and BF16, 4 for F32)
+    uint64_t kv_bytes_local = 0;   ///< of kv_bytes_final: the sinks' and the window's pages
+    uint64_t kv_bytes_global = 0;  ///< of kv_bytes_final: the global region's pages
     uint64_t kv_bytes_peak = 0;    ///< most bytes of pages in use at once
     uint64_t kv_bytes_full = 0;    ///< bytes a full F16 cache of the same tokens would take (unpaged)
     uint64_t scorer_state_bytes = 0;  ///< bytes of the scorer's per-sequence state (e.g. KVpop's mLSTM memories)
@@ -36,8 +42,8 @@ struct KVStats {
 
     /// A compact table: totals, then per layer min / median / max head length.
     std::string table() const;
-    /// JSON with the keys policy, kv_type, tokens, compression_ratio, density, kv_bytes_peak, kv_bytes_final,
-    /// kv_bytes_full, read_fraction, selection_bytes, sinks, window and layers: [{layer, entries: [per head]}].
+    /// JSON with the keys policy, kv_type, kv_quant_at, kv_type_local, tokens, compression_ratio, density,
+    /// kv_bytes_peak, kv_bytes_final, kv_bytes_local, kv_bytes_global, kv_bytes_full, read_fraction, selection_bytes, sinks, window and layers: [{layer, entries: [per head]}].
     nlohmann::json to_json() const;
 };
 

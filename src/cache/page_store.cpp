@@ -152,6 +152,14 @@ void PageStore::push(const float* k, const float* v, int32_t pos, float score) {
 }
 
 void PageStore::push_copy(const PageStore& src, int64_t j) {
+    if (src.pool_->key_type() != pool_->key_type() || src.pool_->value_type() != pool_->value_type()) {
+        const int d = pool_->head_dim();
+        float k[256], v[256];  // head dimensions above 256 are refused by KVCache
+        require(d <= 256, "PageStore: rows of at most 256 elements, got ", d);
+        src.read(j, k, v);
+        push(k, v, src.pos_[j], src.score_[j]);
+        return;
+    }
     const int64_t i = size();
     if (i % pool_->page_tokens() == 0) pages_.push_back(pool_->alloc());
     pos_.push_back(src.pos_[j]);

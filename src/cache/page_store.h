@@ -27,7 +27,9 @@ public:
     /// Appends an entry from float32 k, v [d]; throws KVBudgetExhausted if a page is needed and none is left
     /// (the store is unchanged then).
     void push(const float* k, const float* v, int32_t pos, float score);
-    /// Appends a copy of entry j of `src` (a store on the same pool).
+    /// Appends a copy of entry j of `src`: its bytes when `src` has this store's key and value types, else its
+    /// float32 values (read) stored through store_row in this store's types (quantization at admission: a
+    /// window entry in F16 becomes a Q8_0 / Q4_0 global entry here). Throws KVBudgetExhausted like push.
     void push_copy(const PageStore& src, int64_t j);
     /// Overwrites entry i.
     void set(int64_t i, const float* k, const float* v, int32_t pos, float score);
@@ -39,7 +41,7 @@ public:
     void clear();
     /// Appends the entries to `w`: count, positions, scores, then each entry's key and value bytes as stored.
     void save(BinaryWriter& w) const;
-    /// Replaces the contents with entries saved by save() from a store of the same pool layout (at most
+    /// Replaces the contents with entries saved by save() from a store of the same page layout (at most
     /// max_entries). Throws Error for a truncated or corrupted record, KVBudgetExhausted if the pool runs out.
     void load(BinaryReader& r, int64_t max_entries);
 

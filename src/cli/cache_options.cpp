@@ -24,6 +24,10 @@ void KVTypeOptions::add_to(CLI::App* cmd) {
         ->capture_default_str();
     cmd->add_option("--cache-type-k", key, "element type of cached keys (overrides --kv-type): " + kv_type_names());
     cmd->add_option("--cache-type-v", value, "element type of cached values (overrides --kv-type): " + kv_type_names());
+    cmd->add_option("--kv-quant-at", quant_at,
+                    "where q8_0 / q4_0 keys and values are quantized: write (every entry) or admission (sinks and "
+                    "window stay f16; an entry is quantized when it leaves the window for the global region)")
+        ->capture_default_str();
 }
 
 KVTypes KVTypeOptions::types() const {
@@ -35,7 +39,13 @@ KVTypes KVTypeOptions::types() const {
         }
     };
     const KVType b = one(both, "--kv-type");
-    return {key.empty() ? b : one(key, "--cache-type-k"), value.empty() ? b : one(value, "--cache-type-v")};
+    KVQuantAt at;
+    try {
+        at = parse_kv_quant_at(quant_at);
+    } catch (const Error& e) {
+        fail("--kv-quant-at: ", e.what());
+    }
+    return {key.empty() ? b : one(key, "--cache-type-k"), value.empty() ? b : one(value, "--cache-type-v"), at};
 }
 
 void CacheOptions::add_to(CLI::App* cmd) {
@@ -57,8 +67,7 @@ std::unique_ptr<KVCache> CacheOptions::make_cache(const LlamaModel& m, int64_t n
     if (chunk_overruled(p, prefill_chunk))
         std::fprintf(stderr, "note: policy %s scores the whole prompt after the prefill, so its prompt is fed in one "
                              "piece (--prefill-chunk does not apply to it)\n", p.name.c_str());
-    auto pool = std::make_shared<KVPool>(m.config().head_dim, t.key, t.value, 16,
-                                         static_cast<uint64_t>(kv_pool_mb * 1048576.0));
+    auto pool = std::make_shared<KVPool>(m.config().head_dim, t, 16, static_cast<uint64_t>(kv_pool_mb * 1048576.0));
     return std::make_unique<KVCache>(m.config(), n_ctx, std::move(p), std::move(pool));
 }
 

@@ -1,6 +1,6 @@
 #pragma once
 // Command-line options shared by every command that runs a KV cache: --policy, --kv-type, --cache-type-k,
-// --cache-type-v, --kv-pool-mb (deprecated alias --kv-budget-mb), --prefill-chunk, --stats-json.
+// --cache-type-v, --kv-quant-at, --kv-pool-mb (deprecated alias --kv-budget-mb), --prefill-chunk, --stats-json.
 #include <memory>
 #include <string>
 
@@ -14,17 +14,21 @@
 namespace kvsieve::cli {
 
 /// Element types of the cache: --kv-type sets keys and values, --cache-type-k / --cache-type-v (llama.cpp's
-/// spellings; its short -ctk / -ctv are not CLI11 names) set one half each and take precedence.
+/// spellings; its short -ctk / -ctv are not CLI11 names) set one half each and take precedence; --kv-quant-at
+/// says where q8_0 / q4_0 entries are quantized: "write" (every entry when written) or "admission" (sinks and
+/// window in f16, an entry quantized when it leaves the window for the global region; docs/architecture.md).
 struct KVTypeOptions {
     std::string both = "f16";  ///< --kv-type
     std::string key, value;    ///< --cache-type-k, --cache-type-v (empty: --kv-type's)
+    std::string quant_at = "write";  ///< --kv-quant-at: write | admission
 
-    /// Adds the three options to a subcommand.
+    /// Adds the four options to a subcommand.
     void add_to(CLI::App* cmd);
-    /// The chosen types; throws Error naming a bad value and the supported types (kv_type_names()).
+    /// The chosen types and place of quantization; throws Error naming a bad value and the supported types
+    /// (kv_type_names()) or places.
     KVTypes types() const;
-    /// kv_types_spec(types()): "q8_0", or "q8_0/f16" for keys/values of different types (what the evaluation
-    /// options' kv_type fields take).
+    /// kv_types_spec(types()): "q8_0", or "q8_0/f16" for keys/values of different types, with "@admission" when
+    /// quantized at admission (what the evaluation options' kv_type fields take).
     std::string spec() const { return kv_types_spec(types()); }
 };
 

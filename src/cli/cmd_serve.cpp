@@ -85,7 +85,7 @@ void run(const ServeOpts& o) {
     const Policy check = parse_policy(o.policy, policy_options);
     check_policy_fits(check, so.n_ctx);
     const KVTypes kv = o.kv.types();
-    auto pool = std::make_shared<KVPool>(model.config().head_dim, kv.key, kv.value, 16,
+    auto pool = std::make_shared<KVPool>(model.config().head_dim, kv, 16,
                                          static_cast<uint64_t>(o.kv_budget_mb * 1048576.0));
     Scheduler sched(model, *tok, pool, so);
     ApiContext ctx;

@@ -149,7 +149,7 @@ std::vector<FidelityTeacher> fidelity_teachers(const LlamaModel& model, const To
     const int64_t per = o.prompt_tokens - 1;
     require(static_cast<int64_t>(ids.size()) >= per * o.samples, "fidelity: the corpus has ", ids.size(),
             " tokens, fewer than ", o.samples, " prompts of ", per);
-    auto pool = std::make_shared<KVPool>(c.head_dim, parse_kv_types(o.kv_type).key, parse_kv_types(o.kv_type).value);
+    auto pool = std::make_shared<KVPool>(c.head_dim, parse_kv_types(o.kv_type));
     std::vector<FidelityTeacher> out;
     require(o.temp >= 0, "fidelity: temperature must be ≥ 0");
     Progress bar("teacher (full cache)", o.samples * o.gen_tokens, o.progress);
@@ -194,7 +194,7 @@ FidelityResult evaluate_fidelity(const LlamaModel& model, const Tokenizer& tok, 
                                  const std::string& policy_spec, const FidelityOptions& o) {
     const ModelConfig& c = model.config();
     const Policy pol = parse_policy(policy_spec);
-    auto pool = std::make_shared<KVPool>(c.head_dim, parse_kv_types(o.kv_type).key, parse_kv_types(o.kv_type).value);
+    auto pool = std::make_shared<KVPool>(c.head_dim, parse_kv_types(o.kv_type));
     FidelityResult r;
     r.policy = policy_spec;
     const int64_t every = std::max<int64_t>(o.memory_every, 1);

@@ -256,7 +256,7 @@ std::vector<RulerResult> run_ruler_cells(const LlamaModel& model, const Tokenize
         for (size_t i = 0; i < specs.size(); ++i) all = all && have[i][e];
         mine_done += all;
     }
-    auto pool = std::make_shared<KVPool>(model.config().head_dim, parse_kv_types(o.kv_type).key, parse_kv_types(o.kv_type).value);
+    auto pool = std::make_shared<KVPool>(model.config().head_dim, parse_kv_types(o.kv_type));
     std::string title = specs.size() == 1 ? "ruler " + specs[0] : "ruler " + std::to_string(specs.size()) + " policies";
     if (o.shards > 1) title += " (shard " + std::to_string(o.shard) + "/" + std::to_string(o.shards) + ")";
     Progress bar(title, static_cast<int64_t>(mine.size()), o.progress);

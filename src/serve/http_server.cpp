@@ -183,8 +183,8 @@ void HttpServer::routes() {
                   {"slots", snap.slots},
                   {"slots_busy", snap.active.size()},
                   {"queued", snap.queued},
-                  {"kv_bytes_in_use", snap.pool_pages_in_use * snap.pool_page_bytes},
-                  {"kv_bytes_free", (snap.pool_pages_capacity - snap.pool_pages_in_use) * snap.pool_page_bytes}};
+                  {"kv_bytes_in_use", snap.pool_bytes_in_use},
+                  {"kv_bytes_free", snap.pool_bytes_capacity - snap.pool_bytes_in_use}};
         send_json(res, snap.running ? 200 : 503, j);
     });
     if (opts_.metrics)

@@ -93,9 +93,9 @@ std::string prometheus_text(const SchedulerSnapshot& s, const HttpCounters& http
           s.prefill_s > 0 ? s.prefill_rows / s.prefill_s : 0.0);
     w.one("kvsieve_decode_tokens_per_second", "gauge", "decode tokens per second of decode time since start (all slots)",
           s.decode_s > 0 ? s.decode_rows / s.decode_s : 0.0);
-    w.one("kvsieve_kv_bytes_in_use", "gauge", "bytes of KV pages held by sequences", s.pool_pages_in_use * s.pool_page_bytes);
+    w.one("kvsieve_kv_bytes_in_use", "gauge", "bytes of KV pages held by sequences", s.pool_bytes_in_use);
     w.one("kvsieve_kv_bytes_free", "gauge", "bytes of KV pages the pool can still give",
-          (s.pool_pages_capacity - s.pool_pages_in_use) * s.pool_page_bytes);
+          s.pool_bytes_capacity - s.pool_bytes_in_use);
     w.one("kvsieve_kv_pool_pages_in_use", "gauge", "KV pool pages in use", s.pool_pages_in_use);
     w.one("kvsieve_kv_pool_pages_capacity", "gauge", "KV pool pages in all", s.pool_pages_capacity);
     w.one("kvsieve_kv_page_bytes", "gauge", "bytes of one KV page (16 entries of one KV head, keys and values)", s.pool_page_bytes);

@@ -144,7 +144,9 @@ SchedulerSnapshot Scheduler::snapshot() const {
     s.stalled_s = queue_.empty() && !working_ ? 0.0 : seconds_since(last_progress_);
     s.pool_pages_in_use = pool_->pages_in_use();
     s.pool_pages_capacity = pool_->capacity_pages();
-    s.pool_page_bytes = static_cast<int64_t>(pool_->page_bytes());
+    s.pool_page_bytes = static_cast<int64_t>(pool_->unit_page_bytes());
+    s.pool_bytes_in_use = static_cast<int64_t>(pool_->bytes_in_use());
+    s.pool_bytes_capacity = static_cast<int64_t>(pool_->budget_bytes());
     return s;
 }
 
@@ -304,7 +306,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& active) {
             left_out.push_back(s.get());
         }
     }
-    const double mib = static_cast<double>(pool_->page_bytes()) / 1048576.0;
+    const double mib = static_cast<double>(pool_->unit_page_bytes()) / 1048576.0;
     for (size_t i = 0; i < left_out.size(); ++i) {
         Slot* s = left_out[i];
         const bool may_wait = opts_.wait_for_memory && (!batch.empty() || i + 1 < left_out.size());

@@ -101,7 +101,10 @@ struct SchedulerSnapshot {
     std::vector<ConversationStore::Info> conversations;  ///< kept between requests
     int64_t prompt_tokens_cached = 0;    ///< prompt tokens a kept conversation already held (not fed again)
     int64_t conversations_dropped = 0;   ///< kept conversations dropped for the pages of running requests
+    /// Pool pages in use and in all, in units of pool_page_bytes (KVPool::unit_page_bytes: the larger page when the
+    /// sinks and windows are binary16 and the global regions quantized, --kv-quant-at admission).
     int64_t pool_pages_in_use = 0, pool_pages_capacity = 0, pool_page_bytes = 0;
+    int64_t pool_bytes_in_use = 0, pool_bytes_capacity = 0;  ///< real bytes of the pages in use; the pool's budget
     int64_t requests_finished = 0, requests_failed = 0, requests_cancelled = 0, requests_refused = 0;
     int64_t prompt_tokens = 0, generated_tokens = 0;  ///< of requests admitted / tokens sampled
     int64_t prefill_rows = 0, decode_rows = 0, steps = 0;

@@ -78,7 +78,9 @@ int64_t prefill_shared(const std::vector<Session*>& sessions, const std::vector<
         // The replay runs over a cache: its element type and context are part of what the scores depend on.
         auto cache_key = [](const KVCache& c) {
             return "|" + std::to_string(static_cast<int>(c.pool().key_type())) + "|" +
-                   std::to_string(static_cast<int>(c.pool().value_type())) + "|" + std::to_string(c.n_ctx());
+                   std::to_string(static_cast<int>(c.pool().value_type())) + "|" +
+                   std::to_string(static_cast<int>(c.pool().local().key_type())) + "|" +
+                   std::to_string(static_cast<int>(c.pool().local().value_type())) + "|" + std::to_string(c.n_ctx());
         };
         auto shares_step = [](const KVCache& c) { return c.policy().after_prefill && !c.policy().after_prefill_key.empty(); };
         std::map<std::string, EntryScores> by_key;
