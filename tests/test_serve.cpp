@@ -634,6 +634,50 @@ TEST(Scheduler, ARestoredFileBecomesAConversationToGoOnFrom) {
     }
 }
 
+TEST(Scheduler, APoolQuantizedAtAdmissionReportsRealBytesAndItsSavesAreRefusedByOneQuantizedAtWrite) {
+    // tiny-2k (head size 32) on Q8_0 pages quantized at admission: a kept conversation under a policy with 4 sinks
+    // and a window of 16 holds F16 pages and Q8_0 pages; the snapshot's bytes are theirs, and a saved sequence is
+    // refused with 400 by a server whose pool quantizes at write, naming both.
+    static const LlamaModel m(test::model_path("kvsieve-tiny-2k.gguf"));
+    static const auto tok = Tokenizer::from_gguf(m.file());
+    const int d = m.config().head_dim;
+    auto pool = std::make_shared<KVPool>(d, KVType::kQ8_0, KVType::kQ8_0, 16, 0, KVQuantAt::kAdmission);
+    Scheduler sched(m, *tok, pool, options(1));
+    GenerationRequest a;
+    a.prompt = tok->encode("Once upon a time there was a little girl who liked to play in the park with her dog.", true,
+                           false);
+    a.max_tokens = 24;
+    a.sampling.temp = 0;
+    a.policy_spec = "tova:budget=200,window=16,sinks=4";
+    a.policy = parse_policy(a.policy_spec);
+    a.conversation = "kept";
+    ASSERT_EQ(collect(*sched.submit(a)).last.kind, GenerationEvent::Kind::kDone);
+    const SchedulerSnapshot snap = sched.snapshot();
+    ASSERT_EQ(snap.conversations.size(), 1u);
+    const uint64_t f16_page = 16ull * 4 * d, q8_page = 16ull * 2 * 34 * d / 32;
+    EXPECT_EQ(static_cast<uint64_t>(snap.pool_bytes_in_use),
+              pool->local().layout_pages_in_use() * f16_page + pool->layout_pages_in_use() * q8_page);
+    EXPECT_GT(pool->layout_pages_in_use(), 0);
+    EXPECT_GT(pool->local().layout_pages_in_use(), 0);
+    EXPECT_EQ(snap.pool_page_bytes, static_cast<int64_t>(f16_page));
+    test::TempFile file(".kvseq");
+    sched.save({"kept", -1}, file.path());
+    const auto seq = std::make_shared<const SavedSequence>(read_sequence(file.path(), m));
+    Scheduler at_write(m, *tok, std::make_shared<KVPool>(d, KVType::kQ8_0), options(1));
+    try {
+        at_write.restore(seq, "y");
+        ADD_FAILURE() << "a sequence quantized at admission was restored into a pool quantized at write";
+    } catch (const CacheOpError& e) {
+        EXPECT_EQ(e.status(), 400);
+        EXPECT_NE(std::string(e.what()).find("(sinks and window: keys f16, values f16); this cache stores keys as q8_0"),
+                  std::string::npos)
+            << e.what();
+    }
+    Scheduler again(m, *tok, std::make_shared<KVPool>(d, KVType::kQ8_0, KVType::kQ8_0, 16, 0, KVQuantAt::kAdmission),
+                    options(1));
+    EXPECT_NO_THROW(again.restore(seq, "z"));
+}
+
 TEST(StopMatcher, HoldsBackWhatMayStartAStopStringAndCutsBeforeIt) {
     StopMatcher m({"END", "\n\n"});
     EXPECT_EQ(m.push("abc E"), "abc ");
