@@ -424,7 +424,8 @@ TEST(KVQuantAtAdmission, SinksAndWindowAreBitExactF16AndAdmittedEntriesAreQuanti
                 quantize_row_q4_0(vh.data(), reinterpret_cast<BlockQ4_0*>(vb.data()), d);
             ASSERT_EQ(std::memcmp(hc.global().key_ptr(i), kb.data(), kb.size()), 0) << "position " << p;
             ASSERT_EQ(std::memcmp(hc.global().value_ptr(i), vb.data(), vb.size()), 0) << "position " << p;
-            const auto kq = decode_row(t.key, hc.global().key_ptr(i), d), vq = decode_row(t.value, hc.global().value_ptr(i), d);
+            const auto kq = decode_row(t.key, hc.global().key_ptr(i), d),
+                       vq = decode_row(t.value, hc.global().value_ptr(i), d);
             hc.global().read(i, k.data(), v.data());
             for (int c = 0; c < d; ++c) {
                 ASSERT_EQ(k[c], kq[c]);
@@ -610,7 +611,8 @@ TEST(KVQuantAtAdmission, SaveLoadRoundTripsAndRecordsOfOtherRegionTypesAreRefuse
             const std::string m = e.what();
             EXPECT_NE(m.find("holds keys of type q8_0 and values of type q4_0 (sinks and window: keys f16, values f16)"),
                       std::string::npos) << m;
-            EXPECT_NE(m.find("; this cache stores keys as q8_0 and values as q4_0 (--cache-type-k"), std::string::npos) << m;
+            EXPECT_NE(m.find("; this cache stores keys as q8_0 and values as q4_0 (--cache-type-k"), std::string::npos)
+                << m;
         }
         EXPECT_EQ(a->n_tokens(), 0);
     }

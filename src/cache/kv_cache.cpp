@@ -422,7 +422,9 @@ void KVCache::prefill_layer(const LayerInputs& in, const float* write_scores, fl
             // Quantized pages: the chunk's own keys and values are seen as they will be stored (as llama.cpp, which
             // writes the batch into its cache before attending), so a chunked and a one-batch prefill, the decode
             // steps and every prefill statistic read the same dequantized entries. An entry is written to the sinks
-            // or the window (their layout), or without a window straight to the global region.
+            // or the window (their layout), or without a window straight to the global region. (At admission, a
+            // later chunk reads the entries an earlier one pushed out of the window quantized, as a decode step
+            // would, where one batch reads them in F16: the two then differ by the quantization of those entries.)
             const KVPool& dst = hc.sinks().size() + t < policy_.sinks || policy_.window > 0 ? lp : *pool_;
             if (kv_type_block(dst.key_type()) > 1)
                 round_trip_row(dst.key_type(), K[h].data() + j * d, K[h].data() + j * d, d);
@@ -439,13 +441,15 @@ void KVCache::prefill_layer(const LayerInputs& in, const float* write_scores, fl
         else if (!shadow_ || stat != KeyStat::kNone) {  // a shadow cache computes only the statistics its policy reads
             // A shadow takes the statistics another cache of this step computed over the same keys.
             const std::vector<float>* had =
-                shadow_ && stat_share_ ? stat_share_->find(in.layer, h, stat, pool_->key_type(), lp.key_type(), P[h]) : nullptr;
+                shadow_ && stat_share_ ? stat_share_->find(in.layer, h, stat, pool_->key_type(), lp.key_type(), P[h])
+                                       : nullptr;
             if (had != nullptr) {
                 A[h] = *had;
             } else {
                 attention_prefill_group(in.q + static_cast<int64_t>(h) * G * d, ldq, G, d, T, K[h].data(), V[h].data(), no,
                                         shadow_ ? nullptr : out + static_cast<int64_t>(h) * G * d, ldq, stat, A[h].data());
-                if (stat_share_ && stat != KeyStat::kNone) stat_share_->put(in.layer, h, stat, pool_->key_type(), lp.key_type(), P[h], A[h]);
+                if (stat_share_ && stat != KeyStat::kNone)
+                    stat_share_->put(in.layer, h, stat, pool_->key_type(), lp.key_type(), P[h], A[h]);
             }
         }
         if (!scored) {  // nothing else needs the gathered copy
@@ -594,7 +598,8 @@ uint64_t KVCache::bytes_in_use() const {
         local += hc.sinks().pages().size() + hc.window().pages().size();
         global += hc.global().pages().size();
     }
-    return static_cast<uint64_t>(local) * pool_->local().page_bytes() + static_cast<uint64_t>(global) * pool_->page_bytes();
+    return static_cast<uint64_t>(local) * pool_->local().page_bytes() +
+           static_cast<uint64_t>(global) * pool_->page_bytes();
 }
 
 KVStats KVCache::stats() const {

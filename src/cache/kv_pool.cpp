@@ -140,7 +140,8 @@ KVPool::~KVPool() {
 int32_t KVPool::alloc() {
     if (budget_->used + page_bytes_ > budget_->limit || (free_.empty() && high_ >= capacity_))
         throw KVBudgetExhausted(cat("KV cache budget exhausted: ", budget_->used, " of ", budget_->limit, " bytes (",
-                                    (budget_->limit >> 20), " MiB) are in pages in use; raise --kv-pool-mb or compress more"));
+                                    (budget_->limit >> 20),
+                                    " MiB) are in pages in use; raise --kv-pool-mb or compress more"));
     int32_t p;
     if (!free_.empty()) {
         p = free_.back();
