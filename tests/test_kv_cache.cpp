@@ -419,17 +419,18 @@ TEST(ExpectedAttention, RotatesQueriesWithTheModelsOwnRope) {
     std::vector<int32_t> pos(n);
     for (int i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(pos0 + T - n + i);
     const Policy p = parse_policy("expected_attention:cov=0,vnorm=0,scored_sinks=0,n_future=5,ratio=0.5");
-    PrefillScoreInput in;
-    in.n_layer = 1;
+    LayerInputs in;
     in.n_head = in.n_head_kv = 1;
     in.head_dim = d;
     in.T = T;
     in.pos0 = pos0;
     in.q_pre = q_pre.data();
     in.rope = rope.angles();
-    in.heads.push_back({n, k.data(), v.data(), pos.data(), nullptr, nullptr});
+    StepEvent ev(in, 1, true, nullptr);
+    ev.heads.push_back({n, k.data(), v.data(), pos.data(), nullptr, nullptr});
+    ASSERT_NE(p.scorer->step(), nullptr);
     std::vector<std::vector<float>> scores(1);
-    p.scorer->score_prefill(in, scores);
+    p.scorer->step()->score_prefill(ev, scores);
 
     std::vector<double> mu(d, 0.0), mur(d, 0.0);
     for (int t = 0; t < T; ++t)
@@ -454,7 +455,7 @@ TEST(ExpectedAttention, RotatesQueriesWithTheModelsOwnRope) {
     const Rope rope8(full, {});
     in.rope = rope8.angles();
     std::vector<std::vector<float>> other(1);
-    p.scorer->score_prefill(in, other);
+    p.scorer->step()->score_prefill(ev, other);
     double diff = 0;
     for (int i = 0; i < n; ++i) diff = std::max(diff, double(std::fabs(other[0][i] - scores[0][i])));
     EXPECT_GT(diff, 1e-3);

@@ -111,7 +111,7 @@ class CountingAccess : public SessionModelAccess {
 public:
     using SessionModelAccess::SessionModelAccess;
     void replay(const std::vector<int32_t>& ids, const std::function<bool(int32_t)>& wanted,
-                const std::function<void(const PrefillScoreInput&)>& observe) override {
+                const std::function<void(const StepEvent&)>& observe) override {
         ++replays;
         SessionModelAccess::replay(ids, wanted, observe);
     }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -14,6 +15,7 @@
 #include "policy/policy.h"
 #include "session/model_access.h"
 #include "text/tokenizer.h"
+#include "util/error.h"
 #include "test_util.h"
 
 namespace kvsieve {
@@ -35,25 +37,27 @@ struct Log : ScorerState {
 
 /// Scores each entry by its position at write; at window exit admits even positions with a new score of 100 and
 /// odd ones with −100 (a delayed readout that overrides the write-time score).
-class EventScorer : public Scorer {
+class EventScorer : public EntryScorer {
 public:
     std::string name() const override { return "events"; }
     std::unique_ptr<ScorerState> new_state(const ModelConfig&) const override { return std::make_unique<Log>(); }
-    bool scores_at_write() const override { return true; }
-    void on_write(const WriteEvent& e, ScorerState* st, float* scores) const override {
-        static_cast<Log*>(st)->writes.push_back({e.layer, e.T, e.pos0});
+    void on_write(const StepEvent& ev, float* scores) const override {
+        const LayerInputs& e = ev.step;
+        EXPECT_TRUE(ev.heads.empty());  // a per-entry scorer is given no entries to rescore
+        static_cast<Log*>(ev.state)->writes.push_back({e.layer, e.T, e.pos0});
         for (int64_t t = 0; t < e.T; ++t)
             for (int h = 0; h < e.n_head_kv; ++h) scores[t * e.n_head_kv + h] = static_cast<float>(e.pos0 + t);
     }
-    bool reads_at_window_exit() const override { return true; }
-    float on_window_exit(const WindowExitEvent& e, ScorerState* st) const override {
-        EXPECT_NE(e.k, nullptr);
+    float on_window_exit(const WindowExitEvent& e) const override {
+        EXPECT_NE(e.read, nullptr);
+        if (e.read) {  // the leaving entry's key and value, as the window holds them
+            std::vector<float> k(e.head_dim), v(e.head_dim);
+            (*e.read)(k.data(), v.data());
+            EXPECT_TRUE(std::any_of(k.begin(), k.end(), [](float x) { return x != 0; }));
+        }
         EXPECT_EQ(e.score, static_cast<float>(e.pos));  // the write-time score
-        static_cast<Log*>(st)->exits.push_back({e.layer, e.head, e.pos, e.now});
+        static_cast<Log*>(e.state)->exits.push_back({e.layer, e.head, e.pos, e.now});
         return e.pos % 2 == 0 ? 100.0f : -100.0f;
-    }
-    void score_prefill(const PrefillScoreInput&, std::vector<std::vector<float>>&) const override {
-        ADD_FAILURE() << "a write-time scorer is not asked after attention";
     }
 };
 
@@ -110,17 +114,17 @@ TEST(PolicyEvents, EachSequenceKeepsItsOwnStateAndSeesEventsInOrder) {
 }
 
 /// Stored score: position mod 3 (high for 2, 5, 8, 11); effective score: −age, so the newest win.
-class DecayScorer : public Scorer {
+class DecayScorer : public EntryScorer {
 public:
     std::string name() const override { return "decay"; }
-    bool scores_at_write() const override { return true; }
-    void on_write(const WriteEvent& e, ScorerState*, float* scores) const override {
+    void on_write(const StepEvent& ev, float* scores) const override {
+        const LayerInputs& e = ev.step;
         for (int64_t t = 0; t < e.T; ++t)
             for (int h = 0; h < e.n_head_kv; ++h) scores[t * e.n_head_kv + h] = static_cast<float>((e.pos0 + t) % 3);
     }
-    void score_prefill(const PrefillScoreInput&, std::vector<std::vector<float>>&) const override {}
-    bool decays() const override { return decays_; }
-    float effective_score(float, int32_t pos, int64_t now, int, int) const override { return -static_cast<float>(now - pos); }
+    float effective_score(float stored, int32_t pos, int64_t now, int, int) const override {
+        return decays_ ? -static_cast<float>(now - pos) : stored;
+    }
     bool decays_ = true;
 };
 
@@ -144,6 +148,73 @@ TEST(PolicyEvents, BudgetEvictionComparesEffectiveScores) {
         for (int l = 0; l < c.n_layer; ++l)
             for (int h = 0; h < c.n_head_kv; ++h) EXPECT_EQ(positions(cache.head(l, h).global()), want);
     }
+}
+
+TEST(PolicyEvents, EachPresetsScorerIsOfOneKindAndAsksForItsStatistic) {
+    // Per-entry scorers score at write; step scorers rescore after attention, asking for the statistic their paper
+    // reads (H2O: accumulated mass; TOVA: the last query's) and, for those two, seeing every entry at a decode step.
+    const std::string kvzap = "kvzap:model=" + test::model_path("kvzap/stories260K-linear");
+    for (const std::string& spec : {kvzap, kvzap + ",rule=head,ratio=0.5", std::string("hybrid_heads:global=0.0")}) {
+        const Policy p = parse_policy(spec);
+        ASSERT_NE(p.scorer, nullptr) << spec;
+        EXPECT_NE(p.scorer->entry(), nullptr) << spec;
+        EXPECT_EQ(p.scorer->step(), nullptr) << spec;
+    }
+    struct Want {
+        std::string spec;
+        AttnStat stat;
+        DecodeScope scope;
+    };
+    for (const Want& w : std::vector<Want>{{"h2o:ratio=0.5", AttnStat::kMassSum, DecodeScope::kAllEntries},
+                                           {"tova:ratio=0.5", AttnStat::kMassLast, DecodeScope::kAllEntries},
+                                           {"snapkv:ratio=0.5", AttnStat::kNone, DecodeScope::kNewEntry},
+                                           {"pyramidkv:ratio=0.5", AttnStat::kNone, DecodeScope::kNewEntry},
+                                           {"expected_attention:ratio=0.5", AttnStat::kNone, DecodeScope::kNewEntry},
+                                           {"knorm:ratio=0.5", AttnStat::kNone, DecodeScope::kNewEntry},
+                                           {"random:ratio=0.5", AttnStat::kNone, DecodeScope::kNewEntry},
+                                           {"streaming_llm:ratio=0.5", AttnStat::kNone, DecodeScope::kNewEntry}}) {
+        const Policy p = parse_policy(w.spec);
+        ASSERT_NE(p.scorer, nullptr) << w.spec;
+        EXPECT_EQ(p.scorer->entry(), nullptr) << w.spec;
+        ASSERT_NE(p.scorer->step(), nullptr) << w.spec;
+        EXPECT_EQ(p.scorer->step()->stat(), w.stat) << w.spec;
+        EXPECT_EQ(p.scorer->step()->decode_scope(), w.scope) << w.spec;
+    }
+}
+
+TEST(PolicyEvents, ScorersAreMadeForAModelWithoutChangingTheSharedOne) {
+    // A scorer that serves any model is its own for_model; a learned one checks the model and returns a new scorer,
+    // leaving the policy's (shared by every cache built from it) as it was, so that a refused model changes nothing.
+    const ModelConfig& c = model().config();
+    const Policy knorm = parse_policy("knorm:ratio=0.5");
+    EXPECT_EQ(knorm.scorer->for_model(c), knorm.scorer);
+    const Policy hybrid = parse_policy("hybrid_heads:global=0.0");
+    EXPECT_EQ(hybrid.scorer->for_model(c), hybrid.scorer);
+    auto error_of = [](const std::function<void()>& f) {
+        try {
+            f();
+        } catch (const Error& e) {
+            return std::string(e.what());
+        }
+        return std::string("no error");
+    };
+    ModelConfig small = c;
+    small.n_layer = 0;
+    EXPECT_NE(error_of([&] { hybrid.scorer->for_model(small); }).find("outside the model"), std::string::npos);
+    const Policy kvzap =
+        parse_policy("kvzap:model=" + test::model_path("kvzap/stories260K-linear"));
+    const auto bound = kvzap.scorer->for_model(c);
+    ASSERT_NE(bound, nullptr);
+    EXPECT_NE(bound->entry(), nullptr);
+    ModelConfig other = c;
+    other.n_embd += 1;
+    EXPECT_NE(error_of([&] { kvzap.scorer->for_model(other); }).find("hidden size"), std::string::npos);
+    // The refusal left the shared scorer serving the model it fits.
+    EXPECT_NE(kvzap.scorer->for_model(c), nullptr);
+    KVCache cache(c, 64, kvzap, std::make_shared<KVPool>(c.head_dim, KVType::kF32));
+    std::vector<float> logits;
+    model().forward(test::story_prompt_ids(), cache, logits);
+    EXPECT_EQ(cache.n_tokens(), static_cast<int64_t>(test::story_prompt_ids().size()));
 }
 
 TEST(PolicyEvents, HeadBudgetSelectionKeepsWhatAStableSortKeeps) {
@@ -185,11 +256,12 @@ TEST(PolicyEvents, AfterPrefillStepReplaysWithoutChangingTheCache) {
         const auto extra = m.encode(" and then");
         m.replay(
             extra, [](int32_t pos) { return pos % 2 == 1; },
-            [&](const PrefillScoreInput& in) {
+            [&](const StepEvent& ev) {
+                const LayerInputs& in = ev.step;
                 ++observed;
                 EXPECT_EQ(in.T, static_cast<int64_t>(extra.size()));
                 EXPECT_EQ(in.pos0, n);
-                for (const HeadView& v : in.heads) {
+                for (const HeadView& v : ev.heads) {
                     ASSERT_EQ(v.n, n / 2 + in.T);  // the odd positions, then the replayed tokens
                     for (int64_t i = 0; i < v.n - in.T; ++i) EXPECT_EQ(v.pos[i] % 2, 1);
                     for (int64_t t = 0; t < in.T; ++t) EXPECT_EQ(v.pos[v.n - in.T + t], n + t);

@@ -162,15 +162,13 @@ TEST(Session, H2OBudgetKeepsItsRecentWindow) {
 }
 
 /// Records whether each on_write came in a prefill or a decode step, and the step's length.
-class PhaseScorer : public Scorer {
+class PhaseScorer : public EntryScorer {
 public:
     std::string name() const override { return "phase"; }
-    bool scores_at_write() const override { return true; }
-    void on_write(const WriteEvent& e, ScorerState*, float* scores) const override {
-        if (e.layer == 0) seen.push_back({e.prefill, e.T});
-        std::fill(scores, scores + e.T * e.n_head_kv, 0.0f);
+    void on_write(const StepEvent& e, float* scores) const override {
+        if (e.step.layer == 0) seen.push_back({e.prefill, e.step.T});
+        std::fill(scores, scores + e.step.T * e.step.n_head_kv, 0.0f);
     }
-    void score_prefill(const PrefillScoreInput&, std::vector<std::vector<float>>&) const override {}
     mutable std::vector<std::pair<bool, int64_t>> seen;
 };
 

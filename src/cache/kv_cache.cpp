@@ -11,9 +11,9 @@
 namespace kvsieve {
 
 namespace {
-KeyStat key_stat(const Policy& p) {
-    if (!p.scorer) return KeyStat::kNone;
-    switch (p.scorer->stat()) {
+KeyStat key_stat(const StepScorer* s) {
+    if (!s) return KeyStat::kNone;
+    switch (s->stat()) {
         case AttnStat::kMassSum: return KeyStat::kSum;
         case AttnStat::kMassLast: return KeyStat::kLast;
         default: return KeyStat::kNone;
@@ -54,24 +54,6 @@ std::vector<RegionIndex> flat_index(const HeadCache& hc) {
 }
 }  // namespace
 
-PrefillScoreInput prefill_score_input(const LayerInputs& in, int n_layer) {
-    PrefillScoreInput si;
-    si.layer = in.layer;
-    si.n_layer = n_layer;
-    si.n_head = in.n_head;
-    si.n_head_kv = in.n_head_kv;
-    si.head_dim = in.head_dim;
-    si.T = in.T;
-    si.pos0 = in.pos0;
-    si.q = in.q;
-    si.q_pre = in.q_pre;
-    si.k_pre = in.k_pre;
-    si.n_embd = in.n_embd;
-    si.hidden = in.hidden;
-    si.rope = in.rope;
-    return si;
-}
-
 KVCache::KVCache(const ModelConfig& c, int64_t n_ctx, Policy policy, std::shared_ptr<KVPool> pool)
     : cfg_(c), n_ctx_(n_ctx), policy_(std::move(policy)), pool_(std::move(pool)), n_layer_(c.n_layer),
       n_head_kv_(c.n_head_kv) {
@@ -81,16 +63,18 @@ KVCache::KVCache(const ModelConfig& c, int64_t n_ctx, Policy policy, std::shared
     check_kv_head_dim(pool_->value_type(), c.head_dim);
     require(c.head_dim <= 256, "head dimension ", c.head_dim, " above 256 is not supported by the paged kernels");
     if (policy_.scorer) {
-        policy_.scorer->bind(c);
+        policy_.scorer = policy_.scorer->for_model(c);
         policy_.scorer->adjust_policy(policy_);
         state_ = policy_.scorer->new_state(c);
+        entry_ = policy_.scorer->entry();
+        step_ = policy_.scorer->step();
     }
     heads_.reserve(static_cast<size_t>(n_layer_) * n_head_kv_);
     for (int i = 0; i < n_layer_ * n_head_kv_; ++i) heads_.emplace_back(pool_.get(), policy_.sinks, policy_.window);
 }
 
 bool KVCache::admit(int layer, int head, int32_t pos, float& score, const PageStore* store, int64_t slot, int64_t now) {
-    if (store && policy_.scorer) {
+    if (store && entry_) {
         WindowExitEvent e;
         e.layer = layer;
         e.head = head;
@@ -98,15 +82,10 @@ bool KVCache::admit(int layer, int head, int32_t pos, float& score, const PageSt
         e.pos = pos;
         e.now = now;
         e.score = score;
-        std::vector<float> k, v;
-        if (policy_.scorer->reads_at_window_exit()) {
-            k.resize(cfg_.head_dim);
-            v.resize(cfg_.head_dim);
-            store->read(slot, k.data(), v.data());
-            e.k = k.data();
-            e.v = v.data();
-        }
-        score = policy_.scorer->on_window_exit(e, state_.get());
+        const std::function<void(float*, float*)> read = [store, slot](float* k, float* v) { store->read(slot, k, v); };
+        e.read = &read;
+        e.state = state_.get();
+        score = entry_->on_window_exit(e);
     }
     switch (policy_.admission.kind) {
         case Rule::Kind::kDropAll: return false;
@@ -121,22 +100,9 @@ void KVCache::attend(const LayerInputs& in, float* out) {
     require(!decode || in.T == 1, "a decode step takes one token, got ", in.T);
     require(!decode || !shadow_, "a shadow cache takes prefill steps only");
     std::vector<float> ws;  // write-time scores [T][Hkv]
-    if (policy_.scorer && policy_.scorer->scores_at_write()) {
-        WriteEvent e;
-        e.layer = in.layer;
-        e.n_layer = n_layer_;
-        e.n_head_kv = in.n_head_kv;
-        e.head_dim = in.head_dim;
-        e.T = in.T;
-        e.pos0 = in.pos0;
-        e.prefill = !decode;
-        e.n_embd = in.n_embd;
-        e.hidden = in.hidden;
-        e.k_pre = in.k_pre;
-        e.k = in.k;
-        e.v = in.v;
+    if (entry_) {
         ws.resize(static_cast<size_t>(in.T) * in.n_head_kv);
-        policy_.scorer->on_write(e, state_.get(), ws.data());
+        entry_->on_write(StepEvent(in, n_layer_, !decode, state_.get()), ws.data());
     }
     if (decode)
         decode_layer(in, ws.empty() ? nullptr : ws.data(), out);
@@ -186,7 +152,7 @@ void KVCache::decode_layer(const LayerInputs& in, const float* write_scores, flo
                                             policy_.window > 0 ? HeadCache::Admit(admit_fn(in.layer, h, pos))
                                                                : HeadCache::Admit(keep_all));
     // 2. Attention per head over its pages, reading each page once for the G query heads.
-    const KeyStat stat = key_stat(policy_);
+    const KeyStat stat = key_stat(step_);
     const DotKernels& dk = dot_kernels();
     // Each region's pages carry their own layout: under quantization at admission the sinks and the window are
     // binary16 (pool_->local()) and the global region Q8_0 / Q4_0, so each page is attended with its own types and
@@ -292,43 +258,31 @@ void KVCache::decode_layer(const LayerInputs& in, const float* write_scores, flo
                 for (int64_t j = 0; j < n; ++j) probs[h][g * n + j] = std::exp(probs[h][g * n + j] - m) / l;
             }
         }
-    // 3. Scores from the step's statistics, and at-write decisions on the new entry.
-    auto base_input = [&](int h) {
-        DecodeScoreInput di;
-        di.layer = in.layer;
-        di.head = h;
-        di.group = G;
-        di.pos = pos;
-        di.k = in.k + h * d;
-        di.k_pre = in.k_pre + h * d;
-        di.v = in.v + h * d;
-        di.hidden = in.hidden;
-        di.head_dim = d;
-        di.n_embd = in.n_embd;
-        di.state = state_.get();
-        return di;
-    };
-    if (write_scores) {
-        // Scored at write.
-    } else if (policy_.scorer && !policy_.scorer->rescore_on_decode()) {
+    // 3. Scores from the step's statistics, and at-write decisions on the new entry (a per-entry scorer scored it
+    //    at write).
+    if (step_ && step_->decode_scope() == DecodeScope::kNewEntry) {
         // Only the new entry is scored: no pass over the cache.
+        StepEvent ev(in, n_layer_, false, state_.get());
+        std::vector<std::vector<float>> a(in.n_head_kv);
+        std::vector<float> sc(in.n_head_kv);
+        std::vector<float*> outs(in.n_head_kv);
         for (int h = 0; h < in.n_head_kv; ++h) {
             const HeadCache::Slot sl = slots[h];
             HeadCache& hc = head(in.layer, h);
-            DecodeScoreInput di = base_input(h);
-            di.n = 1;
-            di.positions = &pos;
-            std::vector<float> a;
             if (!probs.empty()) {  // the new entry's weights
                 const int64_t at = attention_index(hc, sl), n = hc.size();
-                for (int g = 0; g < G; ++g) a.push_back(probs[h][g * n + at]);
-                di.attn = a.data();
+                for (int g = 0; g < G; ++g) a[h].push_back(probs[h][g * n + at]);
             }
-            float score = hc.region(sl.region)->scores()[sl.index];
-            policy_.scorer->score_decode(di, &score);
-            hc.region(sl.region)->scores()[sl.index] = score;
+            ev.heads.push_back({1, nullptr, nullptr, &pos, a[h].empty() ? nullptr : a[h].data(), nullptr});
+            sc[h] = hc.region(sl.region)->scores()[sl.index];
+            outs[h] = &sc[h];
         }
-    } else if (policy_.scorer) {
+        step_->score_decode(ev, outs);
+        for (int h = 0; h < in.n_head_kv; ++h) {
+            const HeadCache::Slot sl = slots[h];
+            head(in.layer, h).region(sl.region)->scores()[sl.index] = sc[h];
+        }
+    } else if (step_) {
         // Every head's entries in attention order with the new entry moved last (the scorer's convention), then one
         // call for the layer (a scorer may choose per layer, as TOVA).
         const int Hkv = in.n_head_kv;
@@ -336,7 +290,7 @@ void KVCache::decode_layer(const LayerInputs& in, const float* write_scores, flo
         std::vector<std::vector<size_t>> order(Hkv);
         std::vector<std::vector<float>> s2(Hkv), a2(Hkv);
         std::vector<std::vector<int32_t>> p2(Hkv);
-        std::vector<DecodeScoreInput> dis;
+        StepEvent ev(in, n_layer_, false, state_.get());
         std::vector<float*> outs;
         for (int h = 0; h < Hkv; ++h) {
             HeadCache& hc = head(in.layer, h);
@@ -356,14 +310,11 @@ void KVCache::decode_layer(const LayerInputs& in, const float* write_scores, flo
                 p2[h][j] = ps->positions()[ri.i];
                 for (int g = 0; g < G && !a2[h].empty(); ++g) a2[h][g * n + j] = probs[h][g * n + order[h][j]];
             }
-            DecodeScoreInput di = base_input(h);
-            di.n = static_cast<int64_t>(n);
-            di.positions = p2[h].data();
-            di.attn = a2[h].empty() ? nullptr : a2[h].data();
-            dis.push_back(di);
+            ev.heads.push_back({static_cast<int64_t>(n), nullptr, nullptr, p2[h].data(),
+                                a2[h].empty() ? nullptr : a2[h].data(), nullptr});
             outs.push_back(s2[h].data());
         }
-        policy_.scorer->score_decode_layer(dis, outs);
+        step_->score_decode(ev, outs);
         for (int h = 0; h < Hkv; ++h) {
             HeadCache& hc = head(in.layer, h);
             for (size_t j = 0; j < idx[h].size(); ++j) {
@@ -383,8 +334,8 @@ void KVCache::decode_layer(const LayerInputs& in, const float* write_scores, flo
 void KVCache::prefill_layer(const LayerInputs& in, const float* write_scores, float* out) {
     const int d = in.head_dim, G = in.n_head / in.n_head_kv, Hkv = in.n_head_kv;
     const int64_t T = in.T, ldq = static_cast<int64_t>(in.n_head) * d, kvd = static_cast<int64_t>(Hkv) * d;
-    const KeyStat stat = key_stat(policy_);
-    const bool scored = policy_.scorer != nullptr && write_scores == nullptr;  // scored after attention
+    const KeyStat stat = key_stat(step_);
+    const bool scored = step_ != nullptr;  // scored after attention
     // Gated prefill: each query sees its window plus the keys that are or will be admitted, as a decode step would.
     const bool gated = policy_.gated_prefill && stat == KeyStat::kNone;
     const Rule& adm = policy_.admission;
@@ -460,12 +411,11 @@ void KVCache::prefill_layer(const LayerInputs& in, const float* write_scores, fl
     // 2. Scores of every entry.
     std::vector<std::vector<float>> scores(Hkv);
     if (scored) {
-        PrefillScoreInput si = prefill_score_input(in, n_layer_);
-        si.state = state_.get();
+        StepEvent si(in, n_layer_, true, state_.get());
         for (int h = 0; h < Hkv; ++h)
             si.heads.push_back({n_old[h] + T, K[h].data(), V[h].data(), P[h].data(), A[h].empty() ? nullptr : A[h].data(),
                                 S_old[h].data()});
-        policy_.scorer->score_prefill(si, scores);
+        step_->score_prefill(si, scores);
     }
     // 3. Write back the scores of kept entries, append the chunk (serial: the pool is not thread-safe).
     for (int h = 0; h < Hkv; ++h) {
@@ -534,11 +484,11 @@ void KVCache::compress() {
             c.head = h;
             c.scores = hc.global().scores().data();
             c.n = hc.global().size();
-            if (policy_.scorer && policy_.scorer->decays()) {  // the scores the rule compares now
+            if (entry_) {  // the scores the rule compares now
                 effective[static_cast<size_t>(l) * n_head_kv_ + h].resize(c.n);
                 float* e = effective[static_cast<size_t>(l) * n_head_kv_ + h].data();
                 for (int64_t i = 0; i < c.n; ++i)
-                    e[i] = policy_.scorer->effective_score(c.scores[i], hc.global().positions()[i], n_tokens_, l, h);
+                    e[i] = entry_->effective_score(c.scores[i], hc.global().positions()[i], n_tokens_, l, h);
                 c.scores = e;
             }
             c.n_reference = std::max<int64_t>(c.n, n_tokens_ - hc.sinks().size() - hc.window().size());

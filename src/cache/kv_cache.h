@@ -14,18 +14,16 @@
 
 namespace kvsieve {
 
-/// A scorer's view of a layer's step (everything but the heads, whose entries the caller gathers).
-PrefillScoreInput prefill_score_input(const LayerInputs& in, int n_layer);
-
 /// All HeadCaches (L × H_kv) of one sequence over one KVPool (its sinks and windows on the pool's local() layout,
-/// its global regions on the pool's own: docs/architecture.md, "Where quantization happens"), the policy that decides what they keep, the
+/// its global regions on the pool's own: docs/architecture.md, "Where quantization happens"), the policy that decides
+/// what they keep, the
 /// scorer's per-sequence state, and statistics. Per forward step and layer (docs/architecture.md):
-///   write-time scorers score the step's new entries first (Scorer::on_write);
+///   a per-entry scorer scores the step's new entries first (EntryScorer::on_write);
 ///   decode (one token; the session sets the phase): the new entry is appended to every head (an entry leaving a full window goes through
 ///     on_window_exit and the admission rule), attention reads each head's pages once for its GQA group, then
-///     an attention scorer updates scores from the step's statistics;
+///     a step scorer updates scores from the step's statistics (StepScorer::score_decode);
 ///   prefill: each head's kept entries are gathered, the chunk attends to them and causally to itself,
-///     an attention scorer scores every entry, and the chunk's entries are appended.
+///     a step scorer scores every entry (StepScorer::score_prefill), and the chunk's entries are appended.
 /// The compression rule runs on the global regions after the prompt (end_prefill) and, for
 /// every_n_decode_steps, every n decode steps.
 class KVCache : public SequenceCache {
@@ -116,6 +114,8 @@ private:
     int n_layer_, n_head_kv_;
     std::vector<HeadCache> heads_;
     std::unique_ptr<ScorerState> state_;  // the scorer's memory of this sequence (null if it keeps none)
+    const EntryScorer* entry_ = nullptr;  // policy_.scorer's interface when it is a per-entry scorer
+    const StepScorer* step_ = nullptr;    // policy_.scorer's interface when it is a step scorer
     int64_t n_tokens_ = 0;
     int64_t decode_steps_ = 0;
     int64_t selected_read_ = 0, selected_total_ = 0;  // entries read / kept at decode steps under a selection

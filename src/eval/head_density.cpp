@@ -127,8 +127,7 @@ std::string head_density_report(const LlamaModel& model, const Tokenizer& tok, c
     namespace fs = std::filesystem;
     Policy pol = parse_policy(policy);
     if (pol.scorer) {  // the window and sinks the cache will use (a learned policy may take them from the model)
-        pol.scorer->bind(model.config());
-        pol.scorer->adjust_policy(pol);
+        pol.scorer->for_model(model.config())->adjust_policy(pol);
     }
     const NllResult r = evaluate_nll(model, tok, text, policy, o);
     HeadDensityMap m{r.head_density};

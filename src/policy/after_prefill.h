@@ -34,12 +34,13 @@ public:
     virtual int64_t n_ctx() const = 0;
     /// Runs `ids` at positions n_tokens() … n_tokens() + |ids| − 1 through the model, each attending causally to
     /// every cached entry, and calls `observe` on every layer before the layer's new entries are stored. In that
-    /// input, heads[h] holds the cached entries of KV head h whose position `wanted` accepts (float32; sinks,
-    /// global, window order), followed by the |ids| new keys and values; scores and attn are null. Afterwards
+    /// event (as a step scorer's prefill sees one), heads[h] holds the cached entries of KV head h whose position
+    /// `wanted` accepts (float32; sinks, global, window order), followed by the |ids| new keys and values; scores and
+    /// attn are null. Afterwards
     /// the replayed entries are removed: the cache holds exactly the context again. Throws Error if the
     /// positions do not fit in n_ctx().
     virtual void replay(const std::vector<int32_t>& ids, const std::function<bool(int32_t pos)>& wanted,
-                        const std::function<void(const PrefillScoreInput& in)>& observe) = 0;
+                        const std::function<void(const StepEvent& e)>& observe) = 0;
     /// The output projection W_O of `layer` as float32, row-major [D][Hq·d] (row r: output feature r).
     virtual std::vector<float> output_projection(int layer) const = 0;
 };

@@ -5,7 +5,7 @@
 // positions (μ' = R̄μ, Σ' = R̄ΣR̄ᵀ); then per query head s_i = softmax_i(kᵢ·μ'/√d + ½ kᵢᵀΣ'kᵢ/d), averaged
 // over the G heads of the KV head and multiplied by ‖vᵢ‖ (plus ε). The first scored_sinks entries (kvpress n_sink,
 // kept as a deprecated alias) get max + 1.
-// R̄ uses the model's own RoPE (PrefillScoreInput::rope: partial rotation, frequency factors, linear scaling).
+// R̄ uses the model's own RoPE (LayerInputs::rope: partial rotation, frequency factors, linear scaling).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -18,13 +18,14 @@
 namespace kvsieve {
 
 namespace {
-class ExpectedAttentionScorer : public Scorer {
+class ExpectedAttentionScorer : public StepScorer {
 public:
     ExpectedAttentionScorer(int n_future, int n_sink, bool cov, bool vnorm, double eps)
         : n_future_(n_future), n_sink_(n_sink), cov_(cov), vnorm_(vnorm), eps_(eps) {}
     std::string name() const override { return "expected_attention"; }
 
-    void score_prefill(const PrefillScoreInput& in, std::vector<std::vector<float>>& scores) const override {
+    void score_prefill(const StepEvent& ev, std::vector<std::vector<float>>& scores) const override {
+        const LayerInputs& in = ev.step;
         const int d = in.head_dim, G = in.n_head / in.n_head_kv;
         const int64_t ldq = static_cast<int64_t>(in.n_head) * d;
         // Mean rotation over positions pos0+T … pos0+T+n_future−1 (R̄ = mean of cos·I + sin·P), with the model's
@@ -47,10 +48,10 @@ public:
         float mx = -INFINITY;
         // One KV head per iteration on kvsieve's threads, so that the BLAS calls inside run on one thread and the
         // scores do not depend on the thread count (docs/benchmarks.md); the maximum is exact in any order.
-        const int n_heads = static_cast<int>(in.heads.size());
+        const int n_heads = static_cast<int>(ev.heads.size());
 #pragma omp parallel for schedule(dynamic) reduction(max : mx)
         for (int h = 0; h < n_heads; ++h) {
-            const HeadView& v = in.heads[h];
+            const HeadView& v = ev.heads[h];
             const int64_t skip = std::min<int64_t>(n_sink_, v.n), m = v.n - skip;
             std::vector<double> acc(m, 0.0);
             std::vector<double> K(static_cast<size_t>(m) * d), KC(cov_ ? static_cast<size_t>(m) * d : 0);
@@ -116,8 +117,8 @@ public:
             }
         }
         const float pad = (std::isfinite(mx) ? mx : 0.0f) + 1;
-        for (size_t h = 0; h < in.heads.size(); ++h)
-            for (int64_t i = 0; i < std::min<int64_t>(n_sink_, in.heads[h].n); ++i) scores[h][i] = pad;
+        for (size_t h = 0; h < ev.heads.size(); ++h)
+            for (int64_t i = 0; i < std::min<int64_t>(n_sink_, ev.heads[h].n); ++i) scores[h][i] = pad;
     }
 
 private:

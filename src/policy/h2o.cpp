@@ -11,14 +11,15 @@
 namespace kvsieve {
 
 namespace {
-class H2OScorer : public Scorer {
+class H2OScorer : public StepScorer {
 public:
+    H2OScorer() : StepScorer(AttnStat::kMassSum, DecodeScope::kAllEntries) {}
     std::string name() const override { return "h2o"; }
-    AttnStat stat() const override { return AttnStat::kMassSum; }
-    void score_prefill(const PrefillScoreInput& in, std::vector<std::vector<float>>& scores) const override {
+    void score_prefill(const StepEvent& ev, std::vector<std::vector<float>>& scores) const override {
+        const LayerInputs& in = ev.step;
         const int G = in.n_head / in.n_head_kv;
-        for (size_t h = 0; h < in.heads.size(); ++h) {
-            const HeadView& v = in.heads[h];
+        for (size_t h = 0; h < ev.heads.size(); ++h) {
+            const HeadView& v = ev.heads[h];
             const int64_t n_old = v.n - in.T;
             scores[h].resize(v.n);
             for (int64_t i = 0; i < v.n; ++i) {
@@ -34,17 +35,22 @@ public:
             }
         }
     }
-    bool rescore_on_decode() const override { return true; }
-    void score_decode(const DecodeScoreInput& in, float* scores) const override {
-        for (int64_t i = 0; i < in.n; ++i) {
-            double a = 0;
-            for (int g = 0; g < in.group; ++g) a += in.attn[g * in.n + i];
-            a /= in.group;
-            if (i == in.n - 1) {
-                scores[i] = static_cast<float>(a);
-            } else {
-                const double seen = static_cast<double>(in.pos - in.positions[i] + 1);
-                scores[i] = static_cast<float>(scores[i] + (a - scores[i]) / seen);
+    void score_decode(const StepEvent& ev, const std::vector<float*>& out) const override {
+        const int group = ev.step.n_head / ev.step.n_head_kv;
+        const int64_t pos = ev.step.pos0;
+        for (size_t h = 0; h < ev.heads.size(); ++h) {
+            const HeadView& in = ev.heads[h];
+            float* scores = out[h];
+            for (int64_t i = 0; i < in.n; ++i) {
+                double a = 0;
+                for (int g = 0; g < group; ++g) a += in.attn[g * in.n + i];
+                a /= group;
+                if (i == in.n - 1) {
+                    scores[i] = static_cast<float>(a);
+                } else {
+                    const double seen = static_cast<double>(pos - in.pos[i] + 1);
+                    scores[i] = static_cast<float>(scores[i] + (a - scores[i]) / seen);
+                }
             }
         }
     }

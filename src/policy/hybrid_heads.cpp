@@ -15,21 +15,22 @@
 namespace kvsieve {
 
 namespace {
-class StaticHeadScorer : public Scorer {
+class StaticHeadScorer : public EntryScorer {
 public:
     explicit StaticHeadScorer(std::set<std::pair<int, int>> global) : global_(std::move(global)) {}
     std::string name() const override { return "hybrid_heads"; }
-    void bind(const ModelConfig& c) override {
+    /// Checks that every global head exists in the model.
+    std::shared_ptr<const Scorer> for_model(const ModelConfig& c) const override {
         for (const auto& [l, h] : global_)
             require(l < c.n_layer && h < c.n_head_kv, "policy hybrid_heads: head ", l, ".", h,
                     " is outside the model's ", c.n_layer, " layers and ", c.n_head_kv, " KV heads");
+        return shared_from_this();
     }
-    bool scores_at_write() const override { return true; }
-    void on_write(const WriteEvent& e, ScorerState*, float* scores) const override {
-        for (int64_t t = 0; t < e.T; ++t)
-            for (int h = 0; h < e.n_head_kv; ++h) scores[t * e.n_head_kv + h] = global_.count({e.layer, h}) ? 1.0f : 0.0f;
+    void on_write(const StepEvent& e, float* scores) const override {
+        const int Hkv = e.step.n_head_kv;
+        for (int64_t t = 0; t < e.step.T; ++t)
+            for (int h = 0; h < Hkv; ++h) scores[t * Hkv + h] = global_.count({e.step.layer, h}) ? 1.0f : 0.0f;
     }
-    void score_prefill(const PrefillScoreInput&, std::vector<std::vector<float>>&) const override {}
 
 private:
     std::set<std::pair<int, int>> global_;

@@ -7,12 +7,13 @@
 namespace kvsieve {
 
 namespace {
-class KnormScorer : public Scorer {
+class KnormScorer : public StepScorer {
 public:
     std::string name() const override { return "knorm"; }
-    void score_prefill(const PrefillScoreInput& in, std::vector<std::vector<float>>& scores) const override {
-        for (size_t h = 0; h < in.heads.size(); ++h) {
-            const HeadView& v = in.heads[h];
+    void score_prefill(const StepEvent& ev, std::vector<std::vector<float>>& scores) const override {
+        const LayerInputs& in = ev.step;
+        for (size_t h = 0; h < ev.heads.size(); ++h) {
+            const HeadView& v = ev.heads[h];
             scores[h].resize(v.n);
             for (int64_t i = 0; i < v.n; ++i) {
                 double s = 0;
@@ -21,10 +22,15 @@ public:
             }
         }
     }
-    void score_decode(const DecodeScoreInput& in, float* scores) const override {
-        double s = 0;
-        for (int c = 0; c < in.head_dim; ++c) s += double(in.k[c]) * in.k[c];
-        scores[in.n - 1] = -static_cast<float>(std::sqrt(s));
+    /// The new entry of each head gets −‖k‖ of its key.
+    void score_decode(const StepEvent& ev, const std::vector<float*>& scores) const override {
+        const int d = ev.step.head_dim;
+        for (size_t h = 0; h < ev.heads.size(); ++h) {
+            const float* k = ev.step.k + h * d;
+            double s = 0;
+            for (int c = 0; c < d; ++c) s += double(k[c]) * k[c];
+            scores[h][ev.heads[h].n - 1] = -static_cast<float>(std::sqrt(s));
+        }
     }
 };
 }  // namespace

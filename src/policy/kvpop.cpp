@@ -74,35 +74,37 @@ public:
     }
 };
 
-class KvpopScorer : public Scorer {
+class KvpopScorer : public EntryScorer {
 public:
-    /// delayed: the mLSTM reads an entry when it leaves the window (needs a window); false: at write.
-    KvpopScorer(std::string path, bool want_mlstm, int64_t window, bool delayed)
-        : path_(std::move(path)), want_mlstm_(want_mlstm), window_(window), delayed_(delayed) {}
+    /// delayed: the mLSTM reads an entry when it leaves the window (needs a window); false: at write. net: the
+    /// scorers loaded for a model of hkv KV heads (null until for_model).
+    KvpopScorer(std::string path, bool want_mlstm, int64_t window, bool delayed,
+                std::shared_ptr<const KvpopScorerNet> net = nullptr, int hkv = 0)
+        : path_(std::move(path)), want_mlstm_(want_mlstm), window_(window), delayed_(delayed), net_(std::move(net)),
+          hkv_(hkv) {}
     std::string name() const override { return want_mlstm_ ? "kvpop" : "kvpop_mlp"; }
-    void bind(const ModelConfig& c) override {
-        if (!net_ || n_layer_ != c.n_layer || hkv_ != c.n_head_kv || d_ != c.head_dim) {
-            // One load per file and model shape, shared (predict/predictor_registry.h).
-            auto net = PredictorRegistry::instance().get<KvpopScorerNet>(
-                "kvpop", path_, cat("L=", c.n_layer, ",Hkv=", c.n_head_kv, ",d=", c.head_dim),
-                [&](const std::string& p) { return KvpopScorerNet::load(p, c.n_layer, c.n_head_kv, c.head_dim); });
-            require(net->stateful() == want_mlstm_, "policy ", name(), ": '", path_, "' holds a ",
-                    net->stateful() ? "stateful mLSTM scorer: use policy kvpop" : "stateless MLP scorer: use policy kvpop_mlp");
-            net_ = std::move(net);
-        }
-        n_layer_ = c.n_layer, hkv_ = c.n_head_kv, d_ = c.head_dim;
+    /// A scorer holding the scorers loaded for the model's shape. Throws Error for another shape or the other kind.
+    std::shared_ptr<const Scorer> for_model(const ModelConfig& c) const override {
+        // One load per file and model shape, shared (predict/predictor_registry.h).
+        auto net = PredictorRegistry::instance().get<KvpopScorerNet>(
+            "kvpop", path_, cat("L=", c.n_layer, ",Hkv=", c.n_head_kv, ",d=", c.head_dim),
+            [&](const std::string& p) { return KvpopScorerNet::load(p, c.n_layer, c.n_head_kv, c.head_dim); });
+        require(net->stateful() == want_mlstm_, "policy ", name(), ": '", path_, "' holds a ",
+                net->stateful() ? "stateful mLSTM scorer: use policy kvpop"
+                                : "stateless MLP scorer: use policy kvpop_mlp");
+        return std::make_shared<KvpopScorer>(path_, want_mlstm_, window_, delayed_, std::move(net), c.n_head_kv);
     }
     std::unique_ptr<ScorerState> new_state(const ModelConfig& c) const override {
         if (!net_->stateful()) return nullptr;
         return std::make_unique<KvpopState>(*net_, c.n_layer * c.n_head_kv, window_, delayed_);
     }
-    bool scores_at_write() const override { return true; }
-    void on_write(const WriteEvent& e, ScorerState* state, float* scores) const override {
+    void on_write(const StepEvent& ev, float* scores) const override {
+        const LayerInputs& e = ev.step;
         if (!net_->stateful()) {
             net_->score_mlp(e.layer, e.k, e.v, e.T, scores);
             return;
         }
-        auto& st = *static_cast<KvpopState*>(state);
+        auto& st = *static_cast<KvpopState*>(ev.state);
         const int d = e.head_dim, kvd = e.n_head_kv * d, f = net_->feature_dim();
         const int64_t w = window_;
         MlstmInputs in;
@@ -130,22 +132,20 @@ public:
             }
         }
     }
-    float on_window_exit(const WindowExitEvent& e, ScorerState* state) const override {
-        if (!state || !delayed_) return e.score;
-        auto& pend = static_cast<KvpopState*>(state)->pending[e.layer * hkv_ + e.head];
+    float on_window_exit(const WindowExitEvent& e) const override {
+        if (!e.state || !delayed_) return e.score;
+        auto& pend = static_cast<KvpopState*>(e.state)->pending[e.layer * hkv_ + e.head];
         auto it = pend.find(e.pos);
         if (it == pend.end()) return e.score;
         const float r = it->second;
         pend.erase(it);
         return r;
     }
-    bool decays() const override { return true; }
     /// r + ⌊(q − t)/n⌋ · log γ_h with q = now − 1, the newest position (eq. 5).
     float effective_score(float stored, int32_t pos, int64_t now, int layer, int head) const override {
         const int64_t age = std::max<int64_t>(now - 1 - pos, 0) / net_->config().decay_every;
         return stored + static_cast<float>(age) * net_->log_gamma(layer, head);
     }
-    void score_prefill(const PrefillScoreInput&, std::vector<std::vector<float>>&) const override {}
 
 private:
     std::string path_;
@@ -153,7 +153,7 @@ private:
     int64_t window_;
     bool delayed_;
     std::shared_ptr<const KvpopScorerNet> net_;
-    int n_layer_ = 0, hkv_ = 0, d_ = 0;
+    int hkv_ = 0;
 };
 
 Policy make_kvpop(PolicyParams& p, bool mlstm) {

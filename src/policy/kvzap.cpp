@@ -22,25 +22,26 @@
 namespace kvsieve {
 
 namespace {
-class KVzapScorer : public Scorer {
+class KVzapScorer : public EntryScorer {
 public:
     KVzapScorer(std::shared_ptr<const KVzapModel> m, std::string dir) : m_(std::move(m)), dir_(std::move(dir)) {}
     std::string name() const override { return "kvzap"; }
 
-    void bind(const ModelConfig& c) override {
+    /// Checks the surrogate's shape against the model; the surrogate itself serves any sequence of it.
+    std::shared_ptr<const Scorer> for_model(const ModelConfig& c) const override {
         require(m_->n_layers() == c.n_layer, "kvzap checkpoint '", dir_, "' has ", m_->n_layers(), " layers, the model ",
                 c.n_layer);
         require(m_->input_dim() == c.n_embd, "kvzap checkpoint '", dir_, "' takes inputs of size ", m_->input_dim(),
                 ", the model's hidden size is ", c.n_embd);
         require(m_->output_dim() == c.n_head_kv, "kvzap checkpoint '", dir_, "' predicts ", m_->output_dim(),
                 " heads, the model has ", c.n_head_kv, " KV heads");
+        return shared_from_this();
     }
 
-    bool scores_at_write() const override { return true; }
-    void on_write(const WriteEvent& e, ScorerState*, float* scores) const override {
-        m_->predict(e.layer, e.hidden, e.T, scores);  // [T][Hkv], one prediction per token serves every head
+    void on_write(const StepEvent& e, float* scores) const override {
+        // [T][Hkv], one prediction per token serves every head
+        m_->predict(e.step.layer, e.step.hidden, e.step.T, scores);
     }
-    void score_prefill(const PrefillScoreInput&, std::vector<std::vector<float>>&) const override {}
 
 private:
     std::shared_ptr<const KVzapModel> m_;

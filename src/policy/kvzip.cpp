@@ -37,8 +37,9 @@ struct KVzipSpec {
 /// chunk and the chunk — and the replay up to the block's last row), the causal row softmax (DotKernels::softmax,
 /// float32), and the running max of a_ji (KVzip) and of a_ji · ‖W_O,head vᵢ‖ / ‖h_j‖ (KVzip+, whose
 /// ‖W_O,head vᵢ‖ is one SGEMM per group member).
-void score_chunk(const PrefillScoreInput& in, int64_t start, int64_t first_row, const std::vector<float>& wo,
+void score_chunk(const StepEvent& ev, int64_t start, int64_t first_row, const std::vector<float>& wo,
                  std::array<std::vector<std::unordered_map<int32_t, float>>*, 2> out) {
+    const LayerInputs& in = ev.step;
     const int d = in.head_dim, G = in.n_head / in.n_head_kv;
     const int64_t T = in.T, ldq = static_cast<int64_t>(in.n_head) * d;
     const int64_t D = in.n_embd;
@@ -57,7 +58,7 @@ void score_chunk(const PrefillScoreInput& in, int64_t start, int64_t first_row, 
     found[1].resize(in.n_head_kv);
 #pragma omp parallel for schedule(dynamic)
     for (int h = 0; h < in.n_head_kv; ++h) {
-        const HeadView& v = in.heads[h];
+        const HeadView& v = ev.heads[h];
         const int64_t nk = v.n, n_fixed = nk - T;
         std::vector<float> best(plain ? n_fixed : 0, 0.0f), best_plus(plus ? n_fixed : 0, 0.0f), won(n_fixed), P;
         // Scores of one block; every element the block reads is written by its SGEMM first (β = 0).
@@ -137,9 +138,10 @@ EntryScores reconstruct(ModelAccess& m, const std::vector<int32_t>& context, con
         const int64_t first_row = spec.repeat_rows_only ? static_cast<int64_t>(ids.size()) - (end - start) : 0;
         m.replay(
             ids, [&](int32_t p) { return p < sink || (p >= start && p < end); },
-            [&](const PrefillScoreInput& in) {
+            [&](const StepEvent& ev) {
+                const LayerInputs& in = ev.step;
                 if (plus != nullptr && wo[in.layer].empty()) wo[in.layer] = m.output_projection(in.layer);
-                score_chunk(in, start, first_row, wo[in.layer],
+                score_chunk(ev, start, first_row, wo[in.layer],
                             {plain ? &plain->by_pos[in.layer] : nullptr, plus ? &plus->by_pos[in.layer] : nullptr});
             });
     }

@@ -6,7 +6,8 @@
 // The threshold presets (kvzap rule=threshold, spkv, wgkv) build their whole admission block here: keep an entry
 // beyond the local window iff its predicted score ≥ τ (KVzap Alg. 1; SP-KV eq. 7; WG-KV §4.3), s sinks, w = 0
 // judging each entry as it is written. A preset whose predictor is known when the spec is parsed applies it then;
-// SP-KV, whose gates live in the served model's GGUF, applies the same function from Scorer::adjust_policy at bind.
+// SP-KV, whose gates live in the served model's GGUF, applies the same function from Scorer::adjust_policy on the
+// scorer Scorer::for_model makes for the model.
 #include <cstdint>
 #include <optional>
 #include <string>

@@ -31,7 +31,9 @@ struct Policy {
     std::string spec;                ///< the text it was parsed from
     int sinks = 0;                   ///< s: first positions always kept
     int window = 0;                  ///< w: most recent positions always kept (0: none)
-    std::shared_ptr<Scorer> scorer;  ///< null: no scores (full, streaming_llm:window)
+    /// null: no scores (full, streaming_llm:window); an EntryScorer or a StepScorer (policy/scorer.h), not yet made
+    /// for a model (the cache calls Scorer::for_model).
+    std::shared_ptr<const Scorer> scorer;
     Rule admission;                  ///< applied at write (w = 0) or window exit: keep_all, drop_all or threshold
     Rule compression;                ///< applied to the global region at `timing`
     Timing timing = Timing::kAfterPrefill;

@@ -72,7 +72,7 @@ void NamedPredictors::validate(const ModelConfig& c) {
         try {
             const auto [preset, spec] = method_of(e.path, c);
             Policy p = parse_policy(spec);  // the operator's path, loaded through the artifact registry
-            p.scorer->bind(c);              // shapes against the served model
+            (void)p.scorer->for_model(c);   // shapes against the served model
             e.preset = preset;
         } catch (const Error& err) {
             fail("predictor '", name, "' ('", e.path, "'): ", err.what());

@@ -13,7 +13,7 @@
 
 namespace kvsieve {
 
-std::shared_ptr<Scorer> make_snapkv_scorer(int window, int kernel);
+std::shared_ptr<const Scorer> make_snapkv_scorer(int window, int kernel);
 
 void register_pyramidkv() {
     register_preset({"pyramidkv", "pyramid layer budgets over SnapKV (Cai et al. 2024)",

@@ -6,10 +6,8 @@
 
 namespace kvsieve {
 
-void Scorer::score_decode(const DecodeScoreInput& in, float* scores) const { scores[in.n - 1] = INFINITY; }
-
-void Scorer::score_decode_layer(const std::vector<DecodeScoreInput>& heads, const std::vector<float*>& scores) const {
-    for (size_t h = 0; h < heads.size(); ++h) score_decode(heads[h], scores[h]);
+void StepScorer::score_decode(const StepEvent& e, const std::vector<float*>& scores) const {
+    for (size_t h = 0; h < e.heads.size(); ++h) scores[h][e.heads[h].n - 1] = INFINITY;
 }
 
 void save_position_scores(BinaryWriter& w, const std::unordered_map<int32_t, float>& m) {

@@ -1,7 +1,19 @@
 #pragma once
 // Scorers: anything that gives a KV entry an importance score (higher = more worth keeping). Any scorer can
 // drive any rule (policy/rule.h) at any timing (policy/policy.h): kvpress's scorer/press split, generalised.
+//
+// Two kinds, two small interfaces (docs/architecture.md, "Scorers"):
+//   EntryScorer      scores each entry once, from the entry itself, when it is written (before attention); may
+//                    rewrite the score when the entry leaves the local window and give a decayed score at eviction;
+//                    may keep a per-sequence state (KVzap, SP-KV, WG-KV, KVpop, hybrid heads, "A>B" stacks);
+//   StepScorer       rescores the cached entries after attention at every prefill chunk and scores (or rescores)
+//                    at every decode step, optionally from attention statistics the kernels compute for it (H2O,
+//                    TOVA, SnapKV/PyramidKV, Expected Attention, KNorm, random, recency).
+// The cache asks Scorer::entry() / Scorer::step() which one it holds. Every scorer is const once constructed: what
+// depends on the model (a learned predictor's weights, shape checks) is done by Scorer::for_model, which returns a
+// new scorer; what depends on the sequence lives in its ScorerState.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -10,13 +22,15 @@
 #include "util/binary_io.h"
 
 #include "io/model_config.h"
-#include "kernels/rope_angles.h"
+#include "policy/layer_inputs.h"
 
 namespace kvsieve {
 
 struct Policy;
+class EntryScorer;
+class StepScorer;
 
-/// Attention statistics a scorer asks the attention kernels for (nothing is computed when nobody asks).
+/// Attention statistics a step scorer asks the attention kernels for (nothing is computed when nobody asks).
 enum class AttnStat {
     kNone,
     kMassSum,   ///< per key: Σ over the step's queries of the softmax weight, per query head of the group
@@ -41,44 +55,32 @@ public:
     virtual void load(BinaryReader& r) {}
 };
 
-/// One KV head's view after a prefill chunk: every entry it can see (cached entries first, then the chunk's
-/// T new ones), as float32.
+/// One KV head's entries in a step event, as float32.
 struct HeadView {
-    int64_t n = 0;                 ///< entries (cached + new)
-    const float* k = nullptr;      ///< [n][d] keys after RoPE
-    const float* v = nullptr;      ///< [n][d] values
+    int64_t n = 0;                 ///< entries
+    const float* k = nullptr;      ///< [n][d] keys after RoPE (null at a decode step)
+    const float* v = nullptr;      ///< [n][d] values (null at a decode step)
     const int32_t* pos = nullptr;  ///< [n] positions
-    const float* attn = nullptr;   ///< [G][n] the statistic asked for by stat(), else nullptr
-    const float* scores = nullptr; ///< [n − T] scores the cached entries had before this chunk
+    const float* attn = nullptr;   ///< [G][n] the statistic the scorer asked for (StepScorer::stat), else nullptr
+    const float* scores = nullptr; ///< prefill: [n − T] scores the cached entries had before this chunk
 };
 
-/// One layer after a prefill chunk of T tokens at positions pos0 … pos0 + T − 1.
-struct PrefillScoreInput {
-    int layer = 0, n_layer = 0;
-    int n_head = 0, n_head_kv = 0, head_dim = 0;  ///< Hq, Hkv, d; query head h reads KV head h / (Hq/Hkv)
-    int64_t T = 0, pos0 = 0;
-    const float* q = nullptr;      ///< [T][Hq·d] queries after RoPE
-    const float* q_pre = nullptr;  ///< [T][Hq·d] queries before RoPE
-    const float* k_pre = nullptr;  ///< [T][Hkv·d] the chunk's keys before RoPE (after QK-norm for Qwen3)
-    int64_t n_embd = 0;
-    const float* hidden = nullptr; ///< [T][D] attention inputs
-    RopeAngles rope;               ///< the model's rotation (q = RoPE(q_pre))
-    std::vector<HeadView> heads;   ///< [Hkv]
-    ScorerState* state = nullptr;  ///< the sequence's state (null if the scorer keeps none)
-};
-
-/// A layer's T new entries (positions pos0 … pos0 + T − 1), before they are stored and before attention runs:
-/// what write-time scorers (KVzap, SP-KV, WG-KV) see.
-struct WriteEvent {
-    int layer = 0, n_layer = 0;
-    int n_head_kv = 0, head_dim = 0;
-    int64_t T = 0, pos0 = 0;
+/// One layer of a forward step of T tokens at positions pos0 … pos0 + T − 1, as every scorer sees it: the step's
+/// tensors (a view of the forward's, never a copy) and, for a step scorer, every KV head's entries.
+///   EntryScorer::on_write: before the step's entries are stored and before attention; heads is empty.
+///   StepScorer::score_prefill: after attention; heads[h] holds every entry KV head h can see, cached entries first,
+///     then the chunk's T new ones (n = cached + T).
+///   StepScorer::score_decode: after attention, T = 1; heads[h] holds the entries scored, the new one last (every
+///     entry of the head for a scorer with DecodeScope::kAllEntries, else the new entry alone, n = 1); k and v are
+///     null (the new entry's are step.k, step.v at head h).
+struct StepEvent {
+    StepEvent(const LayerInputs& s, int n_layer_, bool prefill_, ScorerState* state_)
+        : step(s), n_layer(n_layer_), prefill(prefill_), state(state_) {}
+    const LayerInputs& step;       ///< the layer's tensors (query head q reads KV head q / (Hq/Hkv))
+    int n_layer = 0;
     bool prefill = true;           ///< false at a decode step
-    int64_t n_embd = 0;
-    const float* hidden = nullptr; ///< [T][D] attention inputs (after the input RMSNorm)
-    const float* k_pre = nullptr;  ///< [T][Hkv·d] keys before RoPE (after QK-norm for Qwen3)
-    const float* k = nullptr;      ///< [T][Hkv·d] keys after RoPE
-    const float* v = nullptr;      ///< [T][Hkv·d] values
+    ScorerState* state = nullptr;  ///< the sequence's state (null if the scorer keeps none)
+    std::vector<HeadView> heads;   ///< [Hkv] (step scorers only)
 };
 
 /// One entry leaving the local window of (layer, head) when a newer one takes its slot.
@@ -87,66 +89,54 @@ struct WindowExitEvent {
     int32_t pos = 0;               ///< the leaving entry's position
     int64_t now = 0;               ///< position of the entry that pushes it out
     float score = 0;               ///< its stored score
-    const float* k = nullptr;      ///< [d] its key after RoPE (float32), if the scorer reads_at_window_exit()
-    const float* v = nullptr;      ///< [d] its value, likewise
+    /// Reads its key after RoPE and its value, [d] each, as float32 into k and v (converted from the page's type
+    /// only when a scorer asks); valid during the on_window_exit call only.
+    const std::function<void(float* k, float* v)>* read = nullptr;
+    ScorerState* state = nullptr;  ///< the sequence's state (null if the scorer keeps none)
 };
 
-/// One KV head at a decode step, after the new entry was appended (it is the last).
-struct DecodeScoreInput {
-    int layer = 0, head = 0, group = 1;
-    int64_t n = 0;                   ///< entries
-    int64_t pos = 0;                 ///< position of the new token
-    const int32_t* positions = nullptr;  ///< [n]
-    const float* attn = nullptr;     ///< [G][n] statistic asked for by stat()
-    const float* k = nullptr;        ///< [d] the new entry's key after RoPE
-    const float* k_pre = nullptr;    ///< [d] the same before RoPE
-    const float* v = nullptr;        ///< [d] its value
-    const float* hidden = nullptr;   ///< [D] the token's attention input
-    int head_dim = 0;
-    int64_t n_embd = 0;
-    ScorerState* state = nullptr;    ///< the sequence's state (null if the scorer keeps none)
-};
-
-/// Gives entries scores. A method is a small file: a docstring with its source and the formula.
-///
-/// Events of one entry, in order (docs/architecture.md): on_write (write-time scorers) before attention;
-/// score_prefill / score_decode after attention (attention-statistics scorers); on_window_exit when it leaves
-/// the local window, before the admission rule; effective_score whenever a budget rule compares it.
-class Scorer {
+/// Gives entries scores. A method is a small file: a docstring with its source and the formula. Derive from
+/// EntryScorer or StepScorer, never from Scorer itself, and make it with std::make_shared (for_model may return it).
+class Scorer : public std::enable_shared_from_this<Scorer> {
 public:
     virtual ~Scorer() = default;
     virtual std::string name() const = 0;
-    virtual AttnStat stat() const { return AttnStat::kNone; }
-    /// Called once when a cache is built for a model; throws Error if the scorer cannot serve it (e.g. a
-    /// learned predictor trained for another shape).
-    virtual void bind(const ModelConfig& c) { (void)c; }
-    /// Called by the cache right after bind, before it lays out its heads: a scorer whose hyperparameters travel
-    /// with the model (SP-KV's trained window and sinks, in the GGUF) sets the policy's values that the spec left at
-    /// their defaults. Never changes what the spec gave; throws Error where the two cannot work together.
+    /// The per-entry interface, if this is a per-entry scorer (else null).
+    virtual const EntryScorer* entry() const { return nullptr; }
+    /// The step interface, if this is a step scorer (else null).
+    virtual const StepScorer* step() const { return nullptr; }
+    /// The scorer that serves a model of config c, called once when a cache is built (and by a server checking a
+    /// predictor): one that loads or checks something against the model returns a new scorer holding it; the
+    /// default, for scorers that serve any model, returns this one. Throws Error if the scorer cannot serve the
+    /// model (e.g. a learned predictor trained for another shape).
+    virtual std::shared_ptr<const Scorer> for_model(const ModelConfig& c) const {
+        (void)c;
+        return shared_from_this();
+    }
+    /// Called by the cache on the scorer for_model returned, before it lays out its heads: a scorer whose
+    /// hyperparameters travel with the model (SP-KV's trained window and sinks, in the GGUF) sets the policy's values
+    /// that the spec left at their defaults. Never changes what the spec gave; throws Error where the two cannot work
+    /// together.
     virtual void adjust_policy(Policy& p) const { (void)p; }
     /// The per-sequence state of a new cache for a model of config c (null: the scorer keeps none).
     virtual std::unique_ptr<ScorerState> new_state(const ModelConfig& c) const {
         (void)c;
         return nullptr;
     }
+};
 
-    /// True if on_write gives new entries their scores before attention; then score_prefill and score_decode are
-    /// not called and entries keep their write-time scores (KVzap eq. 5: one prediction per token and head).
-    virtual bool scores_at_write() const { return false; }
-    /// Writes scores[t·Hkv + h] for the event's T new entries of every KV head (called only if scores_at_write()).
-    virtual void on_write(const WriteEvent& e, ScorerState* state, float* scores) const {
-        (void)e, (void)state, (void)scores;
-    }
-    /// True if on_window_exit needs the leaving entry's key and value (they are converted to float32 for it).
-    virtual bool reads_at_window_exit() const { return false; }
+/// A per-entry scorer: each entry gets its score once, when it is written, before attention (KVzap eq. 5: one
+/// prediction per token and head), and keeps it, except where on_window_exit rewrites it; a budget rule compares
+/// effective_score. Events of one entry, in order: on_write, on_window_exit when it leaves the local window (before
+/// the admission rule), effective_score whenever a budget rule compares it.
+class EntryScorer : public Scorer {
+public:
+    const EntryScorer* entry() const final { return this; }
+    /// Writes scores[t·Hkv + h] for the step's T new entries of every KV head (e.heads is empty).
+    virtual void on_write(const StepEvent& e, float* scores) const = 0;
     /// The score the admission rule judges a leaving entry by, and that it keeps in the global region (a delayed
     /// readout, KVpop eqs. 41–42). The default keeps the stored score.
-    virtual float on_window_exit(const WindowExitEvent& e, ScorerState* state) const {
-        (void)state;
-        return e.score;
-    }
-    /// True if effective_score differs from the stored score.
-    virtual bool decays() const { return false; }
+    virtual float on_window_exit(const WindowExitEvent& e) const { return e.score; }
     /// The score a budget rule compares when `now` tokens have been seen, for an entry of (layer, head) stored with
     /// score `stored` at position `pos` (e.g. a per-head decayed priority, KVpop eq. 5). The default is the stored
     /// score.
@@ -154,19 +144,36 @@ public:
         (void)pos, (void)now, (void)layer, (void)head;
         return stored;
     }
+};
 
-    /// Writes scores[h][i] for every entry i of every KV head h after a prefill chunk (kvpress rescores all
-    /// keys at each step). scores has Hkv vectors sized like the heads' views.
-    virtual void score_prefill(const PrefillScoreInput& in, std::vector<std::vector<float>>& scores) const = 0;
-    /// True if score_decode updates the scores of old entries too (accumulated or last-query attention); then
-    /// it sees every entry of the head. Otherwise it is called with n = 1, the new entry alone.
-    virtual bool rescore_on_decode() const { return false; }
-    /// Updates one head's scores [n] at a decode step (old values in; the new entry is last). The default
-    /// gives the new entry +∞ (kept until a later prefill rescoring) and leaves the others.
-    virtual void score_decode(const DecodeScoreInput& in, float* scores) const;
-    /// For scorers that rescore_on_decode(): updates every KV head of a layer at once (heads[h], scores[h] as in
-    /// score_decode), so a scorer can make one choice per layer. The default calls score_decode per head.
-    virtual void score_decode_layer(const std::vector<DecodeScoreInput>& heads, const std::vector<float*>& scores) const;
+/// Which entries a step scorer sees at a decode step.
+enum class DecodeScope {
+    kNewEntry,    ///< the new entry alone (n = 1): the others keep their scores, no pass over the cache
+    kAllEntries,  ///< every entry of the head, the new one last: accumulated or last-query attention
+};
+
+/// A step scorer: after attention it rescores every entry of every KV head at each prefill chunk (kvpress rescores
+/// all keys at each step) and updates scores at each decode step, from the step's tensors, the entries and, if it
+/// asks, an attention statistic. What it asks for is fixed at construction.
+class StepScorer : public Scorer {
+public:
+    /// stat: the statistic the kernels compute for it (HeadView::attn); scope: what score_decode sees.
+    explicit StepScorer(AttnStat stat = AttnStat::kNone, DecodeScope scope = DecodeScope::kNewEntry)
+        : stat_(stat), scope_(scope) {}
+    const StepScorer* step() const final { return this; }
+    AttnStat stat() const { return stat_; }
+    DecodeScope decode_scope() const { return scope_; }
+    /// Writes scores[h][i] for every entry i of every KV head h after a prefill chunk. scores has Hkv vectors, each
+    /// to be sized like e.heads[h].
+    virtual void score_prefill(const StepEvent& e, std::vector<std::vector<float>>& scores) const = 0;
+    /// Updates the scores of a layer's KV heads at a decode step: scores[h] [e.heads[h].n] holds the entries' old
+    /// values (the new entry's last), updated in place; one call per layer, so a scorer can make one choice per layer
+    /// (TOVA). The default gives the new entry +∞ (kept until a later prefill rescoring) and leaves the others.
+    virtual void score_decode(const StepEvent& e, const std::vector<float*>& scores) const;
+
+private:
+    AttnStat stat_;
+    DecodeScope scope_;
 };
 
 }  // namespace kvsieve

@@ -11,7 +11,8 @@
 
 namespace kvsieve {
 
-void snapkv_scores(const PrefillScoreInput& in, int window, int kernel, std::vector<std::vector<float>>& scores) {
+void snapkv_scores(const StepEvent& ev, int window, int kernel, std::vector<std::vector<float>>& scores) {
+    const LayerInputs& in = ev.step;
     // A chunk no longer than the observation window (chunked prefill) observes with its own queries but the
     // last, which kvpress would refuse.
     if (in.T <= window && in.T >= 2) window = static_cast<int>(in.T - 1);
@@ -22,10 +23,10 @@ void snapkv_scores(const PrefillScoreInput& in, int window, int kernel, std::vec
     // One KV head per iteration on kvsieve's threads: the DGEMM inside then runs on one thread (OpenBLAS does inside
     // an active OpenMP region), so the scores do not depend on the thread count (a multi-threaded DGEMM's last bits
     // may; docs/benchmarks.md). The maximum is exact in any order.
-    const int n_heads = static_cast<int>(in.heads.size());
+    const int n_heads = static_cast<int>(ev.heads.size());
 #pragma omp parallel for schedule(dynamic) reduction(max : mx)
     for (int h = 0; h < n_heads; ++h) {
-        const HeadView& v = in.heads[h];
+        const HeadView& v = ev.heads[h];
         scores[h].assign(v.n, 1.0f);
         if (in.T <= window || v.n <= window) continue;
         const int64_t n_old = v.n - in.T, m = v.n - window;  // keys scored: 0 … m − 1
@@ -65,20 +66,20 @@ void snapkv_scores(const PrefillScoreInput& in, int window, int kernel, std::vec
         }
     }
     if (std::isfinite(mx))
-        for (size_t h = 0; h < in.heads.size(); ++h) {
-            const HeadView& v = in.heads[h];
+        for (size_t h = 0; h < ev.heads.size(); ++h) {
+            const HeadView& v = ev.heads[h];
             if (in.T <= window || v.n <= window) continue;
             for (int64_t j = v.n - window; j < v.n; ++j) scores[h][j] = mx + 1;
         }
 }
 
 namespace {
-class SnapKVScorer : public Scorer {
+class SnapKVScorer : public StepScorer {
 public:
     SnapKVScorer(int window, int kernel) : window_(window), kernel_(kernel) {}
     std::string name() const override { return "snapkv"; }
-    void score_prefill(const PrefillScoreInput& in, std::vector<std::vector<float>>& scores) const override {
-        snapkv_scores(in, window_, kernel_, scores);
+    void score_prefill(const StepEvent& ev, std::vector<std::vector<float>>& scores) const override {
+        snapkv_scores(ev, window_, kernel_, scores);
     }
 
 private:
@@ -86,7 +87,7 @@ private:
 };
 }  // namespace
 
-std::shared_ptr<Scorer> make_snapkv_scorer(int window, int kernel) {
+std::shared_ptr<const Scorer> make_snapkv_scorer(int window, int kernel) {
     return std::make_shared<SnapKVScorer>(window, kernel);
 }
 

@@ -21,22 +21,26 @@
 namespace kvsieve {
 
 namespace {
-class SpkvScorer : public Scorer {
+class SpkvScorer : public EntryScorer {
 public:
-    /// spec: the threshold block as the spec gave it (the model's trained defaults fill the rest at bind).
-    explicit SpkvScorer(ThresholdSpec spec) : spec_(std::move(spec)) {}
+    /// spec: the threshold block as the spec gave it (the model's trained defaults fill the rest in for_model);
+    /// gates: the model's gates (null until for_model).
+    explicit SpkvScorer(ThresholdSpec spec, std::shared_ptr<const SpkvGates> gates = nullptr)
+        : spec_(std::move(spec)), gates_(std::move(gates)) {}
     std::string name() const override { return "spkv"; }
-    void bind(const ModelConfig& c) override {
+    /// A scorer holding the gates of the model's GGUF. Throws Error for a model without a file, gates that do not
+    /// fit it, or trained values out of range.
+    std::shared_ptr<const Scorer> for_model(const ModelConfig& c) const override {
         require(!c.path.empty(), "policy spkv reads its gates from the model's GGUF, and this model has no file");
-        if (gates_ && path_ == c.path) return;
         // One load per model file serves every policy and sequence (predict/predictor_registry.h); the gates carry
         // the GGUF's trained defaults (kvsieve.predictor.spkv.{tau,window,sinks}).
-        gates_ = PredictorRegistry::instance().get<SpkvGates>(
+        auto gates = PredictorRegistry::instance().get<SpkvGates>(
             "spkv", c.path, cat("L=", c.n_layer, ",D=", c.n_embd, ",Hkv=", c.n_head_kv),
             [&](const std::string& p) { return SpkvGates::load(GGUFFile(p), c.n_layer, c.n_embd, c.n_head_kv); });
-        path_ = c.path;
-        Policy check;  // the trained values' ranges, checked at bind as before any sequence uses them
-        adjust_policy(check);
+        auto bound = std::make_shared<SpkvScorer>(spec_, std::move(gates));
+        Policy check;  // the trained values' ranges, checked here as before any sequence uses them
+        bound->adjust_policy(check);
+        return bound;
     }
     /// The threshold block from the spec, else the gates' trained defaults (the utilities mean "keep beyond this
     /// window"), else the paper's τ = 0.5, w = 128, s = 0 (policy/learned_rule.h).
@@ -44,16 +48,13 @@ public:
         apply_threshold_rule("spkv", spec_, gates_ ? gates_->trained_defaults() : TrainedDefaults{},
                              ThresholdPreset{0.5, 128, 0, 0.0, 1.0}, p);
     }
-    bool scores_at_write() const override { return true; }
-    void on_write(const WriteEvent& e, ScorerState*, float* scores) const override {
-        gates_->predict(e.layer, e.hidden, e.T, scores);
+    void on_write(const StepEvent& e, float* scores) const override {
+        gates_->predict(e.step.layer, e.step.hidden, e.step.T, scores);
     }
-    void score_prefill(const PrefillScoreInput&, std::vector<std::vector<float>>&) const override {}
 
 private:
     ThresholdSpec spec_;
     std::shared_ptr<const SpkvGates> gates_;
-    std::string path_;
 };
 }  // namespace
 
@@ -75,7 +76,7 @@ void register_spkv() {
                          // rule=threshold is the only rule (accepted so `eval sweep --thresholds` can name it).
                          (void)p.get_string("rule");
                          const ThresholdSpec spec = read_threshold_spec(p);
-                         // The preset's defaults until bind, where the gates' trained defaults may replace them.
+                         // The preset's defaults until for_model, where the gates' trained defaults may replace them.
                          apply_threshold_rule("spkv", spec, TrainedDefaults{}, ThresholdPreset{0.5, 128, 0, 0.0, 1.0},
                                               pol);
                          pol.scorer = std::make_shared<SpkvScorer>(spec);

@@ -39,15 +39,17 @@ public:
     }
 };
 
-class StackedScorer : public Scorer {
+class StackedScorer : public EntryScorer {
 public:
-    StackedScorer(std::shared_ptr<Scorer> admit, double tau, std::shared_ptr<Scorer> evict)
-        : admit_(std::move(admit)), evict_(std::move(evict)), tau_(tau) {}
+    /// admit, evict: per-entry scorers; tau: the admission threshold; hkv: the model's KV heads (0 until for_model).
+    StackedScorer(std::shared_ptr<const EntryScorer> admit, double tau, std::shared_ptr<const EntryScorer> evict,
+                  int hkv = 0)
+        : admit_(std::move(admit)), evict_(std::move(evict)), tau_(tau), hkv_(hkv) {}
     std::string name() const override { return admit_->name() + ">" + evict_->name(); }
-    void bind(const ModelConfig& c) override {
-        admit_->bind(c);
-        evict_->bind(c);
-        hkv_ = c.n_head_kv;
+    /// Both scorers for the model, stacked.
+    std::shared_ptr<const Scorer> for_model(const ModelConfig& c) const override {
+        return std::make_shared<StackedScorer>(entry_for_model(*admit_, c), tau_, entry_for_model(*evict_, c),
+                                               c.n_head_kv);
     }
     std::unique_ptr<ScorerState> new_state(const ModelConfig& c) const override {
         auto s = std::make_unique<StackedState>();
@@ -56,53 +58,64 @@ public:
         s->pending.resize(static_cast<size_t>(c.n_layer) * c.n_head_kv);
         return s;
     }
-    bool scores_at_write() const override { return true; }
-    void on_write(const WriteEvent& e, ScorerState* state, float* scores) const override {
-        auto& st = *static_cast<StackedState*>(state);
-        std::vector<float> a(static_cast<size_t>(e.T) * e.n_head_kv);
-        admit_->on_write(e, st.admit.get(), a.data());
-        evict_->on_write(e, st.evict.get(), scores);
-        for (int64_t t = 0; t < e.T; ++t)
-            for (int h = 0; h < e.n_head_kv; ++h)
-                st.pending[static_cast<size_t>(e.layer) * e.n_head_kv + h][static_cast<int32_t>(e.pos0 + t)] = a[t * e.n_head_kv + h];
+    void on_write(const StepEvent& e, float* scores) const override {
+        auto& st = *static_cast<StackedState*>(e.state);
+        const int Hkv = e.step.n_head_kv;
+        std::vector<float> a(static_cast<size_t>(e.step.T) * Hkv);
+        StepEvent ea(e.step, e.n_layer, e.prefill, st.admit.get()), ee(e.step, e.n_layer, e.prefill, st.evict.get());
+        admit_->on_write(ea, a.data());
+        evict_->on_write(ee, scores);
+        for (int64_t t = 0; t < e.step.T; ++t)
+            for (int h = 0; h < Hkv; ++h)
+                st.pending[static_cast<size_t>(e.step.layer) * Hkv + h][static_cast<int32_t>(e.step.pos0 + t)] =
+                    a[t * Hkv + h];
     }
-    bool reads_at_window_exit() const override { return admit_->reads_at_window_exit() || evict_->reads_at_window_exit(); }
-    float on_window_exit(const WindowExitEvent& e, ScorerState* state) const override {
-        auto& st = *static_cast<StackedState*>(state);
+    float on_window_exit(const WindowExitEvent& e) const override {
+        auto& st = *static_cast<StackedState*>(e.state);
         auto& pend = st.pending[static_cast<size_t>(e.layer) * hkv_ + e.head];
-        WindowExitEvent ea = e;
+        WindowExitEvent ea = e, ee = e;
+        ea.state = st.admit.get();
+        ee.state = st.evict.get();
         auto it = pend.find(e.pos);
         if (it != pend.end()) {
             ea.score = it->second;
             pend.erase(it);
         }
-        const float a = admit_->on_window_exit(ea, st.admit.get());
-        const float r = evict_->on_window_exit(e, st.evict.get());  // always: it may hold a delayed score to release
+        const float a = admit_->on_window_exit(ea);
+        const float r = evict_->on_window_exit(ee);  // always: it may hold a delayed score to release
         return a >= tau_ ? r : -INFINITY;
     }
-    bool decays() const override { return evict_->decays(); }
     float effective_score(float stored, int32_t pos, int64_t now, int layer, int head) const override {
         return evict_->effective_score(stored, pos, now, layer, head);
     }
-    void score_prefill(const PrefillScoreInput&, std::vector<std::vector<float>>&) const override {}
 
 private:
-    std::shared_ptr<Scorer> admit_, evict_;
+    /// s.for_model(c), which for a per-entry scorer is one too.
+    static std::shared_ptr<const EntryScorer> entry_for_model(const EntryScorer& s, const ModelConfig& c) {
+        auto bound = s.for_model(c);
+        const EntryScorer* e = bound->entry();
+        return std::shared_ptr<const EntryScorer>(std::move(bound), e);
+    }
+
+    std::shared_ptr<const EntryScorer> admit_, evict_;
     double tau_;
-    int hkv_ = 0;
+    int hkv_;
 };
 }  // namespace
 
 Policy stack_admission(const Policy& admit, const Policy& evict) {
-    require(admit.scorer && admit.scorer->scores_at_write() && admit.admission.kind == Rule::Kind::kThreshold,
+    require(admit.scorer && admit.scorer->entry() && admit.admission.kind == Rule::Kind::kThreshold,
             "policy '", admit.spec, "' cannot stand in front of another: the admission part must be a write-time scorer ",
             "with a threshold (kvzap, spkv, wgkv)");
-    require(evict.scorer && evict.scorer->scores_at_write() && evict.compression.is_budget() && evict.window > 0,
+    require(evict.scorer && evict.scorer->entry() && evict.compression.is_budget() && evict.window > 0,
             "policy '", evict.spec, "' cannot follow an admission: the eviction part must be a write-time scorer with a ",
             "per-head budget and a window (kvpop, kvpop_mlp)");
     require(!admit.selection.active(), "a read-time selection goes after the whole stack");
     Policy p = evict;
-    p.scorer = std::make_shared<StackedScorer>(admit.scorer, admit.admission.tau, evict.scorer);
+    // Aliasing pointers: the per-entry interfaces of the two scorers, owning them.
+    p.scorer = std::make_shared<StackedScorer>(std::shared_ptr<const EntryScorer>(admit.scorer, admit.scorer->entry()),
+                                               admit.admission.tau,
+                                               std::shared_ptr<const EntryScorer>(evict.scorer, evict.scorer->entry()));
     p.admission.kind = Rule::Kind::kThreshold;
     p.admission.tau = -std::numeric_limits<double>::max();  // keeps every finite score: the stacked scorer says −∞
     p.gated_prefill = false;

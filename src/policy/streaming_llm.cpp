@@ -18,13 +18,13 @@ namespace {
 /// (whose 1/0 scores mark the same set). Chunked prefill: the budget counts every token seen, more than the
 /// entries left, and position scores still keep the sinks and the newest, where 1/0 scores computed over the
 /// remaining entries would tie and keep scattered old ones.
-class RecencyScorer : public Scorer {
+class RecencyScorer : public StepScorer {
 public:
     explicit RecencyScorer(int sinks) : sinks_(sinks) {}
     std::string name() const override { return "recency"; }
-    void score_prefill(const PrefillScoreInput& in, std::vector<std::vector<float>>& scores) const override {
-        for (size_t h = 0; h < in.heads.size(); ++h) {
-            const HeadView& v = in.heads[h];
+    void score_prefill(const StepEvent& ev, std::vector<std::vector<float>>& scores) const override {
+        for (size_t h = 0; h < ev.heads.size(); ++h) {
+            const HeadView& v = ev.heads[h];
             std::vector<int64_t> idx(v.n);
             std::iota(idx.begin(), idx.end(), 0);
             std::stable_sort(idx.begin(), idx.end(), [&](int64_t a, int64_t b) { return v.pos[a] < v.pos[b]; });

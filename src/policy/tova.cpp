@@ -13,25 +13,26 @@
 namespace kvsieve {
 
 namespace {
-class TovaScorer : public Scorer {
+class TovaScorer : public StepScorer {
 public:
+    TovaScorer() : StepScorer(AttnStat::kMassLast, DecodeScope::kAllEntries) {}
     std::string name() const override { return "tova"; }
-    AttnStat stat() const override { return AttnStat::kMassLast; }
-    void score_prefill(const PrefillScoreInput& in, std::vector<std::vector<float>>& scores) const override {
+    void score_prefill(const StepEvent& ev, std::vector<std::vector<float>>& scores) const override {
+        const LayerInputs& in = ev.step;
         const int G = in.n_head / in.n_head_kv;
         bool same = true;
-        for (const auto& v : in.heads) same = same && v.n == in.heads[0].n;
+        for (const auto& v : ev.heads) same = same && v.n == ev.heads[0].n;
         std::vector<double> mean_all;
         if (same) {
-            mean_all.assign(in.heads[0].n, 0.0);
-            for (const auto& v : in.heads)
+            mean_all.assign(ev.heads[0].n, 0.0);
+            for (const auto& v : ev.heads)
                 for (int g = 0; g < G; ++g)
                     for (int64_t i = 0; i < v.n; ++i) mean_all[i] += v.attn[g * v.n + i];
             for (auto& x : mean_all) x /= in.n_head;
         }
         float mx = -INFINITY;
-        for (size_t h = 0; h < in.heads.size(); ++h) {
-            const HeadView& v = in.heads[h];
+        for (size_t h = 0; h < ev.heads.size(); ++h) {
+            const HeadView& v = ev.heads[h];
             scores[h].resize(v.n);
             for (int64_t i = 0; i + 1 < v.n; ++i) {
                 double s = 0;
@@ -45,35 +46,33 @@ public:
                 mx = std::max(mx, scores[h][i]);
             }
         }
-        for (size_t h = 0; h < in.heads.size(); ++h)
-            if (in.heads[h].n > 0) scores[h][in.heads[h].n - 1] = (std::isfinite(mx) ? mx : 0.0f) + 1;
+        for (size_t h = 0; h < ev.heads.size(); ++h)
+            if (ev.heads[h].n > 0) scores[h][ev.heads[h].n - 1] = (std::isfinite(mx) ? mx : 0.0f) + 1;
     }
-    bool rescore_on_decode() const override { return true; }
-    void score_decode_layer(const std::vector<DecodeScoreInput>& heads, const std::vector<float*>& scores) const override {
+    void score_decode(const StepEvent& ev, const std::vector<float*>& scores) const override {
+        const std::vector<HeadView>& heads = ev.heads;
+        const int group = ev.step.n_head / ev.step.n_head_kv;
         bool same = true;
-        for (const auto& h : heads)
-            same = same && h.n == heads[0].n && std::equal(h.positions, h.positions + h.n, heads[0].positions);
-        if (!same) {
-            Scorer::score_decode_layer(heads, scores);
+        for (const auto& h : heads) same = same && h.n == heads[0].n && std::equal(h.pos, h.pos + h.n, heads[0].pos);
+        if (!same) {  // per KV head: the mean over its G query heads
+            for (size_t h = 0; h < heads.size(); ++h)
+                for (int64_t i = 0; i < heads[h].n; ++i) {
+                    double a = 0;
+                    for (int g = 0; g < group; ++g) a += heads[h].attn[g * heads[h].n + i];
+                    scores[h][i] = static_cast<float>(a / group);
+                }
             return;
         }
         const int64_t n = heads[0].n;
         std::vector<double> mean(n, 0.0);
         int n_query = 0;
         for (const auto& h : heads) {
-            for (int g = 0; g < h.group; ++g)
+            for (int g = 0; g < group; ++g)
                 for (int64_t i = 0; i < n; ++i) mean[i] += h.attn[g * n + i];
-            n_query += h.group;
+            n_query += group;
         }
         for (size_t h = 0; h < heads.size(); ++h)
             for (int64_t i = 0; i < n; ++i) scores[h][i] = static_cast<float>(mean[i] / n_query);
-    }
-    void score_decode(const DecodeScoreInput& in, float* scores) const override {
-        for (int64_t i = 0; i < in.n; ++i) {
-            double a = 0;
-            for (int g = 0; g < in.group; ++g) a += in.attn[g * in.n + i];
-            scores[i] = static_cast<float>(a / in.group);
-        }
     }
 };
 }  // namespace

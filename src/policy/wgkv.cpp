@@ -20,29 +20,28 @@
 namespace kvsieve {
 
 namespace {
-class WgkvScorer : public Scorer {
+class WgkvScorer : public EntryScorer {
 public:
-    explicit WgkvScorer(std::string path) : path_(std::move(path)) {}
+    /// path: the gates file; gates: its gates loaded for a model (null until for_model).
+    explicit WgkvScorer(std::string path, std::shared_ptr<const WgkvGates> gates = nullptr)
+        : path_(std::move(path)), gates_(std::move(gates)) {}
     std::string name() const override { return "wgkv"; }
-    void bind(const ModelConfig& c) override {
+    /// A scorer holding the gates loaded for the model's shape. Throws Error for gates of another shape.
+    std::shared_ptr<const Scorer> for_model(const ModelConfig& c) const override {
         // One load per file and model shape serves every policy and sequence (predict/predictor_registry.h); the
         // shapes are checked against the model here.
-        if (!gates_ || n_layer_ != c.n_layer || hkv_ != c.n_head_kv || d_ != c.head_dim)
-            gates_ = PredictorRegistry::instance().get<WgkvGates>(
-                "wgkv", path_, cat("L=", c.n_layer, ",Hkv=", c.n_head_kv, ",d=", c.head_dim),
-                [&](const std::string& p) { return WgkvGates::load(p, c.n_layer, c.n_head_kv, c.head_dim); });
-        n_layer_ = c.n_layer, hkv_ = c.n_head_kv, d_ = c.head_dim;
+        return std::make_shared<WgkvScorer>(
+            path_, PredictorRegistry::instance().get<WgkvGates>(
+                       "wgkv", path_, cat("L=", c.n_layer, ",Hkv=", c.n_head_kv, ",d=", c.head_dim),
+                       [&](const std::string& p) { return WgkvGates::load(p, c.n_layer, c.n_head_kv, c.head_dim); }));
     }
-    bool scores_at_write() const override { return true; }
-    void on_write(const WriteEvent& e, ScorerState*, float* scores) const override {
-        gates_->predict(e.layer, e.k_pre, e.k, e.T, scores);
+    void on_write(const StepEvent& e, float* scores) const override {
+        gates_->predict(e.step.layer, e.step.k_pre, e.step.k, e.step.T, scores);
     }
-    void score_prefill(const PrefillScoreInput&, std::vector<std::vector<float>>&) const override {}
 
 private:
     std::string path_;
     std::shared_ptr<const WgkvGates> gates_;
-    int n_layer_ = 0, hkv_ = 0, d_ = 0;
 };
 }  // namespace
 

@@ -15,7 +15,7 @@ namespace {
 class ObservingCache : public SequenceCache {
 public:
     ObservingCache(KVCache& real, int n_layer, const std::function<bool(int32_t)>& wanted,
-                   const std::function<void(const PrefillScoreInput&)>& observe)
+                   const std::function<void(const StepEvent&)>& observe)
         : real_(real), n_layer_(n_layer), wanted_(wanted), observe_(observe) {}
 
     int64_t n_tokens() const override { return real_.n_tokens(); }
@@ -46,7 +46,7 @@ public:
                 P[h].push_back(static_cast<int32_t>(in.pos0 + t));
             }
         }
-        PrefillScoreInput si = prefill_score_input(in, n_layer_);
+        StepEvent si(in, n_layer_, true, nullptr);
         for (int h = 0; h < Hkv; ++h)
             si.heads.push_back({static_cast<int64_t>(P[h].size()), K[h].data(), V[h].data(), P[h].data(), nullptr, nullptr});
         observe_(si);
@@ -57,7 +57,7 @@ private:
     KVCache& real_;
     int n_layer_;
     const std::function<bool(int32_t)>& wanted_;
-    const std::function<void(const PrefillScoreInput&)>& observe_;
+    const std::function<void(const StepEvent&)>& observe_;
 };
 
 }  // namespace
@@ -68,7 +68,7 @@ int64_t SessionModelAccess::n_tokens() const { return cache_.n_tokens(); }
 int64_t SessionModelAccess::n_ctx() const { return cache_.n_ctx(); }
 
 void SessionModelAccess::replay(const std::vector<int32_t>& ids, const std::function<bool(int32_t)>& wanted,
-                                const std::function<void(const PrefillScoreInput&)>& observe) {
+                                const std::function<void(const StepEvent&)>& observe) {
     const int64_t n = cache_.n_tokens();
     require(n + static_cast<int64_t>(ids.size()) <= cache_.n_ctx(), "a replay of ", ids.size(), " tokens after ", n,
             " needs more positions than the context holds (", cache_.n_ctx(), ")");

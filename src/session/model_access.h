@@ -23,7 +23,7 @@ public:
     int64_t n_tokens() const override;
     int64_t n_ctx() const override;
     void replay(const std::vector<int32_t>& ids, const std::function<bool(int32_t)>& wanted,
-                const std::function<void(const PrefillScoreInput&)>& observe) override;
+                const std::function<void(const StepEvent&)>& observe) override;
     std::vector<float> output_projection(int layer) const override;
 
 private:
