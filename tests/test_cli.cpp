@@ -240,6 +240,17 @@ TEST(Cli, QuantizedKVTypesRunAndBadOnesAreReported) {
                          "KV cache type q8_0 stores blocks of 32 elements; head dimension 8 is not a multiple of 32");
     expect_clean_failure("bench -m " + kModel + " --cache-type-v q4_0",
                          "KV cache type q4_0 stores blocks of 32 elements; head dimension 8");
+    // --kv-rotate: a bad value, and "on" for a head dimension that is not a multiple of 64 name the problem; "auto"
+    // (the default) runs tiny-2k's quantized pages unrotated (head size 32), as llama.cpp does.
+    expect_clean_failure("generate -m " + tiny2k + " -p hi --kv-type q8_0 --kv-rotate yes",
+                         "--kv-rotate: 'yes' is not one of auto, on, off");
+    expect_clean_failure("generate -m " + tiny2k + " -p hi -n 2 --kv-type q8_0 --kv-rotate on",
+                         "--kv-rotate on needs a head dimension that is a multiple of 64");
+    expect_clean_failure("bench -m " + tiny2k + " --kv-type q4_0 --kv-rotate on", "this model's head dimension is 32");
+    expect_clean_failure("serve -m " + tiny2k + " --kv-type q4_0 --kv-rotate on --port 0",
+                         "this model's head dimension is 32");
+    const CmdResult a = run("generate -m " + tiny2k + " -p 'Once upon a time' -n 2 --temp 0 --kv-type q8_0 --kv-rotate auto");
+    EXPECT_EQ(a.status, 0) << a.err;
 }
 
 TEST(Cli, EvalTasksPrintsAccuracyLast) {

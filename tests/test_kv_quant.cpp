@@ -317,16 +317,18 @@ TEST(KVQuant, CacheRecordOfOtherTypesIsRefusedNamingBothAndVersion1IsRead) {
         EXPECT_EQ(c2->stats().kv_bytes_final, cache->stats().kv_bytes_final);
     }
     // A version-1 record (one type for keys and values) of an F16 cache still loads into an F16 cache: version 1
-    // is version 2 without the value type after the key type (u32 version, then int32 L, H, d, type), and version 2
-    // is version 3 without the sinks' and the window's types.
+    // is version 3 without the rotation sizes after the page size, without the sinks' and the window's types and
+    // without the value type after the key type (u32 version, then int32 L, H, d, type, page).
     auto f16 = tiny_cache(m, KVType::kF16, KVType::kF16);
     m.forward(prompt, *f16, logits);
     BinaryWriter w2;
     f16->save(w2);
-    // Version 3 adds the sinks' and the window's key and value types after the value type: drop the three.
+    // Version 3 adds the value type and the sinks' and the window's key and value types after the key type, and the
+    // two rotation sizes after the page size: drop them (the later first).
     std::string v1 = w2.data();
     const uint32_t one = 1;
     std::memcpy(v1.data(), &one, 4);
+    v1.erase(4 + 9 * 4, 8);
     v1.erase(4 + 4 * 4, 12);
     auto back = tiny_cache(m, KVType::kF16, KVType::kF16);
     BinaryReader r1(v1.data(), v1.size(), "the version-1 record");
@@ -616,8 +618,8 @@ TEST(KVQuantAtAdmission, SaveLoadRoundTripsAndRecordsOfOtherRegionTypesAreRefuse
         }
         EXPECT_EQ(a->n_tokens(), 0);
     }
-    // A version-2 record (before the sinks' and the window's types) reads as quantized at write: it loads into a
-    // cache quantized at write and is refused by one quantized at admission.
+    // A version-2 record (before the sinks' and the window's types and the rotation sizes) reads as quantized at
+    // write: it loads into a cache quantized at write and is refused by one quantized at admission.
     auto a = make(KVQuantAt::kWrite);
     a->fill_synthetic(70, 9);
     BinaryWriter wa;
@@ -625,6 +627,7 @@ TEST(KVQuantAtAdmission, SaveLoadRoundTripsAndRecordsOfOtherRegionTypesAreRefuse
     std::string v2 = wa.data();
     const uint32_t two = 2;
     std::memcpy(v2.data(), &two, 4);
+    v2.erase(4 + 8 * 4, 8);
     v2.erase(4 + 5 * 4, 8);
     {
         auto back = make(KVQuantAt::kWrite);

@@ -17,6 +17,7 @@
 #include "model/sampler.h"
 #include "session/cache_file.h"
 #include "session/session.h"
+#include "gguf_edit.h"
 #include "test_util.h"
 #include "util/error.h"
 
@@ -119,9 +120,36 @@ const KVTypes kCacheTypes[] = {{KVType::kF16, KVType::kF16},
                                {KVType::kQ4_0, KVType::kQ4_0},
                                {KVType::kQ8_0, KVType::kQ8_0, KVQuantAt::kAdmission}};
 
-std::unique_ptr<KVCache> make_cache(const LlamaModel& m, const std::string& spec, KVTypes types) {
+std::unique_ptr<KVCache> make_cache(const LlamaModel& m, const std::string& spec, KVTypes types,
+                                    KVRotateMode rot = KVRotateMode::kOff) {
     return std::make_unique<KVCache>(m.config(), kCtx, parse_policy(spec),
-                                     std::make_shared<KVPool>(m.config().head_dim, types));
+                                     make_kv_pool(m.config().head_dim, types, rot));
+}
+
+/// kvsieve-tiny-2k read as 4 query heads and 1 KV head of dimension 64 (the same tensors: Wq 256 × 4·64, Wk and Wv
+/// 256 × 1·64), written once to a temporary file: a model whose head dimension the Hadamard rotation takes (64, a
+/// multiple of 64; tiny-2k's own is 32). Its outputs are not a trained model's, which the contract does not need.
+const LlamaModel& tiny2k_d64() {
+    static test::TempFile file(".gguf");
+    static std::unique_ptr<LlamaModel> m;
+    if (!m) {
+        test::GGUFEdit e;
+        e.edit_kv = [](const std::string& k, GGUFValue& v) {
+            auto set = [&v](int64_t x) {  // keeps the entry's integer type
+                v.u = static_cast<uint64_t>(x);
+                v.i = x;
+            };
+            if (k == "llama.attention.head_count") set(4);
+            if (k == "llama.attention.head_count_kv") set(1);
+            if (k == "llama.attention.key_length" || k == "llama.attention.value_length" ||
+                k == "llama.rope.dimension_count")
+                set(64);
+            return true;
+        };
+        test::rewrite_gguf(test::model_path(kTiny2k), file.path(), e);
+        m = std::make_unique<LlamaModel>(file.path());
+    }
+    return *m;
 }
 
 int32_t greedy(const LlamaModel& m, const std::vector<float>& logits) {
@@ -148,13 +176,14 @@ protected:
     const CaseSpec* table_entry() const { return table_entry_of(GetParam()); }
 };
 
-/// A preset on one cache type.
+/// A preset on one cache type (for PresetContractRotated: stored rotated).
 class PresetContractOnType : public ::testing::TestWithParam<std::tuple<Registered, KVTypes>> {
 protected:
     const CaseSpec* table_entry() const { return table_entry_of(std::get<0>(GetParam())); }
     const Registered& reg() const { return std::get<0>(GetParam()); }
     KVTypes type() const { return std::get<1>(GetParam()); }
 };
+class PresetContractRotated : public PresetContractOnType {};
 
 /// The statistics against the per-(layer, KV head) entry tables they summarise, after `tokens` positions, for a
 /// cache whose keys and values are of `types` (under quantization at admission: F16 in the sinks and the window).
@@ -224,19 +253,17 @@ uint64_t full_cache_bytes(const LlamaModel& m, const std::vector<int32_t>& token
     return cache->stats().kv_bytes_final;
 }
 
-TEST_P(PresetContractOnType, RunsKeepsItsStatisticsAndRestoresBitForBit) {
-    const CaseSpec* cs = table_entry();
-    if (!cs) return;
-    const std::string spec = spec_of(reg().name, cs->params);
-    SCOPED_TRACE(spec + " on " + kv_types_spec(type()));
-    const LlamaModel& m = model(cs->model);
+/// The contract of one preset on one cache type (and rotation) and model: see the file comment.
+void run_contract(const Registered& reg, const CaseSpec* cs, KVTypes type, const LlamaModel& m, KVRotateMode rot) {
+    const std::string spec = spec_of(reg.name, cs->params);
+    SCOPED_TRACE(spec + " on " + kv_types_spec(type) + ", --kv-rotate " + kv_rotate_mode_name(rot));
     const auto tok = Tokenizer::from_gguf(m.file());
     const std::vector<int32_t> prompt = prompt_for(m);
     ASSERT_GE(prompt.size(), 300u);
     ASSERT_LE(prompt.size(), 600u);
 
     // 1. Prefill (in chunks unless the policy rescores the whole prompt at once) and greedy decode steps.
-    auto cache = make_cache(m, spec, type());
+    auto cache = make_cache(m, spec, type, rot);
     const Policy& policy = cache->policy();
     const bool drops = cs->drops;
     EXPECT_EQ(policy.is_full(), !drops);
@@ -252,10 +279,10 @@ TEST_P(PresetContractOnType, RunsKeepsItsStatisticsAndRestoresBitForBit) {
     {
         SCOPED_TRACE("after the prefill");
         const KVStats st = cache->stats();
-        check_stats(st, m, n, n, type());
+        check_stats(st, m, n, n, type);
         if (drops) {
             EXPECT_GT(st.compression_ratio, 0.0);
-            EXPECT_LT(st.kv_bytes_final, full_cache_bytes(m, prompt, type()));
+            EXPECT_LT(st.kv_bytes_final, full_cache_bytes(m, prompt, type));
         } else {
             for (const auto& layer : st.entries)
                 for (int64_t e : layer) EXPECT_EQ(e, n);
@@ -265,10 +292,10 @@ TEST_P(PresetContractOnType, RunsKeepsItsStatisticsAndRestoresBitForBit) {
     {
         SCOPED_TRACE("after the decode steps");
         const KVStats st = cache->stats();
-        check_stats(st, m, n + kDecodeSteps, n, type());
+        check_stats(st, m, n + kDecodeSteps, n, type);
         if (drops) {
             EXPECT_GT(st.compression_ratio, 0.0);
-            EXPECT_LT(st.kv_bytes_final, full_cache_bytes(m, s.tokens(), type()));
+            EXPECT_LT(st.kv_bytes_final, full_cache_bytes(m, s.tokens(), type));
         } else {
             for (const auto& layer : st.entries)
                 for (int64_t e : layer) EXPECT_EQ(e, n + kDecodeSteps);
@@ -283,7 +310,7 @@ TEST_P(PresetContractOnType, RunsKeepsItsStatisticsAndRestoresBitForBit) {
     const KVStats saved_stats = cache->stats();
     const SavedSequence saved = read_sequence(file.path(), m);
     EXPECT_EQ(saved.policy_spec, spec);
-    auto restored_cache = make_cache(m, spec, type());
+    auto restored_cache = make_cache(m, spec, type, rot);
     Session r(m, *tok, *restored_cache);
     ASSERT_NO_THROW(restore_sequence(r, saved));
     EXPECT_EQ(r.tokens(), s.tokens());
@@ -298,6 +325,25 @@ TEST_P(PresetContractOnType, RunsKeepsItsStatisticsAndRestoresBitForBit) {
         EXPECT_TRUE(same_bits(restored_logits, logits)) << "decode step " << step << " after the restore";
         EXPECT_EQ(restored_cache->stats().entries, cache->stats().entries) << "decode step " << step;
     }
+}
+
+TEST_P(PresetContractOnType, RunsKeepsItsStatisticsAndRestoresBitForBit) {
+    const CaseSpec* cs = table_entry();
+    if (!cs) return;
+    run_contract(reg(), cs, type(), model(cs->model), KVRotateMode::kAuto);
+}
+
+/// The same contract with the entries stored Hadamard-rotated (--kv-rotate on) on a model of head dimension 64, for
+/// every preset whose spec does not need tiny-2k's own shape (a predictor trained on it, or a list of its KV heads).
+TEST_P(PresetContractRotated, RunsKeepsItsStatisticsAndRestoresBitForBit) {
+    const CaseSpec* cs = table_entry();
+    if (!cs) return;
+    if (cs->model != kTiny2k || cs->params.count("model") || cs->params.count("global"))
+        GTEST_SKIP() << reg().name << "'s spec needs tiny-2k's own shape (a predictor trained on it, or its KV heads)";
+    const LlamaModel& m = tiny2k_d64();
+    ASSERT_EQ(m.config().head_dim, 64);
+    ASSERT_TRUE(make_kv_pool(64, type(), KVRotateMode::kOn)->rotation().any());
+    run_contract(reg(), cs, type(), m, KVRotateMode::kOn);
 }
 
 /// Texts outside a declaration's range: below its minimum, above its maximum (or past int64), NaN for reals.
@@ -363,11 +409,23 @@ std::string case_type_name(const ::testing::TestParamInfo<std::tuple<Registered,
     std::string t = kv_types_spec(std::get<1>(info.param));
     const size_t at = t.find('@');
     if (at != std::string::npos) t.replace(at, 1, "_at_");
+    const size_t slash = t.find('/');  // keys/values
+    if (slash != std::string::npos) t.replace(slash, 1, "_");
     return (r.selection ? "selection_" : "") + r.name + "_" + t;
 }
 
 INSTANTIATE_TEST_SUITE_P(Registered, PresetContractOnType,
                          ::testing::Combine(::testing::ValuesIn(registered()), ::testing::ValuesIn(kCacheTypes)),
+                         case_type_name);
+
+/// The quantized types with the rotation on (the last also quantized at admission: its F16 sinks and window are
+/// stored in the same rotated space).
+const KVTypes kRotatedTypes[] = {{KVType::kQ8_0, KVType::kQ8_0},
+                                 {KVType::kQ4_0, KVType::kQ4_0},
+                                 {KVType::kQ8_0, KVType::kQ8_0, KVQuantAt::kAdmission}};
+
+INSTANTIATE_TEST_SUITE_P(Registered, PresetContractRotated,
+                         ::testing::Combine(::testing::ValuesIn(registered()), ::testing::ValuesIn(kRotatedTypes)),
                          case_type_name);
 
 TEST(PresetContractTable, EveryEntryIsRegistered) {

@@ -6,6 +6,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/dot.h"
+#include "kernels/quant.h"
 #include "util/error.h"
 
 namespace kvsieve {
@@ -171,6 +172,17 @@ void KVCache::decode_layer(const LayerInputs& in, const float* write_scores, flo
         size_t index;
     };
     std::vector<std::vector<PageRef>> pages(in.n_head_kv);
+    // A rotated pool stores R_K·k and R_V·v (cache/kv_rotation.h): the pages are read as stored, so the query is
+    // rotated once per head and step ((R_K q)·(R_K k) = q·k, also against Quest's bounds, which are kept in the
+    // stored space) and the output rotated back once per head below (Σ p_j R_V v_j = R_V Σ p_j v_j).
+    const KVRotation& rot = pool_->rotation();
+    std::vector<float> q_rot;
+    const float* q_all = in.q;
+    if (rot.keys()) {
+        q_rot.assign(in.q, in.q + static_cast<int64_t>(in.n_head) * d);
+        rot.rotate_keys(q_rot.data(), in.n_head, d);
+        q_all = q_rot.data();
+    }
     const bool select = policy_.selection.active() && in.layer >= policy_.selection.skip_layers;
     for (int h = 0; h < in.n_head_kv; ++h) {
         const HeadCache& hc = head(in.layer, h);
@@ -193,7 +205,7 @@ void KVCache::decode_layer(const LayerInputs& in, const float* write_scores, flo
         int64_t read = 0, total = 0;
 #pragma omp parallel for schedule(dynamic) reduction(+ : read, total)
         for (int h = 0; h < in.n_head_kv; ++h)
-            select_quest_pages(pages[h], *pool_, policy_.selection, in.q + static_cast<int64_t>(h) * G * d, G, d, read,
+            select_quest_pages(pages[h], *pool_, policy_.selection, q_all + static_cast<int64_t>(h) * G * d, G, d, read,
                                total);
         selected_read_ += read;
         selected_total_ += total;
@@ -218,7 +230,7 @@ void KVCache::decode_layer(const LayerInputs& in, const float* write_scores, flo
         float* plsum = part_l.data() + static_cast<size_t>(it) * G;
         float* po = part_o.data() + static_cast<size_t>(it) * G * d;
         const int64_t n = static_cast<int64_t>(probs.empty() ? 0 : probs[h].size() / G);
-        const float* q = in.q + static_cast<int64_t>(h) * G * d;
+        const float* q = q_all + static_cast<int64_t>(h) * G * d;
         for (size_t i = b; i < e; ++i) {
             // Pages are not contiguous: touch the first lines of the keys and values of the page two ahead so
             // the hardware streamers are already running when it is read. (Prefetching whole pages filled the
@@ -253,6 +265,7 @@ void KVCache::decode_layer(const LayerInputs& in, const float* write_scores, flo
                 for (int c = 0; c < d; ++c) dst[c] += o[c] * w;
             }
             for (int c = 0; c < d; ++c) dst[c] /= l;
+            rot.rotate_values(dst, 1, d);
             if (!probs.empty()) {
                 const int64_t n = static_cast<int64_t>(probs[h].size() / G);
                 for (int64_t j = 0; j < n; ++j) probs[h][g * n + j] = std::exp(probs[h][g * n + j] - m) / l;
@@ -343,6 +356,28 @@ void KVCache::prefill_layer(const LayerInputs& in, const float* write_scores, fl
         return adm.kind == Rule::Kind::kKeepAll || (adm.kind == Rule::Kind::kThreshold && score >= adm.tau);
     };
     const KVPool& lp = pool_->local();  // the sinks' and the window's layout (binary16 under quantization at admission)
+    const bool kq = kv_type_block(pool_->key_type()) > 1;
+    // Quantized keys: the chunk's queries are scored as the decode kernel and llama.cpp's flash attention score them
+    // (docs/kv_quant_reference.md, step 1): each head's query quantized to Q8_0 blocks (ties to even) in the keys'
+    // stored space, i.e. q ← R_Kᵀ·deq(Q8_0(R_K·q)) with the pool's key rotation R_K (identity when unrotated).
+    std::vector<float> q_seen;
+    const float* qp = in.q;
+    if (kq) {
+        q_seen.assign(in.q, in.q + T * ldq);
+        const KVRotation& rot = pool_->rotation();
+#pragma omp parallel for schedule(static)
+        for (int64_t t = 0; t < T; ++t) {
+            float* row = q_seen.data() + t * ldq;
+            std::vector<BlockQ8_0> blocks(static_cast<size_t>(d / QK8_0));
+            rot.rotate_keys(row, in.n_head, d);
+            for (int hq = 0; hq < in.n_head; ++hq) {
+                quantize_row_q8_0_activations(row + static_cast<int64_t>(hq) * d, blocks.data(), d);
+                dequantize_row(TensorType::Q8_0, blocks.data(), row + static_cast<int64_t>(hq) * d, d);
+            }
+            rot.rotate_keys(row, in.n_head, d);
+        }
+        qp = q_seen.data();
+    }
     // 1. Per head: gather the kept entries (float32) followed by the chunk's, attend.
     std::vector<std::vector<float>> K(Hkv), V(Hkv), A(Hkv);
     std::vector<std::vector<int32_t>> P(Hkv);
@@ -376,18 +411,16 @@ void KVCache::prefill_layer(const LayerInputs& in, const float* write_scores, fl
             // or the window (their layout), or without a window straight to the global region. (At admission, a
             // later chunk reads the entries an earlier one pushed out of the window quantized, as a decode step
             // would, where one batch reads them in F16: the two then differ by the quantization of those entries.)
+            // Rotated pages: the round trip goes through the rotation as the store does (stored_view).
             const KVPool& dst = hc.sinks().size() + t < policy_.sinks || policy_.window > 0 ? lp : *pool_;
-            if (kv_type_block(dst.key_type()) > 1)
-                round_trip_row(dst.key_type(), K[h].data() + j * d, K[h].data() + j * d, d);
-            if (kv_type_block(dst.value_type()) > 1)
-                round_trip_row(dst.value_type(), V[h].data() + j * d, V[h].data() + j * d, d);
+            stored_view(dst, K[h].data() + j * d, V[h].data() + j * d);
             P[h][j] = static_cast<int32_t>(in.pos0 + t);
             if (gated)  // the first s entries become sinks
                 open[j] = hc.sinks().size() + t < policy_.sinks || will_keep(write_scores ? write_scores[t * Hkv + h] : 0.0f);
         }
         if (stat != KeyStat::kNone) A[h].resize(static_cast<size_t>(G) * n);
         if (gated)
-            attention_prefill_gated(in.q + static_cast<int64_t>(h) * G * d, ldq, G, d, T, K[h].data(), V[h].data(), no,
+            attention_prefill_gated(qp + static_cast<int64_t>(h) * G * d, ldq, G, d, T, K[h].data(), V[h].data(), no,
                                     P[h].data(), open.data(), in.pos0, policy_.window, out + static_cast<int64_t>(h) * G * d, ldq);
         else if (!shadow_ || stat != KeyStat::kNone) {  // a shadow cache computes only the statistics its policy reads
             // A shadow takes the statistics another cache of this step computed over the same keys.
@@ -397,7 +430,7 @@ void KVCache::prefill_layer(const LayerInputs& in, const float* write_scores, fl
             if (had != nullptr) {
                 A[h] = *had;
             } else {
-                attention_prefill_group(in.q + static_cast<int64_t>(h) * G * d, ldq, G, d, T, K[h].data(), V[h].data(), no,
+                attention_prefill_group(qp + static_cast<int64_t>(h) * G * d, ldq, G, d, T, K[h].data(), V[h].data(), no,
                                         shadow_ ? nullptr : out + static_cast<int64_t>(h) * G * d, ldq, stat, A[h].data());
                 if (stat_share_ && stat != KeyStat::kNone)
                     stat_share_->put(in.layer, h, stat, pool_->key_type(), lp.key_type(), P[h], A[h]);
@@ -594,8 +627,9 @@ KVStats KVCache::stats() const {
 
 namespace {
 /// 3: the global region's key and value types, then the sinks' and the window's (int32 each, KVType; they differ
-/// under quantization at admission); 2 (still read, as quantization at write): the key type and the value type;
-/// 1 (still read): one type for both.
+/// under quantization at admission), and after the page size the Walsh–Hadamard sizes of the keys' and the values'
+/// rotation (int32 each, 0: not rotated; cache/kv_rotation.h); 2 (still read, as quantization at write, no
+/// rotation): the key type and the value type; 1 (still read, likewise): one type for both.
 constexpr uint32_t kCacheRecordVersion = 3;
 }
 
@@ -609,6 +643,8 @@ void KVCache::save(BinaryWriter& w) const {
     w.pod<int32_t>(static_cast<int32_t>(pool_->local().key_type()));
     w.pod<int32_t>(static_cast<int32_t>(pool_->local().value_type()));
     w.pod<int32_t>(pool_->page_tokens());
+    w.pod<int32_t>(pool_->rotation().key_n());
+    w.pod<int32_t>(pool_->rotation().value_n());
     w.pod(n_ctx_);
     w.str(policy_.spec);
     w.pod(n_tokens_);
@@ -631,6 +667,7 @@ void KVCache::load(BinaryReader& r) {
     const int32_t lktype = version < 3 ? ktype : r.pod<int32_t>();
     const int32_t lvtype = version < 3 ? vtype : r.pod<int32_t>();
     const int32_t page = r.pod<int32_t>();
+    const int32_t rot_k = version >= 3 ? r.pod<int32_t>() : 0, rot_v = version >= 3 ? r.pod<int32_t>() : 0;
     require(L == n_layer_ && H == n_head_kv_ && d == pool_->head_dim(), what, " holds a cache of ", L, " layers × ", H,
             " KV heads × d ", d, "; this model has ", n_layer_, " × ", n_head_kv_, " × ", pool_->head_dim());
     auto type_name = [](int32_t t) {
@@ -651,6 +688,17 @@ void KVCache::load(BinaryReader& r) {
             "; this cache stores keys as ", kv_type_name(pool_->key_type()), " and values as ",
             kv_type_name(pool_->value_type()), local_note(pk, pv, plk, plv),
             " (--cache-type-k / --cache-type-v, or --kv-type for both; --kv-quant-at)");
+    const KVRotation& rot = pool_->rotation();
+    if (rot_k != rot.key_n() || rot_v != rot.value_n()) {
+        auto name = [](int32_t n, const char* half) {
+            return n == 0 ? std::string() : std::string(half) + " H_" + std::to_string(n);
+        };
+        std::string saved = name(rot_k, "keys");
+        const std::string sv = name(rot_v, "values");
+        saved += saved.empty() || sv.empty() ? sv : ", " + sv;
+        fail(what, " holds entries stored with rotation ", saved.empty() ? "none" : saved,
+             "; this cache stores them with rotation ", rot.describe(), " (--kv-rotate)");
+    }
     require(page == pool_->page_tokens(), what, " holds pages of ", page, " entries; this cache's pages hold ",
             pool_->page_tokens());
     const int64_t n_ctx = r.pod<int64_t>();

@@ -68,13 +68,14 @@ public:
     void clear();
     /// Appends everything this sequence's cache holds to w (record version 3): its shape (layers, KV heads, head
     /// dimension, the global region's key and value element types, the sinks' and the window's key and value element
-    /// types, page size), context, policy spec, position, every head's kept entries with their positions and scores
-    /// (only what is kept: a compressed cache saves small), and the scorer's state.
+    /// types, page size, the keys' and values' rotation), context, policy spec, position, every head's kept entries
+    /// with their positions and scores (only what is kept: a compressed cache saves small), and the scorer's state.
     void save(BinaryWriter& w) const;
-    /// Replaces the contents with a record of save() from a cache of the same shape, key and value types and policy
-    /// spec (this one must be built with them); version-1 records (one element type for keys and values) and
-    /// version-2 records (no types of the sinks and the window: quantization at write) are read too. Throws Error
-    /// naming what differs (for the types: the record's key and value types per region and this cache's), or
+    /// Replaces the contents with a record of save() from a cache of the same shape, key and value types, rotation
+    /// and policy spec (this one must be built with them); version-1 records (one element type for keys and values)
+    /// and version-2 records (no types of the sinks and the window: quantization at write; no rotation) are read too.
+    /// Throws Error naming what differs (for the types: the record's key and value types per region and this cache's;
+    /// for the rotation: both rotations), or
     /// for a truncated or corrupted record;
     /// KVBudgetExhausted if the pool runs out (the cache is then cleared).
     void load(BinaryReader& r);

@@ -168,4 +168,23 @@ void KVPool::release(int32_t p) {
     budget_->used -= page_bytes_;
 }
 
+void KVPool::set_rotation(const KVRotation& r) {
+    require(budget_->used == 0, "KV pool: the rotation cannot change while ", budget_->used,
+            " bytes of pages are in use");
+    require(!r.any() || r.head_dim() == head_dim_, "KV pool: a rotation for head dimension ", r.head_dim(),
+            " given to a pool of head dimension ", head_dim_);
+    rotation_ = r;
+    // The sinks' and window's layout stores its entries in the same rotated space, so that one decode step reads
+    // both layouts with one rotated query and rotates one output back.
+    if (local_) local_->rotation_ = r;
+}
+
+std::shared_ptr<KVPool> make_kv_pool(int head_dim, KVTypes types, KVRotateMode rotate, uint64_t budget_bytes,
+                                     int page_tokens) {
+    const KVRotation r = KVRotation::choose(rotate, types, head_dim);
+    auto pool = std::make_shared<KVPool>(head_dim, types, page_tokens, budget_bytes);
+    pool->set_rotation(r);
+    return pool;
+}
+
 }  // namespace kvsieve

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/kv_rotation.h"
 #include "util/error.h"
 
 namespace kvsieve {
@@ -57,6 +58,8 @@ struct KVTypes {
 /// followed by "@write" or "@admission" (where they are quantized; write when absent). Throws Error naming the value
 /// and the supported types or places.
 KVTypes parse_kv_types(const std::string& spec);
+/// True when keys or values are of a block-quantized type (Q8_0, Q4_0).
+inline bool kv_quantized(KVTypes t) { return kv_type_block(t.key) > 1 || kv_type_block(t.value) > 1; }
 /// The spec parse_kv_types reads back: "q8_0" when both types are equal, else "q8_0/f16" (keys/values), then
 /// "@admission" when quantized at admission and a type is a block type (for f16, f32, bf16 the place changes
 /// nothing and is left out).
@@ -146,6 +149,13 @@ public:
     uint64_t budget_bytes() const { return budget_->limit; }
     void reset_peak() { budget_->peak = budget_->used; }
 
+    /// How entries are stored (cache/kv_rotation.h): keys as R_K·k and values as R_V·v before conversion to their
+    /// types, read back through R again (PageStore). Default: no rotation.
+    const KVRotation& rotation() const { return rotation_; }
+    /// Sets the rotation; only while no page is in use (the stored entries would change meaning). Throws Error when
+    /// pages are in use or r was made for another head dimension.
+    void set_rotation(const KVRotation& r);
+
 private:
     /// The byte budget the layouts share: its limit, the bytes in use and their peak, and the largest page.
     struct Budget {
@@ -171,6 +181,13 @@ private:
     int64_t in_use_ = 0;
     std::shared_ptr<Budget> budget_;
     std::unique_ptr<KVPool> local_;  // the sinks' and window's layout, when it differs from this one
+    KVRotation rotation_;            // shared with local_ (set_rotation sets both)
 };
+
+/// A pool of rows of head_dim elements of `types`, stored with the rotation `rotate` chooses for them
+/// (KVRotation::choose: auto, on or off). Throws Error as the KVPool constructor, or naming the head dimension for
+/// KVRotateMode::kOn when it is not a multiple of 64.
+std::shared_ptr<KVPool> make_kv_pool(int head_dim, KVTypes types, KVRotateMode rotate, uint64_t budget_bytes = 0,
+                                     int page_tokens = 16);
 
 }  // namespace kvsieve

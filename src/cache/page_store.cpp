@@ -147,8 +147,7 @@ void PageStore::push(const float* k, const float* v, int32_t pos, float score) {
     pos_.push_back(pos);
     score_.push_back(score);
     touch(i);
-    store_row(pool_->key_type(), k, kslot(i), pool_->head_dim());
-    store_row(pool_->value_type(), v, vslot(i), pool_->head_dim());
+    store_entry(k, v, i);
 }
 
 void PageStore::push_copy(const PageStore& src, int64_t j) {
@@ -196,8 +195,25 @@ void PageStore::set(int64_t i, const float* k, const float* v, int32_t pos, floa
     pos_[i] = pos;
     score_[i] = score;
     touch(i);
-    store_row(pool_->key_type(), k, kslot(i), pool_->head_dim());
-    store_row(pool_->value_type(), v, vslot(i), pool_->head_dim());
+    store_entry(k, v, i);
+}
+
+void PageStore::store_entry(const float* k, const float* v, int64_t i) {
+    const KVRotation& rot = pool_->rotation();
+    const int d = pool_->head_dim();
+    float buf[256];  // head dimensions are at most 256 (KVCache)
+    if (rot.keys()) {
+        std::copy_n(k, d, buf);
+        rot.rotate_keys(buf, 1, d);
+        k = buf;
+    }
+    store_row(pool_->key_type(), k, kslot(i), d);
+    if (rot.values()) {
+        std::copy_n(v, d, buf);
+        rot.rotate_values(buf, 1, d);
+        v = buf;
+    }
+    store_row(pool_->value_type(), v, vslot(i), d);
 }
 
 void PageStore::move_entry(int64_t from, int64_t to) {
@@ -250,6 +266,23 @@ void PageStore::clear() {
 void PageStore::read(int64_t i, float* k, float* v) const {
     load_row(pool_->key_type(), key_ptr(i), k, pool_->head_dim());
     load_row(pool_->value_type(), value_ptr(i), v, pool_->head_dim());
+    pool_->rotation().rotate_keys(k, 1, pool_->head_dim());
+    pool_->rotation().rotate_values(v, 1, pool_->head_dim());
+}
+
+void stored_view(const KVPool& pool, float* k, float* v) {
+    const KVRotation& rot = pool.rotation();
+    const int d = pool.head_dim();
+    if (kv_type_block(pool.key_type()) > 1) {
+        rot.rotate_keys(k, 1, d);
+        round_trip_row(pool.key_type(), k, k, d);
+        rot.rotate_keys(k, 1, d);
+    }
+    if (kv_type_block(pool.value_type()) > 1) {
+        rot.rotate_values(v, 1, d);
+        round_trip_row(pool.value_type(), v, v, d);
+        rot.rotate_values(v, 1, d);
+    }
 }
 
 const uint8_t* PageStore::key_ptr(int64_t i) const {

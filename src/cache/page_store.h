@@ -45,11 +45,14 @@ public:
     /// max_entries). Throws Error for a truncated or corrupted record, KVBudgetExhausted if the pool runs out.
     void load(BinaryReader& r, int64_t max_entries);
 
-    /// Entry i converted to float32 (dequantized for Q8_0 / Q4_0: what attention reads).
+    /// Entry i converted to float32 (dequantized for Q8_0 / Q4_0) in the model's space: with a rotated pool
+    /// (KVPool::rotation) the stored rows are rotated back, k = R_Kᵀ·load(stored key), v = R_Vᵀ·load(stored value).
+    /// What every reader outside the decode kernels (scorers, gathers, replays) sees.
     void read(int64_t i, float* k, float* v) const;
-    /// Entry i's key as stored: pool().key_row_bytes() bytes of pool().key_type() (load_row converts it).
+    /// Entry i's key as stored: pool().key_row_bytes() bytes of pool().key_type() (load_row converts it), in the
+    /// rotated space when pool().rotation().keys() (decode attention rotates its query instead).
     const uint8_t* key_ptr(int64_t i) const;
-    /// Entry i's value as stored: pool().value_row_bytes() bytes of pool().value_type().
+    /// Entry i's value as stored: pool().value_row_bytes() bytes of pool().value_type() (rotated likewise).
     const uint8_t* value_ptr(int64_t i) const;
 
     const std::vector<int32_t>& pages() const { return pages_; }
@@ -59,7 +62,7 @@ public:
     const KVPool& pool() const { return *pool_; }
 
     /// Quest's per-page key bounds (Tang et al. 2024, "Quest", §3): the channel-wise minimum and maximum [d] of the
-    /// keys of the store's page p (an index into pages()), over the entries it holds now, as IEEE binary16 rounded
+    /// keys as stored (in the rotated space of a pool that rotates keys: rank them with the rotated query) of the store's page p (an index into pages()), over the entries it holds now, as IEEE binary16 rounded
     /// outwards (kmin ≤ every key ≤ kmax still holds exactly; fp32_to_fp16_down/up; Quest keeps them in the KV's
     /// 16-bit type too). Kept beside the pages once asked for: appends extend a page's bounds when next asked
     /// (reading only the new keys), and an entry overwritten or moved into a page (eviction) or taken out of it
@@ -73,6 +76,8 @@ private:
     uint8_t* kslot(int64_t i) { return pool_->keys(pages_[i / pool_->page_tokens()]) + (i % pool_->page_tokens()) * pool_->key_row_bytes(); }
     uint8_t* vslot(int64_t i) { return pool_->values(pages_[i / pool_->page_tokens()]) + (i % pool_->page_tokens()) * pool_->value_row_bytes(); }
     void move_entry(int64_t from, int64_t to);
+    /// Writes k, v [d] into slot i: rotated by the pool's rotation, then converted (store_row).
+    void store_entry(const float* k, const float* v, int64_t i);
     /// Entry i was written in place: its page's bounds, if they cover it, are recomputed when next asked.
     void touch(int64_t i);
     /// After entries were taken off the end: drops the bounds of released pages and stale bounds of the last page.
@@ -98,6 +103,11 @@ void store_row(KVType t, const float* src, uint8_t* dst, int n);
 void load_row(KVType t, const uint8_t* src, float* dst, int n);
 /// dst ← the row a reader sees after src [n] is stored as type t: load_row(t, store_row(t, src)). dst may be src.
 void round_trip_row(KVType t, const float* src, float* dst, int n);
+/// k, v [pool.head_dim()] ← what PageStore::read returns after the entry is stored in `pool`, for the halves whose
+/// type is block-quantized: R·dequant(quant(R·x)) with the pool's rotation R (Q8_0 / Q4_0 error, in the rotated
+/// space); halves of other types are left as given. A prefill chunk attends to its own entries through this, as
+/// llama.cpp writes the batch into its cache before attending.
+void stored_view(const KVPool& pool, float* k, float* v);
 /// Largest magnitude store_row keeps for a block type: 65504·127 for Q8_0 and 65504·8 for Q4_0 (the scale d is the
 /// largest magnitude / 127 or / 8, and 65504 is binary16's largest finite value); +inf for the other types.
 float kv_quant_limit(KVType t);

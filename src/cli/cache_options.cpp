@@ -28,6 +28,18 @@ void KVTypeOptions::add_to(CLI::App* cmd) {
                     "where q8_0 / q4_0 keys and values are quantized: write (every entry) or admission (sinks and "
                     "window stay f16; an entry is quantized when it leaves the window for the global region)")
         ->capture_default_str();
+    cmd->add_option("--kv-rotate", rotate,
+                    "store keys and values Walsh-Hadamard rotated: auto (quantized halves when the head dimension is a "
+                    "multiple of 64, as llama.cpp), on (always; needs such a head dimension), off")
+        ->capture_default_str();
+}
+
+KVRotation KVTypeOptions::rotation(int head_dim) const {
+    return KVRotation::choose(parse_kv_rotate_mode(rotate), types(), head_dim);
+}
+
+std::shared_ptr<KVPool> KVTypeOptions::make_pool(int head_dim, uint64_t budget_bytes) const {
+    return make_kv_pool(head_dim, types(), parse_kv_rotate_mode(rotate), budget_bytes);
 }
 
 KVTypes KVTypeOptions::types() const {
@@ -60,14 +72,13 @@ void CacheOptions::add_to(CLI::App* cmd) {
 
 std::unique_ptr<KVCache> CacheOptions::make_cache(const LlamaModel& m, int64_t n_ctx) const {
     Policy p = parse_policy(policy);
-    const KVTypes t = kv.types();
     require(kv_pool_mb >= 0, "--kv-pool-mb must be ≥ 0, got ", kv_pool_mb);
     require(prefill_chunk >= 0, "--prefill-chunk must be ≥ 0, got ", prefill_chunk);
     check_policy_fits(p, n_ctx);
     if (chunk_overruled(p, prefill_chunk))
         std::fprintf(stderr, "note: policy %s scores the whole prompt after the prefill, so its prompt is fed in one "
                              "piece (--prefill-chunk does not apply to it)\n", p.name.c_str());
-    auto pool = std::make_shared<KVPool>(m.config().head_dim, t, 16, static_cast<uint64_t>(kv_pool_mb * 1048576.0));
+    auto pool = kv.make_pool(m.config().head_dim, static_cast<uint64_t>(kv_pool_mb * 1048576.0));
     return std::make_unique<KVCache>(m.config(), n_ctx, std::move(p), std::move(pool));
 }
 

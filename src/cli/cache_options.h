@@ -1,6 +1,7 @@
 #pragma once
 // Command-line options shared by every command that runs a KV cache: --policy, --kv-type, --cache-type-k,
-// --cache-type-v, --kv-quant-at, --kv-pool-mb (deprecated alias --kv-budget-mb), --prefill-chunk, --stats-json.
+// --cache-type-v, --kv-quant-at, --kv-rotate, --kv-pool-mb (deprecated alias --kv-budget-mb), --prefill-chunk,
+// --stats-json.
 #include <memory>
 #include <string>
 
@@ -21,8 +22,9 @@ struct KVTypeOptions {
     std::string both = "f16";  ///< --kv-type
     std::string key, value;    ///< --cache-type-k, --cache-type-v (empty: --kv-type's)
     std::string quant_at = "write";  ///< --kv-quant-at: write | admission
+    std::string rotate = "auto";     ///< --kv-rotate auto|on|off (cache/kv_rotation.h KVRotateMode)
 
-    /// Adds the four options to a subcommand.
+    /// Adds the four options (with --kv-quant-at and --kv-rotate) to a subcommand.
     void add_to(CLI::App* cmd);
     /// The chosen types and place of quantization; throws Error naming a bad value and the supported types
     /// (kv_type_names()) or places.
@@ -30,6 +32,12 @@ struct KVTypeOptions {
     /// kv_types_spec(types()): "q8_0", or "q8_0/f16" for keys/values of different types, with "@admission" when
     /// quantized at admission (what the evaluation options' kv_type fields take).
     std::string spec() const { return kv_types_spec(types()); }
+    /// The rotation --kv-rotate chooses for these types and a model of head dimension head_dim
+    /// (KVRotation::choose). Throws Error naming a bad value, or the head dimension for "on" when it is not a
+    /// multiple of 64.
+    KVRotation rotation(int head_dim) const;
+    /// A pool of these types and rotation (KVPool; budget_bytes 0: grows on demand).
+    std::shared_ptr<KVPool> make_pool(int head_dim, uint64_t budget_bytes) const;
 };
 
 struct CacheOptions {

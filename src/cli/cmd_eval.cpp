@@ -67,6 +67,7 @@ struct EvalCommon {
         o.window = window;
         o.prefix = prefix;
         o.kv_type = kv.spec();
+        o.kv_rotate = kv.rotate;
         o.progress = !quiet;
         require(sinks >= 0 && window >= 0, "--sinks and --window must be ≥ 0");
         return o;
@@ -195,6 +196,7 @@ void add_eval(CLI::App& app) {
         o.samples = c3->samples;
         o.seed = c3->seed;
         o.kv_type = c3->kv.spec();
+        o.kv_rotate = c3->kv.rotate;
         o.progress = !c3->quiet;
         o.query_aware = *rqa;
         o.decode_preamble = *rpre;
@@ -397,6 +399,7 @@ void add_eval(CLI::App& app) {
         o.prefill_chunk = fo->chunk;
         o.memory_every = fo->every;
         o.kv_type = fo->kv.spec();
+        o.kv_rotate = fo->kv.rotate;
         o.temp = fo->temp;
         o.seed = fo->seed;
         o.corpus = fo->corpus;
@@ -526,6 +529,7 @@ void add_eval(CLI::App& app) {
         o.ruler.samples = c2->samples;
         o.ruler.seed = c2->seed;
         o.ruler.kv_type = c2->kv.spec();
+        o.ruler.kv_rotate = c2->kv.rotate;
         o.ruler.progress = !c2->quiet;
         o.ruler.query_aware = *sqa;
         o.ruler.decode_preamble = *spre;

@@ -27,7 +27,7 @@ namespace kvsieve::cli {
 namespace {
 struct ServeOpts {
     std::string model, alias, policy = "full", chat_template, cache_dir;
-    KVTypeOptions kv;  // server-wide: the one pool's key and value types
+    KVTypeOptions kv;  // server-wide: the one pool's key and value types and rotation
     std::vector<std::string> predictors, predictor_dirs;  // NAME=PATH; folders of predictors
     double kv_budget_mb = 0;
     HttpOptions http;
@@ -84,9 +84,7 @@ void run(const ServeOpts& o) {
     // A bad default policy is an error at start, not per request; it names registered predictors as requests do.
     const Policy check = parse_policy(o.policy, policy_options);
     check_policy_fits(check, so.n_ctx);
-    const KVTypes kv = o.kv.types();
-    auto pool = std::make_shared<KVPool>(model.config().head_dim, kv, 16,
-                                         static_cast<uint64_t>(o.kv_budget_mb * 1048576.0));
+    auto pool = o.kv.make_pool(model.config().head_dim, static_cast<uint64_t>(o.kv_budget_mb * 1048576.0));
     Scheduler sched(model, *tok, pool, so);
     ApiContext ctx;
     ctx.tok = tok.get();

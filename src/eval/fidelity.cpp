@@ -101,10 +101,12 @@ FidelityResult FidelityResult::from_json(const nlohmann::json& j) {
 namespace {
 /// The settings a report records, as they appear in fidelity.json.
 nlohmann::json report_settings(const std::string& model_name, const FidelityOptions& o) {
-    return {{"model", model_name},        {"corpus", o.corpus},   {"prompt_tokens", o.prompt_tokens},
+    nlohmann::json j = {{"model", model_name},        {"corpus", o.corpus},   {"prompt_tokens", o.prompt_tokens},
             {"gen_tokens", o.gen_tokens}, {"samples", o.samples}, {"kl_top", o.top},
             {"prefill_chunk", o.prefill_chunk}, {"temperature", o.temp}, {"seed", o.seed},
             {"kv_type", o.kv_type}};
+    if (kv_quantized(parse_kv_types(o.kv_type))) j["kv_rotate"] = o.kv_rotate;  // F16 tables keep their settings
+    return j;
 }
 }  // namespace
 
@@ -149,7 +151,7 @@ std::vector<FidelityTeacher> fidelity_teachers(const LlamaModel& model, const To
     const int64_t per = o.prompt_tokens - 1;
     require(static_cast<int64_t>(ids.size()) >= per * o.samples, "fidelity: the corpus has ", ids.size(),
             " tokens, fewer than ", o.samples, " prompts of ", per);
-    auto pool = std::make_shared<KVPool>(c.head_dim, parse_kv_types(o.kv_type));
+    auto pool = make_kv_pool(c.head_dim, parse_kv_types(o.kv_type), parse_kv_rotate_mode(o.kv_rotate));
     std::vector<FidelityTeacher> out;
     require(o.temp >= 0, "fidelity: temperature must be ≥ 0");
     Progress bar("teacher (full cache)", o.samples * o.gen_tokens, o.progress);
@@ -194,7 +196,7 @@ FidelityResult evaluate_fidelity(const LlamaModel& model, const Tokenizer& tok, 
                                  const std::string& policy_spec, const FidelityOptions& o) {
     const ModelConfig& c = model.config();
     const Policy pol = parse_policy(policy_spec);
-    auto pool = std::make_shared<KVPool>(c.head_dim, parse_kv_types(o.kv_type));
+    auto pool = make_kv_pool(c.head_dim, parse_kv_types(o.kv_type), parse_kv_rotate_mode(o.kv_rotate));
     FidelityResult r;
     r.policy = policy_spec;
     const int64_t every = std::max<int64_t>(o.memory_every, 1);

@@ -36,6 +36,7 @@ struct FidelityOptions {
     double temp = 0;              ///< teacher's sampling temperature (0: greedy)
     uint64_t seed = 1;            ///< its sampling seed (prompt i uses seed + i)
     std::string kv_type = "f16";  ///< KV element types, parse_kv_types spec: "f16", "q8_0", or keys/values "q8_0/f16"
+    std::string kv_rotate = "auto";  ///< rotation of the stored entries: auto, on, off (cache/kv_rotation.h KVRotateMode)
     std::string corpus;           ///< the corpus's name (its path), recorded in the report and checked on resume
     bool progress = true;
 };

@@ -51,7 +51,7 @@ NllResult evaluate_nll(const LlamaModel& model, const Tokenizer& tok, const std:
         p.sinks = std::max(p.sinks, o.sinks);
         p.window = o.window;
     }
-    auto pool = std::make_shared<KVPool>(c.head_dim, parse_kv_types(o.kv_type));
+    auto pool = make_kv_pool(c.head_dim, parse_kv_types(o.kv_type), parse_kv_rotate_mode(o.kv_rotate));
     NllResult r;
     r.policy = policy_spec;
     Progress bar("nll " + policy_spec, samples, o.progress);

@@ -31,6 +31,7 @@ struct NllOptions {
     int window = 128;             ///< chunked protocol: protected recent positions
     int64_t prefix = -1;          ///< plain protocol: prompt length (−1: half the window)
     std::string kv_type = "f16";  ///< KV element types, parse_kv_types spec: "f16", "q8_0", or keys/values "q8_0/f16"
+    std::string kv_rotate = "auto";  ///< rotation of the stored entries: auto, on, off (cache/kv_rotation.h KVRotateMode)
     bool progress = true;
 };
 

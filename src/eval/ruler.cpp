@@ -256,7 +256,7 @@ std::vector<RulerResult> run_ruler_cells(const LlamaModel& model, const Tokenize
         for (size_t i = 0; i < specs.size(); ++i) all = all && have[i][e];
         mine_done += all;
     }
-    auto pool = std::make_shared<KVPool>(model.config().head_dim, parse_kv_types(o.kv_type));
+    auto pool = make_kv_pool(model.config().head_dim, parse_kv_types(o.kv_type), parse_kv_rotate_mode(o.kv_rotate));
     std::string title = specs.size() == 1 ? "ruler " + specs[0] : "ruler " + std::to_string(specs.size()) + " policies";
     if (o.shards > 1) title += " (shard " + std::to_string(o.shard) + "/" + std::to_string(o.shards) + ")";
     Progress bar(title, static_cast<int64_t>(mine.size()), o.progress);
@@ -349,7 +349,7 @@ void export_ruler_examples(const std::string& path, const LlamaModel& model, con
 
 nlohmann::json ruler_cell_settings(const std::string& spec, const RulerOptions& o, const std::string& model_path,
                                    const std::string& corpus_path) {
-    return {{"policy", spec},
+    nlohmann::json js = {{"policy", spec},
             {"model", model_path},
             {"corpus", corpus_path},
             {"query_aware", o.query_aware},
@@ -361,6 +361,8 @@ nlohmann::json ruler_cell_settings(const std::string& spec, const RulerOptions& 
             {"seed", o.seed},
             {"kv_type", o.kv_type},
             {"prefill_chunk", o.prefill_chunk}};
+    if (kv_quantized(parse_kv_types(o.kv_type))) js["kv_rotate"] = o.kv_rotate;  // F16 cells keep their settings
+    return js;
 }
 
 namespace {

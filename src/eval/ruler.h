@@ -21,6 +21,7 @@ struct RulerOptions {
     int64_t samples = 10;   ///< examples per (task, length)
     uint64_t seed = 0;      ///< example i of a (task, length) uses seed + i; held-out data uses other seeds
     std::string kv_type = "f16";  ///< KV element types, parse_kv_types spec: "f16", "q8_0", or keys/values "q8_0/f16"
+    std::string kv_rotate = "auto";  ///< rotation of the stored entries: auto, on, off (cache/kv_rotation.h KVRotateMode)
     int64_t prefill_chunk = 0;  ///< 0: one batch (as session/prefill_plan.h plans it)
     /// false (default, kvpress and the KVzap paper's protocol): the context is prefilled and compressed, then the
     /// question is fed uncompressed and the answer generated; true: context and question are one prompt, compressed
