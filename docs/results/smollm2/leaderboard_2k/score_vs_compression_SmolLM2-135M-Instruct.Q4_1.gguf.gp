@@ -2,7 +2,7 @@ set terminal pngcairo size 900,760 noenhanced
 set output 'score_vs_compression_SmolLM2-135M-Instruct.Q4_1.gguf.png'
 set xlabel 'compression ratio'
 set ylabel 'score (0-100)'
-set title 'SmolLM2-135M-Instruct.Q4_1.gguf: ruler, query-agnostic'
+set title 'SmolLM2-135M-Instruct.Q4_1.gguf: ruler, query-agnostic, raw prompts'
 set key below left Left reverse
 set grid
 set xrange [0:1.02]
