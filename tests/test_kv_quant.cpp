@@ -16,6 +16,7 @@
 #include "kernels/parallel.h"
 #include "kernels/quant.h"
 #include "model/llama_model.h"
+#include "kv_block_reference.h"
 #include "test_util.h"
 #include "util/binary_io.h"
 #include "util/error.h"
@@ -34,29 +35,6 @@ std::vector<const DotKernels*> kernel_sets() {
 }
 
 float half_round(float x) { return fp16_to_fp32(fp32_to_fp16(x)); }
-
-/// Dequantizes one row from its bytes by the block layout itself (binary16 d, then 32 int8 for Q8_0 or 16 bytes
-/// of nibbles, weight j in the low and j+16 in the high nibble of byte j, for Q4_0), not through kvsieve's code.
-std::vector<float> decode_row(KVType t, const uint8_t* p, int n) {
-    std::vector<float> y(n);
-    const size_t bb = t == KVType::kQ8_0 ? 34 : 18;
-    for (int b = 0; b < n / 32; ++b) {
-        const uint8_t* blk = p + b * bb;
-        uint16_t dh;
-        std::memcpy(&dh, blk, 2);
-        const float d = fp16_to_fp32(dh);
-        for (int j = 0; j < 32; ++j) {
-            if (t == KVType::kQ8_0) {
-                y[b * 32 + j] = d * static_cast<float>(static_cast<int8_t>(blk[2 + j]));
-            } else {
-                const uint8_t byte = blk[2 + (j % 16)];
-                const int q = j < 16 ? (byte & 0xF) : (byte >> 4);
-                y[b * 32 + j] = d * static_cast<float>(q - 8);
-            }
-        }
-    }
-    return y;
-}
 
 TEST(KVQuant, TypesNamesAndRowBytes) {
     EXPECT_EQ(kv_row_bytes(KVType::kQ8_0, 64), 68u);   // 2 blocks of 34 bytes
@@ -113,7 +91,8 @@ TEST(KVQuant, RowsRoundTripWithinEachBlocksBound) {
             store_row(t, x.data(), row.data(), n);
             std::vector<float> back(n);
             load_row(t, row.data(), back.data(), n);
-            EXPECT_EQ(back, decode_row(t, row.data(), n)) << "load_row is not the block format's dequantization";
+            EXPECT_EQ(back, test::decode_block_row(t, row.data(), n))
+                << "load_row is not the block format's dequantization";
             for (int b = 0; b < n / 32; ++b) {
                 float amax = 0, m = 0;
                 for (int j = 0; j < 32; ++j)
@@ -426,8 +405,8 @@ TEST(KVQuantAtAdmission, SinksAndWindowAreBitExactF16AndAdmittedEntriesAreQuanti
                 quantize_row_q4_0(vh.data(), reinterpret_cast<BlockQ4_0*>(vb.data()), d);
             ASSERT_EQ(std::memcmp(hc.global().key_ptr(i), kb.data(), kb.size()), 0) << "position " << p;
             ASSERT_EQ(std::memcmp(hc.global().value_ptr(i), vb.data(), vb.size()), 0) << "position " << p;
-            const auto kq = decode_row(t.key, hc.global().key_ptr(i), d),
-                       vq = decode_row(t.value, hc.global().value_ptr(i), d);
+            const auto kq = test::decode_block_row(t.key, hc.global().key_ptr(i), d),
+                       vq = test::decode_block_row(t.value, hc.global().value_ptr(i), d);
             hc.global().read(i, k.data(), v.data());
             for (int c = 0; c < d; ++c) {
                 ASSERT_EQ(k[c], kq[c]);

@@ -16,6 +16,7 @@
 #include "cache/page_store.h"
 #include "kernels/fp16.h"
 #include "kernels/quant.h"
+#include "kv_block_reference.h"
 #include "util/binary_io.h"
 #include "util/error.h"
 
@@ -45,29 +46,6 @@ std::vector<double> rotate_ref(const float* x, int d, int n) {
     return y;
 }
 
-/// Dequantizes one stored row from its bytes (binary16 d then 32 int8 for Q8_0, or 16 bytes of nibbles, element j
-/// low and j+16 high of byte j, for Q4_0), and returns each element's block scale |d| in `scale`.
-std::vector<float> decode_row(KVType t, const uint8_t* p, int n, std::vector<float>& scale) {
-    std::vector<float> y(n);
-    scale.assign(n, 0.0f);
-    const size_t bb = t == KVType::kQ8_0 ? 34 : 18;
-    for (int b = 0; b < n / 32; ++b) {
-        const uint8_t* blk = p + b * bb;
-        uint16_t dh;
-        std::memcpy(&dh, blk, 2);
-        const float d = fp16_to_fp32(dh);
-        for (int j = 0; j < 32; ++j) {
-            scale[b * 32 + j] = std::fabs(d);
-            if (t == KVType::kQ8_0) {
-                y[b * 32 + j] = d * static_cast<float>(static_cast<int8_t>(blk[2 + j]));
-            } else {
-                const uint8_t byte = blk[2 + (j % 16)];
-                y[b * 32 + j] = d * static_cast<float>((j < 16 ? (byte & 0xF) : (byte >> 4)) - 8);
-            }
-        }
-    }
-    return y;
-}
 
 /// A vector with one outlier channel (the case rotation is for).
 std::vector<float> with_outlier(uint32_t seed, int d, int at) {
@@ -145,7 +123,7 @@ TEST(KVRotation, StoredEntriesAreRotatedAndReadBackWithinTheQuantizationError) {
                     // d·2⁻¹¹) times the level (|q| ≤ 127 or 8), plus float32 rounding of the transform.
                     std::vector<float> scale;
                     const std::vector<float> stored =
-                        decode_row(ty, half == 0 ? ps.key_ptr(i) : ps.value_ptr(i), d, scale);
+                        test::decode_block_row(ty, half == 0 ? ps.key_ptr(i) : ps.value_ptr(i), d, &scale);
                     const std::vector<double> rx = rotate_ref(x.data(), d, rn);
                     double sq = 0;
                     for (int c = 0; c < d; ++c) {
