@@ -70,13 +70,15 @@ void BM_AttendPages(benchmark::State& st) {
                 const auto* kh = reinterpret_cast<const uint16_t*>(k);
                 const auto* vh = reinterpret_cast<const uint16_t*>(v);
                 if (avx512)
-                    avx512::attend_rows_f16(kh, vh, kPage, d, q.data(), G, scale, m.data(), l.data(), o.data(), nullptr, 0);
+                    avx512::attend_rows_f16(kh, vh, kPage, d, q.data(), G, scale, m.data(), l.data(), o.data(), nullptr,
+                                            0);
                 else
-                    avx2::attend_rows_f16(kh, vh, kPage, d, q.data(), G, scale, m.data(), l.data(), o.data(), nullptr, 0);
+                    avx2::attend_rows_f16(kh, vh, kPage, d, q.data(), G, scale, m.data(), l.data(), o.data(), nullptr,
+                                          0);
             } else if (mode == 0) {
                 if (avx512)
-                    avx512::attend_rows_quant_q8(t, k, t, v, kPage, d, qq.data(), G, scale, m.data(), l.data(), o.data(),
-                                                 nullptr, 0);
+                    avx512::attend_rows_quant_q8(t, k, t, v, kPage, d, qq.data(), G, scale, m.data(), l.data(),
+                                                 o.data(), nullptr, 0);
                 else
                     avx2::attend_rows_quant_q8(t, k, t, v, kPage, d, qq.data(), G, scale, m.data(), l.data(), o.data(),
                                                nullptr, 0);

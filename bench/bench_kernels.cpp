@@ -87,7 +87,9 @@ void BM_MatmulBatchedDecode(benchmark::State& st) {
 BENCHMARK(BM_MatmulBatchedDecode)
     ->ArgsProduct({{static_cast<int64_t>(TensorType::Q4_1), static_cast<int64_t>(TensorType::Q8_0),
                     static_cast<int64_t>(TensorType::Q4_0), static_cast<int64_t>(TensorType::Q5_K)},
-                   {576}, {1536}, {1, 2, 4, 8}})  // SmolLM2-135M's ffn_down
+                   {576},
+                   {1536},
+                   {1, 2, 4, 8}})  // SmolLM2-135M's ffn_down
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 
@@ -110,7 +112,8 @@ void BM_PrefillAttention(benchmark::State& st) {
     }
     for (auto _ : st) {
         if (density == 0)
-            attention_prefill_group(q.data(), G * d, G, d, n, k.data(), v.data(), 0, out.data(), G * d, KeyStat::kNone, nullptr);
+            attention_prefill_group(q.data(), G * d, G, d, n, k.data(), v.data(), 0, out.data(), G * d, KeyStat::kNone,
+                                    nullptr);
         else
             attention_prefill_gated(q.data(), G * d, G, d, n, k.data(), v.data(), 0, pos.data(), open.data(), 0, window,
                                     out.data(), G * d);

@@ -20,11 +20,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     kvsieve::fuzz::MemFile f(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
     try {
         const kvsieve::SavedSequence s = kvsieve::read_sequence(f.path(), model);
-        kvsieve::KVCache cache(model.config(), std::max<int64_t>(s.n_ctx, 1), kvsieve::parse_policy(s.policy_spec),
-                               std::make_shared<kvsieve::KVPool>(model.config().head_dim, kvsieve::KVType::kF16, 16, 64u << 20));
+        kvsieve::KVCache cache(
+            model.config(), std::max<int64_t>(s.n_ctx, 1), kvsieve::parse_policy(s.policy_spec),
+            std::make_shared<kvsieve::KVPool>(model.config().head_dim, kvsieve::KVType::kF16, 16, 64u << 20));
         kvsieve::Session session(model, *tok, cache);
         kvsieve::restore_sequence(session, s);
-    } catch (const kvsieve::Error&) {
-    }
+    } catch (const kvsieve::Error&) {}
     return 0;
 }

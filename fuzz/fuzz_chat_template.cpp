@@ -8,8 +8,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     try {
         kvsieve::chatml_default_system(text);
         kvsieve::detect_chat_template(text);
-    } catch (const kvsieve::Error&) {
-    }
+    } catch (const kvsieve::Error&) {}
     // A conversation from the input: messages split at '\x01', role from each message's first byte.
     static const char* roles[] = {"system", "user", "assistant", "tool"};
     std::vector<kvsieve::ChatMessage> msgs;
@@ -21,16 +20,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         msgs.push_back({roles[part.empty() ? 1 : static_cast<unsigned char>(part[0]) % 4], part});
         start = end + 1;
     }
-    for (auto kind : {kvsieve::ChatTemplateKind::kChatML, kvsieve::ChatTemplateKind::kLlama3, kvsieve::ChatTemplateKind::kLlama2,
-                      kvsieve::ChatTemplateKind::kMistral, kvsieve::ChatTemplateKind::kGemma}) {
+    for (auto kind :
+         {kvsieve::ChatTemplateKind::kChatML, kvsieve::ChatTemplateKind::kLlama3, kvsieve::ChatTemplateKind::kLlama2,
+          kvsieve::ChatTemplateKind::kMistral, kvsieve::ChatTemplateKind::kGemma}) {
         try {
             kvsieve::render(kind, msgs, size % 2 == 0);
             if (msgs.size() > 1) {
-                const std::vector<kvsieve::ChatMessage> head(msgs.begin(), msgs.end() - 1), tail(msgs.end() - 1, msgs.end());
+                const std::vector<kvsieve::ChatMessage> head(msgs.begin(), msgs.end() - 1),
+                    tail(msgs.end() - 1, msgs.end());
                 kvsieve::render_continuation(kvsieve::chat_template_defaults(kind), head, tail, true);
             }
-        } catch (const kvsieve::Error&) {
-        }
+        } catch (const kvsieve::Error&) {}
     }
     return 0;
 }

@@ -12,11 +12,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         kvsieve::GGUFFile g(f.path());
         try {
             kvsieve::ModelConfig::from_gguf(g);
-        } catch (const kvsieve::Error&) {
-        }
+        } catch (const kvsieve::Error&) {}
         auto tok = kvsieve::Tokenizer::from_gguf(g);
         tok->encode("Hello world, 123 héllo", true, true);
-    } catch (const kvsieve::Error&) {
-    }
+    } catch (const kvsieve::Error&) {}
     return 0;
 }

@@ -9,7 +9,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         kvsieve::Policy p = kvsieve::parse_policy(spec);
         kvsieve::check_policy_fits(p, 4096);
         p.describe();
-    } catch (const kvsieve::Error&) {
-    }
+    } catch (const kvsieve::Error&) {}
     return 0;
 }

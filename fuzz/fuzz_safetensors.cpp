@@ -7,7 +7,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     kvsieve::fuzz::MemFile f(data, size);
     try {
         kvsieve::read_safetensors(f.path());
-    } catch (const kvsieve::Error&) {
-    }
+    } catch (const kvsieve::Error&) {}
     return 0;
 }

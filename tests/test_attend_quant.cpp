@@ -40,8 +40,8 @@ std::vector<Isa> isas() {
         v.push_back({"avx2", avx2::attend_rows_quant, avx2::attend_rows_quant_q8, avx2::quantize_queries_q8_0,
                      avx2::kMaxGroupQuantAvx2});
     if (cpu_features().has_avx512_set())
-        v.push_back({"avx512", avx512::attend_rows_quant, avx512::attend_rows_quant_q8,
-                     avx512::quantize_queries_q8_0, avx512::kMaxGroupQuantAvx512});
+        v.push_back({"avx512", avx512::attend_rows_quant, avx512::attend_rows_quant_q8, avx512::quantize_queries_q8_0,
+                     avx512::kMaxGroupQuantAvx512});
     return v;
 }
 
@@ -70,7 +70,8 @@ Page make_page(TensorType kt, TensorType vt, int n, int d, const std::vector<flo
 }
 
 Page random_page(TensorType kt, TensorType vt, int n, int d, std::mt19937& rng, float sd = 1.0f) {
-    return make_page(kt, vt, n, d, randn(static_cast<size_t>(n) * d, rng, sd), randn(static_cast<size_t>(n) * d, rng, sd));
+    return make_page(kt, vt, n, d, randn(static_cast<size_t>(n) * d, rng, sd),
+                     randn(static_cast<size_t>(n) * d, rng, sd));
 }
 
 /// Row stride of the kernels' score output in these tests: not the page size, so a kernel that assumed 16 would
@@ -122,8 +123,8 @@ const TensorType kValueTypes[] = {TensorType::Q8_0, TensorType::Q4_0, TensorType
 /// Runs `pages` through the reference and through each instruction set from the same state and compares the state
 /// after every page: scores to float rounding of their terms; m likewise; l and o to the relative change that
 /// score error makes in exp(s − m) (2·δs) plus float rounding, o measured against l·max|v|.
-void check_kernels_against_reference(TensorType kt, TensorType vt, int G, int d, const std::vector<Page>& pages,
-                                     int n, const std::vector<float>& q, float scale, bool with_scores) {
+void check_kernels_against_reference(TensorType kt, TensorType vt, int G, int d, const std::vector<Page>& pages, int n,
+                                     const std::vector<float>& q, float scale, bool with_scores) {
     const float sc = scale;
     for (const Isa& isa : isas()) {
         SCOPED_TRACE(isa.name + " " + type_name(kt) + "/" + type_name(vt) + " G=" + std::to_string(G) +
@@ -135,9 +136,9 @@ void check_kernels_against_reference(TensorType kt, TensorType vt, int G, int d,
             vmax = std::max(vmax, max_abs(p.vd));
             attend_rows_quant_reference(kt, p.k.data(), vt, p.v.data(), n, d, q.data(), G, sc, ref.m.data(),
                                         ref.l.data(), ref.o.data(), ref.s.data(), kScoreStride);
-            const bool took = isa.attend(kt, p.k.data(), vt, p.v.data(), n, d, q.data(), G, sc, got.m.data(),
-                                         got.l.data(), got.o.data(), with_scores ? got.s.data() : nullptr,
-                                         kScoreStride);
+            const bool took =
+                isa.attend(kt, p.k.data(), vt, p.v.data(), n, d, q.data(), G, sc, got.m.data(), got.l.data(),
+                           got.o.data(), with_scores ? got.s.data() : nullptr, kScoreStride);
             if (G > isa.max_group) {
                 ASSERT_FALSE(took);
                 break;
@@ -149,7 +150,8 @@ void check_kernels_against_reference(TensorType kt, TensorType vt, int G, int d,
                 for (int j = 0; j < n; ++j) {
                     const double tol = score_tol(p, j, q.data() + g * d, d, sc, ref.s[g * kScoreStride + j]);
                     dsg = std::max(dsg, tol);
-                    if (with_scores) EXPECT_NEAR(got.s[g * kScoreStride + j], ref.s[g * kScoreStride + j], tol) << "page " << pi;
+                    if (with_scores)
+                        EXPECT_NEAR(got.s[g * kScoreStride + j], ref.s[g * kScoreStride + j], tol) << "page " << pi;
                 }
                 ds = std::max(ds, dsg);
                 EXPECT_NEAR(got.m[g], ref.m[g], dsg + 1e-6 * std::fabs(ref.m[g])) << "page " << pi << " head " << g;
@@ -158,7 +160,8 @@ void check_kernels_against_reference(TensorType kt, TensorType vt, int G, int d,
             for (int g = 0; g < G; ++g) {
                 EXPECT_NEAR(got.l[g], ref.l[g], rel * ref.l[g]) << "page " << pi << " head " << g;
                 for (int c = 0; c < d; ++c)
-                    ASSERT_NEAR(got.o[g * d + c], ref.o[g * d + c], rel * (std::fabs(ref.o[g * d + c]) + ref.l[g] * vmax))
+                    ASSERT_NEAR(got.o[g * d + c], ref.o[g * d + c],
+                                rel * (std::fabs(ref.o[g * d + c]) + ref.l[g] * vmax))
                         << "page " << pi << " head " << g << " column " << c;
             }
         }
@@ -208,8 +211,8 @@ void check_reference_against_float(TensorType kt, TensorType vt, int G, int d, i
     std::vector<std::vector<double>> s(G);
     double ds = 0;  // largest score tolerance: float32 rounding of the terms
     for (const Page& p : pages) {
-        attend_rows_quant_reference(kt, p.k.data(), vt, p.v.data(), n, d, q.data(), G, scale, st.m.data(),
-                                    st.l.data(), st.o.data(), st.s.data(), kScoreStride);
+        attend_rows_quant_reference(kt, p.k.data(), vt, p.v.data(), n, d, q.data(), G, scale, st.m.data(), st.l.data(),
+                                    st.o.data(), st.s.data(), kScoreStride);
         for (int g = 0; g < G; ++g) {
             const auto qr = q8_0_rounded(q.data() + g * d, d);
             for (int j = 0; j < n; ++j) {
@@ -283,7 +286,8 @@ TEST(AttendQuant, ZeroBlocksHugeValuesAndOneRow) {
             // Huge values: keys and values of standard deviation 8000 (binary16 values up to about 4·10^4, below
             // its 65504), queries of 1000, scores around 10^7, so the softmax is nearly one-hot and every
             // exp(s − m) but the largest underflows.
-            const std::vector<Page> huge{random_page(kt, vt, 16, d, rng, 8000.0f), random_page(kt, vt, 16, d, rng, 8000.0f)};
+            const std::vector<Page> huge{random_page(kt, vt, 16, d, rng, 8000.0f),
+                                         random_page(kt, vt, 16, d, rng, 8000.0f)};
             const auto qh = randn(G * d, rng, 1000.0f);
             check_reference_against_float(kt, vt, G, d, 16, huge, qh, 0.125f);
             check_kernels_against_reference(kt, vt, G, d, huge, 16, qh, 0.125f, true);
@@ -341,10 +345,14 @@ TEST(AttendQuant, KernelsDeclineShapesTheyDoNotTakeAndTouchNothing) {
         int n, d, G;
     };
     for (const Isa& isa : isas()) {
-        const Case cases[] = {{TensorType::F16, TensorType::F16, 16, 64, 2},  {TensorType::Q8_0, TensorType::Q4_1, 16, 64, 2},
-                              {TensorType::F32, TensorType::Q8_0, 16, 64, 2},  {TensorType::Q8_0, TensorType::Q8_0, 0, 64, 2},
-                              {TensorType::Q8_0, TensorType::Q8_0, 17, 64, 2}, {TensorType::Q8_0, TensorType::Q8_0, 16, 48, 2},
-                              {TensorType::Q8_0, TensorType::Q8_0, 16, 288, 2}, {TensorType::Q8_0, TensorType::Q8_0, 16, 0, 2},
+        const Case cases[] = {{TensorType::F16, TensorType::F16, 16, 64, 2},
+                              {TensorType::Q8_0, TensorType::Q4_1, 16, 64, 2},
+                              {TensorType::F32, TensorType::Q8_0, 16, 64, 2},
+                              {TensorType::Q8_0, TensorType::Q8_0, 0, 64, 2},
+                              {TensorType::Q8_0, TensorType::Q8_0, 17, 64, 2},
+                              {TensorType::Q8_0, TensorType::Q8_0, 16, 48, 2},
+                              {TensorType::Q8_0, TensorType::Q8_0, 16, 288, 2},
+                              {TensorType::Q8_0, TensorType::Q8_0, 16, 0, 2},
                               {TensorType::Q8_0, TensorType::Q8_0, 16, 64, 0},
                               {TensorType::Q8_0, TensorType::Q8_0, 16, 64, isa.max_group + 1}};
         for (const Case& c : cases) {
@@ -378,21 +386,15 @@ TEST(AttendQuant, ReferenceRejectsTypesAndHeadSizesItDoesNotTake) {
     try {
         call(TensorType::F16, TensorType::Q8_0, 64);
         FAIL() << "F16 keys were taken";
-    } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("F16 keys"), std::string::npos) << e.what();
-    }
+    } catch (const Error& e) { EXPECT_NE(std::string(e.what()).find("F16 keys"), std::string::npos) << e.what(); }
     try {
         call(TensorType::Q8_0, TensorType::Q5_0, 64);
         FAIL() << "Q5_0 values were taken";
-    } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("Q5_0 values"), std::string::npos) << e.what();
-    }
+    } catch (const Error& e) { EXPECT_NE(std::string(e.what()).find("Q5_0 values"), std::string::npos) << e.what(); }
     try {
         call(TensorType::Q8_0, TensorType::Q8_0, 40);
         FAIL() << "d = 40 was taken";
-    } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("not 40"), std::string::npos) << e.what();
-    }
+    } catch (const Error& e) { EXPECT_NE(std::string(e.what()).find("not 40"), std::string::npos) << e.what(); }
 }
 
 }  // namespace

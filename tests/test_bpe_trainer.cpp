@@ -29,7 +29,7 @@ TEST(BpeTrainer, RoundTripsAndCompresses) {
     const std::string probe = "the cat sat on the log with 90210 dogs";
     const auto ids = tok.encode(probe, false);
     EXPECT_EQ(tok.decode(ids), " " + probe);  // SentencePiece's space prefix comes back as a leading space
-    EXPECT_LT(ids.size(), probe.size() / 2);   // frequent words became single tokens
+    EXPECT_LT(ids.size(), probe.size() / 2);  // frequent words became single tokens
     // Digits are never merged: each digit of 90210 is one token.
     int digit_tokens = 0;
     for (int32_t id : ids) {

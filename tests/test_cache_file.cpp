@@ -22,7 +22,8 @@ const LlamaModel& tiny2k() {
 }
 
 std::unique_ptr<KVCache> make_cache(const LlamaModel& m, const std::string& spec, KVType t = KVType::kF16) {
-    return std::make_unique<KVCache>(m.config(), 512, parse_policy(spec), std::make_shared<KVPool>(m.config().head_dim, t));
+    return std::make_unique<KVCache>(m.config(), 512, parse_policy(spec),
+                                     std::make_shared<KVPool>(m.config().head_dim, t));
 }
 
 std::vector<int32_t> prompt_for(const LlamaModel& m) {
@@ -89,9 +90,10 @@ void check_continuation(const LlamaModel& m, const std::string& spec) {
 }
 
 TEST(CacheFile, RestoredSequenceContinuesBitForBit) {
-    for (const std::string spec : {std::string("full"), std::string("snapkv:ratio=0.5"), std::string("h2o:budget=40"),
-                                   std::string("streaming_llm:window=32,sinks=4"),
-                                   "kvzap:model=" + test::model_path("kvzap/kvsieve-tiny-2k-linear") + ",tau=-4,window=32"})
+    for (const std::string spec :
+         {std::string("full"), std::string("snapkv:ratio=0.5"), std::string("h2o:budget=40"),
+          std::string("streaming_llm:window=32,sinks=4"),
+          "kvzap:model=" + test::model_path("kvzap/kvsieve-tiny-2k-linear") + ",tau=-4,window=32"})
         check_continuation(tiny2k(), spec);
 }
 
@@ -104,7 +106,8 @@ TEST(CacheFile, KvpopStateIsSavedWithTheCache) {
 TEST(CacheFile, CompressedSequenceSavesSmall) {
     const auto tok = Tokenizer::from_gguf(tiny2k().file());
     test::TempFile full(".kvseq"), comp(".kvseq");
-    for (auto [spec, path] : {std::pair<std::string, std::string>{"full", full.path()}, {"snapkv:ratio=0.75", comp.path()}}) {
+    for (auto [spec, path] :
+         {std::pair<std::string, std::string>{"full", full.path()}, {"snapkv:ratio=0.75", comp.path()}}) {
         auto cache = make_cache(tiny2k(), spec);
         Session s(tiny2k(), *tok, *cache);
         std::vector<float> l;
@@ -140,8 +143,9 @@ TEST(CacheFile, BadFilesAreOneClearError) {
     expect_error_contains([&] { restore_sequence(o, saved); }, "was saved under policy 'h2o:budget=40'");
     auto f32 = make_cache(tiny2k(), "h2o:budget=40", KVType::kF32);
     Session o2(tiny2k(), *tok, *f32);
-    expect_error_contains([&] { restore_sequence(o2, saved); },
-                 "holds keys of type f16 and values of type f16; this cache stores keys as f32 and values as f32");
+    expect_error_contains(
+        [&] { restore_sequence(o2, saved); },
+        "holds keys of type f16 and values of type f16; this cache stores keys as f32 and values as f32");
     EXPECT_EQ(other->n_tokens(), 0);
 }
 

@@ -102,8 +102,8 @@ TEST(ChatCli, GenerateChatFeedsTheRenderedTemplate) {
     // the same rendered prompt decode through the same driver and give the same answer, token for token: the same
     // text and as many tokens as generate's ids.
     std::istringstream ids(chat.out);
-    const size_t n_ids = static_cast<size_t>(std::distance(std::istream_iterator<std::string>(ids),
-                                                           std::istream_iterator<std::string>()));
+    const size_t n_ids = static_cast<size_t>(
+        std::distance(std::istream_iterator<std::string>(ids), std::istream_iterator<std::string>()));
     const CmdResult turn = run("chat -m " + kModel + " --chat-template chatml -n 12 --temp 0", "Once upon a time\n");
     ASSERT_EQ(turn.status, 0) << turn.err;
     EXPECT_EQ(turn.out, text.out);
@@ -152,8 +152,10 @@ TEST(ChatCli, GenerateChatDetectsTheTemplateAndItsDefaultSystemMessage) {
     const CmdResult detected = run("generate -m " + m.path() + " --chat" + tom);
     ASSERT_EQ(detected.status, 0) << detected.err;
     EXPECT_NE(detected.err.find("chat template: chatml"), std::string::npos) << detected.err;
-    const CmdResult given = run("generate -m " + kModel + " --chat --chat-template chatml --system 'You are a "
-                                "helpful AI assistant named SmolLM, trained by Hugging Face'" + tom + " -q");
+    const CmdResult given = run("generate -m " + kModel +
+                                " --chat --chat-template chatml --system 'You are a "
+                                "helpful AI assistant named SmolLM, trained by Hugging Face'" +
+                                tom + " -q");
     ASSERT_EQ(given.status, 0) << given.err;
     EXPECT_EQ(detected.out, given.out);
     // Prefill counts tell the default system message is there: more tokens than without it.
@@ -183,8 +185,8 @@ TEST(ChatCli, ChatCarriesTheCacheAcrossTurns) {
     // Turn 2 prefills only its own tokens: the end of turn 1's answer (its <|im_end|> as text when the answer was
     // cut at -n), then the new user message.
     const bool ended = turns[0].generated < n;
-    const std::string cont = std::string(ended ? "" : "<|im_end|>") +
-                             "\n<|im_start|>user\nThe dog ran<|im_end|>\n<|im_start|>assistant\n";
+    const std::string cont =
+        std::string(ended ? "" : "<|im_end|>") + "\n<|im_start|>user\nThe dog ran<|im_end|>\n<|im_start|>assistant\n";
     EXPECT_EQ(turns[1].prefill, static_cast<long>(n_tokens(cont, false)));
     EXPECT_EQ(turns[1].cache, turns[0].cache + turns[1].prefill + turns[1].generated);
     EXPECT_EQ(tables[1], turns[1].cache);

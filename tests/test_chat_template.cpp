@@ -163,7 +163,8 @@ const std::string kQwen2 =
     R"J({% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %})J";
 
 // HuggingFaceTB/SmolLM2-135M-Instruct (its JSON has "\n" escapes inside the literals, so they are real line breaks)
-const std::string kSmolLM2 = R"J({% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system
+const std::string kSmolLM2 =
+    R"J({% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system
 You are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>
 ' }}{% endif %}{{'<|im_start|>' + message['role'] + '
 ' + message['content'] + '<|im_end|>' + '
@@ -176,15 +177,18 @@ const std::string kChatML =
 
 // HuggingFaceH4/zephyr-7b-beta: a format kvsieve does not render
 const std::string kZephyr =
-    "{% for message in messages %}\n{% if message['role'] == 'user' %}\n{{ '<|user|>\\n' + message['content'] + eos_token }}\n"
+    "{% for message in messages %}\n{% if message['role'] == 'user' %}\n{{ '<|user|>\\n' + message['content'] + "
+    "eos_token }}\n"
     "{% elif message['role'] == 'system' %}\n{{ '<|system|>\\n' + message['content'] + eos_token }}\n"
-    "{% elif message['role'] == 'assistant' %}\n{{ '<|assistant|>\\n'  + message['content'] + eos_token }}\n{% endif %}\n"
+    "{% elif message['role'] == 'assistant' %}\n{{ '<|assistant|>\\n'  + message['content'] + eos_token }}\n{% endif "
+    "%}\n"
     "{% if loop.last and add_generation_prompt %}\n{{ '<|assistant|>' }}\n{% endif %}\n{% endfor %}";
 
 // Mistral Small 3.1 style ([SYSTEM_PROMPT], [INST] without spaces): not the v0.1 format
 const std::string kMistralV7 =
     "{{- bos_token }}{%- if messages[0]['role'] == 'system' %}{%- set system_message = messages[0]['content'] %}"
-    "{%- set loop_messages = messages[1:] %}{%- else %}{%- set system_message = 'x' %}{%- set loop_messages = messages %}"
+    "{%- set loop_messages = messages[1:] %}{%- else %}{%- set system_message = 'x' %}{%- set loop_messages = messages "
+    "%}"
     "{%- endif %}{{- '[SYSTEM_PROMPT]' + system_message + '[/SYSTEM_PROMPT]' }}"
     "{%- for m in loop_messages %}{{- '[INST]' + m['content'] + '[/INST]' }}{%- endfor %}";
 
@@ -356,10 +360,13 @@ TEST(ChatTemplate, UnknownTemplatesAndNamesAreErrorsThatNameTheFix) {
 }
 
 TEST(ChatTemplate, RoleOrderErrors) {
-    EXPECT_NE(error_of([] { render(ChatTemplateKind::kLlama2, {{"user", "a"}, {"user", "b"}}, true); })
-                  .find("alternate user/assistant"),
+    EXPECT_NE(error_of([] {
+                  render(ChatTemplateKind::kLlama2, {{"user", "a"}, {"user", "b"}}, true);
+              }).find("alternate user/assistant"),
               std::string::npos);
-    EXPECT_NE(error_of([] { render(ChatTemplateKind::kGemma, {{"assistant", "a"}}, true); }).find("role 'assistant'"),
+    EXPECT_NE(error_of([] {
+                  render(ChatTemplateKind::kGemma, {{"assistant", "a"}}, true);
+              }).find("role 'assistant'"),
               std::string::npos);
     EXPECT_NE(error_of([] { render(ChatTemplateKind::kChatML, {}, true); }).find("empty conversation"),
               std::string::npos);

@@ -48,7 +48,8 @@ TEST(Cli, GenerateGreedyIdsMatchLlamaCpp) {
 
 TEST(Cli, GenerateSampledIsSeedDeterministic) {
     const std::string a = "generate -m " + kModel + " -p 'Tom was sad' -n 24 --temp 1 --seed 7 --ids -q";
-    const CmdResult r1 = run(a), r2 = run(a), r3 = run("generate -m " + kModel + " -p 'Tom was sad' -n 24 --temp 1 --seed 8 --ids -q");
+    const CmdResult r1 = run(a), r2 = run(a),
+                    r3 = run("generate -m " + kModel + " -p 'Tom was sad' -n 24 --temp 1 --seed 8 --ids -q");
     EXPECT_EQ(r1.status, 0);
     EXPECT_EQ(r1.out, r2.out);
     EXPECT_NE(r1.out, r3.out);
@@ -70,7 +71,8 @@ TEST(Cli, SavedSequenceContinuesAsIfNeverSaved) {
     const CmdResult more = run("generate -m " + kModel + " --temp 0 -q --load-cache " + f.path() + " -p ' Then' -n 4");
     EXPECT_EQ(more.status, 0) << more.err;
     EXPECT_EQ(more.out.rfind(" Then", 0), 0u) << more.out;
-    const CmdResult other = run("generate -m " + kModel + " -q --load-cache " + f.path() + " --policy snapkv:ratio=0.5 -n 2");
+    const CmdResult other =
+        run("generate -m " + kModel + " -q --load-cache " + f.path() + " --policy snapkv:ratio=0.5 -n 2");
     EXPECT_EQ(other.status, 1);
     EXPECT_NE(other.err.find("was saved under policy 'h2o:budget=24'"), std::string::npos) << other.err;
     test::TempFile junk(".kvseq");
@@ -94,7 +96,8 @@ TEST(Cli, BadInputGivesOneLineErrors) {
     expect_clean_failure("generate -m " + trunc.path() + " -p hi", "truncated");
     expect_clean_failure("generate -m " + test::data_dir() + "/models/tok512.bin -p hi", "not a GGUF file");
     expect_clean_failure("generate -m /nonexistent.gguf -p hi", "nonexistent.gguf");
-    expect_clean_failure("generate -m " + kModel + " -p 'Once upon a time there was a dog' -c 4", "longer than the context");
+    expect_clean_failure("generate -m " + kModel + " -p 'Once upon a time there was a dog' -c 4",
+                         "longer than the context");
     expect_clean_failure("generate -m " + kModel + " -p hi --temp -1", "--temp");
     expect_clean_failure("generate -m " + kModel + " -p hi --top-p 2", "--top-p");
     expect_clean_failure("generate -m " + kModel + " -p hi -n abc", "-n");
@@ -113,8 +116,8 @@ TEST(Cli, PolicyStatsTableAndJson) {
     const std::string prompt =
         "'Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her "
         "friend Ben. One day, they saw a big red ball under a tree. Lily wanted the ball, but Ben said it was his.'";
-    const CmdResult r = run("generate -m " + kModel + " -p " + prompt + " -n 8 --temp 0 --policy snapkv:ratio=0.75 --stats-json " +
-                            json.path());
+    const CmdResult r = run("generate -m " + kModel + " -p " + prompt +
+                            " -n 8 --temp 0 --policy snapkv:ratio=0.75 --stats-json " + json.path());
     ASSERT_EQ(r.status, 0) << r.err;
     EXPECT_NE(r.err.find("density"), std::string::npos) << r.err;
     EXPECT_NE(r.err.find("compression ratio"), std::string::npos) << r.err;
@@ -143,10 +146,11 @@ TEST(Cli, GenerateFromAFileAndAQuestion) {
     // -f then -p: the prompt is the document (trailing newlines dropped), a blank line, then the question; the
     // ids equal those of the same text given with -p alone.
     const CmdResult a = run("generate -m " + kModel + " -f " + doc.path() + " -p 'She liked' -n 8 --temp 0 --ids -q");
-    const CmdResult b = run("generate -m " + kModel +
-                            " -p \"$(printf 'Once upon a time, there was a little girl named Lily.\\n\\nShe liked')\" -n 8 "
-                            "--temp 0 "
-                            "--ids -q");
+    const CmdResult b =
+        run("generate -m " + kModel +
+            " -p \"$(printf 'Once upon a time, there was a little girl named Lily.\\n\\nShe liked')\" -n 8 "
+            "--temp 0 "
+            "--ids -q");
     ASSERT_EQ(a.status, 0) << a.err;
     ASSERT_EQ(b.status, 0) << b.err;
     EXPECT_EQ(a.out, b.out);
@@ -169,9 +173,7 @@ TEST(Cli, QuantizeNamesTheTypesItWrites) {
     expect_clean_failure("quantize --type q4_k " + kModel + " " + out.path(), "not Q4_K");
 }
 
-TEST(Cli, PullNamesTheModelsItKnows) {
-    expect_clean_failure("pull nosuch-model", "smollm2-135m");
-}
+TEST(Cli, PullNamesTheModelsItKnows) { expect_clean_failure("pull nosuch-model", "smollm2-135m"); }
 
 TEST(Cli, BadPolicyOptionsAreReported) {
     expect_clean_failure("generate -m " + kModel + " -p hi --policy nosuch", "unknown policy 'nosuch'");
@@ -192,9 +194,10 @@ TEST(Cli, QuantizationAtAdmissionRunsKeepsTheWindowInF16AndIsRecordedInTheCache)
     const std::string tiny2k = test::model_path("kvsieve-tiny-2k.gguf");
     test::TempFile json(".json"), seq(".kvseq");
     const std::string policy = " --policy tova:budget=1024,window=16,sinks=4";
-    const CmdResult r = run("generate -m " + tiny2k + " -p 'Once upon a time there was a little girl' -n 30 --temp 0"
-                            " --kv-type q8_0 --kv-quant-at admission" + policy + " --stats-json " + json.path() +
-                            " --save-cache " + seq.path());
+    const CmdResult r = run("generate -m " + tiny2k +
+                            " -p 'Once upon a time there was a little girl' -n 30 --temp 0"
+                            " --kv-type q8_0 --kv-quant-at admission" +
+                            policy + " --stats-json " + json.path() + " --save-cache " + seq.path());
     ASSERT_EQ(r.status, 0) << r.err;
     EXPECT_NE(r.err.find("quantized at admission: sinks and window f16"), std::string::npos) << r.err;
     std::ifstream f(json.path());
@@ -216,8 +219,10 @@ TEST(Cli, QuantizedKVTypesRunAndBadOnesAreReported) {
     // tiny-2k has head size 32: keys as q8_0, values as q4_0; the stats name both and count their real bytes.
     const std::string tiny2k = test::model_path("kvsieve-tiny-2k.gguf");
     test::TempFile json(".json"), seq(".kvseq");
-    const CmdResult r = run("generate -m " + tiny2k + " -p 'Once upon a time' -n 6 --temp 0 --cache-type-k q8_0 "
-                            "--cache-type-v q4_0 --stats-json " + json.path() + " --save-cache " + seq.path());
+    const CmdResult r = run("generate -m " + tiny2k +
+                            " -p 'Once upon a time' -n 6 --temp 0 --cache-type-k q8_0 "
+                            "--cache-type-v q4_0 --stats-json " +
+                            json.path() + " --save-cache " + seq.path());
     ASSERT_EQ(r.status, 0) << r.err;
     EXPECT_NE(r.err.find("q8_0/q4_0 keys/values"), std::string::npos) << r.err;
     EXPECT_NE(r.err.find("full F16"), std::string::npos) << r.err;
@@ -230,11 +235,13 @@ TEST(Cli, QuantizedKVTypesRunAndBadOnesAreReported) {
     EXPECT_GT(final_bytes, 0u);
     EXPECT_LT(final_bytes, full);
     // Restoring it into a cache of other types names both pairs.
-    expect_clean_failure("generate -m " + tiny2k + " -q -n 2 --load-cache " + seq.path(),
-                         "holds keys of type q8_0 and values of type q4_0; this cache stores keys as f16 and values as f16");
+    expect_clean_failure(
+        "generate -m " + tiny2k + " -q -n 2 --load-cache " + seq.path(),
+        "holds keys of type q8_0 and values of type q4_0; this cache stores keys as f16 and values as f16");
     expect_clean_failure("generate -m " + kModel + " -p hi --cache-type-k q5_1",
                          "--cache-type-k: unknown KV cache type 'q5_1' (supported: f32, f16, bf16, q8_0, q4_0)");
-    expect_clean_failure("generate -m " + kModel + " -p hi --cache-type-v f8", "--cache-type-v: unknown KV cache type 'f8'");
+    expect_clean_failure("generate -m " + kModel + " -p hi --cache-type-v f8",
+                         "--cache-type-v: unknown KV cache type 'f8'");
     // stories260K has head size 8: not whole blocks of 32.
     expect_clean_failure("generate -m " + kModel + " -p hi --kv-type q8_0",
                          "KV cache type q8_0 stores blocks of 32 elements; head dimension 8 is not a multiple of 32");
@@ -249,7 +256,8 @@ TEST(Cli, QuantizedKVTypesRunAndBadOnesAreReported) {
     expect_clean_failure("bench -m " + tiny2k + " --kv-type q4_0 --kv-rotate on", "this model's head dimension is 32");
     expect_clean_failure("serve -m " + tiny2k + " --kv-type q4_0 --kv-rotate on --port 0",
                          "this model's head dimension is 32");
-    const CmdResult a = run("generate -m " + tiny2k + " -p 'Once upon a time' -n 2 --temp 0 --kv-type q8_0 --kv-rotate auto");
+    const CmdResult a =
+        run("generate -m " + tiny2k + " -p 'Once upon a time' -n 2 --temp 0 --kv-type q8_0 --kv-rotate auto");
     EXPECT_EQ(a.status, 0) << a.err;
 }
 
@@ -267,53 +275,66 @@ TEST(Cli, EvalTasksPrintsAccuracyLast) {
                          "has no chat template (tokenizer.chat_template); use --format raw");
     expect_clean_failure("eval ruler -m " + kModel + " --corpus " + kModel + " --format chat", "has no chat template");
     expect_clean_failure("eval ruler -m " + kModel + " --corpus " + kModel + " --format html", "html");
-    expect_clean_failure("eval sweep --task nll -m " + kModel + " --corpus " + kModel + " --policies knorm --ratios 0.5 --format raw",
-                         "--format applies to --task ruler");
+    expect_clean_failure(
+        "eval sweep --task nll -m " + kModel + " --corpus " + kModel + " --policies knorm --ratios 0.5 --format raw",
+        "--format applies to --task ruler");
     {
         test::TempFile bad(".jsonl");
         std::ofstream(bad.path()) << "{\"index\": 0}\n";
-        expect_clean_failure("eval kept -m " + kModel + " --examples " + bad.path() + " --policies knorm:ratio=0.5 --out /tmp/x.jsonl",
-                             "line 1 is not an exported example");
+        expect_clean_failure(
+            "eval kept -m " + kModel + " --examples " + bad.path() + " --policies knorm:ratio=0.5 --out /tmp/x.jsonl",
+            "line 1 is not an exported example");
     }
-    expect_clean_failure("eval-tasks -m " + kModel + " --task niah_single --length 4096 -n 2", "beyond the model's context");
+    expect_clean_failure("eval-tasks -m " + kModel + " --task niah_single --length 4096 -n 2",
+                         "beyond the model's context");
     expect_clean_failure("eval-tasks -m " + kModel + " --task nosuch -n 2", "unknown task 'nosuch'");
     expect_clean_failure("eval nll -m " + kModel + " --corpus /nonexistent.txt", "cannot open corpus");
     test::TempFile empty(".txt");
     { std::ofstream(empty.path()).flush(); }
     expect_clean_failure("eval nll -m " + kModel + " --corpus " + empty.path(), "is empty");
-    expect_clean_failure("eval sweep -m " + kModel + " --corpus " + kModel + " --policies knorm --ratios 0.5,x", "'x' is not a number");
-    expect_clean_failure("eval sweep --task nll -m " + kModel + " --corpus " + kModel + " --policies knorm --ratios 0.5 --cells-per-pass 2",
+    expect_clean_failure("eval sweep -m " + kModel + " --corpus " + kModel + " --policies knorm --ratios 0.5,x",
+                         "'x' is not a number");
+    expect_clean_failure("eval sweep --task nll -m " + kModel + " --corpus " + kModel +
+                             " --policies knorm --ratios 0.5 --cells-per-pass 2",
                          "--cells-per-pass applies to --task ruler");
-    expect_clean_failure("eval sweep --task ruler -m " + kModel + " --corpus " + kModel + " --policies knorm --ratios 0.5 --cells-per-pass -1",
+    expect_clean_failure("eval sweep --task ruler -m " + kModel + " --corpus " + kModel +
+                             " --policies knorm --ratios 0.5 --cells-per-pass -1",
                          "--cells-per-pass must be ≥ 0");
     for (const char* bad : {"2/2", "x", "1/", "-1/2", "0/0", "1/2/3"})
         expect_clean_failure("eval sweep --task ruler -m " + kModel + " --corpus " + kModel +
                                  " --policies knorm --ratios 0.5 --shard " + bad,
                              "is not K/N with 0 ≤ K < N");
-    expect_clean_failure("eval sweep --task nll -m " + kModel + " --corpus " + kModel + " --policies knorm --ratios 0.5 --shard 0/2",
-                         "--shard applies to --task ruler");
+    expect_clean_failure(
+        "eval sweep --task nll -m " + kModel + " --corpus " + kModel + " --policies knorm --ratios 0.5 --shard 0/2",
+        "--shard applies to --task ruler");
 }
 
 TEST(Cli, EvalFidelityWritesItsReportAndRejectsBadInput) {
     test::TempFile corpus(".txt"), out(".fidelity");
     {
         std::ofstream f(corpus.path());
-        for (int i = 0; i < 10; ++i) f << "Once upon a time, there was a little girl named Lily. She loved to play outside. ";
+        for (int i = 0; i < 10; ++i)
+            f << "Once upon a time, there was a little girl named Lily. She loved to play outside. ";
     }
-    const CmdResult r = run("eval fidelity -q -m " + kModel + " --corpus " + corpus.path() +
-                            " --prompt 32 --gen 24 --samples 1 --every 8 --temp 0.8 --policies 'full;streaming_llm:window=8,sinks=2;"
-                            "full@" + kModel + "' --out " + out.path());
+    const CmdResult r =
+        run("eval fidelity -q -m " + kModel + " --corpus " + corpus.path() +
+            " --prompt 32 --gen 24 --samples 1 --every 8 --temp 0.8 --policies 'full;streaming_llm:window=8,sinks=2;"
+            "full@" +
+            kModel + "' --out " + out.path());
     ASSERT_EQ(r.status, 0) << r.err;
     EXPECT_NE(r.out.find("policy=full greedy_prefix=24 token_accuracy=1.0000"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("policy=streaming_llm:window=8,sinks=2 "), std::string::npos) << r.out;
     // SPEC@FILE: the policy on another model against the same teachers (the same model here: the teacher itself).
-    EXPECT_NE(r.out.find("policy=full@" + kModel + " greedy_prefix=24 token_accuracy=1.0000 kl=0.00000"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("policy=full@" + kModel + " greedy_prefix=24 token_accuracy=1.0000 kl=0.00000"),
+              std::string::npos)
+        << r.out;
     const auto j = nlohmann::json::parse(std::ifstream(out.path() + "/fidelity.json"));
     EXPECT_EQ(j["temperature"], 0.8);
     EXPECT_EQ(j["results"].size(), 3u);
     // The same command with one more policy resumes: the three finished rows come from the file (no teacher run),
     // the new one is computed, and all four are in the report, the earlier ones unchanged.
-    const std::string head = "eval fidelity -m " + kModel + " --corpus " + corpus.path() + " --prompt 32 --samples 1 --every 8 --temp 0.8 --out " + out.path();
+    const std::string head = "eval fidelity -m " + kModel + " --corpus " + corpus.path() +
+                             " --prompt 32 --samples 1 --every 8 --temp 0.8 --out " + out.path();
     const std::string base = head + " --gen 24 --policies ";
     const CmdResult again = run(base + "'full;streaming_llm:window=8,sinks=2;full@" + kModel + ";tova:budget=12'");
     ASSERT_EQ(again.status, 0) << again.err;
@@ -341,15 +362,20 @@ TEST(Cli, EvalFidelityWritesItsReportAndRejectsBadInput) {
     std::filesystem::remove_all(out.path());
     expect_clean_failure("eval fidelity -m " + kModel + " --corpus " + corpus.path() + " --policies 'full;nosuch'",
                          "unknown policy 'nosuch'");
-    expect_clean_failure("eval fidelity -m " + kModel + " --corpus " + corpus.path() + " --policies full --prompt 400 --gen 400",
-                         "exceed the model's context");
+    expect_clean_failure(
+        "eval fidelity -m " + kModel + " --corpus " + corpus.path() + " --policies full --prompt 400 --gen 400",
+        "exceed the model's context");
     expect_clean_failure("eval fidelity -m " + kModel + " --corpus " + corpus.path() + " --policies full --temp -1",
                          "--temp must be ≥ 0");
-    expect_clean_failure("eval fidelity -m " + kModel + " --corpus " + corpus.path() + " --policies 'full@/nonexistent.gguf'",
-                         "model file '/nonexistent.gguf' of 'full@/nonexistent.gguf' does not exist");
+    expect_clean_failure(
+        "eval fidelity -m " + kModel + " --corpus " + corpus.path() + " --policies 'full@/nonexistent.gguf'",
+        "model file '/nonexistent.gguf' of 'full@/nonexistent.gguf' does not exist");
     const std::string other = test::model_path("kvsieve-tiny-2k.gguf");
-    expect_clean_failure("eval fidelity -m " + kModel + " --corpus " + corpus.path() + " --prompt 32 --gen 8 --samples 1 "
-                         "--policies 'full;full@" + other + "'", "does not share the tokenizer of");
+    expect_clean_failure("eval fidelity -m " + kModel + " --corpus " + corpus.path() +
+                             " --prompt 32 --gen 8 --samples 1 "
+                             "--policies 'full;full@" +
+                             other + "'",
+                         "does not share the tokenizer of");
 }
 
 TEST(Cli, BenchHonoursPrefillChunkAndWritesStatsJson) {
@@ -359,7 +385,8 @@ TEST(Cli, BenchHonoursPrefillChunkAndWritesStatsJson) {
     const std::string base = "bench -m " + kModel + " -p 0 -n 4 -d 240 -r 1 --policy h2o:budget=64 --bandwidth-gbs 10";
     ASSERT_EQ(run(base + " --prefill-chunk 40 --stats-json " + chunked.path()).status, 0);
     ASSERT_EQ(run(base + " --stats-json " + whole.path()).status, 0);
-    const auto a = nlohmann::json::parse(std::ifstream(chunked.path())), b = nlohmann::json::parse(std::ifstream(whole.path()));
+    const auto a = nlohmann::json::parse(std::ifstream(chunked.path())),
+               b = nlohmann::json::parse(std::ifstream(whole.path()));
     EXPECT_EQ(a["tokens"], 244);
     EXPECT_EQ(a["kv_bytes_final"], b["kv_bytes_final"]);
     EXPECT_LT(a["kv_bytes_peak"].get<uint64_t>(), b["kv_bytes_peak"].get<uint64_t>());
@@ -379,7 +406,8 @@ TEST(Cli, SynthWritesALoadableModelAndBenchRunsIt) {
 TEST(Cli, BenchTakesItsTokensFromATextAndReportsTheCacheAfterThePrefill) {
     test::TempFile text(".txt");
     std::ofstream(text.path()) << "Once upon a time there was a little girl named Lily. She liked to play in the park.";
-    CmdResult r = run("bench -m " + kModel + " -p 48 -n 2 -r 1 --text " + text.path() + " --policy streaming_llm:window=8");
+    CmdResult r =
+        run("bench -m " + kModel + " -p 48 -n 2 -r 1 --text " + text.path() + " --policy streaming_llm:window=8");
     ASSERT_EQ(r.status, 0) << r.err;
     EXPECT_NE(r.out.find("pp48"), std::string::npos) << r.out;
     // 48 tokens through a window of 8 (and 4 sinks): 36 of the 40 beyond the window dropped.

@@ -64,9 +64,7 @@ TEST(Convert, SizeMismatchIsReported) {
     try {
         convert_llama2c(test::data_dir() + "/models/tok512.bin", test::data_dir() + "/models/tok512.bin", out.path());
         ADD_FAILURE() << "no error";
-    } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("tok512.bin"), std::string::npos) << e.what();
-    }
+    } catch (const Error& e) { EXPECT_NE(std::string(e.what()).find("tok512.bin"), std::string::npos) << e.what(); }
 }
 
 }  // namespace

@@ -134,9 +134,7 @@ TEST(DecodeDriver, MaxTokensAndAFullContextFinishWithLength) {
     try {
         d.next(l.data(), n_vocab(), 100);
         ADD_FAILURE() << "a finished driver sampled again";
-    } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("has finished"), std::string::npos) << e.what();
-    }
+    } catch (const Error& e) { EXPECT_NE(std::string(e.what()).find("has finished"), std::string::npos) << e.what(); }
     // No position left for the token to run: it is still sampled and shown, then the answer ends.
     Sampler s2(greedy());
     StopRules many;

@@ -112,7 +112,8 @@ TEST(EvalSweep, ACellsParameterGoesToThePresetNotToTheSelection) {
 TEST(EvalSweep, KvpressLayoutSummaryAndResume) {
     LlamaModel m(test::model_path("stories260K.gguf"));
     const auto tok = Tokenizer::from_gguf(m.file());
-    const std::string dir = (std::filesystem::temp_directory_path() / ("kvsieve_sweep_" + std::to_string(::getpid()))).string();
+    const std::string dir =
+        (std::filesystem::temp_directory_path() / ("kvsieve_sweep_" + std::to_string(::getpid()))).string();
     SweepOptions o;
     o.policies = {"knorm", "streaming_llm", "streaming_llm:sinks=2"};
     o.ratios = {0.5, 0.75};
@@ -121,7 +122,8 @@ TEST(EvalSweep, KvpressLayoutSummaryAndResume) {
     o.nll.samples = 1;
     o.nll.progress = false;
     run_nll_sweep(m, *tok, kText + " " + kText, o);
-    for (const char* cell : {"full", "knorm_ratio_0.5", "knorm_ratio_0.75", "streaming_llm_ratio_0.5", "streaming_llm_ratio_0.75"}) {
+    for (const char* cell :
+         {"full", "knorm_ratio_0.5", "knorm_ratio_0.75", "streaming_llm_ratio_0.5", "streaming_llm_ratio_0.75"}) {
         SCOPED_TRACE(cell);
         const auto d = std::filesystem::path(dir) / cell;
         EXPECT_TRUE(std::filesystem::exists(d / "predictions.csv"));
@@ -152,7 +154,8 @@ TEST(EvalSweep, KvpressLayoutSummaryAndResume) {
 TEST(EvalSweep, WithoutRatiosOrThresholdsEachSpecIsOneCell) {
     LlamaModel m(test::model_path("stories260K.gguf"));
     const auto tok = Tokenizer::from_gguf(m.file());
-    const std::string dir = (std::filesystem::temp_directory_path() / ("kvsieve_fixed_" + std::to_string(::getpid()))).string();
+    const std::string dir =
+        (std::filesystem::temp_directory_path() / ("kvsieve_fixed_" + std::to_string(::getpid()))).string();
     SweepOptions o;
     o.policies = {"streaming_llm:window=16,sinks=2", "knorm:ratio=0.5,window=8+quest:read_budget=16"};
     o.out_dir = dir;
@@ -171,7 +174,6 @@ TEST(EvalSweep, WithoutRatiosOrThresholdsEachSpecIsOneCell) {
     std::filesystem::remove_all(dir);
 }
 
-
 /// A RULER sweep of knorm and h2o at ratio 0.5 over `tasks` at 300 tokens, 2 samples each, on stories260K.
 SweepOptions knorm_h2o_ruler_sweep(std::vector<std::string> tasks) {
     SweepOptions o;
@@ -185,7 +187,6 @@ SweepOptions knorm_h2o_ruler_sweep(std::vector<std::string> tasks) {
     o.ruler.progress = false;
     return o;
 }
-
 
 TEST(EvalSweep, RulerCellsRunTogetherAndResumeFromTheirPartialFiles) {
     LlamaModel m(test::model_path("stories260K.gguf"));
@@ -213,9 +214,7 @@ TEST(EvalSweep, RulerCellsRunTogetherAndResumeFromTheirPartialFiles) {
         try {
             run_ruler_sweep(m, *tok, kText, more);
             ADD_FAILURE() << "cells of 2 samples were taken for a sweep of 3";
-        } catch (const Error& e) {
-            EXPECT_NE(std::string(e.what()).find("samples"), std::string::npos) << e.what();
-        }
+        } catch (const Error& e) { EXPECT_NE(std::string(e.what()).find("samples"), std::string::npos) << e.what(); }
     }
     // Interrupted after one sample of the h2o cell: the next run keeps that sample and makes only the other.
     o.out_dir = (base / "resumed").string();
@@ -243,9 +242,7 @@ TEST(EvalSweep, RulerCellsRunTogetherAndResumeFromTheirPartialFiles) {
     try {
         run_ruler_sweep(m, *tok, kText, o);
         ADD_FAILURE() << "a partial file of other settings was used";
-    } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("seed"), std::string::npos) << e.what();
-    }
+    } catch (const Error& e) { EXPECT_NE(std::string(e.what()).find("seed"), std::string::npos) << e.what(); }
     std::filesystem::remove_all(base);
 }
 
@@ -327,9 +324,7 @@ TEST(EvalSweep, ThresholdPoliciesTakeTheThresholdsAndThePoliciesTheRatios) {
     try {
         run_ruler_sweep(m, *tok, kText, bad);
         ADD_FAILURE() << "threshold policies without thresholds were accepted";
-    } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("no thresholds"), std::string::npos) << e.what();
-    }
+    } catch (const Error& e) { EXPECT_NE(std::string(e.what()).find("no thresholds"), std::string::npos) << e.what(); }
     std::filesystem::remove_all(base);
 }
 
@@ -338,7 +333,7 @@ TEST(EvalSweep, ShardsShareTheExamplesAndTheLastWritesTheCells) {
     const auto tok = Tokenizer::from_gguf(m.file());
     const auto base = std::filesystem::temp_directory_path() / ("kvsieve_ruler_shards_" + std::to_string(::getpid()));
     SweepOptions o = knorm_h2o_ruler_sweep({"niah_single_1", "niah_single_2"});  // 4 examples: shard 0 of 2 makes
-                                                                                // 0 and 2, shard 1 makes 1 and 3
+                                                                                 // 0 and 2, shard 1 makes 1 and 3
     o.out_dir = (base / "whole").string();
     run_ruler_sweep(m, *tok, kText, o);
     o.out_dir = (base / "sharded").string();
@@ -350,7 +345,8 @@ TEST(EvalSweep, ShardsShareTheExamplesAndTheLastWritesTheCells) {
     EXPECT_FALSE(std::filesystem::exists(h2o / "metrics.json"));
     EXPECT_FALSE(std::filesystem::exists(base / "sharded" / "summary.md"));
     ASSERT_TRUE(std::filesystem::exists(h2o / "partial.shard1of2.jsonl"));
-    const auto half = read_ruler_partial(h2o.string(), ruler_cell_settings("h2o:ratio=0.5", o.ruler, o.model_path, o.corpus_path));
+    const auto half =
+        read_ruler_partial(h2o.string(), ruler_cell_settings("h2o:ratio=0.5", o.ruler, o.model_path, o.corpus_path));
     ASSERT_EQ(half.size(), 2u);
     EXPECT_EQ(half[0].index, 1);
     EXPECT_EQ(half[1].index, 3);

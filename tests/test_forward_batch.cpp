@@ -36,7 +36,11 @@ int argmax(const std::vector<float>& v) { return static_cast<int>(std::max_eleme
 void check_batch_equals_alone(const LlamaModel& m, float tol) {
     const int V = m.config().n_vocab;
     const std::vector<std::string> specs = {"full", "h2o:budget=12", "streaming_llm:window=8,sinks=2", "full"};
-    std::vector<std::vector<int32_t>> prompts = {{1, 5, 9, 13, 17, 21, 25}, {1, 7, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20}, {}};
+    std::vector<std::vector<int32_t>> prompts = {
+        {1, 5, 9, 13, 17, 21, 25},
+        {1, 7, 3},
+        {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20},
+        {}};
     for (int i = 0; i < 40; ++i) prompts[3].push_back(1 + (7 * i) % 50);
     ASSERT_GE(static_cast<int64_t>(prompts[3].size()), kGemmMinTokens);
     for (auto& p : prompts)

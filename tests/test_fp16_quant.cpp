@@ -28,9 +28,9 @@ TEST(Fp16, KnownValuesAndRounding) {
     EXPECT_EQ(fp16_to_fp32(0xC000), -2.0f);
     EXPECT_EQ(fp16_to_fp32(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
     EXPECT_EQ(fp16_to_fp32(0x7BFF), 65504.0f);
-    EXPECT_EQ(fp32_to_fp16(1.0f + std::ldexp(1.0f, -11)), 0x3C00);  // tie → even
+    EXPECT_EQ(fp32_to_fp16(1.0f + std::ldexp(1.0f, -11)), 0x3C00);      // tie → even
     EXPECT_EQ(fp32_to_fp16(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3C02);  // tie → even (up)
-    EXPECT_EQ(fp32_to_fp16(65520.0f), 0x7C00);   // rounds to infinity
+    EXPECT_EQ(fp32_to_fp16(65520.0f), 0x7C00);                          // rounds to infinity
     EXPECT_EQ(fp32_to_fp16(65519.0f), 0x7BFF);
     EXPECT_EQ(fp32_to_fp16(std::ldexp(1.0f, -25)), 0x0000);  // tie with zero → even
     EXPECT_EQ(fp32_to_fp16(std::ldexp(1.5f, -25)), 0x0001);
@@ -43,8 +43,8 @@ TEST(Fp16, DirectedRoundingGivesTheNearestHalfOnEachSide) {
     for (uint32_t h = 0; h < 0x10000u; ++h)
         if ((h & 0x7c00u) != 0x7c00u) halves.push_back(fp16_to_fp32(static_cast<uint16_t>(h)));
     std::sort(halves.begin(), halves.end());
-    std::vector<float> xs = {0.0f, -0.0f, 1e-9f, -1e-9f, 6e-8f, -6e-8f, 1.0f, -1.0f, 65504.0f, -65504.0f, 65510.0f,
-                             -65510.0f, 1e6f, -1e6f, 0.1f, -0.1f, 3.14159f, 1.0f + 1e-4f};
+    std::vector<float> xs = {0.0f,      -0.0f,    1e-9f,     -1e-9f, 6e-8f, -6e-8f, 1.0f,  -1.0f,    65504.0f,
+                             -65504.0f, 65510.0f, -65510.0f, 1e6f,   -1e6f, 0.1f,   -0.1f, 3.14159f, 1.0f + 1e-4f};
     uint32_t state = 12345;
     for (int i = 0; i < 20000; ++i) {
         state = state * 1664525u + 1013904223u;
@@ -53,7 +53,8 @@ TEST(Fp16, DirectedRoundingGivesTheNearestHalfOnEachSide) {
         float f;
         std::memcpy(&f, &bits, 4);
         if (std::fabs(f) < 1e5f) xs.push_back(f);
-        xs.push_back(std::ldexp(static_cast<float>(state % 100000) / 100000.0f - 0.5f, static_cast<int>(state % 40) - 24));
+        xs.push_back(
+            std::ldexp(static_cast<float>(state % 100000) / 100000.0f - 0.5f, static_cast<int>(state % 40) - 24));
     }
     for (float x : xs) {
         const float lo = fp16_to_fp32(fp32_to_fp16_down(x)), hi = fp16_to_fp32(fp32_to_fp16_up(x));
@@ -235,7 +236,8 @@ TEST(Quant, KQuantBlockLayoutsMatchGgml) {
     b2.d = fp32_to_fp16(1.0f);
     b2.dmin = fp32_to_fp16(1.0f);
     for (int j = 0; j < 16; ++j) b2.scales[j] = static_cast<uint8_t>(1 | ((j % 4) << 4));
-    for (int i = 0; i < 256; ++i) b2.qs[32 * (i / 128) + i % 32] |= static_cast<uint8_t>((i % 4) << (2 * ((i % 128) / 32)));
+    for (int i = 0; i < 256; ++i)
+        b2.qs[32 * (i / 128) + i % 32] |= static_cast<uint8_t>((i % 4) << (2 * ((i % 128) / 32)));
     float y[256];
     dequant_block_q2_k(&b2, y);
     for (int i = 0; i < 256; ++i) EXPECT_EQ(y[i], float(i % 4 - (i / 16) % 4)) << i;
@@ -245,7 +247,10 @@ TEST(Quant, KQuantBlockLayoutsMatchGgml) {
     b3.d = fp32_to_fp16(1.0f);
     for (int j = 0; j < 16; ++j) {
         const int u = 32 + (j - 8);
-        if (j < 8) b3.scales[j] |= static_cast<uint8_t>(u & 0xF); else b3.scales[j - 8] |= static_cast<uint8_t>((u & 0xF) << 4);
+        if (j < 8)
+            b3.scales[j] |= static_cast<uint8_t>(u & 0xF);
+        else
+            b3.scales[j - 8] |= static_cast<uint8_t>((u & 0xF) << 4);
         b3.scales[8 + j % 4] |= static_cast<uint8_t>((u >> 4) << (2 * (j / 4)));
     }
     for (int i = 0; i < 256; ++i) {
@@ -270,13 +275,15 @@ TEST(Quant, KQuantBlockLayoutsMatchGgml) {
     dequant_block_q5_k(&b5, y);
     for (int i = 0; i < 256; ++i) EXPECT_EQ(y[i], float((i % 32 + i / 32) % 32)) << i;
     // Quantizing the Q2_K and Q5_K values gives them back up to the binary16 rounding of d and dmin.
-    for (const auto& [t, block] : {std::pair<TensorType, const void*>{TensorType::Q2_K, &b2}, {TensorType::Q5_K, &b5}}) {
+    for (const auto& [t, block] :
+         {std::pair<TensorType, const void*>{TensorType::Q2_K, &b2}, {TensorType::Q5_K, &b5}}) {
         float v[256], w[256];
         dequantize_row(t, block, v, 256);
         std::vector<uint8_t> r(row_bytes(t, 256));
         quantize_row(t, v, r.data(), 256);
         dequantize_row(t, r.data(), w, 256);
-        for (int i = 0; i < 256; ++i) EXPECT_NEAR(w[i], v[i], 4e-3f * (1 + std::fabs(v[i]))) << type_name(t) << " " << i;
+        for (int i = 0; i < 256; ++i)
+            EXPECT_NEAR(w[i], v[i], 4e-3f * (1 + std::fabs(v[i]))) << type_name(t) << " " << i;
     }
 }
 

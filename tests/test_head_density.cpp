@@ -27,7 +27,8 @@ HeadDensityMap eight_layers() {  // 8 layers × 2 heads, density = (l·2 + h) / 
 
 std::string story_text() {
     std::string text;
-    for (int i = 0; i < 6; ++i) text += "Once upon a time, there was a little girl named Lily. She loved to play outside. ";
+    for (int i = 0; i < 6; ++i)
+        text += "Once upon a time, there was a little girl named Lily. She loved to play outside. ";
     return text;
 }
 
@@ -93,14 +94,15 @@ TEST(HeadDensity, ReportWritesTheMapAndOneRowPerLayout) {
     const std::string text = story_text();
     const NllOptions o = one_window();
     const auto dir = std::filesystem::temp_directory_path() / ("kvsieve_density_" + std::to_string(::getpid()));
-    const std::string md = head_density_report(m, *tok, text, "hybrid_heads:global=1.0/1.1/1.2/1.3,window=8", o,
-                                               dir.string(), true, 4, 1);
+    const std::string md =
+        head_density_report(m, *tok, text, "hybrid_heads:global=1.0/1.1/1.2/1.3,window=8", o, dir.string(), true, 4, 1);
     // The policy's own map: layer 1 dense, the rest local; the densest layout with 4 heads is layer 1 itself,
     // so it covers all the density.
     EXPECT_NE(md.find("| densest heads (SP-KV §4) | 4 | 1.000 | 0.200 |"), std::string::npos) << md;
     EXPECT_NE(md.find("| A: 3:1, global layers 0, 4, 8, … | 8 | 0.000 |"), std::string::npos) << md;
     EXPECT_NE(md.find("| every head local | 0 |"), std::string::npos) << md;
-    for (const char* f : {"head_density.md", "head_density.json", "head_density.dat", "head_density.gp", "hybrid.md", "hybrid.json"})
+    for (const char* f :
+         {"head_density.md", "head_density.json", "head_density.dat", "head_density.gp", "hybrid.md", "hybrid.json"})
         EXPECT_TRUE(std::filesystem::exists(dir / f)) << f;
     std::filesystem::remove_all(dir);
 }

@@ -36,7 +36,8 @@ OwnedMatrix make_matrix(TensorType type, int64_t rows, int64_t cols, uint32_t se
     o.m.cols = cols;
     o.m.row_bytes = row_bytes(type, cols);
     o.bytes.resize(o.m.row_bytes * rows);
-    for (int64_t r = 0; r < rows; ++r) quantize_row(type, f.data() + r * cols, o.bytes.data() + r * o.m.row_bytes, cols);
+    for (int64_t r = 0; r < rows; ++r)
+        quantize_row(type, f.data() + r * cols, o.bytes.data() + r * o.m.row_bytes, cols);
     o.m.data = o.bytes.data();
     o.m.name = "test";
     return o;
@@ -337,9 +338,9 @@ TEST(Kernels, KQuantDotsWithQ8KActivations) {
 }
 
 TEST(Kernels, MatmulGemvAndGemmPathsMatchExactProduct) {
-    for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0,
-                         TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1, TensorType::Q2_K, TensorType::Q3_K,
-                         TensorType::Q5_K}) {
+    for (TensorType t :
+         {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1,
+          TensorType::Q5_0, TensorType::Q5_1, TensorType::Q2_K, TensorType::Q3_K, TensorType::Q5_K}) {
         SCOPED_TRACE(type_name(t));
         const auto W = make_matrix(t, 96, 256, 7);
         for (int64_t T : {int64_t{1}, int64_t{3}, kGemmMinTokens + 5}) {
@@ -415,7 +416,8 @@ TEST(Kernels, SplitQ8LayoutGivesTheSameProducts) {
     const auto* qs = reinterpret_cast<const int8_t*>(q.data());
     const float want = dot_kernels_scalar().q8_0_split(split_q8_quants(S, 3), split_q8_scales(S, 3), qs, d.data(), 18);
     for (const DotKernels* k : available_kernel_sets())
-        EXPECT_NEAR(k->q8_0_split(split_q8_quants(S, 3), split_q8_scales(S, 3), qs, d.data(), 18), want, 1e-4) << k->isa;
+        EXPECT_NEAR(k->q8_0_split(split_q8_quants(S, 3), split_q8_scales(S, 3), qs, d.data(), 18), want, 1e-4)
+            << k->isa;
 }
 
 TEST(Kernels, OutputStrideLeavesOtherColumnsAlone) {
@@ -434,7 +436,7 @@ TEST(Kernels, GeluDotMatchesFloat64ErfForEveryIsa) {
     // WG-KV's gate MLP: Σ_j w_j · GELU(a_j + b_j), GELU(z) = z/2 · (1 + erf(z/√2)), written here in float64.
     for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{16}, int64_t{37}, int64_t{256}, int64_t{259}}) {
         auto a = randn(n, 71, 3.0f), b = randn(n, 72, 1.0f), w = randn(n, 73, 1.0f);
-        a[0] = -12.0f;  // far negative tail: GELU ≈ 0 (1 + erf must not cancel to garbage)
+        a[0] = -12.0f;                         // far negative tail: GELU ≈ 0 (1 + erf must not cancel to garbage)
         if (n > 2) a[1] = 9.0f, a[2] = -0.0f;  // far positive (GELU ≈ z) and zero
         double want = 0, scale = 0;
         for (int64_t j = 0; j < n; ++j) {
@@ -494,8 +496,12 @@ TEST(Kernels, PagedAttentionRowsMatchReferenceForEveryTypeAndIsa) {
         for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16}) {
             // Reference in float64 on the rounded values.
             std::vector<float> K(n * d), V(n * d);
-            const void* kp = t == TensorType::F32 ? static_cast<const void*>(kf.data()) : t == TensorType::F16 ? (const void*)kh.data() : (const void*)kb.data();
-            const void* vp = t == TensorType::F32 ? static_cast<const void*>(vf.data()) : t == TensorType::F16 ? (const void*)vh.data() : (const void*)vb.data();
+            const void* kp = t == TensorType::F32   ? static_cast<const void*>(kf.data())
+                             : t == TensorType::F16 ? (const void*)kh.data()
+                                                    : (const void*)kb.data();
+            const void* vp = t == TensorType::F32   ? static_cast<const void*>(vf.data())
+                             : t == TensorType::F16 ? (const void*)vh.data()
+                                                    : (const void*)vb.data();
             dequantize_row(t, kp, K.data(), n * d);
             dequantize_row(t, vp, V.data(), n * d);
             std::vector<float> ref(G * d);
@@ -506,12 +512,14 @@ TEST(Kernels, PagedAttentionRowsMatchReferenceForEveryTypeAndIsa) {
                 std::vector<float> m(G, -INFINITY), l(G, 0), o(G * d, 0), s(G * n);
                 for (int j0 = 0; j0 < n; j0 += 16) {
                     const int cnt = std::min(16, n - j0);
-                    k->attend_rows(t, static_cast<const uint8_t*>(kp) + j0 * d * es, t, static_cast<const uint8_t*>(vp) + j0 * d * es,
-                                   cnt, d, q.data(), G, 1.0f / std::sqrt(float(d)), m.data(), l.data(), o.data(), s.data() + j0, n);
+                    k->attend_rows(t, static_cast<const uint8_t*>(kp) + j0 * d * es, t,
+                                   static_cast<const uint8_t*>(vp) + j0 * d * es, cnt, d, q.data(), G,
+                                   1.0f / std::sqrt(float(d)), m.data(), l.data(), o.data(), s.data() + j0, n);
                 }
                 double worst = 0, worst_s = 0;
                 for (int g = 0; g < G; ++g)
-                    for (int c = 0; c < d; ++c) worst = std::max(worst, double(std::fabs(o[g * d + c] / l[g] - ref[g * d + c])));
+                    for (int c = 0; c < d; ++c)
+                        worst = std::max(worst, double(std::fabs(o[g * d + c] / l[g] - ref[g * d + c])));
                 for (int g = 0; g < G; ++g)
                     for (int j = 0; j < n; ++j) {
                         double dot = 0;
@@ -541,7 +549,6 @@ TEST(Kernels, AttentionMatchesReference) {
         EXPECT_LE(m, 1e-5);
     }
 }
-
 
 TEST(Kernels, PrefillGroupAttentionMatchesReferenceAndReportsKeyWeights) {
     // One KV head with G = 3 query heads, 5 cached keys and T = 150 new queries (two 128-query blocks).
@@ -583,7 +590,8 @@ TEST(Kernels, F16RowConversionMatchesTheScalarRoundingForEveryIsa) {
     std::vector<float> x;
     std::mt19937 rng(11);
     std::uniform_real_distribution<float> e(-30.0f, 17.0f);
-    for (int i = 0; i < 3000; ++i) x.push_back((i % 2 ? -1.0f : 1.0f) * std::ldexp(1.0f + (rng() % 1024) / 1024.0f, static_cast<int>(e(rng))));
+    for (int i = 0; i < 3000; ++i)
+        x.push_back((i % 2 ? -1.0f : 1.0f) * std::ldexp(1.0f + (rng() % 1024) / 1024.0f, static_cast<int>(e(rng))));
     for (uint32_t bits : {0x3f801000u, 0x3f803000u, 0x38800000u, 0x387fe000u, 0x33000000u, 0x33000001u, 0x477fefffu,
                           0x477ff000u, 0x7f800000u, 0xff800000u, 0x80000000u, 0x00000000u, 0x7fc00000u, 0x00000001u}) {
         float f;
@@ -618,11 +626,11 @@ TEST(Kernels, BlasCoreIsRaisedOnlyFromPreAvx2FallbacksToWhatTheCpuRuns) {
     EXPECT_STREQ(blas_core_to_request(avx512, "sandybridge"), "SkylakeX");  // OpenBLAS's names in any case
     EXPECT_STREQ(blas_core_to_request(avx2, "Prescott"), "Haswell");
     EXPECT_STREQ(blas_core_to_request(avx2, "Bulldozer"), "Haswell");
-    EXPECT_EQ(blas_core_to_request(sse, "Prescott"), nullptr);      // nothing better to run
-    EXPECT_EQ(blas_core_to_request(avx512, "Haswell"), nullptr);    // an AVX2 core OpenBLAS chose stays
+    EXPECT_EQ(blas_core_to_request(sse, "Prescott"), nullptr);    // nothing better to run
+    EXPECT_EQ(blas_core_to_request(avx512, "Haswell"), nullptr);  // an AVX2 core OpenBLAS chose stays
     EXPECT_EQ(blas_core_to_request(avx512, "SkylakeX"), nullptr);
     EXPECT_EQ(blas_core_to_request(avx2, "Zen"), nullptr);
-    EXPECT_EQ(blas_core_to_request(avx512, ""), nullptr);           // a library that does not say
+    EXPECT_EQ(blas_core_to_request(avx512, ""), nullptr);  // a library that does not say
 }
 
 TEST(Kernels, TheCliRunsOnABlasCoreTheCpuSupports) {

@@ -85,8 +85,8 @@ TEST(KVCache, PoliciesWhoseBudgetCoversTheContextEqualFull) {
     KVCache full(m.config(), 256, parse_policy("full"), pool_for(m));
     const auto ref = run(m, full, prompt, 20);
     for (const char* spec : {"snapkv:budget=256", "h2o:budget=256", "tova:budget=256", "knorm:ratio=0",
-                             "streaming_llm:window=256", "expected_attention:budget=200,every=0",
-                             "pyramidkv:ratio=0", "random:ratio=0,rule=layer", "snapkv:ratio=0,rule=global"}) {
+                             "streaming_llm:window=256", "expected_attention:budget=200,every=0", "pyramidkv:ratio=0",
+                             "random:ratio=0,rule=layer", "snapkv:ratio=0,rule=global"}) {
         SCOPED_TRACE(spec);
         KVCache c(m.config(), 256, parse_policy(spec), pool_for(m));
         const auto got = run(m, c, prompt, 20);
@@ -131,81 +131,87 @@ TEST(KVCache, RaggedDecodeEqualsMaskedDenseAttention) {
     const int d = 32, Hkv = 2, Hq = 8, G = 4;
     // 2 threads: one per head; 5 threads: each head's pages split into 3 spans whose softmax states merge.
     for (int threads : {2, 5})
-    for (const char* spec : {"full", "streaming_llm:window=16,sinks=4"}) {
-        SCOPED_TRACE(testing::Message() << spec << ", threads " << threads);
-        set_num_threads(threads);
-        KVCache cache(c, 512, parse_policy(spec), std::make_shared<KVPool>(d, KVType::kF32));
-        std::mt19937 rng(5);
-        std::normal_distribution<float> nd;
-        const int T = 100;
-        // K/V of every position per head, kept here for the reference.
-        std::vector<std::vector<float>> K(Hkv, std::vector<float>((T + 1) * d)), V = K;
-        auto fill = [&](std::vector<float>& x) { for (auto& v : x) v = nd(rng); };
-        std::vector<float> q(T * Hq * d), k(T * Hkv * d), v(T * Hkv * d), out(T * Hq * d);
-        fill(q); fill(k); fill(v);
-        for (int t = 0; t < T; ++t)
-            for (int h = 0; h < Hkv; ++h)
-                for (int e = 0; e < d; ++e) {
-                    K[h][t * d + e] = k[(t * Hkv + h) * d + e];
-                    V[h][t * d + e] = v[(t * Hkv + h) * d + e];
-                }
-        LayerInputs in;
-        in.n_head = Hq;
-        in.n_head_kv = Hkv;
-        in.head_dim = d;
-        in.n_embd = 64;
-        in.T = T;
-        in.q = in.q_pre = q.data();
-        in.k = in.k_pre = k.data();
-        in.v = v.data();
-        std::vector<float> hidden(T * 64);
-        in.hidden = hidden.data();
-        cache.attend(in, out.data());
-        cache.finish_step(0, T);
-        cache.end_prefill();
-        // Drop a different random subset of the global region of each head (ragged lengths).
-        std::vector<std::set<int32_t>> keep(Hkv);
-        for (int h = 0; h < Hkv; ++h) {
-            HeadCache& hc = cache.head(0, h);
-            std::vector<char> mask(hc.global().size());
-            for (auto& x : mask) x = std::uniform_int_distribution<int>(0, 2)(rng) != 0;
-            hc.global().retain(mask);
-            for (int r = 0; r < 3; ++r)
-                for (int32_t p : hc.region(r)->positions()) keep[h].insert(p);
-        }
-        if (std::string(spec) == "full") EXPECT_NE(cache.head(0, 0).size(), cache.head(0, 1).size());
-        // One decode step.
-        std::vector<float> q1(Hq * d), k1(Hkv * d), v1(Hkv * d), o1(Hq * d);
-        fill(q1); fill(k1); fill(v1);
-        for (int h = 0; h < Hkv; ++h) {
-            std::copy_n(k1.data() + h * d, d, K[h].data() + T * d);
-            std::copy_n(v1.data() + h * d, d, V[h].data() + T * d);
-        }
-        LayerInputs one = in;
-        one.pos0 = T;
-        one.T = 1;
-        one.q = one.q_pre = q1.data();
-        one.k = one.k_pre = k1.data();
-        one.v = v1.data();
-        cache.attend(one, o1.data());
-        double worst = 0;
-        for (int h = 0; h < Hkv; ++h) {
-            std::set<int32_t> vis = keep[h];
-            if (std::string(spec) != "full") {  // the window ring moved: the oldest window entry left
-                vis.clear();
+        for (const char* spec : {"full", "streaming_llm:window=16,sinks=4"}) {
+            SCOPED_TRACE(testing::Message() << spec << ", threads " << threads);
+            set_num_threads(threads);
+            KVCache cache(c, 512, parse_policy(spec), std::make_shared<KVPool>(d, KVType::kF32));
+            std::mt19937 rng(5);
+            std::normal_distribution<float> nd;
+            const int T = 100;
+            // K/V of every position per head, kept here for the reference.
+            std::vector<std::vector<float>> K(Hkv, std::vector<float>((T + 1) * d)), V = K;
+            auto fill = [&](std::vector<float>& x) {
+                for (auto& v : x) v = nd(rng);
+            };
+            std::vector<float> q(T * Hq * d), k(T * Hkv * d), v(T * Hkv * d), out(T * Hq * d);
+            fill(q);
+            fill(k);
+            fill(v);
+            for (int t = 0; t < T; ++t)
+                for (int h = 0; h < Hkv; ++h)
+                    for (int e = 0; e < d; ++e) {
+                        K[h][t * d + e] = k[(t * Hkv + h) * d + e];
+                        V[h][t * d + e] = v[(t * Hkv + h) * d + e];
+                    }
+            LayerInputs in;
+            in.n_head = Hq;
+            in.n_head_kv = Hkv;
+            in.head_dim = d;
+            in.n_embd = 64;
+            in.T = T;
+            in.q = in.q_pre = q.data();
+            in.k = in.k_pre = k.data();
+            in.v = v.data();
+            std::vector<float> hidden(T * 64);
+            in.hidden = hidden.data();
+            cache.attend(in, out.data());
+            cache.finish_step(0, T);
+            cache.end_prefill();
+            // Drop a different random subset of the global region of each head (ragged lengths).
+            std::vector<std::set<int32_t>> keep(Hkv);
+            for (int h = 0; h < Hkv; ++h) {
+                HeadCache& hc = cache.head(0, h);
+                std::vector<char> mask(hc.global().size());
+                for (auto& x : mask) x = std::uniform_int_distribution<int>(0, 2)(rng) != 0;
+                hc.global().retain(mask);
                 for (int r = 0; r < 3; ++r)
-                    for (int32_t p : cache.head(0, h).region(r)->positions()) vis.insert(p);
-                EXPECT_EQ(vis.size(), 20u);
-            } else {
-                vis.insert(T);
+                    for (int32_t p : hc.region(r)->positions()) keep[h].insert(p);
             }
-            for (int g = 0; g < G; ++g) {
-                const auto ref = masked_reference(K[h], V[h], q1.data() + (h * G + g) * d, d, vis);
-                for (int e = 0; e < d; ++e) worst = std::max(worst, std::fabs(ref[e] - o1[(h * G + g) * d + e]));
+            if (std::string(spec) == "full") EXPECT_NE(cache.head(0, 0).size(), cache.head(0, 1).size());
+            // One decode step.
+            std::vector<float> q1(Hq * d), k1(Hkv * d), v1(Hkv * d), o1(Hq * d);
+            fill(q1);
+            fill(k1);
+            fill(v1);
+            for (int h = 0; h < Hkv; ++h) {
+                std::copy_n(k1.data() + h * d, d, K[h].data() + T * d);
+                std::copy_n(v1.data() + h * d, d, V[h].data() + T * d);
             }
+            LayerInputs one = in;
+            one.pos0 = T;
+            one.T = 1;
+            one.q = one.q_pre = q1.data();
+            one.k = one.k_pre = k1.data();
+            one.v = v1.data();
+            cache.attend(one, o1.data());
+            double worst = 0;
+            for (int h = 0; h < Hkv; ++h) {
+                std::set<int32_t> vis = keep[h];
+                if (std::string(spec) != "full") {  // the window ring moved: the oldest window entry left
+                    vis.clear();
+                    for (int r = 0; r < 3; ++r)
+                        for (int32_t p : cache.head(0, h).region(r)->positions()) vis.insert(p);
+                    EXPECT_EQ(vis.size(), 20u);
+                } else {
+                    vis.insert(T);
+                }
+                for (int g = 0; g < G; ++g) {
+                    const auto ref = masked_reference(K[h], V[h], q1.data() + (h * G + g) * d, d, vis);
+                    for (int e = 0; e < d; ++e) worst = std::max(worst, std::fabs(ref[e] - o1[(h * G + g) * d + e]));
+                }
+            }
+            EXPECT_LE(worst, 1e-5);
         }
-        EXPECT_LE(worst, 1e-5);
-    }
     set_num_threads(2);
 }
 
@@ -251,7 +257,8 @@ TEST(KVCache, ThresholdAdmissionAtWriteAndAtWindowExit) {
     LlamaModel m(test::model_path("stories260K.gguf"));
     const auto prompt = story_tokens(m, 200);
     // τ between the key norms: some entries pass, some do not.
-    for (const char* spec : {"knorm:rule=threshold,tau=-3.2,timing=at_write", "knorm:rule=threshold,tau=-3.2,timing=at_window_exit,window=16"}) {
+    for (const char* spec : {"knorm:rule=threshold,tau=-3.2,timing=at_write",
+                             "knorm:rule=threshold,tau=-3.2,timing=at_window_exit,window=16"}) {
         SCOPED_TRACE(spec);
         const Policy p = parse_policy(spec);
         KVCache c(m.config(), 512, p, pool_for(m));
@@ -333,9 +340,7 @@ TEST(Policy, ParseErrorsNameTheProblem) {
     auto err = [](const std::string& spec) {
         try {
             parse_policy(spec);
-        } catch (const Error& e) {
-            return std::string(e.what());
-        }
+        } catch (const Error& e) { return std::string(e.what()); }
         return std::string("no error");
     };
     EXPECT_NE(err("nosuch").find("unknown policy 'nosuch'"), std::string::npos);
@@ -396,7 +401,6 @@ TEST(Rule, BudgetsPickTheBestEntries) {
     EXPECT_EQ(h[0].keep, (std::vector<char>{1, 0, 1, 1, 1}));
     EXPECT_EQ(h[1].keep, (std::vector<char>{0, 0, 1, 1, 0}));
 }
-
 
 TEST(ExpectedAttention, RotatesQueriesWithTheModelsOwnRope) {
     // Partial rotation (4 of 8 dimensions, halves layout), a frequency factor and linear position scaling: the
@@ -460,7 +464,6 @@ TEST(ExpectedAttention, RotatesQueriesWithTheModelsOwnRope) {
     for (int i = 0; i < n; ++i) diff = std::max(diff, double(std::fabs(other[0][i] - scores[0][i])));
     EXPECT_GT(diff, 1e-3);
 }
-
 
 const LlamaModel& stories() { return test::stories260k(); }
 

@@ -37,8 +37,8 @@ std::vector<const DotKernels*> kernel_sets() {
 float half_round(float x) { return fp16_to_fp32(fp32_to_fp16(x)); }
 
 TEST(KVQuant, TypesNamesAndRowBytes) {
-    EXPECT_EQ(kv_row_bytes(KVType::kQ8_0, 64), 68u);   // 2 blocks of 34 bytes
-    EXPECT_EQ(kv_row_bytes(KVType::kQ4_0, 64), 36u);   // 2 blocks of 18 bytes
+    EXPECT_EQ(kv_row_bytes(KVType::kQ8_0, 64), 68u);  // 2 blocks of 34 bytes
+    EXPECT_EQ(kv_row_bytes(KVType::kQ4_0, 64), 36u);  // 2 blocks of 18 bytes
     EXPECT_EQ(kv_row_bytes(KVType::kF16, 64), 128u);
     EXPECT_EQ(kv_row_bytes(KVType::kF32, 64), 256u);
     for (const char* s : {"f32", "f16", "bf16", "q8_0", "q4_0"}) EXPECT_EQ(kv_type_name(parse_kv_type(s)), s);
@@ -86,7 +86,8 @@ TEST(KVQuant, RowsRoundTripWithinEachBlocksBound) {
         for (uint32_t seed = 1; seed <= 20; ++seed) {
             std::vector<float> x = randn(n, seed);
             for (int b = 0; b < n / 32; ++b)
-                for (int j = 0; j < 32; ++j) x[b * 32 + j] *= std::pow(10.0f, static_cast<float>((seed + b) % 8) - 3.0f);
+                for (int j = 0; j < 32; ++j)
+                    x[b * 32 + j] *= std::pow(10.0f, static_cast<float>((seed + b) % 8) - 3.0f);
             std::vector<uint8_t> row(kv_row_bytes(t, n));
             store_row(t, x.data(), row.data(), n);
             std::vector<float> back(n);
@@ -186,8 +187,8 @@ TEST(KVQuant, AttendRowsOnQuantizedRowsMatchesReferences) {
                    q = randn(static_cast<size_t>(G) * d, 43);
         const float scale = 1.0f / std::sqrt(static_cast<float>(d));
         for (const Pair& pr : pairs) {
-            SCOPED_TRACE(testing::Message() << "d=" << d << " G=" << G << " k=" << kv_type_name(pr.k)
-                                            << " v=" << kv_type_name(pr.v));
+            SCOPED_TRACE(testing::Message()
+                         << "d=" << d << " G=" << G << " k=" << kv_type_name(pr.k) << " v=" << kv_type_name(pr.v));
             const size_t kr = kv_row_bytes(pr.k, d), vr = kv_row_bytes(pr.v, d);
             std::vector<uint8_t> kb(kr * n), vb(vr * n);
             std::vector<float> K(static_cast<size_t>(n) * d), V(static_cast<size_t>(n) * d);
@@ -213,11 +214,12 @@ TEST(KVQuant, AttendRowsOnQuantizedRowsMatchesReferences) {
             reference_attention(Qf, kf, vf, n, d, G, scale, ref_f, s_f);
             for (const DotKernels* ks : kernel_sets()) {
                 SCOPED_TRACE(ks->isa);
-                std::vector<float> m(G, -INFINITY), l(G, 0), o(static_cast<size_t>(G) * d, 0), s(static_cast<size_t>(G) * n);
+                std::vector<float> m(G, -INFINITY), l(G, 0), o(static_cast<size_t>(G) * d, 0),
+                    s(static_cast<size_t>(G) * n);
                 for (int j0 = 0; j0 < n; j0 += 16)
-                    ks->attend_rows(kv_tensor_type(pr.k), kb.data() + j0 * kr, kv_tensor_type(pr.v), vb.data() + j0 * vr,
-                                    std::min(16, n - j0), d, q.data(), G, scale, m.data(), l.data(), o.data(),
-                                    s.data() + j0, n);
+                    ks->attend_rows(kv_tensor_type(pr.k), kb.data() + j0 * kr, kv_tensor_type(pr.v),
+                                    vb.data() + j0 * vr, std::min(16, n - j0), d, q.data(), G, scale, m.data(),
+                                    l.data(), o.data(), s.data() + j0, n);
                 double worst_t = 0, worst_f = 0, worst_s = 0;
                 for (int g = 0; g < G; ++g) {
                     for (int c = 0; c < d; ++c) {
@@ -257,7 +259,9 @@ TEST(KVQuant, CacheBytesAreTheQuantizedPages) {
         std::vector<float> logits;
         m.forward(prompt, *cache, logits);
         // 40 entries per head: 3 pages of 16 keys and 16 values, each row 34 or 18 bytes per 32 elements (F16 2 per).
-        auto row = [d](KVType ty) { return ty == KVType::kQ8_0 ? 34 * d / 32 : ty == KVType::kQ4_0 ? 18 * d / 32 : 2 * d; };
+        auto row = [d](KVType ty) {
+            return ty == KVType::kQ8_0 ? 34 * d / 32 : ty == KVType::kQ4_0 ? 18 * d / 32 : 2 * d;
+        };
         const uint64_t pages = 3ull * m.config().n_layer * m.config().n_head_kv;
         const KVStats st = cache->stats();
         EXPECT_EQ(st.kv_bytes_final, pages * 16 * static_cast<uint64_t>(row(t.key) + row(t.value)));
@@ -590,8 +594,10 @@ TEST(KVQuantAtAdmission, SaveLoadRoundTripsAndRecordsOfOtherRegionTypesAreRefuse
             ADD_FAILURE() << "a record quantized at admission loaded into a cache quantized at write";
         } catch (const Error& e) {
             const std::string m = e.what();
-            EXPECT_NE(m.find("holds keys of type q8_0 and values of type q4_0 (sinks and window: keys f16, values f16)"),
-                      std::string::npos) << m;
+            EXPECT_NE(
+                m.find("holds keys of type q8_0 and values of type q4_0 (sinks and window: keys f16, values f16)"),
+                std::string::npos)
+                << m;
             EXPECT_NE(m.find("; this cache stores keys as q8_0 and values as q4_0 (--cache-type-k"), std::string::npos)
                 << m;
         }

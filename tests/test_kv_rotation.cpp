@@ -46,7 +46,6 @@ std::vector<double> rotate_ref(const float* x, int d, int n) {
     return y;
 }
 
-
 /// A vector with one outlier channel (the case rotation is for).
 std::vector<float> with_outlier(uint32_t seed, int d, int at) {
     auto x = randn(d, seed);
@@ -55,8 +54,8 @@ std::vector<float> with_outlier(uint32_t seed, int d, int at) {
 }
 
 TEST(KVRotation, ChoosesLlamaCppsSizesPerHalfAndRefusesOnForOtherDims) {
-    const KVTypes q8{KVType::kQ8_0, KVType::kQ8_0}, f16{KVType::kF16, KVType::kF16},
-        k8v16{KVType::kQ8_0, KVType::kF16}, k16v4{KVType::kF16, KVType::kQ4_0};
+    const KVTypes q8{KVType::kQ8_0, KVType::kQ8_0}, f16{KVType::kF16, KVType::kF16}, k8v16{KVType::kQ8_0, KVType::kF16},
+        k16v4{KVType::kF16, KVType::kQ4_0};
     auto sizes = [](KVRotation r) { return std::make_pair(r.key_n(), r.value_n()); };
     // auto: keys by the largest power of two ≥ 64 dividing d, values by 64, each only for a quantized type.
     EXPECT_EQ(sizes(KVRotation::choose(KVRotateMode::kAuto, q8, 64)), std::make_pair(64, 64));
@@ -76,7 +75,8 @@ TEST(KVRotation, ChoosesLlamaCppsSizesPerHalfAndRefusesOnForOtherDims) {
             KVRotation::choose(KVRotateMode::kOn, q8, d);
             ADD_FAILURE() << "on accepted head dimension " << d;
         } catch (const Error& e) {
-            EXPECT_NE(std::string(e.what()).find("head dimension is " + std::to_string(d)), std::string::npos) << e.what();
+            EXPECT_NE(std::string(e.what()).find("head dimension is " + std::to_string(d)), std::string::npos)
+                << e.what();
         }
     }
     EXPECT_EQ(KVRotation::choose(KVRotateMode::kAuto, q8, 128).describe(), "keys H_128, values H_64");
@@ -127,8 +127,8 @@ TEST(KVRotation, StoredEntriesAreRotatedAndReadBackWithinTheQuantizationError) {
                     const std::vector<double> rx = rotate_ref(x.data(), d, rn);
                     double sq = 0;
                     for (int c = 0; c < d; ++c) {
-                        const double step = ty == KVType::kQ8_0 ? scale[c] * (0.5 + 127.0 / 2048)
-                                                                : scale[c] * (1.0 + 8.0 / 2048);
+                        const double step =
+                            ty == KVType::kQ8_0 ? scale[c] * (0.5 + 127.0 / 2048) : scale[c] * (1.0 + 8.0 / 2048);
                         EXPECT_LE(std::fabs(stored[c] - rx[c]), step + 1e-5) << "channel " << c;
                         sq += (stored[c] - rx[c]) * (stored[c] - rx[c]);
                     }
@@ -179,7 +179,8 @@ ModelConfig shape(int d) {
 std::vector<float> prefill_then_decode(KVCache& cache, int d, int T, std::vector<float>& q) {
     const int Hq = 2, Hkv = 1;
     auto step = [&](int64_t pos0, int64_t n, uint32_t seed) {
-        std::vector<float> k = randn(static_cast<size_t>(n) * Hkv * d, seed), v = randn(static_cast<size_t>(n) * Hkv * d, seed + 1);
+        std::vector<float> k = randn(static_cast<size_t>(n) * Hkv * d, seed),
+                           v = randn(static_cast<size_t>(n) * Hkv * d, seed + 1);
         for (int64_t t = 0; t < n; ++t) {
             k[t * d + (t % d)] = 30.0f;  // outlier channels
             v[t * d + ((5 * t) % d)] = -25.0f;
@@ -330,9 +331,10 @@ TEST(KVRotation, SavedRecordOfAnotherRotationIsRefusedNamingBothAndVersion2Reads
         rotated.load(r);
         ADD_FAILURE() << "a version-2 record loaded into a rotated cache";
     } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("stored with rotation none; this cache stores them with rotation keys H_64, "
-                                             "values H_64 (--kv-rotate)"),
-                  std::string::npos)
+        EXPECT_NE(
+            std::string(e.what()).find("stored with rotation none; this cache stores them with rotation keys H_64, "
+                                       "values H_64 (--kv-rotate)"),
+            std::string::npos)
             << e.what();
     }
 }

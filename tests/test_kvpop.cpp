@@ -120,7 +120,8 @@ TEST(RunningTopK, GreedyEvictionWithStaticPrioritiesKeepsTheRunningTopK) {
     for (int i = 0; i < n; ++i) {
         held.push_back(i);
         while (static_cast<int64_t>(held.size()) > k) {
-            auto worst = std::max_element(held.begin(), held.end(), [&](int64_t a, int64_t b) { return rank[a] < rank[b]; });
+            auto worst =
+                std::max_element(held.begin(), held.end(), [&](int64_t a, int64_t b) { return rank[a] < rank[b]; });
             held.erase(worst);
         }
         std::vector<int64_t> want;
@@ -198,7 +199,8 @@ TEST(KvpopScorer, MlstmRecurrenceEqualsTheUnstabilisedSumOverTheSequence) {
         pk.push_back(phi(matvec(W("mlstm.wk"), static_cast<size_t>(head) * f * x, f, xin)));
         pv.push_back(matvec(W("mlstm.wv"), static_cast<size_t>(head) * dv * x, dv, xin));
         ig.push_back(std::exp(matvec(W("mlstm.wi"), static_cast<size_t>(head) * x, 1, xin)[0] + W("mlstm.bi")[head]));
-        fg.push_back(1 / (1 + std::exp(-(matvec(W("mlstm.wf"), static_cast<size_t>(head) * x, 1, xin)[0] + W("mlstm.bf")[head]))));
+        fg.push_back(1 / (1 + std::exp(-(matvec(W("mlstm.wf"), static_cast<size_t>(head) * x, 1, xin)[0] +
+                                         W("mlstm.bf")[head]))));
     }
     // r(u, q): query of token u against C_q = Σ_{j ≤ q} (Π_{j<l≤q} f_l) i_j φ(k̃_j) ṽ_jᵀ, normaliser max(|n_qᵀφ|, 1).
     auto plain = [&](int u, int q) {
@@ -266,24 +268,29 @@ TEST(KvpopScorer, WrongShapesAndKindsAreOneClearError) {
     auto msg = [](const std::function<void()>& f) {
         try {
             f();
-        } catch (const Error& e) {
-            return std::string(e.what());
-        }
+        } catch (const Error& e) { return std::string(e.what()); }
         return std::string("no error");
     };
-    EXPECT_NE(msg([&] { KvpopScorerNet::load(mlstm.path, c.n_layer, c.n_head_kv + 1, c.head_dim); }).find("mlstm.wq"), std::string::npos);
-    EXPECT_NE(msg([&] { KvpopScorerNet::load(mlstm.path, c.n_layer + 1, c.n_head_kv, c.head_dim); }).find("missing"), std::string::npos);
-    EXPECT_NE(msg([&] { KvpopScorerNet::load(mlstm.path, c.n_layer - 1, c.n_head_kv, c.head_dim); }).find("more layers"), std::string::npos);
+    EXPECT_NE(msg([&] { KvpopScorerNet::load(mlstm.path, c.n_layer, c.n_head_kv + 1, c.head_dim); }).find("mlstm.wq"),
+              std::string::npos);
+    EXPECT_NE(msg([&] { KvpopScorerNet::load(mlstm.path, c.n_layer + 1, c.n_head_kv, c.head_dim); }).find("missing"),
+              std::string::npos);
+    EXPECT_NE(
+        msg([&] { KvpopScorerNet::load(mlstm.path, c.n_layer - 1, c.n_head_kv, c.head_dim); }).find("more layers"),
+        std::string::npos);
     // The preset must match the scorer's kind; the budget must leave long-range entries.
     auto cache = [&](const std::string& spec) {
         KVCache kc(c, 64, parse_policy(spec), std::make_shared<KVPool>(c.head_dim, KVType::kF32));
     };
     EXPECT_NE(msg([&] { cache("kvpop:model=" + mlp.path + ",capacity=20"); }).find("kvpop_mlp"), std::string::npos);
-    EXPECT_NE(msg([&] { cache("kvpop_mlp:model=" + mlstm.path + ",capacity=20"); }).find("use policy kvpop"), std::string::npos);
-    EXPECT_NE(msg([&] { parse_policy("kvpop:model=" + mlstm.path + ",capacity=10"); }).find("no long-range"), std::string::npos);
+    EXPECT_NE(msg([&] { cache("kvpop_mlp:model=" + mlstm.path + ",capacity=20"); }).find("use policy kvpop"),
+              std::string::npos);
+    EXPECT_NE(msg([&] { parse_policy("kvpop:model=" + mlstm.path + ",capacity=10"); }).find("no long-range"),
+              std::string::npos);
     EXPECT_NE(msg([&] { parse_policy("kvpop:model=" + mlstm.path); }).find("capacity=B"), std::string::npos);
     EXPECT_NE(msg([&] { parse_policy("kvpop:capacity=40"); }).find("model="), std::string::npos);
-    EXPECT_NE(msg([&] { cache("kvpop:model=/nonexistent/kvpop,capacity=400"); }).find("cannot open"), std::string::npos);
+    EXPECT_NE(msg([&] { cache("kvpop:model=/nonexistent/kvpop,capacity=400"); }).find("cannot open"),
+              std::string::npos);
 }
 
 // ---- the policy in the cache ----
@@ -473,7 +480,8 @@ TEST(KvpopPolicy, AnAdmissionInFrontOfTheBudgetThinsTheCandidates) {
     const std::string kvzap = "kvzap:model=" + test::model_path("kvzap/stories260K-linear");
     const auto ids = test::story_prompt_ids();
     auto run = [&](const std::string& spec) {
-        auto kc = std::make_unique<KVCache>(c, 128, parse_policy(spec), std::make_shared<KVPool>(c.head_dim, KVType::kF32));
+        auto kc =
+            std::make_unique<KVCache>(c, 128, parse_policy(spec), std::make_shared<KVPool>(c.head_dim, KVType::kF32));
         std::vector<float> logits;
         m.forward(ids, *kc, logits);
         kc->end_prefill();
@@ -488,7 +496,8 @@ TEST(KvpopPolicy, AnAdmissionInFrontOfTheBudgetThinsTheCandidates) {
     const std::string tau = std::to_string(zs[zs.size() / 2]);
     const auto alone = run(kvzap + ",tau=" + tau + ",window=8,sinks=2");
     const auto wide = run(kvzap + ",tau=" + tau + ">kvpop:model=" + dir.path + ",capacity=1000");
-    const auto tight = run(kvzap + ",tau=" + tau + ">kvpop:model=" + dir.path + ",capacity=" + std::to_string(s + w + k));
+    const auto tight =
+        run(kvzap + ",tau=" + tau + ">kvpop:model=" + dir.path + ",capacity=" + std::to_string(s + w + k));
     EXPECT_EQ(wide->policy().name, "kvzap>kvpop");
     EXPECT_EQ(wide->policy().window, w);
     const int64_t now = static_cast<int64_t>(ids.size()) + 12;

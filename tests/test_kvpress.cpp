@@ -68,7 +68,8 @@ TEST_P(KvpressParity, ScoresAndKeptSetsMatch) {
                 ASSERT_EQ(e[i].first, static_cast<int32_t>(i));
                 const double d = std::fabs(e[i].second - scores[h][i]);
                 max_diff = std::max(max_diff, d);
-                EXPECT_LE(d, 1e-4 * std::max(1.0, std::fabs(scores[h][i]))) << "layer " << l << " head " << h << " token " << i;
+                EXPECT_LE(d, 1e-4 * std::max(1.0, std::fabs(scores[h][i])))
+                    << "layer " << l << " head " << h << " token " << i;
             }
         }
         for (size_t h = 0; h < want.size(); ++h) {

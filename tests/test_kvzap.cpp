@@ -37,10 +37,10 @@ TEST_P(KVzapParity, ScoresAndEvictionsMatchKvpress) {
     LlamaModel m(test::model_path("tiny-qwen3-f32.gguf"));
     auto run = [&](double t) {
         auto pool = std::make_shared<KVPool>(m.config().head_dim, KVType::kF32);
-        auto c = std::make_unique<KVCache>(m.config(), 256,
-                                           parse_policy("kvzap:model=" + dir + ",tau=" + std::to_string(t) +
-                                                        ",window=" + std::to_string(window)),
-                                           pool);
+        auto c = std::make_unique<KVCache>(
+            m.config(), 256,
+            parse_policy("kvzap:model=" + dir + ",tau=" + std::to_string(t) + ",window=" + std::to_string(window)),
+            pool);
         std::vector<float> logits;
         m.forward(prompt, *c, logits);
         c->end_prefill();
@@ -59,7 +59,8 @@ TEST_P(KVzapParity, ScoresAndEvictionsMatchKvpress) {
             std::map<int32_t, float> mine;
             const HeadCache& hc = all->head(l, h);
             for (int r = 0; r < 3; ++r)
-                for (int64_t i = 0; i < hc.region(r)->size(); ++i) mine[hc.region(r)->positions()[i]] = hc.region(r)->scores()[i];
+                for (int64_t i = 0; i < hc.region(r)->size(); ++i)
+                    mine[hc.region(r)->positions()[i]] = hc.region(r)->scores()[i];
             ASSERT_EQ(mine.size(), prompt.size());
             std::set<int32_t> kept;
             const HeadCache& hk = cut->head(l, h);
@@ -78,8 +79,8 @@ TEST_P(KVzapParity, ScoresAndEvictionsMatchKvpress) {
     }
     EXPECT_LE(worst, 1e-4);
     EXPECT_GT(compared, 700);
-    std::printf("[ kvzap ] %s: max |score diff| %.2e, %d decisions compared, compression ratio %.3f\n", GetParam().c_str(),
-                worst, compared, cut->stats().compression_ratio);
+    std::printf("[ kvzap ] %s: max |score diff| %.2e, %d decisions compared, compression ratio %.3f\n",
+                GetParam().c_str(), worst, compared, cut->stats().compression_ratio);
 }
 
 INSTANTIATE_TEST_SUITE_P(Checkpoints, KVzapParity, ::testing::Values("linear", "mlp"));
@@ -102,7 +103,8 @@ TEST_P(KVzapParity, HeadAndLayerBudgetsKeepWhatKvpressKeeps) {
         std::vector<float> logits;
         m.forward(prompt, c, logits);
         c.end_prefill();
-        std::vector<std::vector<std::set<int32_t>>> kept(m.config().n_layer, std::vector<std::set<int32_t>>(m.config().n_head_kv));
+        std::vector<std::vector<std::set<int32_t>>> kept(m.config().n_layer,
+                                                         std::vector<std::set<int32_t>>(m.config().n_head_kv));
         for (int l = 0; l < m.config().n_layer; ++l)
             for (int h = 0; h < m.config().n_head_kv; ++h)
                 for (int r = 0; r < 3; ++r)
@@ -115,20 +117,24 @@ TEST_P(KVzapParity, HeadAndLayerBudgetsKeepWhatKvpressKeeps) {
     std::ifstream sin(dir + ".json");
     const auto sj = nlohmann::json::parse(sin);
     std::vector<std::vector<std::vector<double>>> score;
-    for (const auto& layer : sj.at("layers")) score.push_back(layer.at("scores").get<std::vector<std::vector<double>>>());
+    for (const auto& layer : sj.at("layers"))
+        score.push_back(layer.at("scores").get<std::vector<std::vector<double>>>());
     int swapped = 0;
     // `mine` and `want` differ only by swaps of equal scores: the scores of what only one side keeps match up.
-    auto expect_same_up_to_ties = [&](int l, const std::vector<std::set<int32_t>>& mine, const std::vector<std::set<int32_t>>& want,
-                                      const std::string& what) {
+    auto expect_same_up_to_ties = [&](int l, const std::vector<std::set<int32_t>>& mine,
+                                      const std::vector<std::set<int32_t>>& want, const std::string& what) {
         std::vector<double> only_mine, only_want;
         for (size_t h = 0; h < want.size(); ++h) {
-            for (int32_t t : mine[h]) if (!want[h].count(t)) only_mine.push_back(score[l][h][t]);
-            for (int32_t t : want[h]) if (!mine[h].count(t)) only_want.push_back(score[l][h][t]);
+            for (int32_t t : mine[h])
+                if (!want[h].count(t)) only_mine.push_back(score[l][h][t]);
+            for (int32_t t : want[h])
+                if (!mine[h].count(t)) only_want.push_back(score[l][h][t]);
         }
         std::sort(only_mine.begin(), only_mine.end());
         std::sort(only_want.begin(), only_want.end());
         ASSERT_EQ(only_mine.size(), only_want.size()) << what << " layer " << l;
-        for (size_t i = 0; i < only_mine.size(); ++i) EXPECT_NEAR(only_mine[i], only_want[i], 1e-5) << what << " layer " << l;
+        for (size_t i = 0; i < only_mine.size(); ++i)
+            EXPECT_NEAR(only_mine[i], only_want[i], 1e-5) << what << " layer " << l;
         swapped += static_cast<int>(only_mine.size());
     };
     const auto head = kept_by("head");
@@ -137,7 +143,8 @@ TEST_P(KVzapParity, HeadAndLayerBudgetsKeepWhatKvpressKeeps) {
         const auto kept = layer.at("kept").get<std::vector<std::vector<int32_t>>>();
         std::vector<std::set<int32_t>> want;
         for (const auto& k : kept) want.emplace_back(k.begin(), k.end());
-        for (size_t h = 0; h < want.size(); ++h) EXPECT_EQ(head[l][h].size(), want[h].size()) << "rule=head layer " << l;
+        for (size_t h = 0; h < want.size(); ++h)
+            EXPECT_EQ(head[l][h].size(), want[h].size()) << "rule=head layer " << l;
         expect_same_up_to_ties(l, head[l], want, "rule=head");
     }
     const auto layer_kept = kept_by("layer");
@@ -277,7 +284,8 @@ TEST(KVzap, WindowZeroJudgesEachEntryAtWrite) {
             for (size_t t = 0; t < prompt.size(); ++t) {
                 const float s = pred[l][h][t];
                 if (std::fabs(s - tau) < 1e-4) continue;
-                EXPECT_EQ(kept.count(static_cast<int32_t>(t)) == 1, s >= tau) << "layer " << l << " head " << h << " t " << t;
+                EXPECT_EQ(kept.count(static_cast<int32_t>(t)) == 1, s >= tau)
+                    << "layer " << l << " head " << h << " t " << t;
                 dropped += s < tau;
             }
         }
@@ -293,7 +301,8 @@ TEST(KVzap, HeadAndLayerRulesRankThePredictionsByABudget) {
     const auto pred = kvzap_predictions(m, dir, prompt);
     const int64_t n = static_cast<int64_t>(prompt.size()), k = n / 2;
     auto run = [&](const std::string& rule) {
-        auto c = std::make_unique<KVCache>(m.config(), 256, parse_policy("kvzap:model=" + dir + ",rule=" + rule + ",ratio=0.5"),
+        auto c = std::make_unique<KVCache>(m.config(), 256,
+                                           parse_policy("kvzap:model=" + dir + ",rule=" + rule + ",ratio=0.5"),
                                            std::make_shared<KVPool>(m.config().head_dim, KVType::kF32));
         std::vector<float> logits;
         m.forward(prompt, *c, logits);
@@ -312,8 +321,10 @@ TEST(KVzap, HeadAndLayerRulesRankThePredictionsByABudget) {
             const auto kept = kept_set(*head, l, h);
             ASSERT_EQ(static_cast<int64_t>(kept.size()), k);
             for (int64_t t = 0; t < n; ++t)
-                if (pred[l][h][t] > sorted[k - 1] + 1e-6f) EXPECT_EQ(kept.count(static_cast<int32_t>(t)), 1u);
-                else if (pred[l][h][t] < sorted[k - 1] - 1e-6f) EXPECT_EQ(kept.count(static_cast<int32_t>(t)), 0u);
+                if (pred[l][h][t] > sorted[k - 1] + 1e-6f)
+                    EXPECT_EQ(kept.count(static_cast<int32_t>(t)), 1u);
+                else if (pred[l][h][t] < sorted[k - 1] - 1e-6f)
+                    EXPECT_EQ(kept.count(static_cast<int32_t>(t)), 0u);
             const int64_t lk = static_cast<int64_t>(kept_set(*layer, l, h).size());
             layer_total += lk;
             uneven = uneven || lk != k;
@@ -350,10 +361,14 @@ TEST(KVzapFit, LinearSurrogateLearnsKVzipPlusScoresAndServes) {
     const auto tok = Tokenizer::from_gguf(m.file());
     std::string corpus;
     for (int i = 0; i < 40; ++i)
-        corpus += "Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her "
-                  "friend Ben number " + std::to_string(i) + ". One day, they saw a big red ball under a tree. Lily "
-                  "wanted the ball, but Ben said it was his. They were sad and did not talk. Then Lily had an idea. ";
-    const std::string dir = (std::filesystem::temp_directory_path() / ("kvsieve_kvzap_" + std::to_string(::getpid()))).string();
+        corpus +=
+            "Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her "
+            "friend Ben number " +
+            std::to_string(i) +
+            ". One day, they saw a big red ball under a tree. Lily "
+            "wanted the ball, but Ben said it was his. They were sad and did not talk. Then Lily had an idea. ";
+    const std::string dir =
+        (std::filesystem::temp_directory_path() / ("kvsieve_kvzap_" + std::to_string(::getpid()))).string();
     KVzapFitOptions o;
     o.prompts = 10;
     o.min_tokens = 120;
@@ -385,7 +400,8 @@ TEST(KVzapFit, LinearSurrogateLearnsKVzipPlusScoresAndServes) {
     for (size_t i = 0; i < r.tau_for_ratio.size(); ++i) {
         const double ratio = r.tau_for_ratio[i].first, tau = r.tau_for_ratio[i].second;
         if (i > 0) EXPECT_GE(tau, r.tau_for_ratio[i - 1].second);
-        const double below = static_cast<double>(std::count_if(pred.begin(), pred.end(), [&](float v) { return v < tau; }));
+        const double below =
+            static_cast<double>(std::count_if(pred.begin(), pred.end(), [&](float v) { return v < tau; }));
         EXPECT_NEAR(below / static_cast<double>(pred.size()), ratio, 0.01) << ratio;
     }
     // The checkpoint drives the kvzap preset.

@@ -35,7 +35,8 @@ TEST_P(KVzipParity, ScoresAndEvictionsMatchKvpress) {
     const std::string chunk = std::to_string(j.at("chunk").get<int>());
     auto run = [&](const std::string& ratio) {
         auto pool = std::make_shared<KVPool>(m.config().head_dim, KVType::kF32);
-        auto c = std::make_unique<KVCache>(m.config(), 512, parse_policy(preset + ":ratio=" + ratio + ",chunk=" + chunk), pool);
+        auto c = std::make_unique<KVCache>(m.config(), 512,
+                                           parse_policy(preset + ":ratio=" + ratio + ",chunk=" + chunk), pool);
         std::vector<float> logits;
         m.forward(prompt, *c, logits);
         finish_prefill(m, *tok, *c, prompt);
@@ -53,7 +54,8 @@ TEST_P(KVzipParity, ScoresAndEvictionsMatchKvpress) {
             std::map<int32_t, float> mine;
             const HeadCache& hc = all->head(l, h);
             for (int r = 0; r < 3; ++r)
-                for (int64_t i = 0; i < hc.region(r)->size(); ++i) mine[hc.region(r)->positions()[i]] = hc.region(r)->scores()[i];
+                for (int64_t i = 0; i < hc.region(r)->size(); ++i)
+                    mine[hc.region(r)->positions()[i]] = hc.region(r)->scores()[i];
             std::set<int32_t> kept;
             for (int r = 0; r < 3; ++r)
                 for (int32_t p : cut->head(l, h).region(r)->positions()) kept.insert(p);

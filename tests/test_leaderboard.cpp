@@ -21,7 +21,8 @@ namespace fs = std::filesystem;
 void cell(const fs::path& dir, const std::string& name, const std::string& policy, double compression,
           const std::vector<int>& scores, bool query_aware, const std::string& format = "") {
     fs::create_directories(dir / name);
-    std::ofstream(dir / name / "config.yaml") << "task: ruler\npolicy: \"" << policy << "\"\nmodel: \"models/m.gguf\"\n";
+    std::ofstream(dir / name / "config.yaml")
+        << "task: ruler\npolicy: \"" << policy << "\"\nmodel: \"models/m.gguf\"\n";
     double mean = 0;
     std::ofstream csv(dir / name / "predictions.csv");
     csv << "task,length,index,score,density,compression_ratio,prediction,answers\n";
@@ -29,11 +30,11 @@ void cell(const fs::path& dir, const std::string& name, const std::string& polic
         csv << "vt,1024," << i << "," << scores[i] << ",1," << compression << ",\"x\",\"y\"\n";
         mean += scores[i] / static_cast<double>(scores.size());
     }
-    std::ofstream(dir / name / "metrics.json") << "{\"policy\": \"" << policy << "\", \"score\": " << 100 * mean
-                                                << ", \"compression_ratio\": " << compression << ", \"density\": "
-                                                << 1 - compression << ", \"samples\": " << scores.size()
-                                                << ", \"query_aware\": " << (query_aware ? "true" : "false")
-                                                << (format.empty() ? "" : ", \"format\": \"" + format + "\"") << "}\n";
+    std::ofstream(dir / name / "metrics.json")
+        << "{\"policy\": \"" << policy << "\", \"score\": " << 100 * mean << ", \"compression_ratio\": " << compression
+        << ", \"density\": " << 1 - compression << ", \"samples\": " << scores.size()
+        << ", \"query_aware\": " << (query_aware ? "true" : "false")
+        << (format.empty() ? "" : ", \"format\": \"" + format + "\"") << "}\n";
 }
 
 TEST(Leaderboard, RawAndChatPromptsGetTablesOfTheirOwn) {
@@ -68,7 +69,7 @@ TEST(Leaderboard, RawAndChatPromptsGetTablesOfTheirOwn) {
 TEST(Leaderboard, TablesWithIntervalsAndTheNinetyFivePercentLine) {
     test::TempFile root("_board");
     const fs::path a = fs::path(root.path()) / "a";
-    cell(a, "full", "full", 0.0, {1, 1, 1, 1, 1, 1, 1, 0}, false);          // 87.5
+    cell(a, "full", "full", 0.0, {1, 1, 1, 1, 1, 1, 1, 0}, false);  // 87.5
     cell(a, "snapkv_ratio_0.5", "snapkv:ratio=0.5", 0.5, {1, 1, 1, 1, 1, 1, 1, 0}, false);
     cell(a, "snapkv_ratio_0.75", "snapkv:ratio=0.75", 0.75, {1, 0, 1, 0, 1, 0, 1, 0}, false);
     cell(a, "knorm_ratio_0.5", "knorm:ratio=0.5", 0.5, {0, 0, 0, 0, 0, 0, 0, 1}, false);
@@ -86,8 +87,9 @@ TEST(Leaderboard, TablesWithIntervalsAndTheNinetyFivePercentLine) {
     for (const auto& r : rows)
         if (r.policy.rfind("kvzap", 0) == 0) {
             ++kvzap_rows;
-            EXPECT_EQ(r.method, r.policy.find("m-mlp") != std::string::npos ? "kvzap m-mlp (rule=threshold)"
-                                                                            : "kvzap m-linear (rule=threshold, sinks=4)");
+            EXPECT_EQ(r.method, r.policy.find("m-mlp") != std::string::npos
+                                    ? "kvzap m-mlp (rule=threshold)"
+                                    : "kvzap m-linear (rule=threshold, sinks=4)");
         }
     EXPECT_EQ(kvzap_rows, 2);
     for (const auto& r : rows) {
@@ -102,9 +104,14 @@ TEST(Leaderboard, TablesWithIntervalsAndTheNinetyFivePercentLine) {
     const std::string md = write_leaderboard(rows, (fs::path(root.path()) / "out").string());
     EXPECT_NE(md.find("## m.gguf — ruler, query-agnostic"), std::string::npos) << md;
     // Paired: d = (0,−1,0,−1,0,−1,0,0), mean −3/8, sd² = (5·(3/8)² + 3·(5/8)²)/7 = 15/56, half-width 1.96·sd/√8.
-    EXPECT_NE(md.find("| snapkv | `snapkv:ratio=0.75` | 0.750 | 0.250 | 50.00 ± 37.04 | -37.50 ± 35.86 |"), std::string::npos) << md;
-    EXPECT_NE(md.find("| snapkv | `snapkv:ratio=0.5` | 0.500 | 0.500 | 87.50 ± 24.50 | +0.00 ± 0.00 |"), std::string::npos) << md;
-    EXPECT_NE(md.find("up to compression ratio: kvzap m-mlp (rule=threshold) 0.60, snapkv 0.50."), std::string::npos) << md;
+    EXPECT_NE(md.find("| snapkv | `snapkv:ratio=0.75` | 0.750 | 0.250 | 50.00 ± 37.04 | -37.50 ± 35.86 |"),
+              std::string::npos)
+        << md;
+    EXPECT_NE(md.find("| snapkv | `snapkv:ratio=0.5` | 0.500 | 0.500 | 87.50 ± 24.50 | +0.00 ± 0.00 |"),
+              std::string::npos)
+        << md;
+    EXPECT_NE(md.find("up to compression ratio: kvzap m-mlp (rule=threshold) 0.60, snapkv 0.50."), std::string::npos)
+        << md;
     EXPECT_TRUE(fs::exists(fs::path(root.path()) / "out" / "leaderboard.md"));
     // The plot script draws each of the 5 methods in its own style.
     std::ifstream gp(fs::path(root.path()) / "out" / "score_vs_compression_m.gguf.gp");
@@ -121,16 +128,19 @@ TEST(Leaderboard, TablesWithIntervalsAndTheNinetyFivePercentLine) {
         for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
         return n;
     };
-    const std::string two = write_leaderboard(collect_leaderboard({a.string(), c.string()}), (fs::path(root.path()) / "out2").string());
+    const std::string two =
+        write_leaderboard(collect_leaderboard({a.string(), c.string()}), (fs::path(root.path()) / "out2").string());
     EXPECT_EQ(count(two, "| full | `full` |"), 1u) << two;
     EXPECT_NE(two.find("`tova:ratio=0.5`"), std::string::npos);
     cell(c, "full", "full", 0.0, {1, 1, 1, 1, 1, 1, 0, 0}, false);
-    const std::string other = write_leaderboard(collect_leaderboard({a.string(), c.string()}), (fs::path(root.path()) / "out3").string());
+    const std::string other =
+        write_leaderboard(collect_leaderboard({a.string(), c.string()}), (fs::path(root.path()) / "out3").string());
     // Each named by its sweep, and the 95% line says every method is held against its own sweep's full cache.
     EXPECT_EQ(count(other, "| full (a) | `full` |"), 1u) << other;
     EXPECT_EQ(count(other, "| full (c) | `full` |"), 1u) << other;
     EXPECT_NE(other.find("Keeps ≥ 95% of the full score (75.00 / 87.50, each method against its own sweep's) up to"),
-              std::string::npos) << other;
+              std::string::npos)
+        << other;
     // The plot starts each curve at its own sweep's full score: tova (sweep c) at 75, snapkv (sweep a) at 87.5.
     std::ifstream dat3(fs::path(root.path()) / "out3" / "score_vs_compression_m.gguf.dat");
     const std::string series((std::istreambuf_iterator<char>(dat3)), {});
@@ -152,8 +162,8 @@ TEST(Leaderboard, PairedIntervalsOnTheDifferenceFromTheFullCache) {
     test::TempFile root("_paired");
     const fs::path a = fs::path(root.path()) / "a";
     cell(a, "full", "full", 0.0, {1, 1, 1, 1, 1, 1, 1, 0}, false);
-    cell(a, "tova", "tova:ratio=0.5", 0.5, {1, 1, 1, 1, 1, 1, 0, 1}, false);    // same mean, two examples swapped
-    cell(a, "h2o", "h2o:ratio=0.3", 0.3, {1, 1, 1, 1, 1, 1, 1, 0}, false);      // the full cell's answers
+    cell(a, "tova", "tova:ratio=0.5", 0.5, {1, 1, 1, 1, 1, 1, 0, 1}, false);       // same mean, two examples swapped
+    cell(a, "h2o", "h2o:ratio=0.3", 0.3, {1, 1, 1, 1, 1, 1, 1, 0}, false);         // the full cell's answers
     cell(a, "knorm", "knorm:ratio=0.5", 0.5, {1, 1, 1, 1, 1, 1, 1, 0, 1}, false);  // one example more than full
     const auto rows = collect_leaderboard({a.string()});
     for (const auto& r : rows) {
@@ -167,9 +177,12 @@ TEST(Leaderboard, PairedIntervalsOnTheDifferenceFromTheFullCache) {
     }
     const std::string md = write_leaderboard(rows, (fs::path(root.path()) / "out").string());
     EXPECT_NE(md.find("(unpaired) |"), std::string::npos) << md;
-    EXPECT_NE(md.find("Keeps ≥ 95% of the full score (87.50) up to compression ratio: h2o 0.30, knorm 0.50, tova 0.50."),
-              std::string::npos) << md;
-    EXPECT_NE(md.find("lower end of the paired 95% interval up to compression ratio: h2o 0.30."), std::string::npos) << md;
+    EXPECT_NE(
+        md.find("Keeps ≥ 95% of the full score (87.50) up to compression ratio: h2o 0.30, knorm 0.50, tova 0.50."),
+        std::string::npos)
+        << md;
+    EXPECT_NE(md.find("lower end of the paired 95% interval up to compression ratio: h2o 0.30."), std::string::npos)
+        << md;
 
     // NLL: per-sample NLLs paired by sample id; Δ% = 100·(x̄ − f̄)/f̄, its half-width 100·1.96·sd(d)/√n / f̄.
     const fs::path n = fs::path(root.path()) / "n";
@@ -203,16 +216,17 @@ TEST(Leaderboard, PairedIntervalsOnTheDifferenceFromTheFullCache) {
 void two_task_cell(const fs::path& dir, const std::string& name, const std::string& policy,
                    const std::vector<std::pair<int, double>>& a, const std::vector<std::pair<int, double>>& b) {
     fs::create_directories(dir / name);
-    std::ofstream(dir / name / "config.yaml") << "task: ruler\npolicy: \"" << policy << "\"\nmodel: \"models/m.gguf\"\n";
+    std::ofstream(dir / name / "config.yaml")
+        << "task: ruler\npolicy: \"" << policy << "\"\nmodel: \"models/m.gguf\"\n";
     std::ofstream csv(dir / name / "predictions.csv");
     csv << "task,length,index,score,density,compression_ratio,prediction,answers\n";
     int index = 0;
     for (const auto& [rows, task] : {std::make_pair(&a, "niah_single_1"), std::make_pair(&b, "niah_multikey_2")})
         for (const auto& [score, c] : *rows)
             csv << task << ",4096," << index++ << "," << score << "," << 1 - c << "," << c << ",\"x\",\"y\"\n";
-    std::ofstream(dir / name / "metrics.json") << "{\"policy\": \"" << policy << "\", \"compression_ratio\": 0.123, "
-                                                << "\"density\": 0.877, \"samples\": " << index
-                                                << ", \"query_aware\": false}\n";
+    std::ofstream(dir / name / "metrics.json")
+        << "{\"policy\": \"" << policy << "\", \"compression_ratio\": 0.123, "
+        << "\"density\": 0.877, \"samples\": " << index << ", \"query_aware\": false}\n";
 }
 
 /// A task at chance with the full cache is left out of every value: score, interval, Δ, compression and density are
@@ -246,7 +260,8 @@ TEST(Leaderboard, ExcludedTasksLeaveEveryValue) {
     }
     const std::string md = write_leaderboard(rows, (fs::path(root.path()) / "out").string(), {"niah_multikey_2"});
     EXPECT_NE(md.find("Left out of every value (scores, intervals, compression, density): niah_multikey_2."),
-              std::string::npos) << md;
+              std::string::npos)
+        << md;
     try {
         collect_leaderboard({a.string()}, {"niah_multikey_9"});
         ADD_FAILURE() << "a task no cell has was accepted";

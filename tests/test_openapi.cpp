@@ -57,13 +57,19 @@ TEST(OpenApi, TheDocumentDescribesExactlyTheRoutesOfTheTable) {
         // Every status but 200 answers with the error object (GET /health and /ready: their own 503 body).
         for (const auto& [status, resp] : op["responses"].items()) {
             if (status == "200" || (status == "503" && resp.contains("content"))) continue;
-            const json& use = resp.contains("$ref") ? doc["components"]["responses"][resp["$ref"].get<std::string>().substr(23)] : resp;
-            EXPECT_EQ(use["content"]["application/json"]["schema"]["$ref"], "#/components/schemas/Error") << r.path << " " << status;
+            const json& use = resp.contains("$ref")
+                                  ? doc["components"]["responses"][resp["$ref"].get<std::string>().substr(23)]
+                                  : resp;
+            EXPECT_EQ(use["content"]["application/json"]["schema"]["$ref"], "#/components/schemas/Error")
+                << r.path << " " << status;
         }
     }
     for (const auto& [path, item] : doc["paths"].items())
         for (const auto& [method, op] : item.items()) {
-            EXPECT_NO_THROW(find_route(std::string(method == "get" ? "GET" : method == "post" ? "POST" : "DELETE"), path))
+            EXPECT_NO_THROW(find_route(std::string(method == "get"    ? "GET"
+                                                   : method == "post" ? "POST"
+                                                                      : "DELETE"),
+                                       path))
                 << method << " " << path << " is documented but the server has no such route";
             ++operations;
         }
@@ -105,7 +111,8 @@ bool accepted(bool chat, const std::string& field, const json& value) {
     ctx.chat_template = &chatml;
     ctx.model_id = "tiny";
     ctx.n_ctx = 256;
-    json body = chat ? json{{"messages", json::array({{{"role", "user"}, {"content", "Hi"}}})}} : json{{"prompt", "Hi"}};
+    json body =
+        chat ? json{{"messages", json::array({{{"role", "user"}, {"content", "Hi"}}})}} : json{{"prompt", "Hi"}};
     body[field] = value;
     try {
         parse_api_request(body, chat, ctx);
@@ -122,7 +129,8 @@ TEST(OpenApi, DocumentedRangesAreTheServersRanges) {
     const json doc = committed_document();
     int checked = 0;
     for (bool chat : {false, true}) {
-        const json& props = doc["components"]["schemas"][chat ? "ChatCompletionRequest" : "CompletionRequest"]["properties"];
+        const json& props =
+            doc["components"]["schemas"][chat ? "ChatCompletionRequest" : "CompletionRequest"]["properties"];
         for (const auto& [field, schema] : props.items()) {
             const json type = schema.value("type", json());
             const bool integer = type == "integer" || (type.is_array() && type[0] == "integer");
@@ -130,17 +138,19 @@ TEST(OpenApi, DocumentedRangesAreTheServersRanges) {
             if (!integer && !number) continue;
             if (schema.contains("maximum")) {
                 EXPECT_TRUE(accepted(chat, field, schema["maximum"])) << field;
-                const json beyond = integer ? (schema["maximum"].is_number_unsigned() && schema["maximum"].get<uint64_t>() == UINT64_MAX
-                                                   ? json(1.8446744073709552e19 * 2)
-                                                   : json(schema["maximum"].get<int64_t>() + 1))
-                                            : json(schema["maximum"].get<double>() + 1e-6);
+                const json beyond =
+                    integer ? (schema["maximum"].is_number_unsigned() && schema["maximum"].get<uint64_t>() == UINT64_MAX
+                                   ? json(1.8446744073709552e19 * 2)
+                                   : json(schema["maximum"].get<int64_t>() + 1))
+                            : json(schema["maximum"].get<double>() + 1e-6);
                 EXPECT_FALSE(accepted(chat, field, beyond)) << field << " = " << beyond.dump();
                 ++checked;
             }
             if (schema.contains("minimum")) {
                 EXPECT_TRUE(accepted(chat, field, schema["minimum"])) << field;
-                const json below = integer ? (schema["minimum"].get<int64_t>() == INT64_MIN ? json(-1e19)
-                                                                                           : json(schema["minimum"].get<int64_t>() - 1))
+                const json below = integer ? (schema["minimum"].get<int64_t>() == INT64_MIN
+                                                  ? json(-1e19)
+                                                  : json(schema["minimum"].get<int64_t>() - 1))
                                            : json(schema["minimum"].get<double>() - 1e-6);
                 EXPECT_FALSE(accepted(chat, field, below)) << field << " = " << below.dump();
                 ++checked;

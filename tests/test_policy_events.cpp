@@ -144,7 +144,8 @@ TEST(PolicyEvents, BudgetEvictionComparesEffectiveScores) {
         std::vector<float> logits;
         model().forward(std::vector<int32_t>(ids.begin(), ids.begin() + 12), cache, logits);
         cache.end_prefill();
-        const std::vector<int32_t> want = decays ? std::vector<int32_t>{8, 9, 10, 11} : std::vector<int32_t>{2, 5, 8, 11};
+        const std::vector<int32_t> want =
+            decays ? std::vector<int32_t>{8, 9, 10, 11} : std::vector<int32_t>{2, 5, 8, 11};
         for (int l = 0; l < c.n_layer; ++l)
             for (int h = 0; h < c.n_head_kv; ++h) EXPECT_EQ(positions(cache.head(l, h).global()), want);
     }
@@ -193,16 +194,13 @@ TEST(PolicyEvents, ScorersAreMadeForAModelWithoutChangingTheSharedOne) {
     auto error_of = [](const std::function<void()>& f) {
         try {
             f();
-        } catch (const Error& e) {
-            return std::string(e.what());
-        }
+        } catch (const Error& e) { return std::string(e.what()); }
         return std::string("no error");
     };
     ModelConfig small = c;
     small.n_layer = 0;
     EXPECT_NE(error_of([&] { hybrid.scorer->for_model(small); }).find("outside the model"), std::string::npos);
-    const Policy kvzap =
-        parse_policy("kvzap:model=" + test::model_path("kvzap/stories260K-linear"));
+    const Policy kvzap = parse_policy("kvzap:model=" + test::model_path("kvzap/stories260K-linear"));
     const auto bound = kvzap.scorer->for_model(c);
     ASSERT_NE(bound, nullptr);
     EXPECT_NE(bound->entry(), nullptr);

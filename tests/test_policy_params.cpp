@@ -27,9 +27,7 @@ namespace {
 std::string parse_error(const std::string& spec, const PolicyParseOptions& o = {}) {
     try {
         parse_policy(spec, o);
-    } catch (const Error& e) {
-        return e.what();
-    }
+    } catch (const Error& e) { return e.what(); }
     return "no error";
 }
 
@@ -41,19 +39,24 @@ TEST(PolicyParams, IntegerOverflowIsRefusedWithTheKeyTheValueAndTheRange) {
         const std::string e = parse_error("streaming_llm:window=" + v);
         EXPECT_TRUE(contains(e, "policy streaming_llm: window=" + v + " is outside [1, 16777216]")) << e;
     }
-    EXPECT_TRUE(contains(parse_error("h2o:capacity=9223372036854775808"), "capacity=9223372036854775808 is outside [1, 16777216]"));
+    EXPECT_TRUE(contains(parse_error("h2o:capacity=9223372036854775808"),
+                         "capacity=9223372036854775808 is outside [1, 16777216]"));
     EXPECT_TRUE(contains(parse_error("knorm:ratio=0.5,sinks=4294967296"), "sinks=4294967296 is outside [0, 16777216]"));
-    EXPECT_TRUE(contains(parse_error("quest:read_budget=4294967313"), "read_budget=4294967313 is outside [1, 16777216]"));
+    EXPECT_TRUE(
+        contains(parse_error("quest:read_budget=4294967313"), "read_budget=4294967313 is outside [1, 16777216]"));
     // The largest size is accepted: every size fits an int, and so does s + w + k.
     EXPECT_EQ(parse_policy("streaming_llm:window=16777216").window, 16777216);
     EXPECT_TRUE(contains(parse_error("streaming_llm:window=16777217"), "outside [1, 16777216]"));
 }
 
 TEST(PolicyParams, NegativeAndMalformedIntegersAreRefused) {
-    EXPECT_TRUE(contains(parse_error("streaming_llm:window=-1"), "window=-1 is outside [1, 16777216] (window must be positive)"));
-    EXPECT_TRUE(contains(parse_error("streaming_llm:window=64,sinks=-4"), "sinks=-4 is outside [0, 16777216] (sinks must be ≥ 0)"));
+    EXPECT_TRUE(contains(parse_error("streaming_llm:window=-1"),
+                         "window=-1 is outside [1, 16777216] (window must be positive)"));
+    EXPECT_TRUE(contains(parse_error("streaming_llm:window=64,sinks=-4"),
+                         "sinks=-4 is outside [0, 16777216] (sinks must be ≥ 0)"));
     EXPECT_TRUE(contains(parse_error("streaming_llm:window=16777217"), "(window must be ≤ 16777216)"));
-    EXPECT_TRUE(contains(parse_error("h2o:capacity=-5"), "capacity=-5 is outside [1, 16777216] (capacity must be positive)"));
+    EXPECT_TRUE(
+        contains(parse_error("h2o:capacity=-5"), "capacity=-5 is outside [1, 16777216] (capacity must be positive)"));
     EXPECT_TRUE(contains(parse_error("snapkv:obs_window=0"), "obs_window=0 is outside [1, 16777216]"));
     for (const std::string v : {"12abc", " 12", "0x10", "1e3", "1.5", "", "--1"}) {
         const std::string e = parse_error("streaming_llm:window=" + v);
@@ -67,7 +70,8 @@ TEST(PolicyParams, NanAndInfinityAreRefused) {
     for (const std::string v : {"nan", "NaN", "inf", "-inf", "infinity", "1e999"}) {
         const std::string e = parse_error("knorm:rule=threshold,tau=" + v);
         EXPECT_TRUE(contains(e, "policy knorm: tau='" + v + "' is not a finite number (real any finite number)")) << e;
-        EXPECT_TRUE(contains(parse_error("snapkv:ratio=" + v), "ratio='" + v + "' is not a finite number (ratio [0, 1))"));
+        EXPECT_TRUE(
+            contains(parse_error("snapkv:ratio=" + v), "ratio='" + v + "' is not a finite number (ratio [0, 1))"));
     }
     EXPECT_TRUE(contains(parse_error("pyramidkv:beta=0.5"), "beta=0.5 is outside [1, inf)"));
     EXPECT_TRUE(contains(parse_error("knorm:safeguard=1.5,rule=layer"), "safeguard=1.5 is outside [0, 1]"));
@@ -76,8 +80,10 @@ TEST(PolicyParams, NanAndInfinityAreRefused) {
 
 TEST(PolicyParams, UnknownKeyListsTheValidKeys) {
     const std::string e = parse_error("snapkv:ratio=0.5,foo=1");
-    EXPECT_TRUE(contains(e, "policy snapkv: unknown key 'foo' (valid keys: budget, every, kernel, obs_window, ratio, rule, "
-                            "safeguard, sinks, tau, timing, window)"))
+    EXPECT_TRUE(
+        contains(e,
+                 "policy snapkv: unknown key 'foo' (valid keys: budget, every, kernel, obs_window, ratio, rule, "
+                 "safeguard, sinks, tau, timing, window)"))
         << e;
     EXPECT_TRUE(contains(parse_error("quest:read_budget=64,pages=16"),
                          "policy quest: unknown key 'pages' (valid keys: group, page, read_budget, skip_layers)"));
@@ -100,9 +106,7 @@ TEST(PolicyParams, PolicyFitsChecksSinksWindowAndBudgetTogether) {
     const std::string e = [&] {
         try {
             check_policy_fits(h2o, 103);
-        } catch (const Error& x) {
-            return std::string(x.what());
-        }
+        } catch (const Error& x) { return std::string(x.what()); }
         return std::string("no error");
     }();
     EXPECT_TRUE(contains(e, "sinks + window + budget = 4 + 50 + 50 = 104")) << e;
@@ -126,7 +130,8 @@ std::vector<std::string> base_specs(const std::string& preset) {
 /// Everything a spec builds that a key can change, as text.
 std::string built(const Policy& p) {
     return p.describe() + "|gated=" + std::to_string(p.gated_prefill) + "|key=" + p.after_prefill_key +
-           "|safeguard=" + std::to_string(p.compression.safeguard) + "|beta=" + std::to_string(p.compression.pyramid_beta) +
+           "|safeguard=" + std::to_string(p.compression.safeguard) +
+           "|beta=" + std::to_string(p.compression.pyramid_beta) +
            "|pw=" + std::to_string(p.compression.pyramid_window) + "|sel=" + p.selection.describe();
 }
 
@@ -142,7 +147,8 @@ TEST(PolicyParams, EachPresetsDeclaredDefaultsAreWhatItBuilds) {
             int applies = 0;
             for (const std::string& base : bases) {
                 if (contains(base, ":" + d.key + "=") || contains(base, "," + d.key + "=")) continue;
-                const std::string spec = base + (base.find(':') == std::string::npos ? ":" : ",") + d.key + "=" + d.default_value;
+                const std::string spec =
+                    base + (base.find(':') == std::string::npos ? ":" : ",") + d.key + "=" + d.default_value;
                 const std::string err = parse_error(spec);
                 if (contains(err, "does not apply")) continue;
                 ASSERT_EQ(err, "no error") << spec;
@@ -154,7 +160,8 @@ TEST(PolicyParams, EachPresetsDeclaredDefaultsAreWhatItBuilds) {
         }
     }
     for (const std::string& key : {"page=16", "skip_layers=2", "group=sum"})
-        EXPECT_EQ(built(parse_policy("quest:read_budget=64," + key)), built(parse_policy("quest:read_budget=64"))) << key;
+        EXPECT_EQ(built(parse_policy("quest:read_budget=64," + key)), built(parse_policy("quest:read_budget=64")))
+            << key;
     EXPECT_GE(checked, 40);
     // The defaults the presets had before their keys were declared (an independent record).
     auto def = [](const std::string& preset, const std::string& key) {
@@ -307,10 +314,9 @@ TEST(DeprecatedAliases, AnAliasBuildsTheSamePolicyAsTheNewName) {
     auto with_kvpop = same;
     with_kvpop.push_back({kvpop + ",budget=96,window=32,sinks=4", kvpop + ",capacity=96,window=32,sinks=4"});
     with_kvpop.push_back({mlp + ",budget=300", mlp + ",capacity=300"});
-    with_kvpop.push_back({"kvzap:model=" + test::model_path("kvzap/stories260K-linear") + ">" + kvpop +
-                              ",budget=96,window=32",
-                          "kvzap:model=" + test::model_path("kvzap/stories260K-linear") + ">" + kvpop +
-                              ",capacity=96,window=32"});
+    with_kvpop.push_back(
+        {"kvzap:model=" + test::model_path("kvzap/stories260K-linear") + ">" + kvpop + ",budget=96,window=32",
+         "kvzap:model=" + test::model_path("kvzap/stories260K-linear") + ">" + kvpop + ",capacity=96,window=32"});
     for (const auto& [old_spec, new_spec] : with_kvpop) {
         const std::string e_old = parse_error(old_spec), e_new = parse_error(new_spec);
         ASSERT_EQ(e_new, "no error") << new_spec;
@@ -331,7 +337,8 @@ TEST(DeprecatedAliases, AnAliasBuildsTheSamePolicyAsTheNewName) {
     EXPECT_TRUE(contains(parse_error("snapkv:window_size=0"), "window_size=0 is outside [1, 16777216]"));
     EXPECT_TRUE(contains(parse_error("snapkv:obs_window=0"), "obs_window=0 is outside [1, 16777216]"));
     EXPECT_TRUE(contains(parse_error("h2o:budget=-5"), "budget=-5 is outside [1, 16777216] (budget must be positive)"));
-    EXPECT_TRUE(contains(parse_error(kvpop + ",capacity=36,window=32,sinks=4"), "capacity=36 leaves no long-range entries"));
+    EXPECT_TRUE(
+        contains(parse_error(kvpop + ",capacity=36,window=32,sinks=4"), "capacity=36 leaves no long-range entries"));
     EXPECT_TRUE(contains(parse_error(kvpop), "capacity=B (entries per KV head, B = sinks + window + k) is required"));
 }
 
@@ -342,7 +349,8 @@ TEST(DeprecatedAliases, BothSpellingsInOneSpecAreAnError) {
                          "policy kvpop: give capacity or its deprecated alias budget, not both"));
     EXPECT_TRUE(contains(parse_error("snapkv:window_size=8,obs_window=8"),
                          "policy snapkv: give obs_window or its deprecated alias window_size, not both"));
-    EXPECT_TRUE(contains(parse_error("h2o:budget=8,capacity=8"), "give capacity or its deprecated alias budget, not both"));
+    EXPECT_TRUE(
+        contains(parse_error("h2o:budget=8,capacity=8"), "give capacity or its deprecated alias budget, not both"));
     EXPECT_TRUE(contains(parse_error("expected_attention:n_sink=1,scored_sinks=1"),
                          "give scored_sinks or its deprecated alias n_sink, not both"));
     // h2o takes a ratio or a capacity, in either spelling.
@@ -383,15 +391,18 @@ TEST(DeprecatedAliases, PoliciesListsTheAliases) {
 }
 
 TEST(DeprecatedAliases, PoolFlagAndItsFormerSpellingGiveTheSamePool) {
-    const std::string base = "generate -m " + test::model_path("stories260K.gguf") + " -p hi -n 4 "
+    const std::string base = "generate -m " + test::model_path("stories260K.gguf") +
+                             " -p hi -n 4 "
                              "--temp 0 --ids -q -t 1 ";
     // 0.0001 MiB = 104 bytes, less than one page: the error names the pool's size in bytes, whichever flag set it.
     const auto small_new = test::run_cli(base + "--kv-pool-mb 0.0001");
     const auto small_old = test::run_cli(base + "--kv-budget-mb 0.0001");
     EXPECT_EQ(small_new.status, 1);
     EXPECT_EQ(small_old.status, 1);
-    EXPECT_TRUE(contains(small_new.err, "KV pool of 104 bytes (--kv-pool-mb) is smaller than one page")) << small_new.err;
-    EXPECT_TRUE(contains(small_old.err, "KV pool of 104 bytes (--kv-pool-mb) is smaller than one page")) << small_old.err;
+    EXPECT_TRUE(contains(small_new.err, "KV pool of 104 bytes (--kv-pool-mb) is smaller than one page"))
+        << small_new.err;
+    EXPECT_TRUE(contains(small_old.err, "KV pool of 104 bytes (--kv-pool-mb) is smaller than one page"))
+        << small_old.err;
     EXPECT_TRUE(contains(small_old.err, "warning: --kv-budget-mb is deprecated, use --kv-pool-mb")) << small_old.err;
     EXPECT_FALSE(contains(small_new.err, "deprecated")) << small_new.err;
     const auto ok_new = test::run_cli(base + "--kv-pool-mb 1");

@@ -24,7 +24,8 @@ struct CopiedDir {
         path = (fs::temp_directory_path() / ("kvsieve_pred_" + tag + "_" + std::to_string(::getpid()))).string();
         fs::remove_all(path);
         fs::create_directories(path);
-        for (const auto& e : fs::directory_iterator(from)) fs::copy_file(e.path(), fs::path(path) / e.path().filename());
+        for (const auto& e : fs::directory_iterator(from))
+            fs::copy_file(e.path(), fs::path(path) / e.path().filename());
     }
     ~CopiedDir() { fs::remove_all(path); }
     std::string path;
@@ -58,7 +59,8 @@ TEST(PredictorRegistry, OneLoadIsSharedAndAChangedFileIsLoadedAgain) {
     EXPECT_EQ(reg.get<KVzapModel>("kvzap", dir.path, "", load).get(), c.get());
     EXPECT_EQ(c->n_layers(), a->n_layers());
     // A missing path goes to the loader, whose error names it, and nothing is kept.
-    EXPECT_NE(error_of([&] { reg.get<KVzapModel>("kvzap", dir.path + "/nope", "", load); }).find("nope"), std::string::npos);
+    EXPECT_NE(error_of([&] { reg.get<KVzapModel>("kvzap", dir.path + "/nope", "", load); }).find("nope"),
+              std::string::npos);
     EXPECT_EQ(reg.loads(), before + 3);
 }
 
@@ -103,9 +105,10 @@ TEST(PredictorNames, ARequestNamesARegisteredPredictorAndNeverAFile) {
     EXPECT_EQ(test::max_abs_diff(a, b), 0.0);
 
     // Paths, devices, unknown names and another method's predictor: one error listing the names, no file system detail.
-    for (const std::string& spec : std::vector<std::string>{"kvzap:model=/etc/shadow", "kvzap:model=" + kKvzapStories, "wgkv:model=/dev/zero",
-                                   "kvpop:model=../../x,budget=300", "kvzap:model=.", "kvzap:model=nosuch",
-                                   "wgkv:model=smol", "kvzap:model=smol>kvpop:model=/tmp/fifo,budget=300"}) {
+    for (const std::string& spec :
+         std::vector<std::string>{"kvzap:model=/etc/shadow", "kvzap:model=" + kKvzapStories, "wgkv:model=/dev/zero",
+                                  "kvpop:model=../../x,budget=300", "kvzap:model=.", "kvzap:model=nosuch",
+                                  "wgkv:model=smol", "kvzap:model=smol>kvpop:model=/tmp/fifo,budget=300"}) {
         const std::string e = error_of([&] { parse_policy(spec, o); });
         EXPECT_NE(e, "no error") << spec;
         EXPECT_NE(e.find("registered predictors: smol (kvzap)"), std::string::npos) << spec << ": " << e;
@@ -113,7 +116,8 @@ TEST(PredictorNames, ARequestNamesARegisteredPredictorAndNeverAFile) {
         EXPECT_EQ(e.find("shadow"), std::string::npos) << e;
         EXPECT_EQ(e.find("zero"), std::string::npos) << e;
     }
-    EXPECT_NE(error_of([&] { parse_policy("kvzap:model=nosuch", o); }).find("no predictor named 'nosuch'"), std::string::npos);
+    EXPECT_NE(error_of([&] { parse_policy("kvzap:model=nosuch", o); }).find("no predictor named 'nosuch'"),
+              std::string::npos);
     EXPECT_NE(error_of([&] { parse_policy("wgkv:model=smol", o); }).find("is a kvzap predictor"), std::string::npos);
     // Without predictors every reference is refused.
     const std::string none = error_of([&] { parse_policy("kvzap:model=smol", NamedPredictors{}.parse_options()); });
@@ -128,7 +132,8 @@ TEST(PredictorNames, AFolderOfPredictorsAndBadOnesFailAtStart) {
     fs::remove_all(root);
     fs::create_directories(root / ".hidden");
     fs::create_directories(root / "stories-kvzap");
-    for (const auto& e : fs::directory_iterator(kKvzapStories)) fs::copy_file(e.path(), root / "stories-kvzap" / e.path().filename());
+    for (const auto& e : fs::directory_iterator(kKvzapStories))
+        fs::copy_file(e.path(), root / "stories-kvzap" / e.path().filename());
     std::ofstream(root / "notes.txt") << "not a predictor folder";
     NamedPredictors preds;
     preds.add_dir(root.string());

@@ -54,8 +54,10 @@ const std::map<std::string, CaseSpec>& spec_table() {
         {"kvzip_plus", {{{"ratio", "0.5"}}}},
         {"spkv", {{{"tau", "0.5"}, {"window", "64"}}, kTiny2kSpkv}},
         {"wgkv", {{{"model", test::model_path("wgkv/tiny2k-lambda0.08")}, {"window", "64"}}}},
-        {"kvpop", {{{"model", test::model_path("kvpop/tiny2k-mlstm")}, {"capacity", "128"}, {"window", "32"}, {"sinks", "4"}}}},
-        {"kvpop_mlp", {{{"model", test::model_path("kvpop/tiny2k-mlp")}, {"capacity", "128"}, {"window", "32"}, {"sinks", "4"}}}},
+        {"kvpop",
+         {{{"model", test::model_path("kvpop/tiny2k-mlstm")}, {"capacity", "128"}, {"window", "32"}, {"sinks", "4"}}}},
+        {"kvpop_mlp",
+         {{{"model", test::model_path("kvpop/tiny2k-mlp")}, {"capacity", "128"}, {"window", "32"}, {"sinks", "4"}}}},
         {"hybrid_heads", {{{"global", "0.1/2.0"}, {"window", "64"}}}},
         {"quest", {{{"read_budget", "64"}}, kTiny2k, false}},
     };
@@ -224,8 +226,9 @@ void check_stats(const KVStats& st, const LlamaModel& m, int64_t tokens, int64_t
     // in pages in use, and at most a page per head and region more; the final use is at most the peak. Under
     // quantization at admission the sinks and the window hold F16 rows and the global region quantized ones.
     const KVType type = types.key;
-    const uint64_t row = type == KVType::kQ8_0 ? 34 * c.head_dim / 32 : type == KVType::kQ4_0 ? 18 * c.head_dim / 32
-                                                                                               : 2 * c.head_dim;
+    const uint64_t row = type == KVType::kQ8_0   ? 34 * c.head_dim / 32
+                         : type == KVType::kQ4_0 ? 18 * c.head_dim / 32
+                                                 : 2 * c.head_dim;
     const bool local_f16 = types.quant_at == KVQuantAt::kAdmission;
     const uint64_t local_row = local_f16 ? 2 * c.head_dim : row;
     EXPECT_EQ(st.kv_bytes_local + st.kv_bytes_global, st.kv_bytes_final);
@@ -358,19 +361,18 @@ std::vector<std::string> out_of_range(const ParamDecl& d) {
     switch (d.type) {
         case ParamType::kInt:
             if (d.imin > std::numeric_limits<int64_t>::min()) v.push_back(std::to_string(d.imin - 1));
-            if (d.imax < std::numeric_limits<int64_t>::max()) v.push_back(std::to_string(d.imax + 1));
-            else v.push_back("9223372036854775808");
+            if (d.imax < std::numeric_limits<int64_t>::max())
+                v.push_back(std::to_string(d.imax + 1));
+            else
+                v.push_back("9223372036854775808");
             break;
         case ParamType::kReal:
             if (std::isfinite(d.rmin)) v.push_back(real_text(d.rmin - std::max(1.0, std::fabs(d.rmin))));
             if (std::isfinite(d.rmax)) v.push_back(real_text(d.rmax + std::max(1.0, std::fabs(d.rmax))));
             v.push_back("nan");
             break;
-        case ParamType::kRatio:
-            v = {"-0.25", "1", "1.5", "nan"};
-            break;
-        default:
-            break;
+        case ParamType::kRatio: v = {"-0.25", "1", "1.5", "nan"}; break;
+        default: break;
     }
     return v;
 }

@@ -183,19 +183,19 @@ TEST(Quest, ComposesWithAnyPolicyInASpec) {
     EXPECT_EQ(both.name, "streaming_llm");
     EXPECT_EQ(both.window, 64);
     EXPECT_EQ(both.selection.skip_layers, 0);
-    EXPECT_NE(both.describe().find("read-time selection quest(read_budget=32,page=16,skip_layers=0)"), std::string::npos);
+    EXPECT_NE(both.describe().find("read-time selection quest(read_budget=32,page=16,skip_layers=0)"),
+              std::string::npos);
     EXPECT_FALSE(parse_policy("full").selection.active());
     auto error_of = [](const std::string& spec) {
         try {
             (void)parse_policy(spec);
-        } catch (const Error& e) {
-            return std::string(e.what());
-        }
+        } catch (const Error& e) { return std::string(e.what()); }
         return std::string("no error");
     };
     EXPECT_NE(error_of("quest").find("budget=<entries read per KV head> is required"), std::string::npos);
     EXPECT_NE(error_of("full+snapkv:ratio=0.5").find("unknown read-time selection 'snapkv'"), std::string::npos);
-    EXPECT_NE(error_of("full+quest:read_budget=8+quest:read_budget=8").find("at most one read-time selection"), std::string::npos);
+    EXPECT_NE(error_of("full+quest:read_budget=8+quest:read_budget=8").find("at most one read-time selection"),
+              std::string::npos);
     EXPECT_NE(error_of("quest:read_budget=8,pages=4").find("unknown"), std::string::npos);
     EXPECT_NE(error_of("quest:read_budget=8,group=mean").find("group='mean' is not sum or max"), std::string::npos);
     EXPECT_TRUE(parse_policy("quest:read_budget=8,group=max").selection.group_max);
@@ -217,7 +217,8 @@ TEST(Quest, GroupMaxKeepsAPageOneQueryHeadNeeds) {
     const float lo[2][d] = {{8, -6}, {5, 5}}, hi[2][d] = {{8, 0}, {5, 5}};
     std::vector<uint16_t> hlo, hhi;
     for (int p = 0; p < 2; ++p)
-        for (int c = 0; c < d; ++c) hlo.push_back(fp32_to_fp16_down(lo[p][c])), hhi.push_back(fp32_to_fp16_up(hi[p][c]));
+        for (int c = 0; c < d; ++c)
+            hlo.push_back(fp32_to_fp16_down(lo[p][c])), hhi.push_back(fp32_to_fp16_up(hi[p][c]));
     EXPECT_EQ(quest_choose_pages(q, G, d, hlo.data(), hhi.data(), 2, 1, false), std::vector<int>{1});
     EXPECT_EQ(quest_choose_pages(q, G, d, hlo.data(), hhi.data(), 2, 1, true), std::vector<int>{0});
 }
@@ -276,7 +277,8 @@ TEST(Quest, DecodeReadsOnlyTheChosenPagesAndLeavesTheCacheWhole) {
     EXPECT_EQ(sinks_st.entries, full_st.entries);
     EXPECT_GT(sinks_st.read_fraction, narrow_st.read_fraction);
     const LlamaModel& m = test::stories260k();
-    KVCache c(m.config(), 128, parse_policy("full:sinks=4"), std::make_shared<KVPool>(m.config().head_dim, KVType::kF32));
+    KVCache c(m.config(), 128, parse_policy("full:sinks=4"),
+              std::make_shared<KVPool>(m.config().head_dim, KVType::kF32));
     std::vector<float> logits;
     m.forward(test::story_prompt_ids(), c, logits);
     EXPECT_EQ(c.head(0, 0).sinks().size(), 4);

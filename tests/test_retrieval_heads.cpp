@@ -55,7 +55,8 @@ TEST(RetrievalHeads, LongRangeMassIsTheSoftmaxWeightOutsideTheWindowBeyondTheSin
                         for (int64_t j = 0; j <= i; ++j) {
                             double dot = 0;
                             for (int x = 0; x < d; ++x)
-                                dot += double(in.q[i * c.n_head * d + (h * G + g) * d + x]) * in.k[j * c.n_head_kv * d + h * d + x];
+                                dot += double(in.q[i * c.n_head * d + (h * G + g) * d + x]) *
+                                       in.k[j * c.n_head_kv * d + h * d + x];
                             e[j] = dot / std::sqrt(double(d));
                             mx = std::max(mx, e[j]);
                         }

@@ -147,8 +147,8 @@ TEST(SmolLM2, RulerChatPromptIdsMatchKvpress) {
     ASSERT_FALSE(ids.context.empty());
     EXPECT_EQ(ids.context[0], tok->vocab().find("<|im_start|>"));
     // The fixture's example is still the one kvsieve generates (else regenerate it with the tool).
-    const TaskExample now = make_task_example(fixture["task"].get<std::string>(), fixture["length"].get<int64_t>(), *tok, "",
-                                              fixture["seed"].get<uint64_t>());
+    const TaskExample now = make_task_example(fixture["task"].get<std::string>(), fixture["length"].get<int64_t>(),
+                                              *tok, "", fixture["seed"].get<uint64_t>());
     EXPECT_EQ(now.context(), fixture["context"].get<std::string>());
     EXPECT_EQ(now.question_only(), fixture["question"].get<std::string>());
     EXPECT_EQ(now.answer_prefix, ex.answer_prefix);

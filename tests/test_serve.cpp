@@ -94,7 +94,8 @@ std::string alone(const GenerationRequest& g, int64_t n_ctx) {
 /// runs: `first` prefilled, `decoded` fed one decode step each, then `rest` prefilled.
 std::string answer_after_steps(const std::vector<int32_t>& first, const std::vector<int32_t>& decoded,
                                const std::vector<int32_t>& rest, int64_t n) {
-    KVCache cache(model().config(), 256, parse_policy("full"), std::make_shared<KVPool>(model().config().head_dim, KVType::kF16));
+    KVCache cache(model().config(), 256, parse_policy("full"),
+                  std::make_shared<KVPool>(model().config().head_dim, KVType::kF16));
     Session s(model(), tokenizer(), cache);
     std::vector<float> logits;
     s.prefill(first, PrefillPlan{}, logits);
@@ -118,8 +119,7 @@ TEST(Scheduler, ConcurrentRequestsEachEqualTheSequenceRunAlone) {
         greedy("Once upon a time, there was a little girl named Lily.", 40),
         greedy("The cat sat on the mat and", 25, "h2o:budget=16"),
         greedy("Tom had a big red ball. One day", 30, "streaming_llm:window=12,sinks=2"),
-        greedy("Sue liked to sing.", 35, "snapkv:ratio=0.5"),
-        greedy("A dog ran to the park", 20, "tova:budget=10")};
+        greedy("Sue liked to sing.", 35, "snapkv:ratio=0.5"), greedy("A dog ran to the park", 20, "tova:budget=10")};
     std::vector<std::shared_ptr<RequestHandle>> hs;
     for (const auto& r : reqs) hs.push_back(sched.submit(r));  // five requests, three slots: two wait their turn
     for (size_t i = 0; i < reqs.size(); ++i) {
@@ -138,7 +138,8 @@ TEST(Scheduler, ConcurrentRequestsEachEqualTheSequenceRunAlone) {
         }
     }
     // Every sequence's pages went back to the shared pool.
-    for (int i = 0; i < 100 && sched.snapshot().pool_pages_in_use > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    for (int i = 0; i < 100 && sched.snapshot().pool_pages_in_use > 0; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
     const SchedulerSnapshot snap = sched.snapshot();
     EXPECT_EQ(snap.pool_pages_in_use, 0);
     EXPECT_EQ(snap.requests_finished, 5);
@@ -157,7 +158,8 @@ TEST(Scheduler, AnAfterPrefillPolicyIsFedInOnePieceAsOnTheCommandLine) {
     EXPECT_EQ(planned_chunk(kvzip, 16, false), 16);  // only extending the cache: no step runs, chunks are fine
     EXPECT_EQ(planned_chunk(h2o, 16), 16);
     EXPECT_FALSE(chunk_overruled(kvzip, 0));
-    const PrefillChunk a = next_prefill_chunk(40, 0, 16), b = next_prefill_chunk(40, 32, 16), c = next_prefill_chunk(40, 5, 0);
+    const PrefillChunk a = next_prefill_chunk(40, 0, 16), b = next_prefill_chunk(40, 32, 16),
+                       c = next_prefill_chunk(40, 5, 0);
     EXPECT_EQ(std::make_tuple(a.begin, a.end, a.last), std::make_tuple(int64_t{0}, int64_t{16}, false));
     EXPECT_EQ(std::make_tuple(b.begin, b.end, b.last), std::make_tuple(int64_t{32}, int64_t{40}, true));
     EXPECT_EQ(std::make_tuple(c.begin, c.end, c.last), std::make_tuple(int64_t{5}, int64_t{40}, true));
@@ -168,8 +170,10 @@ TEST(Scheduler, AnAfterPrefillPolicyIsFedInOnePieceAsOnTheCommandLine) {
     SchedulerOptions o = options(1);
     o.prefill_chunk = 8;
     Scheduler sched(model(), tokenizer(), pool, o);
-    const GenerationRequest req = greedy("Once upon a time, there was a little girl named Lily. She loved to play "
-                                         "outside in the park with her friend Ben.", 16, "kvzip:ratio=0.5");
+    const GenerationRequest req = greedy(
+        "Once upon a time, there was a little girl named Lily. She loved to play "
+        "outside in the park with her friend Ben.",
+        16, "kvzip:ratio=0.5");
     ASSERT_GT(req.prompt.size(), 8u);
     const Result r = collect(*sched.submit(req));
     ASSERT_EQ(r.last.kind, GenerationEvent::Kind::kDone) << r.last.error;
@@ -182,7 +186,8 @@ TEST(Scheduler, ExhaustedPoolFailsOnlyTheRequestThatDoesNotFit) {
     const ModelConfig& c = model().config();
     // Room for one sequence of ~64 tokens per head (4 pages of 16), not two.
     const int64_t pages = static_cast<int64_t>(c.n_layer) * c.n_head_kv * 6;
-    auto pool = std::make_shared<KVPool>(c.head_dim, KVType::kF16, 16, static_cast<uint64_t>(pages) * 16 * c.head_dim * 2 * 2);
+    auto pool =
+        std::make_shared<KVPool>(c.head_dim, KVType::kF16, 16, static_cast<uint64_t>(pages) * 16 * c.head_dim * 2 * 2);
     ASSERT_EQ(pool->capacity_pages(), pages);
     Scheduler sched(model(), tokenizer(), pool, options(2));
     const GenerationRequest a = greedy("Once upon a time, there was a little girl named Lily. She loved to play.", 40);
@@ -207,7 +212,8 @@ TEST(Scheduler, ExhaustedPoolFailsOnlyTheRequestThatDoesNotFit) {
 TEST(Scheduler, QueueWaitsForMemoryInsteadOfFailing) {
     const ModelConfig& c = model().config();
     const int64_t pages = static_cast<int64_t>(c.n_layer) * c.n_head_kv * 6;
-    auto pool = std::make_shared<KVPool>(c.head_dim, KVType::kF16, 16, static_cast<uint64_t>(pages) * 16 * c.head_dim * 2 * 2);
+    auto pool =
+        std::make_shared<KVPool>(c.head_dim, KVType::kF16, 16, static_cast<uint64_t>(pages) * 16 * c.head_dim * 2 * 2);
     SchedulerOptions o = options(2);
     o.wait_for_memory = true;
     Scheduler sched(model(), tokenizer(), pool, o);
@@ -231,7 +237,8 @@ TEST(Scheduler, CancelFreesThePagesAndOthersGoOn) {
     const Result rb = collect(*hb);
     ASSERT_EQ(rb.last.kind, GenerationEvent::Kind::kDone);
     EXPECT_EQ(rb.text, alone(b, 512));
-    for (int i = 0; i < 200 && sched.snapshot().pool_pages_in_use > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    for (int i = 0; i < 200 && sched.snapshot().pool_pages_in_use > 0; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
     EXPECT_EQ(sched.snapshot().pool_pages_in_use, 0);
     EXPECT_EQ(sched.snapshot().requests_cancelled, 1);
 }
@@ -295,10 +302,12 @@ TEST(Scheduler, SavedSequenceContinuesAsIfNeverSaved) {
         b.restore = std::make_shared<const SavedSequence>(read_sequence(file.path(), model()));
         const Result rb = collect(*sched.submit(b));
         ASSERT_EQ(rb.last.kind, GenerationEvent::Kind::kDone) << rb.last.error;
-        EXPECT_EQ(ra.text + rb.text, alone(greedy("Once upon a time, there was a little girl named Lily.", 25, policy), 256));
+        EXPECT_EQ(ra.text + rb.text,
+                  alone(greedy("Once upon a time, there was a little girl named Lily.", 25, policy), 256));
     }
     // The slot is dropped, and its pages returned, just after its last event.
-    for (int i = 0; i < 200 && sched.snapshot().pool_pages_in_use > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    for (int i = 0; i < 200 && sched.snapshot().pool_pages_in_use > 0; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
     EXPECT_EQ(sched.snapshot().pool_pages_in_use, 0);
 }
 
@@ -314,14 +323,16 @@ TEST(Scheduler, AFailedSaveKeepsTheAnswerAndSaysWhy) {
     EXPECT_EQ(r.text, alone(greedy("Once upon a time, there was a little girl named Lily.", 6), 256));
     EXPECT_EQ(r.last.usage.saved_bytes, 0u);
     EXPECT_NE(r.last.usage.cache_save_error.find("'s.kvseq'"), std::string::npos) << r.last.usage.cache_save_error;
-    EXPECT_EQ(r.last.usage.cache_save_error.find("kvsieve_no_such_folder_x9"), std::string::npos) << r.last.usage.cache_save_error;
+    EXPECT_EQ(r.last.usage.cache_save_error.find("kvsieve_no_such_folder_x9"), std::string::npos)
+        << r.last.usage.cache_save_error;
     EXPECT_EQ(usage_json(r.last.usage)["cache_save_error"], r.last.usage.cache_save_error);
     EXPECT_FALSE(usage_json(GenerationUsage{}).contains("cache_save_error"));
 }
 
 /// The greedy ids a sequence alone generates after `prompt` (n of them, the last one sampled and not run).
 std::vector<int32_t> greedy_ids(const std::vector<int32_t>& prompt, int64_t n) {
-    KVCache cache(model().config(), 256, parse_policy("full"), std::make_shared<KVPool>(model().config().head_dim, KVType::kF16));
+    KVCache cache(model().config(), 256, parse_policy("full"),
+                  std::make_shared<KVPool>(model().config().head_dim, KVType::kF16));
     Session s(model(), tokenizer(), cache);
     std::vector<float> logits;
     s.prefill(prompt, PrefillPlan{}, logits);
@@ -419,7 +430,8 @@ TEST(Scheduler, AConversationsNextTurnFeedsOnlyItsNewTokens) {
 TEST(Scheduler, KeptConversationsGiveTheirPagesToRunningRequests) {
     const ModelConfig& c = model().config();
     const int64_t pages = static_cast<int64_t>(c.n_layer) * c.n_head_kv * 6;  // one ~64-token sequence
-    auto pool = std::make_shared<KVPool>(c.head_dim, KVType::kF16, 16, static_cast<uint64_t>(pages) * 16 * c.head_dim * 2 * 2);
+    auto pool =
+        std::make_shared<KVPool>(c.head_dim, KVType::kF16, 16, static_cast<uint64_t>(pages) * 16 * c.head_dim * 2 * 2);
     SchedulerOptions o = options(1);
     o.max_conversations = 2;
     Scheduler sched(model(), tokenizer(), pool, o);
@@ -449,7 +461,8 @@ TEST(Scheduler, KeptConversationsGiveTheirPagesToRunningRequests) {
 TEST(Scheduler, ARequestThatCanNeverFitIsA413BeforeAnyConversationIsDropped) {
     const ModelConfig& c = model().config();
     const int64_t pages = static_cast<int64_t>(c.n_layer) * c.n_head_kv * 6;  // one ~96-token sequence in all
-    auto pool = std::make_shared<KVPool>(c.head_dim, KVType::kF16, 16, static_cast<uint64_t>(pages) * 16 * c.head_dim * 2 * 2);
+    auto pool =
+        std::make_shared<KVPool>(c.head_dim, KVType::kF16, 16, static_cast<uint64_t>(pages) * 16 * c.head_dim * 2 * 2);
     SchedulerOptions o = options(1);
     o.max_conversations = 2;
     Scheduler sched(model(), tokenizer(), pool, o);
@@ -473,7 +486,8 @@ TEST(Scheduler, ARequestThatCanNeverFitIsA413BeforeAnyConversationIsDropped) {
     d.max_tokens_given = false;
     EXPECT_NO_THROW(collect(*sched.submit(d)));
     // A compressing policy may hold it: it is not refused up front.
-    const Result r = collect(*sched.submit(greedy("Once upon a time, there was a little girl named Lily.", 200, "h2o:budget=16")));
+    const Result r =
+        collect(*sched.submit(greedy("Once upon a time, there was a little girl named Lily.", 200, "h2o:budget=16")));
     EXPECT_EQ(r.last.kind, GenerationEvent::Kind::kDone) << r.last.error;
 }
 
@@ -491,7 +505,7 @@ TEST(Scheduler, DrainRefusesNewRequestsAndLetsRunningOnesFinish) {
     EXPECT_THROW(sched.submit(greedy("Once upon a time", 5)), ServerBusy);
     const Result r = collect(*h);
     ASSERT_EQ(r.last.kind, GenerationEvent::Kind::kDone) << r.last.error;
-    EXPECT_EQ(r.text, alone(a, 256));  // untouched by the drain
+    EXPECT_EQ(r.text, alone(a, 256));                                     // untouched by the drain
     EXPECT_EQ(collect(*queued).last.kind, GenerationEvent::Kind::kDone);  // the queued one runs too
     for (int i = 0; i < 200 && !sched.idle(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     EXPECT_TRUE(sched.idle());
@@ -566,7 +580,8 @@ TEST(Scheduler, ASavedRunningSlotContinuesExactlyAsTheRequestDoes) {
         const Result rest = collect(*h);
         ASSERT_EQ(rest.last.kind, GenerationEvent::Kind::kDone) << rest.last.error;
         EXPECT_EQ(text + rest.text, whole);  // the save did not disturb the request
-        const int64_t generated = saved.tokens - static_cast<int64_t>(a.prompt.size());  // run, incl. the one run for the save
+        const int64_t generated =
+            saved.tokens - static_cast<int64_t>(a.prompt.size());  // run, incl. the one run for the save
         ASSERT_GT(generated, 0);
         GenerationRequest b = greedy("", 40 - generated, "h2o:budget=24");
         b.prompt.clear();
@@ -621,15 +636,17 @@ TEST(Scheduler, ARestoredFileBecomesAConversationToGoOnFrom) {
     }
     // A server whose pool stores keys and values of other types (--kv-type, --cache-type-k/-v) refuses it, naming
     // the file's types and its own.
-    Scheduler other(model(), tokenizer(), std::make_shared<KVPool>(model().config().head_dim, KVType::kF32), options(1));
+    Scheduler other(model(), tokenizer(), std::make_shared<KVPool>(model().config().head_dim, KVType::kF32),
+                    options(1));
     try {
         other.restore(seq, "y");
         ADD_FAILURE() << "an F16 sequence was restored into an F32 pool";
     } catch (const CacheOpError& e) {
         EXPECT_EQ(e.status(), 400);
-        EXPECT_NE(std::string(e.what()).find("keys of type f16 and values of type f16; this cache stores keys as f32 and "
-                                             "values as f32"),
-                  std::string::npos)
+        EXPECT_NE(
+            std::string(e.what()).find("keys of type f16 and values of type f16; this cache stores keys as f32 and "
+                                       "values as f32"),
+            std::string::npos)
             << e.what();
     }
 }
@@ -669,8 +686,9 @@ TEST(Scheduler, APoolQuantizedAtAdmissionReportsRealBytesAndItsSavesAreRefusedBy
         ADD_FAILURE() << "a sequence quantized at admission was restored into a pool quantized at write";
     } catch (const CacheOpError& e) {
         EXPECT_EQ(e.status(), 400);
-        EXPECT_NE(std::string(e.what()).find("(sinks and window: keys f16, values f16); this cache stores keys as q8_0"),
-                  std::string::npos)
+        EXPECT_NE(
+            std::string(e.what()).find("(sinks and window: keys f16, values f16); this cache stores keys as q8_0"),
+            std::string::npos)
             << e.what();
     }
     Scheduler again(m, *tok, std::make_shared<KVPool>(d, KVType::kQ8_0, KVType::kQ8_0, 16, 0, KVQuantAt::kAdmission),
@@ -726,7 +744,8 @@ TEST(OpenAIApi, ParsesCompletionAndChatRequests) {
     const ApiContext ctx = context(&chatml);
     ApiRequest r = parse_api_request(json::parse(R"({"model":"x","prompt":"Once upon","max_tokens":7,"temperature":0,
         "seed":3,"stop":["a","b"],"stream":true,"stream_options":{"include_usage":true},"n":1,"kv_policy":"snapkv:ratio=0.5",
-        "user":"u","logprobs":null,"presence_penalty":0})"), false, ctx);
+        "user":"u","logprobs":null,"presence_penalty":0})"),
+                                     false, ctx);
     EXPECT_EQ(r.gen.prompt, tokenizer().encode("Once upon", true, false));
     EXPECT_EQ(r.gen.max_tokens, 7);
     EXPECT_TRUE(r.gen.max_tokens_given);
@@ -777,7 +796,8 @@ TEST(OpenAIApi, RefusesWhatItCannotDoWithOneClearError) {
     expect_api_error(json{{"prompt", "x"}, {"n", 2}}, false, "'n' = 2 is not supported");
     expect_api_error(json{{"prompt", "x"}, {"echo", true}}, false, "'echo'");
     expect_api_error(json{{"prompt", "x"}, {"logit_bias", json::array({1})}}, false, "'logit_bias' must be an object");
-    expect_api_error(json{{"prompt", "x"}, {"logit_bias", {{"999999", 1}}}}, false, "logit_bias: '999999' is not a token id");
+    expect_api_error(json{{"prompt", "x"}, {"logit_bias", {{"999999", 1}}}}, false,
+                     "logit_bias: '999999' is not a token id");
     expect_api_error(json{{"prompt", "x"}, {"logit_bias", {{"-1", 1}}}}, false, "logit_bias: '-1'");
     expect_api_error(json{{"prompt", "x"}, {"logit_bias", {{"3x", 1}}}}, false, "logit_bias: '3x'");
     expect_api_error(json{{"prompt", "x"}, {"logit_bias", {{"3", 101}}}}, false, "'logit_bias[3]' must be in [-100");
@@ -789,22 +809,26 @@ TEST(OpenAIApi, RefusesWhatItCannotDoWithOneClearError) {
     expect_api_error(json{{"prompt", "x"}, {"kv_policy", "h2o:budget=1000"}}, false, "larger than the context");
     expect_api_error(json{{"prompt", "x"}, {"kv_policy", 5}}, false, "'kv_policy' must be a string");
     expect_api_error(json{{"prompt", std::string(2000, 'a') + " b c d e f g h i j k l m n o p q r s t u v w x y z " +
-                                         std::string(600, 'z')}}, false, "the context holds 256");
+                                         std::string(600, 'z')}},
+                     false, "the context holds 256");
     expect_api_error(json{{"messages", "hi"}}, true, "'messages' must be a non-empty array");
     expect_api_error(json{{"messages", json::array({{{"role", "tool"}, {"content", "x"}}})}}, true, "role 'tool'");
     expect_api_error(json{{"messages", json::array({{{"role", "user"}, {"content", "x"}, {"tool_calls", 1}}})}}, true,
                      "unknown field 'tool_calls'");
-    expect_api_error(json{{"messages", json::array({{{"role", "user"}, {"content", json::array({{{"type", "image_url"}}})}}})}},
-                     true, "only parts");
+    expect_api_error(
+        json{{"messages", json::array({{{"role", "user"}, {"content", json::array({{{"type", "image_url"}}})}}})}},
+        true, "only parts");
     // A part whose type is not a string (found by schemathesis: it was a 500).
-    expect_api_error(json{{"messages", json::array({{{"role", "user"}, {"content", json::array({{{"type", json::object()}, {"text", ""}}})}}})}},
-                     true, "only parts");
+    expect_api_error(
+        json{{"messages",
+              json::array({{{"role", "user"}, {"content", json::array({{{"type", json::object()}, {"text", ""}}})}}})}},
+        true, "only parts");
     expect_api_error(json{{"messages", json::array({{{"role", "user"}, {"content", "x"}}})}, {"tools", json::array()}},
                      true, "unknown field 'tools'");
     // Saved sequences need --cache-dir and a plain name; a missing one is 404; chat cannot restore.
     expect_api_error(json{{"prompt", "x"}, {"cache_save", "a"}}, false, "--cache-dir");
-    expect_api_error(json{{"messages", json::array({{{"role", "user"}, {"content", "x"}}})}, {"cache_restore", "a"}}, true,
-                     "unknown field 'cache_restore'");
+    expect_api_error(json{{"messages", json::array({{{"role", "user"}, {"content", "x"}}})}, {"cache_restore", "a"}},
+                     true, "unknown field 'cache_restore'");
     {
         const ChatTemplate chatml = chat_template_by_name("chatml");
         ApiContext c = context(&chatml);
@@ -814,26 +838,21 @@ TEST(OpenAIApi, RefusesWhatItCannotDoWithOneClearError) {
             try {
                 parse_api_request(json{{"prompt", "x"}, {"cache_save", name}}, false, c);
                 ADD_FAILURE() << "accepted the name " << name;
-            } catch (const ApiError& e) {
-                EXPECT_EQ(e.status(), 400);
-            }
+            } catch (const ApiError& e) { EXPECT_EQ(e.status(), 400); }
         }
         try {
             parse_api_request(json{{"prompt", "x"}, {"cache_restore", "no-such-sequence-here"}}, false, c);
             ADD_FAILURE();
-        } catch (const ApiError& e) {
-            EXPECT_EQ(e.status(), 404);
-        }
+        } catch (const ApiError& e) { EXPECT_EQ(e.status(), 404); }
         const ApiRequest r = parse_api_request(json{{"prompt", "x"}, {"cache_save", "conv-1.a"}}, false, c);
         EXPECT_EQ(r.gen.save_path, c.cache_dir + "/conv-1.a.kvseq");
     }
     // No chat template: chat requests are refused.
     try {
-        parse_api_request(json{{"messages", json::array({{{"role", "user"}, {"content", "x"}}})}}, true, context(nullptr));
+        parse_api_request(json{{"messages", json::array({{{"role", "user"}, {"content", "x"}}})}}, true,
+                          context(nullptr));
         ADD_FAILURE();
-    } catch (const ApiError& e) {
-        EXPECT_NE(std::string(e.what()).find("no chat template"), std::string::npos);
-    }
+    } catch (const ApiError& e) { EXPECT_NE(std::string(e.what()).find("no chat template"), std::string::npos); }
 }
 
 TEST(OpenAIApi, ConversationAndCacheOperationBodies) {
@@ -842,8 +861,10 @@ TEST(OpenAIApi, ConversationAndCacheOperationBodies) {
     ApiRequest r = parse_api_request(json{{"prompt", "Once"}, {"conversation", "chat-1.a"}}, false, ctx);
     EXPECT_EQ(r.gen.conversation, "chat-1.a");
     EXPECT_FALSE(r.gen.policy_given);
-    r = parse_api_request(json{{"messages", json::array({{{"role", "user"}, {"content", "Hi"}}})}, {"conversation", "c"},
-                               {"kv_policy", "snapkv:ratio=0.5"}}, true, ctx);
+    r = parse_api_request(json{{"messages", json::array({{{"role", "user"}, {"content", "Hi"}}})},
+                               {"conversation", "c"},
+                               {"kv_policy", "snapkv:ratio=0.5"}},
+                          true, ctx);
     EXPECT_EQ(r.gen.conversation, "c");
     EXPECT_TRUE(r.gen.policy_given);
     expect_api_error(json{{"prompt", "x"}, {"conversation", "../etc"}}, false, "'conversation' must be a name");
@@ -948,7 +969,8 @@ TEST(Metrics, PrometheusTextHasTheCountersAndEscapesLabels) {
     http.count("/v1/completions", 200);
     http.count("/v1/completions", 200);
     const std::string t = prometheus_text(s, http, "m");
-    EXPECT_NE(t.find("kvsieve_http_requests_total{endpoint=\"/v1/completions\",status=\"200\"} 2\n"), std::string::npos) << t;
+    EXPECT_NE(t.find("kvsieve_http_requests_total{endpoint=\"/v1/completions\",status=\"200\"} 2\n"), std::string::npos)
+        << t;
     EXPECT_NE(t.find("kvsieve_kv_bytes_in_use 40960\n"), std::string::npos);
     EXPECT_NE(t.find("kvsieve_kv_bytes_free 368640\n"), std::string::npos);
     EXPECT_NE(t.find("kvsieve_decode_tokens_per_second 100\n"), std::string::npos);
@@ -1013,8 +1035,9 @@ TEST(OpenAIApi, KvPolicyNamesRegisteredPredictorsAndNeverFiles) {
     EXPECT_DOUBLE_EQ(r.gen.policy.admission.tau, -3);
     // A file, a device, the registered folder's own path or an unknown name: 400 listing the names, no path or file
     // content in the message.
-    for (const std::string& spec : std::vector<std::string>{"kvpop:model=/etc/shadow,budget=1024", "wgkv:model=/dev/zero",
-                                   "kvzap:model=" + dir, "kvzap:model=../../etc/passwd", "kvzap:model=nosuch"}) {
+    for (const std::string& spec :
+         std::vector<std::string>{"kvpop:model=/etc/shadow,budget=1024", "wgkv:model=/dev/zero", "kvzap:model=" + dir,
+                                  "kvzap:model=../../etc/passwd", "kvzap:model=nosuch"}) {
         try {
             parse_api_request(json{{"prompt", "x"}, {"kv_policy", spec}}, false, ctx);
             ADD_FAILURE() << "accepted " << spec;

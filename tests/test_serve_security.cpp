@@ -63,15 +63,16 @@ TEST(JsonBody, NestingDepthCountsBracketsOutsideStrings) {
     EXPECT_EQ(json_nesting_depth("3"), 0u);
     EXPECT_EQ(json_nesting_depth("{}"), 1u);
     EXPECT_EQ(json_nesting_depth(R"({"a": [1, {"b": [[]]}]})"), 5u);
-    EXPECT_EQ(json_nesting_depth(R"({"a": "[[[[{{{{"})"), 1u);               // brackets in a string
-    EXPECT_EQ(json_nesting_depth(R"({"a": "\"[[[[", "b": []})"), 2u);      // an escaped quote does not end it
-    EXPECT_EQ(json_nesting_depth(R"({"a": "\\", "b": [[1]]})"), 3u);      // an escaped backslash does
-    EXPECT_EQ(json_nesting_depth(std::string(100000, '['), 64), 65u);       // stops as soon as it passes the limit
+    EXPECT_EQ(json_nesting_depth(R"({"a": "[[[[{{{{"})"), 1u);         // brackets in a string
+    EXPECT_EQ(json_nesting_depth(R"({"a": "\"[[[[", "b": []})"), 2u);  // an escaped quote does not end it
+    EXPECT_EQ(json_nesting_depth(R"({"a": "\\", "b": [[1]]})"), 3u);   // an escaped backslash does
+    EXPECT_EQ(json_nesting_depth(std::string(100000, '['), 64), 65u);  // stops as soon as it passes the limit
     EXPECT_EQ(json_nesting_depth(std::string(64, '[') + std::string(64, ']'), 64), 64u);
 }
 
 TEST(JsonBody, ParseRefusesDeepBodiesWithA400BeforeParsing) {
-    const std::string deep = R"({"prompt":"Hi","temperature":)" + std::string(100000, '[') + std::string(100000, ']') + "}";
+    const std::string deep =
+        R"({"prompt":"Hi","temperature":)" + std::string(100000, '[') + std::string(100000, ']') + "}";
     try {
         parse_json_body(deep);
         FAIL() << "a body 100000 levels deep was parsed";
@@ -139,16 +140,15 @@ TEST(AtomicFile, WritesMode0600AndLeavesNoTemporary) {
     ASSERT_EQ(::stat(p.c_str(), &st), 0);
     EXPECT_EQ(st.st_mode & 0777, 0600u);
     int files = 0;
-    for (const auto& e : std::filesystem::directory_iterator(d.path())) files += e.path().filename() == "a.kvseq" ? 1 : 100;
+    for (const auto& e : std::filesystem::directory_iterator(d.path()))
+        files += e.path().filename() == "a.kvseq" ? 1 : 100;
     EXPECT_EQ(files, 1);
 }
 
 TEST(AtomicFile, NeverFollowsAPlantedLink) {
     TempDir d;
     const std::string victim = d.path() + "/victim";
-    {
-        std::ofstream(victim) << "precious";
-    }
+    { std::ofstream(victim) << "precious"; }
     // A link at the name earlier versions used for the temporary, and one at the destination itself.
     std::filesystem::create_symlink(victim, d.path() + "/a.kvseq.tmp");
     std::filesystem::create_symlink(victim, d.path() + "/b.kvseq");
@@ -171,7 +171,8 @@ TEST(AtomicFile, AFailureNamesOnlyTheShownNameAndLeavesNothing) {
         EXPECT_EQ(std::string(e.what()).find(d.path()), std::string::npos) << e.what();
     }
     int entries = 0;
-    for (const auto& e : std::filesystem::directory_iterator(d.path())) entries += e.path().filename() == "taken.kvseq" ? 1 : 100;
+    for (const auto& e : std::filesystem::directory_iterator(d.path()))
+        entries += e.path().filename() == "taken.kvseq" ? 1 : 100;
     EXPECT_EQ(entries, 1);
     EXPECT_THROW(write_file_atomic(d.path() + "/missing/x.kvseq", "x"), Error);
 }
@@ -186,9 +187,7 @@ TEST(AtomicFile, StaleTemporariesAreRemovedAndLinksNotFollowed) {
         std::ofstream(d.path() + "/keep.kvseq") << "saved";
     }
     std::filesystem::create_directory(d.path() + "/owner");
-    {
-        std::ofstream(d.path() + "/owner/.b.kvseq.xY9zzz.tmp") << "half";
-    }
+    { std::ofstream(d.path() + "/owner/.b.kvseq.xY9zzz.tmp") << "half"; }
     std::filesystem::create_symlink(victim, d.path() + "/owner/.c.kvseq.QQQQQQ.tmp");
     EXPECT_EQ(remove_stale_temporaries(d.path()), 4);
     EXPECT_EQ(slurp(victim), "precious");
@@ -203,7 +202,7 @@ TEST(CacheQuota, CountsTheFolderOwnSavedFilesOnlyAndFreesAReplacedOne) {
     auto put = [](const std::string& p, size_t n) { std::ofstream(p, std::ios::binary) << std::string(n, 'x'); };
     put(d + "/a.kvseq", 100);
     put(d + "/b.kvseq", 250);
-    put(d + "/notes.txt", 1000);                       // not a saved sequence
+    put(d + "/notes.txt", 1000);                        // not a saved sequence
     std::filesystem::create_directories(d + "/other");  // another owner's folder
     put(d + "/other/c.kvseq", 5000);
     std::filesystem::create_symlink(d + "/other/c.kvseq", d + "/link.kvseq");  // a link is not followed
@@ -233,7 +232,8 @@ TEST(Sha256, KnownVectors) {
     // Two blocks: the padding does not fit after 56 bytes.
     EXPECT_EQ(sha256_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
               "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
-    EXPECT_EQ(sha256_hex(std::string(1000000, 'a')), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+    EXPECT_EQ(sha256_hex(std::string(1000000, 'a')),
+              "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
 }
 
 TEST(Auth, ConstantTimeCompare) {
@@ -282,9 +282,7 @@ TEST(Auth, KeyRingFindsTheOwnerOfAValidBearerKeyOnly) {
 TEST(Auth, KeyFileReloadKeepsOwnersStableAndRevokes) {
     TempDir d;
     const std::string f = d.path() + "/keys";
-    {
-        std::ofstream(f) << "# keys\nk1\nk2\n";
-    }
+    { std::ofstream(f) << "# keys\nk1\nk2\n"; }
     KeyRing ring({"cli"}, f);
     EXPECT_EQ(ring.size(), 3u);
     const auto k2 = ring.owner_of("Bearer k2");
@@ -297,23 +295,17 @@ TEST(Auth, KeyFileReloadKeepsOwnersStableAndRevokes) {
     EXPECT_EQ(ring.owner_of("Bearer k2"), k2);  // the same owner, whatever its place in the file
     EXPECT_TRUE(ring.owner_of("Bearer k0"));
     EXPECT_TRUE(ring.owner_of("Bearer cli"));
-    {
-        std::ofstream(f) << "bad key\n";
-    }
+    { std::ofstream(f) << "bad key\n"; }
     EXPECT_THROW(ring.reload(), Error);
     EXPECT_TRUE(ring.owner_of("Bearer k0"));  // a bad file keeps the keys in force
-    {
-        std::ofstream(f) << "";
-    }
+    { std::ofstream(f) << ""; }
     ring.reload();
     EXPECT_TRUE(ring.enabled());  // an emptied key file does not open the server
     EXPECT_FALSE(ring.owner_of("Bearer k0"));
     try {
         KeyRing missing({}, d.path() + "/missing");
         FAIL() << "a missing key file was accepted";
-    } catch (const Error& e) {
-        EXPECT_EQ(std::string(e.what()).find(d.path()), std::string::npos) << e.what();
-    }
+    } catch (const Error& e) { EXPECT_EQ(std::string(e.what()).find(d.path()), std::string::npos) << e.what(); }
 }
 
 TEST(Auth, HostOriginAndContentTypeChecks) {
@@ -343,7 +335,8 @@ TEST(Auth, ConversationIdsAndFilesAreScopedPerOwner) {
     EXPECT_EQ(client_id("0123456789abcdef", "0123456789abcdef/chat"), "chat");
     EXPECT_FALSE(client_id("0123456789abcdef", "fedcba9876543210/chat"));
     EXPECT_EQ(client_id("", "chat"), "chat");
-    EXPECT_EQ(for_client("0123456789abcdef", "no conversation '0123456789abcdef/chat' is kept"), "no conversation 'chat' is kept");
+    EXPECT_EQ(for_client("0123456789abcdef", "no conversation '0123456789abcdef/chat' is kept"),
+              "no conversation 'chat' is kept");
     ApiContext ctx;
     ctx.cache_dir = "/srv/cache";
     EXPECT_EQ(cache_path(json("s1"), "name", ctx, "0123456789abcdef"), "/srv/cache/0123456789abcdef/s1.kvseq");

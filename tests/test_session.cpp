@@ -48,11 +48,10 @@ TEST(Session, ChunkedPrefillIsForwardAndCompressionPerChunk) {
         PrefillPlan plan;
         plan.chunk = 8;
         std::vector<std::pair<int64_t, int64_t>> ranges;
-        prefill(model(), *tok, *a, ids, ids, plan, la,
-                [&](int64_t s, int64_t e, const std::vector<float>& lg) {
-                    ranges.emplace_back(s, e);
-                    EXPECT_EQ(lg.size(), static_cast<size_t>(model().config().n_vocab));
-                });
+        prefill(model(), *tok, *a, ids, ids, plan, la, [&](int64_t s, int64_t e, const std::vector<float>& lg) {
+            ranges.emplace_back(s, e);
+            EXPECT_EQ(lg.size(), static_cast<size_t>(model().config().n_vocab));
+        });
         for (size_t i = 0; i < ids.size(); i += 8) {
             model().forward(std::vector<int32_t>(ids.begin() + i, ids.begin() + std::min(ids.size(), i + 8)), *b, lb);
             b->end_prefill();
@@ -93,10 +92,9 @@ TEST(Session, ChunkingAPolicyThatRescoresTheContextIsAnError) {
     PrefillPlan plan;
     plan.chunk = 4096;
     expect_error_contains([&] { prefill(model(), *tok, *c, ids, ids, plan, l); },
-                                "a chunked prefill cannot be used with it");
+                          "a chunked prefill cannot be used with it");
     expect_error_contains([&] { prefill(model(), *tok, *c, {}, {}, PrefillPlan{}, l); }, "the prompt is empty");
 }
-
 
 TEST(Session, StreamingLlmRatioUnderChunkedPrefillKeepsSinksAndTheMostRecent) {
     // kvpress StreamingLLMPress keeps the first 4 and the most recent entries; in chunks, after every chunk the
@@ -117,7 +115,6 @@ TEST(Session, StreamingLlmRatioUnderChunkedPrefillKeepsSinksAndTheMostRecent) {
             EXPECT_EQ(kept_positions(*c, l, h), want) << "layer " << l << " head " << h;
 }
 
-
 TEST(Session, PyramidKvLayerBudgetsDoNotCompoundOverChunks) {
     // kvpress PyramidKVPress sizes layer l from the prompt length q_len: in chunks the budgets must come from the
     // tokens seen, not from the entries left by earlier chunks, so chunked and one-shot prefill keep as many.
@@ -133,7 +130,6 @@ TEST(Session, PyramidKvLayerBudgetsDoNotCompoundOverChunks) {
     EXPECT_EQ(a, b);
     EXPECT_GT(a.front().front(), a.back().front());  // a pyramid: the first layer keeps more than the last
 }
-
 
 TEST(Session, H2OBudgetKeepsItsRecentWindow) {
     // H2O Alg. 1: a budget K keeps the K/2 most recent entries and the K/2 heaviest hitters among the rest. After
@@ -206,7 +202,8 @@ TEST(Session, ThePhaseIsTheSessionsNotTheStepLength) {
 TEST(Session, AFullContextIsAnError) {
     const auto tok = Tokenizer::from_gguf(model().file());
     const auto ids = prompt_ids();
-    KVCache cache(model().config(), 8, parse_policy("full"), std::make_shared<KVPool>(model().config().head_dim, KVType::kF32));
+    KVCache cache(model().config(), 8, parse_policy("full"),
+                  std::make_shared<KVPool>(model().config().head_dim, KVType::kF32));
     Session s(model(), *tok, cache);
     std::vector<float> logits;
     expect_error_contains([&] { s.prefill(ids, PrefillPlan{}, logits); }, "but the context holds 8");

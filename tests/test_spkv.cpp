@@ -43,8 +43,9 @@ void write_with(const std::string& path, const std::vector<T>& extra,
     for (const GGUFTensorInfo& t : src.tensors())
         w.add_tensor_ref(t.name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims), t.data, t.nbytes);
     for (const T& t : extra)
-        w.add_tensor_ref(t.name, static_cast<uint32_t>(TensorType::F32), std::vector<int64_t>(t.shape.rbegin(), t.shape.rend()),
-                         t.data.data(), t.data.size() * sizeof(float));
+        w.add_tensor_ref(t.name, static_cast<uint32_t>(TensorType::F32),
+                         std::vector<int64_t>(t.shape.rbegin(), t.shape.rend()), t.data.data(),
+                         t.data.size() * sizeof(float));
     w.write(path);
 }
 
@@ -55,7 +56,9 @@ std::vector<T> constant_gates(const std::vector<float>& bias) {
     std::vector<T> g;
     const int D = config().n_embd, H = config().n_head_kv;
     for (int l = 0; l < config().n_layer; ++l) {
-        g.push_back({predictor_tensor_name("spkv", l, "fc.weight"), {H, D}, std::vector<float>(static_cast<size_t>(H) * D, 0.0f)});
+        g.push_back({predictor_tensor_name("spkv", l, "fc.weight"),
+                     {H, D},
+                     std::vector<float>(static_cast<size_t>(H) * D, 0.0f)});
         g.push_back({predictor_tensor_name("spkv", l, "fc.bias"), {H}, bias});
     }
     return g;
@@ -72,7 +75,8 @@ TEST(Spkv, AClosedGateRemovesTheKeyInPrefillAndDecode) {
     test::TempFile file(".gguf");
     write_with(file.path(), constant_gates({5, -5, 5, -5}));  // heads 1 and 3 closed (u ≈ 0.0067)
     LlamaModel m(file.path());
-    KVCache c(m.config(), 128, parse_policy("spkv:tau=0.5,window=8"), std::make_shared<KVPool>(m.config().head_dim, KVType::kF32));
+    KVCache c(m.config(), 128, parse_policy("spkv:tau=0.5,window=8"),
+              std::make_shared<KVPool>(m.config().head_dim, KVType::kF32));
     const auto ids = test::story_prompt_ids();
     std::vector<float> logits;
     m.forward(std::vector<int32_t>(ids.begin(), ids.begin() + 30), c, logits);
@@ -123,7 +127,8 @@ TEST(Spkv, MlpGatesComputeSiluThenSigmoidAndDecideAtWrite) {
     std::mt19937 rng(3);
     std::normal_distribution<float> nd(0.0f, 0.3f);
     std::vector<T> g;
-    std::vector<std::vector<float>> w1(config().n_layer), b1(config().n_layer), w2(config().n_layer), b2(config().n_layer);
+    std::vector<std::vector<float>> w1(config().n_layer), b1(config().n_layer), w2(config().n_layer),
+        b2(config().n_layer);
     for (int l = 0; l < config().n_layer; ++l) {
         for (int i = 0; i < hid * D; ++i) w1[l].push_back(nd(rng));
         for (int i = 0; i < hid; ++i) b1[l].push_back(nd(rng));
@@ -157,7 +162,8 @@ TEST(Spkv, MlpGatesComputeSiluThenSigmoidAndDecideAtWrite) {
     }
     // window=0: each entry is kept iff its own u ≥ τ; the stored scores are the utilities.
     LlamaModel m(file.path());
-    KVCache c(m.config(), 128, parse_policy("spkv:tau=0.5,window=0"), std::make_shared<KVPool>(m.config().head_dim, KVType::kF32));
+    KVCache c(m.config(), 128, parse_policy("spkv:tau=0.5,window=0"),
+              std::make_shared<KVPool>(m.config().head_dim, KVType::kF32));
     const auto ids = test::story_prompt_ids();
     std::vector<float> logits;
     m.forward(std::vector<int32_t>(ids.begin(), ids.begin() + 20), c, logits);
@@ -198,8 +204,8 @@ TEST(Spkv, GatedPrefillAttentionIsExactAgainstADenseMaskedReference) {
             for (int64_t j = 0; j < n_prefix; ++j) pos[j] = static_cast<int32_t>(j * 5);  // all before pos_q0
             for (int64_t t = 0; t < T; ++t) pos[n_prefix + t] = static_cast<int32_t>(pos_q0 + t);
             for (auto& o : open) o = n_prefix > 1000 ? rng() % 10 != 0 : rng() % 3 == 0;
-            attention_prefill_gated(q.data() + G * d, ld, G, d, T, k.data(), v.data(), n_prefix, pos.data(), open.data(),
-                                    pos_q0, window, out.data() + G * d, ld);
+            attention_prefill_gated(q.data() + G * d, ld, G, d, T, k.data(), v.data(), n_prefix, pos.data(),
+                                    open.data(), pos_q0, window, out.data() + G * d, ld);
             for (int64_t t = 0; t < T; ++t)  // the other half of each row untouched
                 for (int64_t c = 0; c < G * d; ++c) ASSERT_EQ(out[t * ld + c], 7.0f);
             double worst = 0;
@@ -240,7 +246,9 @@ TEST(Spkv, GatedPrefillSeesWhatDecodeSteps) {
     LlamaModel m(file.path());
     const auto ids = test::story_prompt_ids();
     const std::vector<int32_t> prompt(ids.begin(), ids.begin() + 30);
-    auto logits_of = [&](const std::string& spec, bool stepwise) { return test::logits_under(m, spec, prompt, stepwise); };
+    auto logits_of = [&](const std::string& spec, bool stepwise) {
+        return test::logits_under(m, spec, prompt, stepwise);
+    };
     const auto steps = logits_of("spkv:tau=0.5,window=8", true);
     const auto gated = logits_of("spkv:tau=0.5,window=8", false);
     const auto dense = logits_of("spkv:tau=0.5,window=8,sparse_prefill=0", false);

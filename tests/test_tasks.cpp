@@ -71,7 +71,8 @@ TEST(Tasks, DeterministicBySeed) {
     const Tokenizer& tok = qwen_tok();
     for (const char* task : {"niah_single_2", "niah_multiquery", "vt", "fwe", "qa"}) {
         SCOPED_TRACE(task);
-        const auto a = make_task_example(task, 1024, tok, kCorpus, 11), b = make_task_example(task, 1024, tok, kCorpus, 11),
+        const auto a = make_task_example(task, 1024, tok, kCorpus, 11),
+                   b = make_task_example(task, 1024, tok, kCorpus, 11),
                    c = make_task_example(task, 1024, tok, kCorpus, 12);
         EXPECT_EQ(a.input, b.input);
         EXPECT_EQ(a.answers, b.answers);
@@ -135,7 +136,7 @@ TEST(Tasks, BadInputIsReported) {
     EXPECT_THROW(make_task_example("niah_triple", 1024, tok, kCorpus, 1), Error);
     EXPECT_THROW(make_task_example("niah_single_1", 40, tok, kCorpus, 1), Error);  // template does not fit
     EXPECT_THROW(make_task_example("niah_single_2", 1024, tok, "", 1), Error);     // prose haystack needs a corpus
-    EXPECT_NO_THROW(make_task_example("niah_single_1", 1024, tok, "", 1));          // noise haystack does not
+    EXPECT_NO_THROW(make_task_example("niah_single_1", 1024, tok, "", 1));         // noise haystack does not
 }
 
 /// Two samples of each task at one length, no progress bar: the Ruler tests' runs on stories260K.
@@ -237,8 +238,8 @@ namespace {
 /// run_ruler_cells, which shares the prefill and batches the rest.
 RulerSample ruler_by_hand(const LlamaModel& m, const Tokenizer& tok, const std::string& spec, const TaskExample& ex) {
     const auto ids = tok.encode(ex.context(), true, false), q = tok.encode(ex.question, false, false);
-    KVCache cache(m.config(), 2 * static_cast<int64_t>(ids.size() + q.size()) + ex.max_new_tokens + 64, parse_policy(spec),
-                  std::make_shared<KVPool>(m.config().head_dim, KVType::kF16));
+    KVCache cache(m.config(), 2 * static_cast<int64_t>(ids.size() + q.size()) + ex.max_new_tokens + 64,
+                  parse_policy(spec), std::make_shared<KVPool>(m.config().head_dim, KVType::kF16));
     Session s(m, tok, cache);
     std::vector<float> lg;
     s.prefill(ids, PrefillPlan{}, lg);
@@ -263,8 +264,12 @@ TEST(RulerCells, TogetherEachPolicyGetsWhatItGetsAlone) {
     LlamaModel m(test::model_path("tiny-qwen3-q8_0.gguf"));
     const auto tok = Tokenizer::from_gguf(m.file());
     RulerOptions o = two_samples({"niah_single_1", "vt"}, 400);
-    const std::vector<std::string> specs = {"full", "h2o:ratio=0.5", "snapkv:ratio=0.75", "tova:ratio=0.5",
-                                            "streaming_llm:window=32,sinks=4", "knorm:ratio=0.5,sinks=4,window=16"};
+    const std::vector<std::string> specs = {"full",
+                                            "h2o:ratio=0.5",
+                                            "snapkv:ratio=0.75",
+                                            "tova:ratio=0.5",
+                                            "streaming_llm:window=32,sinks=4",
+                                            "knorm:ratio=0.5,sinks=4,window=16"};
     const auto rs = run_ruler_cells(m, *tok, kCorpus, specs, o);
     ASSERT_EQ(rs.size(), specs.size());
     for (size_t i = 0; i < specs.size(); ++i) {
@@ -380,9 +385,7 @@ TEST(RulerCells, PartialFilesKeepSamplesAcrossAnInterruption) {
     try {
         read_ruler_partial(dir.path(), ruler_cell_settings("h2o:ratio=0.5", other, "m.gguf", "c.txt"));
         ADD_FAILURE() << "a partial file of other settings was read";
-    } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("seed"), std::string::npos) << e.what();
-    }
+    } catch (const Error& e) { EXPECT_NE(std::string(e.what()).find("seed"), std::string::npos) << e.what(); }
     // A damaged line before the last is an error, not a silent loss.
     {
         std::ofstream f(file);

@@ -113,7 +113,8 @@ TEST(ThreadInvariance, KvsieveTiny2k) {
 /// with the NLL to 16 digits) from eval nll's plain protocol (a prompt, then one decode step per token).
 TEST(ThreadInvariance, CliGenerateAndNllMatchAcrossThreadCounts) {
     const std::string model = test::model_path("kvsieve-tiny-2k.gguf");
-    const std::string sentence = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. ";
+    const std::string sentence =
+        "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. ";
     test::TempFile prompt(".txt"), corpus(".txt");
     {
         std::ofstream p(prompt.path()), c(corpus.path());

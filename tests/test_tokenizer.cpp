@@ -49,8 +49,7 @@ class TokenizerVectors : public ::testing::TestWithParam<std::string> {};
 TEST_P(TokenizerVectors, MatchReference) {
     const std::string dir = test::golden_dir() + "/tokenizers/";
     const std::string name = GetParam();
-    const std::string vocab_path =
-        name == "stories260K-tok512" ? test::model_path("stories260K.gguf") : dir + name;
+    const std::string vocab_path = name == "stories260K-tok512" ? test::model_path("stories260K.gguf") : dir + name;
     if (!std::filesystem::exists(vocab_path)) GTEST_SKIP() << "vocabulary " << name << " is not distributed";
     GGUFFile f(vocab_path);
     const auto tok = Tokenizer::from_gguf(f);
@@ -75,13 +74,12 @@ TEST_P(TokenizerVectors, MatchReference) {
     EXPECT_EQ(failures, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Golden, TokenizerVectors, ::testing::ValuesIn(vector_names()),
-                         [](const auto& info) {
-                             std::string s = info.param;
-                             for (char& c : s)
-                                 if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                             return s;
-                         });
+INSTANTIATE_TEST_SUITE_P(Golden, TokenizerVectors, ::testing::ValuesIn(vector_names()), [](const auto& info) {
+    std::string s = info.param;
+    for (char& c : s)
+        if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+    return s;
+});
 
 TEST(Tokenizer, SpmAddsBosAndSpacePrefix) {
     GGUFFile f(test::model_path("stories260K.gguf"));
@@ -120,14 +118,20 @@ namespace {
 
 TEST(Utf8Stream, JoinsSplitCharactersAndReplacesBrokenOnes) {
     Utf8Stream s;
-    EXPECT_EQ(s.push("a\xE2"), "a");             // wait for the rest of U+201C
+    EXPECT_EQ(s.push("a\xE2"), "a");  // wait for the rest of U+201C
     EXPECT_EQ(s.push("\x80"), "");
-    EXPECT_EQ(s.push("\x9C" "b"), "\xE2\x80\x9C" "b");
-    EXPECT_EQ(s.push("\xE2" "c"), "\xEF\xBF\xBD" "c");  // interrupted sequence
-    EXPECT_EQ(s.push("\x80"), "\xEF\xBF\xBD");          // stray continuation byte
+    EXPECT_EQ(s.push("\x9C"
+                     "b"),
+              "\xE2\x80\x9C"
+              "b");
+    EXPECT_EQ(s.push("\xE2"
+                     "c"),
+              "\xEF\xBF\xBD"
+              "c");                             // interrupted sequence
+    EXPECT_EQ(s.push("\x80"), "\xEF\xBF\xBD");  // stray continuation byte
     EXPECT_EQ(s.push("\xF0\x9F"), "");
-    EXPECT_EQ(s.finish(), "\xEF\xBF\xBD");              // unfinished at the end
-    EXPECT_EQ(s.push("\xC0\xAF"), "\xEF\xBF\xBD");      // overlong encoding
+    EXPECT_EQ(s.finish(), "\xEF\xBF\xBD");          // unfinished at the end
+    EXPECT_EQ(s.push("\xC0\xAF"), "\xEF\xBF\xBD");  // overlong encoding
 }
 
 }  // namespace

@@ -81,7 +81,8 @@ TEST(TrainData, BatchesArePureFunctionsOfSeedAndStep) {
     EXPECT_EQ(a.weight, b.weight);
     EXPECT_EQ(a.B * a.T, static_cast<int64_t>(a.tokens.size()));
     bool differs = false;
-    for (int64_t s = 4; s < 12 && !differs; ++s) differs = train::make_batch(mix, text, *tok, hay, 7, s).tokens != a.tokens;
+    for (int64_t s = 4; s < 12 && !differs; ++s)
+        differs = train::make_batch(mix, text, *tok, hay, 7, s).tokens != a.tokens;
     EXPECT_TRUE(differs);
     for (int64_t r = 0; r < a.B; ++r) EXPECT_EQ(a.tokens[r * a.T], tok->vocab().bos);
 }
@@ -112,14 +113,15 @@ TEST(TrainData, RepeatTaskCopiesItsWindowAfterTheInstruction) {
     EXPECT_EQ(s.tokens.back(), tok->vocab().eos);
     EXPECT_TRUE(std::equal(s.tokens.begin() + 1, s.tokens.begin() + 1 + n, s.tokens.begin() + 1 + n + instr.size()));
     EXPECT_TRUE(std::equal(instr.begin(), instr.end(), s.tokens.begin() + 1 + n));
-    EXPECT_EQ(s.weight[n + instr.size()], 0.25f);      // last instruction token
-    EXPECT_EQ(s.weight[n + instr.size() + 1], 2.0f);   // first copied token
+    EXPECT_EQ(s.weight[n + instr.size()], 0.25f);     // last instruction token
+    EXPECT_EQ(s.weight[n + instr.size() + 1], 2.0f);  // first copied token
     EXPECT_THROW(train::repeat_sequence(text, *tok, 20, st, 1, 1), Error);
 }
 
 /// Checks the reconstruction layout (BOS, n body tokens, the instruction, the body again, EOS; the copy starts
 /// at a0 with weight `aw`, the token before it weighs `pw`) and returns n.
-size_t expect_reconstruction_row(const train::Sequence& s, const Tokenizer& tok, size_t max_len, int64_t a0, float pw, float aw) {
+size_t expect_reconstruction_row(const train::Sequence& s, const Tokenizer& tok, size_t max_len, int64_t a0, float pw,
+                                 float aw) {
     const auto instr = tok.encode("\n\nRepeat the previous context exactly.\n", false);
     EXPECT_LE(s.tokens.size(), max_len);
     const size_t n = (s.tokens.size() - 2 - instr.size()) / 2;
@@ -159,7 +161,8 @@ TEST(TrainData, CopyCodesTaskRepeatsNumbersAndCapitalNames) {
     const std::string body = tok->decode(std::vector<int32_t>(s.tokens.begin() + 1, s.tokens.begin() + 1 + n));
     size_t digits = 0, caps = 0;
     for (char c : body) {
-        EXPECT_TRUE(std::isdigit(static_cast<unsigned char>(c)) || std::isupper(static_cast<unsigned char>(c)) || c == ' ')
+        EXPECT_TRUE(std::isdigit(static_cast<unsigned char>(c)) || std::isupper(static_cast<unsigned char>(c)) ||
+                    c == ' ')
             << "unexpected character '" << c << "' in " << body;
         digits += std::isdigit(static_cast<unsigned char>(c)) != 0;
         caps += std::isupper(static_cast<unsigned char>(c)) != 0;
@@ -352,8 +355,7 @@ TEST(TrainData, PalindromeRowsAnswerWithTheListReversed) {
     EXPECT_EQ(t.weight[static_cast<size_t>(b0) - 1], 0.0f);
     EXPECT_EQ(t.weight[static_cast<size_t>(b0)], 1.0f);
     // The same numbers as the digit row drawn from the same seed.
-    for (size_t i = 0; i < 32; ++i)
-        EXPECT_EQ(in_prompt[i], ids[static_cast<size_t>(std::stoi(list[i]) - 10)]) << i;
+    for (size_t i = 0; i < 32; ++i) EXPECT_EQ(in_prompt[i], ids[static_cast<size_t>(std::stoi(list[i]) - 10)]) << i;
     EXPECT_EQ(train::palindrome_tokens_sequence(*tok, 400, st3, 0.0f, 1.0f).tokens, t.tokens);
     EXPECT_THROW(train::palindrome_tokens_sequence(*tok, 100, st3, 0.0f, 1.0f), Error);
     EXPECT_EQ(train::recall_style_maker("palindrome_tokens"), &train::palindrome_tokens_sequence);
@@ -371,7 +373,8 @@ TEST(TrainData, PalindromeRowsAnswerWithTheListReversed) {
         for (int64_t i = 0; i < c0; ++i)
             if (numbers.count(m.tokens[static_cast<size_t>(i)])) listed.push_back(m.tokens[static_cast<size_t>(i)]);
         ASSERT_EQ(static_cast<int64_t>(listed.size()), n);
-        for (int64_t i = 0; i < n; ++i) EXPECT_EQ(m.tokens[static_cast<size_t>(c0 + i)], listed[static_cast<size_t>(n - 1 - i)]);
+        for (int64_t i = 0; i < n; ++i)
+            EXPECT_EQ(m.tokens[static_cast<size_t>(c0 + i)], listed[static_cast<size_t>(n - 1 - i)]);
     }
     EXPECT_TRUE(counts.count(2) && counts.count(32));
 }
@@ -441,7 +444,8 @@ TEST(TrainData, ChainsTaskAnswersEachChainByFollowingItsLinks) {
         const std::string qv = "assigned the value ", they = ", they are:";
         std::string expected;
         size_t questions = 0;
-        for (size_t p = text.find(qv, q_at); p != std::string::npos; p = text.find(qv, text.find(they, p)), ++questions) {
+        for (size_t p = text.find(qv, q_at); p != std::string::npos;
+             p = text.find(qv, text.find(they, p)), ++questions) {
             const std::string value = text.substr(p + qv.size(), 7);
             std::vector<std::string> chain;
             for (std::string at = value; next.count(at); at = next[at]) chain.push_back(next[at]);
@@ -547,7 +551,7 @@ TEST(TrainLoop, InterruptedRunResumesOnTheSameLossCurve) {
     const std::string full = (base / "full").string(), cut = (base / "cut").string();
     const auto ref = run_tiny(full, 8, false);
     ASSERT_EQ(ref.size(), 8u);
-    EXPECT_LT(ref.at(8), ref.at(1));  // it learns
+    EXPECT_LT(ref.at(8), ref.at(1));               // it learns
     const auto part = run_tiny(cut, 8, false, 4);  // SIGINT during step 4 → checkpoint at step 5
     EXPECT_EQ(part.size(), 5u);
     EXPECT_TRUE(std::filesystem::exists(cut + "/checkpoint.pt"));
@@ -576,15 +580,26 @@ protected:
     PretrainCli() : TrainerCliTest("kvsieve_pretrain_") {}
     void SetUp() override {
         std::ofstream(dir_ / "text.txt") << story_text();
-        cfg_ = {{"out", (dir_ / "run").string()},
-                {"output", (dir_ / "out.gguf").string()},
-                {"model", {{"n_layer", 1}, {"n_embd", 32}, {"n_head", 4}, {"n_head_kv", 2}, {"n_ff", 64}, {"n_ctx", 512}}},
-                {"tokenizer", {{"from_gguf", test::model_path("stories260K.gguf")}}},
-                {"data", {{"text", {(dir_ / "text.txt").string()}}, {"haystack", {(dir_ / "text.txt").string()}},
-                          {"tasks", {{"niah_single_1", 1}}}, {"lengths", {320}}, {"tokens_per_batch", 640}}},
-                {"optim", {{"steps", 3}, {"warmup_steps", 1}}},
-                {"eval", {{"tasks", {"niah_single_1", "links"}}, {"length", 300}, {"samples", 2}, {"window", 64}, {"text_windows", 2}}},
-                {"threads", 1}, {"log_every", 1}};
+        cfg_ = {
+            {"out", (dir_ / "run").string()},
+            {"output", (dir_ / "out.gguf").string()},
+            {"model", {{"n_layer", 1}, {"n_embd", 32}, {"n_head", 4}, {"n_head_kv", 2}, {"n_ff", 64}, {"n_ctx", 512}}},
+            {"tokenizer", {{"from_gguf", test::model_path("stories260K.gguf")}}},
+            {"data",
+             {{"text", {(dir_ / "text.txt").string()}},
+              {"haystack", {(dir_ / "text.txt").string()}},
+              {"tasks", {{"niah_single_1", 1}}},
+              {"lengths", {320}},
+              {"tokens_per_batch", 640}}},
+            {"optim", {{"steps", 3}, {"warmup_steps", 1}}},
+            {"eval",
+             {{"tasks", {"niah_single_1", "links"}},
+              {"length", 300},
+              {"samples", 2},
+              {"window", 64},
+              {"text_windows", 2}}},
+            {"threads", 1},
+            {"log_every", 1}};
     }
 };
 
@@ -647,7 +662,8 @@ TEST_F(PretrainCli, BadConfigsFailBeforeTraining) {
     c7["attention_supervision"] = {{"weight", 1.0}, {"carry", {5, 0}}, {"lookup", {0, 1}}};
     r = run_cli("train pretrain -q --config " + write(c7));
     EXPECT_EQ(r.status, 1);
-    EXPECT_NE(r.err.find("attention_supervision.carry [5, 0] is outside the model's 1 layers"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("attention_supervision.carry [5, 0] is outside the model's 1 layers"), std::string::npos)
+        << r.err;
     c7["attention_supervision"] = {{"weight", 1.0}, {"heads", {0, 1}}};
     r = run_cli("train pretrain -q --config " + write(c7));
     EXPECT_NE(r.err.find("unknown config key 'attention_supervision.heads'"), std::string::npos) << r.err;
@@ -678,7 +694,8 @@ TEST(KVzapMlp, FitsAndTheEngineLoaderReproducesItsPredictions) {
     std::string corpus;
     for (int i = 0; i < 6; ++i) corpus += story_text();
     const KVzapPairs pairs = collect_kvzap_pairs(m, *tok, corpus, o);
-    const std::string dir = (std::filesystem::temp_directory_path() / ("kvsieve_mlp_" + std::to_string(::getpid()))).string();
+    const std::string dir =
+        (std::filesystem::temp_directory_path() / ("kvsieve_mlp_" + std::to_string(::getpid()))).string();
     train::KVzapMlpOptions mo;
     mo.epochs = 30;
     mo.batch = 64;

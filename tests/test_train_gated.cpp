@@ -56,14 +56,15 @@ TEST_P(GatedAttention, BlockedEqualsDenseReferenceInValueAndGradient) {
     if (c.gate) {
         EXPECT_TRUE(torch::isfinite(dg).all().item<bool>());
         EXPECT_TRUE(torch::allclose(dg, g_ref.grad(), 1e-3, 1e-4)) << (dg - g_ref.grad()).abs().max().item<float>();
-        if (c.closed) EXPECT_GT(torch::where(closed, dg, torch::zeros_like(dg)).abs().max().item<float>(), 0.0f)
-            << "a closed gate still gets the gradient of opening it";
+        if (c.closed)
+            EXPECT_GT(torch::where(closed, dg, torch::zeros_like(dg)).abs().max().item<float>(), 0.0f)
+                << "a closed gate still gets the gradient of opening it";
     }
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, GatedAttention,
-    ::testing::Values(Case{2, 2, 3, 37, 8, 5, 0, 8, true, false},    // GQA 3, ragged last block
+    ::testing::Values(Case{2, 2, 3, 37, 8, 5, 0, 8, true, false},     // GQA 3, ragged last block
                       Case{1, 3, 1, 64, 16, 16, 0, 16, true, false},  // window = block
                       Case{1, 2, 2, 50, 8, 7, 3, 16, true, true},     // sinks and removed keys
                       Case{2, 1, 4, 33, 8, 0, 0, 32, true, true},     // window 0: a query still sees itself
@@ -80,8 +81,10 @@ TEST(GatedAttention, TheGateGradientIsZeroForKeysNoQuerySeesAsGlobal) {
     for (int64_t j = 0; j < T; ++j) {
         // Key j is global for some query iff j ≥ sinks and (T − 1) − j ≥ w.
         const bool global = j >= 2 && (T - 1) - j >= w;
-        if (!global) EXPECT_EQ(dg[j].item<float>(), 0.0f) << j;
-        else EXPECT_NE(dg[j].item<float>(), 0.0f) << j;
+        if (!global)
+            EXPECT_EQ(dg[j].item<float>(), 0.0f) << j;
+        else
+            EXPECT_NE(dg[j].item<float>(), 0.0f) << j;
     }
 }
 
@@ -96,7 +99,8 @@ TEST(GatedAttention, EvictionStepsEqualTheDenseKeepMaskInValueGradientAndLogSumE
         auto v = torch::randn({B, H, T, d}).requires_grad_(true);
         // Random eviction steps ≥ t (some never evicted: T), a few below t (clamped: a query sees itself).
         auto t = torch::arange(T, torch::kInt64).view({1, 1, T});
-        auto until = torch::minimum(t + torch::randint(0, 20, {B, H, T}, torch::kInt64), torch::full({}, T, torch::kInt64));
+        auto until =
+            torch::minimum(t + torch::randint(0, 20, {B, H, T}, torch::kInt64), torch::full({}, T, torch::kInt64));
         until.index_put_({0, 0, 10}, 3);
         auto g = with_gate ? (torch::rand({B, H, T}) * 0.9 + 0.05).requires_grad_(true) : torch::Tensor();
         const train::GateWindow win{4, 1};

@@ -117,7 +117,8 @@ TopkCase random_topk_case(std::mt19937& rng, int trial, int64_t t_min, int64_t t
     TopkCase c;
     c.T = t_min + rng() % t_span, c.s = rng() % 4, c.w = rng() % 9, c.k = 1 + rng() % k_max;
     c.p.resize(c.T);
-    for (auto& x : c.p) x = trial % 3 == 0 ? static_cast<float>(rng() % levels) : std::normal_distribution<float>()(rng);
+    for (auto& x : c.p)
+        x = trial % 3 == 0 ? static_cast<float>(rng() % levels) : std::normal_distribution<float>()(rng);
     return c;
 }
 
@@ -182,12 +183,14 @@ TEST(KvpopScorerTraining, TheParallelFormScoresWhatTheEnginesRecurrenceScoresFro
             for (int64_t delay : {int64_t{0}, w}) {
                 if (kind == "mlp" && delay > 0) continue;
                 const auto r = p->scores(l, k, v, delay).detach();
-                const auto kr = k[1].permute({1, 0, 2}).contiguous(), vr = v[1].permute({1, 0, 2}).contiguous();  // [T, H, d]
+                const auto kr = k[1].permute({1, 0, 2}).contiguous(),
+                           vr = v[1].permute({1, 0, 2}).contiguous();  // [T, H, d]
                 if (kind == "mlp") {
                     std::vector<float> er(T * c.n_head_kv);
                     net.score_mlp(l, kr.data_ptr<float>(), vr.data_ptr<float>(), T, er.data());
                     for (int64_t t = 0; t < T; ++t)
-                        for (int h = 0; h < c.n_head_kv; ++h) ASSERT_NEAR(er[t * c.n_head_kv + h], r[1][h][t].item<float>(), 1e-4);
+                        for (int h = 0; h < c.n_head_kv; ++h)
+                            ASSERT_NEAR(er[t * c.n_head_kv + h], r[1][h][t].item<float>(), 1e-4);
                     continue;
                 }
                 for (int h = 0; h < c.n_head_kv; ++h) {
@@ -312,7 +315,8 @@ TEST(KvpopMask, TheMirrorUnderTheMaskComputesWhatTheEngineDecodesUnderThePolicy)
         for (int64_t d = 0; d < T; ++d) {
             m.forward({ids[d]}, cache, logits);
             double err = 0;
-            for (int64_t i = 0; i < c.n_vocab; ++i) err = std::max(err, std::abs(double(logits[i]) - want[d][i].item<double>()));
+            for (int64_t i = 0; i < c.n_vocab; ++i)
+                err = std::max(err, std::abs(double(logits[i]) - want[d][i].item<double>()));
             ASSERT_LT(err, 2e-3) << kind << " step " << d;
         }
         EXPECT_EQ(cache.head(0, 0).size(), s + w + k) << kind;
@@ -333,7 +337,8 @@ TEST(Distill, TopKKlIsTheBucketedKlAndTheFullKlWhenTheTopIsTheVocabulary) {
             const auto p = torch::softmax(zt[n], 0), q = torch::softmax(zs[n], 0);
             std::vector<int64_t> order(V);
             std::iota(order.begin(), order.end(), 0);
-            std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return p[a].item<double>() > p[b].item<double>(); });
+            std::stable_sort(order.begin(), order.end(),
+                             [&](int64_t a, int64_t b) { return p[a].item<double>() > p[b].item<double>(); });
             double pr = 1, qr = 1;
             for (int64_t i = 0; i < K; ++i) {
                 const double pi = p[order[i]].item<double>(), qi = q[order[i]].item<double>();
@@ -364,8 +369,10 @@ TEST(Distill, TopKKlIsTheBucketedKlAndTheFullKlWhenTheTopIsTheVocabulary) {
     const auto kl0 = train::topk_kl(zs0, t0);
     double want0 = 0;
     for (int64_t n = 0; n < N; ++n) {
-        const auto p = torch::softmax(z0[n].to(torch::kFloat64), 0), q = torch::softmax(zs0[n].detach().to(torch::kFloat64), 0);
-        for (int64_t i = 0; i < 4; ++i) want0 += p[i].item<double>() * std::log(p[i].item<double>() / q[i].item<double>());
+        const auto p = torch::softmax(z0[n].to(torch::kFloat64), 0),
+                   q = torch::softmax(zs0[n].detach().to(torch::kFloat64), 0);
+        for (int64_t i = 0; i < 4; ++i)
+            want0 += p[i].item<double>() * std::log(p[i].item<double>() / q[i].item<double>());
     }
     EXPECT_NEAR(kl0.item<double>(), want0 / N, 1e-5);
     kl0.backward();
@@ -480,7 +487,8 @@ TEST_F(KvpopCli, DistillAndStreamingPlusFineTuneTheModelUnderTheirMasks) {
         double moved = 0;
         const auto ta = a->gguf_tensors(), tb = b->gguf_tensors();
         ASSERT_EQ(ta.size(), tb.size());
-        for (size_t i = 0; i < ta.size(); ++i) moved = std::max(moved, (ta[i].second - tb[i].second).abs().max().item<double>());
+        for (size_t i = 0; i < ta.size(); ++i)
+            moved = std::max(moved, (ta[i].second - tb[i].second).abs().max().item<double>());
         EXPECT_GT(moved, 1e-5) << mode;
         const auto log = test::read_run_log(dir_ / ("run_" + mode));
         for (const auto& j : log.steps) {
@@ -498,8 +506,8 @@ TEST_F(KvpopCli, DistillAndStreamingPlusFineTuneTheModelUnderTheirMasks) {
         EXPECT_EQ(log.steps.size(), 3u);
         EXPECT_GE(log.evals.size(), 1u);
         // The fine-tuned model runs in the engine under its policy, every head at the budget B = 2 + 16 + 24.
-        const std::string policy = mode == "distill" ? "kvpop_mlp:model=" + out.string() + ",budget=42"
-                                                     : "streaming_llm:window=40,sinks=2";
+        const std::string policy =
+            mode == "distill" ? "kvpop_mlp:model=" + out.string() + ",budget=42" : "streaming_llm:window=40,sinks=2";
         const auto stats = dir_ / ("stats_" + mode + ".json");
         const auto gen = test::run_cli("generate -m " + (out / "model.gguf").string() + " --policy " + policy +
                                        " -n 40 --temp 0 -p 'Once upon a time' --stats-json " + stats.string());

@@ -65,7 +65,8 @@ TEST(Mirror, SavedGGUFRunsInTheEngineWithTheSameLogits) {
     torch::NoGradGuard ng;
     auto got = m->forward(as_tensor(toks)).contiguous();
     double maxd = 0;
-    for (size_t i = 0; i < ref.size(); ++i) maxd = std::max(maxd, static_cast<double>(std::abs(got.data_ptr<float>()[i] - ref[i])));
+    for (size_t i = 0; i < ref.size(); ++i)
+        maxd = std::max(maxd, static_cast<double>(std::abs(got.data_ptr<float>()[i] - ref[i])));
     EXPECT_LT(maxd, 1e-4);
 }
 
@@ -93,7 +94,8 @@ TEST(Mirror, PredictorTensorsRoundTripThroughTheGGUFAndTheModelStillRuns) {
     torch::NoGradGuard ng;
     auto logits = m->forward(as_tensor(toks)).contiguous();
     double maxd = 0;
-    for (size_t i = 0; i < ref.size(); ++i) maxd = std::max(maxd, static_cast<double>(std::abs(logits.data_ptr<float>()[i] - ref[i])));
+    for (size_t i = 0; i < ref.size(); ++i)
+        maxd = std::max(maxd, static_cast<double>(std::abs(logits.data_ptr<float>()[i] - ref[i])));
     EXPECT_LT(maxd, 1e-4);
     // A name outside the schema, or one that shadows a model tensor, is refused.
     EXPECT_THROW(train::save_mirror(m, out.path(), {}, {{"spkv_gate", bias}}), kvsieve::Error);

@@ -122,14 +122,16 @@ TEST(SpkvTraining, TheEngineComputesWhatTheHardGatedTrainingForwardComputes) {
 
         LlamaModel em(file.path());
         auto run = [&](const std::string& spec) {
-            KVCache kc(em.config(), 64, parse_policy(spec), std::make_shared<KVPool>(em.config().head_dim, KVType::kF32));
+            KVCache kc(em.config(), 64, parse_policy(spec),
+                       std::make_shared<KVPool>(em.config().head_dim, KVType::kF32));
             std::vector<float> logits;
             em.forward(prompt, kc, logits);
             return torch::tensor(logits);
         };
         auto gated = run("spkv:tau=0.5,window=8");
         auto dense = run("full");
-        EXPECT_TRUE(torch::allclose(gated, ref, 1e-3, 1e-3)) << "hidden " << hidden << ": " << (gated - ref).abs().max().item<float>();
+        EXPECT_TRUE(torch::allclose(gated, ref, 1e-3, 1e-3))
+            << "hidden " << hidden << ": " << (gated - ref).abs().max().item<float>();
         EXPECT_GT((dense - ref).abs().max().item<float>(), 1e-2) << "closed gates must change the logits";
     }
 }
@@ -157,7 +159,8 @@ TEST_F(SpkvCli, TrainsResumesAndWritesAModelWithGatesThatSpkvRuns) {
     EXPECT_EQ(g.hidden(), 8);
     EXPECT_EQ(f.get_int("kvsieve.predictor.spkv.window"), 16);
     const auto log = test::read_run_log(dir_ / "run");
-    for (const auto& j : log.steps) EXPECT_GT(j["density"].get<double>(), 0.5) << j.dump();  // bias +5: gates start open
+    for (const auto& j : log.steps)
+        EXPECT_GT(j["density"].get<double>(), 0.5) << j.dump();  // bias +5: gates start open
     for (const auto& e : log.evals) {
         ASSERT_TRUE(e.contains("head_density")) << e.dump();
         EXPECT_TRUE(e.contains("nll_text")) << e.dump();
@@ -205,9 +208,10 @@ TEST_F(SpkvCli, TheDenseTwinHasNoGatesAndBadOptionsAreClearErrors) {
     const auto r = run_cli("generate -m " + (dir_ / "out.gguf").string() + " --policy spkv -n 2 -p 'Once'");
     EXPECT_NE(r.status, 0);
     EXPECT_NE(r.err.find("has no SP-KV gates"), std::string::npos) << r.err;
-    for (auto [key, value, message] : {std::tuple<const char*, nlohmann::json, const char*>{"mode", "sparse", "is not soft, hard, dense or local"},
-                                      {"tau", 1.5, "spkv.tau must be in (0, 1)"},
-                                      {"windw", 8, "unknown config key 'spkv.windw'"}}) {
+    for (auto [key, value, message] :
+         {std::tuple<const char*, nlohmann::json, const char*>{"mode", "sparse", "is not soft, hard, dense or local"},
+          {"tau", 1.5, "spkv.tau must be in (0, 1)"},
+          {"windw", 8, "unknown config key 'spkv.windw'"}}) {
         auto bad = cfg_;
         bad["out"] = (dir_ / "bad").string();
         bad["spkv"][key] = value;

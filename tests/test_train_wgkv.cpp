@@ -48,9 +48,11 @@ TEST(WgkvTraining, TheGateIsTheReferencesGroupedConvolutionAndTheEngineLoadsWhat
         auto x = torch::cat({rms(k_pre, at("pre_key_norm.weight")), rms(k_post, at("post_key_norm.weight"))}, -1);
         auto xc = x.permute({0, 1, 3, 2}).reshape({B, H * 2 * d, T});
         auto a = F::gelu(F::conv1d(xc, at("conv1.weight"), F::Conv1dFuncOptions().bias(at("conv1.bias")).groups(H)));
-        auto want = torch::sigmoid(F::conv1d(a, at("conv2.weight"), F::Conv1dFuncOptions().bias(at("conv2.bias")).groups(H)));
+        auto want =
+            torch::sigmoid(F::conv1d(a, at("conv2.weight"), F::Conv1dFuncOptions().bias(at("conv2.bias")).groups(H)));
         auto got = g->gate(l, k_pre, k_post);
-        EXPECT_TRUE(torch::allclose(got, want, 1e-5, 1e-6)) << "layer " << l << ": " << (got - want).abs().max().item<float>();
+        EXPECT_TRUE(torch::allclose(got, want, 1e-5, 1e-6))
+            << "layer " << l << ": " << (got - want).abs().max().item<float>();
     }
     // The engine's gates from the saved file: the same values (engine layout [T][Hkv·d]).
     test::TempFile file(".safetensors");
@@ -181,9 +183,10 @@ TEST_F(WgkvCli, TrainsResumesAndWritesGatesThatWgkvRuns) {
 }
 
 TEST_F(WgkvCli, BadOptionsAreClearErrorsBeforeTraining) {
-    for (auto [key, value, message] : {std::tuple<const char*, nlohmann::json, const char*>{"lambda", -1, "wgkv.lambda must be ≥ 0"},
-                                      {"tau", 0, "wgkv.tau must be in (0, 1)"},
-                                      {"lamda", 1, "unknown config key 'wgkv.lamda'"}}) {
+    for (auto [key, value, message] :
+         {std::tuple<const char*, nlohmann::json, const char*>{"lambda", -1, "wgkv.lambda must be ≥ 0"},
+          {"tau", 0, "wgkv.tau must be in (0, 1)"},
+          {"lamda", 1, "unknown config key 'wgkv.lamda'"}}) {
         auto bad = cfg_;
         bad["out"] = (dir_ / "bad").string();
         bad["wgkv"][key] = value;

@@ -36,7 +36,8 @@ class PredictorCopy {
 public:
     explicit PredictorCopy(const std::string& committed) {
         static int n = 0;
-        dir_ = fs::temp_directory_path() / ("kvsieve_trained_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
+        dir_ =
+            fs::temp_directory_path() / ("kvsieve_trained_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
         fs::create_directories(dir_);
         for (const auto& e : fs::directory_iterator(kModels + committed))
             if (e.path().filename() != "README.md") fs::copy_file(e.path(), dir_ / e.path().filename());
@@ -271,8 +272,9 @@ TEST(TrainedDefaultsPrecedence, Spkv) {
 TEST(TrainedDefaultsPrecedence, PoliciesPrintsThePrecedence) {
     for (const char* preset : {"kvzap", "spkv", "wgkv", "kvpop", "kvpop_mlp"}) {
         const std::string text = policies_text(preset);
-        EXPECT_TRUE(contains(text, "precedence: ") && contains(text, "the spec's value, else the predictor's trained "
-                                                                      "default"))
+        EXPECT_TRUE(contains(text, "precedence: ") && contains(text,
+                                                               "the spec's value, else the predictor's trained "
+                                                               "default"))
             << text;
     }
     EXPECT_FALSE(contains(policies_text("snapkv"), "precedence: "));
@@ -291,17 +293,15 @@ TEST(TrainKvzap, FlagsAndConfigGiveTheSameCheckpointWithItsTrainedDefaults) {
     EXPECT_DOUBLE_EQ(flags.trained_defaults().tau.value(), -4);
     EXPECT_EQ(flags.trained_defaults().window.value(), 32);
     EXPECT_EQ(flags.trained_defaults().sinks.value(), 0);
-    EXPECT_TRUE(contains(flags.trained_defaults().provenance, "kvsieve train kvzap")) << flags.trained_defaults().provenance;
+    EXPECT_TRUE(contains(flags.trained_defaults().provenance, "kvsieve train kvzap"))
+        << flags.trained_defaults().provenance;
     EXPECT_EQ(parse_policy("kvzap:model=" + (dir / "flags").string()).window, 32);
     // The same keys from a config file (relative paths from its folder), one overridden by a flag.
     fs::copy_file(corpus, dir / "corpus.md");
-    std::ofstream(dir / "kvzap.json") << nlohmann::json{{"model", model},        {"corpus", {"corpus.md"}},
-                                                       {"out", "config"},       {"prompts", 8},
-                                                       {"min_tokens", 64},      {"max_tokens", 96},
-                                                       {"tokens_per_prompt", 24}, {"seed", 3},
-                                                       {"threads", 1},          {"window", 16},
-                                                       {"tau", -3}}
-                                             .dump();
+    std::ofstream(dir / "kvzap.json") << nlohmann::json{
+        {"model", model},   {"corpus", {"corpus.md"}}, {"out", "config"}, {"prompts", 8}, {"min_tokens", 64},
+        {"max_tokens", 96}, {"tokens_per_prompt", 24}, {"seed", 3},       {"threads", 1}, {"window", 16},
+        {"tau", -3}}.dump();
     const auto rc = test::run_cli("train kvzap -q --config " + (dir / "kvzap.json").string() + " --window 32");
     ASSERT_EQ(rc.status, 0) << rc.err;
     const KVzapModel cfg = KVzapModel::load((dir / "config").string());

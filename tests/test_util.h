@@ -100,9 +100,7 @@ template <class F>
 std::string error_of(F&& f) {
     try {
         f();
-    } catch (const Error& e) {
-        return e.what();
-    }
+    } catch (const Error& e) { return e.what(); }
     return "no error";
 }
 

@@ -43,8 +43,10 @@ TEST(Quantize, F16AndQ8_0MatchLlamaQuantizeBitForBit) {
     // The per-tensor digests of tiny-qwen3-{f16,q8_0}.gguf as llama.cpp's llama-quantize wrote them from
     // tiny-qwen3-f32.gguf (tests/data/README.md). The build writes the two files with kvsieve's quantizer into the
     // tests' data folder; both that copy and a fresh quantize_model must have llama-quantize's bytes.
-    const auto digests = nlohmann::json::parse(std::ifstream(test::data_dir() + "/models/tiny-qwen3-llama-quantize-digests.json"));
-    for (auto [type, ref] : {std::pair{TensorType::F16, "tiny-qwen3-f16.gguf"}, std::pair{TensorType::Q8_0, "tiny-qwen3-q8_0.gguf"}}) {
+    const auto digests =
+        nlohmann::json::parse(std::ifstream(test::data_dir() + "/models/tiny-qwen3-llama-quantize-digests.json"));
+    for (auto [type, ref] :
+         {std::pair{TensorType::F16, "tiny-qwen3-f16.gguf"}, std::pair{TensorType::Q8_0, "tiny-qwen3-q8_0.gguf"}}) {
         SCOPED_TRACE(ref);
         test::TempFile out(".gguf");
         quantize_model(test::model_path("tiny-qwen3-f32.gguf"), out.path(), type);
@@ -132,7 +134,8 @@ TEST(Quantize, EveryWeightTypeComputesItsDequantizedWeights) {
         }
         quantize_model(q.path(), back.path(), TensorType::F32);
         const double d = max_diff(prompt_logits(q.path()), prompt_logits(back.path()));
-        std::printf("[ types  ] tiny-qwen3 %-4s vs F32 of the same weights: max |Δ| %.2e\n", type_name(type).c_str(), d);
+        std::printf("[ types  ] tiny-qwen3 %-4s vs F32 of the same weights: max |Δ| %.2e\n", type_name(type).c_str(),
+                    d);
         EXPECT_LE(d, bound);
     }
 }
@@ -157,7 +160,8 @@ TEST(Quantize, KQuantFilesFromLlamaQuantizeMatchLlamaCppLogits) {
             const auto top = st.at("top").get<std::vector<int32_t>>();
             const auto want = st.at("logit_f32kv").get<std::vector<float>>();
             ASSERT_EQ(top.size(), logits.size());  // the whole vocabulary
-            for (size_t k = 0; k < top.size(); ++k) worst = std::max(worst, double(std::fabs(logits[top[k]] - want[k])));
+            for (size_t k = 0; k < top.size(); ++k)
+                worst = std::max(worst, double(std::fabs(logits[top[k]] - want[k])));
             // Same argmax as llama.cpp's F32-cache logits (its greedy "token" came from the F16-cache pass).
             EXPECT_EQ(std::max_element(logits.begin(), logits.end()) - logits.begin(),
                       top[std::max_element(want.begin(), want.end()) - want.begin()]);

@@ -104,7 +104,8 @@ TEST(Wgkv, GatesOfTheWrongShapeOrNoneAreOneClearError) {
         (void)WgkvGates::load(converted(), config().n_layer, config().n_head_kv, 16);
         ADD_FAILURE() << "expected an error";
     } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("pre_key_norm.weight has shape [8], expected [16]"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("pre_key_norm.weight has shape [8], expected [16]"), std::string::npos)
+            << e.what();
     }
     try {
         (void)WgkvGates::load(converted(), 3, config().n_head_kv, config().head_dim);
@@ -115,9 +116,11 @@ TEST(Wgkv, GatesOfTheWrongShapeOrNoneAreOneClearError) {
     test::TempFile empty(".safetensors");
     write_safetensors(empty.path(), {{"x", SafeTensor{"F32", {1}, {1.0f}}}});
     EXPECT_THROW((void)WgkvGates::load(empty.path(), 5, 4, 8), Error);
-    const auto r = test::run_cli("generate -m " + test::model_path("stories260K.gguf") + " --policy wgkv -n 2 -p 'Once'");
+    const auto r =
+        test::run_cli("generate -m " + test::model_path("stories260K.gguf") + " --policy wgkv -n 2 -p 'Once'");
     EXPECT_NE(r.status, 0);
-    EXPECT_NE(r.err.find("policy wgkv: model=<gates .safetensors or directory> is required"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("policy wgkv: model=<gates .safetensors or directory> is required"), std::string::npos)
+        << r.err;
 }
 
 TEST(Wgkv, TheGatesTrainingWindowAndTauAreThePresetsDefaults) {
@@ -152,9 +155,9 @@ TEST(Wgkv, LazyPromotionKeepsExactlyTheAdmittedEntries) {
     const auto ids = test::story_prompt_ids();
     const int N = 30, S = 5, w = 8;
     auto run = [&](double tau) {
-        auto c = std::make_unique<KVCache>(m.config(), 128,
-                                           parse_policy("wgkv:model=" + converted() + ",tau=" + std::to_string(tau) + ",window=8"),
-                                           std::make_shared<KVPool>(m.config().head_dim, KVType::kF32));
+        auto c = std::make_unique<KVCache>(
+            m.config(), 128, parse_policy("wgkv:model=" + converted() + ",tau=" + std::to_string(tau) + ",window=8"),
+            std::make_shared<KVPool>(m.config().head_dim, KVType::kF32));
         std::vector<float> logits;
         m.forward(std::vector<int32_t>(ids.begin(), ids.begin() + N), *c, logits);
         c->end_prefill();
@@ -190,7 +193,9 @@ TEST(Wgkv, SparsePrefillSeesWhatDecodeStepsSee) {
     const LlamaModel& m = test::stories260k();
     const auto ids = test::story_prompt_ids();
     const std::vector<int32_t> prompt(ids.begin(), ids.begin() + 30);
-    auto logits_of = [&](const std::string& spec, bool stepwise) { return test::logits_under(m, spec, prompt, stepwise); };
+    auto logits_of = [&](const std::string& spec, bool stepwise) {
+        return test::logits_under(m, spec, prompt, stepwise);
+    };
     const std::string spec = "wgkv:model=" + converted() + ",tau=0.5,window=8";
     const auto steps = logits_of(spec, true), sparse = logits_of(spec, false);
     const auto dense = logits_of(spec + ",sparse_prefill=0", false);

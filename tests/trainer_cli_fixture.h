@@ -54,11 +54,17 @@ protected:
         std::ofstream(dir_ / "text.txt") << text;
         return {{"out", (dir_ / "run").string()},
                 {"init", init},
-                {"data", {{"text", {(dir_ / "text.txt").string()}}, {"lengths", {96}}, {"tokens_per_batch", 192},
-                          {"synthetic_fraction", 0.0}, {"holdout_fraction", 0.3}}},
+                {"data",
+                 {{"text", {(dir_ / "text.txt").string()}},
+                  {"lengths", {96}},
+                  {"tokens_per_batch", 192},
+                  {"synthetic_fraction", 0.0},
+                  {"holdout_fraction", 0.3}}},
                 {"optim", {{"steps", 4}, {"warmup_steps", 1}, {"lr", 1e-3}}},
                 {"eval", {{"window", 64}, {"text_windows", 2}}},
-                {"threads", 1}, {"log_every", 1}, {"checkpoint_every", 2}};
+                {"threads", 1},
+                {"log_every", 1},
+                {"checkpoint_every", 2}};
     }
     std::filesystem::path dir_;
     nlohmann::json cfg_;

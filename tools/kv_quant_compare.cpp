@@ -90,8 +90,9 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "prompt: %zu tokens, %d steps\n", prompt.size(), steps);
         const KVTypes pairs[] = {
             {KVType::kQ8_0, KVType::kQ8_0}, {KVType::kQ8_0, KVType::kQ4_0}, {KVType::kQ4_0, KVType::kQ4_0}};
-        std::printf("| policy | K/V | quantized at | top-10 max abs(Δlogit) | top-10 mean abs(Δlogit) | argmax = F16 "
-                    "(forced) | greedy tokens = F16 | KV MiB | × smaller than full F16 |\n");
+        std::printf(
+            "| policy | K/V | quantized at | top-10 max abs(Δlogit) | top-10 mean abs(Δlogit) | argmax = F16 "
+            "(forced) | greedy tokens = F16 | KV MiB | × smaller than full F16 |\n");
         std::printf("|---|---|---|---|---|---|---|---|---|\n");
         for (int a = 5; a < argc; ++a) {
             const std::string spec = argv[a];

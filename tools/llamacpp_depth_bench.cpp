@@ -17,20 +17,20 @@
 #include <vector>
 
 // The ggml type of that name (f16, q8_0, ...), GGML_TYPE_COUNT if none.
-static ggml_type type_by_name(const std::string & name) {
+static ggml_type type_by_name(const std::string& name) {
     for (int t = 0; t < GGML_TYPE_COUNT; t++) {
-        const char * n = ggml_type_name(static_cast<ggml_type>(t));
+        const char* n = ggml_type_name(static_cast<ggml_type>(t));
         if (n && name == n) return static_cast<ggml_type>(t);
     }
     return GGML_TYPE_COUNT;
 }
 
 static uint64_t now_ns() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(
-        std::chrono::steady_clock::now().time_since_epoch()).count();
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
 }
-static void test_prompt(llama_context * ctx, int n_prompt, int n_batch) {
-    const llama_vocab * vocab = llama_model_get_vocab(llama_get_model(ctx));
+static void test_prompt(llama_context* ctx, int n_prompt, int n_batch) {
+    const llama_vocab* vocab = llama_model_get_vocab(llama_get_model(ctx));
     const int n_vocab = llama_vocab_n_tokens(vocab);
     std::vector<llama_token> tokens(n_batch);
     int n_processed = 0;
@@ -43,8 +43,8 @@ static void test_prompt(llama_context * ctx, int n_prompt, int n_batch) {
     }
     llama_synchronize(ctx);
 }
-static void test_gen(llama_context * ctx, int n_gen) {
-    const llama_vocab * vocab = llama_model_get_vocab(llama_get_model(ctx));
+static void test_gen(llama_context* ctx, int n_gen) {
+    const llama_vocab* vocab = llama_model_get_vocab(llama_get_model(ctx));
     const int n_vocab = llama_vocab_n_tokens(vocab);
     llama_token token = llama_vocab_get_add_bos(vocab) ? llama_vocab_bos(vocab) : std::rand() % n_vocab;
     for (int i = 0; i < n_gen; i++) {
@@ -53,9 +53,9 @@ static void test_gen(llama_context * ctx, int n_gen) {
         token = std::rand() % n_vocab;
     }
 }
-static void null_log(enum ggml_log_level, const char *, void *) {}
+static void null_log(enum ggml_log_level, const char*, void*) {}
 
-int main(int argc, char ** argv) {
+int main(int argc, char** argv) {
     if (argc < 7) {
         fprintf(stderr, "usage: %s MODEL N_PROMPT N_GEN THREADS REPS DEPTHS [TYPE_K TYPE_V [on|off|auto]]\n", argv[0]);
         return 1;
@@ -69,31 +69,47 @@ int main(int argc, char ** argv) {
     }
     const std::string model_path = argv[1];
     const int n_prompt = atoi(argv[2]), n_gen = atoi(argv[3]), n_threads = atoi(argv[4]), reps = atoi(argv[5]);
-    std::vector<int> depths; { std::stringstream ss(argv[6]); std::string s; while (std::getline(ss, s, ',')) depths.push_back(atoi(s.c_str())); }
+    std::vector<int> depths;
+    {
+        std::stringstream ss(argv[6]);
+        std::string s;
+        while (std::getline(ss, s, ',')) depths.push_back(atoi(s.c_str()));
+    }
     const int n_batch = 2048, n_ubatch = 512;
     llama_log_set(null_log, nullptr);
     llama_backend_init();
     llama_model_params mp = llama_model_default_params();
-    llama_model * model = llama_model_load_from_file(model_path.c_str(), mp);
-    if (!model) { fprintf(stderr, "failed to load %s\n", model_path.c_str()); return 1; }
-    char desc[256]; llama_model_desc(model, desc, sizeof(desc));
+    llama_model* model = llama_model_load_from_file(model_path.c_str(), mp);
+    if (!model) {
+        fprintf(stderr, "failed to load %s\n", model_path.c_str());
+        return 1;
+    }
+    char desc[256];
+    llama_model_desc(model, desc, sizeof(desc));
     for (int depth : depths) {
-        for (int kind = 0; kind < 2; kind++) {           // 0: pp, 1: tg (separate tests, like llama-bench)
+        for (int kind = 0; kind < 2; kind++) {  // 0: pp, 1: tg (separate tests, like llama-bench)
             const int np = kind == 0 ? n_prompt : 0, ng = kind == 1 ? n_gen : 0;
             if (np == 0 && ng == 0) continue;
             llama_context_params cp = llama_context_default_params();
-            cp.n_ctx = np + ng + depth; cp.n_batch = n_batch; cp.n_ubatch = n_ubatch;
-            cp.type_k = type_k; cp.type_v = type_v;
-            cp.flash_attn_type = fa == "on" ? LLAMA_FLASH_ATTN_TYPE_ENABLED
-                               : fa == "off" ? LLAMA_FLASH_ATTN_TYPE_DISABLED : LLAMA_FLASH_ATTN_TYPE_AUTO;
-            llama_context * ctx = llama_init_from_model(model, cp);
-            if (!ctx) { fprintf(stderr, "ctx failed\n"); return 1; }
+            cp.n_ctx = np + ng + depth;
+            cp.n_batch = n_batch;
+            cp.n_ubatch = n_ubatch;
+            cp.type_k = type_k;
+            cp.type_v = type_v;
+            cp.flash_attn_type = fa == "on"    ? LLAMA_FLASH_ATTN_TYPE_ENABLED
+                                 : fa == "off" ? LLAMA_FLASH_ATTN_TYPE_DISABLED
+                                               : LLAMA_FLASH_ATTN_TYPE_AUTO;
+            llama_context* ctx = llama_init_from_model(model, cp);
+            if (!ctx) {
+                fprintf(stderr, "ctx failed\n");
+                return 1;
+            }
             ggml_threadpool_params tpp = ggml_threadpool_params_default(n_threads);  // poll=50 like llama-bench
-            ggml_threadpool * tp = ggml_threadpool_new(&tpp);
+            ggml_threadpool* tp = ggml_threadpool_new(&tpp);
             llama_attach_threadpool(ctx, tp, nullptr);
             llama_set_n_threads(ctx, n_threads, n_threads);
             llama_memory_clear(llama_get_memory(ctx), true);
-            if (np > 0) test_prompt(ctx, np, n_batch);   // warmup (as llama-bench)
+            if (np > 0) test_prompt(ctx, np, n_batch);  // warmup (as llama-bench)
             if (ng > 0) test_gen(ctx, 1);
             std::vector<double> ts;
             for (int r = 0; r < reps; r++) {
@@ -104,18 +120,24 @@ int main(int argc, char ** argv) {
                 if (ng > 0) test_gen(ctx, ng);
                 ts.push_back(1e9 * (np + ng) / double(now_ns() - t0));
             }
-            double avg = 0, sd = 0; for (double v : ts) avg += v; avg /= ts.size();
-            for (double v : ts) sd += (v - avg) * (v - avg); sd = ts.size() > 1 ? std::sqrt(sd / (ts.size() - 1)) : 0;
-            printf("{\"model_filename\": \"%s\", \"model_type\": \"%s\", \"model_size\": %llu, \"n_threads\": %d, "
-                   "\"type_k\": \"%s\", \"type_v\": \"%s\", \"flash_attn\": \"%s\", "
-                   "\"n_batch\": %d, \"n_ubatch\": %d, \"n_prompt\": %d, \"n_gen\": %d, \"n_depth\": %d, "
-                   "\"test\": \"%s%d @ d%d\", \"avg_ts\": %.6f, \"stddev_ts\": %.6f, \"samples_ts\": [",
-                   model_path.c_str(), desc, (unsigned long long) llama_model_size(model), n_threads,
-                   ggml_type_name(type_k), ggml_type_name(type_v), fa.c_str(), n_batch, n_ubatch,
-                   np, ng, depth, np ? "pp" : "tg", np ? np : ng, depth, avg, sd);
+            double avg = 0, sd = 0;
+            for (double v : ts) avg += v;
+            avg /= ts.size();
+            for (double v : ts) sd += (v - avg) * (v - avg);
+            sd = ts.size() > 1 ? std::sqrt(sd / (ts.size() - 1)) : 0;
+            printf(
+                "{\"model_filename\": \"%s\", \"model_type\": \"%s\", \"model_size\": %llu, \"n_threads\": %d, "
+                "\"type_k\": \"%s\", \"type_v\": \"%s\", \"flash_attn\": \"%s\", "
+                "\"n_batch\": %d, \"n_ubatch\": %d, \"n_prompt\": %d, \"n_gen\": %d, \"n_depth\": %d, "
+                "\"test\": \"%s%d @ d%d\", \"avg_ts\": %.6f, \"stddev_ts\": %.6f, \"samples_ts\": [",
+                model_path.c_str(), desc, (unsigned long long)llama_model_size(model), n_threads,
+                ggml_type_name(type_k), ggml_type_name(type_v), fa.c_str(), n_batch, n_ubatch, np, ng, depth,
+                np ? "pp" : "tg", np ? np : ng, depth, avg, sd);
             for (size_t i = 0; i < ts.size(); i++) printf("%s%.6f", i ? ", " : "", ts[i]);
-            printf("]}\n"); fflush(stdout);
-            llama_free(ctx); ggml_threadpool_free(tp);
+            printf("]}\n");
+            fflush(stdout);
+            llama_free(ctx);
+            ggml_threadpool_free(tp);
         }
     }
     llama_model_free(model);

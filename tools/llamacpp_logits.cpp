@@ -62,7 +62,8 @@ int main(int argc, char** argv) {
         std::printf(", \"steps\": [\n");
         for (size_t i = 0; i < steps.size(); ++i) {
             const Step& s = steps[i];
-            std::printf("    {\"token\": %d, \"piece\": \"%s\", \"top\": ", s.token, json_escape(piece(vocab, s.token)).c_str());
+            std::printf("    {\"token\": %d, \"piece\": \"%s\", \"top\": ", s.token,
+                        json_escape(piece(vocab, s.token)).c_str());
             print_ints(s.top);
             std::printf(", \"logit_f16kv\": ");
             print_floats(s.logit);

@@ -37,10 +37,8 @@ struct CacheConfig {
 };
 
 const CacheConfig kConfigs[] = {
-    {"f16", GGML_TYPE_F16, GGML_TYPE_F16, false},
-    {"q8_0", GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, false},
-    {"q8_0_norot", GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, true},
-    {"q4_0", GGML_TYPE_Q4_0, GGML_TYPE_Q4_0, false},
+    {"f16", GGML_TYPE_F16, GGML_TYPE_F16, false},         {"q8_0", GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, false},
+    {"q8_0_norot", GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, true}, {"q4_0", GGML_TYPE_Q4_0, GGML_TYPE_Q4_0, false},
     {"q4_0_norot", GGML_TYPE_Q4_0, GGML_TYPE_Q4_0, true},
 };
 
@@ -84,9 +82,10 @@ int main(int argc, char** argv) {
     llama_model* model = load_model(o.model);
     const llama_vocab* vocab = llama_model_get_vocab(model);
     const char* base = std::strrchr(argv[1], '/');
-    std::printf("{\"model\": \"%s\", \"n_predict\": %d, \"top_k\": %d, \"threads\": %d, \"flash_attn\": true, "
-                "\"rows\": [\n",
-                json_escape(base ? base + 1 : argv[1]).c_str(), n, topk, threads);
+    std::printf(
+        "{\"model\": \"%s\", \"n_predict\": %d, \"top_k\": %d, \"threads\": %d, \"flash_attn\": true, "
+        "\"rows\": [\n",
+        json_escape(base ? base + 1 : argv[1]).c_str(), n, topk, threads);
     for (int a = 5; a < argc; ++a) {
         const std::string prompt = argv[a];
         const std::vector<llama_token> ids = tokenize(vocab, prompt, a - 4);
@@ -116,9 +115,10 @@ int main(int argc, char** argv) {
             for (const Step& s : steps) greedy.push_back(s.token);
             std::string text;
             for (int t : greedy) text += piece(vocab, t);
-            std::printf("    {\"cache\": \"%s\", \"type_k\": \"%s\", \"type_v\": \"%s\", \"attn_rot_k\": %d, "
-                        "\"attn_rot_v\": %d, \"greedy\": ",
-                        c.name, ggml_type_name(c.k), ggml_type_name(c.v), rot_k, rot_v);
+            std::printf(
+                "    {\"cache\": \"%s\", \"type_k\": \"%s\", \"type_v\": \"%s\", \"attn_rot_k\": %d, "
+                "\"attn_rot_v\": %d, \"greedy\": ",
+                c.name, ggml_type_name(c.k), ggml_type_name(c.v), rot_k, rot_v);
             print_ints(greedy);
             std::printf(", \"greedy_text\": \"%s\",\n     \"steps\": [\n", json_escape(text).c_str());
             for (size_t i = 0; i < steps.size(); ++i) {

@@ -91,7 +91,8 @@ inline std::vector<Step> greedy(llama_context* ctx, const llama_vocab* vocab, co
         const float* lg = llama_get_logits_ith(ctx, -1);
         std::vector<int> order(V);
         std::iota(order.begin(), order.end(), 0);
-        std::partial_sort(order.begin(), order.begin() + topk, order.end(), [&](int x, int y) { return lg[x] > lg[y]; });
+        std::partial_sort(order.begin(), order.begin() + topk, order.end(),
+                          [&](int x, int y) { return lg[x] > lg[y]; });
         Step s;
         s.token = order[0];
         s.top.assign(order.begin(), order.begin() + topk);

@@ -25,8 +25,11 @@ int main(int argc, char** argv) {
     const int64_t L = 5, H = 4, d = 8, I = 32, T = 6;
     const double eps = 1e-6;
     c10::Dict<std::string, torch::Tensor> sd;
-    nlohmann::json fx = {{"n_layer", L}, {"n_head_kv", H}, {"head_dim", d}, {"inner", I}, {"T", T}, {"layers", nlohmann::json::array()}};
-    auto rms = [&](const torch::Tensor& z, const torch::Tensor& w) { return z * torch::rsqrt(z.pow(2).mean(-1, true) + eps) * w; };
+    nlohmann::json fx = {{"n_layer", L}, {"n_head_kv", H}, {"head_dim", d},
+                         {"inner", I},   {"T", T},         {"layers", nlohmann::json::array()}};
+    auto rms = [&](const torch::Tensor& z, const torch::Tensor& w) {
+        return z * torch::rsqrt(z.pow(2).mean(-1, true) + eps) * w;
+    };
     auto list = [](const torch::Tensor& t) {
         auto c = t.contiguous().to(torch::kFloat32);
         return std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());

@@ -27,8 +27,8 @@ void DenseKVCache::write(int layer, int64_t pos, int64_t T, const float* k, cons
 
 void DenseKVCache::attend(const LayerInputs& in, float* out) {
     write(in.layer, in.pos0, in.T, in.k, in.v);
-    attention_dense_causal(in.q, in.T, in.pos0, keys(in.layer), values(in.layer), row_, {in.n_head, in.n_head_kv, in.head_dim},
-                           out);
+    attention_dense_causal(in.q, in.T, in.pos0, keys(in.layer), values(in.layer), row_,
+                           {in.n_head, in.n_head_kv, in.head_dim}, out);
 }
 
 uint64_t DenseKVCache::bytes() const { return 2ull * n_layer_ * n_ctx_ * row_ * sizeof(float); }

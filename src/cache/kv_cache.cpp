@@ -96,7 +96,8 @@ bool KVCache::admit(int layer, int head, int32_t pos, float& score, const PageSt
 }
 
 void KVCache::attend(const LayerInputs& in, float* out) {
-    require(in.pos0 + in.T <= n_ctx_, "the sequence needs ", in.pos0 + in.T, " positions but the context holds ", n_ctx_);
+    require(in.pos0 + in.T <= n_ctx_, "the sequence needs ", in.pos0 + in.T, " positions but the context holds ",
+            n_ctx_);
     const bool decode = is_decode(in.T);
     require(!decode || in.T == 1, "a decode step takes one token, got ", in.T);
     require(!decode || !shadow_, "a shadow cache takes prefill steps only");
@@ -149,9 +150,10 @@ void KVCache::decode_layer(const LayerInputs& in, const float* write_scores, flo
     //    runs after scoring, below.
     std::vector<HeadCache::Slot> slots(in.n_head_kv);
     for (int h = 0; h < in.n_head_kv; ++h)
-        slots[h] = head(in.layer, h).append(in.k + h * d, in.v + h * d, pos, write_scores ? write_scores[h] : 0.0f,
-                                            policy_.window > 0 ? HeadCache::Admit(admit_fn(in.layer, h, pos))
-                                                               : HeadCache::Admit(keep_all));
+        slots[h] =
+            head(in.layer, h)
+                .append(in.k + h * d, in.v + h * d, pos, write_scores ? write_scores[h] : 0.0f,
+                        policy_.window > 0 ? HeadCache::Admit(admit_fn(in.layer, h, pos)) : HeadCache::Admit(keep_all));
     // 2. Attention per head over its pages, reading each page once for the G query heads.
     const KeyStat stat = key_stat(step_);
     const DotKernels& dk = dot_kernels();
@@ -215,8 +217,7 @@ void KVCache::decode_layer(const LayerInputs& in, const float* write_scores, flo
     // on the thread count, so the order of every sum (within a span, then across spans) is the same at any -t and the
     // output is bit-identical; dynamic scheduling of the items still balances heads of unequal lengths.
     std::vector<int> span0(in.n_head_kv + 1, 0);  // head h's spans are items span0[h] … span0[h+1) − 1
-    for (int h = 0; h < in.n_head_kv; ++h)
-        span0[h + 1] = span0[h] + decode_span_count(pages[h].size());
+    for (int h = 0; h < in.n_head_kv; ++h) span0[h + 1] = span0[h] + decode_span_count(pages[h].size());
     const int items = span0.back();
     std::vector<float> part_m(static_cast<size_t>(items) * G, -INFINITY), part_l(static_cast<size_t>(items) * G, 0.0f),
         part_o(static_cast<size_t>(items) * G * d, 0.0f);
@@ -246,8 +247,8 @@ void KVCache::decode_layer(const LayerInputs& in, const float* write_scores, flo
             }
             const KVPool& pp = *pl[i].pool;
             dk.attend_rows(kv_tensor_type(pp.key_type()), pp.keys(pl[i].page), kv_tensor_type(pp.value_type()),
-                           pp.values(pl[i].page), pl[i].cnt, d, q, G, scale, pm,
-                           plsum, po, probs.empty() ? nullptr : probs[h].data() + pl[i].off, n);
+                           pp.values(pl[i].page), pl[i].cnt, d, q, G, scale, pm, plsum, po,
+                           probs.empty() ? nullptr : probs[h].data() + pl[i].off, n);
         }
     }
     for (int h = 0; h < in.n_head_kv; ++h)
@@ -339,7 +340,8 @@ void KVCache::decode_layer(const LayerInputs& in, const float* write_scores, flo
     if (policy_.window == 0 && policy_.admission.kind != Rule::Kind::kKeepAll)
         for (int h = 0; h < in.n_head_kv; ++h) {
             PageStore& g = head(in.layer, h).global();
-            if (!g.empty() && g.positions().back() == pos && !admit(in.layer, h, pos, g.scores().back(), nullptr, -1, pos))
+            if (!g.empty() && g.positions().back() == pos &&
+                !admit(in.layer, h, pos, g.scores().back(), nullptr, -1, pos))
                 g.remove(g.size() - 1);
         }
 }
@@ -416,12 +418,14 @@ void KVCache::prefill_layer(const LayerInputs& in, const float* write_scores, fl
             stored_view(dst, K[h].data() + j * d, V[h].data() + j * d);
             P[h][j] = static_cast<int32_t>(in.pos0 + t);
             if (gated)  // the first s entries become sinks
-                open[j] = hc.sinks().size() + t < policy_.sinks || will_keep(write_scores ? write_scores[t * Hkv + h] : 0.0f);
+                open[j] =
+                    hc.sinks().size() + t < policy_.sinks || will_keep(write_scores ? write_scores[t * Hkv + h] : 0.0f);
         }
         if (stat != KeyStat::kNone) A[h].resize(static_cast<size_t>(G) * n);
         if (gated)
             attention_prefill_gated(qp + static_cast<int64_t>(h) * G * d, ldq, G, d, T, K[h].data(), V[h].data(), no,
-                                    P[h].data(), open.data(), in.pos0, policy_.window, out + static_cast<int64_t>(h) * G * d, ldq);
+                                    P[h].data(), open.data(), in.pos0, policy_.window,
+                                    out + static_cast<int64_t>(h) * G * d, ldq);
         else if (!shadow_ || stat != KeyStat::kNone) {  // a shadow cache computes only the statistics its policy reads
             // A shadow takes the statistics another cache of this step computed over the same keys.
             const std::vector<float>* had =
@@ -430,8 +434,9 @@ void KVCache::prefill_layer(const LayerInputs& in, const float* write_scores, fl
             if (had != nullptr) {
                 A[h] = *had;
             } else {
-                attention_prefill_group(qp + static_cast<int64_t>(h) * G * d, ldq, G, d, T, K[h].data(), V[h].data(), no,
-                                        shadow_ ? nullptr : out + static_cast<int64_t>(h) * G * d, ldq, stat, A[h].data());
+                attention_prefill_group(qp + static_cast<int64_t>(h) * G * d, ldq, G, d, T, K[h].data(), V[h].data(),
+                                        no, shadow_ ? nullptr : out + static_cast<int64_t>(h) * G * d, ldq, stat,
+                                        A[h].data());
                 if (stat_share_ && stat != KeyStat::kNone)
                     stat_share_->put(in.layer, h, stat, pool_->key_type(), lp.key_type(), P[h], A[h]);
             }
@@ -446,8 +451,8 @@ void KVCache::prefill_layer(const LayerInputs& in, const float* write_scores, fl
     if (scored) {
         StepEvent si(in, n_layer_, true, state_.get());
         for (int h = 0; h < Hkv; ++h)
-            si.heads.push_back({n_old[h] + T, K[h].data(), V[h].data(), P[h].data(), A[h].empty() ? nullptr : A[h].data(),
-                                S_old[h].data()});
+            si.heads.push_back({n_old[h] + T, K[h].data(), V[h].data(), P[h].data(),
+                                A[h].empty() ? nullptr : A[h].data(), S_old[h].data()});
         step_->score_prefill(si, scores);
     }
     // 3. Write back the scores of kept entries, append the chunk (serial: the pool is not thread-safe).
@@ -462,13 +467,16 @@ void KVCache::prefill_layer(const LayerInputs& in, const float* write_scores, fl
         }
         for (int64_t t = 0; t < T; ++t)
             hc.append(in.k + t * kvd + h * d, in.v + t * kvd + h * d, static_cast<int32_t>(in.pos0 + t),
-                      write_scores ? write_scores[t * Hkv + h] : scored ? scores[h][n_old[h] + t] : 0.0f,
+                      write_scores ? write_scores[t * Hkv + h]
+                      : scored     ? scores[h][n_old[h] + t]
+                                   : 0.0f,
                       admit_fn(in.layer, h, in.pos0 + t));
     }
 }
 
 void KVCache::set_shadow(bool on) {
-    require(!on || !policy_.gated_prefill, "policy ", policy_.spec, " has a gated prefill; its cache cannot be a shadow");
+    require(!on || !policy_.gated_prefill, "policy ", policy_.spec,
+            " has a gated prefill; its cache cannot be a shadow");
     shadow_ = on;
 }
 
@@ -486,7 +494,8 @@ void KVCache::end_prefill() {
 }
 
 void KVCache::set_scores(const EntryScores& es) {
-    require(static_cast<int>(es.by_pos.size()) == n_layer_, "scores for ", es.by_pos.size(), " layers, the cache has ", n_layer_);
+    require(static_cast<int>(es.by_pos.size()) == n_layer_, "scores for ", es.by_pos.size(), " layers, the cache has ",
+            n_layer_);
     for (int l = 0; l < n_layer_; ++l) {
         require(static_cast<int>(es.by_pos[l].size()) == n_head_kv_, "scores for ", es.by_pos[l].size(),
                 " KV heads, the cache has ", n_head_kv_);
@@ -561,7 +570,8 @@ void KVCache::fill_synthetic(int64_t n, uint64_t seed) {
 }
 
 void KVCache::rollback(int64_t n) {
-    for (auto& hc : heads_) hc.truncate(static_cast<int32_t>(std::min<int64_t>(n, std::numeric_limits<int32_t>::max())));
+    for (auto& hc : heads_)
+        hc.truncate(static_cast<int32_t>(std::min<int64_t>(n, std::numeric_limits<int32_t>::max())));
     n_tokens_ = std::min(n_tokens_, n);
 }
 
@@ -614,14 +624,15 @@ KVStats KVCache::stats() const {
     s.density = total_beyond > 0 ? static_cast<double>(kept_beyond) / total_beyond : 1.0;
     s.kv_bytes_final = bytes_in_use();
     for (const HeadCache& hc : heads_) {
-        s.kv_bytes_local += static_cast<uint64_t>(hc.sinks().pages().size() + hc.window().pages().size()) *
-                            pool_->local().page_bytes();
+        s.kv_bytes_local +=
+            static_cast<uint64_t>(hc.sinks().pages().size() + hc.window().pages().size()) * pool_->local().page_bytes();
         s.kv_bytes_global += static_cast<uint64_t>(hc.global().pages().size()) * pool_->page_bytes();
     }
     s.kv_bytes_peak = std::max(peak_bytes_, s.kv_bytes_final);
     s.kv_bytes_full = static_cast<uint64_t>(total) * 2 * cfg_.head_dim * 2;
     s.scorer_state_bytes = state_ ? state_->bytes() : 0;
-    if (selected_total_ > 0) s.read_fraction = static_cast<double>(selected_read_) / static_cast<double>(selected_total_);
+    if (selected_total_ > 0)
+        s.read_fraction = static_cast<double>(selected_read_) / static_cast<double>(selected_total_);
     return s;
 }
 
@@ -631,7 +642,7 @@ namespace {
 /// rotation (int32 each, 0: not rotated; cache/kv_rotation.h); 2 (still read, as quantization at write, no
 /// rotation): the key type and the value type; 1 (still read, likewise): one type for both.
 constexpr uint32_t kCacheRecordVersion = 3;
-}
+}  // namespace
 
 void KVCache::save(BinaryWriter& w) const {
     w.pod(kCacheRecordVersion);
@@ -672,7 +683,7 @@ void KVCache::load(BinaryReader& r) {
             " KV heads × d ", d, "; this model has ", n_layer_, " × ", n_head_kv_, " × ", pool_->head_dim());
     auto type_name = [](int32_t t) {
         return t >= 0 && t <= static_cast<int32_t>(KVType::kQ4_0) ? kv_type_name(static_cast<KVType>(t))
-                                                                   : "unknown type " + std::to_string(t);
+                                                                  : "unknown type " + std::to_string(t);
     };
     const KVPool& lp = pool_->local();
     // The sinks' and the window's types are named where they differ from the global region's (quantization at
@@ -683,8 +694,8 @@ void KVCache::load(BinaryReader& r) {
     };
     const auto pk = static_cast<int32_t>(pool_->key_type()), pv = static_cast<int32_t>(pool_->value_type()),
                plk = static_cast<int32_t>(lp.key_type()), plv = static_cast<int32_t>(lp.value_type());
-    require(ktype == pk && vtype == pv && lktype == plk && lvtype == plv, what, " holds keys of type ", type_name(ktype),
-            " and values of type ", type_name(vtype), local_note(ktype, vtype, lktype, lvtype),
+    require(ktype == pk && vtype == pv && lktype == plk && lvtype == plv, what, " holds keys of type ",
+            type_name(ktype), " and values of type ", type_name(vtype), local_note(ktype, vtype, lktype, lvtype),
             "; this cache stores keys as ", kv_type_name(pool_->key_type()), " and values as ",
             kv_type_name(pool_->value_type()), local_note(pk, pv, plk, plv),
             " (--cache-type-k / --cache-type-v, or --kv-type for both; --kv-quant-at)");

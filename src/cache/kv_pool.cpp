@@ -16,8 +16,8 @@ int kv_type_block(KVType t) { return t == KVType::kQ8_0 || t == KVType::kQ4_0 ? 
 void check_kv_head_dim(KVType t, int head_dim) {
     require(head_dim > 0, "KV cache: head dimension must be positive, got ", head_dim);
     const int b = kv_type_block(t);
-    require(head_dim % b == 0, "KV cache type ", kv_type_name(t), " stores blocks of ", b,
-            " elements; head dimension ", head_dim, " is not a multiple of ", b, " (use f16, bf16 or f32)");
+    require(head_dim % b == 0, "KV cache type ", kv_type_name(t), " stores blocks of ", b, " elements; head dimension ",
+            head_dim, " is not a multiple of ", b, " (use f16, bf16 or f32)");
 }
 
 size_t kv_row_bytes(KVType t, int n) {
@@ -102,7 +102,8 @@ KVPool::KVPool(int head_dim, KVType key_type, KVType value_type, int page_tokens
         unit = std::max(unit, (kv_row_bytes(lk, head_dim) + kv_row_bytes(lv, head_dim)) * page_tokens);
     uint64_t limit = budget_bytes;
     if (limit == 0) {
-        const uint64_t phys = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE));
+        const uint64_t phys =
+            static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE));
         limit = std::max<uint64_t>(phys / 2, unit);
     }
     require(limit >= unit, "KV pool of ", budget_bytes, " bytes (--kv-pool-mb) is smaller than one page (", unit,
@@ -110,8 +111,7 @@ KVPool::KVPool(int head_dim, KVType key_type, KVType value_type, int page_tokens
     budget_->limit = limit;
     budget_->unit = unit;
     reserve();
-    if (lk != key_type || lv != value_type)
-        local_.reset(new KVPool(head_dim, lk, lv, page_tokens, quant_at, budget_));
+    if (lk != key_type || lv != value_type) local_.reset(new KVPool(head_dim, lk, lv, page_tokens, quant_at, budget_));
 }
 
 KVPool::KVPool(int head_dim, KVType key_type, KVType value_type, int page_tokens, KVQuantAt quant_at,

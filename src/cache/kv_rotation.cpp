@@ -48,8 +48,10 @@ KVRotation KVRotation::choose(KVRotateMode mode, KVTypes types, int head_dim) {
     switch (mode) {
         case KVRotateMode::kOff: return KVRotation();
         case KVRotateMode::kOn:
-            require(kn > 0, "--kv-rotate on needs a head dimension that is a multiple of 64 (Walsh–Hadamard blocks of "
-                            "64 channels); this model's head dimension is ", head_dim);
+            require(kn > 0,
+                    "--kv-rotate on needs a head dimension that is a multiple of 64 (Walsh–Hadamard blocks of "
+                    "64 channels); this model's head dimension is ",
+                    head_dim);
             return KVRotation(head_dim, kn, 64);
         case KVRotateMode::kAuto:
             if (kn == 0) return KVRotation();
@@ -60,8 +62,10 @@ KVRotation KVRotation::choose(KVRotateMode mode, KVTypes types, int head_dim) {
 
 KVRotation::KVRotation(int head_dim, int key_n, int value_n) : head_dim_(head_dim), key_n_(key_n), value_n_(value_n) {
     for (int n : {key_n, value_n})
-        require(n == 0 || (hadamard_supported(n) && head_dim > 0 && head_dim % n == 0), "KV rotation: a Walsh–Hadamard "
-                "size of ", n, " does not divide the head dimension ", head_dim, " or is not a power of two up to ",
+        require(n == 0 || (hadamard_supported(n) && head_dim > 0 && head_dim % n == 0),
+                "KV rotation: a Walsh–Hadamard "
+                "size of ",
+                n, " does not divide the head dimension ", head_dim, " or is not a power of two up to ",
                 kHadamardMaxDim);
 }
 

@@ -29,15 +29,17 @@ std::string KVStats::table() const {
     s += buf;
     if (kv_quant_at == "admission" && kv_type_local != kv_type) {
         std::snprintf(buf, sizeof buf, "  quantized at admission: sinks and window %s (%s), global region %s (%s)\n",
-                      kv_type_local.c_str(), mib(kv_bytes_local).c_str(), kv_type.c_str(), mib(kv_bytes_global).c_str());
+                      kv_type_local.c_str(), mib(kv_bytes_local).c_str(), kv_type.c_str(),
+                      mib(kv_bytes_global).c_str());
         s += buf;
     }
-    std::snprintf(buf, sizeof buf, "  density %.3f | compression ratio %.3f | KV bytes peak %s, final %s, full F16 %s\n",
-                  density, compression_ratio, mib(kv_bytes_peak).c_str(), mib(kv_bytes_final).c_str(),
-                  mib(kv_bytes_full).c_str());
+    std::snprintf(
+        buf, sizeof buf, "  density %.3f | compression ratio %.3f | KV bytes peak %s, final %s, full F16 %s\n", density,
+        compression_ratio, mib(kv_bytes_peak).c_str(), mib(kv_bytes_final).c_str(), mib(kv_bytes_full).c_str());
     s += buf;
     if (scorer_state_bytes > 0) {
-        std::snprintf(buf, sizeof buf, "  scorer state %s beside the pages (per sequence)\n", mib(scorer_state_bytes).c_str());
+        std::snprintf(buf, sizeof buf, "  scorer state %s beside the pages (per sequence)\n",
+                      mib(scorer_state_bytes).c_str());
         s += buf;
     }
     if (kv_bytes_full > 0) {
@@ -53,9 +55,10 @@ std::string KVStats::table() const {
         s += "\n";
     }
     if (read_fraction < 1) {
-        std::snprintf(buf, sizeof buf,
-                      "  read-time selection: %.1f%% of the kept entries read per decode step; key bounds %s beside the pages\n",
-                      100.0 * read_fraction, mib(selection_bytes).c_str());
+        std::snprintf(
+            buf, sizeof buf,
+            "  read-time selection: %.1f%% of the kept entries read per decode step; key bounds %s beside the pages\n",
+            100.0 * read_fraction, mib(selection_bytes).c_str());
         s += buf;
     }
     s += "  layer | head entries min / median / max\n";

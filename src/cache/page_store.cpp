@@ -30,7 +30,8 @@ TensorType kv_tensor_type(KVType t) {
 
 void store_row(KVType t, const float* src, uint8_t* dst, int n) {
     if (t == KVType::kQ8_0 || t == KVType::kQ4_0) {
-        require(n % QK8_0 == 0, "KV cache type ", kv_type_name(t), ": row of ", n, " elements is not whole blocks of 32");
+        require(n % QK8_0 == 0, "KV cache type ", kv_type_name(t), ": row of ", n,
+                " elements is not whole blocks of 32");
         // Clamped so the block scale (largest magnitude / 127 or / 8) is a finite binary16; NaN stays NaN.
         const float lim = kv_quant_limit(t);
         float buf[256];
@@ -80,13 +81,8 @@ void round_trip_row(KVType t, const float* src, float* dst, int n) {
 }
 
 PageStore::PageStore(PageStore&& o) noexcept
-    : pool_(o.pool_),
-      pages_(std::move(o.pages_)),
-      pos_(std::move(o.pos_)),
-      score_(std::move(o.score_)),
-      bmin_(std::move(o.bmin_)),
-      bmax_(std::move(o.bmax_)),
-      bound_rows_(std::move(o.bound_rows_)) {
+    : pool_(o.pool_), pages_(std::move(o.pages_)), pos_(std::move(o.pos_)), score_(std::move(o.score_)),
+      bmin_(std::move(o.bmin_)), bmax_(std::move(o.bmax_)), bound_rows_(std::move(o.bound_rows_)) {
     o.pages_.clear();
     o.pos_.clear();
     o.score_.clear();
@@ -181,7 +177,8 @@ void PageStore::load(BinaryReader& r, int64_t max_entries) {
     clear();  // drops the bounds too
     std::vector<int32_t> pos = r.vec<int32_t>(static_cast<size_t>(max_entries));
     std::vector<float> score = r.vec<float>(static_cast<size_t>(max_entries));
-    if (pos.size() != score.size()) fail(r.what(), " is corrupted (", pos.size(), " positions, ", score.size(), " scores)");
+    if (pos.size() != score.size())
+        fail(r.what(), " is corrupted (", pos.size(), " positions, ", score.size(), " scores)");
     for (size_t i = 0; i < pos.size(); ++i) {
         if (i % pool_->page_tokens() == 0) pages_.push_back(pool_->alloc());
         pos_.push_back(pos[i]);

@@ -73,8 +73,12 @@ public:
     size_t bounds_bytes() const { return (bmin_.size() + bmax_.size()) * sizeof(uint16_t); }
 
 private:
-    uint8_t* kslot(int64_t i) { return pool_->keys(pages_[i / pool_->page_tokens()]) + (i % pool_->page_tokens()) * pool_->key_row_bytes(); }
-    uint8_t* vslot(int64_t i) { return pool_->values(pages_[i / pool_->page_tokens()]) + (i % pool_->page_tokens()) * pool_->value_row_bytes(); }
+    uint8_t* kslot(int64_t i) {
+        return pool_->keys(pages_[i / pool_->page_tokens()]) + (i % pool_->page_tokens()) * pool_->key_row_bytes();
+    }
+    uint8_t* vslot(int64_t i) {
+        return pool_->values(pages_[i / pool_->page_tokens()]) + (i % pool_->page_tokens()) * pool_->value_row_bytes();
+    }
     void move_entry(int64_t from, int64_t to);
     /// Writes k, v [d] into slot i: rotated by the pool's rotation, then converted (store_row).
     void store_entry(const float* k, const float* v, int64_t i);
@@ -88,7 +92,7 @@ private:
     std::vector<int32_t> pos_;
     std::vector<float> score_;
     mutable std::vector<uint16_t> bmin_, bmax_;  // key bounds [pages][d] (binary16), see key_bounds()
-    mutable std::vector<int32_t> bound_rows_;  // per page: how many of its leading entries the bounds cover
+    mutable std::vector<int32_t> bound_rows_;    // per page: how many of its leading entries the bounds cover
 };
 
 /// float32 [n] → one cached row of type t (kv_row_bytes(t, n) bytes): rounding to nearest even for F16/BF16;

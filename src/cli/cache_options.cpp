@@ -13,8 +13,10 @@ namespace kvsieve::cli {
 
 CLI::Option* add_kv_pool_option(CLI::App* cmd, double& mb, const std::string& help) {
     CLI::Option* pool = cmd->add_option("--kv-pool-mb", mb, help)->capture_default_str();
-    CLI::Option* old = cmd->add_option("--kv-budget-mb", mb, "deprecated alias of --kv-pool-mb")
-                           ->each([](const std::string&) { warn_deprecated("--kv-budget-mb", "--kv-pool-mb"); });
+    CLI::Option* old =
+        cmd->add_option("--kv-budget-mb", mb, "deprecated alias of --kv-pool-mb")->each([](const std::string&) {
+            warn_deprecated("--kv-budget-mb", "--kv-pool-mb");
+        });
     old->excludes(pool);
     return pool;
 }
@@ -46,26 +48,24 @@ KVTypes KVTypeOptions::types() const {
     auto one = [](const std::string& s, const char* flag) {
         try {
             return parse_kv_type(s);
-        } catch (const Error& e) {
-            fail(flag, ": ", e.what());
-        }
+        } catch (const Error& e) { fail(flag, ": ", e.what()); }
     };
     const KVType b = one(both, "--kv-type");
     KVQuantAt at;
     try {
         at = parse_kv_quant_at(quant_at);
-    } catch (const Error& e) {
-        fail("--kv-quant-at: ", e.what());
-    }
+    } catch (const Error& e) { fail("--kv-quant-at: ", e.what()); }
     return {key.empty() ? b : one(key, "--cache-type-k"), value.empty() ? b : one(value, "--cache-type-v"), at};
 }
 
 void CacheOptions::add_to(CLI::App* cmd) {
-    cmd->add_option("--policy", policy, "KV policy NAME[:key=value,...], e.g. snapkv:ratio=0.5, streaming_llm:window=256, h2o:capacity=512")
+    cmd->add_option("--policy", policy,
+                    "KV policy NAME[:key=value,...], e.g. snapkv:ratio=0.5, streaming_llm:window=256, h2o:capacity=512")
         ->capture_default_str();
     kv.add_to(cmd);
     add_kv_pool_option(cmd, kv_pool_mb, "KV pool size in MiB (0: grow on demand)");
-    cmd->add_option("--prefill-chunk", prefill_chunk, "prefill in chunks of this many tokens, compressing after each (0: one batch)")
+    cmd->add_option("--prefill-chunk", prefill_chunk,
+                    "prefill in chunks of this many tokens, compressing after each (0: one batch)")
         ->capture_default_str();
     cmd->add_option("--stats-json", stats_json, "write the KV cache statistics to this JSON file");
 }
@@ -76,8 +76,10 @@ std::unique_ptr<KVCache> CacheOptions::make_cache(const LlamaModel& m, int64_t n
     require(prefill_chunk >= 0, "--prefill-chunk must be ≥ 0, got ", prefill_chunk);
     check_policy_fits(p, n_ctx);
     if (chunk_overruled(p, prefill_chunk))
-        std::fprintf(stderr, "note: policy %s scores the whole prompt after the prefill, so its prompt is fed in one "
-                             "piece (--prefill-chunk does not apply to it)\n", p.name.c_str());
+        std::fprintf(stderr,
+                     "note: policy %s scores the whole prompt after the prefill, so its prompt is fed in one "
+                     "piece (--prefill-chunk does not apply to it)\n",
+                     p.name.c_str());
     auto pool = kv.make_pool(m.config().head_dim, static_cast<uint64_t>(kv_pool_mb * 1048576.0));
     return std::make_unique<KVCache>(m.config(), n_ctx, std::move(p), std::move(pool));
 }

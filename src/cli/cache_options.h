@@ -19,8 +19,8 @@ namespace kvsieve::cli {
 /// says where q8_0 / q4_0 entries are quantized: "write" (every entry when written) or "admission" (sinks and
 /// window in f16, an entry quantized when it leaves the window for the global region; docs/architecture.md).
 struct KVTypeOptions {
-    std::string both = "f16";  ///< --kv-type
-    std::string key, value;    ///< --cache-type-k, --cache-type-v (empty: --kv-type's)
+    std::string both = "f16";        ///< --kv-type
+    std::string key, value;          ///< --cache-type-k, --cache-type-v (empty: --kv-type's)
     std::string quant_at = "write";  ///< --kv-quant-at: write | admission
     std::string rotate = "auto";     ///< --kv-rotate auto|on|off (cache/kv_rotation.h KVRotateMode)
 

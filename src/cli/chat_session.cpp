@@ -10,16 +10,13 @@
 namespace kvsieve::cli {
 
 namespace {
-double now_s() {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 }  // namespace
 
 ChatSession::ChatSession(const LlamaModel& m, const Tokenizer& tok, ChatTemplate t, KVCache& cache,
                          const CacheOptions& opts, Sampler& sampler, std::optional<std::string> system, bool keep_reply)
-    : m_(m), tok_(tok), t_(std::move(t)), session_(m, tok, cache), opts_(opts), sampler_(sampler), system_(std::move(system)),
-      keep_reply_(keep_reply), end_of_turn_id_(tok.vocab().find(t_.end_of_turn())) {
-}
+    : m_(m), tok_(tok), t_(std::move(t)), session_(m, tok, cache), opts_(opts), sampler_(sampler),
+      system_(std::move(system)), keep_reply_(keep_reply), end_of_turn_id_(tok.vocab().find(t_.end_of_turn())) {}
 
 std::vector<int32_t> ChatSession::turn_prompt(const std::string& user) const {
     if (history_.empty()) {
@@ -56,11 +53,11 @@ ChatTurn ChatSession::turn(const std::string& user, int64_t n_predict,
     rules.max_tokens = std::max<int64_t>(0, n_predict);
     DecodeDriver driver(tok_, sampler_, rules);
     // A single turn does not run its last token; a conversation gives every token, end of turn included, to the cache.
-    const DecodeRun run = decode_session(session_, driver, logits, keep_reply_ ? RunLast::kYes : RunLast::kNo,
-                                         [&](const DecodeStep& st) {
-                                             r.reply += st.piece;
-                                             if (!st.text.empty()) on_text(st.text);
-                                         });
+    const DecodeRun run =
+        decode_session(session_, driver, logits, keep_reply_ ? RunLast::kYes : RunLast::kNo, [&](const DecodeStep& st) {
+            r.reply += st.piece;
+            if (!st.text.empty()) on_text(st.text);
+        });
     r.ids = driver.tokens();
     r.ended = run.reason == FinishReason::kEndToken;
     r.context_full = run.context_full;

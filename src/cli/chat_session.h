@@ -17,9 +17,9 @@ namespace kvsieve::cli {
 
 /// What one turn did.
 struct ChatTurn {
-    std::string reply;          ///< the answer's text, without the end-of-turn token
-    std::vector<int32_t> ids;   ///< the sampled ids, with the end-of-turn (or EOS) token when one came
-    int64_t n_prompt = 0;       ///< tokens of the turn's prompt (prefilled unless context_full came first)
+    std::string reply;         ///< the answer's text, without the end-of-turn token
+    std::vector<int32_t> ids;  ///< the sampled ids, with the end-of-turn (or EOS) token when one came
+    int64_t n_prompt = 0;      ///< tokens of the turn's prompt (prefilled unless context_full came first)
     double prefill_s = 0, decode_s = 0;
     bool ended = false;         ///< the model ended its answer with the end-of-turn or an EOS token
     bool context_full = false;  ///< the turn stopped (or did not start) because the context has no room left

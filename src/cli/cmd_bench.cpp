@@ -32,9 +32,7 @@ struct BenchOpts {
     std::string text;  // token ids from this file instead of random ones
 };
 
-double now_s() {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 struct Stat {
     double mean = 0, sd = 0;
@@ -105,8 +103,8 @@ void run(const BenchOpts& o) {
     fill_to_depth(cache);
     const KVStats filled = cache.stats();
     const double gib = static_cast<double>(model.file().file_size()) / (1 << 30);
-    std::printf("model: %s | %s | %.2f GiB | threads %d | kernels %s | BLAS %s\n", o.model.c_str(),
-                c.summary().c_str(), gib, num_threads(), dot_kernels().isa, blas_core_name().c_str());
+    std::printf("model: %s | %s | %.2f GiB | threads %d | kernels %s | BLAS %s\n", o.model.c_str(), c.summary().c_str(),
+                gib, num_threads(), dot_kernels().isa, blas_core_name().c_str());
     std::printf("KV cache: policy %s, %s; at depth %ld: %.1f MiB kept (full F16: %.1f MiB), compression ratio %.3f\n",
                 cache.policy().describe().c_str(), o.cache.kv.spec().c_str(), static_cast<long>(o.depth),
                 filled.kv_bytes_final / 1048576.0, filled.kv_bytes_full / 1048576.0, filled.compression_ratio);
@@ -129,8 +127,8 @@ void run(const BenchOpts& o) {
         }
         report("pp" + std::to_string(o.n_prompt) + at, tps);
         const KVStats after = cache.stats();
-        std::fprintf(stderr, "after the prefill test: density %.3f, %.1f MiB kept (full F16: %.1f MiB)\n", after.density,
-                     after.kv_bytes_final / 1048576.0, after.kv_bytes_full / 1048576.0);
+        std::fprintf(stderr, "after the prefill test: density %.3f, %.1f MiB kept (full F16: %.1f MiB)\n",
+                     after.density, after.kv_bytes_final / 1048576.0, after.kv_bytes_full / 1048576.0);
     }
     if (o.n_gen > 0) {
         // -b N: N sequences (each its own cache at the same depth) decode together, one forward_batch per step;
@@ -160,7 +158,8 @@ void run(const BenchOpts& o) {
             }
             if (r > 0) tps.push_back(static_cast<double>(o.n_gen) * o.batch / (now_s() - t0));
         }
-        const Stat s = report("tg" + std::to_string(o.n_gen) + at + (o.batch > 1 ? " x" + std::to_string(o.batch) : ""), tps);
+        const Stat s =
+            report("tg" + std::to_string(o.n_gen) + at + (o.batch > 1 ? " x" + std::to_string(o.batch) : ""), tps);
         // Bytes a decoded token reads: every weight matrix once per step (shared by the batch's tokens) + the KV
         // pages of its sequence (at the end of the test); under a read-time selection only the pages it chose in
         // the selected layers (its measured read fraction), plus the key bounds it ranks them by.
@@ -188,20 +187,25 @@ void add_bench(CLI::App& app) {
     auto* cmd = app.add_subcommand("bench", "measure prefill (pp) and decode (tg) tokens/s at a context depth");
     auto o = std::make_shared<BenchOpts>();
     cmd->add_option("-m,--model", o->model, "GGUF model file")->required()->check(CLI::ExistingFile);
-    cmd->add_option("-p,--n-prompt", o->n_prompt, "prompt tokens for the prefill test (0: skip)")->capture_default_str();
+    cmd->add_option("-p,--n-prompt", o->n_prompt, "prompt tokens for the prefill test (0: skip)")
+        ->capture_default_str();
     cmd->add_option("-n,--n-gen", o->n_gen, "tokens for the decode test (0: skip)")->capture_default_str();
     cmd->add_option("-d,--depth", o->depth, "context depth before each test, in tokens")->capture_default_str();
-    cmd->add_option("-b,--batch", o->batch, "sequences decoding together in the decode test (one batched forward per step; t/s counts all)")
+    cmd->add_option("-b,--batch", o->batch,
+                    "sequences decoding together in the decode test (one batched forward per step; t/s counts all)")
         ->capture_default_str();
     cmd->add_option("-r,--repetitions", o->reps, "timed repetitions (after one warm-up)")->capture_default_str();
     cmd->add_option("-t,--threads", o->threads, "threads (0: all cores)")->capture_default_str();
-    cmd->add_option("--bandwidth-gbs", o->bandwidth_gbs, "memory bandwidth to compare decode against, GB/s (0: measure a streaming read)")
+    cmd->add_option("--bandwidth-gbs", o->bandwidth_gbs,
+                    "memory bandwidth to compare decode against, GB/s (0: measure a streaming read)")
         ->capture_default_str();
-    cmd->add_option("--text", o->text, "take the token ids from this text file (consecutive, wrapping) instead of random ones")
+    cmd->add_option("--text", o->text,
+                    "take the token ids from this text file (consecutive, wrapping) instead of random ones")
         ->check(CLI::ExistingFile);
     cmd->add_option("--seed", o->seed, "seed of the random token ids")->capture_default_str();
-    cmd->add_option("--fill", o->fill, "how the context is filled to the depth: prefill (real tokens) or random (synthetic "
-                                       "entries, much faster; decode cost does not depend on their values)")
+    cmd->add_option("--fill", o->fill,
+                    "how the context is filled to the depth: prefill (real tokens) or random (synthetic "
+                    "entries, much faster; decode cost does not depend on their values)")
         ->capture_default_str();
     o->cache.add_to(cmd);
     cmd->callback([o] { run(*o); });

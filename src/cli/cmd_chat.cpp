@@ -89,8 +89,10 @@ void run(const ChatOpts& o) {
         std::fputs("\n", stdout);
         std::fflush(stdout);
         if (r.context_full)
-            std::fprintf(stderr, "context full: all %ld positions (-c) are used; the answer was cut off. /reset starts "
-                         "a new conversation\n", static_cast<long>(n_ctx));
+            std::fprintf(stderr,
+                         "context full: all %ld positions (-c) are used; the answer was cut off. /reset starts "
+                         "a new conversation\n",
+                         static_cast<long>(n_ctx));
         if (!o.quiet) {
             const double n_dec = r.ids.size() > 1 ? static_cast<double>(r.ids.size() - 1) : 0;
             std::fprintf(stderr, "[prefill %ld tokens in %.1f ms, %zu generated (%.1f t/s), cache %ld tokens]\n",
@@ -103,8 +105,9 @@ void run(const ChatOpts& o) {
 }  // namespace
 
 void add_chat(CLI::App& app) {
-    auto* cmd = app.add_subcommand("chat", "chat with an instruction-tuned model, one message per line of stdin "
-                                           "(/stats, /reset, /quit)");
+    auto* cmd = app.add_subcommand("chat",
+                                   "chat with an instruction-tuned model, one message per line of stdin "
+                                   "(/stats, /reset, /quit)");
     auto o = std::make_shared<ChatOpts>();
     cmd->add_option("-m,--model", o->model, "GGUF model file")->required()->check(CLI::ExistingFile);
     cmd->add_option("--system", o->system, "system message at the start of the conversation");

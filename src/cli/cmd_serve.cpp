@@ -109,16 +109,20 @@ void run(const ServeOpts& o) {
     const int port = http.bind();
     std::fprintf(stderr, "model: %s\n", model.config().summary().c_str());
     std::fprintf(stderr, "predictors: %s\n", preds.names_text().c_str());
-    std::fprintf(stderr, "kvsieve serve: listening on http://%s:%d (model id '%s', policy %s, %d slots of %ld tokens, "
-                 "KV pool %s, chat template %s)\n",
-                 ho.host.c_str(), port, ctx.model_id.c_str(), o.policy.c_str(), so.slots, static_cast<long>(so.n_ctx),
-                 o.kv_budget_mb > 0 ? (std::to_string(static_cast<long>(o.kv_budget_mb)) + " MiB").c_str() : "grows on demand",
-                 tmpl ? tmpl->name().c_str() : "none");
+    std::fprintf(
+        stderr,
+        "kvsieve serve: listening on http://%s:%d (model id '%s', policy %s, %d slots of %ld tokens, "
+        "KV pool %s, chat template %s)\n",
+        ho.host.c_str(), port, ctx.model_id.c_str(), o.policy.c_str(), so.slots, static_cast<long>(so.n_ctx),
+        o.kv_budget_mb > 0 ? (std::to_string(static_cast<long>(o.kv_budget_mb)) + " MiB").c_str() : "grows on demand",
+        tmpl ? tmpl->name().c_str() : "none");
     if (keys->enabled())
         std::fprintf(stderr, "kvsieve serve: %zu API key(s); requests need Authorization: Bearer KEY\n", keys->size());
     else if (!is_loopback_address(ho.host))
-        std::fprintf(stderr, "warning: kvsieve serve listens on %s without API keys: anyone who can reach it may use it "
-                     "and see every conversation (give --api-key or --api-key-file)\n", ho.host.c_str());
+        std::fprintf(stderr,
+                     "warning: kvsieve serve listens on %s without API keys: anyone who can reach it may use it "
+                     "and see every conversation (give --api-key or --api-key-file)\n",
+                     ho.host.c_str());
     std::fflush(stderr);
     std::thread waiter([&] {
         int sig = 0;
@@ -140,8 +144,9 @@ void run(const ServeOpts& o) {
                          sig, o.shutdown_grace_s);
             std::fflush(stderr);
             sched.drain();
-            const auto end = std::chrono::steady_clock::now() +
-                             std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(o.shutdown_grace_s));
+            const auto end =
+                std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                       std::chrono::duration<double>(o.shutdown_grace_s));
             const timespec tick{0, 50 * 1000 * 1000};
             bool again = false;
             while (!sched.idle() && std::chrono::steady_clock::now() < end && !again) {
@@ -168,25 +173,29 @@ void run(const ServeOpts& o) {
 }  // namespace
 
 void add_serve(CLI::App& app) {
-    auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, "
-                                            "/v1/models, /health, /metrics with --metrics); sequences share one KV pool");
+    auto* cmd = app.add_subcommand("serve",
+                                   "OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, "
+                                   "/v1/models, /health, /metrics with --metrics); sequences share one KV pool");
     auto o = std::make_shared<ServeOpts>();
     cmd->add_option("-m,--model", o->model, "GGUF model file")->required()->check(CLI::ExistingFile);
     cmd->add_option("--alias", o->alias, "model id reported by /v1/models (default: the file name without .gguf)");
     cmd->add_option("--host", o->http.host, "address to listen on")->capture_default_str();
     cmd->add_option("--port", o->http.port, "port (0: any free port, printed at start)")->capture_default_str();
-    cmd->add_option("--policy", o->policy, "default KV policy of a request (a request's kv_policy overrides it); "
-                                           "learned presets name a registered predictor: model=NAME")
+    cmd->add_option("--policy", o->policy,
+                    "default KV policy of a request (a request's kv_policy overrides it); "
+                    "learned presets name a registered predictor: model=NAME")
         ->capture_default_str();
-    cmd->add_option("--predictor", o->predictors,
-                    "NAME=PATH: a learned predictor (kvzap, wgkv or kvpop checkpoint) that policies may name as "
-                    "model=NAME (repeatable); loaded and checked against the model at start. Requests never name files");
+    cmd->add_option(
+        "--predictor", o->predictors,
+        "NAME=PATH: a learned predictor (kvzap, wgkv or kvpop checkpoint) that policies may name as "
+        "model=NAME (repeatable); loaded and checked against the model at start. Requests never name files");
     cmd->add_option("--predictor-dir", o->predictor_dirs,
                     "a folder whose subfolders are predictors, each registered under its own name (repeatable)");
     o->kv.add_to(cmd);
     add_kv_pool_option(cmd, o->kv_budget_mb, "size of the KV pool all sequences share, in MiB (0: grow on demand)");
     cmd->add_option("--slots", o->sched.slots, "sequences decoded together")->capture_default_str();
-    cmd->add_option("-c,--ctx-size", o->sched.n_ctx, "positions per sequence, prompt and answer (0: the model's, at most 4096)")
+    cmd->add_option("-c,--ctx-size", o->sched.n_ctx,
+                    "positions per sequence, prompt and answer (0: the model's, at most 4096)")
         ->capture_default_str();
     cmd->add_option("--prefill-chunk", o->sched.prefill_chunk, "prompt tokens per step, interleaved with decoding")
         ->capture_default_str();
@@ -198,14 +207,16 @@ void add_serve(CLI::App& app) {
         ->capture_default_str();
     cmd->add_flag("--queue", o->sched.wait_for_memory,
                   "when the KV pool is full, a request waits for others to finish instead of failing with 503");
-    cmd->add_option("--chat-template", o->chat_template, "chat format instead of the model's: " + chat_template_names());
+    cmd->add_option("--chat-template", o->chat_template,
+                    "chat format instead of the model's: " + chat_template_names());
     cmd->add_option("--cache-dir", o->cache_dir,
                     "folder of saved sequences: requests may save theirs (\"cache_save\": NAME) and start from one "
                     "(\"cache_restore\": NAME)");
-    cmd->add_option("--cache-dir-quota-mb", o->cache_dir_quota_mb,
-                    "most MiB of saved sequences each API key's folder of --cache-dir may hold (without keys: the folder "
-                    "itself); a save past it is refused (cache_save: usage.cache_save_error; POST /v1/cache/save: 403), "
-                    "deleting saved sequences frees space (0: no limit)")
+    cmd->add_option(
+           "--cache-dir-quota-mb", o->cache_dir_quota_mb,
+           "most MiB of saved sequences each API key's folder of --cache-dir may hold (without keys: the folder "
+           "itself); a save past it is refused (cache_save: usage.cache_save_error; POST /v1/cache/save: 403), "
+           "deleting saved sequences frees space (0: no limit)")
         ->capture_default_str();
     cmd->add_option("-t,--threads", o->threads, "compute threads (0: all cores)")->capture_default_str();
     cmd->add_option("--max-connections,--http-threads", o->http.max_connections,
@@ -215,10 +226,12 @@ void add_serve(CLI::App& app) {
     cmd->add_option("--read-timeout", o->http.read_timeout_s,
                     "seconds the server waits for the next bytes of a request before it closes the connection")
         ->capture_default_str();
-    cmd->add_flag("--metrics", o->http.metrics, "serve GET /metrics (Prometheus text; off: 404; with keys it needs one)");
-    cmd->add_option("--api-key", o->api_keys,
-                    "an API key clients must present (Authorization: Bearer KEY); repeatable. Each key sees only its own "
-                    "conversations and saved sequences");
+    cmd->add_flag("--metrics", o->http.metrics,
+                  "serve GET /metrics (Prometheus text; off: 404; with keys it needs one)");
+    cmd->add_option(
+        "--api-key", o->api_keys,
+        "an API key clients must present (Authorization: Bearer KEY); repeatable. Each key sees only its own "
+        "conversations and saved sequences");
     cmd->add_option("--api-key-file", o->api_key_file,
                     "file of API keys, one per line ('#' comments and blank lines ignored); re-read on SIGHUP")
         ->check(CLI::ExistingFile);
@@ -230,9 +243,10 @@ void add_serve(CLI::App& app) {
                     "generation requests one API key may have running or queued at once (0: no limit; one more: 429; "
                     "without keys all clients count as one)")
         ->capture_default_str();
-    cmd->add_option("--shutdown-grace", o->shutdown_grace_s,
-                    "on SIGTERM / SIGINT, seconds running and queued requests may take to finish while new ones get 503 "
-                    "(0: end them at once with 503; a second signal ends the wait)")
+    cmd->add_option(
+           "--shutdown-grace", o->shutdown_grace_s,
+           "on SIGTERM / SIGINT, seconds running and queued requests may take to finish while new ones get 503 "
+           "(0: end them at once with 503; a second signal ends the wait)")
         ->capture_default_str();
     cmd->add_option("--ready-stall", o->http.ready_stall_s,
                     "GET /ready answers 503 when the scheduler has made no progress for this many seconds while "
@@ -241,7 +255,8 @@ void add_serve(CLI::App& app) {
     cmd->add_option("--allowed-origins", o->allowed_origins,
                     "comma-separated origins (https://app.example:8443) whose browser pages may call the server; a "
                     "request with another Origin header gets 403 (default: none)");
-    cmd->add_option("--max-body-mb", o->max_body_mb, "largest request body in MiB (larger: 413)")->capture_default_str();
+    cmd->add_option("--max-body-mb", o->max_body_mb, "largest request body in MiB (larger: 413)")
+        ->capture_default_str();
     cmd->callback([o] { run(*o); });
 }
 

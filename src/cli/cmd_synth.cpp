@@ -30,7 +30,8 @@ void add_synth(CLI::App& app) {
         const auto t0 = std::chrono::steady_clock::now();
         write_synth_model(o->out, s, t, o->seed);
         const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        std::fprintf(stderr, "wrote %s (%s, %s) in %.1f s\n", o->out.c_str(), s.name.c_str(), type_name(t).c_str(), sec);
+        std::fprintf(stderr, "wrote %s (%s, %s) in %.1f s\n", o->out.c_str(), s.name.c_str(), type_name(t).c_str(),
+                     sec);
     });
 }
 

@@ -14,7 +14,9 @@ void add_tokenize(CLI::App& app) {
         bool no_bos = false, parse_special = false;
     };
     auto o = std::make_shared<Opts>();
-    cmd->add_option("-m,--model", o->model, "GGUF file (only its vocabulary is read)")->required()->check(CLI::ExistingFile);
+    cmd->add_option("-m,--model", o->model, "GGUF file (only its vocabulary is read)")
+        ->required()
+        ->check(CLI::ExistingFile);
     cmd->add_option("-p,--prompt", o->prompt, "text to tokenize")->required();
     cmd->add_flag("--no-bos", o->no_bos, "do not add BOS/EOS");
     cmd->add_flag("--parse-special", o->parse_special, "turn text of control tokens into those tokens");

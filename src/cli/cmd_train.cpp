@@ -52,7 +52,8 @@ TrainerSpec config_trainer(std::string name, std::string help, bool (*run)(const
                          "stdout and write nothing");
         cmd.callback([name, run, evaluate, config, resume, quiet, eval_only] {
             if (!run)
-                fail("train ", name, " needs the libtorch training stack, which this build does not include (install "
+                fail("train ", name,
+                     " needs the libtorch training stack, which this build does not include (install "
                      "libtorch-dev and rebuild)");
             if (*eval_only) {
                 require(!*resume, "--eval-only and --resume exclude each other (--eval-only trains nothing)");
@@ -83,7 +84,8 @@ TrainerSpec config_trainer(std::string name, std::string help, std::vector<Confi
         for (size_t i = 0; i < flags.size(); ++i) {
             const ConfigFlag& f = flags[i];
             if (f.kind == ConfigFlag::Kind::kSwitch) {
-                cmd.add_flag_callback(f.names, [given, i] { (*given)[i] = true; }, f.help);
+                cmd.add_flag_callback(
+                    f.names, [given, i] { (*given)[i] = true; }, f.help);
                 continue;
             }
             auto* o = cmd.add_option(f.names, (*values)[i], f.help);

@@ -27,9 +27,7 @@ int main(int argc, char** argv) {
     kvsieve::cli::add_train(app);
     try {
         app.parse(argc, argv);
-    } catch (const CLI::ParseError& e) {
-        return app.exit(e);
-    } catch (const std::bad_alloc&) {
+    } catch (const CLI::ParseError& e) { return app.exit(e); } catch (const std::bad_alloc&) {
         std::fprintf(stderr, "error: out of memory\n");
         return 1;
     } catch (const std::exception& e) {

@@ -13,7 +13,10 @@ TrainerSpec kvpop_trainer() {
 #else
     constexpr bool (*run)(const std::string&, bool, bool) = nullptr;
 #endif
-    return config_trainer("kvpop", "KVpop: train a fixed-budget eviction scorer (mLSTM or MLP) on the frozen model's future attention (docs/training.md)", run);
+    return config_trainer("kvpop",
+                          "KVpop: train a fixed-budget eviction scorer (mLSTM or MLP) on the frozen model's future "
+                          "attention (docs/training.md)",
+                          run);
 }
 
 }  // namespace kvsieve::cli

@@ -15,8 +15,9 @@ TrainerSpec spkv_trainer() {
     constexpr bool (*run)(const std::string&, bool, bool) = nullptr;
     constexpr void (*evaluate)(const std::string&, bool) = nullptr;
 #endif
-    return config_trainer("spkv", "SP-KV: train a model and its KV utility gates together by next-token loss (docs/training.md)",
-                          run, evaluate, true);
+    return config_trainer(
+        "spkv", "SP-KV: train a model and its KV utility gates together by next-token loss (docs/training.md)", run,
+        evaluate, true);
 }
 
 }  // namespace kvsieve::cli

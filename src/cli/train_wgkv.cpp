@@ -12,7 +12,8 @@ TrainerSpec wgkv_trainer() {
 #else
     constexpr bool (*run)(const std::string&, bool, bool) = nullptr;
 #endif
-    return config_trainer("wgkv", "WG-KV: distil write gates on pre/post-RoPE keys from a frozen model (docs/training.md)", run);
+    return config_trainer(
+        "wgkv", "WG-KV: distil write gates on pre/post-RoPE keys from a frozen model (docs/training.md)", run);
 }
 
 }  // namespace kvsieve::cli

@@ -35,12 +35,12 @@ TrainerSpec config_trainer(std::string name, std::string help, bool (*run)(const
 /// A command-line flag that sets one key of a config trainer's JSON config.
 struct ConfigFlag {
     enum class Kind {
-        kText,   ///< one string
-        kPath,   ///< one file or folder, relative to the working directory (made absolute in the config)
-        kPaths,  ///< one or more files (repeatable), as kPath; the key holds a list
-        kInt,    ///< integer
-        kReal,   ///< number
-        kSwitch, ///< flag without a value: sets the key to true
+        kText,    ///< one string
+        kPath,    ///< one file or folder, relative to the working directory (made absolute in the config)
+        kPaths,   ///< one or more files (repeatable), as kPath; the key holds a list
+        kInt,     ///< integer
+        kReal,    ///< number
+        kSwitch,  ///< flag without a value: sets the key to true
     };
     std::string names;  ///< CLI11 spelling, e.g. "-t,--threads"
     std::string key;    ///< the config key it sets

@@ -61,11 +61,21 @@ std::vector<float> prompt_logits(Session& s, const std::vector<int32_t>& prompt,
 nlohmann::json FidelityResult::to_json() const {
     nlohmann::json mem = nlohmann::json::array();
     for (const auto& [t, b] : memory) mem.push_back({t, b});
-    return {{"policy", policy},       {"greedy_prefix", prefix},     {"token_accuracy", accuracy},
-            {"kl", kl},               {"mean_greedy_prefix", mean_prefix}, {"mean_token_accuracy", mean_accuracy},
-            {"mean_kl", mean_kl},     {"accuracy_by_step", accuracy_by_step}, {"compression_ratio", compression},
-            {"kv_bytes_final", kv_bytes_final}, {"kv_bytes_peak", kv_bytes_peak}, {"kv_bytes_full", kv_bytes_full}, {"scorer_state_bytes", state_bytes},
-            {"decode_tok_s", decode_tok_s}, {"memory", mem}};
+    return {{"policy", policy},
+            {"greedy_prefix", prefix},
+            {"token_accuracy", accuracy},
+            {"kl", kl},
+            {"mean_greedy_prefix", mean_prefix},
+            {"mean_token_accuracy", mean_accuracy},
+            {"mean_kl", mean_kl},
+            {"accuracy_by_step", accuracy_by_step},
+            {"compression_ratio", compression},
+            {"kv_bytes_final", kv_bytes_final},
+            {"kv_bytes_peak", kv_bytes_peak},
+            {"kv_bytes_full", kv_bytes_full},
+            {"scorer_state_bytes", state_bytes},
+            {"decode_tok_s", decode_tok_s},
+            {"memory", mem}};
 }
 
 FidelityResult FidelityResult::from_json(const nlohmann::json& j) {
@@ -101,10 +111,10 @@ FidelityResult FidelityResult::from_json(const nlohmann::json& j) {
 namespace {
 /// The settings a report records, as they appear in fidelity.json.
 nlohmann::json report_settings(const std::string& model_name, const FidelityOptions& o) {
-    nlohmann::json j = {{"model", model_name},        {"corpus", o.corpus},   {"prompt_tokens", o.prompt_tokens},
-            {"gen_tokens", o.gen_tokens}, {"samples", o.samples}, {"kl_top", o.top},
-            {"prefill_chunk", o.prefill_chunk}, {"temperature", o.temp}, {"seed", o.seed},
-            {"kv_type", o.kv_type}};
+    nlohmann::json j = {
+        {"model", model_name},  {"corpus", o.corpus},  {"prompt_tokens", o.prompt_tokens}, {"gen_tokens", o.gen_tokens},
+        {"samples", o.samples}, {"kl_top", o.top},     {"prefill_chunk", o.prefill_chunk}, {"temperature", o.temp},
+        {"seed", o.seed},       {"kv_type", o.kv_type}};
     if (kv_quantized(parse_kv_types(o.kv_type))) j["kv_rotate"] = o.kv_rotate;  // F16 tables keep their settings
     return j;
 }
@@ -126,8 +136,9 @@ std::vector<FidelityResult> read_fidelity_results(const std::string& dir, const 
     for (const auto& [key, want] : settings.items()) {
         if (!j.contains(key)) continue;  // reports written before the key existed (the corpus)
         const nlohmann::json& have = j[key];
-        const bool same = want.is_number() && have.is_number() ? std::abs(want.get<double>() - have.get<double>()) < 1e-12
-                                                               : want == have;
+        const bool same = want.is_number() && have.is_number()
+                              ? std::abs(want.get<double>() - have.get<double>()) < 1e-12
+                              : want == have;
         require(same, path, " was made with ", key, " = ", have.dump(), ", this run has ", want.dump(),
                 ": choose another --out, or remove the file to start afresh");
     }
@@ -168,7 +179,8 @@ std::vector<FidelityTeacher> fidelity_teachers(const LlamaModel& model, const To
             std::vector<int32_t> idx(p.size());
             std::iota(idx.begin(), idx.end(), 0);
             const int64_t m = std::min<int64_t>(o.top, static_cast<int64_t>(p.size()));
-            std::partial_sort(idx.begin(), idx.begin() + m, idx.end(), [&](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+            std::partial_sort(idx.begin(), idx.begin() + m, idx.end(),
+                              [&](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
             std::vector<std::pair<int32_t, float>> top;
             double kept = 0;
             for (int64_t i = 0; i < m; ++i) top.emplace_back(idx[i], static_cast<float>(p[idx[i]])), kept += p[idx[i]];
@@ -176,7 +188,8 @@ std::vector<FidelityTeacher> fidelity_teachers(const LlamaModel& model, const To
             int32_t next = best;
             if (o.temp > 0) {  // sample from p^(1/T)
                 std::vector<double> w(p.size());
-                for (size_t i = 0; i < p.size(); ++i) w[i] = std::exp((static_cast<double>(logits[i]) - logits[best]) / o.temp);
+                for (size_t i = 0; i < p.size(); ++i)
+                    w[i] = std::exp((static_cast<double>(logits[i]) - logits[best]) / o.temp);
                 next = static_cast<int32_t>(std::discrete_distribution<int32_t>(w.begin(), w.end())(rng));
             }
             t.best.push_back(best);
@@ -192,8 +205,9 @@ std::vector<FidelityTeacher> fidelity_teachers(const LlamaModel& model, const To
     return out;
 }
 
-FidelityResult evaluate_fidelity(const LlamaModel& model, const Tokenizer& tok, const std::vector<FidelityTeacher>& teachers,
-                                 const std::string& policy_spec, const FidelityOptions& o) {
+FidelityResult evaluate_fidelity(const LlamaModel& model, const Tokenizer& tok,
+                                 const std::vector<FidelityTeacher>& teachers, const std::string& policy_spec,
+                                 const FidelityOptions& o) {
     const ModelConfig& c = model.config();
     const Policy pol = parse_policy(policy_spec);
     auto pool = make_kv_pool(c.head_dim, parse_kv_types(o.kv_type), parse_kv_rotate_mode(o.kv_rotate));
@@ -272,7 +286,8 @@ void write_fidelity_report(const std::string& dir, const std::string& model_name
     char buf[1024];
     std::string temp_text = "greedy";
     if (o.temp > 0) {
-        std::snprintf(buf, sizeof buf, "sampled at temperature %g, seed %llu", o.temp, static_cast<unsigned long long>(o.seed));
+        std::snprintf(buf, sizeof buf, "sampled at temperature %g, seed %llu", o.temp,
+                      static_cast<unsigned long long>(o.seed));
         temp_text = buf;
     }
     std::snprintf(buf, sizeof buf,
@@ -283,15 +298,19 @@ void write_fidelity_report(const std::string& dir, const std::string& model_name
                   "at the end of the first prompt's generation.\n\n",
                   model_name.c_str(), static_cast<long long>(o.samples), static_cast<long long>(o.prompt_tokens),
                   static_cast<long long>(o.gen_tokens), temp_text.c_str(), static_cast<long long>(o.top));
-    md << buf << "| policy | greedy prefix | token accuracy | KL (nats/step) | compression ratio | KV MiB (final / peak / full) | scorer state MiB | decode tok/s |\n"
+    md << buf
+       << "| policy | greedy prefix | token accuracy | KL (nats/step) | compression ratio | KV MiB (final / peak / "
+          "full) | scorer state MiB | decode tok/s |\n"
        << "|---|---:|---:|---:|---:|---|---:|---:|\n";
     for (const auto& r : results) {
         std::snprintf(buf, sizeof buf, "| `%s` | %.0f | %.3f | %.4f | %.3f | %.2f / %.2f / %.2f | %.2f | %.1f |\n",
-                      r.policy.c_str(), r.mean_prefix, r.mean_accuracy, r.mean_kl, r.compression, r.kv_bytes_final / 1048576.0,
-                      r.kv_bytes_peak / 1048576.0, r.kv_bytes_full / 1048576.0, r.state_bytes / 1048576.0, r.decode_tok_s);
+                      r.policy.c_str(), r.mean_prefix, r.mean_accuracy, r.mean_kl, r.compression,
+                      r.kv_bytes_final / 1048576.0, r.kv_bytes_peak / 1048576.0, r.kv_bytes_full / 1048576.0,
+                      r.state_bytes / 1048576.0, r.decode_tok_s);
         md << buf;
     }
-    md << "\n![KV memory vs generated tokens](fidelity_memory.png)\n\n![token accuracy along the generation](fidelity_accuracy.png)\n";
+    md << "\n![KV memory vs generated tokens](fidelity_memory.png)\n\n![token accuracy along the "
+          "generation](fidelity_accuracy.png)\n";
     write_text((fs::path(dir) / "fidelity.md").string(), md.str());
 
     // Plots: one .dat block per policy.
@@ -301,7 +320,8 @@ void write_fidelity_report(const std::string& dir, const std::string& model_name
         for (const auto& [t, b] : r.memory) mem << t << " " << b / 1048576.0 << "\n";
         mem << "\n\n";
         acc << "# " << r.policy << "\n";
-        for (size_t b = 0; b < r.accuracy_by_step.size(); ++b) acc << (b + 0.5) * o.memory_every << " " << r.accuracy_by_step[b] << "\n";
+        for (size_t b = 0; b < r.accuracy_by_step.size(); ++b)
+            acc << (b + 0.5) * o.memory_every << " " << r.accuracy_by_step[b] << "\n";
         acc << "\n\n";
     }
     write_text((fs::path(dir) / "fidelity_memory.dat").string(), mem.str());
@@ -311,12 +331,15 @@ void write_fidelity_report(const std::string& dir, const std::string& model_name
         gp << "set terminal pngcairo size 900,640 noenhanced\nset output '" << stem << ".png'\nset title '" << title
            << "'\nset xlabel 'tokens in the sequence'\nset ylabel '" << ylabel << "'\nset key below\nset grid\nplot ";
         for (size_t i = 0; i < results.size(); ++i)
-            gp << (i ? ", " : "") << "'" << stem << ".dat' index " << i << " with linespoints" << series_style(i) << " title '" << short_label(results[i].policy) << "'";
+            gp << (i ? ", " : "") << "'" << stem << ".dat' index " << i << " with linespoints" << series_style(i)
+               << " title '" << short_label(results[i].policy) << "'";
         gp << "\n";
         return gp.str();
     };
-    render_gnuplot(dir, "fidelity_memory", script("fidelity_memory", "KV cache (MiB)", model_name + ": KV memory during generation"));
-    std::string acc_gp = script("fidelity_accuracy", "greedy agreement with the full cache", model_name + ": token accuracy along the generation");
+    render_gnuplot(dir, "fidelity_memory",
+                   script("fidelity_memory", "KV cache (MiB)", model_name + ": KV memory during generation"));
+    std::string acc_gp = script("fidelity_accuracy", "greedy agreement with the full cache",
+                                model_name + ": token accuracy along the generation");
     acc_gp.replace(acc_gp.find("tokens in the sequence"), 22, "generated tokens");
     render_gnuplot(dir, "fidelity_accuracy", acc_gp);
 }

@@ -31,13 +31,15 @@ struct FidelityOptions {
     int64_t gen_tokens = 1024;    ///< teacher's greedy continuation
     int64_t samples = 2;          ///< prompts (consecutive windows of the corpus)
     int64_t top = 256;            ///< teacher probabilities kept per step for the KL
-    int64_t prefill_chunk = 0;    ///< chunked prefill of the prompt, compression after each chunk (0: one batch; session/prefill_plan.h)
+    int64_t prefill_chunk =
+        0;  ///< chunked prefill of the prompt, compression after each chunk (0: one batch; session/prefill_plan.h)
     int64_t memory_every = 64;    ///< steps between KV-byte records
     double temp = 0;              ///< teacher's sampling temperature (0: greedy)
     uint64_t seed = 1;            ///< its sampling seed (prompt i uses seed + i)
     std::string kv_type = "f16";  ///< KV element types, parse_kv_types spec: "f16", "q8_0", or keys/values "q8_0/f16"
-    std::string kv_rotate = "auto";  ///< rotation of the stored entries: auto, on, off (cache/kv_rotation.h KVRotateMode)
-    std::string corpus;           ///< the corpus's name (its path), recorded in the report and checked on resume
+    std::string kv_rotate =
+        "auto";          ///< rotation of the stored entries: auto, on, off (cache/kv_rotation.h KVRotateMode)
+    std::string corpus;  ///< the corpus's name (its path), recorded in the report and checked on resume
     bool progress = true;
 };
 
@@ -60,10 +62,10 @@ struct FidelityResult {
     /// (tokens in the sequence, KV bytes) along the generation of the first prompt.
     std::vector<std::pair<int64_t, uint64_t>> memory;
     double mean_prefix = 0, mean_accuracy = 0, mean_kl = 0;
-    double compression = 0;      ///< compression ratio at the end of the generation (mean over prompts)
+    double compression = 0;  ///< compression ratio at the end of the generation (mean over prompts)
     uint64_t kv_bytes_final = 0, kv_bytes_peak = 0, kv_bytes_full = 0;  ///< first prompt, at its end
-    uint64_t state_bytes = 0;    ///< the scorer's per-sequence state, first prompt, at its end
-    double decode_tok_s = 0;     ///< decode steps per second (all prompts)
+    uint64_t state_bytes = 0;  ///< the scorer's per-sequence state, first prompt, at its end
+    double decode_tok_s = 0;   ///< decode steps per second (all prompts)
     nlohmann::json to_json() const;
     /// Reads back what to_json wrote. Throws Error naming the first missing or mistyped key.
     static FidelityResult from_json(const nlohmann::json& j);
@@ -75,8 +77,9 @@ std::vector<FidelityTeacher> fidelity_teachers(const LlamaModel& model, const To
                                                const FidelityOptions& o);
 
 /// One policy against the teachers. Throws Error for a bad policy spec.
-FidelityResult evaluate_fidelity(const LlamaModel& model, const Tokenizer& tok, const std::vector<FidelityTeacher>& teachers,
-                                 const std::string& policy_spec, const FidelityOptions& o);
+FidelityResult evaluate_fidelity(const LlamaModel& model, const Tokenizer& tok,
+                                 const std::vector<FidelityTeacher>& teachers, const std::string& policy_spec,
+                                 const FidelityOptions& o);
 
 /// The results already in DIR/fidelity.json, so that an interrupted or extended run computes only the policies it
 /// lacks: empty when there is no such file. Throws Error when the file cannot be read, or when it was made with

@@ -89,7 +89,8 @@ void write_head_density(const std::string& dir, const std::string& stem, const s
     const int L = m.n_layer(), H = m.n_head_kv();
     std::ostringstream md, dat;
     char buf[64];
-    md << "# " << title << "\n\n" << what << "; mean " << (std::snprintf(buf, sizeof buf, "%.3f", m.mean()), buf) << ".\n\n| layer |";
+    md << "# " << title << "\n\n"
+       << what << "; mean " << (std::snprintf(buf, sizeof buf, "%.3f", m.mean()), buf) << ".\n\n| layer |";
     for (int h = 0; h < H; ++h) md << " head " << h << " |";
     md << " layer mean |\n|---|";
     for (int h = 0; h <= H; ++h) md << "---|";
@@ -110,7 +111,8 @@ void write_head_density(const std::string& dir, const std::string& stem, const s
         j.push_back(m.density[l]);
     }
     write_text((fs::path(dir) / (stem + ".md")).string(), md.str());
-    write_text((fs::path(dir) / (stem + ".json")).string(), nlohmann::json{{"head_density", j}, {"mean", m.mean()}}.dump(1) + "\n");
+    write_text((fs::path(dir) / (stem + ".json")).string(),
+               nlohmann::json{{"head_density", j}, {"mean", m.mean()}}.dump(1) + "\n");
     write_text((fs::path(dir) / (stem + ".dat")).string(), dat.str());
     std::ostringstream gp;
     gp << "set terminal pngcairo size " << std::max(360, 90 * H + 220) << "," << std::max(300, 18 * L + 140)
@@ -122,8 +124,8 @@ void write_head_density(const std::string& dir, const std::string& stem, const s
 }
 
 std::string head_density_report(const LlamaModel& model, const Tokenizer& tok, const std::string& text,
-                                const std::string& policy, const NllOptions& o, const std::string& out_dir,
-                                bool hybrid, int n_global, uint64_t seed) {
+                                const std::string& policy, const NllOptions& o, const std::string& out_dir, bool hybrid,
+                                int n_global, uint64_t seed) {
     namespace fs = std::filesystem;
     Policy pol = parse_policy(policy);
     if (pol.scorer) {  // the window and sinks the cache will use (a learned policy may take them from the model)
@@ -135,10 +137,12 @@ std::string head_density_report(const LlamaModel& model, const Tokenizer& tok, c
     write_head_density(out_dir, "head_density", name + ": " + policy, m);
     std::ostringstream md;
     char buf[512];
-    std::snprintf(buf, sizeof buf, "# %s: head density and hybrid layouts\n\nPolicy `%s`, %lld windows of %lld tokens, "
+    std::snprintf(buf, sizeof buf,
+                  "# %s: head density and hybrid layouts\n\nPolicy `%s`, %lld windows of %lld tokens, "
                   "%s protocol. Mean density %.3f, NLL %.4f.\n\n![head density](head_density.png)\n\n",
-                  name.c_str(), policy.c_str(), static_cast<long long>(r.nll.size()), static_cast<long long>(o.sample_tokens),
-                  o.protocol == NllProtocol::kChunked ? "chunked" : "plain", r.mean_density, r.mean_nll);
+                  name.c_str(), policy.c_str(), static_cast<long long>(r.nll.size()),
+                  static_cast<long long>(o.sample_tokens), o.protocol == NllProtocol::kChunked ? "chunked" : "plain",
+                  r.mean_density, r.mean_nll);
     md << buf;
     if (!hybrid) {
         write_text((fs::path(out_dir) / "hybrid.md").string(), md.str());
@@ -163,7 +167,8 @@ std::string head_density_report(const LlamaModel& model, const Tokenizer& tok, c
     rows.push_back({"every head local", {}, hybrid_policy_spec({}, window, sinks)});
     md << "Hybrid layouts (SP-KV §4): global heads keep every entry, local heads keep " << sinks << " sinks and a "
        << window << "-token window. Full-cache NLL " << (std::snprintf(buf, sizeof buf, "%.4f", full.mean_nll), buf)
-       << ".\n\n| layout | global heads | density coverage | density | NLL | ΔNLL vs full |\n|---|---|---|---|---|---|\n";
+       << ".\n\n| layout | global heads | density coverage | density | NLL | ΔNLL vs full "
+          "|\n|---|---|---|---|---|---|\n";
     nlohmann::json j = {{"policy", policy}, {"nll_full", full.mean_nll}, {"layouts", nlohmann::json::array()}};
     for (size_t i = 0; i < rows.size(); ++i) {
         const Row& row = rows[i];
@@ -173,8 +178,12 @@ std::string head_density_report(const LlamaModel& model, const Tokenizer& tok, c
         std::snprintf(buf, sizeof buf, "| %s | %s | %.3f | %.3f | %.4f | %+.2f%% |\n", row.layout.c_str(),
                       i == 0 ? "—" : std::to_string(row.heads.size()).c_str(), cov, e.mean_density, e.mean_nll, delta);
         md << buf;
-        j["layouts"].push_back({{"layout", row.layout}, {"spec", row.spec}, {"global_heads", row.heads.size()},
-                                {"coverage", cov}, {"density", e.mean_density}, {"nll", e.mean_nll},
+        j["layouts"].push_back({{"layout", row.layout},
+                                {"spec", row.spec},
+                                {"global_heads", row.heads.size()},
+                                {"coverage", cov},
+                                {"density", e.mean_density},
+                                {"nll", e.mean_nll},
                                 {"delta_nll_pct", delta}});
     }
     write_text((fs::path(out_dir) / "hybrid.md").string(), md.str());

@@ -27,10 +27,10 @@ using HeadId = std::pair<int, int>;
 
 /// How the global heads of a hybrid layout are chosen.
 enum class HybridStrategy {
-    kDensest,     ///< the n densest heads of the map (SP-KV §4)
-    kEvery4From0, ///< strategy A: whole layers 0, 4, 8, … global (3 local : 1 global from layer 0)
-    kEvery4From3, ///< strategy B: whole layers 3, 7, 11, … global (3 local : 1 global, the first global at 3)
-    kRandom,      ///< strategy C: n heads drawn uniformly (seeded)
+    kDensest,      ///< the n densest heads of the map (SP-KV §4)
+    kEvery4From0,  ///< strategy A: whole layers 0, 4, 8, … global (3 local : 1 global from layer 0)
+    kEvery4From3,  ///< strategy B: whole layers 3, 7, 11, … global (3 local : 1 global, the first global at 3)
+    kRandom,       ///< strategy C: n heads drawn uniformly (seeded)
 };
 const char* hybrid_strategy_name(HybridStrategy s);
 
@@ -50,8 +50,9 @@ std::string hybrid_policy_spec(const std::vector<HeadId>& global, int window, in
 /// [0, 1]). Throws Error on I/O failure.
 void write_head_density(const std::string& dir, const std::string& stem, const std::string& title,
                         const HeadDensityMap& m,
-                        const std::string& what = "Density ρ per layer and KV head (fraction of the entries beyond "
-                                                  "the local window kept)");
+                        const std::string& what =
+                            "Density ρ per layer and KV head (fraction of the entries beyond "
+                            "the local window kept)");
 
 /// `kvsieve eval density`: evaluates `policy` on `text` (evaluate_nll with `o`), writes its map to
 /// OUT/head_density.{md,json,dat,png}; with `hybrid`, also evaluates the full cache, every-head-local, and the
@@ -59,7 +60,7 @@ void write_head_density(const std::string& dir, const std::string& stem, const s
 /// window and sinks, and writes OUT/hybrid.md (global heads, density coverage, density, NLL, ΔNLL vs full) and
 /// OUT/hybrid.json. Returns the markdown written. Throws Error as evaluate_nll does, or for n_global out of range.
 std::string head_density_report(const LlamaModel& model, const Tokenizer& tok, const std::string& text,
-                                const std::string& policy, const NllOptions& o, const std::string& out_dir,
-                                bool hybrid, int n_global, uint64_t seed);
+                                const std::string& policy, const NllOptions& o, const std::string& out_dir, bool hybrid,
+                                int n_global, uint64_t seed);
 
 }  // namespace kvsieve

@@ -48,9 +48,12 @@ std::vector<std::vector<std::string>> read_csv(const fs::path& p) {
     for (size_t i = 0; i < text.size(); ++i) {
         const char c = text[i];
         if (quoted) {
-            if (c == '"' && i + 1 < text.size() && text[i + 1] == '"') field += '"', ++i;
-            else if (c == '"') quoted = false;
-            else field += c;
+            if (c == '"' && i + 1 < text.size() && text[i + 1] == '"')
+                field += '"', ++i;
+            else if (c == '"')
+                quoted = false;
+            else
+                field += c;
         } else if (c == '"') {
             quoted = true;
         } else if (c == ',') {
@@ -162,7 +165,8 @@ std::vector<LeaderboardRow> collect_leaderboard(const std::vector<std::string>& 
         for (const auto& e : fs::directory_iterator(d)) {
             if (!e.is_directory() || !fs::exists(e.path() / "metrics.json")) continue;
             const auto cfg = read_yaml(e.path() / "config.yaml");
-            const auto m = nlohmann::json::parse(read_whole_file((e.path() / "metrics.json").string(), "cell metrics"), nullptr, false);
+            const auto m = nlohmann::json::parse(read_whole_file((e.path() / "metrics.json").string(), "cell metrics"),
+                                                 nullptr, false);
             require(!m.is_discarded(), "leaderboard: ", (e.path() / "metrics.json").string(), " is not valid JSON");
             LeaderboardRow r;
             r.sweep = fs::path(d).lexically_normal().filename().string();
@@ -181,7 +185,8 @@ std::vector<LeaderboardRow> collect_leaderboard(const std::vector<std::string>& 
             const std::vector<std::string> keys =
                 ruler ? std::vector<std::string>{"task", "length", "index"} : std::vector<std::string>{"sample"};
             const std::vector<std::string> skip = ruler ? exclude_tasks : std::vector<std::string>{};
-            auto keyed = column_values(csv, records, ruler ? "score" : "nll", keys, skip, ruler ? &ruler_tasks : nullptr);
+            auto keyed =
+                column_values(csv, records, ruler ? "score" : "nll", keys, skip, ruler ? &ruler_tasks : nullptr);
             std::vector<double> values;
             for (const auto& kv : keyed) values.push_back(kv.second);
             const auto [mean, ci] = mean_ci95(values);
@@ -202,7 +207,8 @@ std::vector<LeaderboardRow> collect_leaderboard(const std::vector<std::string>& 
             per_sample.push_back(std::move(keyed));
         }
         require(!sweep.empty(), "leaderboard: '", d, "' holds no finished cells (<cell>/metrics.json)");
-        const auto full = std::find_if(sweep.begin(), sweep.end(), [](const LeaderboardRow& r) { return r.policy == "full"; });
+        const auto full =
+            std::find_if(sweep.begin(), sweep.end(), [](const LeaderboardRow& r) { return r.policy == "full"; });
         require(full != sweep.end(), "leaderboard: '", d, "' has no full-cache cell to compare with");
         const auto& full_samples = per_sample[static_cast<size_t>(full - sweep.begin())];
         std::map<std::string, double> full_by_key(full_samples.begin(), full_samples.end());
@@ -236,15 +242,18 @@ std::string write_leaderboard(const std::vector<LeaderboardRow>& rows, const std
     // RULER cells are grouped by protocol and prompt format too: scores of raw and chat-format prompts are not
     // comparable, so each format gets tables (and plots) of its own.
     for (const auto& r : rows)
-        groups[{r.model, r.task + (r.task == "ruler" ? std::string(r.query_aware ? ", query-aware" : ", query-agnostic") +
-                                                           ", " + r.format + " prompts"
-                                                     : "")}]
+        groups[{r.model,
+                r.task + (r.task == "ruler" ? std::string(r.query_aware ? ", query-aware" : ", query-agnostic") + ", " +
+                                                  r.format + " prompts"
+                                            : "")}]
             .push_back(r);
     std::ostringstream md;
     md << "# Leaderboard\n";
     for (auto& group : groups) {
         const auto& key = group.first;
-        auto& g = group.second;  // a plain reference: the lambdas below capture it (not allowed for structured bindings before C++20)
+        auto& g =
+            group
+                .second;  // a plain reference: the lambdas below capture it (not allowed for structured bindings before C++20)
         const bool ruler = key.second.rfind("ruler", 0) == 0;
         std::sort(g.begin(), g.end(), [](const LeaderboardRow& a, const LeaderboardRow& b) {
             if (a.policy == "full" || b.policy == "full")  // full rows first, equal ones together
@@ -254,8 +263,8 @@ std::string write_leaderboard(const std::vector<LeaderboardRow>& rows, const std
         // The full cache once: sweeps of the same model and task each carry one, the same when run alike.
         g.erase(std::unique(g.begin(), g.end(),
                             [](const LeaderboardRow& a, const LeaderboardRow& b) {
-                                return a.policy == "full" && b.policy == "full" && a.value == b.value && a.ci95 == b.ci95 &&
-                                       a.samples == b.samples;
+                                return a.policy == "full" && b.policy == "full" && a.value == b.value &&
+                                       a.ci95 == b.ci95 && a.samples == b.samples;
                             }),
                 g.end());
         md << "\n## " << key.first << " — " << key.second << "\n\n";
@@ -271,11 +280,12 @@ std::string write_leaderboard(const std::vector<LeaderboardRow>& rows, const std
         for (const auto& r : g) {
             char interval[64] = "";
             if (r.policy != "full")
-                std::snprintf(interval, sizeof interval, std::isnan(r.delta_ci95) ? " (unpaired)" : " ± %.2f%s", r.delta_ci95,
-                              ruler ? "" : "%");
+                std::snprintf(interval, sizeof interval, std::isnan(r.delta_ci95) ? " (unpaired)" : " ± %.2f%s",
+                              r.delta_ci95, ruler ? "" : "%");
             const std::string method = r.policy == "full" && several_full ? "full (" + r.sweep + ")" : r.method;
             std::snprintf(buf, sizeof buf, "| %s | `%s` | %.3f | %.3f | %.2f ± %.2f | %+.2f%s%s |\n", method.c_str(),
-                          r.policy.c_str(), r.compression, r.density, r.value, r.ci95, r.delta, ruler ? "" : "%", interval);
+                          r.policy.c_str(), r.compression, r.density, r.value, r.ci95, r.delta, ruler ? "" : "%",
+                          interval);
             md << buf;
         }
         if (ruler) {
@@ -324,9 +334,11 @@ std::string write_leaderboard(const std::vector<LeaderboardRow>& rows, const std
         std::ostringstream dat;
         std::vector<std::string> methods;
         for (const auto& r : g)
-            if (r.policy != "full" && std::find(methods.begin(), methods.end(), r.method) == methods.end()) methods.push_back(r.method);
+            if (r.policy != "full" && std::find(methods.begin(), methods.end(), r.method) == methods.end())
+                methods.push_back(r.method);
         for (const auto& mth : methods) {
-            const auto first = std::find_if(g.begin(), g.end(), [&](const LeaderboardRow& r) { return r.method == mth; });
+            const auto first =
+                std::find_if(g.begin(), g.end(), [&](const LeaderboardRow& r) { return r.method == mth; });
             dat << "# " << mth << "\n0 " << first->full << " 0\n";
             for (const auto& r : g)
                 if (r.method == mth) dat << r.compression << " " << r.value << " " << r.ci95 << "\n";
@@ -334,12 +346,14 @@ std::string write_leaderboard(const std::vector<LeaderboardRow>& rows, const std
         }
         write_text((fs::path(out_dir) / (stem + ".dat")).string(), dat.str());
         std::ostringstream gp;
-        gp << "set terminal pngcairo size 900,760 noenhanced\nset output '" << stem << ".png'\nset xlabel 'compression ratio'\n"
+        gp << "set terminal pngcairo size 900,760 noenhanced\nset output '" << stem
+           << ".png'\nset xlabel 'compression ratio'\n"
            << "set ylabel '" << (ruler ? "score (0-100)" : "NLL (nats/token)") << "'\nset title '" << key.first << ": "
-           << key.second << "'\nset key below left Left reverse\nset grid\nset xrange [0:1.02]\n" << (ruler ? "set yrange [0:*]\n" : "")
-           << "plot ";
+           << key.second << "'\nset key below left Left reverse\nset grid\nset xrange [0:1.02]\n"
+           << (ruler ? "set yrange [0:*]\n" : "") << "plot ";
         for (size_t i = 0; i < methods.size(); ++i)
-            gp << (i ? ", " : "") << "'" << stem << ".dat' index " << i << " using 1:2:3 with yerrorlines" << series_style(i) << " title '" << methods[i] << "'";
+            gp << (i ? ", " : "") << "'" << stem << ".dat' index " << i << " using 1:2:3 with yerrorlines"
+               << series_style(i) << " title '" << methods[i] << "'";
         gp << "\n";
         if (!methods.empty()) render_gnuplot(out_dir, stem, gp.str());
     }

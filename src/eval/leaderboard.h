@@ -8,16 +8,16 @@ namespace kvsieve {
 
 /// One cell of a sweep.
 struct LeaderboardRow {
-    std::string model;          ///< the model file's name
-    std::string sweep;          ///< the sweep directory's name (its last path component)
-    std::string task;           ///< "ruler" or "nll"
-    std::string policy;         ///< the cell's spec
-    std::string method;         ///< the preset (spec up to ':'), the checkpoint of its model= and its rule= when it has them
-    double compression = 0;     ///< mean compression ratio
-    double density = 1;         ///< mean density ρ
-    double value = 0;           ///< RULER: score 0–100; NLL: nats/token
-    double ci95 = 0;            ///< half-width of the 95% interval of `value` (normal approximation over samples)
-    double full = 0;            ///< the same sweep's full-cache value
+    std::string model;   ///< the model file's name
+    std::string sweep;   ///< the sweep directory's name (its last path component)
+    std::string task;    ///< "ruler" or "nll"
+    std::string policy;  ///< the cell's spec
+    std::string method;  ///< the preset (spec up to ':'), the checkpoint of its model= and its rule= when it has them
+    double compression = 0;  ///< mean compression ratio
+    double density = 1;      ///< mean density ρ
+    double value = 0;        ///< RULER: score 0–100; NLL: nats/token
+    double ci95 = 0;         ///< half-width of the 95% interval of `value` (normal approximation over samples)
+    double full = 0;         ///< the same sweep's full-cache value
     /// Δ vs full: RULER in score points (value − full), NLL in percent of the full NLL (100 · (value − full) / full).
     double delta = 0;
     /// Half-width of the 95% interval of `delta` paired over samples: every cell of a sweep runs the same examples, so
@@ -25,7 +25,7 @@ struct LeaderboardRow {
     /// the two cells' own intervals. NaN when the cell's samples are not all in the full cell (nothing to pair with).
     double delta_ci95 = 0;
     int64_t samples = 0;
-    bool query_aware = false;   ///< RULER protocol (cells written before it was recorded count as query-aware)
+    bool query_aware = false;  ///< RULER protocol (cells written before it was recorded count as query-aware)
     /// RULER prompt format, "raw" or "chat" (eval/ruler_prompt.h; cells written before it was recorded are raw).
     std::string format = "raw";
 };

@@ -13,9 +13,15 @@
 namespace kvsieve {
 
 nlohmann::json NllResult::to_json() const {
-    return {{"policy", policy},       {"nll", mean_nll},           {"ppl", ppl},
-            {"density", mean_density}, {"compression_ratio", mean_compression}, {"tokens", tokens},
-            {"per_sample_nll", nll},   {"per_sample_density", density}, {"head_density", head_density}};
+    return {{"policy", policy},
+            {"nll", mean_nll},
+            {"ppl", ppl},
+            {"density", mean_density},
+            {"compression_ratio", mean_compression},
+            {"tokens", tokens},
+            {"per_sample_nll", nll},
+            {"per_sample_density", density},
+            {"head_density", head_density}};
 }
 
 namespace {
@@ -40,8 +46,8 @@ NllResult evaluate_nll(const LlamaModel& model, const Tokenizer& tok, const std:
     require(o.chunk >= 1, "the chunk size must be ≥ 1");
     const std::vector<int32_t> ids = tok.encode(corpus_text, false, false);
     const int64_t per = o.sample_tokens - 1;  // BOS + per corpus tokens
-    require(static_cast<int64_t>(ids.size()) >= per, "the corpus has ", ids.size(), " tokens, fewer than one window of ",
-            per);
+    require(static_cast<int64_t>(ids.size()) >= per, "the corpus has ", ids.size(),
+            " tokens, fewer than one window of ", per);
     const int64_t samples = std::min<int64_t>(o.samples, static_cast<int64_t>(ids.size()) / per);
 
     Policy p = parse_policy(policy_spec);
@@ -71,7 +77,8 @@ NllResult evaluate_nll(const LlamaModel& model, const Tokenizer& tok, const std:
             plan.all_logits = true;
             Session session(model, tok, cache);
             session.prefill(w, plan, logits, [&](int64_t b, int64_t e, const std::vector<float>& lg) {
-                for (int64_t t = b; t < e && t + 1 < W; ++t, ++n) nll += token_nll(lg.data() + (t - b) * c.n_vocab, c.n_vocab, w[t + 1]);
+                for (int64_t t = b; t < e && t + 1 < W; ++t, ++n)
+                    nll += token_nll(lg.data() + (t - b) * c.n_vocab, c.n_vocab, w[t + 1]);
             });
         } else {
             const int64_t prefix = o.prefix > 0 ? std::min(o.prefix, W - 1) : W / 2;
@@ -89,7 +96,8 @@ NllResult evaluate_nll(const LlamaModel& model, const Tokenizer& tok, const std:
         r.density.push_back(st.density);
         r.compression.push_back(st.compression_ratio);
         const auto hd = st.head_density();
-        if (r.head_density.empty()) r.head_density.assign(hd.size(), std::vector<double>(hd.empty() ? 0 : hd[0].size(), 0.0));
+        if (r.head_density.empty())
+            r.head_density.assign(hd.size(), std::vector<double>(hd.empty() ? 0 : hd[0].size(), 0.0));
         for (size_t l = 0; l < hd.size(); ++l)
             for (size_t h = 0; h < hd[l].size(); ++h) r.head_density[l][h] += hd[l][h] / samples;
         r.tokens += n;

@@ -31,7 +31,8 @@ struct NllOptions {
     int window = 128;             ///< chunked protocol: protected recent positions
     int64_t prefix = -1;          ///< plain protocol: prompt length (−1: half the window)
     std::string kv_type = "f16";  ///< KV element types, parse_kv_types spec: "f16", "q8_0", or keys/values "q8_0/f16"
-    std::string kv_rotate = "auto";  ///< rotation of the stored entries: auto, on, off (cache/kv_rotation.h KVRotateMode)
+    std::string kv_rotate =
+        "auto";  ///< rotation of the stored entries: auto, on, off (cache/kv_rotation.h KVRotateMode)
     bool progress = true;
 };
 
@@ -45,7 +46,7 @@ struct NllResult {
     /// window), averaged over the windows.
     std::vector<std::vector<double>> head_density;
     double mean_nll = 0, ppl = 0, mean_density = 0, mean_compression = 0;
-    int64_t tokens = 0;               ///< predicted tokens in all windows
+    int64_t tokens = 0;  ///< predicted tokens in all windows
     nlohmann::json to_json() const;
 };
 

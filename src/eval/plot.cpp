@@ -13,8 +13,10 @@ bool render_gnuplot(const std::string& dir, const std::string& stem, const std::
     if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
         static bool said = false;  // once per process
         if (!said)
-            std::fprintf(stderr, "note: gnuplot is not installed: %s.gp and its data are written, the PNG is not "
-                                 "(apt-get install gnuplot-nox, then run gnuplot in that directory)\n", stem.c_str());
+            std::fprintf(stderr,
+                         "note: gnuplot is not installed: %s.gp and its data are written, the PNG is not "
+                         "(apt-get install gnuplot-nox, then run gnuplot in that directory)\n",
+                         stem.c_str());
         said = true;
         return false;
     }

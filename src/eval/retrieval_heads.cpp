@@ -22,9 +22,11 @@ namespace kvsieve {
 HeadDensityMap long_range_attention_mass(const LlamaModel& model, const Tokenizer& tok, const std::string& text,
                                          int64_t length, int64_t samples, int window, int sinks, bool progress) {
     const ModelConfig& c = model.config();
-    require(window >= 1 && window < length, "retrieval heads: the window (", window, ") must be in [1, length = ", length, ")");
+    require(window >= 1 && window < length, "retrieval heads: the window (", window,
+            ") must be in [1, length = ", length, ")");
     require(sinks >= 0, "retrieval heads: sinks must be ≥ 0");
-    require(length <= c.n_ctx_train, "retrieval heads: length ", length, " is beyond the model's context of ", c.n_ctx_train);
+    require(length <= c.n_ctx_train, "retrieval heads: length ", length, " is beyond the model's context of ",
+            c.n_ctx_train);
     require(samples >= 1, "retrieval heads: samples must be ≥ 1");
     const std::vector<int32_t> ids = tok.encode(text, false, false);
     const int64_t per = length - 1;
@@ -85,13 +87,16 @@ std::string retrieval_heads_report(const LlamaModel& model, const Tokenizer& tok
                                    const std::string& out_dir, bool progress) {
     const HeadDensityMap m = long_range_attention_mass(model, tok, text, length, samples, window, sinks, progress);
     const int total = m.n_layer() * m.n_head_kv();
-    require(n_global >= 0 && n_global <= total, "retrieval heads: --global-heads ", n_global, " is outside [0, ", total, "]");
+    require(n_global >= 0 && n_global <= total, "retrieval heads: --global-heads ", n_global, " is outside [0, ", total,
+            "]");
     std::filesystem::create_directories(out_dir);
-    write_head_density(out_dir, "retrieval_heads",
-                       "long-range attention mass (outside a window of " + std::to_string(window) + ")", m,
-                       "Long-range attention mass per layer and KV head (softmax weight of each query outside its local "
-                       "window of " + std::to_string(window) + " tokens, sinks excluded, averaged over queries)");
-    const std::string spec = hybrid_policy_spec(hybrid_global_heads(m, HybridStrategy::kDensest, n_global), window, sinks);
+    write_head_density(
+        out_dir, "retrieval_heads", "long-range attention mass (outside a window of " + std::to_string(window) + ")", m,
+        "Long-range attention mass per layer and KV head (softmax weight of each query outside its local "
+        "window of " +
+            std::to_string(window) + " tokens, sinks excluded, averaged over queries)");
+    const std::string spec =
+        hybrid_policy_spec(hybrid_global_heads(m, HybridStrategy::kDensest, n_global), window, sinks);
     write_text((std::filesystem::path(out_dir) / "policy.txt").string(), spec + "\n");
     std::ifstream md(std::filesystem::path(out_dir) / "retrieval_heads.md");
     std::stringstream ss;

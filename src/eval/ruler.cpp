@@ -92,8 +92,8 @@ std::vector<RunExample> make_examples(const ModelConfig& c, const Tokenizer& tok
                 r.ids = ruler_prompt_ids(tok, r.ex, o.format, o.chat_template);
                 const int64_t need = static_cast<int64_t>(r.ids.context.size() + r.ids.question.size()) +
                                      o.decode_preamble + r.ex.max_new_tokens;
-                require(need <= c.n_ctx_train, "task ", t, " at length ", len, " needs ", need,
-                        " positions (", ruler_format_name(o.format),
+                require(need <= c.n_ctx_train, "task ", t, " at length ", len, " needs ", need, " positions (",
+                        ruler_format_name(o.format),
                         " prompt, decode preamble and answer), beyond the model's context of ", c.n_ctx_train);
                 examples.push_back(std::move(r));
             }
@@ -124,8 +124,9 @@ int32_t argmax_not_eog(const std::vector<float>& logits, const Tokenizer& tok) {
 }
 
 /// Runs one example under every policy in `policies` together; one sample per policy.
-std::vector<RulerSample> run_example(const LlamaModel& model, const Tokenizer& tok, const std::vector<const Policy*>& policies,
-                                     const RunExample& run, const RulerOptions& o, const std::shared_ptr<KVPool>& pool) {
+std::vector<RulerSample> run_example(const LlamaModel& model, const Tokenizer& tok,
+                                     const std::vector<const Policy*>& policies, const RunExample& run,
+                                     const RulerOptions& o, const std::shared_ptr<KVPool>& pool) {
     const ModelConfig& c = model.config();
     const size_t N = policies.size();
     const TaskExample& ex = run.ex;
@@ -172,7 +173,9 @@ std::vector<RulerSample> run_example(const LlamaModel& model, const Tokenizer& t
         for (size_t i = 0; i < N; ++i) step[i] = {argmax_not_eog(logits[i], tok)};
         step_together(model, all, step, Session::StepKind::kDecode, all_logits);
     }
-    if (!question.empty()) step_together(model, all, std::vector<std::vector<int32_t>>(N, question), Session::StepKind::kExtend, all_logits);
+    if (!question.empty())
+        step_together(model, all, std::vector<std::vector<int32_t>>(N, question), Session::StepKind::kExtend,
+                      all_logits);
     // The answers, greedy, each until an end-of-generation token or max_new_tokens.
     std::vector<std::vector<int32_t>> out(N);
     std::vector<char> live(N, 1);
@@ -235,8 +238,8 @@ std::vector<RulerResult> run_ruler_cells(const LlamaModel& model, const Tokenize
                     " is example ", smp.index, ", beyond the ", n_ex, " examples of this run");
             const auto& ex = examples[static_cast<size_t>(smp.index)];
             require(smp.task == ex.ex.task && smp.length == ex.length, "ruler: the samples already made for ", specs[i],
-                    " are not this run's examples (sample ", smp.index, " is ", smp.task, "@", smp.length, ", the run's is ",
-                    ex.ex.task, "@", ex.length, ")");
+                    " are not this run's examples (sample ", smp.index, " is ", smp.task, "@", smp.length,
+                    ", the run's is ", ex.ex.task, "@", ex.length, ")");
             if (have[i][static_cast<size_t>(smp.index)]) continue;  // made twice (two runs over one example): the first
             have[i][static_cast<size_t>(smp.index)] = 1;
             kept.push_back(std::move(smp));
@@ -297,9 +300,14 @@ RulerResult run_ruler(const LlamaModel& model, const Tokenizer& tok, const std::
 }
 
 nlohmann::json RulerSample::to_json() const {
-    return {{"task", task},         {"length", length},           {"index", index},
-            {"score", score},       {"density", density},         {"compression_ratio", compression_ratio},
-            {"prediction", prediction}, {"answers", answers}};
+    return {{"task", task},
+            {"length", length},
+            {"index", index},
+            {"score", score},
+            {"density", density},
+            {"compression_ratio", compression_ratio},
+            {"prediction", prediction},
+            {"answers", answers}};
 }
 
 RulerSample RulerSample::from_json(const nlohmann::json& j) {
@@ -350,17 +358,17 @@ void export_ruler_examples(const std::string& path, const LlamaModel& model, con
 nlohmann::json ruler_cell_settings(const std::string& spec, const RulerOptions& o, const std::string& model_path,
                                    const std::string& corpus_path) {
     nlohmann::json js = {{"policy", spec},
-            {"model", model_path},
-            {"corpus", corpus_path},
-            {"query_aware", o.query_aware},
-            {"decode_preamble", o.decode_preamble},
-            {"format", ruler_format_name(o.format)},
-            {"tasks", o.tasks},
-            {"lengths", o.lengths},
-            {"samples", o.samples},
-            {"seed", o.seed},
-            {"kv_type", o.kv_type},
-            {"prefill_chunk", o.prefill_chunk}};
+                         {"model", model_path},
+                         {"corpus", corpus_path},
+                         {"query_aware", o.query_aware},
+                         {"decode_preamble", o.decode_preamble},
+                         {"format", ruler_format_name(o.format)},
+                         {"tasks", o.tasks},
+                         {"lengths", o.lengths},
+                         {"samples", o.samples},
+                         {"seed", o.seed},
+                         {"kv_type", o.kv_type},
+                         {"prefill_chunk", o.prefill_chunk}};
     if (kv_quantized(parse_kv_types(o.kv_type))) js["kv_rotate"] = o.kv_rotate;  // F16 cells keep their settings
     return js;
 }
@@ -411,7 +419,8 @@ std::vector<RulerSample> read_partial_file(const std::filesystem::path& p, const
         }
     }
     // A file from before the prompt format was recorded was made raw.
-    if (!lines.empty() && head.is_object() && !head.contains("format")) head["format"] = ruler_format_name(RulerFormat::kRaw);
+    if (!lines.empty() && head.is_object() && !head.contains("format"))
+        head["format"] = ruler_format_name(RulerFormat::kRaw);
     if (!lines.empty())
         for (const auto& item : settings.items())
             require(head.contains(item.key()) && head.at(item.key()) == item.value(), p.string(), " was made with ",
@@ -458,8 +467,10 @@ std::vector<RulerSample> read_ruler_partial(const std::string& dir, const nlohma
         out.insert(out.end(), std::make_move_iterator(got.begin()), std::make_move_iterator(got.end()));
     }
     // By example; an example in two files (two runs over it) once, from the first file.
-    std::stable_sort(out.begin(), out.end(), [](const RulerSample& a, const RulerSample& b) { return a.index < b.index; });
-    out.erase(std::unique(out.begin(), out.end(), [](const RulerSample& a, const RulerSample& b) { return a.index == b.index; }),
+    std::stable_sort(out.begin(), out.end(),
+                     [](const RulerSample& a, const RulerSample& b) { return a.index < b.index; });
+    out.erase(std::unique(out.begin(), out.end(),
+                          [](const RulerSample& a, const RulerSample& b) { return a.index == b.index; }),
               out.end());
     return out;
 }
@@ -492,8 +503,8 @@ std::string csv_field(const std::string& s) {
 }
 }  // namespace
 
-void write_ruler_cell(const std::string& dir, const RulerResult& r, const RulerOptions& o, const std::string& model_path,
-                      const std::string& corpus_path) {
+void write_ruler_cell(const std::string& dir, const RulerResult& r, const RulerOptions& o,
+                      const std::string& model_path, const std::string& corpus_path) {
     namespace fs = std::filesystem;
     fs::create_directories(dir);
     std::ofstream csv(fs::path(dir) / "predictions.csv");
@@ -501,14 +512,14 @@ void write_ruler_cell(const std::string& dir, const RulerResult& r, const RulerO
     for (const auto& s : r.samples) {
         std::string ans;
         for (size_t i = 0; i < s.answers.size(); ++i) ans += (i ? "|" : "") + s.answers[i];
-        csv << s.task << "," << s.length << "," << s.index << "," << s.score << "," << s.density << "," << s.compression_ratio
-            << "," << csv_field(s.prediction) << "," << csv_field(ans) << "\n";
+        csv << s.task << "," << s.length << "," << s.index << "," << s.score << "," << s.density << ","
+            << s.compression_ratio << "," << csv_field(s.prediction) << "," << csv_field(ans) << "\n";
     }
     std::ofstream y(fs::path(dir) / "config.yaml");
     y << "task: ruler\npolicy: \"" << r.policy << "\"\nmodel: \"" << model_path << "\"\ncorpus: \"" << corpus_path
       << "\"\nquery_aware: " << (o.query_aware ? "true" : "false") << "\ndecode_preamble: " << o.decode_preamble
-      << "\nformat: " << ruler_format_name(o.format)
-      << "\nsamples: " << o.samples << "\nseed: " << o.seed << "\nkv_type: " << o.kv_type << "\ntasks: [";
+      << "\nformat: " << ruler_format_name(o.format) << "\nsamples: " << o.samples << "\nseed: " << o.seed
+      << "\nkv_type: " << o.kv_type << "\ntasks: [";
     for (size_t i = 0; i < o.tasks.size(); ++i) y << (i ? ", " : "") << o.tasks[i];
     y << "]\nlengths: [";
     for (size_t i = 0; i < o.lengths.size(); ++i) y << (i ? ", " : "") << o.lengths[i];

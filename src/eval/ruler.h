@@ -18,10 +18,11 @@ class Tokenizer;
 struct RulerOptions {
     std::vector<std::string> tasks{"niah_single_1"};
     std::vector<int64_t> lengths{1024};
-    int64_t samples = 10;   ///< examples per (task, length)
-    uint64_t seed = 0;      ///< example i of a (task, length) uses seed + i; held-out data uses other seeds
+    int64_t samples = 10;         ///< examples per (task, length)
+    uint64_t seed = 0;            ///< example i of a (task, length) uses seed + i; held-out data uses other seeds
     std::string kv_type = "f16";  ///< KV element types, parse_kv_types spec: "f16", "q8_0", or keys/values "q8_0/f16"
-    std::string kv_rotate = "auto";  ///< rotation of the stored entries: auto, on, off (cache/kv_rotation.h KVRotateMode)
+    std::string kv_rotate =
+        "auto";                 ///< rotation of the stored entries: auto, on, off (cache/kv_rotation.h KVRotateMode)
     int64_t prefill_chunk = 0;  ///< 0: one batch (as session/prefill_plan.h plans it)
     /// false (default, kvpress and the KVzap paper's protocol): the context is prefilled and compressed, then the
     /// question is fed uncompressed and the answer generated; true: context and question are one prompt, compressed
@@ -127,7 +128,7 @@ void remove_ruler_partials(const std::string& dir);
 
 /// Writes predictions.csv, metrics.json and config.yaml of one result into dir (created); both record the prompt
 /// format ("format: chat" / "raw").
-void write_ruler_cell(const std::string& dir, const RulerResult& r, const RulerOptions& o, const std::string& model_path,
-                      const std::string& corpus_path);
+void write_ruler_cell(const std::string& dir, const RulerResult& r, const RulerOptions& o,
+                      const std::string& model_path, const std::string& corpus_path);
 
 }  // namespace kvsieve

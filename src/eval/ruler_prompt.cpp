@@ -21,8 +21,8 @@ ChatContextSplit split_chat_context(const ChatTemplate& t, const std::string& co
     const std::string separator = "\n" + std::string(context.size() + 1, '#');
     const std::string text = render(t, {{"user", context + separator}}, true);
     const size_t at = text.find(separator);
-    require(at != std::string::npos && text.find(separator, at + 1) == std::string::npos,
-            "chat format: the ", t.name(), " template's text does not hold the context's separator exactly once");
+    require(at != std::string::npos && text.find(separator, at + 1) == std::string::npos, "chat format: the ", t.name(),
+            " template's text does not hold the context's separator exactly once");
     return {text.substr(0, at), text.substr(at + separator.size())};
 }
 

@@ -35,14 +35,13 @@ std::string cell_name(const std::string& spec) {
     return s;
 }
 
-
 namespace {
 
 /// What differs between sweep kinds: how a cell runs, which metric is plotted and tabulated.
 struct SweepKind {
     std::function<nlohmann::json(const std::string& spec, const fs::path& dir)> run_cell;  // writes the cell files
-    std::string metric, metric_label;  // "nll" / "score"
-    std::string x_key, x_label;        // "density" / "compression_ratio"
+    std::string metric, metric_label;                                                      // "nll" / "score"
+    std::string x_key, x_label;  // "density" / "compression_ratio"
     std::string plot_stem;
     /// Throws Error if a finished cell's metrics were made under other settings than this sweep's (optional).
     std::function<void(const nlohmann::json& metrics, const fs::path& dir)> check_done;
@@ -147,8 +146,9 @@ void run_sweep(const SweepOptions& o, const SweepKind& kind) {
         const double v = m[kind.metric].get<double>();
         char row[256];
         const double delta = kind.metric == "nll" ? 100.0 * (v - base) / base : v - base;
-        std::snprintf(row, sizeof row, "| `%s` | %.3f | %.3f | %.4g | %+.2f%s |", s.c_str(), m["compression_ratio"].get<double>(),
-                      m["density"].get<double>(), v, delta, kind.metric == "nll" ? "%" : "");
+        std::snprintf(row, sizeof row, "| `%s` | %.3f | %.3f | %.4g | %+.2f%s |", s.c_str(),
+                      m["compression_ratio"].get<double>(), m["density"].get<double>(), v, delta,
+                      kind.metric == "nll" ? "%" : "");
         md << row;
         for (const auto& t : task_cols) {
             std::snprintf(row, sizeof row, " %.1f |", m["tasks"].value(t, 0.0));
@@ -177,11 +177,13 @@ void run_sweep(const SweepOptions& o, const SweepKind& kind) {
     }
     write_text((fs::path(o.out_dir) / (kind.plot_stem + ".dat")).string(), dat.str());
     std::ostringstream gp;
-    gp << "set terminal pngcairo size 900,600 noenhanced\nset output '" << kind.plot_stem << ".png'\nset xlabel '" << kind.x_label
-       << "'\nset ylabel '" << kind.metric_label << "'\nset title '" << kind.metric_label << " vs " << kind.x_label << ": "
-       << fs::path(o.model_path).filename().string() << "'\nset key outside right\nset grid\nset xrange [0:1.02]\nplot ";
+    gp << "set terminal pngcairo size 900,600 noenhanced\nset output '" << kind.plot_stem << ".png'\nset xlabel '"
+       << kind.x_label << "'\nset ylabel '" << kind.metric_label << "'\nset title '" << kind.metric_label << " vs "
+       << kind.x_label << ": " << fs::path(o.model_path).filename().string()
+       << "'\nset key outside right\nset grid\nset xrange [0:1.02]\nplot ";
     for (size_t i = 0; i < names.size(); ++i)
-        gp << (i ? ", " : "") << "'" << kind.plot_stem << ".dat' index " << i << " using 1:2 with linespoints" << series_style(i) << " title '" << names[i] << "'";
+        gp << (i ? ", " : "") << "'" << kind.plot_stem << ".dat' index " << i << " using 1:2 with linespoints"
+           << series_style(i) << " title '" << names[i] << "'";
     gp << "\n";
     render_gnuplot(o.out_dir, kind.plot_stem, gp.str());
     std::fputs(md.str().c_str(), stdout);
@@ -189,7 +191,8 @@ void run_sweep(const SweepOptions& o, const SweepKind& kind) {
 
 }  // namespace
 
-void run_nll_sweep(const LlamaModel& model, const Tokenizer& tok, const std::string& corpus_text, const SweepOptions& o) {
+void run_nll_sweep(const LlamaModel& model, const Tokenizer& tok, const std::string& corpus_text,
+                   const SweepOptions& o) {
     SweepKind k;
     k.metric = "nll";
     k.metric_label = "NLL (nats/token)";
@@ -200,13 +203,15 @@ void run_nll_sweep(const LlamaModel& model, const Tokenizer& tok, const std::str
         const NllResult r = evaluate_nll(model, tok, corpus_text, spec, o.nll);
         std::ostringstream csv;
         csv << "sample,nll,density,compression_ratio\n";
-        for (size_t s = 0; s < r.nll.size(); ++s) csv << s << "," << r.nll[s] << "," << r.density[s] << "," << r.compression[s] << "\n";
+        for (size_t s = 0; s < r.nll.size(); ++s)
+            csv << s << "," << r.nll[s] << "," << r.density[s] << "," << r.compression[s] << "\n";
         write_text((dir / "predictions.csv").string(), csv.str());
         std::ostringstream yaml;
         yaml << "task: nll\npolicy: \"" << spec << "\"\nmodel: \"" << o.model_path << "\"\ncorpus: \"" << o.corpus_path
              << "\"\nprotocol: " << (o.nll.protocol == NllProtocol::kChunked ? "chunked" : "plain")
-             << "\nwindow_tokens: " << o.nll.sample_tokens << "\nsamples: " << o.nll.samples << "\nchunk: " << o.nll.chunk
-             << "\nsinks: " << o.nll.sinks << "\nwindow: " << o.nll.window << "\nkv_type: " << o.nll.kv_type << "\n";
+             << "\nwindow_tokens: " << o.nll.sample_tokens << "\nsamples: " << o.nll.samples
+             << "\nchunk: " << o.nll.chunk << "\nsinks: " << o.nll.sinks << "\nwindow: " << o.nll.window
+             << "\nkv_type: " << o.nll.kv_type << "\n";
         write_text((dir / "config.yaml").string(), yaml.str());
         nlohmann::json m = r.to_json();
         m["score"] = nullptr;  // NLL cells have no task score
@@ -218,7 +223,8 @@ void run_nll_sweep(const LlamaModel& model, const Tokenizer& tok, const std::str
     run_sweep(o, k);
 }
 
-void run_ruler_sweep(const LlamaModel& model, const Tokenizer& tok, const std::string& corpus_text, const SweepOptions& o) {
+void run_ruler_sweep(const LlamaModel& model, const Tokenizer& tok, const std::string& corpus_text,
+                     const SweepOptions& o) {
     SweepKind k;
     k.metric = "score";
     k.metric_label = "score (0-100)";
@@ -230,17 +236,18 @@ void run_ruler_sweep(const LlamaModel& model, const Tokenizer& tok, const std::s
     k.check_done = [&](const nlohmann::json& m, const fs::path& dir) {
         // Cells written before the protocol was recorded were query-aware.
         const bool qa = m.value("query_aware", true);
-        require(qa == o.ruler.query_aware, "sweep: cell ", dir.string(), " was made ", qa ? "query-aware" : "query-agnostic",
-                "; this sweep is ", o.ruler.query_aware ? "query-aware" : "query-agnostic",
+        require(qa == o.ruler.query_aware, "sweep: cell ", dir.string(), " was made ",
+                qa ? "query-aware" : "query-agnostic", "; this sweep is ",
+                o.ruler.query_aware ? "query-aware" : "query-agnostic",
                 " (use another --out, or --query-aware to match)");
         const int64_t got = m.value("samples", int64_t{-1});
-        require(got == static_cast<int64_t>(want), "sweep: cell ", dir.string(), " holds ", got, " samples; this sweep makes ", want,
-                " (tasks × lengths × samples; use another --out)");
+        require(got == static_cast<int64_t>(want), "sweep: cell ", dir.string(), " holds ", got,
+                " samples; this sweep makes ", want, " (tasks × lengths × samples; use another --out)");
         // Cells written before the prompt format was recorded were raw.
         const std::string fmt = m.value("format", std::string("raw"));
         const std::string want_fmt = ruler_format_name(o.ruler.format);
-        require(fmt == want_fmt, "sweep: cell ", dir.string(), " was made with --format ", fmt, "; this sweep has --format ",
-                want_fmt, " (use another --out, or --format ", fmt, " to resume it)");
+        require(fmt == want_fmt, "sweep: cell ", dir.string(), " was made with --format ", fmt,
+                "; this sweep has --format ", want_fmt, " (use another --out, or --format ", fmt, " to resume it)");
         const int64_t pre = m.value("decode_preamble", int64_t{0});
         require(pre == o.ruler.decode_preamble, "sweep: cell ", dir.string(), " was made with --decode-preamble ", pre,
                 "; this sweep has ", o.ruler.decode_preamble, " (use another --out)");
@@ -252,7 +259,8 @@ void run_ruler_sweep(const LlamaModel& model, const Tokenizer& tok, const std::s
             settings.push_back(ruler_cell_settings(specs[i], o.ruler, o.model_path, o.corpus_path));
             done[i].samples = read_ruler_partial(dirs[i].string(), settings[i]);
             if (!done[i].samples.empty())
-                std::fprintf(stderr, "%s: %zu samples from its partial file\n", specs[i].c_str(), done[i].samples.size());
+                std::fprintf(stderr, "%s: %zu samples from its partial file\n", specs[i].c_str(),
+                             done[i].samples.size());
         }
         std::vector<RulerResult> rs = run_ruler_cells(
             model, tok, corpus_text, specs, o.ruler, std::move(done), [&](size_t cell, const RulerSample& s) {

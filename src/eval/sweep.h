@@ -37,7 +37,8 @@ std::string cell_name(const std::string& spec);
 /// config.yaml, predictions.csv}, then <out>/summary.md and, if gnuplot is installed, <out>/nll_vs_density.png.
 /// Throws Error for a malformed sweep (no policies, a ratio outside [0, 1), a cell spec that does not parse) before
 /// any work starts.
-void run_nll_sweep(const LlamaModel& model, const Tokenizer& tok, const std::string& corpus_text, const SweepOptions& o);
+void run_nll_sweep(const LlamaModel& model, const Tokenizer& tok, const std::string& corpus_text,
+                   const SweepOptions& o);
 
 /// The same for RULER-style tasks: metrics.json has score (0–100), compression_ratio, density and per-task
 /// scores; <out>/summary.md and <out>/score_vs_compression.png. The unfinished cells run together
@@ -47,6 +48,7 @@ void run_nll_sweep(const LlamaModel& model, const Tokenizer& tok, const std::str
 /// (one process per core, each with its own partial files, read_ruler_partial reads them all); a cell is written
 /// by the run that finds every example made, and the summary only once every cell is (a run that leaves cells to
 /// the other shards says so and writes none).
-void run_ruler_sweep(const LlamaModel& model, const Tokenizer& tok, const std::string& corpus_text, const SweepOptions& o);
+void run_ruler_sweep(const LlamaModel& model, const Tokenizer& tok, const std::string& corpus_text,
+                     const SweepOptions& o);
 
 }  // namespace kvsieve

@@ -15,13 +15,14 @@ namespace kvsieve {
 namespace {
 
 const char* kWords[] = {
-    "apple", "river", "candle", "window", "garden", "pencil", "mountain", "ocean", "thunder", "forest", "silver",
-    "basket", "castle", "dragon", "feather", "glacier", "harbor", "island", "jungle", "kettle", "lantern", "meadow",
-    "needle", "orchid", "pepper", "quartz", "rocket", "saddle", "tiger", "umbrella", "valley", "walnut", "yellow",
-    "zebra", "anchor", "bridge", "cactus", "desert", "engine", "falcon", "guitar", "helmet", "igloo", "jacket",
-    "kitten", "ladder", "marble", "napkin", "otter", "parrot", "quiver", "raven", "salmon", "tunnel", "violin",
-    "wizard", "yogurt", "copper", "velvet", "cobalt", "amber", "crimson", "ivory", "jasmine", "lemon", "mango",
-    "nutmeg", "olive", "plum", "quince", "radish", "spinach", "tomato", "vanilla", "wheat", "barley", "cherry"};
+    "apple",   "river",   "candle", "window",  "garden",  "pencil",  "mountain", "ocean",  "thunder", "forest",
+    "silver",  "basket",  "castle", "dragon",  "feather", "glacier", "harbor",   "island", "jungle",  "kettle",
+    "lantern", "meadow",  "needle", "orchid",  "pepper",  "quartz",  "rocket",   "saddle", "tiger",   "umbrella",
+    "valley",  "walnut",  "yellow", "zebra",   "anchor",  "bridge",  "cactus",   "desert", "engine",  "falcon",
+    "guitar",  "helmet",  "igloo",  "jacket",  "kitten",  "ladder",  "marble",   "napkin", "otter",   "parrot",
+    "quiver",  "raven",   "salmon", "tunnel",  "violin",  "wizard",  "yogurt",   "copper", "velvet",  "cobalt",
+    "amber",   "crimson", "ivory",  "jasmine", "lemon",   "mango",   "nutmeg",   "olive",  "plum",    "quince",
+    "radish",  "spinach", "tomato", "vanilla", "wheat",   "barley",  "cherry"};
 constexpr size_t kNumWords = sizeof(kWords) / sizeof(kWords[0]);
 const char* kNoise = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.";
 
@@ -64,7 +65,8 @@ std::vector<std::string> corpus_sentences(const std::string& corpus, Rng& rng, s
             pos = 0;
             continue;
         }
-        std::string s = corpus.substr(pos == 0 && corpus[0] != '.' ? 0 : pos + 1, end - (pos == 0 && corpus[0] != '.' ? 0 : pos + 1) + 1);
+        std::string s = corpus.substr(pos == 0 && corpus[0] != '.' ? 0 : pos + 1,
+                                      end - (pos == 0 && corpus[0] != '.' ? 0 : pos + 1) + 1);
         pos = end;
         std::string t;  // collapse whitespace
         for (char c : s) {
@@ -85,7 +87,8 @@ std::string fit(const std::function<std::string(size_t)>& build, size_t max_unit
     std::map<size_t, int64_t> seen;
     auto count = [&](size_t n) {
         auto it = seen.find(n);
-        if (it == seen.end()) it = seen.emplace(n, static_cast<int64_t>(tok.encode(build(n), false, false).size())).first;
+        if (it == seen.end())
+            it = seen.emplace(n, static_cast<int64_t>(tok.encode(build(n), false, false).size())).first;
         return it->second;
     };
     const int64_t c0 = count(0);
@@ -143,7 +146,8 @@ TaskExample niah(const std::string& task, const NiahSpec& sp, int64_t length, co
     }
     std::vector<std::string> needles;
     for (int k = 0; k < sp.keys; ++k)
-        for (const auto& v : vals[k]) needles.push_back("One of the special magic " + kind + " for " + keys[k] + " is: " + v + ".");
+        for (const auto& v : vals[k])
+            needles.push_back("One of the special magic " + kind + " for " + keys[k] + " is: " + v + ".");
     std::shuffle(needles.begin(), needles.end(), rng.g);
     const size_t max_units = static_cast<size_t>(length);
     std::vector<std::string> hay;
@@ -165,11 +169,14 @@ TaskExample niah(const std::string& task, const NiahSpec& sp, int64_t length, co
     auto build = [&](size_t n) {
         std::vector<std::string> units(hay.begin(), hay.begin() + std::min(n, hay.size()));
         std::vector<std::pair<size_t, std::string>> ins;
-        for (size_t i = 0; i < needles.size(); ++i) ins.emplace_back(static_cast<size_t>(depth[i] * units.size()), needles[i]);
+        for (size_t i = 0; i < needles.size(); ++i)
+            ins.emplace_back(static_cast<size_t>(depth[i] * units.size()), needles[i]);
         std::sort(ins.begin(), ins.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
         for (const auto& [at, nd] : ins) units.insert(units.begin() + at, nd);
-        return "Some special magic " + kind + " are hidden within the following text. Make sure to memorize it. I will "
-               "quiz you about the " + kind + " afterwards.\n" + join(units, " ") + question;
+        return "Some special magic " + kind +
+               " are hidden within the following text. Make sure to memorize it. I will "
+               "quiz you about the " +
+               kind + " afterwards.\n" + join(units, " ") + question;
     };
     TaskExample ex;
     ex.task = task;
@@ -224,7 +231,8 @@ TaskExample variable_tracking(const std::string& task, int chains, int64_t lengt
     });
     auto build = [&](size_t n) {
         std::vector<std::string> units(n, kNoise);
-        for (size_t i : order) units.insert(units.begin() + static_cast<size_t>(statements[i].depth * n), statements[i].text);
+        for (size_t i : order)
+            units.insert(units.begin() + static_cast<size_t>(statements[i].depth * n), statements[i].text);
         return variable_tracking_header() + join(units, " ") + variable_tracking_question(asked_value, hops + 1);
     };
     TaskExample ex;
@@ -242,8 +250,9 @@ TaskExample common_words(int64_t length, const Tokenizer& tok, Rng& rng) {
     std::vector<std::string> pool(kWords, kWords + kNumWords);
     std::shuffle(pool.begin(), pool.end(), rng.g);
     std::vector<std::string> common(pool.begin(), pool.begin() + 10), rare(pool.begin() + 10, pool.end());
-    const std::string question = "\nQuestion: What are the 10 most common words in the above list? Answer: The top 10 "
-                                 "words that appear most often in the list are:";
+    const std::string question =
+        "\nQuestion: What are the 10 most common words in the above list? Answer: The top 10 "
+        "words that appear most often in the list are:";
     auto build = [&](size_t n_rare) {
         std::vector<std::string> list;
         for (int r = 0; r < 6; ++r) list.insert(list.end(), common.begin(), common.end());
@@ -253,7 +262,8 @@ TaskExample common_words(int64_t length, const Tokenizer& tok, Rng& rng) {
         std::string s;
         for (size_t i = 0; i < list.size(); ++i) s += std::to_string(i + 1) + ". " + list[i] + " ";
         return "Below is a numbered list of words. In these words, some appear more often than others. Memorize the "
-               "ones that appear most often.\n" + s + question;
+               "ones that appear most often.\n" +
+               s + question;
     };
     TaskExample ex;
     ex.task = "cwe";
@@ -275,9 +285,10 @@ TaskExample frequent_words(int64_t length, const Tokenizer& tok, Rng& rng) {
     std::vector<double> weights;
     for (int i = 0; i < 40; ++i) weights.push_back(1.0 / ((i + 1.0) * (i + 1.0)));
     const uint64_t draw_seed = rng.g();
-    const std::string question = "\nQuestion: Do not provide any explanation. Please ignore the dots '....'. What are "
-                                 "the three most frequently appeared words in the above coded text? Answer: According "
-                                 "to the coded text above, the three most frequently appeared words are:";
+    const std::string question =
+        "\nQuestion: Do not provide any explanation. Please ignore the dots '....'. What are "
+        "the three most frequently appeared words in the above coded text? Answer: According "
+        "to the coded text above, the three most frequently appeared words are:";
     auto build = [&](size_t n) {
         std::mt19937_64 g(draw_seed);
         std::discrete_distribution<int> d(weights.begin(), weights.end());
@@ -286,8 +297,10 @@ TaskExample frequent_words(int64_t length, const Tokenizer& tok, Rng& rng) {
             for (int k = 0; k < 3 - r; ++k) words.push_back(vocab[r]);
         for (size_t i = 0; i < n; ++i) words.push_back(vocab[d(g)]);
         std::shuffle(words.begin(), words.end(), g);
-        return "Read the following coded text and track the frequency of each coded word. Find the three most frequently "
-               "appeared coded words. " + join(words, " ") + question;
+        return "Read the following coded text and track the frequency of each coded word. Find the three most "
+               "frequently "
+               "appeared coded words. " +
+               join(words, " ") + question;
     };
     TaskExample ex;
     ex.task = "fwe";
@@ -328,7 +341,8 @@ TaskExample question_answering(int64_t length, const Tokenizer& tok, const std::
         std::vector<std::string> units(hay.begin(), hay.begin() + std::min(n, hay.size()));
         units.insert(units.begin() + static_cast<size_t>(depth * units.size()), fact);
         return "Answer the question based on the given documents. Only give me the answer and do not output any other "
-               "words.\n\nThe following are given documents.\n\n" + join(units, " ") + question;
+               "words.\n\nThe following are given documents.\n\n" +
+               join(units, " ") + question;
     };
     TaskExample ex;
     ex.task = "qa";
@@ -352,9 +366,19 @@ const std::vector<std::string>& task_words() {
 }
 
 const std::vector<std::string>& task_names() {
-    static const std::vector<std::string> n = {"niah_single_1", "niah_single_2", "niah_single_3", "niah_multikey_1",
-                                               "niah_multikey_2", "niah_multikey_3", "niah_multivalue", "niah_multiquery",
-                                               "vt", "vt_2", "cwe", "fwe", "qa"};
+    static const std::vector<std::string> n = {"niah_single_1",
+                                               "niah_single_2",
+                                               "niah_single_3",
+                                               "niah_multikey_1",
+                                               "niah_multikey_2",
+                                               "niah_multikey_3",
+                                               "niah_multivalue",
+                                               "niah_multiquery",
+                                               "vt",
+                                               "vt_2",
+                                               "cwe",
+                                               "fwe",
+                                               "qa"};
     return n;
 }
 
@@ -414,9 +438,7 @@ TaskExample make_task_example(const std::string& task, int64_t length, const Tok
             ex = frequent_words(length, tok, rng);
         else
             ex = question_answering(length, tok, corpus, rng);
-    } catch (const Error& e) {
-        fail("task ", task, ": ", e.what());
-    }
+    } catch (const Error& e) { fail("task ", task, ": ", e.what()); }
     ex.answer_prefix = answer_prefix_of(ex.question);
     return ex;
 }

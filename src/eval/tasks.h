@@ -13,8 +13,8 @@ class Tokenizer;
 /// One example: the prompt (haystack, needles, question and answer prefix) and the reference answers.
 struct TaskExample {
     std::string task;
-    std::string input;                 ///< prompt text, ending with the answer prefix: context() + question
-    std::string question;              ///< the input's tail after the context: the question and the answer prefix
+    std::string input;     ///< prompt text, ending with the answer prefix: context() + question
+    std::string question;  ///< the input's tail after the context: the question and the answer prefix
     /// The question's tail that starts the model's answer (RULER's answer_prefix, e.g. " Answer: The top 10 words
     /// that appear most often in the list are:"): from the last " Answer:" of the question, else from the space
     /// after its last "?" (the NIAH tasks' " The special magic … are"); kvpress's chat format puts the end of the

@@ -127,10 +127,13 @@ KVzapPairs collect_kvzap_pairs(const LlamaModel& model, const Tokenizer& tok, co
         const int64_t off = std::uniform_int_distribution<int64_t>(0, static_cast<int64_t>(ids.size()) - len - 1)(rng);
         std::vector<int32_t> prompt{tok.vocab().bos >= 0 ? tok.vocab().bos : ids[0]};
         prompt.insert(prompt.end(), ids.begin() + off, ids.begin() + off + len - 1);
-        KVCache cache(c, 2 * static_cast<int64_t>(prompt.size()) + 64, parse_policy("kvzip_plus:ratio=0,rows=repeat"), pool);
+        KVCache cache(c, 2 * static_cast<int64_t>(prompt.size()) + 64, parse_policy("kvzip_plus:ratio=0,rows=repeat"),
+                      pool);
         std::vector<std::vector<float>> hidden(L);  // [L][T][D] attention inputs
         PrefillPlan plan;
-        plan.on_layer = [&](const LayerInputs& in) { hidden[in.layer].assign(in.hidden, in.hidden + in.T * in.n_embd); };
+        plan.on_layer = [&](const LayerInputs& in) {
+            hidden[in.layer].assign(in.hidden, in.hidden + in.T * in.n_embd);
+        };
         std::vector<float> logits;
         prefill(model, tok, cache, prompt, prompt, plan, logits);  // KVzip+ scores every entry; ratio 0 keeps all
         // Sampled positions (sinks excluded: their scores are not predictions).
@@ -144,7 +147,8 @@ KVzapPairs collect_kvzap_pairs(const LlamaModel& model, const Tokenizer& tok, co
             for (int h = 0; h < H; ++h) {
                 const HeadCache& hc = cache.head(l, h);
                 for (int r = 0; r < 3; ++r)
-                    for (int64_t i = 0; i < hc.region(r)->size(); ++i) sc[h][hc.region(r)->positions()[i]] = hc.region(r)->scores()[i];
+                    for (int64_t i = 0; i < hc.region(r)->size(); ++i)
+                        sc[h][hc.region(r)->positions()[i]] = hc.region(r)->scores()[i];
             }
             const std::vector<float>& hid = hidden[l];
             auto& X = is_val ? out.x_val[l] : out.x_train[l];
@@ -224,8 +228,11 @@ KVzapFitReport finish_kvzap_fit(const KVzapPairs& p, const std::vector<std::vect
         }
     }
     std::filesystem::create_directories(out_dir);
-    nlohmann::json cfg = {{"model_type", "kvzap"}, {"input_dim", p.dim}, {"output_dim", p.n_head_kv},
-                          {"n_modules", p.n_layer}, {"hidden_dim", nullptr}};
+    nlohmann::json cfg = {{"model_type", "kvzap"},
+                          {"input_dim", p.dim},
+                          {"output_dim", p.n_head_kv},
+                          {"n_modules", p.n_layer},
+                          {"hidden_dim", nullptr}};
     if (hidden_dim > 0) cfg["hidden_dim"] = hidden_dim;
     write_trained_defaults(trained, cfg);
     std::ofstream f(std::filesystem::path(out_dir) / "config.json");
@@ -267,7 +274,8 @@ KVzapFitReport fit_kvzap_linear(const KVzapPairs& p, const std::string& out_dir,
         for (int64_t r = 0; r < p.n_val; ++r)
             for (int h = 0; h < H; ++h) {
                 double s = bias.data[h];
-                for (int i = 0; i < D; ++i) s += w.data[static_cast<size_t>(h) * D + i] * p.x_val[l][static_cast<size_t>(r * D + i)];
+                for (int i = 0; i < D; ++i)
+                    s += w.data[static_cast<size_t>(h) * D + i] * p.x_val[l][static_cast<size_t>(r * D + i)];
                 pred[l].push_back(static_cast<float>(s));
             }
         tensors["layers." + std::to_string(l) + ".weight"] = std::move(w);

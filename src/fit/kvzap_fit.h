@@ -30,9 +30,9 @@ struct KVzapFitOptions {
     int64_t prompts = 40;
     int64_t min_tokens = 750, max_tokens = 1250;  ///< prompt length range (clipped to the model's context)
     int64_t tokens_per_prompt = 500;
-    double ridge = 1e-3;        ///< λ of the ridge penalty, relative to the mean diagonal of XᵀX
-    double validation = 0.05;   ///< fraction of prompts held out for R²
-    double log_eps = 1e-6;      ///< targets are log(ε + s⁺)
+    double ridge = 1e-3;       ///< λ of the ridge penalty, relative to the mean diagonal of XᵀX
+    double validation = 0.05;  ///< fraction of prompts held out for R²
+    double log_eps = 1e-6;     ///< targets are log(ε + s⁺)
     uint64_t seed = 0;
     bool progress = true;
     /// τ, window, sinks and provenance written to the checkpoint's config.json (the policy's defaults when loaded).
@@ -59,7 +59,7 @@ struct KVzapFitReport {
 struct KVzapPairs {
     int n_layer = 0, dim = 0, n_head_kv = 0;
     std::vector<std::vector<float>> x_train, y_train, x_val, y_val;  ///< [L] each
-    int64_t n_train = 0, n_val = 0;                                    ///< pairs per layer
+    int64_t n_train = 0, n_val = 0;                                  ///< pairs per layer
 };
 
 /// Collects pairs from prompts cut out of `corpus`: a prefill under kvzip_plus (its reconstruction scores every

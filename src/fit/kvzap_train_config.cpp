@@ -12,9 +12,9 @@ namespace kvsieve {
 namespace fs = std::filesystem;
 
 const std::vector<std::string>& kvzap_train_config_keys() {
-    static const std::vector<std::string> k = {"model",      "corpus",     "out",  "mlp",    "epochs", "prompts",
-                                               "min_tokens", "max_tokens", "tokens_per_prompt",  "ridge",  "seed",
-                                               "threads",    "tau",        "window", "sinks"};
+    static const std::vector<std::string> k = {
+        "model", "corpus", "out",     "mlp", "epochs", "prompts", "min_tokens", "max_tokens", "tokens_per_prompt",
+        "ridge", "seed",   "threads", "tau", "window", "sinks"};
     return k;
 }
 

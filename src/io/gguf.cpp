@@ -15,25 +15,32 @@ namespace kvsieve {
 
 bool GGUFValue::is_integer() const {
     switch (type) {
-        case GGUFValueType::UINT8: case GGUFValueType::INT8: case GGUFValueType::UINT16:
-        case GGUFValueType::INT16: case GGUFValueType::UINT32: case GGUFValueType::INT32:
-        case GGUFValueType::UINT64: case GGUFValueType::INT64: case GGUFValueType::BOOL:
-            return true;
-        default:
-            return false;
+        case GGUFValueType::UINT8:
+        case GGUFValueType::INT8:
+        case GGUFValueType::UINT16:
+        case GGUFValueType::INT16:
+        case GGUFValueType::UINT32:
+        case GGUFValueType::INT32:
+        case GGUFValueType::UINT64:
+        case GGUFValueType::INT64:
+        case GGUFValueType::BOOL: return true;
+        default: return false;
     }
 }
 bool GGUFValue::is_float() const { return type == GGUFValueType::FLOAT32 || type == GGUFValueType::FLOAT64; }
 
 int64_t GGUFValue::as_int() const {
     switch (type) {
-        case GGUFValueType::INT8: case GGUFValueType::INT16: case GGUFValueType::INT32: case GGUFValueType::INT64:
-            return i;
-        case GGUFValueType::UINT8: case GGUFValueType::UINT16: case GGUFValueType::UINT32:
-        case GGUFValueType::UINT64: case GGUFValueType::BOOL:
-            return static_cast<int64_t>(u);
-        default:
-            fail("metadata value of type ", value_type_name(type), " is not an integer");
+        case GGUFValueType::INT8:
+        case GGUFValueType::INT16:
+        case GGUFValueType::INT32:
+        case GGUFValueType::INT64: return i;
+        case GGUFValueType::UINT8:
+        case GGUFValueType::UINT16:
+        case GGUFValueType::UINT32:
+        case GGUFValueType::UINT64:
+        case GGUFValueType::BOOL: return static_cast<int64_t>(u);
+        default: fail("metadata value of type ", value_type_name(type), " is not an integer");
     }
 }
 double GGUFValue::as_float() const {
@@ -42,20 +49,47 @@ double GGUFValue::as_float() const {
     fail("metadata value of type ", value_type_name(type), " is not a number");
 }
 
-GGUFValue GGUFValue::make_u32(uint32_t v) { GGUFValue x; x.type = GGUFValueType::UINT32; x.u = v; return x; }
-GGUFValue GGUFValue::make_i32(int32_t v) { GGUFValue x; x.type = GGUFValueType::INT32; x.i = v; return x; }
-GGUFValue GGUFValue::make_f32(float v) { GGUFValue x; x.type = GGUFValueType::FLOAT32; x.f = v; return x; }
-GGUFValue GGUFValue::make_bool(bool v) { GGUFValue x; x.type = GGUFValueType::BOOL; x.u = v; return x; }
+GGUFValue GGUFValue::make_u32(uint32_t v) {
+    GGUFValue x;
+    x.type = GGUFValueType::UINT32;
+    x.u = v;
+    return x;
+}
+GGUFValue GGUFValue::make_i32(int32_t v) {
+    GGUFValue x;
+    x.type = GGUFValueType::INT32;
+    x.i = v;
+    return x;
+}
+GGUFValue GGUFValue::make_f32(float v) {
+    GGUFValue x;
+    x.type = GGUFValueType::FLOAT32;
+    x.f = v;
+    return x;
+}
+GGUFValue GGUFValue::make_bool(bool v) {
+    GGUFValue x;
+    x.type = GGUFValueType::BOOL;
+    x.u = v;
+    return x;
+}
 GGUFValue GGUFValue::make_string(std::string v) {
-    GGUFValue x; x.type = GGUFValueType::STRING; x.s = std::move(v); return x;
+    GGUFValue x;
+    x.type = GGUFValueType::STRING;
+    x.s = std::move(v);
+    return x;
 }
 GGUFValue GGUFValue::make_array(GGUFValueType elem, std::vector<GGUFValue> v) {
-    GGUFValue x; x.type = GGUFValueType::ARRAY; x.elem_type = elem; x.array = std::move(v); return x;
+    GGUFValue x;
+    x.type = GGUFValueType::ARRAY;
+    x.elem_type = elem;
+    x.array = std::move(v);
+    return x;
 }
 
 std::string value_type_name(GGUFValueType t) {
-    static const char* names[] = {"uint8", "int8", "uint16", "int16", "uint32", "int32", "float32",
-                                  "bool", "string", "array", "uint64", "int64", "float64"};
+    static const char* names[] = {"uint8", "int8",   "uint16", "int16",  "uint32", "int32",  "float32",
+                                  "bool",  "string", "array",  "uint64", "int64",  "float64"};
     const auto i = static_cast<uint32_t>(t);
     return i < 13 ? names[i] : cat("type ", i);
 }
@@ -75,8 +109,9 @@ public:
     uint64_t pos() const { return pos_; }
 
     void need(uint64_t k, const char* what) {
-        if (k > n_ - pos_) fail(path_, ": truncated GGUF file: ", what, " at byte ", pos_, " needs ", k,
-                                " bytes but the file has ", n_ - pos_, " left");
+        if (k > n_ - pos_)
+            fail(path_, ": truncated GGUF file: ", what, " at byte ", pos_, " needs ", k, " bytes but the file has ",
+                 n_ - pos_, " left");
     }
     template <class T>
     T get(const char* what) {
@@ -128,8 +163,7 @@ public:
                 for (uint64_t k = 0; k < count; ++k) v.array.push_back(value(v.elem_type, key, depth + 1));
                 break;
             }
-            default:
-                fail(path_, ": metadata '", key, "': unknown value type ", static_cast<uint32_t>(t));
+            default: fail(path_, ": metadata '", key, "': unknown value type ", static_cast<uint32_t>(t));
         }
         return v;
     }

@@ -13,8 +13,19 @@ namespace kvsieve {
 
 /// GGUF metadata value types (u32 on disk).
 enum class GGUFValueType : uint32_t {
-    UINT8 = 0, INT8 = 1, UINT16 = 2, INT16 = 3, UINT32 = 4, INT32 = 5, FLOAT32 = 6, BOOL = 7,
-    STRING = 8, ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12,
+    UINT8 = 0,
+    INT8 = 1,
+    UINT16 = 2,
+    INT16 = 3,
+    UINT32 = 4,
+    INT32 = 5,
+    FLOAT32 = 6,
+    BOOL = 7,
+    STRING = 8,
+    ARRAY = 9,
+    UINT64 = 10,
+    INT64 = 11,
+    FLOAT64 = 12,
 };
 
 /// One metadata value. Scalars keep their on-disk type so a file can be rewritten unchanged; numbers are
@@ -22,10 +33,10 @@ enum class GGUFValueType : uint32_t {
 struct GGUFValue {
     GGUFValueType type = GGUFValueType::UINT32;
     GGUFValueType elem_type = GGUFValueType::UINT32;  ///< element type when type == ARRAY
-    uint64_t u = 0;   ///< unsigned integers and bool
-    int64_t i = 0;    ///< signed integers
-    double f = 0;     ///< floats
-    std::string s;    ///< strings
+    uint64_t u = 0;                                   ///< unsigned integers and bool
+    int64_t i = 0;                                    ///< signed integers
+    double f = 0;                                     ///< floats
+    std::string s;                                    ///< strings
     std::vector<GGUFValue> array;
 
     bool is_integer() const;
@@ -51,9 +62,9 @@ struct GGUFTensorInfo {
     std::string name;
     uint32_t n_dims = 0;
     int64_t ne[4] = {1, 1, 1, 1};
-    uint32_t type = 0;          ///< ggml type id (see kernels/tensor_types.h)
-    uint64_t offset = 0;        ///< bytes from the start of the data section
-    uint64_t nbytes = 0;        ///< computed from ne and type
+    uint32_t type = 0;              ///< ggml type id (see kernels/tensor_types.h)
+    uint64_t offset = 0;            ///< bytes from the start of the data section
+    uint64_t nbytes = 0;            ///< computed from ne and type
     const uint8_t* data = nullptr;  ///< points into the mapping
 
     int64_t n_elements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }

@@ -64,7 +64,9 @@ public:
         pos_ += n;
     }
     template <class T>
-    void put(T v) { bytes(&v, sizeof v); }
+    void put(T v) {
+        bytes(&v, sizeof v);
+    }
     void str(const std::string& s) {
         put<uint64_t>(s.size());
         bytes(s.data(), s.size());

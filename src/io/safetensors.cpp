@@ -19,13 +19,12 @@ std::map<std::string, SafeTensor> read_safetensors(const std::string& path) {
     require(b.size() >= 8, path, ": truncated safetensors file (", b.size(), " bytes)");
     uint64_t n;
     std::memcpy(&n, b.data(), 8);
-    require(n <= b.size() - 8, path, ": truncated safetensors file: header of ", n, " bytes but ", b.size() - 8, " left");
+    require(n <= b.size() - 8, path, ": truncated safetensors file: header of ", n, " bytes but ", b.size() - 8,
+            " left");
     nlohmann::json h;
     try {
         h = nlohmann::json::parse(b.begin() + 8, b.begin() + 8 + static_cast<int64_t>(n));
-    } catch (const std::exception& e) {
-        fail(path, ": safetensors header is not valid JSON (", e.what(), ")");
-    }
+    } catch (const std::exception& e) { fail(path, ": safetensors header is not valid JSON (", e.what(), ")"); }
     require(h.is_object(), path, ": safetensors header is not a JSON object");
     const uint64_t data_size = b.size() - 8 - n;
     const uint8_t* data = b.data() + 8 + n;
@@ -40,9 +39,12 @@ std::map<std::string, SafeTensor> read_safetensors(const std::string& path) {
             require(off.size() == 2 && off[0] <= off[1], path, ": tensor '", name, "' has bad data_offsets");
             require(off[1] <= data_size, path, ": tensor '", name, "' extends beyond the end of the file (truncated?)");
             size_t es = 0;
-            if (st.dtype == "F32") es = 4;
-            else if (st.dtype == "F16" || st.dtype == "BF16") es = 2;
-            else fail(path, ": tensor '", name, "' has dtype ", st.dtype, " (F32, F16 or BF16 supported)");
+            if (st.dtype == "F32")
+                es = 4;
+            else if (st.dtype == "F16" || st.dtype == "BF16")
+                es = 2;
+            else
+                fail(path, ": tensor '", name, "' has dtype ", st.dtype, " (F32, F16 or BF16 supported)");
             uint64_t count = 1;
             for (int64_t d : st.shape) {
                 require(d >= 0, path, ": tensor '", name, "' has a negative dimension");
@@ -93,11 +95,13 @@ void write_safetensors(const std::string& path, const std::map<std::string, Safe
     for (const auto& [name, t] : tensors) {
         uint64_t count = 1;
         for (int64_t d : t.shape) count *= static_cast<uint64_t>(d);
-        require(count == t.data.size(), "safetensors: tensor '", name, "' has ", t.data.size(), " values for its shape");
-        require(t.dtype == "F32" || t.dtype == "F16" || t.dtype.empty(), "safetensors: tensor '", name, "': cannot write dtype ",
-                t.dtype, " (F32 or F16)");
+        require(count == t.data.size(), "safetensors: tensor '", name, "' has ", t.data.size(),
+                " values for its shape");
+        require(t.dtype == "F32" || t.dtype == "F16" || t.dtype.empty(), "safetensors: tensor '", name,
+                "': cannot write dtype ", t.dtype, " (F32 or F16)");
         const uint64_t bytes = (t.dtype == "F16" ? 2 : 4) * count;
-        h[name] = {{"dtype", t.dtype == "F16" ? "F16" : "F32"}, {"shape", t.shape}, {"data_offsets", {off, off + bytes}}};
+        h[name] = {
+            {"dtype", t.dtype == "F16" ? "F16" : "F32"}, {"shape", t.shape}, {"data_offsets", {off, off + bytes}}};
         off += bytes;
     }
     std::string header = h.dump();

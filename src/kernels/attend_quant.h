@@ -35,8 +35,8 @@ inline bool is_quant_attend_pair(TensorType kt, TensorType vt) {
 /// Throws Error naming the problem when the pair is not one is_quant_attend_pair takes or d is not a positive
 /// multiple of 32. Exponentials by std::exp.
 void attend_rows_quant_q8_reference(TensorType kt, const void* k, TensorType vt, const void* v, int n, int d,
-                                    const BlockQ8_0* qq, int G, float scale, float* m, float* l, float* o,
-                                    float* s_out, int64_t s_stride);
+                                    const BlockQ8_0* qq, int G, float scale, float* m, float* l, float* o, float* s_out,
+                                    int64_t s_stride);
 
 /// The same from float32 queries q [G][d]: quantizes each head's row with quantize_row_q8_0_activations, then
 /// attend_rows_quant_q8_reference. Same errors.
@@ -61,15 +61,14 @@ void quantize_queries_q8_0(const float* x, BlockQ8_0* y, int64_t n);
 /// dequantized once and accumulated into all G outputs. Returns false, touching nothing, unless
 /// is_quant_attend_pair(kt, vt), 1 ≤ n ≤ 16, d a multiple of 32 in 32..256 and 1 ≤ G ≤ kMaxGroupQuantAvx2.
 /// Requires AVX2, FMA and F16C.
-bool attend_rows_quant_q8(TensorType kt, const void* k, TensorType vt, const void* v, int n, int d,
-                          const BlockQ8_0* qq, int G, float scale, float* m, float* l, float* o, float* s_out,
-                          int64_t s_stride);
+bool attend_rows_quant_q8(TensorType kt, const void* k, TensorType vt, const void* v, int n, int d, const BlockQ8_0* qq,
+                          int G, float scale, float* m, float* l, float* o, float* s_out, int64_t s_stride);
 
 /// The same from float32 queries q [G][d], quantized per call with quantize_queries_q8_0 (G·d values: about a
 /// key row's work per head, so cheap next to 16 rows; attend_rows_quant_q8 saves it when a step reads several
 /// pages). Same shapes and return value.
-bool attend_rows_quant(TensorType kt, const void* k, TensorType vt, const void* v, int n, int d, const float* q,
-                       int G, float scale, float* m, float* l, float* o, float* s_out, int64_t s_stride);
+bool attend_rows_quant(TensorType kt, const void* k, TensorType vt, const void* v, int n, int d, const float* q, int G,
+                       float scale, float* m, float* l, float* o, float* s_out, int64_t s_stride);
 
 }  // namespace avx2
 
@@ -88,13 +87,12 @@ void quantize_queries_q8_0(const float* x, BlockQ8_0* y, int64_t n);
 /// sum, so it stays exact) and 16-value chunks of the value rows. Returns false, touching nothing, unless
 /// is_quant_attend_pair(kt, vt), 1 ≤ n ≤ 16, d a multiple of 32 in 32..256 and 1 ≤ G ≤ kMaxGroupQuantAvx512.
 /// Requires AVX-512F/BW/VL/DQ and VNNI (CpuFeatures::has_avx512_set).
-bool attend_rows_quant_q8(TensorType kt, const void* k, TensorType vt, const void* v, int n, int d,
-                          const BlockQ8_0* qq, int G, float scale, float* m, float* l, float* o, float* s_out,
-                          int64_t s_stride);
+bool attend_rows_quant_q8(TensorType kt, const void* k, TensorType vt, const void* v, int n, int d, const BlockQ8_0* qq,
+                          int G, float scale, float* m, float* l, float* o, float* s_out, int64_t s_stride);
 
 /// The same from float32 queries q [G][d], quantized per call with avx512::quantize_queries_q8_0.
-bool attend_rows_quant(TensorType kt, const void* k, TensorType vt, const void* v, int n, int d, const float* q,
-                       int G, float scale, float* m, float* l, float* o, float* s_out, int64_t s_stride);
+bool attend_rows_quant(TensorType kt, const void* k, TensorType vt, const void* v, int n, int d, const float* q, int G,
+                       float scale, float* m, float* l, float* o, float* s_out, int64_t s_stride);
 
 }  // namespace avx512
 

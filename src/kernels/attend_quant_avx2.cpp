@@ -109,7 +109,8 @@ void attend(const uint8_t* K, const uint8_t* V, int n, int d, const Queries<G>& 
                 else
                     dot = _mm256_add_epi32(dot_us8_i32(ku, qv),
                                            _mm256_load_si256(reinterpret_cast<const __m256i*>(Q.bias[g][b])));
-                acc[g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dk, _mm256_load_ps(Q.dq[g][b])), acc[g]);
+                acc[g] =
+                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dk, _mm256_load_ps(Q.dq[g][b])), acc[g]);
             }
         }
         for (int g = 0; g < G; ++g) part[g][j] = acc[g];
@@ -134,8 +135,7 @@ void attend(const uint8_t* K, const uint8_t* V, int n, int d, const Queries<G>& 
         for (int j = 0; j < n; ++j)
             for (int u = 0; u < CH; ++u) {
                 const __m256 vr = value8<VT>(V + j * vb, b, w + 8 * u);
-                for (int g = 0; g < G; ++g)
-                    acc[g][u] = _mm256_fmadd_ps(_mm256_broadcast_ss(&p[g][j]), vr, acc[g][u]);
+                for (int g = 0; g < G; ++g) acc[g][u] = _mm256_fmadd_ps(_mm256_broadcast_ss(&p[g][j]), vr, acc[g][u]);
             }
         for (int g = 0; g < G; ++g)
             for (int u = 0; u < CH; ++u) _mm256_storeu_ps(o + g * d + c + 8 * u, acc[g][u]);
@@ -165,9 +165,13 @@ void run(TensorType kt, const void* k, TensorType vt, const void* v, int n, int 
             _mm256_store_ps(Q.dq[g][b], _mm256_set1_ps(KVSIEVE_HALF(blk.d)));
             // −8·Σ q over the block, spread over the eight lanes (sums of four bytes each; the lanes are summed).
             if (kt == TensorType::Q4_0)
-                _mm256_store_si256(reinterpret_cast<__m256i*>(Q.bias[g][b]),
-                                   _mm256_slli_epi32(_mm256_sub_epi32(_mm256_setzero_si256(),
-                                       dot_us8_i32(ones, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs)))), 3));
+                _mm256_store_si256(
+                    reinterpret_cast<__m256i*>(Q.bias[g][b]),
+                    _mm256_slli_epi32(
+                        _mm256_sub_epi32(
+                            _mm256_setzero_si256(),
+                            dot_us8_i32(ones, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs)))),
+                        3));
         }
     const auto* K = static_cast<const uint8_t*>(k);
     const auto* V = static_cast<const uint8_t*>(v);
@@ -178,8 +182,8 @@ void run(TensorType kt, const void* k, TensorType vt, const void* v, int n, int 
 }
 
 bool takes(TensorType kt, TensorType vt, int n, int d, int G) {
-    return is_quant_attend_pair(kt, vt) && n >= 1 && n <= 16 && d >= QK8_0 && d <= 256 && d % QK8_0 == 0 &&
-           G >= 1 && G <= kMaxGroupQuantAvx2;
+    return is_quant_attend_pair(kt, vt) && n >= 1 && n <= 16 && d >= QK8_0 && d <= 256 && d % QK8_0 == 0 && G >= 1 &&
+           G <= kMaxGroupQuantAvx2;
 }
 
 }  // namespace
@@ -209,9 +213,8 @@ void quantize_queries_q8_0(const float* x, BlockQ8_0* y, int64_t n) {
     }
 }
 
-bool attend_rows_quant_q8(TensorType kt, const void* k, TensorType vt, const void* v, int n, int d,
-                          const BlockQ8_0* qq, int G, float scale, float* m, float* l, float* o, float* s_out,
-                          int64_t s_stride) {
+bool attend_rows_quant_q8(TensorType kt, const void* k, TensorType vt, const void* v, int n, int d, const BlockQ8_0* qq,
+                          int G, float scale, float* m, float* l, float* o, float* s_out, int64_t s_stride) {
     if (!takes(kt, vt, n, d, G)) return false;
     switch (G) {
         case 1: run<1>(kt, k, vt, v, n, d, qq, scale, m, l, o, s_out, s_stride); break;
@@ -226,8 +229,8 @@ bool attend_rows_quant_q8(TensorType kt, const void* k, TensorType vt, const voi
     return true;
 }
 
-bool attend_rows_quant(TensorType kt, const void* k, TensorType vt, const void* v, int n, int d, const float* q,
-                       int G, float scale, float* m, float* l, float* o, float* s_out, int64_t s_stride) {
+bool attend_rows_quant(TensorType kt, const void* k, TensorType vt, const void* v, int n, int d, const float* q, int G,
+                       float scale, float* m, float* l, float* o, float* s_out, int64_t s_stride) {
     if (!takes(kt, vt, n, d, G)) return false;
     BlockQ8_0 qq[kMaxGroupQuantAvx2 * kMaxBlocks];
     quantize_queries_q8_0(q, qq, static_cast<int64_t>(G) * d);

@@ -114,10 +114,10 @@ void attend(const uint8_t* K, const uint8_t* V, int n, int d, const Queries<G>& 
             const __m512i ku = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
             const __m512 dkv = _mm512_insertf32x8(_mm512_set1_ps(dk0), _mm256_set1_ps(dk1), 1);
             for (int g = 0; g < G; ++g) {
-                const __m512i dot = _mm512_dpbusd_epi32(_mm512_load_si512(Q.bias[g][pr]), ku,
-                                                        _mm512_load_si512(Q.qs[g][pr]));
-                acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dkv, _mm512_load_ps(Q.dq[g][pr])),
-                                         acc[g]);
+                const __m512i dot =
+                    _mm512_dpbusd_epi32(_mm512_load_si512(Q.bias[g][pr]), ku, _mm512_load_si512(Q.qs[g][pr]));
+                acc[g] =
+                    _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dkv, _mm512_load_ps(Q.dq[g][pr])), acc[g]);
             }
         }
         for (int g = 0; g < G; ++g)
@@ -187,8 +187,8 @@ void run(TensorType kt, const void* k, TensorType vt, const void* v, int n, int 
 }
 
 bool takes(TensorType kt, TensorType vt, int n, int d, int G) {
-    return is_quant_attend_pair(kt, vt) && n >= 1 && n <= 16 && d >= QK8_0 && d <= 256 && d % QK8_0 == 0 &&
-           G >= 1 && G <= kMaxGroupQuantAvx512;
+    return is_quant_attend_pair(kt, vt) && n >= 1 && n <= 16 && d >= QK8_0 && d <= 256 && d % QK8_0 == 0 && G >= 1 &&
+           G <= kMaxGroupQuantAvx512;
 }
 
 }  // namespace
@@ -210,9 +210,8 @@ void quantize_queries_q8_0(const float* x, BlockQ8_0* y, int64_t n) {
     }
 }
 
-bool attend_rows_quant_q8(TensorType kt, const void* k, TensorType vt, const void* v, int n, int d,
-                          const BlockQ8_0* qq, int G, float scale, float* m, float* l, float* o, float* s_out,
-                          int64_t s_stride) {
+bool attend_rows_quant_q8(TensorType kt, const void* k, TensorType vt, const void* v, int n, int d, const BlockQ8_0* qq,
+                          int G, float scale, float* m, float* l, float* o, float* s_out, int64_t s_stride) {
     if (!takes(kt, vt, n, d, G)) return false;
     switch (G) {
         case 1: run<1>(kt, k, vt, v, n, d, qq, scale, m, l, o, s_out, s_stride); break;
@@ -235,8 +234,8 @@ bool attend_rows_quant_q8(TensorType kt, const void* k, TensorType vt, const voi
     return true;
 }
 
-bool attend_rows_quant(TensorType kt, const void* k, TensorType vt, const void* v, int n, int d, const float* q,
-                       int G, float scale, float* m, float* l, float* o, float* s_out, int64_t s_stride) {
+bool attend_rows_quant(TensorType kt, const void* k, TensorType vt, const void* v, int n, int d, const float* q, int G,
+                       float scale, float* m, float* l, float* o, float* s_out, int64_t s_stride) {
     if (!takes(kt, vt, n, d, G)) return false;
     BlockQ8_0 qq[kMaxGroupQuantAvx512 * kMaxBlocks];
     quantize_queries_q8_0(q, qq, static_cast<int64_t>(G) * d);

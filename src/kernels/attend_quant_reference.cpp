@@ -26,18 +26,22 @@ float key_scale(TensorType kt, const uint8_t* row, int b) {
 }
 
 void check_shape(TensorType kt, TensorType vt, int d, int G) {
-    require(is_quant_attend_pair(kt, vt), "quantized-page attention takes Q8_0 or Q4_0 keys with Q8_0, Q4_0 or F16 "
-            "values, not ", type_name(kt), " keys with ", type_name(vt), " values");
-    require(d > 0 && d % QK8_0 == 0, "quantized-page attention needs a head dimension that is a positive multiple "
-            "of 32, not ", d);
+    require(is_quant_attend_pair(kt, vt),
+            "quantized-page attention takes Q8_0 or Q4_0 keys with Q8_0, Q4_0 or F16 "
+            "values, not ",
+            type_name(kt), " keys with ", type_name(vt), " values");
+    require(d > 0 && d % QK8_0 == 0,
+            "quantized-page attention needs a head dimension that is a positive multiple "
+            "of 32, not ",
+            d);
     require(G >= 1, "quantized-page attention needs at least one query head, not ", G);
 }
 
 }  // namespace
 
 void attend_rows_quant_q8_reference(TensorType kt, const void* k, TensorType vt, const void* v, int n, int d,
-                                    const BlockQ8_0* qq, int G, float scale, float* m, float* l, float* o,
-                                    float* s_out, int64_t s_stride) {
+                                    const BlockQ8_0* qq, int G, float scale, float* m, float* l, float* o, float* s_out,
+                                    int64_t s_stride) {
     check_shape(kt, vt, d, G);
     const int nb = d / QK8_0;
     const size_t kb = row_bytes(kt, d), vb = row_bytes(vt, d);

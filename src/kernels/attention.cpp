@@ -110,8 +110,9 @@ void attention_prefill_group(const float* q, int64_t ldq, int G, int d, int64_t 
                     for (int64_t j = 0; j < visible; ++j) stat_out[g * n + j] = row[j];
             }
             if (out != nullptr)
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(nt), d, static_cast<int>(nk), 1.0f,
-                            S.data(), static_cast<int>(nk), v, d, 0.0f, out + t0 * ldo + g * d, static_cast<int>(ldo));
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(nt), d, static_cast<int>(nk),
+                            1.0f, S.data(), static_cast<int>(nk), v, d, 0.0f, out + t0 * ldo + g * d,
+                            static_cast<int>(ldo));
         }
 }
 
@@ -154,8 +155,7 @@ void attention_prefill_gated(const float* q, int64_t ldq, int G, int d, int64_t 
         for (int64_t g0 = 0; g0 < G; g0 += gb) {
             const int64_t ng = std::min<int64_t>(gb, G - g0), rows = nt * ng;
             Qb.resize(static_cast<size_t>(rows) * d);
-            for (int64_t i = 0; i < nt; ++i)
-                std::copy_n(q + (t0 + i) * ldq + g0 * d, ng * d, Qb.data() + i * ng * d);
+            for (int64_t i = 0; i < nt; ++i) std::copy_n(q + (t0 + i) * ldq + g0 * d, ng * d, Qb.data() + i * ng * d);
             S.resize(static_cast<size_t>(rows * m));
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), static_cast<int>(m), d, scale,
                         Qb.data(), d, Kb.data(), d, 0.0f, S.data(), static_cast<int>(m));
@@ -172,10 +172,9 @@ void attention_prefill_gated(const float* q, int64_t ldq, int G, int d, int64_t 
                 for (int64_t c = 0; c < m; ++c) row[c] = (i >= f[c] && pq <= l[c]) ? row[c] : 0.0f;
             }
             Ob.resize(static_cast<size_t>(rows) * d);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows), d, static_cast<int>(m),
-                        1.0f, S.data(), static_cast<int>(m), Vb.data(), d, 0.0f, Ob.data(), d);
-            for (int64_t i = 0; i < nt; ++i)
-                std::copy_n(Ob.data() + i * ng * d, ng * d, out + (t0 + i) * ldo + g0 * d);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows), d, static_cast<int>(m), 1.0f,
+                        S.data(), static_cast<int>(m), Vb.data(), d, 0.0f, Ob.data(), d);
+            for (int64_t i = 0; i < nt; ++i) std::copy_n(Ob.data() + i * ng * d, ng * d, out + (t0 + i) * ldo + g0 * d);
         }
     }
 }

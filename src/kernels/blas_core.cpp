@@ -16,9 +16,9 @@ std::string blas_core_name() {
 }
 
 const char* blas_core_to_request(const CpuFeatures& f, const std::string& current) {
-    static const char* const kFallbacks[] = {"Prescott",   "Core2",      "Penryn",    "Dunnington", "Nehalem",
-                                             "Atom",       "Sandybridge", "Katmai",   "Coppermine", "Northwood",
-                                             "Banias",     "Opteron",    "Barcelona", "Bobcat",     "Bulldozer",
+    static const char* const kFallbacks[] = {"Prescott",   "Core2",       "Penryn",    "Dunnington", "Nehalem",
+                                             "Atom",       "Sandybridge", "Katmai",    "Coppermine", "Northwood",
+                                             "Banias",     "Opteron",     "Barcelona", "Bobcat",     "Bulldozer",
                                              "Piledriver", "Steamroller", "Excavator", "Nano"};
     bool weak = false;
     for (const char* n : kFallbacks) weak = weak || strcasecmp(current.c_str(), n) == 0;

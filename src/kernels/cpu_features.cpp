@@ -34,8 +34,14 @@ std::string CpuFeatures::str() const {
     auto add = [&](bool b, const char* n) {
         if (b) s += (s.empty() ? "" : " ") + std::string(n);
     };
-    add(avx2, "avx2"); add(fma, "fma"); add(f16c, "f16c"); add(avx512f, "avx512f"); add(avx512bw, "avx512bw");
-    add(avx512vl, "avx512vl"); add(avx512dq, "avx512dq"); add(avx512vnni, "avx512vnni");
+    add(avx2, "avx2");
+    add(fma, "fma");
+    add(f16c, "f16c");
+    add(avx512f, "avx512f");
+    add(avx512bw, "avx512bw");
+    add(avx512vl, "avx512vl");
+    add(avx512dq, "avx512dq");
+    add(avx512vnni, "avx512vnni");
     return s;
 }
 

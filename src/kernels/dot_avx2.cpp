@@ -95,7 +95,8 @@ static void dot_q8_0_n(const BlockQ8_0* w, const BlockQ8_0* x, XScale xd, int64_
 
 static float dot_q8_0(const BlockQ8_0* w, const BlockQ8_0* xq, int64_t nb) {
     float out;
-    dot_q8_0_n<1>(w, xq, [xq](int64_t j) { return KVSIEVE_HALF(xq[j].d); }, 0, nb, &out);
+    dot_q8_0_n<1>(
+        w, xq, [xq](int64_t j) { return KVSIEVE_HALF(xq[j].d); }, 0, nb, &out);
     return out;
 }
 
@@ -173,8 +174,9 @@ static void isa_axpy_f16(float a, const uint16_t* v, float* o, int64_t n) {
     const __m256 av = _mm256_set1_ps(a);
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(o + i, _mm256_fmadd_ps(av, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v + i))),
-                                                _mm256_loadu_ps(o + i)));
+        _mm256_storeu_ps(o + i,
+                         _mm256_fmadd_ps(av, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v + i))),
+                                         _mm256_loadu_ps(o + i)));
     for (; i < n; ++i) o[i] += a * fp16_to_fp32(v[i]);
 }
 static float isa_dot_q8_0(const BlockQ8_0* w, const BlockQ8_0* xq, int64_t nb) { return dot_q8_0(w, xq, nb); }
@@ -234,8 +236,9 @@ static float gelu_dot8(const float* a, const float* b, const float* w, int64_t n
 /// Binary16 pages of the common shapes take the specialised kernel (attend_f16_avx2.h).
 static void attend_rows_best(TensorType kt, const void* k, TensorType vt, const void* v, int n, int d, const float* q,
                              int G, float scale, float* m, float* l, float* o, float* s_out, int64_t s_stride) {
-    if (kt == TensorType::F16 && vt == TensorType::F16 && attend_rows_f16(static_cast<const uint16_t*>(k), static_cast<const uint16_t*>(v), n, d,
-                                                 q, G, scale, m, l, o, s_out, s_stride))
+    if (kt == TensorType::F16 && vt == TensorType::F16 &&
+        attend_rows_f16(static_cast<const uint16_t*>(k), static_cast<const uint16_t*>(v), n, d, q, G, scale, m, l, o,
+                        s_out, s_stride))
         return;
     // Q8_0 / Q4_0 pages of the common shapes take the specialised kernel (attend_quant.h), same semantics.
     if (is_quant_attend_pair(kt, vt) && attend_rows_quant(kt, k, vt, v, n, d, q, G, scale, m, l, o, s_out, s_stride))
@@ -245,7 +248,8 @@ static void attend_rows_best(TensorType kt, const void* k, TensorType vt, const 
 }  // namespace avx2
 
 const DotKernels& dot_kernels_avx2() {
-    static const DotKernels k = {.isa = "avx2", .split_q8_0 = false,
+    static const DotKernels k = {.isa = "avx2",
+                                 .split_q8_0 = false,
                                  .f32 = avx2::dot_f32,
                                  .f16 = avx2::dot_f16,
                                  .bf16 = avx2::g_dot_bf16,

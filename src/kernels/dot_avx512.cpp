@@ -72,7 +72,8 @@ static float dot_q8_0(const BlockQ8_0* w, const BlockQ8_0* xq, int64_t nb) {
         _mm_prefetch(reinterpret_cast<const char*>(w + b) + 2048, _MM_HINT_T0);
         _mm_prefetch(reinterpret_cast<const char*>(w + b) + 2112, _MM_HINT_T0);
         _mm_prefetch(reinterpret_cast<const char*>(w + b) + 2176, _MM_HINT_T0);
-        a0 = _mm256_fmadd_ps(_mm256_set1_ps(KVSIEVE_HALF(w[b].d) * KVSIEVE_HALF(xq[b].d)), block_dot_q8(w[b], xq[b]), a0);
+        a0 = _mm256_fmadd_ps(_mm256_set1_ps(KVSIEVE_HALF(w[b].d) * KVSIEVE_HALF(xq[b].d)), block_dot_q8(w[b], xq[b]),
+                             a0);
         a1 = _mm256_fmadd_ps(_mm256_set1_ps(KVSIEVE_HALF(w[b + 1].d) * KVSIEVE_HALF(xq[b + 1].d)),
                              block_dot_q8(w[b + 1], xq[b + 1]), a1);
         a2 = _mm256_fmadd_ps(_mm256_set1_ps(KVSIEVE_HALF(w[b + 2].d) * KVSIEVE_HALF(xq[b + 2].d)),
@@ -81,7 +82,8 @@ static float dot_q8_0(const BlockQ8_0* w, const BlockQ8_0* xq, int64_t nb) {
                              block_dot_q8(w[b + 3], xq[b + 3]), a3);
     }
     for (; b < nb; ++b)
-        a0 = _mm256_fmadd_ps(_mm256_set1_ps(KVSIEVE_HALF(w[b].d) * KVSIEVE_HALF(xq[b].d)), block_dot_q8(w[b], xq[b]), a0);
+        a0 = _mm256_fmadd_ps(_mm256_set1_ps(KVSIEVE_HALF(w[b].d) * KVSIEVE_HALF(xq[b].d)), block_dot_q8(w[b], xq[b]),
+                             a0);
     const __m256 a = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
     s = _mm_hadd_ps(s, s);
@@ -120,9 +122,7 @@ static float dot_q8_0_split(const int8_t* wq, const uint16_t* wd, const int8_t* 
     return s;
 }
 
-static inline __m256i dot_us8_i32(__m256i u, __m256i s) {
-    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
-}
+static inline __m256i dot_us8_i32(__m256i u, __m256i s) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s); }
 #include "kernels/dot_int8_x86.inc"
 #include "kernels/dot_kquant_x86.inc"
 
@@ -130,8 +130,7 @@ static void dequant_row(TensorType t, const void* src, float* dst, int64_t n) {
     if (t != TensorType::F16) return g_dequant_row_blocks(t, src, dst, n);
     const auto* s = static_cast<const uint16_t*>(src);
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(dst + i, cvt16_ph(s + i));
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, cvt16_ph(s + i));
     for (; i < n; ++i) dst[i] = fp16_to_fp32(s[i]);
 }
 static void to_f16(const float* src, uint16_t* dst, int64_t n) {
@@ -145,10 +144,8 @@ static float isa_dot_f16(const uint16_t* w, const float* x, int64_t n) {
     __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
-        a0 = _mm512_fmadd_ps(cvt16_ph(w + i),
-                             _mm512_loadu_ps(x + i), a0);
-        a1 = _mm512_fmadd_ps(cvt16_ph(w + i + 16),
-                             _mm512_loadu_ps(x + i + 16), a1);
+        a0 = _mm512_fmadd_ps(cvt16_ph(w + i), _mm512_loadu_ps(x + i), a0);
+        a1 = _mm512_fmadd_ps(cvt16_ph(w + i + 16), _mm512_loadu_ps(x + i + 16), a1);
     }
     float s = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
     for (; i < n; ++i) s += fp16_to_fp32(w[i]) * x[i];
@@ -157,9 +154,7 @@ static float isa_dot_f16(const uint16_t* w, const float* x, int64_t n) {
 static void isa_axpy_f16(float a, const uint16_t* v, float* o, int64_t n) {
     const __m512 av = _mm512_set1_ps(a);
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(o + i, _mm512_fmadd_ps(av, cvt16_ph(v + i),
-                                                _mm512_loadu_ps(o + i)));
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(o + i, _mm512_fmadd_ps(av, cvt16_ph(v + i), _mm512_loadu_ps(o + i)));
     for (; i < n; ++i) o[i] += a * fp16_to_fp32(v[i]);
 }
 static float isa_dot_q8_0(const BlockQ8_0* w, const BlockQ8_0* xq, int64_t nb) { return dot_q8_0(w, xq, nb); }
@@ -167,8 +162,9 @@ static float isa_dot_q8_0(const BlockQ8_0* w, const BlockQ8_0* xq, int64_t nb) {
 /// Binary16 pages of the common head sizes take the specialised kernel (attend_f16_avx512.h).
 static void attend_rows_best(TensorType kt, const void* k, TensorType vt, const void* v, int n, int d, const float* q,
                              int G, float scale, float* m, float* l, float* o, float* s_out, int64_t s_stride) {
-    if (kt == TensorType::F16 && vt == TensorType::F16 && attend_rows_f16(static_cast<const uint16_t*>(k), static_cast<const uint16_t*>(v), n, d,
-                                                 q, G, scale, m, l, o, s_out, s_stride))
+    if (kt == TensorType::F16 && vt == TensorType::F16 &&
+        attend_rows_f16(static_cast<const uint16_t*>(k), static_cast<const uint16_t*>(v), n, d, q, G, scale, m, l, o,
+                        s_out, s_stride))
         return;
     // Q8_0 / Q4_0 pages of the common shapes take the specialised kernel (attend_quant.h), same semantics.
     if (is_quant_attend_pair(kt, vt) && attend_rows_quant(kt, k, vt, v, n, d, q, G, scale, m, l, o, s_out, s_stride))
@@ -178,7 +174,8 @@ static void attend_rows_best(TensorType kt, const void* k, TensorType vt, const 
 }  // namespace avx512
 
 const DotKernels& dot_kernels_avx512() {
-    static const DotKernels k = {.isa = "avx512", .split_q8_0 = true,
+    static const DotKernels k = {.isa = "avx512",
+                                 .split_q8_0 = true,
                                  .f32 = avx512::dot_f32,
                                  .f16 = avx512::dot_f16,
                                  .bf16 = avx512::g_dot_bf16,

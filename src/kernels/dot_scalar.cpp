@@ -60,7 +60,8 @@ TensorType activation_type(TensorType t) {
 }
 
 const DotKernels& dot_kernels_scalar() {
-    static const DotKernels k = {.isa = "scalar", .split_q8_0 = false,
+    static const DotKernels k = {.isa = "scalar",
+                                 .split_q8_0 = false,
                                  .f32 = scalar::g_dot_f32,
                                  .f16 = scalar::dot_f16,
                                  .bf16 = scalar::g_dot_bf16,

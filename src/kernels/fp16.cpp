@@ -63,13 +63,13 @@ uint16_t fp32_to_fp16(float f) {
     std::memcpy(&x, &f, 4);
     const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000);
     const uint32_t ax = x & 0x7fffffff;
-    if (ax > 0x7f800000) return sign | 0x7e00;              // NaN
-    if (ax >= 0x477ff000) return sign | 0x7c00;             // overflow (≥ 65520 rounds to inf)
-    if (ax < 0x38800000) {                                  // subnormal or zero in half
-        if (ax < 0x33000000) return sign;                   // < 2^-25 rounds to 0
+    if (ax > 0x7f800000) return sign | 0x7e00;   // NaN
+    if (ax >= 0x477ff000) return sign | 0x7c00;  // overflow (≥ 65520 rounds to inf)
+    if (ax < 0x38800000) {                       // subnormal or zero in half
+        if (ax < 0x33000000) return sign;        // < 2^-25 rounds to 0
         const uint32_t e = ax >> 23;
         const uint32_t m = (ax & 0x7fffff) | 0x800000;
-        const int shift = 126 - static_cast<int>(e);        // bring to half subnormal scale (2^-24 units)
+        const int shift = 126 - static_cast<int>(e);  // bring to half subnormal scale (2^-24 units)
         uint32_t r = m >> (shift);
         const uint32_t rem = m & ((1u << shift) - 1);
         const uint32_t half = 1u << (shift - 1);

@@ -16,14 +16,14 @@ namespace {
 
 /// Activations in the form a weight type's dot kernel expects.
 struct PreparedX {
-    const float* f32 = nullptr;  // [T][cols]
-    std::vector<BlockQ8_0> q8;   // [T][cols/32] for weights dotted with Q8_0 activations
-    std::vector<BlockQ8_1> q81;  // [T][cols/32] for weights dotted with Q8_1 activations
-    std::vector<BlockQ8K> q8k;   // [T][cols/256] for weights dotted with Q8_K activations
-    int64_t q8_stride = 0;       // blocks per token of whichever of q8, q81, q8k is used
-    AlignedBuffer split_q;       // [T][cols] int8 for split-layout Q8_0 weights
-    std::vector<float> split_d;  // [T][cols/32]
-    std::vector<float> xd, xsum; // [T][blocks] float32 scales (and Q8_1 sums) of q8 / q81 for the multi-row kernels
+    const float* f32 = nullptr;   // [T][cols]
+    std::vector<BlockQ8_0> q8;    // [T][cols/32] for weights dotted with Q8_0 activations
+    std::vector<BlockQ8_1> q81;   // [T][cols/32] for weights dotted with Q8_1 activations
+    std::vector<BlockQ8K> q8k;    // [T][cols/256] for weights dotted with Q8_K activations
+    int64_t q8_stride = 0;        // blocks per token of whichever of q8, q81, q8k is used
+    AlignedBuffer split_q;        // [T][cols] int8 for split-layout Q8_0 weights
+    std::vector<float> split_d;   // [T][cols/32]
+    std::vector<float> xd, xsum;  // [T][blocks] float32 scales (and Q8_1 sums) of q8 / q81 for the multi-row kernels
 };
 
 PreparedX prepare(const DotKernels& k, const WeightMatrix& W, const float* X, int64_t T) {
@@ -53,8 +53,8 @@ PreparedX prepare(const DotKernels& k, const WeightMatrix& W, const float* X, in
             }
         }
     }
-    if (T > 1 && W.layout == RowLayout::kGGUF && ((act == TensorType::Q8_1 && k.q4_1_rows) ||
-                                                  (act == TensorType::Q8_0 && k.q8_0_rows))) {
+    if (T > 1 && W.layout == RowLayout::kGGUF &&
+        ((act == TensorType::Q8_1 && k.q4_1_rows) || (act == TensorType::Q8_0 && k.q8_0_rows))) {
         const size_t n = static_cast<size_t>(T * p.q8_stride);
         p.xd.resize(n);
         for (size_t j = 0; j < n; ++j) p.xd[j] = fp16_to_fp32(act == TensorType::Q8_1 ? p.q81[j].d : p.q8[j].d);
@@ -167,13 +167,14 @@ void sgemm_tiles(const float* X, int64_t T, int64_t K, const float* B, int64_t l
 
 void gemm_panels(const DotKernels& k, const WeightMatrix& W, const float* X, int64_t T, float* Y, int64_t ldy) {
     if (W.type == TensorType::F32) {
-        sgemm_tiles(X, T, W.cols, reinterpret_cast<const float*>(W.data), static_cast<int64_t>(W.row_bytes / sizeof(float)),
-                    W.rows, Y, ldy);
+        sgemm_tiles(X, T, W.cols, reinterpret_cast<const float*>(W.data),
+                    static_cast<int64_t>(W.row_bytes / sizeof(float)), W.rows, Y, ldy);
         return;
     }
     // Panels of about 2M weights (8 MB of float32) keep the scratch bounded for any matrix size; a multiple of the
     // tile width, so that the tiles are those of the whole matrix.
-    const int64_t panel = std::min(std::max<int64_t>((int64_t{1} << 21) / W.cols / kGemmColBlock, 1) * kGemmColBlock, W.rows);
+    const int64_t panel =
+        std::min(std::max<int64_t>((int64_t{1} << 21) / W.cols / kGemmColBlock, 1) * kGemmColBlock, W.rows);
     thread_local std::vector<float> buf;
     buf.resize(static_cast<size_t>(panel * W.cols));
     for (int64_t r0 = 0; r0 < W.rows; r0 += panel) {
@@ -186,9 +187,7 @@ void gemm_panels(const DotKernels& k, const WeightMatrix& W, const float* X, int
 }
 
 /// Whether matmul takes the panel-SGEMM path for W and T tokens (else the GEMV path).
-bool gemm_path(const WeightMatrix& W, int64_t T) {
-    return T >= kGemmMinTokens || (W.type == TensorType::F32 && T > 1);
-}
+bool gemm_path(const WeightMatrix& W, int64_t T) { return T >= kGemmMinTokens || (W.type == TensorType::F32 && T > 1); }
 
 }  // namespace
 
@@ -248,6 +247,8 @@ void matmul_reference(const WeightMatrix& W, const float* X, int64_t T, float* Y
     gemv(dot_kernels_scalar(), W, X, T, Y, W.rows);
 }
 
-void dequantize_weight_row(const WeightMatrix& W, int64_t r, float* dst) { dequant_weight_row(dot_kernels(), W, r, dst); }
+void dequantize_weight_row(const WeightMatrix& W, int64_t r, float* dst) {
+    dequant_weight_row(dot_kernels(), W, r, dst);
+}
 
 }  // namespace kvsieve

@@ -11,9 +11,7 @@ namespace kvsieve {
 
 void dequantize_row(TensorType t, const void* src, float* dst, int64_t n) {
     switch (t) {
-        case TensorType::F32:
-            std::memcpy(dst, src, n * sizeof(float));
-            return;
+        case TensorType::F32: std::memcpy(dst, src, n * sizeof(float)); return;
         case TensorType::F16: {
             const auto* s = static_cast<const uint16_t*>(src);
             for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_fp32(s[i]);

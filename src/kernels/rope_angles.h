@@ -11,8 +11,8 @@ namespace kvsieve {
 struct RopeAngles {
     int n_rot = 0;
     bool neox = false;
-    double pos_scale = 1.0;             ///< linear position scaling (1 / rope.scaling.factor)
-    const double* inv_freq = nullptr;   ///< [n_rot/2]; owned by the model's Rope
+    double pos_scale = 1.0;            ///< linear position scaling (1 / rope.scaling.factor)
+    const double* inv_freq = nullptr;  ///< [n_rot/2]; owned by the model's Rope
     /// The two dimensions of pair i.
     int first(int i) const { return neox ? i : 2 * i; }
     int second(int i) const { return neox ? i + n_rot / 2 : 2 * i + 1; }

@@ -46,17 +46,28 @@ void convert_llama2c(const std::string& checkpoint, const std::string& tokenizer
     require(static_cast<int64_t>(ck.size()) == 28 + 4 * n_floats, checkpoint, ": size ", ck.size(),
             " bytes does not match its header (expected ", 28 + 4 * n_floats, ")");
     const float* p = reinterpret_cast<const float*>(ck.data() + 28);
-    const float* emb = p; p += vocab * dim;
-    const float* rms_att = p; p += L * dim;
-    const float* wq = p; p += L * dim * dim;
-    const float* wk = p; p += L * kv_dim * dim;
-    const float* wv = p; p += L * kv_dim * dim;
-    const float* wo = p; p += L * dim * dim;
-    const float* rms_ffn = p; p += L * dim;
-    const float* w1 = p; p += L * hidden * dim;
-    const float* w2 = p; p += L * dim * hidden;
-    const float* w3 = p; p += L * hidden * dim;
-    const float* rms_final = p; p += dim;
+    const float* emb = p;
+    p += vocab * dim;
+    const float* rms_att = p;
+    p += L * dim;
+    const float* wq = p;
+    p += L * dim * dim;
+    const float* wk = p;
+    p += L * kv_dim * dim;
+    const float* wv = p;
+    p += L * kv_dim * dim;
+    const float* wo = p;
+    p += L * dim * dim;
+    const float* rms_ffn = p;
+    p += L * dim;
+    const float* w1 = p;
+    p += L * hidden * dim;
+    const float* w2 = p;
+    p += L * dim * hidden;
+    const float* w3 = p;
+    p += L * hidden * dim;
+    const float* rms_final = p;
+    p += dim;
     p += seq_len * head_dim;  // freq_cis_real, freq_cis_imag (unused: RoPE is recomputed)
     const float* wcls = shared ? emb : p;
 

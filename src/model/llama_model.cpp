@@ -82,7 +82,8 @@ void LlamaModel::forward_batch(const std::vector<Segment>& segs) const {
         require(g.tokens && g.cache && g.logits, "forward: segment ", s, " lacks its tokens, cache or logits");
         const int64_t T = static_cast<int64_t>(g.tokens->size());
         require(T > 0, "forward: no tokens");
-        for (size_t r = 0; r < s; ++r) require(segs[r].cache != g.cache, "forward: one cache is given twice in a batch");
+        for (size_t r = 0; r < s; ++r)
+            require(segs[r].cache != g.cache, "forward: one cache is given twice in a batch");
         require(g.cache->n_tokens() + T <= g.cache->n_ctx(), "the sequence needs ", g.cache->n_tokens() + T,
                 " positions but the context holds ", g.cache->n_ctx());
         for (int32_t id : *g.tokens)
@@ -119,7 +120,8 @@ void LlamaModel::forward_batch(const std::vector<Segment>& segs) const {
     // One RoPE table for all rows: each segment's rows at its own positions.
     Rope::Table rt;
     for (size_t s : order) {
-        for (int64_t t = 0; t < len[s]; ++t) dequantize_weight_row(w_.tok_embd, (*segs[s].tokens)[t], x.data() + (row0[s] + t) * D);
+        for (int64_t t = 0; t < len[s]; ++t)
+            dequantize_weight_row(w_.tok_embd, (*segs[s].tokens)[t], x.data() + (row0[s] + t) * D);
         Rope::Table part = rope_->table(pos0[s], len[s]);
         if (S == 1) {
             rt = std::move(part);
@@ -197,7 +199,8 @@ void LlamaModel::forward_batch(const std::vector<Segment>& segs) const {
     std::vector<float> all(n_rows * c.n_vocab);
     if (n_out_small > 0) matmul(w_.output, last.data(), n_out_small, all.data(), -1, MatmulPath::kRowExact);
     for (size_t s = 0; s < S; ++s)
-        if (!is_short(n_out[s])) matmul(w_.output, last.data() + out0[s] * D, n_out[s], all.data() + out0[s] * c.n_vocab);
+        if (!is_short(n_out[s]))
+            matmul(w_.output, last.data() + out0[s] * D, n_out[s], all.data() + out0[s] * c.n_vocab);
     for (size_t s = 0; s < S; ++s)
         segs[s].logits->assign(all.begin() + out0[s] * c.n_vocab, all.begin() + (out0[s] + n_out[s]) * c.n_vocab);
 }

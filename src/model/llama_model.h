@@ -43,7 +43,7 @@ public:
     struct Segment {
         const std::vector<int32_t>* tokens = nullptr;  ///< T_s ≥ 1 ids
         SequenceCache* cache = nullptr;                ///< the sequence's cache (distinct for each segment)
-        std::vector<float>* logits = nullptr;          ///< becomes [T_s][n_vocab] (all_logits) or the last token's [n_vocab]
+        std::vector<float>* logits = nullptr;  ///< becomes [T_s][n_vocab] (all_logits) or the last token's [n_vocab]
         bool all_logits = false;
     };
     /// Runs several sequences in one step: the weight matrices are applied once to the Σ T_s rows of every

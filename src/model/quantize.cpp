@@ -40,8 +40,8 @@ void quantize_model(const std::string& in, const std::string& out, TensorType ty
     for (const auto& t : f.tensors()) {
         const std::vector<int64_t> ne(t.ne, t.ne + t.n_dims);
         // Learned predictors (SP-KV gates …) stay as they are: tiny, and their thresholds want full precision.
-        const bool matrix = !is_predictor_tensor(t.name) && t.n_dims == 2 && t.name.size() > 7 && t.name.compare(t.name.size() - 7, 7, ".weight") == 0 &&
-                            t.ne[0] % block_size(type) == 0;
+        const bool matrix = !is_predictor_tensor(t.name) && t.n_dims == 2 && t.name.size() > 7 &&
+                            t.name.compare(t.name.size() - 7, 7, ".weight") == 0 && t.ne[0] % block_size(type) == 0;
         if (!matrix || static_cast<TensorType>(t.type) == type) {
             w.add_tensor_ref(t.name, t.type, ne, t.data, t.nbytes);
             continue;

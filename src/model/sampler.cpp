@@ -66,7 +66,9 @@ int32_t Sampler::sample(const float* logits, int n_vocab) {
     }
     cand_.resize(n_vocab);
     for (int i = 0; i < n_vocab; ++i) cand_[i] = {logits[i], i};
-    auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+    auto by_logit = [](const auto& a, const auto& b) {
+        return a.first > b.first || (a.first == b.first && a.second < b.second);
+    };
     size_t n = cand_.size();
     if (p_.top_k > 0 && static_cast<size_t>(p_.top_k) < n) {
         std::partial_sort(cand_.begin(), cand_.begin() + p_.top_k, cand_.end(), by_logit);

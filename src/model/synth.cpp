@@ -81,7 +81,8 @@ void write_synth_model(const std::string& path, const SynthShape& s, TensorType 
         std::snprintf(buf, sizeof buf, "<0x%02X>", b);
         add_tok(buf, TokenType::kByte, 0);
     }
-    for (int i = static_cast<int>(toks.size()); i < s.n_vocab; ++i) add_tok(cat("<unused", i, ">"), TokenType::kUnused, 0);
+    for (int i = static_cast<int>(toks.size()); i < s.n_vocab; ++i)
+        add_tok(cat("<unused", i, ">"), TokenType::kUnused, 0);
     w.set("tokenizer.ggml.tokens", GGUFValue::make_array(GGUFValueType::STRING, std::move(toks)));
     w.set("tokenizer.ggml.scores", GGUFValue::make_array(GGUFValueType::FLOAT32, std::move(scores)));
     w.set("tokenizer.ggml.token_type", GGUFValue::make_array(GGUFValueType::INT32, std::move(types)));
@@ -112,7 +113,8 @@ void write_synth_model(const std::string& path, const SynthShape& s, TensorType 
         });
     };
     auto zeros = [&](const std::string& name, int64_t n) {
-        w.add_tensor_gen(name, 0, {n}, [n](uint8_t* out, uint64_t) { std::fill_n(reinterpret_cast<float*>(out), n, 0.0f); });
+        w.add_tensor_gen(name, 0, {n},
+                         [n](uint8_t* out, uint64_t) { std::fill_n(reinterpret_cast<float*>(out), n, 0.0f); });
     };
     const int64_t D = s.n_embd, qd = int64_t(s.n_head) * s.head_dim, kvd = int64_t(s.n_head_kv) * s.head_dim;
     matrix("token_embd.weight", s.n_vocab, D);

@@ -15,17 +15,17 @@ class GGUFFile;
 /// Tensors of one transformer block. Matrices map inputs (cols) to outputs (rows):
 /// wq [Hq·d × D], wk, wv [Hkv·d × D], wo [D × Hq·d], w_gate, w_up [ff × D], w_down [D × ff].
 struct LayerWeights {
-    std::vector<float> attn_norm, ffn_norm;      ///< [D]
+    std::vector<float> attn_norm, ffn_norm;  ///< [D]
     WeightMatrix wq, wk, wv, wo;
-    std::vector<float> bq, bk, bv;               ///< qwen2 biases ([Hq·d], [Hkv·d], [Hkv·d]); empty otherwise
-    std::vector<float> q_norm, k_norm;           ///< qwen3 per-head RMSNorm weights [d]; empty otherwise
+    std::vector<float> bq, bk, bv;      ///< qwen2 biases ([Hq·d], [Hkv·d], [Hkv·d]); empty otherwise
+    std::vector<float> q_norm, k_norm;  ///< qwen3 per-head RMSNorm weights [d]; empty otherwise
     WeightMatrix w_gate, w_up, w_down;
 };
 
 /// All tensors of the model. `output` aliases `tok_embd` when the file ties them (no output.weight).
 struct ModelWeights {
-    WeightMatrix tok_embd;        ///< [n_vocab × D]
-    WeightMatrix output;          ///< [n_vocab × D]
+    WeightMatrix tok_embd;           ///< [n_vocab × D]
+    WeightMatrix output;             ///< [n_vocab × D]
     std::vector<float> output_norm;  ///< [D]
     std::vector<float> rope_freqs;   ///< Llama 3.1 frequency factors [n_rot/2]; empty if absent
     std::vector<LayerWeights> layers;

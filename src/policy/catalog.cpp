@@ -53,8 +53,10 @@ bool uses_group(const Entry& e) {
 std::string cell(std::string s) {
     std::string out;
     for (char c : s) {
-        if (c == '|') out += "\\|";
-        else out += c;
+        if (c == '|')
+            out += "\\|";
+        else
+            out += c;
     }
     return out;
 }
@@ -62,9 +64,10 @@ std::string cell(std::string s) {
 std::string table(const std::vector<const ParamDecl*>& rows) {
     std::string s = "| key | type | range | default | meaning | source |\n|---|---|---|---|---|---|\n";
     for (const ParamDecl* d : rows)
-        s += "| `" + d->key + "`" + (d->deprecated_alias.empty() ? "" : " (deprecated alias `" + d->deprecated_alias + "`)") +
-             " | " + d->type_name() + " | " + cell(d->range_text()) + " | " + cell(d->default_text()) +
-             " | " + cell(d->doc) + " | " + cell(d->source) + " |\n";
+        s += "| `" + d->key + "`" +
+             (d->deprecated_alias.empty() ? "" : " (deprecated alias `" + d->deprecated_alias + "`)") + " | " +
+             d->type_name() + " | " + cell(d->range_text()) + " | " + cell(d->default_text()) + " | " + cell(d->doc) +
+             " | " + cell(d->source) + " |\n";
     return s;
 }
 }  // namespace
@@ -120,9 +123,15 @@ std::string policies_json(const std::string& name) {
     for (const Entry& e : entries(name)) {
         nlohmann::json params = nlohmann::json::array();
         for (const ParamDecl& d : *e.params) {
-            nlohmann::json p{{"key", d.key},       {"type", d.type_name()}, {"range", d.range_text()},
-                             {"default", nullptr}, {"default_note", d.default_note}, {"doc", d.doc},
-                             {"source", d.source}, {"group", d.group}, {"deprecated_alias", d.deprecated_alias}};
+            nlohmann::json p{{"key", d.key},
+                             {"type", d.type_name()},
+                             {"range", d.range_text()},
+                             {"default", nullptr},
+                             {"default_note", d.default_note},
+                             {"doc", d.doc},
+                             {"source", d.source},
+                             {"group", d.group},
+                             {"deprecated_alias", d.deprecated_alias}};
             if (!d.default_value.empty()) p["default"] = d.default_value;
             if (d.type == ParamType::kInt) {
                 p["min"] = d.imin;

@@ -67,18 +67,19 @@ public:
                     for (int64_t t = t0; t < in.T; ++t)
                         for (int c = 0; c < d; ++c)
                             Qc[(t - t0) * d + c] = static_cast<double>(in.q_pre[t * ldq + qh * d + c]) - mu[c];
-                    cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, d, static_cast<int>(nq), 1.0 / nq, Qc.data(), d, 0.0,
-                                cov.data(), d);
+                    cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, d, static_cast<int>(nq), 1.0 / nq, Qc.data(), d,
+                                0.0, cov.data(), d);
                     for (int a = 0; a < d; ++a)
                         for (int b = 0; b < a; ++b) cov[a * d + b] = cov[b * d + a];
                 }
                 // μ' = R̄μ; Σ' = R̄ΣR̄ᵀ
-                std::vector<double> mur(d, 0.0), tmp(static_cast<size_t>(d) * d, 0.0), covr(static_cast<size_t>(d) * d, 0.0);
+                std::vector<double> mur(d, 0.0), tmp(static_cast<size_t>(d) * d, 0.0),
+                    covr(static_cast<size_t>(d) * d, 0.0);
                 for (int a = 0; a < d; ++a)
                     for (int c = 0; c < d; ++c) mur[a] += R[a * d + c] * mu[c];
                 if (cov_) {
-                    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d, d, d, 1.0, R.data(), d, cov.data(), d, 0.0,
-                                tmp.data(), d);
+                    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d, d, d, 1.0, R.data(), d, cov.data(), d,
+                                0.0, tmp.data(), d);
                     cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d, d, d, 1.0, tmp.data(), d, R.data(), d, 0.0,
                                 covr.data(), d);
                     // KC = K Σ'ᵀ, so that kᵢᵀΣ'kᵢ = Σ_a k_ia KC_ia
@@ -134,14 +135,16 @@ std::vector<ParamDecl> expected_attention_params(const std::string& default_rule
     const std::string src = "Expected Attention §3 (kvpress ExpectedAttentionPress)";
     return merge_params(
         budget_rule_params("0.5", default_rule),
-        {int_param("n_future", 1, kMaxTokens, "512", "future positions whose mean RoPE rotation moves the query statistics",
+        {int_param("n_future", 1, kMaxTokens, "512",
+                   "future positions whose mean RoPE rotation moves the query statistics",
                    "Expected Attention §3, eq. 5 (kvpress n_future_positions)"),
          with_alias(int_param("scored_sinks", 0, kMaxTokens, "4",
                               "first entries scored max + 1 (kept by the rule, inside its budget, unlike sinks s) and "
                               "left out of the query statistics",
                               "kvpress ExpectedAttentionPress n_sink"),
                     "n_sink"),
-         flag_param("cov", "1", "use the queries' covariance Σ (0: the mean only)", "Expected Attention §3, eq. 6 (kvpress use_covariance)"),
+         flag_param("cov", "1", "use the queries' covariance Σ (0: the mean only)",
+                    "Expected Attention §3, eq. 6 (kvpress use_covariance)"),
          flag_param("vnorm", "1", "multiply by ‖v‖ (plus ε)", "Expected Attention §3 (kvpress use_vnorm)"),
          real_param("epsilon", 0, std::numeric_limits<double>::infinity(), default_epsilon,
                     "ε added to the expected attention before the ‖v‖ factor", src)});
@@ -150,8 +153,8 @@ std::vector<ParamDecl> expected_attention_params(const std::string& default_rule
 Policy make_expected_attention(PolicyParams& p) {
     Policy pol;
     const int64_t nf = p.get_int("n_future"), ns = p.get_int("scored_sinks");
-    pol.scorer = std::make_shared<ExpectedAttentionScorer>(static_cast<int>(nf), static_cast<int>(ns), p.get_flag("cov"),
-                                                           p.get_flag("vnorm"), p.get_double("epsilon"));
+    pol.scorer = std::make_shared<ExpectedAttentionScorer>(
+        static_cast<int>(nf), static_cast<int>(ns), p.get_flag("cov"), p.get_flag("vnorm"), p.get_double("epsilon"));
     read_budget_rule(p, pol);
     return pol;
 }
@@ -163,7 +166,8 @@ void register_expected_attention() {
                      expected_attention_params("head", "0"), make_expected_attention});
     // The kvpress leaderboard's configuration (kvpress evaluation/evaluate_registry.py:
     // adakv_expected_attention_e2 = AdaKVPress(ExpectedAttentionPress(epsilon=1e-2))): AdaKV layer budgets, ε = 1e-2.
-    register_preset({"adakv_expected_attention_e2", "Expected Attention as kvpress's leaderboard runs it (AdaKV, ε = 1e-2)",
+    register_preset({"adakv_expected_attention_e2",
+                     "Expected Attention as kvpress's leaderboard runs it (AdaKV, ε = 1e-2)",
                      expected_attention_params("layer", "0.01"), make_expected_attention});
 }
 

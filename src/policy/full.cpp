@@ -7,7 +7,8 @@
 namespace kvsieve {
 
 void register_full() {
-    register_preset({"full", "no compression (reference)",
+    register_preset({"full",
+                     "no compression (reference)",
                      {int_param("sinks", 0, kMaxTokens, "0",
                                 "s: first entries held in the sink region, read at every step by a read-time selection",
                                 "StreamingLLM §3.2")},

@@ -64,22 +64,22 @@ std::vector<ParamDecl> h2o_params() {
     for (const ParamDecl& d : budget_rule_params())
         if (d.key != "budget") v.push_back(d);
     return merge_params(
-        v, {with_alias(with_note(int_param("capacity", 1, kMaxTokens, "",
-                                           "B = s + w + k: entries each KV head keeps, the recent window included "
-                                           "(the deprecated budget=K counts all but the sinks: B = s + K); not with ratio",
-                                           "H2O Alg. 1 (KV cache budget K); KVpop eq. 1"),
-                                 "none (ratio applies)"),
-                       "budget"),
-            with_note(int_param("window", 0, kMaxTokens, "",
-                                "w: recent entries always kept; with capacity=B they are part of B",
-                                "H2O Alg. 1 (recent half of the budget)"),
-                      "(B − s)/2 with capacity=B, else 0; 128 with timing=at_window_exit")});
+        v,
+        {with_alias(with_note(int_param("capacity", 1, kMaxTokens, "",
+                                        "B = s + w + k: entries each KV head keeps, the recent window included "
+                                        "(the deprecated budget=K counts all but the sinks: B = s + K); not with ratio",
+                                        "H2O Alg. 1 (KV cache budget K); KVpop eq. 1"),
+                              "none (ratio applies)"),
+                    "budget"),
+         with_note(
+             int_param("window", 0, kMaxTokens, "", "w: recent entries always kept; with capacity=B they are part of B",
+                       "H2O Alg. 1 (recent half of the budget)"),
+             "(B − s)/2 with capacity=B, else 0; 128 with timing=at_window_exit")});
 }
 }  // namespace
 
 void register_h2o() {
-    register_preset({"h2o", "accumulated attention (Zhang et al. 2023)", h2o_params(),
-                     [](PolicyParams& p) {
+    register_preset({"h2o", "accumulated attention (Zhang et al. 2023)", h2o_params(), [](PolicyParams& p) {
                          Policy pol;
                          pol.scorer = std::make_shared<H2OScorer>();
                          read_budget_rule(p, pol);
@@ -91,13 +91,13 @@ void register_h2o() {
                              int64_t K = pol.compression.budget;
                              if (K > 0 && !p.given_as_alias("capacity")) {
                                  K -= pol.sinks;
-                                 require(K > 0, "policy h2o: capacity=", K + pol.sinks, " leaves no entries beyond sinks=",
-                                         pol.sinks);
+                                 require(K > 0, "policy h2o: capacity=", K + pol.sinks,
+                                         " leaves no entries beyond sinks=", pol.sinks);
                              }
                              const int64_t w = p.get_int("window", K > 0 ? K / 2 : 0);
                              require(K <= 0 || w < K, "policy h2o: window=", w,
-                                     " leaves no room for heavy hitters in capacity=", K + pol.sinks, " with sinks=",
-                                     pol.sinks);
+                                     " leaves no room for heavy hitters in capacity=", K + pol.sinks,
+                                     " with sinks=", pol.sinks);
                              pol.window = static_cast<int>(w);
                              if (K > 0) pol.compression.budget = K - w;
                          }

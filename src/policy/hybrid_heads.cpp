@@ -50,9 +50,7 @@ std::set<std::pair<int, int>> parse_heads(const std::string& s) {
             l = std::stoi(item.substr(0, dot), &a);
             h = std::stoi(item.substr(dot + 1), &b);
             require(a == dot && b == item.size() - dot - 1, "");
-        } catch (...) {
-            fail("policy hybrid_heads: '", item, "' is not a LAYER.HEAD pair (global=0.1/3.2/...)");
-        }
+        } catch (...) { fail("policy hybrid_heads: '", item, "' is not a LAYER.HEAD pair (global=0.1/3.2/...)"); }
         require(l >= 0 && h >= 0, "policy hybrid_heads: '", item, "' has a negative index");
         out.insert({l, h});
     }
@@ -61,9 +59,11 @@ std::set<std::pair<int, int>> parse_heads(const std::string& s) {
 }  // namespace
 
 void register_hybrid_heads() {
-    register_preset({"hybrid_heads", "static local/global heads (SP-KV §4 hybrid design)",
-                     {with_note(name_param("global", "", "the global heads as LAYER.HEAD pairs joined by '/' (empty: every "
-                                                         "head local)",
+    register_preset({"hybrid_heads",
+                     "static local/global heads (SP-KV §4 hybrid design)",
+                     {with_note(name_param("global", "",
+                                           "the global heads as LAYER.HEAD pairs joined by '/' (empty: every "
+                                           "head local)",
                                            "SP-KV §4"),
                                 "required"),
                       int_param("window", 1, kMaxTokens, "128", "w: recent entries every head keeps", "SP-KV §4"),

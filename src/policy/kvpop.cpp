@@ -37,8 +37,8 @@ public:
         ring.assign(n_heads, std::vector<float>(ring_floats));
         pending.resize(n_heads);
     }
-    std::vector<MlstmState> mem;                           // [L·Hkv]
-    std::vector<std::vector<float>> ring;                  // [L·Hkv][w][f]: q̃ of the last w tokens
+    std::vector<MlstmState> mem;                              // [L·Hkv]
+    std::vector<std::vector<float>> ring;                     // [L·Hkv][w][f]: q̃ of the last w tokens
     std::vector<std::unordered_map<int32_t, float>> pending;  // delayed scores computed, not yet read at exit
     /// C and n of every head, the queries awaiting their readout, and the pending scores (as a hash map holds them).
     uint64_t bytes() const override {
@@ -62,7 +62,8 @@ public:
         if (r.pod<uint64_t>() != mem.size()) fail(r.what(), " does not hold a KVpop state of this model");
         for (size_t h = 0; h < mem.size(); ++h) {
             auto C = r.vec<float>(mem[h].C.size()), n = r.vec<float>(mem[h].n.size());
-            if (C.size() != mem[h].C.size() || n.size() != mem[h].n.size()) fail(r.what(), " holds a KVpop state of another shape");
+            if (C.size() != mem[h].C.size() || n.size() != mem[h].n.size())
+                fail(r.what(), " holds a KVpop state of another shape");
             mem[h].C = std::move(C);
             mem[h].n = std::move(n);
             mem[h].m = r.pod<float>();
@@ -89,9 +90,9 @@ public:
         auto net = PredictorRegistry::instance().get<KvpopScorerNet>(
             "kvpop", path_, cat("L=", c.n_layer, ",Hkv=", c.n_head_kv, ",d=", c.head_dim),
             [&](const std::string& p) { return KvpopScorerNet::load(p, c.n_layer, c.n_head_kv, c.head_dim); });
-        require(net->stateful() == want_mlstm_, "policy ", name(), ": '", path_, "' holds a ",
-                net->stateful() ? "stateful mLSTM scorer: use policy kvpop"
-                                : "stateless MLP scorer: use policy kvpop_mlp");
+        require(
+            net->stateful() == want_mlstm_, "policy ", name(), ": '", path_, "' holds a ",
+            net->stateful() ? "stateful mLSTM scorer: use policy kvpop" : "stateless MLP scorer: use policy kvpop_mlp");
         return std::make_shared<KvpopScorer>(path_, want_mlstm_, window_, delayed_, std::move(net), c.n_head_kv);
     }
     std::unique_ptr<ScorerState> new_state(const ModelConfig& c) const override {
@@ -168,14 +169,16 @@ Policy make_kvpop(PolicyParams& p, bool mlstm) {
     if (!w_spec) check_trained_tokens(name, trained, "window", trained.window);
     const int64_t s = spec_trained_preset<int64_t>(s_spec, trained.sinks, 4);
     const int64_t w = spec_trained_preset<int64_t>(w_spec, trained.window, 256);
-    require(p.has("capacity"), "policy ", name, ": capacity=B (entries per KV head, B = sinks + window + k) is required");
+    require(p.has("capacity"), "policy ", name,
+            ": capacity=B (entries per KV head, B = sinks + window + k) is required");
     const int64_t B = p.get_int("capacity", 0);
-    require(B > s + w, "policy ", name, ": capacity=", B, " leaves no long-range entries beyond sinks=", s, " and window=",
-            w, " (B = s + w + k with k ≥ 1)");
+    require(B > s + w, "policy ", name, ": capacity=", B, " leaves no long-range entries beyond sinks=", s,
+            " and window=", w, " (B = s + w + k with k ≥ 1)");
     const std::optional<int64_t> delayed_spec = given_int(p, "delayed");
     const bool delayed = spec_trained_preset<bool>(
         delayed_spec ? std::optional<bool>(*delayed_spec != 0) : std::nullopt, trained.delayed, true);
-    require(mlstm || !p.has("delayed") || !delayed, "policy kvpop_mlp scores at write: delayed=1 needs the mLSTM (kvpop)");
+    require(mlstm || !p.has("delayed") || !delayed,
+            "policy kvpop_mlp scores at write: delayed=1 needs the mLSTM (kvpop)");
     Policy pol;
     pol.scorer = std::make_shared<KvpopScorer>(path, mlstm, w, delayed && mlstm && w > 0);
     pol.sinks = static_cast<int>(s);
@@ -192,8 +195,9 @@ std::string kvpop_defaults_note() {
 }
 
 std::vector<ParamDecl> kvpop_params() {
-    return {with_note(name_param("model", "", "the scorer: a .safetensors file or a directory with model.safetensors and "
-                                              "config.json (a registered predictor name under kvsieve serve)",
+    return {with_note(name_param("model", "",
+                                 "the scorer: a .safetensors file or a directory with model.safetensors and "
+                                 "config.json (a registered predictor name under kvsieve serve)",
                                  "KVpop §3"),
                       "required"),
             with_alias(with_note(int_param("capacity", 1, kMaxTokens, "",
@@ -204,8 +208,9 @@ std::vector<ParamDecl> kvpop_params() {
                       "the scorer's config.json sinks, else 4"),
             with_note(int_param("window", 0, kMaxTokens, "", "w: recent entries always kept", "KVpop eq. 1"),
                       "the scorer's config.json window, else 256"),
-            with_note(flag_param("delayed", "", "1: read the mLSTM when the entry leaves the window; 0: at write "
-                                                "(kvpop_mlp: 0 only)",
+            with_note(flag_param("delayed", "",
+                                 "1: read the mLSTM when the entry leaves the window; 0: at write "
+                                 "(kvpop_mlp: 0 only)",
                                  "KVpop eqs. 41–42"),
                       "the scorer's config.json delayed, else 1")};
 }

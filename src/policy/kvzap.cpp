@@ -29,8 +29,8 @@ public:
 
     /// Checks the surrogate's shape against the model; the surrogate itself serves any sequence of it.
     std::shared_ptr<const Scorer> for_model(const ModelConfig& c) const override {
-        require(m_->n_layers() == c.n_layer, "kvzap checkpoint '", dir_, "' has ", m_->n_layers(), " layers, the model ",
-                c.n_layer);
+        require(m_->n_layers() == c.n_layer, "kvzap checkpoint '", dir_, "' has ", m_->n_layers(),
+                " layers, the model ", c.n_layer);
         require(m_->input_dim() == c.n_embd, "kvzap checkpoint '", dir_, "' takes inputs of size ", m_->input_dim(),
                 ", the model's hidden size is ", c.n_embd);
         require(m_->output_dim() == c.n_head_kv, "kvzap checkpoint '", dir_, "' predicts ", m_->output_dim(),
@@ -51,46 +51,48 @@ private:
 
 void register_kvzap() {
     const double inf = std::numeric_limits<double>::infinity();
-    register_preset({"kvzap", "learned admission from hidden states (KVzap)",
-                     merge_params(budget_rule_params("0.5", "head"),
-                                  {with_note(name_param("model", "", "the surrogate's checkpoint directory (a registered "
-                                                                     "predictor name under kvsieve serve)",
-                                                        "KVzap §3.3 (kvpress KVzapModel)"),
-                                             "required"),
-                                   enum_param("rule", {"threshold", "head", "layer"}, "threshold",
-                                              "threshold: admission at window exit; head|layer: the scores ranked by a "
-                                              "budget after the prefill (with the budget rule keys)",
-                                              "KVzap Alg. 1; kvpress kvzap_mlp_head / kvzap_mlp_layer"),
-                                   real_param("tau", -inf, inf, "-4", "τ: keep an entry iff its predicted log score ≥ τ",
-                                              "KVzap §3.3 (−4 for Qwen3-8B, −7 for Llama-3.1-8B)"),
-                                   with_note(int_param("window", 0, kMaxTokens, "",
-                                                       "w: recent entries always kept (0: each entry judged at write)",
-                                                       "KVzap Alg. 1"),
-                                             "128; 0 with rule=head|layer"),
-                                   flag_param("sparse_prefill", "0", "1: gate the prefill by the admission (0: dense, as kvpress)",
-                                              "SP-KV eqs. 3–5")}),
-                     [](PolicyParams& p) {
-                         const std::string dir = p.get_model_path("checkpoint directory");
-                         Policy pol;
-                         // One load per checkpoint, shared by every policy and sequence (predict/predictor_registry.h).
-                         auto model = PredictorRegistry::instance().get<KVzapModel>(
-                             "kvzap", dir, "", [](const std::string& d) { return KVzapModel::load(d); });
-                         pol.scorer = std::make_shared<KVzapScorer>(model, dir);
-                         const std::string rule = p.get_string("rule");
-                         if (rule != "threshold") {
-                             // kvpress kvzap_mlp_head (KVzapPress) / kvzap_mlp_layer (AdaKVPress(KVzapPress)): the
-                             // predicted scores ranked by a per-head or per-layer budget after the prefill.
-                             read_budget_rule(p, pol);
-                             return pol;
-                         }
-                         // Threshold rule: τ, w, s from the spec, else the checkpoint's config.json, else the
-                         // paper's −4, 128, 0 (policy/learned_rule.h). kvpress prefills densely and evicts after;
-                         // sparse_prefill=1 gates the prefill instead.
-                         apply_threshold_rule("kvzap", read_threshold_spec(p), model->trained_defaults(),
-                                              ThresholdPreset{-4, 128, 0}, pol);
-                         return pol;
-                     },
-                     trained_defaults_note("tau, window and sinks (rule=threshold)", "the checkpoint's config.json")});
+    register_preset(
+        {"kvzap", "learned admission from hidden states (KVzap)",
+         merge_params(
+             budget_rule_params("0.5", "head"),
+             {with_note(name_param("model", "",
+                                   "the surrogate's checkpoint directory (a registered "
+                                   "predictor name under kvsieve serve)",
+                                   "KVzap §3.3 (kvpress KVzapModel)"),
+                        "required"),
+              enum_param("rule", {"threshold", "head", "layer"}, "threshold",
+                         "threshold: admission at window exit; head|layer: the scores ranked by a "
+                         "budget after the prefill (with the budget rule keys)",
+                         "KVzap Alg. 1; kvpress kvzap_mlp_head / kvzap_mlp_layer"),
+              real_param("tau", -inf, inf, "-4", "τ: keep an entry iff its predicted log score ≥ τ",
+                         "KVzap §3.3 (−4 for Qwen3-8B, −7 for Llama-3.1-8B)"),
+              with_note(int_param("window", 0, kMaxTokens, "",
+                                  "w: recent entries always kept (0: each entry judged at write)", "KVzap Alg. 1"),
+                        "128; 0 with rule=head|layer"),
+              flag_param("sparse_prefill", "0", "1: gate the prefill by the admission (0: dense, as kvpress)",
+                         "SP-KV eqs. 3–5")}),
+         [](PolicyParams& p) {
+             const std::string dir = p.get_model_path("checkpoint directory");
+             Policy pol;
+             // One load per checkpoint, shared by every policy and sequence (predict/predictor_registry.h).
+             auto model = PredictorRegistry::instance().get<KVzapModel>(
+                 "kvzap", dir, "", [](const std::string& d) { return KVzapModel::load(d); });
+             pol.scorer = std::make_shared<KVzapScorer>(model, dir);
+             const std::string rule = p.get_string("rule");
+             if (rule != "threshold") {
+                 // kvpress kvzap_mlp_head (KVzapPress) / kvzap_mlp_layer (AdaKVPress(KVzapPress)): the
+                 // predicted scores ranked by a per-head or per-layer budget after the prefill.
+                 read_budget_rule(p, pol);
+                 return pol;
+             }
+             // Threshold rule: τ, w, s from the spec, else the checkpoint's config.json, else the
+             // paper's −4, 128, 0 (policy/learned_rule.h). kvpress prefills densely and evicts after;
+             // sparse_prefill=1 gates the prefill instead.
+             apply_threshold_rule("kvzap", read_threshold_spec(p), model->trained_defaults(),
+                                  ThresholdPreset{-4, 128, 0}, pol);
+             return pol;
+         },
+         trained_defaults_note("tau, window and sinks (rule=threshold)", "the checkpoint's config.json")});
 }
 
 }  // namespace kvsieve

@@ -25,9 +25,9 @@ namespace kvsieve {
 namespace {
 
 struct KVzipSpec {
-    bool plus = false;     ///< KVzip+ (‖W_O,head vᵢ‖ / ‖h_j‖), else KVzip
-    int sinks = 4;         ///< first positions never evicted
-    int64_t chunk = 2048;  ///< context tokens per reconstruction chunk
+    bool plus = false;              ///< KVzip+ (‖W_O,head vᵢ‖ / ‖h_j‖), else KVzip
+    int sinks = 4;                  ///< first positions never evicted
+    int64_t chunk = 2048;           ///< context tokens per reconstruction chunk
     bool repeat_rows_only = false;  ///< max over the rows repeating the context only, not the instruction's
 };
 
@@ -67,8 +67,9 @@ void score_chunk(const StepEvent& ev, int64_t start, int64_t first_row, const st
             const int hq = h * G + g;
             if (plus && n_fixed > 0) {  // ‖W_O,hq vᵢ‖: [n_fixed][d] × [d][D]
                 P.resize(static_cast<size_t>(n_fixed) * D);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n_fixed), static_cast<int>(D), d, 1.0f,
-                            v.v, d, wo.data() + hq * d, static_cast<int>(ldq), 0.0f, P.data(), static_cast<int>(D));
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n_fixed), static_cast<int>(D), d,
+                            1.0f, v.v, d, wo.data() + hq * d, static_cast<int>(ldq), 0.0f, P.data(),
+                            static_cast<int>(D));
                 for (int64_t i = 0; i < n_fixed; ++i) {
                     double s2 = 0;
                     for (int64_t c = 0; c < D; ++c) s2 += double(P[i * D + c]) * P[i * D + c];
@@ -78,8 +79,8 @@ void score_chunk(const StepEvent& ev, int64_t start, int64_t first_row, const st
             for (int64_t t0 = first_row; t0 < T; t0 += kRows) {
                 const int64_t nt = std::min(kRows, T - t0), ncol = n_fixed + t0 + nt;
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(nt), static_cast<int>(ncol), d,
-                            1.0f / std::sqrt(static_cast<float>(d)), in.q + t0 * ldq + hq * d, static_cast<int>(ldq), v.k, d,
-                            0.0f, S.get(), static_cast<int>(ncol));
+                            1.0f / std::sqrt(static_cast<float>(d)), in.q + t0 * ldq + hq * d, static_cast<int>(ldq),
+                            v.k, d, 0.0f, S.get(), static_cast<int>(ncol));
                 for (int64_t i = 0; i < nt; ++i) {
                     float* row = S.get() + i * ncol;
                     dk.softmax(row, n_fixed + t0 + i + 1);  // row t sees the fixed entries and the replay up to t
@@ -87,7 +88,8 @@ void score_chunk(const StepEvent& ev, int64_t start, int64_t first_row, const st
                         for (int64_t j = 0; j < n_fixed; ++j) best[j] = std::max(best[j], row[j]);
                     if (plus) {
                         const float r = inv_hnorm[t0 + i];
-                        for (int64_t j = 0; j < n_fixed; ++j) best_plus[j] = std::max(best_plus[j], row[j] * r * won[j]);
+                        for (int64_t j = 0; j < n_fixed; ++j)
+                            best_plus[j] = std::max(best_plus[j], row[j] * r * won[j]);
                     }
                 }
             }
@@ -109,7 +111,8 @@ void score_chunk(const StepEvent& ev, int64_t start, int64_t first_row, const st
 /// previous chunk's last 8 tokens), "\n", then the chunk, teacher-forced over the cached context. Returns the
 /// scores of spec's variant, and if `other` is set those of the other variant (KVzip+ for KVzip and back) from
 /// the same replay.
-EntryScores reconstruct(ModelAccess& m, const std::vector<int32_t>& context, const KVzipSpec& spec, EntryScores* other) {
+EntryScores reconstruct(ModelAccess& m, const std::vector<int32_t>& context, const KVzipSpec& spec,
+                        EntryScores* other) {
     const ModelConfig& c = m.config();
     const int64_t n = static_cast<int64_t>(context.size());
     require(m.n_tokens() == n, "KVzip replay: the cache holds ", m.n_tokens(), " tokens, the context ", n);
@@ -127,7 +130,8 @@ EntryScores reconstruct(ModelAccess& m, const std::vector<int32_t>& context, con
             ids = m.encode("\n\nRepeat the previous context exactly.");
         } else {
             ids = m.encode("\n\nRepeat the part of the previous context exactly, starting with");
-            ids.insert(ids.end(), context.begin() + std::max<int64_t>(start - spec.chunk, start - 8), context.begin() + start);
+            ids.insert(ids.end(), context.begin() + std::max<int64_t>(start - spec.chunk, start - 8),
+                       context.begin() + start);
         }
         ids.insert(ids.end(), suffix.begin(), suffix.end());
         ids.insert(ids.end(), context.begin() + start, context.begin() + end);
@@ -169,7 +173,8 @@ std::string kvzip_key(bool plus, const KVzipSpec& spec, const std::string& rows,
 Policy make_kvzip(PolicyParams& p, bool plus) {
     Policy pol;
     read_budget_rule(p, pol);  // sinks (4 by default) are then moved into the reconstruction
-    require(pol.timing == Timing::kAfterPrefill, "policy ", p.preset(), ": KVzip scores once, after the prefill (every=0)");
+    require(pol.timing == Timing::kAfterPrefill, "policy ", p.preset(),
+            ": KVzip scores once, after the prefill (every=0)");
     KVzipSpec spec;
     spec.plus = plus;
     spec.chunk = p.get_int("chunk");

@@ -33,8 +33,9 @@ void check_trained_tokens(const std::string& preset, const TrainedDefaults& trai
 void apply_threshold_rule(const std::string& preset, const ThresholdSpec& spec, const TrainedDefaults& trained,
                           const ThresholdPreset& dflt, Policy& pol) {
     if (!spec.tau && trained.tau)
-        require(*trained.tau >= dflt.tau_min && *trained.tau <= dflt.tau_max, "policy ", preset, ": the trained tau=",
-                *trained.tau, " of '", trained.source, "' is outside [", dflt.tau_min, ", ", dflt.tau_max, "]");
+        require(*trained.tau >= dflt.tau_min && *trained.tau <= dflt.tau_max, "policy ", preset,
+                ": the trained tau=", *trained.tau, " of '", trained.source, "' is outside [", dflt.tau_min, ", ",
+                dflt.tau_max, "]");
     if (!spec.window) check_trained_tokens(preset, trained, "window", trained.window);
     if (!spec.sinks) check_trained_tokens(preset, trained, "sinks", trained.sinks);
     pol.admission.kind = Rule::Kind::kThreshold;

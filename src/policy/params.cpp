@@ -34,8 +34,7 @@ std::string ParamDecl::type_name() const {
 
 std::string ParamDecl::range_text() const {
     switch (type) {
-        case ParamType::kInt:
-            return cat("[", imin, ", ", imax, "]");
+        case ParamType::kInt: return cat("[", imin, ", ", imax, "]");
         case ParamType::kReal:
             if (std::isinf(rmin) && std::isinf(rmax)) return "any finite number";
             if (std::isinf(rmax)) return cat("[", real_text(rmin), ", inf)");
@@ -122,8 +121,10 @@ std::vector<ParamDecl> merge_params(std::vector<ParamDecl> out, const std::vecto
         auto it = std::find_if(out.begin(), out.end(), [&](const ParamDecl& d) { return d.key == m.key; });
         ParamDecl own = m;
         own.group.clear();
-        if (it != out.end()) *it = own;
-        else out.push_back(own);
+        if (it != out.end())
+            *it = own;
+        else
+            out.push_back(own);
     }
     return out;
 }
@@ -131,10 +132,12 @@ std::vector<ParamDecl> merge_params(std::vector<ParamDecl> out, const std::vecto
 std::vector<ParamDecl> budget_rule_params(const std::string& default_ratio, const std::string& default_rule,
                                           const std::string& default_sinks) {
     std::vector<ParamDecl> v{
-        ratio_param("ratio", default_ratio, "compression ratio: the fraction of scored entries removed (not with budget)",
+        ratio_param("ratio", default_ratio,
+                    "compression ratio: the fraction of scored entries removed (not with budget)",
                     "kvpress compression_ratio"),
-        with_note(int_param("budget", 1, kMaxTokens, "", "k: entries kept per KV head beyond the sinks and the window "
-                                                         "(in total for rule=global); not with ratio",
+        with_note(int_param("budget", 1, kMaxTokens, "",
+                            "k: entries kept per KV head beyond the sinks and the window "
+                            "(in total for rule=global); not with ratio",
                             "KVpop eq. 1, B = s + w + k"),
                   "none (ratio applies)"),
         enum_param("rule", {"head", "layer", "global", "threshold"}, default_rule,
@@ -215,8 +218,7 @@ ParamValue parse_param_value(const std::string& owner, const ParamDecl& d, const
                 fail("policy ", owner, ": ", d.key, "='", text, "' is not ", words);
             }
             return v;
-        case ParamType::kName:
-            return v;
+        case ParamType::kName: return v;
     }
     return v;
 }
@@ -226,10 +228,12 @@ void check_param_decls(const std::string& owner, const std::vector<ParamDecl>& d
     for (const ParamDecl& d : decls) {
         require(!d.key.empty() && seen.insert(d.key).second, "policy ", owner, ": key '", d.key, "' declared twice");
         if (!d.deprecated_alias.empty())
-            require(seen.insert(d.deprecated_alias).second, "policy ", owner, ": deprecated alias '", d.deprecated_alias,
-                    "' of key '", d.key, "' is declared twice");
-        require(d.type != ParamType::kInt || d.imin <= d.imax, "policy ", owner, ": key '", d.key, "' has an empty range");
-        require(d.type != ParamType::kEnum || !d.choices.empty(), "policy ", owner, ": key '", d.key, "' has no choices");
+            require(seen.insert(d.deprecated_alias).second, "policy ", owner, ": deprecated alias '",
+                    d.deprecated_alias, "' of key '", d.key, "' is declared twice");
+        require(d.type != ParamType::kInt || d.imin <= d.imax, "policy ", owner, ": key '", d.key,
+                "' has an empty range");
+        require(d.type != ParamType::kEnum || !d.choices.empty(), "policy ", owner, ": key '", d.key,
+                "' has no choices");
         if (!d.default_value.empty()) parse_param_value(owner, d, d.default_value);
     }
 }

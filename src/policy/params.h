@@ -29,9 +29,9 @@ enum class ParamType {
 struct ParamDecl {
     std::string key;
     ParamType type = ParamType::kInt;
-    int64_t imin = 0, imax = kMaxTokens;   ///< kInt: the closed range
-    double rmin = 0, rmax = 0;             ///< kReal: the closed range (±infinity: unbounded)
-    std::vector<std::string> choices;      ///< kEnum: the accepted words
+    int64_t imin = 0, imax = kMaxTokens;  ///< kInt: the closed range
+    double rmin = 0, rmax = 0;            ///< kReal: the closed range (±infinity: unbounded)
+    std::vector<std::string> choices;     ///< kEnum: the accepted words
     /// The default as a value of the key's type ("128", "0.5", "head"); empty when it has none or it depends on other
     /// keys (then `default_note` says how it is chosen: "required", "K/2 with budget=K, else 0", …).
     std::string default_value;

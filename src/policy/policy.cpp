@@ -52,7 +52,8 @@ PolicyParams::PolicyParams(std::string preset, const std::vector<ParamDecl>& dec
         it = std::find_if(decls.begin(), decls.end(), [&](const ParamDecl& d) { return d.deprecated_alias == k; });
         if (it == decls.end())
             fail("policy ", preset_, ": unknown key '", k, "' (valid keys: ", param_keys_text(decls), ")");
-        require(!kv.count(it->key), "policy ", preset_, ": give ", it->key, " or its deprecated alias ", k, ", not both");
+        require(!kv.count(it->key), "policy ", preset_, ": give ", it->key, " or its deprecated alias ", k,
+                ", not both");
         ParamDecl as_given = *it;
         as_given.key = k;
         values_[it->key] = parse_param_value(preset_, as_given, text);
@@ -82,7 +83,8 @@ const ParamValue* PolicyParams::given(const std::string& k) {
 ParamValue PolicyParams::default_of(const std::string& k) const {
     const ParamDecl& d = decl(k);
     if (d.default_value.empty())
-        throw std::logic_error("policy " + preset_ + " reads key '" + k + "' without a fallback, and it has no default");
+        throw std::logic_error("policy " + preset_ + " reads key '" + k +
+                               "' without a fallback, and it has no default");
     return parse_param_value(preset_, d, d.default_value);
 }
 
@@ -90,7 +92,8 @@ namespace {
 void expect_type(const std::string& preset, const ParamDecl& d, std::initializer_list<ParamType> types) {
     for (ParamType t : types)
         if (d.type == t) return;
-    throw std::logic_error("policy " + preset + " reads key '" + d.key + "' of type " + d.type_name() + " as another type");
+    throw std::logic_error("policy " + preset + " reads key '" + d.key + "' of type " + d.type_name() +
+                           " as another type");
 }
 }  // namespace
 
@@ -167,17 +170,23 @@ const std::map<std::string, PresetInfo>& presets() {
 void read_budget_rule(PolicyParams& p, Policy& policy) {
     const std::string rule = p.get_string("rule");
     Rule r;
-    if (rule == "head") r.kind = Rule::Kind::kHeadBudget;
-    else if (rule == "layer") r.kind = Rule::Kind::kLayerBudget;
-    else if (rule == "global") r.kind = Rule::Kind::kGlobalBudget;
-    else if (rule == "threshold") r.kind = Rule::Kind::kThreshold;
-    else fail("policy ", p.preset(), ": rule='", rule, "' is not head, layer, global or threshold");
+    if (rule == "head")
+        r.kind = Rule::Kind::kHeadBudget;
+    else if (rule == "layer")
+        r.kind = Rule::Kind::kLayerBudget;
+    else if (rule == "global")
+        r.kind = Rule::Kind::kGlobalBudget;
+    else if (rule == "threshold")
+        r.kind = Rule::Kind::kThreshold;
+    else
+        fail("policy ", p.preset(), ": rule='", rule, "' is not head, layer, global or threshold");
     if (r.kind == Rule::Kind::kThreshold) {
         require(p.has("tau"), "policy ", p.preset(), ": rule=threshold needs tau=<number>");
         r.tau = p.get_double("tau", 0);
     } else {
         const std::string size_key = p.declares("capacity") ? "capacity" : "budget";
-        require(!(p.has("ratio") && p.has(size_key)), "policy ", p.preset(), ": give ratio or ", size_key, ", not both");
+        require(!(p.has("ratio") && p.has(size_key)), "policy ", p.preset(), ": give ratio or ", size_key,
+                ", not both");
         r.ratio = p.get_ratio("ratio");
         r.budget = p.get_int(size_key, -1);
         r.safeguard = p.get_double("safeguard");
@@ -251,10 +260,13 @@ const std::map<std::string, SelectionInfo>& selections() {
 void check_policy_fits(const Policy& p, int64_t n_ctx) {
     if (p.compression.budget > n_ctx)
         fail("policy ", p.name, ": budget=", p.compression.budget, " is larger than the context of ", n_ctx, " tokens");
-    if (p.window > n_ctx) fail("policy ", p.name, ": window=", p.window, " is larger than the context of ", n_ctx, " tokens");
-    if (p.sinks > n_ctx) fail("policy ", p.name, ": sinks=", p.sinks, " is larger than the context of ", n_ctx, " tokens");
+    if (p.window > n_ctx)
+        fail("policy ", p.name, ": window=", p.window, " is larger than the context of ", n_ctx, " tokens");
+    if (p.sinks > n_ctx)
+        fail("policy ", p.name, ": sinks=", p.sinks, " is larger than the context of ", n_ctx, " tokens");
     // A head keeps B = s + w + k: sinks, window and (for a per-head rule) the budget beyond them.
-    const bool per_head = p.compression.kind == Rule::Kind::kHeadBudget || p.compression.kind == Rule::Kind::kLayerBudget;
+    const bool per_head =
+        p.compression.kind == Rule::Kind::kHeadBudget || p.compression.kind == Rule::Kind::kLayerBudget;
     const int64_t k = per_head && p.compression.budget > 0 ? p.compression.budget : 0;
     const int64_t B = static_cast<int64_t>(p.sinks) + p.window + k;
     if (B > n_ctx)
@@ -284,8 +296,8 @@ Policy parse_policy(const std::string& spec, const PolicyParseOptions& options) 
         const std::string name = name_of(part);
         auto it = all.find(name);
         if (it == all.end())
-            fail("unknown policy '", name, "' (known: ", known_names(all), "; read-time selections after '+': ",
-                 known_names(sels), ")");
+            fail("unknown policy '", name, "' (known: ", known_names(all),
+                 "; read-time selections after '+': ", known_names(sels), ")");
         PolicyParams params(name, it->second.params, parse_spec_params(name, rest_of(part)), &options);
         Policy p = it->second.make(params);
         params.check_all_used();
@@ -298,7 +310,8 @@ Policy parse_policy(const std::string& spec, const PolicyParseOptions& options) 
     if (const size_t gt = parts[0].find('>'); gt != std::string::npos) {
         // Admission in front of eviction: "A>B".
         const std::string a = parts[0].substr(0, gt), b = parts[0].substr(gt + 1);
-        require(b.find('>') == std::string::npos, "policy '", spec, "': at most one admission ('>') in front of an eviction");
+        require(b.find('>') == std::string::npos, "policy '", spec,
+                "': at most one admission ('>') in front of an eviction");
         p = stack_admission(make(a), make(b));
         name = name_of(a) + ">" + name_of(b);
     } else {
@@ -308,7 +321,8 @@ Policy parse_policy(const std::string& spec, const PolicyParseOptions& options) 
     if (parts.size() == 2) {
         const std::string sname = name_of(parts[1]);
         auto si = sels.find(sname);
-        require(si != sels.end(), "unknown read-time selection '", sname, "' after '+' (known: ", known_names(sels), ")");
+        require(si != sels.end(), "unknown read-time selection '", sname, "' after '+' (known: ", known_names(sels),
+                ")");
         PolicyParams sp(sname, si->second.params, parse_spec_params(sname, rest_of(parts[1])), &options);
         p.selection = si->second.make(sp);
         sp.check_all_used();

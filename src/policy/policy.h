@@ -27,21 +27,21 @@ std::string timing_name(Timing t);
 
 /// Everything the cache needs to run a method.
 struct Policy {
-    std::string name;                ///< preset name
-    std::string spec;                ///< the text it was parsed from
-    int sinks = 0;                   ///< s: first positions always kept
-    int window = 0;                  ///< w: most recent positions always kept (0: none)
+    std::string name;  ///< preset name
+    std::string spec;  ///< the text it was parsed from
+    int sinks = 0;     ///< s: first positions always kept
+    int window = 0;    ///< w: most recent positions always kept (0: none)
     /// null: no scores (full, streaming_llm:window); an EntryScorer or a StepScorer (policy/scorer.h), not yet made
     /// for a model (the cache calls Scorer::for_model).
     std::shared_ptr<const Scorer> scorer;
-    Rule admission;                  ///< applied at write (w = 0) or window exit: keep_all, drop_all or threshold
-    Rule compression;                ///< applied to the global region at `timing`
+    Rule admission;    ///< applied at write (w = 0) or window exit: keep_all, drop_all or threshold
+    Rule compression;  ///< applied to the global region at `timing`
     Timing timing = Timing::kAfterPrefill;
     /// Prefill attention in which each query sees its local window plus the entries the admission rule keeps (by
     /// their stored scores), exactly what a decode step at its position sees (SP-KV eqs. 3–5); false: dense causal
     /// prefill, compression afterwards (kvpress). Needs a scorer without attention statistics.
     bool gated_prefill = false;
-    int every_n = 1;                 ///< for kEveryNDecodeSteps
+    int every_n = 1;  ///< for kEveryNDecodeSteps
     /// Optional step once the prompt is in the cache (KVzip's context reconstruction); the session runs it, writes
     /// the scores it returns into the cache, then runs the compression rule. Such a policy scores the whole
     /// prompt at once, so it cannot be used with a chunked prefill.
@@ -125,8 +125,8 @@ private:
 /// A preset: builds a Policy from parameters.
 struct PresetInfo {
     std::string name;
-    std::string summary;             ///< one line with the source paper
-    std::vector<ParamDecl> params;   ///< every key it accepts (policy/params.h)
+    std::string summary;            ///< one line with the source paper
+    std::vector<ParamDecl> params;  ///< every key it accepts (policy/params.h)
     std::function<Policy(PolicyParams&)> make;
     /// Learned presets: which keys the predictor's trained defaults fill and from where (policy/learned_rule.h,
     /// trained_defaults_note); `kvsieve policies` prints it. Empty for the others.

@@ -50,9 +50,7 @@ std::pair<std::string, std::string> method_of(const std::string& path, const Mod
         try {
             const nlohmann::json j = nlohmann::json::parse(std::ifstream(cfg));
             type = j.value("model_type", std::string());
-        } catch (const nlohmann::json::exception& e) {
-            fail("'", cfg.string(), "' is not JSON: ", e.what());
-        }
+        } catch (const nlohmann::json::exception& e) { fail("'", cfg.string(), "' is not JSON: ", e.what()); }
         require(type == "kvzap" || type == "wgkv" || type == "kvpop", "'", cfg.string(), "' has model_type '", type,
                 "'; a predictor is a kvzap, wgkv or kvpop checkpoint");
     } else {
@@ -74,9 +72,7 @@ void NamedPredictors::validate(const ModelConfig& c) {
             Policy p = parse_policy(spec);  // the operator's path, loaded through the artifact registry
             (void)p.scorer->for_model(c);   // shapes against the served model
             e.preset = preset;
-        } catch (const Error& err) {
-            fail("predictor '", name, "' ('", e.path, "'): ", err.what());
-        }
+        } catch (const Error& err) { fail("predictor '", name, "' ('", e.path, "'): ", err.what()); }
     }
 }
 
@@ -96,7 +92,9 @@ std::string NamedPredictors::resolve(const std::string& preset, const std::strin
 PolicyParseOptions NamedPredictors::parse_options() const {
     auto self = std::make_shared<const NamedPredictors>(*this);
     PolicyParseOptions o;
-    o.resolve_model = [self](const std::string& preset, const std::string& value) { return self->resolve(preset, value); };
+    o.resolve_model = [self](const std::string& preset, const std::string& value) {
+        return self->resolve(preset, value);
+    };
     return o;
 }
 

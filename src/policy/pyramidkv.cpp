@@ -17,11 +17,11 @@ std::shared_ptr<const Scorer> make_snapkv_scorer(int window, int kernel);
 
 void register_pyramidkv() {
     register_preset({"pyramidkv", "pyramid layer budgets over SnapKV (Cai et al. 2024)",
-                     merge_params(snapkv_params(),
-                                  {ratio_param("ratio", "0.5", "compression ratio over all layers", "kvpress compression_ratio"),
-                                   real_param("beta", 1, std::numeric_limits<double>::infinity(), "20",
-                                              "β: ratio of the first layer's budget to the last's",
-                                              "PyramidKV §3.2, eq. 6 (kvpress PyramidKVPress beta)")}),
+                     merge_params(snapkv_params(), {ratio_param("ratio", "0.5", "compression ratio over all layers",
+                                                                "kvpress compression_ratio"),
+                                                    real_param("beta", 1, std::numeric_limits<double>::infinity(), "20",
+                                                               "β: ratio of the first layer's budget to the last's",
+                                                               "PyramidKV §3.2, eq. 6 (kvpress PyramidKVPress beta)")}),
                      [](PolicyParams& p) {
                          Policy pol;
                          const int64_t w = p.get_int("obs_window"), k = p.get_int("kernel");

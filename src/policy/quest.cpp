@@ -71,31 +71,30 @@ std::vector<int> quest_choose_pages(const float* q, int G, int d, const uint16_t
 
 void register_quest() {
     // page: the KV pool's page size, which the bounds are kept for; accepted only at that value (16).
-    register_selection({"quest", "read-time page selection by key bounds (Quest)",
-                        {with_alias(with_note(int_param("read_budget", 1, kMaxTokens, "",
-                                                        "global-region entries read per KV head and decode step "
-                                                        "(whole pages)",
-                                                        "Quest §3 (token budget)"),
-                                              "required"),
-                                    "budget"),
-                         int_param("page", 16, 16, "16", "tokens per page: fixed, the KV pool's page size",
-                                   "Quest §3 (page size 16)"),
-                         int_param("skip_layers", 0, 65536, "2", "first layers that read every entry",
-                                   "Quest §4 (first two layers)"),
-                         enum_param("group", {"sum", "max"}, "sum",
-                                    "GQA: rank a page by the sum of its query heads' bounds, or by the largest",
-                                    "Quest §3 (defined for one query head)")},
-                        [](PolicyParams& p) {
-                            Selection s;
-                            s.kind = "quest";
-                            require(p.has("read_budget"),
-                                    "selection quest: read_budget=<entries read per KV head> is required");
-                            s.budget = p.get_int("read_budget", 0);
-                            s.page = static_cast<int>(p.get_int("page"));
-                            s.skip_layers = static_cast<int>(p.get_int("skip_layers"));
-                            s.group_max = p.get_string("group") == "max";
-                            return s;
-                        }});
+    register_selection(
+        {"quest",
+         "read-time page selection by key bounds (Quest)",
+         {with_alias(with_note(int_param("read_budget", 1, kMaxTokens, "",
+                                         "global-region entries read per KV head and decode step "
+                                         "(whole pages)",
+                                         "Quest §3 (token budget)"),
+                               "required"),
+                     "budget"),
+          int_param("page", 16, 16, "16", "tokens per page: fixed, the KV pool's page size", "Quest §3 (page size 16)"),
+          int_param("skip_layers", 0, 65536, "2", "first layers that read every entry", "Quest §4 (first two layers)"),
+          enum_param("group", {"sum", "max"}, "sum",
+                     "GQA: rank a page by the sum of its query heads' bounds, or by the largest",
+                     "Quest §3 (defined for one query head)")},
+         [](PolicyParams& p) {
+             Selection s;
+             s.kind = "quest";
+             require(p.has("read_budget"), "selection quest: read_budget=<entries read per KV head> is required");
+             s.budget = p.get_int("read_budget", 0);
+             s.page = static_cast<int>(p.get_int("page"));
+             s.skip_layers = static_cast<int>(p.get_int("skip_layers"));
+             s.group_max = p.get_string("group") == "max";
+             return s;
+         }});
 }
 
 }  // namespace kvsieve

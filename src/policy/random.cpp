@@ -27,16 +27,16 @@ private:
 }  // namespace
 
 void register_random() {
-    register_preset({"random", "uniform random scores (baseline)",
-                     merge_params(budget_rule_params(),
-                                  {int_param("seed", 0, std::numeric_limits<int64_t>::max(), "0",
-                                             "seed of the random scores", "kvpress RandomPress")}),
-                     [](PolicyParams& p) {
-                         Policy pol;
-                         pol.scorer = std::make_shared<RandomScorer>(static_cast<uint64_t>(p.get_int("seed")));
-                         read_budget_rule(p, pol);
-                         return pol;
-                     }});
+    register_preset(
+        {"random", "uniform random scores (baseline)",
+         merge_params(budget_rule_params(), {int_param("seed", 0, std::numeric_limits<int64_t>::max(), "0",
+                                                       "seed of the random scores", "kvpress RandomPress")}),
+         [](PolicyParams& p) {
+             Policy pol;
+             pol.scorer = std::make_shared<RandomScorer>(static_cast<uint64_t>(p.get_int("seed")));
+             read_budget_rule(p, pol);
+             return pol;
+         }});
 }
 
 }  // namespace kvsieve

@@ -24,9 +24,11 @@ std::string Rule::describe() const {
         case Kind::kDropAll: return "drop_all";
         case Kind::kThreshold: return "threshold tau=" + std::to_string(tau);
         case Kind::kHeadBudget: return "head_budget " + amount();
-        case Kind::kLayerBudget: return "layer_budget " + amount() + " safeguard=" + std::to_string(safeguard).substr(0, 4);
+        case Kind::kLayerBudget:
+            return "layer_budget " + amount() + " safeguard=" + std::to_string(safeguard).substr(0, 4);
         case Kind::kGlobalBudget: return "global_budget " + amount();
-        case Kind::kPyramidBudget: return "pyramid_budget " + amount() + " beta=" + std::to_string(pyramid_beta).substr(0, 4);
+        case Kind::kPyramidBudget:
+            return "pyramid_budget " + amount() + " beta=" + std::to_string(pyramid_beta).substr(0, 4);
     }
     return "?";
 }
@@ -88,8 +90,7 @@ void apply_rule(const Rule& r, std::vector<HeadCandidates>& heads, const RuleCon
     for (auto& h : heads) h.keep.assign(h.n, r.kind == Rule::Kind::kKeepAll ? 1 : 0);
     switch (r.kind) {
         case Rule::Kind::kKeepAll:
-        case Rule::Kind::kDropAll:
-            return;
+        case Rule::Kind::kDropAll: return;
         case Rule::Kind::kThreshold:
             for (auto& h : heads)
                 for (int64_t i = 0; i < h.n; ++i) h.keep[i] = h.scores[i] >= r.tau;
@@ -124,7 +125,8 @@ void apply_rule(const Rule& r, std::vector<HeadCandidates>& heads, const RuleCon
                         }
                     }
                 }
-                std::stable_sort(rest.begin(), rest.end(), [](const Flat& a, const Flat& b) { return a.score > b.score; });
+                std::stable_sort(rest.begin(), rest.end(),
+                                 [](const Flat& a, const Flat& b) { return a.score > b.score; });
                 for (int64_t j = 0; j < std::min<int64_t>(total, static_cast<int64_t>(rest.size())); ++j)
                     heads[rest[j].head].keep[rest[j].i] = 1;
             }
@@ -138,8 +140,10 @@ void apply_rule(const Rule& r, std::vector<HeadCandidates>& heads, const RuleCon
                 n_ref += heads[hi].n_reference >= 0 ? heads[hi].n_reference : heads[hi].n;
                 for (int64_t i = 0; i < heads[hi].n; ++i) all.push_back({heads[hi].scores[i], hi, i});
             }
-            const int64_t k = r.budget >= 0 ? std::min(r.budget, n)
-                                            : std::min<int64_t>(n, std::max<int64_t>(1, static_cast<int64_t>(std::floor(n_ref * (1.0 - r.ratio)))));
+            const int64_t k =
+                r.budget >= 0 ? std::min(r.budget, n)
+                              : std::min<int64_t>(
+                                    n, std::max<int64_t>(1, static_cast<int64_t>(std::floor(n_ref * (1.0 - r.ratio)))));
             std::stable_sort(all.begin(), all.end(), [](const Flat& a, const Flat& b) { return a.score > b.score; });
             for (int64_t j = 0; j < std::min<int64_t>(k, n); ++j) heads[all[j].head].keep[all[j].i] = 1;
             return;

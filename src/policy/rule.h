@@ -9,17 +9,17 @@ namespace kvsieve {
 /// Which rule, and its parameters.
 struct Rule {
     enum class Kind {
-        kKeepAll,       ///< no decision: everything offered is kept
-        kDropAll,       ///< everything offered is dropped (StreamingLLM's exits)
-        kThreshold,     ///< keep iff score ≥ τ
-        kHeadBudget,    ///< per KV head keep the k highest (k = budget, or (1 − ratio) × candidates)
-        kLayerBudget,   ///< per layer keep H_kv·k highest across its heads, each head ≥ safeguard·k (AdaKV)
-        kGlobalBudget,  ///< keep the (1 − ratio) highest over all layers and heads (or `budget` entries)
-        kPyramidBudget, ///< per KV head keep the k_l highest, k_l shrinking with depth (PyramidKV; see pyramid_keep)
+        kKeepAll,        ///< no decision: everything offered is kept
+        kDropAll,        ///< everything offered is dropped (StreamingLLM's exits)
+        kThreshold,      ///< keep iff score ≥ τ
+        kHeadBudget,     ///< per KV head keep the k highest (k = budget, or (1 − ratio) × candidates)
+        kLayerBudget,    ///< per layer keep H_kv·k highest across its heads, each head ≥ safeguard·k (AdaKV)
+        kGlobalBudget,   ///< keep the (1 − ratio) highest over all layers and heads (or `budget` entries)
+        kPyramidBudget,  ///< per KV head keep the k_l highest, k_l shrinking with depth (PyramidKV; see pyramid_keep)
     } kind = Kind::kKeepAll;
     double tau = 0;
-    int64_t budget = -1;   ///< entries per head (head/layer rules) or in total (global rule); −1: use ratio
-    double ratio = 0;      ///< compression ratio in [0, 1)
+    int64_t budget = -1;  ///< entries per head (head/layer rules) or in total (global rule); −1: use ratio
+    double ratio = 0;     ///< compression ratio in [0, 1)
     double safeguard = 0.2;
     int64_t pyramid_window = 64;  ///< PyramidKV: the observation window w of its budget formula
     double pyramid_beta = 20;     ///< PyramidKV: β, the ratio of the first layer's budget to the last's
@@ -27,7 +27,10 @@ struct Rule {
     /// Candidates one head may keep under a per-head budget: budget, or max(1, ⌊n_ref·(1 − ratio)⌋) as kvpress,
     /// where n_ref counts every token the ratio refers to (those already dropped included), at most n.
     int64_t head_keep(int64_t n, int64_t n_ref = -1) const;
-    bool is_budget() const { return kind == Kind::kHeadBudget || kind == Kind::kLayerBudget || kind == Kind::kGlobalBudget || kind == Kind::kPyramidBudget; }
+    bool is_budget() const {
+        return kind == Kind::kHeadBudget || kind == Kind::kLayerBudget || kind == Kind::kGlobalBudget ||
+               kind == Kind::kPyramidBudget;
+    }
     std::string describe() const;
 };
 
@@ -36,8 +39,8 @@ struct HeadCandidates {
     int layer = 0, head = 0;
     const float* scores = nullptr;
     int64_t n = 0;
-    int64_t n_reference = -1;    ///< entries a ratio refers to (tokens seen beyond sinks and window); −1: n
-    std::vector<char> keep;      ///< out: [n]
+    int64_t n_reference = -1;  ///< entries a ratio refers to (tokens seen beyond sinks and window); −1: n
+    std::vector<char> keep;    ///< out: [n]
 };
 
 /// What the heads' cache has seen, for rules whose budgets depend on it.

@@ -57,12 +57,12 @@ public:
 
 /// One KV head's entries in a step event, as float32.
 struct HeadView {
-    int64_t n = 0;                 ///< entries
-    const float* k = nullptr;      ///< [n][d] keys after RoPE (null at a decode step)
-    const float* v = nullptr;      ///< [n][d] values (null at a decode step)
-    const int32_t* pos = nullptr;  ///< [n] positions
-    const float* attn = nullptr;   ///< [G][n] the statistic the scorer asked for (StepScorer::stat), else nullptr
-    const float* scores = nullptr; ///< prefill: [n − T] scores the cached entries had before this chunk
+    int64_t n = 0;                  ///< entries
+    const float* k = nullptr;       ///< [n][d] keys after RoPE (null at a decode step)
+    const float* v = nullptr;       ///< [n][d] values (null at a decode step)
+    const int32_t* pos = nullptr;   ///< [n] positions
+    const float* attn = nullptr;    ///< [G][n] the statistic the scorer asked for (StepScorer::stat), else nullptr
+    const float* scores = nullptr;  ///< prefill: [n − T] scores the cached entries had before this chunk
 };
 
 /// One layer of a forward step of T tokens at positions pos0 … pos0 + T − 1, as every scorer sees it: the step's
@@ -76,7 +76,7 @@ struct HeadView {
 struct StepEvent {
     StepEvent(const LayerInputs& s, int n_layer_, bool prefill_, ScorerState* state_)
         : step(s), n_layer(n_layer_), prefill(prefill_), state(state_) {}
-    const LayerInputs& step;       ///< the layer's tensors (query head q reads KV head q / (Hq/Hkv))
+    const LayerInputs& step;  ///< the layer's tensors (query head q reads KV head q / (Hq/Hkv))
     int n_layer = 0;
     bool prefill = true;           ///< false at a decode step
     ScorerState* state = nullptr;  ///< the sequence's state (null if the scorer keeps none)
@@ -86,9 +86,9 @@ struct StepEvent {
 /// One entry leaving the local window of (layer, head) when a newer one takes its slot.
 struct WindowExitEvent {
     int layer = 0, head = 0, head_dim = 0;
-    int32_t pos = 0;               ///< the leaving entry's position
-    int64_t now = 0;               ///< position of the entry that pushes it out
-    float score = 0;               ///< its stored score
+    int32_t pos = 0;  ///< the leaving entry's position
+    int64_t now = 0;  ///< position of the entry that pushes it out
+    float score = 0;  ///< its stored score
     /// Reads its key after RoPE and its value, [d] each, as float32 into k and v (converted from the page's type
     /// only when a scorer asks); valid during the on_window_exit call only.
     const std::function<void(float* k, float* v)>* read = nullptr;

@@ -10,13 +10,13 @@ namespace kvsieve {
 
 /// Which selection, and its parameters. kind "" means none: every kept entry is read.
 struct Selection {
-    std::string kind;         ///< "" or "quest"
-    int64_t budget = 0;       ///< global-region entries read per KV head and decode step (whole pages, rounded up);
-                              ///< sinks, the local window and the current token's page are read besides
-    int page = 16;            ///< tokens per page (must be the KV pool's page size)
-    int skip_layers = 2;      ///< the first layers read everything (Quest §4: its first two layers)
-    bool group_max = false;   ///< GQA: rank a page by the largest of its G query heads' bounds (group=max) instead
-                              ///< of their sum (group=sum, the default)
+    std::string kind;        ///< "" or "quest"
+    int64_t budget = 0;      ///< global-region entries read per KV head and decode step (whole pages, rounded up);
+                             ///< sinks, the local window and the current token's page are read besides
+    int page = 16;           ///< tokens per page (must be the KV pool's page size)
+    int skip_layers = 2;     ///< the first layers read everything (Quest §4: its first two layers)
+    bool group_max = false;  ///< GQA: rank a page by the largest of its G query heads' bounds (group=max) instead
+                             ///< of their sum (group=sum, the default)
     bool active() const { return !kind.empty(); }
     /// "quest(read_budget=512,page=16,skip_layers=2)" (",group=max" when set), or "" for none.
     std::string describe() const;

@@ -40,8 +40,8 @@ void snapkv_scores(const StepEvent& ev, int window, int kernel, std::vector<std:
             std::vector<double> acc(m, 0.0);
             for (int64_t t = in.T - window; t < in.T; ++t)
                 std::copy_n(in.q + t * ldq + qh * d, d, Q.begin() + (t - in.T + window) * d);
-            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, window, static_cast<int>(v.n), d, inv_sqrt_d, Q.data(), d,
-                        K.data(), d, 0.0, S.data(), static_cast<int>(v.n));
+            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, window, static_cast<int>(v.n), d, inv_sqrt_d, Q.data(),
+                        d, K.data(), d, 0.0, S.data(), static_cast<int>(v.n));
             for (int64_t t = in.T - window; t < in.T; ++t) {
                 double* row = S.data() + (t - in.T + window) * v.n;
                 const int64_t visible = n_old + t + 1;

@@ -59,30 +59,31 @@ private:
 }  // namespace
 
 void register_spkv() {
-    register_preset({"spkv", "learned utility gates trained with the model (SP-KV)",
-                     {enum_param("rule", {"threshold"}, "threshold", "the only rule: keep an entry iff u ≥ τ",
-                                 "SP-KV eq. 7"),
-                      real_param("tau", 0, 1, "0.5", "τ: keep an entry beyond the window iff its utility u ≥ τ",
-                                 "SP-KV eq. 7 (hard threshold)"),
-                      with_note(int_param("window", 0, kMaxTokens, "", "w: recent entries always kept (0: at write)",
-                                          "SP-KV §3 (128)"),
-                                "the gates' trained window (GGUF kvsieve.predictor.spkv.window), else 128"),
-                      with_note(int_param("sinks", 0, kMaxTokens, "", "s: first entries always kept", "StreamingLLM §3.2"),
-                                "the gates' trained sinks (GGUF kvsieve.predictor.spkv.sinks), else 0"),
-                      flag_param("sparse_prefill", "1", "1: gated prefill as the paper's; 0: dense, admission afterwards",
-                                 "SP-KV eqs. 3–5")},
-                     [](PolicyParams& p) {
-                         Policy pol;
-                         // rule=threshold is the only rule (accepted so `eval sweep --thresholds` can name it).
-                         (void)p.get_string("rule");
-                         const ThresholdSpec spec = read_threshold_spec(p);
-                         // The preset's defaults until for_model, where the gates' trained defaults may replace them.
-                         apply_threshold_rule("spkv", spec, TrainedDefaults{}, ThresholdPreset{0.5, 128, 0, 0.0, 1.0},
-                                              pol);
-                         pol.scorer = std::make_shared<SpkvScorer>(spec);
-                         return pol;
-                     },
-                     trained_defaults_note("tau, window and sinks", "the model GGUF's kvsieve.predictor.spkv.*, read when the model is bound")});
+    register_preset(
+        {"spkv",
+         "learned utility gates trained with the model (SP-KV)",
+         {enum_param("rule", {"threshold"}, "threshold", "the only rule: keep an entry iff u ≥ τ", "SP-KV eq. 7"),
+          real_param("tau", 0, 1, "0.5", "τ: keep an entry beyond the window iff its utility u ≥ τ",
+                     "SP-KV eq. 7 (hard threshold)"),
+          with_note(
+              int_param("window", 0, kMaxTokens, "", "w: recent entries always kept (0: at write)", "SP-KV §3 (128)"),
+              "the gates' trained window (GGUF kvsieve.predictor.spkv.window), else 128"),
+          with_note(int_param("sinks", 0, kMaxTokens, "", "s: first entries always kept", "StreamingLLM §3.2"),
+                    "the gates' trained sinks (GGUF kvsieve.predictor.spkv.sinks), else 0"),
+          flag_param("sparse_prefill", "1", "1: gated prefill as the paper's; 0: dense, admission afterwards",
+                     "SP-KV eqs. 3–5")},
+         [](PolicyParams& p) {
+             Policy pol;
+             // rule=threshold is the only rule (accepted so `eval sweep --thresholds` can name it).
+             (void)p.get_string("rule");
+             const ThresholdSpec spec = read_threshold_spec(p);
+             // The preset's defaults until for_model, where the gates' trained defaults may replace them.
+             apply_threshold_rule("spkv", spec, TrainedDefaults{}, ThresholdPreset{0.5, 128, 0, 0.0, 1.0}, pol);
+             pol.scorer = std::make_shared<SpkvScorer>(spec);
+             return pol;
+         },
+         trained_defaults_note("tau, window and sinks",
+                               "the model GGUF's kvsieve.predictor.spkv.*, read when the model is bound")});
 }
 
 }  // namespace kvsieve

@@ -104,11 +104,11 @@ private:
 }  // namespace
 
 Policy stack_admission(const Policy& admit, const Policy& evict) {
-    require(admit.scorer && admit.scorer->entry() && admit.admission.kind == Rule::Kind::kThreshold,
-            "policy '", admit.spec, "' cannot stand in front of another: the admission part must be a write-time scorer ",
+    require(admit.scorer && admit.scorer->entry() && admit.admission.kind == Rule::Kind::kThreshold, "policy '",
+            admit.spec, "' cannot stand in front of another: the admission part must be a write-time scorer ",
             "with a threshold (kvzap, spkv, wgkv)");
-    require(evict.scorer && evict.scorer->entry() && evict.compression.is_budget() && evict.window > 0,
-            "policy '", evict.spec, "' cannot follow an admission: the eviction part must be a write-time scorer with a ",
+    require(evict.scorer && evict.scorer->entry() && evict.compression.is_budget() && evict.window > 0, "policy '",
+            evict.spec, "' cannot follow an admission: the eviction part must be a write-time scorer with a ",
             "per-head budget and a window (kvpop, kvpop_mlp)");
     require(!admit.selection.active(), "a read-time selection goes after the whole stack");
     Policy p = evict;

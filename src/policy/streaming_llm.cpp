@@ -40,33 +40,35 @@ private:
 }  // namespace
 
 void register_streaming_llm() {
-    register_preset({"streaming_llm", "sinks + recent window (Xiao et al. 2024)",
-                     {int_param("sinks", 0, kMaxTokens, "4", "s: first entries always kept (attention sinks)",
-                                "StreamingLLM §3.2 (4 sinks)"),
-                      with_note(int_param("window", 1, kMaxTokens, "", "w: recent entries kept in a ring; older ones dropped",
-                                          "StreamingLLM §3.2 (rolling cache)"),
-                                "required unless ratio is given"),
-                      with_note(ratio_param("ratio", "", "compression ratio after the prompt: keep the sinks and the newest",
-                                            "kvpress StreamingLLMPress"),
-                                "required unless window is given")},
-                     [](PolicyParams& p) {
-                         Policy pol;
-                         pol.sinks = static_cast<int>(p.get_int("sinks"));
-                         require(p.has("window") != p.has("ratio"),
-                                 "policy streaming_llm: give window=<tokens> or ratio=<compression ratio>");
-                         if (p.has("window")) {
-                             pol.window = static_cast<int>(p.get_int("window", 0));
-                             pol.admission.kind = Rule::Kind::kDropAll;
-                             pol.timing = Timing::kAtWindowExit;
-                         } else {
-                             const double r = p.get_double("ratio", 0);
-                             pol.scorer = std::make_shared<RecencyScorer>(pol.sinks);
-                             pol.compression.kind = Rule::Kind::kHeadBudget;
-                             pol.compression.ratio = r;
-                             pol.sinks = 0;  // sinks are protected by the scores, as kvpress does
-                         }
-                         return pol;
-                     }});
+    register_preset(
+        {"streaming_llm",
+         "sinks + recent window (Xiao et al. 2024)",
+         {int_param("sinks", 0, kMaxTokens, "4", "s: first entries always kept (attention sinks)",
+                    "StreamingLLM §3.2 (4 sinks)"),
+          with_note(int_param("window", 1, kMaxTokens, "", "w: recent entries kept in a ring; older ones dropped",
+                              "StreamingLLM §3.2 (rolling cache)"),
+                    "required unless ratio is given"),
+          with_note(ratio_param("ratio", "", "compression ratio after the prompt: keep the sinks and the newest",
+                                "kvpress StreamingLLMPress"),
+                    "required unless window is given")},
+         [](PolicyParams& p) {
+             Policy pol;
+             pol.sinks = static_cast<int>(p.get_int("sinks"));
+             require(p.has("window") != p.has("ratio"),
+                     "policy streaming_llm: give window=<tokens> or ratio=<compression ratio>");
+             if (p.has("window")) {
+                 pol.window = static_cast<int>(p.get_int("window", 0));
+                 pol.admission.kind = Rule::Kind::kDropAll;
+                 pol.timing = Timing::kAtWindowExit;
+             } else {
+                 const double r = p.get_double("ratio", 0);
+                 pol.scorer = std::make_shared<RecencyScorer>(pol.sinks);
+                 pol.compression.kind = Rule::Kind::kHeadBudget;
+                 pol.compression.ratio = r;
+                 pol.sinks = 0;  // sinks are protected by the scores, as kvpress does
+             }
+             return pol;
+         }});
 }
 
 }  // namespace kvsieve

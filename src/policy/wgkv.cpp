@@ -46,34 +46,36 @@ private:
 }  // namespace
 
 void register_wgkv() {
-    register_preset({"wgkv", "learned write gates on pre/post-RoPE keys, distilled (WG-KV)",
-                     {with_note(name_param("model", "", "the gates: a .safetensors file or a directory with model.safetensors "
-                                                        "(a registered predictor name under kvsieve serve)",
-                                           "WG-KV §3.2"),
-                                "required"),
-                      enum_param("rule", {"threshold"}, "threshold", "the only rule: promote an entry iff g ≥ τ", "WG-KV §4.3"),
-                      with_note(real_param("tau", 0, 1, "", "τ: promote an entry leaving the window iff its gate g ≥ τ",
-                                           "WG-KV §4.3 (0.1)"),
-                                "the gates' config.json tau, else 0.1"),
-                      with_note(int_param("window", 0, kMaxTokens, "", "w: recent entries always kept (0: at write)",
-                                          "WG-KV §4.3 (256)"),
-                                "the gates' config.json window, else 256"),
-                      with_note(int_param("sinks", 0, kMaxTokens, "", "s: first entries always kept", "StreamingLLM §3.2"),
-                                "the gates' config.json sinks, else 0"),
-                      flag_param("sparse_prefill", "1", "1: vertical-slash sparse prefill as the paper's; 0: dense",
-                                 "WG-KV §4.2")},
-                     [](PolicyParams& p) {
-                         const std::string path = p.get_model_path("gates .safetensors or directory");
-                         Policy pol;
-                         pol.scorer = std::make_shared<WgkvScorer>(path);
-                         (void)p.get_string("rule");
-                         // τ, w, s: the spec's, else the training's (the config.json beside the gates, the block the
-                         // loaded gates carry), else the paper's 0.1, 256, 0 (policy/learned_rule.h).
-                         apply_threshold_rule("wgkv", read_threshold_spec(p), read_trained_defaults(path, "wgkv"),
-                                              ThresholdPreset{0.1, 256, 0, 0.0, 1.0}, pol);
-                         return pol;
-                     },
-                     trained_defaults_note("tau, window and sinks", "the gates' config.json")});
+    register_preset(
+        {"wgkv",
+         "learned write gates on pre/post-RoPE keys, distilled (WG-KV)",
+         {with_note(name_param("model", "",
+                               "the gates: a .safetensors file or a directory with model.safetensors "
+                               "(a registered predictor name under kvsieve serve)",
+                               "WG-KV §3.2"),
+                    "required"),
+          enum_param("rule", {"threshold"}, "threshold", "the only rule: promote an entry iff g ≥ τ", "WG-KV §4.3"),
+          with_note(real_param("tau", 0, 1, "", "τ: promote an entry leaving the window iff its gate g ≥ τ",
+                               "WG-KV §4.3 (0.1)"),
+                    "the gates' config.json tau, else 0.1"),
+          with_note(
+              int_param("window", 0, kMaxTokens, "", "w: recent entries always kept (0: at write)", "WG-KV §4.3 (256)"),
+              "the gates' config.json window, else 256"),
+          with_note(int_param("sinks", 0, kMaxTokens, "", "s: first entries always kept", "StreamingLLM §3.2"),
+                    "the gates' config.json sinks, else 0"),
+          flag_param("sparse_prefill", "1", "1: vertical-slash sparse prefill as the paper's; 0: dense", "WG-KV §4.2")},
+         [](PolicyParams& p) {
+             const std::string path = p.get_model_path("gates .safetensors or directory");
+             Policy pol;
+             pol.scorer = std::make_shared<WgkvScorer>(path);
+             (void)p.get_string("rule");
+             // τ, w, s: the spec's, else the training's (the config.json beside the gates, the block the
+             // loaded gates carry), else the paper's 0.1, 256, 0 (policy/learned_rule.h).
+             apply_threshold_rule("wgkv", read_threshold_spec(p), read_trained_defaults(path, "wgkv"),
+                                  ThresholdPreset{0.1, 256, 0, 0.0, 1.0}, pol);
+             return pol;
+         },
+         trained_defaults_note("tau, window and sinks", "the gates' config.json")});
 }
 
 }  // namespace kvsieve

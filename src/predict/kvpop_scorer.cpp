@@ -62,7 +62,8 @@ void hedgehog(const float* z, int f, float* out) {
         sp += out[i];
         sn += out[f + i];
     }
-    for (int i = 0; i < f; ++i) out[i] = static_cast<float>(out[i] / sp), out[f + i] = static_cast<float>(out[f + i] / sn);
+    for (int i = 0; i < f; ++i)
+        out[i] = static_cast<float>(out[i] / sp), out[f + i] = static_cast<float>(out[f + i] / sn);
 }
 
 float log_sigmoid(float x) { return x >= 0 ? -std::log1p(std::exp(-x)) : x - std::log1p(std::exp(x)); }
@@ -73,12 +74,13 @@ KvpopScorerNet KvpopScorerNet::from_tensors(const std::map<std::string, SafeTens
     require(n_layer > 0 && n_head_kv > 0 && head_dim > 0, "KVpop scorer: the model shape is empty");
     const bool mlp = t.count(kvpop_tensor_name(0, "mlp.fc1.weight")) > 0;
     const bool mlstm = t.count(kvpop_tensor_name(0, "mlstm.wq")) > 0;
-    require(mlp || mlstm, "'", source, "' holds no KVpop scorer (tensors kvpop.<layer>.mlp.* or kvpop.<layer>.mlstm.*; ",
+    require(mlp || mlstm, "'", source,
+            "' holds no KVpop scorer (tensors kvpop.<layer>.mlp.* or kvpop.<layer>.mlstm.*; ",
             "`kvsieve train kvpop` writes them)");
     require(!(mlp && mlstm), "KVpop scorer '", source, "' holds both an MLP and an mLSTM scorer");
     const std::string kind = mlp ? "mlp" : "mlstm";
-    require(cfg.kind.empty() || cfg.kind == kind, "KVpop scorer '", source, "': config says kind ",
-            cfg.kind, " but the tensors are an ", kind);
+    require(cfg.kind.empty() || cfg.kind == kind, "KVpop scorer '", source, "': config says kind ", cfg.kind,
+            " but the tensors are an ", kind);
     cfg.kind = kind;
     KvpopScorerNet s;
     s.hkv_ = n_head_kv;
@@ -136,7 +138,8 @@ KvpopConfig read_kvpop_config(const std::string& path) {
     KvpopConfig cfg;
     const auto cj = std::filesystem::path(path) / "config.json";
     if (!std::filesystem::is_directory(path) || !std::filesystem::exists(cj)) return cfg;
-    cfg.trained = read_trained_defaults(path, "kvpop");  // window, sinks, delayed, budget_k (one block for every method)
+    cfg.trained =
+        read_trained_defaults(path, "kvpop");  // window, sinks, delayed, budget_k (one block for every method)
     cfg.window = cfg.trained.window.value_or(cfg.window);
     cfg.sinks = cfg.trained.sinks.value_or(cfg.sinks);
     cfg.delayed = cfg.trained.delayed.value_or(cfg.delayed);
@@ -166,7 +169,8 @@ void KvpopScorerNet::score_mlp(int layer, const float* k, const float* v, int64_
             scorer_input(k + t * kvd + h * d, v + t * kvd + h * d, d, x.data());
             double out = L.b2[h];
             for (int j = 0; j < hidden_; ++j) {
-                const float a = dot(&L.fc1[(static_cast<size_t>(h) * hidden_ + j) * xd], x.data(), xd) + L.b1[h * hidden_ + j];
+                const float a =
+                    dot(&L.fc1[(static_cast<size_t>(h) * hidden_ + j) * xd], x.data(), xd) + L.b1[h * hidden_ + j];
                 out += static_cast<double>(L.fc2[h * hidden_ + j]) * (a / (1.0f + std::exp(-a)));
             }
             r[t * hkv_ + h] = static_cast<float>(out);

@@ -52,12 +52,12 @@ std::string kvpop_tensor_name(int layer, const std::string& name);
 
 /// Settings saved beside the weights (config.json): what the scorer was trained for.
 struct KvpopConfig {
-    std::string kind;            ///< "mlp" (KVpop_mlp) or "mlstm" (KVpop); empty: what the tensors hold
-    int64_t window = 256;        ///< protected window w
-    int64_t sinks = 4;           ///< sink tokens s
-    int64_t decay_every = 1;     ///< n of ⌊(q − t)/n⌋ (tokens)
-    double softcap = 10;         ///< c of the mLSTM readout's soft-cap
-    bool delayed = true;         ///< mLSTM read at window exit (true) or at write
+    std::string kind;         ///< "mlp" (KVpop_mlp) or "mlstm" (KVpop); empty: what the tensors hold
+    int64_t window = 256;     ///< protected window w
+    int64_t sinks = 4;        ///< sink tokens s
+    int64_t decay_every = 1;  ///< n of ⌊(q − t)/n⌋ (tokens)
+    double softcap = 10;      ///< c of the mLSTM readout's soft-cap
+    bool delayed = true;      ///< mLSTM read at window exit (true) or at write
     /// The trained defaults block of the same config.json (window, sinks, delayed, budget_k as recorded, empty where
     /// absent; window, sinks and delayed above are these or the paper's defaults).
     TrainedDefaults trained;
@@ -75,10 +75,10 @@ struct MlstmState {
 
 /// The projections of one token for one head's mLSTM.
 struct MlstmInputs {
-    std::vector<float> q_raw;    ///< q̃ [f] (what a delayed readout keeps: φ(q̃) is recomputed from it)
-    std::vector<float> q, k, v;  ///< φ(q̃) [2f], φ(k̃) [2f], ṽ [dv]
-    float log_i = 0, log_f = 0;  ///< ĩ and log σ(f̃)
-    std::vector<float> x, k_raw; ///< working space: the scorer input [2d] and k̃ [f] (reused from token to token)
+    std::vector<float> q_raw;     ///< q̃ [f] (what a delayed readout keeps: φ(q̃) is recomputed from it)
+    std::vector<float> q, k, v;   ///< φ(q̃) [2f], φ(k̃) [2f], ṽ [dv]
+    float log_i = 0, log_f = 0;   ///< ĩ and log σ(f̃)
+    std::vector<float> x, k_raw;  ///< working space: the scorer input [2d] and k̃ [f] (reused from token to token)
 };
 
 /// The scorers of every layer of one model.
@@ -117,9 +117,9 @@ public:
 
 private:
     struct Layer {
-        std::vector<float> fc1, b1, fc2, b2;            // MLP
+        std::vector<float> fc1, b1, fc2, b2;                    // MLP
         std::vector<float> wq, wk, wv, wi, bi, wf, bf, wo, bo;  // mLSTM
-        std::vector<float> log_gamma;                   // [Hkv]
+        std::vector<float> log_gamma;                           // [Hkv]
     };
     std::vector<Layer> layers_;
     KvpopConfig cfg_;

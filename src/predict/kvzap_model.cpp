@@ -25,7 +25,8 @@ KVzapModel KVzapModel::load(const std::string& dir) {
     KVzapModel m;
     try {
         if (cfg.contains("model_type"))
-            require(cfg["model_type"] == "kvzap", "kvzap checkpoint '", dir, "': model_type is ", cfg["model_type"].dump());
+            require(cfg["model_type"] == "kvzap", "kvzap checkpoint '", dir, "': model_type is ",
+                    cfg["model_type"].dump());
         m.input_dim_ = cfg.at("input_dim").get<int>();
         m.output_dim_ = cfg.at("output_dim").get<int>();
         m.n_modules_ = cfg.at("n_modules").get<int>();

@@ -24,7 +24,8 @@ SpkvGates SpkvGates::load(const GGUFFile& f, int n_layer, int n_embd, int n_head
     g.d_ = n_embd;
     g.hkv_ = n_head_kv;
     const auto first = read_predictor_tensors(f, "spkv", 0);
-    require(!first.empty(), "model '", f.path(), "' has no SP-KV gates (tensors blk.<layer>.spkv.*): it was not trained ",
+    require(!first.empty(), "model '", f.path(),
+            "' has no SP-KV gates (tensors blk.<layer>.spkv.*): it was not trained ",
             "with SP-KV (kvsieve train spkv writes them)");
     g.trained_ = read_trained_defaults(f, "spkv");
     const bool mlp = first.count("fc1.weight") > 0;

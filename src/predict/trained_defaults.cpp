@@ -89,9 +89,7 @@ TrainedDefaults read_trained_defaults(const std::string& path, const std::string
         nlohmann::json j;
         try {
             j = nlohmann::json::parse(in);
-        } catch (const nlohmann::json::exception& e) {
-            fail("'", cfg.string(), "' is not JSON: ", e.what());
-        }
+        } catch (const nlohmann::json::exception& e) { fail("'", cfg.string(), "' is not JSON: ", e.what()); }
         return trained_defaults_from_json(j, cfg.string());
     }
     if (fs::path(path).extension() == ".gguf") return read_trained_defaults(GGUFFile(path), method);

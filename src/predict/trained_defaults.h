@@ -18,14 +18,14 @@ class GGUFFile;
 
 /// One predictor's trained defaults; a field is empty when the predictor does not record it.
 struct TrainedDefaults {
-    std::optional<double> tau;       ///< τ of the threshold rule (KVzap: log score; SP-KV, WG-KV: gate value)
-    std::optional<int64_t> window;   ///< w: the local window the predictor was trained for (tokens, ≥ 0)
-    std::optional<int64_t> sinks;    ///< s: sink tokens always kept (≥ 0)
-    std::optional<int64_t> budget;   ///< k: long-range entries per KV head of the training (KVpop `budget_k`), ≥ 1
-    std::optional<bool> delayed;     ///< KVpop: mLSTM read when the entry leaves the window (true) or at write
-    std::string base_model;          ///< the model it was trained on, as the trainer named it (empty: not recorded)
-    std::string provenance;          ///< the command or config that made it (empty: not recorded)
-    std::string source;              ///< the file the block was read from (config.json or GGUF); empty: none
+    std::optional<double> tau;      ///< τ of the threshold rule (KVzap: log score; SP-KV, WG-KV: gate value)
+    std::optional<int64_t> window;  ///< w: the local window the predictor was trained for (tokens, ≥ 0)
+    std::optional<int64_t> sinks;   ///< s: sink tokens always kept (≥ 0)
+    std::optional<int64_t> budget;  ///< k: long-range entries per KV head of the training (KVpop `budget_k`), ≥ 1
+    std::optional<bool> delayed;    ///< KVpop: mLSTM read when the entry leaves the window (true) or at write
+    std::string base_model;         ///< the model it was trained on, as the trainer named it (empty: not recorded)
+    std::string provenance;         ///< the command or config that made it (empty: not recorded)
+    std::string source;             ///< the file the block was read from (config.json or GGUF); empty: none
 
     /// True when no inference setting is recorded (tau, window, sinks, budget and delayed all empty).
     bool empty() const { return !tau && !window && !sinks && !budget && !delayed; }

@@ -36,7 +36,8 @@ WgkvGates WgkvGates::from_tensors(const std::map<std::string, SafeTensor>& t, co
     require(c2 != t.end(), "'", source, "' holds no WG-KV gates (tensors model.layers.<i>.self_attn.g_predictors.*; ",
             "`kvsieve train wgkv` and tools/convert_wgkv.py write them)");
     const auto& s2 = c2->second.shape;
-    require(s2.size() == 3 && s2[1] > 0 && s2[2] == 1, "WG-KV gates '", source, "': conv2.weight must be [Hkv, inner, 1]");
+    require(s2.size() == 3 && s2[1] > 0 && s2[2] == 1, "WG-KV gates '", source,
+            "': conv2.weight must be [Hkv, inner, 1]");
     require(s2[0] == n_head_kv, "WG-KV gates '", source, "' are for ", s2[0], " KV heads, the model has ", n_head_kv);
     WgkvGates g;
     g.hkv_ = n_head_kv;

@@ -109,7 +109,9 @@ std::optional<std::string> KeyRing::owner_of(std::string_view authorization) con
     const std::string_view dv(reinterpret_cast<const char*>(d.data()), d.size());
     std::optional<std::string> owner;
     for (const Key& k : *keys)  // no early exit: the time does not tell which key matched
-        if (constant_time_equal(dv, std::string_view(reinterpret_cast<const char*>(k.digest.data()), k.digest.size())) && !owner)
+        if (constant_time_equal(dv,
+                                std::string_view(reinterpret_cast<const char*>(k.digest.data()), k.digest.size())) &&
+            !owner)
             owner = k.owner;
     return owner;
 }

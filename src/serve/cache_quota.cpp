@@ -33,9 +33,11 @@ void check_cache_quota(const std::string& path, uint64_t bytes, uint64_t quota_b
     const fs::path p(path);
     const uint64_t saved = saved_sequence_bytes(p.parent_path().string(), p.filename().string());
     if (saved + bytes <= quota_bytes) return;
-    throw StatusError(403, "the sequence needs " + std::to_string(bytes) + " bytes and this key's saved sequences already take " +
-                               std::to_string(saved) + " bytes of its " + std::to_string(quota_bytes) +
-                               " (the server's --cache-dir-quota-mb); delete saved sequences (DELETE /v1/cache/saved/NAME) to free space");
+    throw StatusError(
+        403,
+        "the sequence needs " + std::to_string(bytes) + " bytes and this key's saved sequences already take " +
+            std::to_string(saved) + " bytes of its " + std::to_string(quota_bytes) +
+            " (the server's --cache-dir-quota-mb); delete saved sequences (DELETE /v1/cache/saved/NAME) to free space");
 }
 
 }  // namespace kvsieve

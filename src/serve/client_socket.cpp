@@ -16,7 +16,8 @@ namespace {
 bool numeric_address(const sockaddr_storage& a, socklen_t len, std::string& host, int& port) {
     if (a.ss_family != AF_INET && a.ss_family != AF_INET6) return false;
     char h[NI_MAXHOST], p[NI_MAXSERV];
-    if (getnameinfo(reinterpret_cast<const sockaddr*>(&a), len, h, sizeof h, p, sizeof p, NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+    if (getnameinfo(reinterpret_cast<const sockaddr*>(&a), len, h, sizeof h, p, sizeof p,
+                    NI_NUMERICHOST | NI_NUMERICSERV) != 0)
         return false;
     host = h;
     port = std::atoi(p);
@@ -35,10 +36,12 @@ int connection_socket(const std::string& local_addr, int local_port, const std::
         socklen_t len = sizeof a;
         std::string host;
         int port = -1;
-        if (getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0 || !numeric_address(a, len, host, port)) continue;
+        if (getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0 || !numeric_address(a, len, host, port))
+            continue;
         if (port != local_port || host != local_addr) continue;
         len = sizeof a;
-        if (getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0 || !numeric_address(a, len, host, port)) continue;
+        if (getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0 || !numeric_address(a, len, host, port))
+            continue;
         if (port == remote_port && host == remote_addr) return fd;
     }
     return -1;

@@ -29,8 +29,9 @@ bool ConversationStore::drop(const std::string& id) { return entries_.erase(id) 
 
 bool ConversationStore::drop_oldest() {
     if (entries_.empty()) return false;
-    auto oldest = std::min_element(entries_.begin(), entries_.end(),
-                                   [](const auto& a, const auto& b) { return a.second.last_used < b.second.last_used; });
+    auto oldest = std::min_element(entries_.begin(), entries_.end(), [](const auto& a, const auto& b) {
+        return a.second.last_used < b.second.last_used;
+    });
     entries_.erase(oldest);
     return true;
 }

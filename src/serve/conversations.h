@@ -25,8 +25,8 @@ public:
         std::unique_ptr<KVCache> cache;
         std::unique_ptr<Session> session;  ///< over *cache
         std::string policy_spec;           ///< the spec the cache's policy was parsed from
-        GenerationState pending;           ///< next-token logits and sampler state when restored from a file that had them
-        uint64_t last_used = 0;            ///< a counter: larger is more recent
+        GenerationState pending;  ///< next-token logits and sampler state when restored from a file that had them
+        uint64_t last_used = 0;   ///< a counter: larger is more recent
     };
     struct Info {
         std::string id;

@@ -43,7 +43,8 @@ Wait next_before(RequestHandle& h, Clock::time_point deadline, int sock, Generat
         const auto now = Clock::now();
         if (now >= deadline) return Wait::kDeadline;
         const auto wait = std::min<Clock::duration>(deadline - now, kClientPoll);
-        if (h.next(ev, std::chrono::duration_cast<std::chrono::milliseconds>(wait) + std::chrono::milliseconds(1))) return Wait::kEvent;
+        if (h.next(ev, std::chrono::duration_cast<std::chrono::milliseconds>(wait) + std::chrono::milliseconds(1)))
+            return Wait::kEvent;
     }
 }
 }  // namespace
@@ -63,8 +64,8 @@ std::shared_ptr<void> HttpServer::take_place(const std::string& owner) {
 HttpServer::HttpServer(Scheduler& scheduler, ApiContext ctx, HttpOptions opts)
     : sched_(scheduler), ctx_(std::move(ctx)), opts_(std::move(opts)), svr_(std::make_unique<httplib::Server>()) {
     require(opts_.max_connections >= 1, "--max-connections must be ≥ 1, got ", opts_.max_connections);
-    require(opts_.read_timeout_s > 0 && opts_.read_timeout_s <= 86400, "--read-timeout must be in (0, 86400] seconds, got ",
-            opts_.read_timeout_s);
+    require(opts_.read_timeout_s > 0 && opts_.read_timeout_s <= 86400,
+            "--read-timeout must be in (0, 86400] seconds, got ", opts_.read_timeout_s);
     const size_t threads = static_cast<size_t>(opts_.max_connections);
     svr_->new_task_queue = [threads] { return new ConnectionThreads(threads); };
     svr_->set_payload_max_length(opts_.max_body_bytes);
@@ -103,15 +104,19 @@ void HttpServer::routes() {
     // Checks of every request, before routing: where it claims to go (Host) and which page sent it (Origin).
     s.set_pre_routing_handler([this, loopback](const httplib::Request& req, httplib::Response& res) {
         if (loopback && !is_loopback_host_header(req.get_header_value("Host"))) {
-            send_json(res, 403, error_body(403, "the Host header must name the loopback address (127.0.0.1, localhost or [::1]) "
-                                                "on a server bound to it"));
+            send_json(res, 403,
+                      error_body(403,
+                                 "the Host header must name the loopback address (127.0.0.1, localhost or [::1]) "
+                                 "on a server bound to it"));
             return httplib::Server::HandlerResponse::Handled;
         }
         if (req.has_header("Origin")) {
             const std::string origin = req.get_header_value("Origin");
-            if (std::find(opts_.allowed_origins.begin(), opts_.allowed_origins.end(), origin) == opts_.allowed_origins.end()) {
-                send_json(res, 403, error_body(403, "requests from the origin '" + excerpt(origin, 100) +
-                                                        "' are not allowed (the server's --allowed-origins)"));
+            if (std::find(opts_.allowed_origins.begin(), opts_.allowed_origins.end(), origin) ==
+                opts_.allowed_origins.end()) {
+                send_json(res, 403,
+                          error_body(403, "requests from the origin '" + excerpt(origin, 100) +
+                                              "' are not allowed (the server's --allowed-origins)"));
                 return httplib::Server::HandlerResponse::Handled;
             }
             res.set_header("Access-Control-Allow-Origin", origin);
@@ -130,30 +135,37 @@ void HttpServer::routes() {
     s.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
         if (!res.body.empty()) return;
         std::string msg;
-        if (res.status == 404) msg = "no endpoint " + excerpt(req.method, 16) + " " + excerpt(req.path);
+        if (res.status == 404)
+            msg = "no endpoint " + excerpt(req.method, 16) + " " + excerpt(req.path);
         else if (res.status == 413)
-            msg = "the request body is larger than the server's limit of " + std::to_string(opts_.max_body_bytes) + " bytes";
-        else if (res.status == 405) msg = "method " + excerpt(req.method, 16) + " is not allowed on " + excerpt(req.path);
-        else msg = "bad request";
+            msg = "the request body is larger than the server's limit of " + std::to_string(opts_.max_body_bytes) +
+                  " bytes";
+        else if (res.status == 405)
+            msg = "method " + excerpt(req.method, 16) + " is not allowed on " + excerpt(req.path);
+        else
+            msg = "bad request";
         send_json(res, res.status, error_body(res.status, msg));
     });
     s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
         std::string msg = "internal error";
         try {
             if (ep) std::rethrow_exception(ep);
-        } catch (const std::exception& e) {
-            msg = excerpt(e.what(), 2 * kMaxQuotedBytes);
-        } catch (...) {
+        } catch (const std::exception& e) { msg = excerpt(e.what(), 2 * kMaxQuotedBytes); } catch (...) {
         }
         send_json(res, 500, error_body(500, msg));
     });
-    s.set_logger([this](const httplib::Request& req, const httplib::Response& res) { counters_.count(route_label(req.path), res.status); });
+    s.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+        counters_.count(route_label(req.path), res.status);
+    });
     // Every route comes from the table of serve/routes.h (which docs/openapi.json describes); another one fails here.
     auto on = [&s](const char* method, const char* path, httplib::Server::Handler h) {
         const std::string pattern = route_pattern(find_route(method, path).path);
-        if (std::string(method) == "GET") s.Get(pattern, std::move(h));
-        else if (std::string(method) == "POST") s.Post(pattern, std::move(h));
-        else s.Delete(pattern, std::move(h));
+        if (std::string(method) == "GET")
+            s.Get(pattern, std::move(h));
+        else if (std::string(method) == "POST")
+            s.Post(pattern, std::move(h));
+        else
+            s.Delete(pattern, std::move(h));
     };
 
     // Routes that need a key (when the server has keys) and, for POST, a JSON body; the handler gets the owner.
@@ -165,12 +177,15 @@ void HttpServer::routes() {
                 std::optional<std::string> o = opts_.keys->owner_of(req.get_header_value("Authorization"));
                 if (!o) {
                     res.set_header("WWW-Authenticate", "Bearer");
-                    return send_json(res, 401, error_body(401, "a valid API key is required (Authorization: Bearer KEY)"));
+                    return send_json(res, 401,
+                                     error_body(401, "a valid API key is required (Authorization: Bearer KEY)"));
                 }
                 owner = std::move(*o);  // from here on the request is this owner's, whatever happens to the key
             }
             if (post && !is_json_content_type(req.get_header_value("Content-Type")))
-                return send_json(res, 415, error_body(415, "the request body must be JSON, sent with Content-Type: application/json"));
+                return send_json(
+                    res, 415,
+                    error_body(415, "the request body must be JSON, sent with Content-Type: application/json"));
             if (post && !owner.empty() && !ctx_.cache_dir.empty())
                 ::mkdir((ctx_.cache_dir + "/" + owner).c_str(), 0700);  // the owner's saved files (exists: fine)
             h(req, res, owner);
@@ -189,13 +204,15 @@ void HttpServer::routes() {
     });
     if (opts_.metrics)
         on("GET", "/metrics", guard(false, [this](const httplib::Request&, httplib::Response& res, const std::string&) {
-            res.set_content(prometheus_text(sched_.snapshot(), counters_, ctx_.model_id), "text/plain; version=0.0.4");
-        }));
+               res.set_content(prometheus_text(sched_.snapshot(), counters_, ctx_.model_id),
+                               "text/plain; version=0.0.4");
+           }));
     // For load balancers: whether a new request would be taken now (no key needed, like /health).
     on("GET", "/ready", [this](const httplib::Request&, httplib::Response& res) {
         const SchedulerSnapshot snap = sched_.snapshot();
         std::string why;
-        if (!snap.running || snap.draining) why = "the server is shutting down";
+        if (!snap.running || snap.draining)
+            why = "the server is shutting down";
         else if (snap.queued >= snap.max_queue && static_cast<int>(snap.active.size()) >= snap.slots)
             why = "all slots are busy and the queue is full";
         else if (snap.stalled_s > opts_.ready_stall_s)
@@ -210,15 +227,16 @@ void HttpServer::routes() {
         res.set_content(std::string(openapi_document()), "application/json");
     });
     on("GET", "/v1/models", guard(false, [this](const httplib::Request&, httplib::Response& res, const std::string&) {
-        json m = {{"id", ctx_.model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "kvsieve"}};
-        send_json(res, 200, {{"object", "list"}, {"data", json::array({m})}});
-    }));
+           json m = {{"id", ctx_.model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "kvsieve"}};
+           send_json(res, 200, {{"object", "list"}, {"data", json::array({m})}});
+       }));
 
     auto generate = [this](const httplib::Request& req, httplib::Response& res, const std::string& owner, bool chat) {
         // The deadline counts from the request's arrival: time in the queue is part of it.
-        const Clock::time_point deadline =
-            opts_.timeout_s > 0 ? Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opts_.timeout_s))
-                                : Clock::time_point::max();
+        const Clock::time_point deadline = opts_.timeout_s > 0
+                                               ? Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                                    std::chrono::duration<double>(opts_.timeout_s))
+                                               : Clock::time_point::max();
         const std::string timed_out = "the request did not finish within the server's --timeout of " +
                                       dump_json(json(opts_.timeout_s)) + " s; it was cancelled";
         json body;
@@ -230,16 +248,16 @@ void HttpServer::routes() {
             ar = parse_api_request(body, chat, ctx_, owner);
             place = take_place(owner);
             if (!place)
-                return send_json(res, 429, error_body(429, "this key already has " + std::to_string(opts_.max_requests_per_key) +
-                                                               " requests running or waiting (the server's --max-requests-per-key)"));
+                return send_json(
+                    res, 429,
+                    error_body(429, "this key already has " + std::to_string(opts_.max_requests_per_key) +
+                                        " requests running or waiting (the server's --max-requests-per-key)"));
             h = sched_.submit(std::move(ar.gen));
         } catch (const ApiError& e) {
             return send_json(res, e.status(), error_body(e.status(), for_client(owner, e.what())));
         } catch (const ServerBusy& e) {
             return send_json(res, 503, error_body(503, e.what()));
-        } catch (const Error& e) {
-            return send_json(res, 400, error_body(400, e.what()));
-        }
+        } catch (const Error& e) { return send_json(res, 400, error_body(400, e.what())); }
         // The client's connection, polled while the request waits for its events: a client that leaves cancels it.
         const int sock = connection_socket(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
         auto left = [&h, &res] {
@@ -248,8 +266,8 @@ void HttpServer::routes() {
         };
         const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);
         const int64_t created = static_cast<int64_t>(std::time(nullptr));
-        const std::string model = body.contains("model") && body["model"].is_string() ? body["model"].get<std::string>()
-                                                                                      : ctx_.model_id;
+        const std::string model =
+            body.contains("model") && body["model"].is_string() ? body["model"].get<std::string>() : ctx_.model_id;
         // The first event decides the status: an error before any text is the response itself.
         GenerationEvent first;
         if (const Wait w = next_before(*h, deadline, sock, first); w != Wait::kEvent) {
@@ -308,12 +326,14 @@ void HttpServer::routes() {
                         if (!sink.is_writable() || client_gone(sock)) return false;
                     }
                 }
-                if (ev.kind == GenerationEvent::Kind::kText) return write(sse(chunk_body(ar, id, created, model, ev.text, "")));
+                if (ev.kind == GenerationEvent::Kind::kText)
+                    return write(sse(chunk_body(ar, id, created, model, ev.text, "")));
                 if (ev.kind == GenerationEvent::Kind::kError) {
                     write(sse(error_body(ev.status, for_client(owner, ev.error))));
                 } else {
                     if (!write(sse(chunk_body(ar, id, created, model, "", ev.finish_reason)))) return false;
-                    if (ar.include_usage && !write(sse(usage_chunk_body(ar, id, created, model, ev.usage)))) return false;
+                    if (ar.include_usage && !write(sse(usage_chunk_body(ar, id, created, model, ev.usage))))
+                        return false;
                     if (!write("data: [DONE]\n\n")) return false;
                 }
                 st->finished = true;
@@ -325,7 +345,8 @@ void HttpServer::routes() {
             });
     };
     // Saved sequences and kept conversations (docs/serving.md).
-    auto cache_op = [this](const httplib::Request& req, httplib::Response& res, const std::string& owner, bool restore) {
+    auto cache_op = [this](const httplib::Request& req, httplib::Response& res, const std::string& owner,
+                           bool restore) {
         try {
             const json body = parse_json_body(req.body);
             const CacheOpRequest op = parse_cache_op(body, restore, ctx_, owner);
@@ -334,65 +355,64 @@ void HttpServer::routes() {
                 send_json(res, 200, cache_op_body(object, op.name, r));
             };
             if (!restore) return answer("kv_cache.saved", sched_.save(op.ref, op.path));
-            if (!std::filesystem::exists(op.path)) throw ApiError(404, "no saved sequence '" + op.name + "' in the server's --cache-dir");
+            if (!std::filesystem::exists(op.path))
+                throw ApiError(404, "no saved sequence '" + op.name + "' in the server's --cache-dir");
             std::shared_ptr<const SavedSequence> saved;
             try {
                 saved = std::make_shared<const SavedSequence>(read_sequence(op.path, *ctx_.model, op.name + ".kvseq"));
-            } catch (const Error& e) {
-                throw ApiError(400, "'" + op.name + "': " + e.what());
-            }
+            } catch (const Error& e) { throw ApiError(400, "'" + op.name + "': " + e.what()); }
             answer("kv_cache.restored", sched_.restore(saved, op.ref.conversation));
         } catch (const StatusError& e) {  // ApiError from the body, CacheOpError from the scheduler
             send_json(res, e.status(), error_body(e.status(), for_client(owner, e.what())));
-        } catch (const ServerBusy& e) {
-            send_json(res, 503, error_body(503, e.what()));
-        }
+        } catch (const ServerBusy& e) { send_json(res, 503, error_body(503, e.what())); }
     };
-    on("POST", "/v1/cache/save", guard(true, [cache_op](const httplib::Request& q, httplib::Response& r, const std::string& o) {
-        cache_op(q, r, o, false);
-    }));
-    on("POST", "/v1/cache/restore", guard(true, [cache_op](const httplib::Request& q, httplib::Response& r, const std::string& o) {
-        cache_op(q, r, o, true);
-    }));
-    on("GET", "/v1/cache/conversations", guard(false, [this](const httplib::Request&, httplib::Response& res, const std::string& owner) {
-        json data = json::array();
-        for (const auto& c : sched_.snapshot().conversations)
-            if (std::optional<std::string> id = client_id(owner, c.id))
-                data.push_back({{"id", *id}, {"tokens", c.tokens}, {"kv_bytes", c.kv_bytes}, {"policy", c.policy}});
-        send_json(res, 200, {{"object", "list"}, {"data", data}});
-    }));
-    on("DELETE", "/v1/cache/conversations/{id}", guard(false, [this](const httplib::Request& req, httplib::Response& res,
-                                                                      const std::string& owner) {
-        const std::string id = req.matches[1];
-        try {
-            if (!sched_.drop(scoped_id(owner, id)))
-                return send_json(res, 404, error_body(404, "no conversation '" + excerpt(id, 64) + "' is kept"));
-            send_json(res, 200, {{"id", id}, {"object", "kv_cache.conversation"}, {"deleted", true}});
-        } catch (const ServerBusy& e) {
-            send_json(res, 503, error_body(503, e.what()));
-        }
-    }));
+    on("POST", "/v1/cache/save",
+       guard(true, [cache_op](const httplib::Request& q, httplib::Response& r, const std::string& o) {
+           cache_op(q, r, o, false);
+       }));
+    on("POST", "/v1/cache/restore",
+       guard(true, [cache_op](const httplib::Request& q, httplib::Response& r, const std::string& o) {
+           cache_op(q, r, o, true);
+       }));
+    on("GET", "/v1/cache/conversations",
+       guard(false, [this](const httplib::Request&, httplib::Response& res, const std::string& owner) {
+           json data = json::array();
+           for (const auto& c : sched_.snapshot().conversations)
+               if (std::optional<std::string> id = client_id(owner, c.id))
+                   data.push_back({{"id", *id}, {"tokens", c.tokens}, {"kv_bytes", c.kv_bytes}, {"policy", c.policy}});
+           send_json(res, 200, {{"object", "list"}, {"data", data}});
+       }));
+    on("DELETE", "/v1/cache/conversations/{id}",
+       guard(false, [this](const httplib::Request& req, httplib::Response& res, const std::string& owner) {
+           const std::string id = req.matches[1];
+           try {
+               if (!sched_.drop(scoped_id(owner, id)))
+                   return send_json(res, 404, error_body(404, "no conversation '" + excerpt(id, 64) + "' is kept"));
+               send_json(res, 200, {{"id", id}, {"object", "kv_cache.conversation"}, {"deleted", true}});
+           } catch (const ServerBusy& e) { send_json(res, 503, error_body(503, e.what())); }
+       }));
 
     // A saved sequence of the owner's folder removed (its bytes no longer count against --cache-dir-quota-mb).
-    on("DELETE", "/v1/cache/saved/{name}", guard(false, [this](const httplib::Request& req, httplib::Response& res,
-                                                               const std::string& owner) {
-        const std::string name = req.matches[1];
-        try {
-            const std::string path = cache_path(json(name), "name", ctx_, owner);
-            std::error_code ec;
-            if (!std::filesystem::is_regular_file(std::filesystem::symlink_status(path, ec)) || !std::filesystem::remove(path, ec))
-                return send_json(res, 404, error_body(404, "no saved sequence '" + name + "' in the server's --cache-dir"));
-            send_json(res, 200, {{"name", name}, {"object", "kv_cache.saved"}, {"deleted", true}});
-        } catch (const StatusError& e) {
-            send_json(res, e.status(), error_body(e.status(), e.what()));
-        }
-    }));
+    on("DELETE", "/v1/cache/saved/{name}",
+       guard(false, [this](const httplib::Request& req, httplib::Response& res, const std::string& owner) {
+           const std::string name = req.matches[1];
+           try {
+               const std::string path = cache_path(json(name), "name", ctx_, owner);
+               std::error_code ec;
+               if (!std::filesystem::is_regular_file(std::filesystem::symlink_status(path, ec)) ||
+                   !std::filesystem::remove(path, ec))
+                   return send_json(res, 404,
+                                    error_body(404, "no saved sequence '" + name + "' in the server's --cache-dir"));
+               send_json(res, 200, {{"name", name}, {"object", "kv_cache.saved"}, {"deleted", true}});
+           } catch (const StatusError& e) { send_json(res, e.status(), error_body(e.status(), e.what())); }
+       }));
 
     for (const char* path : {"/v1/completions", "/completions", "/v1/chat/completions", "/chat/completions"}) {
         const bool chat = std::string(path).find("chat") != std::string::npos;
-        on("POST", path, guard(true, [generate, chat](const httplib::Request& q, httplib::Response& r, const std::string& o) {
-            generate(q, r, o, chat);
-        }));
+        on("POST", path,
+           guard(true, [generate, chat](const httplib::Request& q, httplib::Response& r, const std::string& o) {
+               generate(q, r, o, chat);
+           }));
     }
 }
 

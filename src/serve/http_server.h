@@ -23,8 +23,8 @@ namespace kvsieve {
 
 struct HttpOptions {
     std::string host = "127.0.0.1";
-    int port = 8080;                        ///< 0: any free port (bind() returns it)
-    size_t max_body_bytes = 8u << 20;       ///< larger request bodies get 413
+    int port = 8080;                   ///< 0: any free port (bind() returns it)
+    size_t max_body_bytes = 8u << 20;  ///< larger request bodies get 413
     /// Connections served at once, one thread each (ConnectionThreads); more wait for a free thread. Idle
     /// keep-alive and half-sent connections hold theirs until read_timeout_s, so this must exceed the
     /// connections a client or a proxy may leave open.
@@ -32,7 +32,7 @@ struct HttpOptions {
     /// Seconds the server waits for the next bytes of a request (its line, headers or body) before it closes the
     /// connection; a keep-alive connection waits at most 5 s for its next request.
     double read_timeout_s = 10;
-    bool metrics = false;                   ///< serve GET /metrics (otherwise it is a 404 like any unknown path)
+    bool metrics = false;  ///< serve GET /metrics (otherwise it is a 404 like any unknown path)
     /// API keys (null or !enabled(): none, every client is the same anonymous owner). With keys every endpoint but
     /// /health needs `Authorization: Bearer KEY` (401 otherwise), and each key sees only its own sequences.
     std::shared_ptr<KeyRing> keys;

@@ -25,9 +25,12 @@ size_t json_nesting_depth(std::string_view body, size_t stop_after) {
     bool in_string = false, escaped = false;
     for (char c : body) {
         if (in_string) {
-            if (escaped) escaped = false;
-            else if (c == '\\') escaped = true;
-            else if (c == '"') in_string = false;
+            if (escaped)
+                escaped = false;
+            else if (c == '\\')
+                escaped = true;
+            else if (c == '"')
+                in_string = false;
             continue;
         }
         if (c == '"') {
@@ -46,8 +49,8 @@ size_t json_nesting_depth(std::string_view body, size_t stop_after) {
 
 json parse_json_body(std::string_view body) {
     if (json_nesting_depth(body, kMaxJsonDepth) > kMaxJsonDepth)
-        throw StatusError(400, "the request body nests arrays and objects deeper than " + std::to_string(kMaxJsonDepth) +
-                                   " levels");
+        throw StatusError(
+            400, "the request body nests arrays and objects deeper than " + std::to_string(kMaxJsonDepth) + " levels");
     try {
         return json::parse(body.begin(), body.end());
     } catch (const json::exception& e) {

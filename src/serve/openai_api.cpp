@@ -25,7 +25,8 @@ double number_in(const json& v, const char* name, double lo, double hi) {
     if (!v.is_number()) bad(std::string("'") + name + "' must be a number, got " + describe_value(v));
     const double x = v.get<double>();
     if (!(x >= lo && x <= hi))
-        bad(std::string("'") + name + "' must be in [" + json(lo).dump() + ", " + json(hi).dump() + "], got " + describe_value(v));
+        bad(std::string("'") + name + "' must be in [" + json(lo).dump() + ", " + json(hi).dump() + "], got " +
+            describe_value(v));
     return x;
 }
 
@@ -33,7 +34,8 @@ int64_t integer_in(const json& v, const char* name, int64_t lo, int64_t hi) {
     if (!v.is_number_integer()) bad(std::string("'") + name + "' must be an integer, got " + describe_value(v));
     const int64_t x = v.get<int64_t>();
     if (x < lo || x > hi)
-        bad(std::string("'") + name + "' must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + describe_value(v));
+        bad(std::string("'") + name + "' must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
+            describe_value(v));
     return x;
 }
 
@@ -52,7 +54,8 @@ std::string message_text(const json& content, size_t i) {
             // value("type", "") would throw for a type that is not a string: compare the JSON value instead.
             if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
                 !part["text"].is_string())
-                bad("messages[" + std::to_string(i) + "].content: only parts {\"type\": \"text\", \"text\": \"…\"} are supported");
+                bad("messages[" + std::to_string(i) +
+                    "].content: only parts {\"type\": \"text\", \"text\": \"…\"} are supported");
             text += part["text"].get<std::string>();
         }
         return text;
@@ -65,7 +68,9 @@ std::string message_text(const json& content, size_t i) {
 std::string api_name(const json& v, const std::string& field) {
     if (!v.is_string()) bad("'" + field + "' must be a name (1 to 64 of A-Z a-z 0-9 _ . -)");
     const std::string name = v.get<std::string>();
-    if (!is_safe_name(name)) bad("'" + field + "' must be a name of 1 to 64 of A-Z a-z 0-9 _ . - not starting with '.', got " + describe_value(v));
+    if (!is_safe_name(name))
+        bad("'" + field + "' must be a name of 1 to 64 of A-Z a-z 0-9 _ . - not starting with '.', got " +
+            describe_value(v));
     return name;
 }
 
@@ -86,7 +91,8 @@ std::optional<std::string> client_id(const std::string& owner, const std::string
 std::string for_client(const std::string& owner, std::string message) {
     if (owner.empty()) return message;
     const std::string prefix = owner + "/";
-    for (size_t at = message.find(prefix); at != std::string::npos; at = message.find(prefix, at)) message.erase(at, prefix.size());
+    for (size_t at = message.find(prefix); at != std::string::npos; at = message.find(prefix, at))
+        message.erase(at, prefix.size());
     return message;
 }
 
@@ -100,12 +106,15 @@ std::vector<ChatMessage> parse_messages(const json& m) {
         if (!e.is_object()) bad("messages[" + std::to_string(i) + "] must be an object");
         for (const auto& [k, v] : e.items())
             if (k != "role" && k != "content" && k != "name")
-                bad("messages[" + std::to_string(i) + "] has unknown field '" + excerpt(k) + "' (tool calls are not supported)");
-        if (!e.contains("role") || !e["role"].is_string()) bad("messages[" + std::to_string(i) + "].role must be a string");
+                bad("messages[" + std::to_string(i) + "] has unknown field '" + excerpt(k) +
+                    "' (tool calls are not supported)");
+        if (!e.contains("role") || !e["role"].is_string())
+            bad("messages[" + std::to_string(i) + "].role must be a string");
         std::string role = e["role"].get<std::string>();
         if (role == "developer") role = "system";
         if (role != "system" && role != "user" && role != "assistant")
-            bad("messages[" + std::to_string(i) + "].role '" + excerpt(role) + "' is not supported (system, developer, user, assistant)");
+            bad("messages[" + std::to_string(i) + "].role '" + excerpt(role) +
+                "' is not supported (system, developer, user, assistant)");
         if (!e.contains("content")) bad("messages[" + std::to_string(i) + "] has no content");
         out.push_back({role, message_text(e["content"], i)});
     }
@@ -115,12 +124,28 @@ std::vector<ChatMessage> parse_messages(const json& m) {
 
 ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx, const std::string& owner) {
     if (!body.is_object()) bad("the request body must be a JSON object");
-    static const std::set<std::string> common = {"model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed",
-                                                 "stop", "stream", "stream_options", "n", "user", "presence_penalty",
-                                                 "frequency_penalty", "logit_bias", "logprobs", "kv_policy", "cache_save",
+    static const std::set<std::string> common = {"model",
+                                                 "max_tokens",
+                                                 "temperature",
+                                                 "top_p",
+                                                 "top_k",
+                                                 "min_p",
+                                                 "seed",
+                                                 "stop",
+                                                 "stream",
+                                                 "stream_options",
+                                                 "n",
+                                                 "user",
+                                                 "presence_penalty",
+                                                 "frequency_penalty",
+                                                 "logit_bias",
+                                                 "logprobs",
+                                                 "kv_policy",
+                                                 "cache_save",
                                                  "conversation"};
     static const std::set<std::string> completion_only = {"prompt", "echo", "suffix", "best_of", "cache_restore"};
-    static const std::set<std::string> chat_only = {"messages", "max_completion_tokens", "top_logprobs", "response_format"};
+    static const std::set<std::string> chat_only = {"messages", "max_completion_tokens", "top_logprobs",
+                                                    "response_format"};
     for (const auto& [k, v] : body.items()) {
         if (common.count(k) || (chat ? chat_only : completion_only).count(k)) continue;
         bad("unknown field '" + excerpt(k) + "' in a " + (chat ? "chat completion" : "completion") + " request");
@@ -139,20 +164,21 @@ ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx,
     if (body.contains("cache_restore") && !body["cache_restore"].is_null()) {
         const std::string path = cache_path(body["cache_restore"], "cache_restore", ctx, owner);
         if (!std::filesystem::exists(path))
-            throw ApiError(404, "no saved sequence '" + body["cache_restore"].get<std::string>() + "' in the server's --cache-dir");
+            throw ApiError(404, "no saved sequence '" + body["cache_restore"].get<std::string>() +
+                                    "' in the server's --cache-dir");
         try {
             g.restore = std::make_shared<const SavedSequence>(
                 read_sequence(path, *ctx.model, body["cache_restore"].get<std::string>() + ".kvseq"));
             decode_generation_state(g.restore->extra, ctx.model->config().n_vocab);
-        } catch (const Error& e) {
-            bad("cache_restore: " + excerpt(e.what(), 2 * kMaxQuotedBytes));
-        }
+        } catch (const Error& e) { bad("cache_restore: " + excerpt(e.what(), 2 * kMaxQuotedBytes)); }
     }
     // With saved state (cache_restore, or a kept conversation restored from a file), no seed: its sampler goes on.
     g.restore_sampler = !body.contains("seed") || body["seed"].is_null();
     if (body.contains("conversation") && !body["conversation"].is_null()) {
         g.conversation = scoped_id(owner, api_name(body["conversation"], "conversation"));
-        if (g.restore) bad("'conversation' and 'cache_restore' exclude each other (restore into a conversation with POST /v1/cache/restore)");
+        if (g.restore)
+            bad("'conversation' and 'cache_restore' exclude each other (restore into a conversation with POST "
+                "/v1/cache/restore)");
     }
     // The prompt.
     const Tokenizer& tok = *ctx.tok;
@@ -162,31 +188,32 @@ ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx,
         const std::vector<ChatMessage> msgs = parse_messages(body["messages"]);
         try {
             g.prompt = encode_conversation(tok, *ctx.chat_template, msgs, true);
-        } catch (const Error& e) {
-            bad("messages: " + excerpt(e.what()));
-        }
+        } catch (const Error& e) { bad("messages: " + excerpt(e.what())); }
         g.end_token = tok.vocab().find(ctx.chat_template->end_of_turn());
     } else {
         if (!body.contains("prompt")) bad("'prompt' is required");
         const json& p = body["prompt"];
         const json* text = nullptr;
-        if (p.is_string()) text = &p;
-        else if (p.is_array() && p.size() == 1 && p[0].is_string()) text = &p[0];
+        if (p.is_string())
+            text = &p;
+        else if (p.is_array() && p.size() == 1 && p[0].is_string())
+            text = &p[0];
         if (text) {
             try {
                 g.prompt = tok.encode(text->get<std::string>(), !g.restore, false);
-            } catch (const Error& e) {
-                bad("prompt: " + excerpt(e.what()));
-            }
-        } else if (p.is_array() && !p.empty() && std::all_of(p.begin(), p.end(), [](const json& x) { return x.is_number_integer(); })) {
+            } catch (const Error& e) { bad("prompt: " + excerpt(e.what())); }
+        } else if (p.is_array() && !p.empty() &&
+                   std::all_of(p.begin(), p.end(), [](const json& x) { return x.is_number_integer(); })) {
             for (const auto& x : p) {
                 const int64_t id = x.get<int64_t>();
                 if (id < 0 || id >= tok.vocab().size())
-                    bad("prompt token id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(tok.vocab().size()));
+                    bad("prompt token id " + std::to_string(id) + " is outside the vocabulary of " +
+                        std::to_string(tok.vocab().size()));
                 g.prompt.push_back(static_cast<int32_t>(id));
             }
         } else {
-            bad("'prompt' must be a string, an array of one string, or an array of token ids (batched prompts are not supported)");
+            bad("'prompt' must be a string, an array of one string, or an array of token ids (batched prompts are not "
+                "supported)");
         }
     }
     if (g.prompt.empty() && !g.restore) bad("the prompt is empty");
@@ -208,17 +235,21 @@ ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx,
         g.sampling.top_p = static_cast<float>(number_in(body["top_p"], "top_p", 0, 1));
         if (g.sampling.top_p <= 0) bad("'top_p' must be > 0");
     }
-    if (body.contains("top_k") && !body["top_k"].is_null()) g.sampling.top_k = static_cast<int>(integer_in(body["top_k"], "top_k", 0, INT32_MAX));
-    if (body.contains("min_p") && !body["min_p"].is_null()) g.sampling.min_p = static_cast<float>(number_in(body["min_p"], "min_p", 0, 1));
+    if (body.contains("top_k") && !body["top_k"].is_null())
+        g.sampling.top_k = static_cast<int>(integer_in(body["top_k"], "top_k", 0, INT32_MAX));
+    if (body.contains("min_p") && !body["min_p"].is_null())
+        g.sampling.min_p = static_cast<float>(number_in(body["min_p"], "min_p", 0, 1));
     if (body.contains("seed") && !body["seed"].is_null()) {
         if (!body["seed"].is_number_integer()) bad("'seed' must be an integer");
-        g.sampling.seed = body["seed"].is_number_unsigned() ? body["seed"].get<uint64_t>() : static_cast<uint64_t>(body["seed"].get<int64_t>());
+        g.sampling.seed = body["seed"].is_number_unsigned() ? body["seed"].get<uint64_t>()
+                                                            : static_cast<uint64_t>(body["seed"].get<int64_t>());
     }
     if (body.contains("stop") && !body["stop"].is_null()) {
         const json& s = body["stop"];
         if (s.is_string()) {
             g.stop.push_back(s.get<std::string>());
-        } else if (s.is_array() && s.size() <= 4 && std::all_of(s.begin(), s.end(), [](const json& x) { return x.is_string(); })) {
+        } else if (s.is_array() && s.size() <= 4 &&
+                   std::all_of(s.begin(), s.end(), [](const json& x) { return x.is_string(); })) {
             for (const auto& x : s) g.stop.push_back(x.get<std::string>());
         } else {
             bad("'stop' must be a string or an array of at most 4 strings");
@@ -262,7 +293,8 @@ ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx,
                                                static_cast<float>(number_in(it.value(), name.c_str(), -100, 100)));
         }
     }
-    if (body.contains("response_format")) neutral(body["response_format"], "response_format", {nullptr, json{{"type", "text"}}});
+    if (body.contains("response_format"))
+        neutral(body["response_format"], "response_format", {nullptr, json{{"type", "text"}}});
     if (body.contains("user") && !body["user"].is_string() && !body["user"].is_null()) bad("'user' must be a string");
 
     g.policy_spec = g.restore ? g.restore->policy_spec : ctx.default_policy;
@@ -270,17 +302,17 @@ ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx,
         if (!body["kv_policy"].is_string()) bad("'kv_policy' must be a string such as \"snapkv:ratio=0.5\"");
         const std::string spec = body["kv_policy"].get<std::string>();
         if (g.restore && spec != g.restore->policy_spec)
-            bad("kv_policy: the restored sequence runs '" + g.restore->policy_spec + "'; drop kv_policy or give the same");
+            bad("kv_policy: the restored sequence runs '" + g.restore->policy_spec +
+                "'; drop kv_policy or give the same");
         g.policy_spec = spec;
         g.policy_given = true;
     }
-    if (body.contains("cache_save") && !body["cache_save"].is_null()) g.save_path = cache_path(body["cache_save"], "cache_save", ctx, owner);
+    if (body.contains("cache_save") && !body["cache_save"].is_null())
+        g.save_path = cache_path(body["cache_save"], "cache_save", ctx, owner);
     try {
         g.policy = parse_policy(g.policy_spec, ctx.policy_options);
         check_policy_fits(g.policy, ctx.n_ctx);
-    } catch (const Error& e) {
-        bad("kv_policy: " + excerpt(e.what(), 2 * kMaxQuotedBytes));
-    }
+    } catch (const Error& e) { bad("kv_policy: " + excerpt(e.what(), 2 * kMaxQuotedBytes)); }
     return r;
 }
 
@@ -289,7 +321,8 @@ CacheOpRequest parse_cache_op(const json& body, bool restore, const ApiContext& 
     if (!body.is_object()) bad("the request body must be a JSON object");
     for (const auto& [k, v] : body.items())
         if (k != "name" && k != "conversation" && !(k == "slot" && !restore))
-            bad("unknown field '" + excerpt(k) + "' in " + what + " request (name, " + (restore ? "conversation" : "conversation or slot") + ")");
+            bad("unknown field '" + excerpt(k) + "' in " + what + " request (name, " +
+                (restore ? "conversation" : "conversation or slot") + ")");
     if (!body.contains("name")) bad("'name' is required: the file is --cache-dir/NAME.kvseq");
     CacheOpRequest r;
     r.path = cache_path(body["name"], "name", ctx, owner);
@@ -302,7 +335,8 @@ CacheOpRequest parse_cache_op(const json& body, bool restore, const ApiContext& 
         if (!has_conv) r.ref.conversation = scoped_id(owner, r.name);
         return r;
     }
-    if (has_conv == has_slot) bad("a cache save names one sequence: 'conversation' (an id) or 'slot' (a running slot's index)");
+    if (has_conv == has_slot)
+        bad("a cache save names one sequence: 'conversation' (an id) or 'slot' (a running slot's index)");
     if (has_slot) {
         const json& v = body["slot"];
         if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 1 << 20)
@@ -322,20 +356,22 @@ json cache_op_body(const std::string& object, const std::string& name, const Cac
 
 json error_body(int status, const std::string& message) {
     return {{"error",
-             {{"message", excerpt(message, kMaxErrorBytes)}, {"type", status < 500 ? "invalid_request_error" : "server_error"}, {"code", status}}}};
+             {{"message", excerpt(message, kMaxErrorBytes)},
+              {"type", status < 500 ? "invalid_request_error" : "server_error"},
+              {"code", status}}}};
 }
 
 json usage_json(const GenerationUsage& u) {
     json j = {{"prompt_tokens", u.prompt_tokens},
-            {"completion_tokens", u.completion_tokens},
-            {"total_tokens", u.prompt_tokens + u.completion_tokens},
-            {"kv_bytes", u.kv_bytes},
-            {"kv_bytes_full", u.kv_bytes_full},
-            {"density", u.density},
-            {"compression_ratio", u.compression_ratio},
-            {"time_to_first_token_ms", 1e3 * u.time_to_first_token_s},
-            {"cache_saved_bytes", u.saved_bytes},
-            {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+              {"completion_tokens", u.completion_tokens},
+              {"total_tokens", u.prompt_tokens + u.completion_tokens},
+              {"kv_bytes", u.kv_bytes},
+              {"kv_bytes_full", u.kv_bytes_full},
+              {"density", u.density},
+              {"compression_ratio", u.compression_ratio},
+              {"time_to_first_token_ms", 1e3 * u.time_to_first_token_s},
+              {"cache_saved_bytes", u.saved_bytes},
+              {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
     if (!u.cache_save_error.empty()) j["cache_save_error"] = u.cache_save_error;
     return j;
 }
@@ -357,11 +393,14 @@ json completion_body(const ApiRequest& r, const std::string& id, int64_t created
 
 json chunk_body(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model,
                 const std::string& text, const std::string& finish, bool role_only) {
-    json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish.empty() ? json(nullptr) : json(finish)}};
+    json choice = {
+        {"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish.empty() ? json(nullptr) : json(finish)}};
     if (r.chat) {
         json delta = json::object();
-        if (role_only) delta = {{"role", "assistant"}, {"content", ""}};
-        else if (finish.empty()) delta = {{"content", text}};
+        if (role_only)
+            delta = {{"role", "assistant"}, {"content", ""}};
+        else if (finish.empty())
+            delta = {{"content", text}};
         choice["delta"] = delta;
     } else {
         choice["text"] = text;

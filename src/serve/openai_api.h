@@ -61,7 +61,8 @@ struct ApiRequest {
 /// `owner`: the owner tag of the request's API key (serve/auth.h; "" on a server without keys): the conversation
 /// id is kept as scoped_id(owner, ID) and NAME is a file of the owner's folder (cache_path), so that clients with
 /// different keys never see each other's sequences.
-ApiRequest parse_api_request(const nlohmann::json& body, bool chat, const ApiContext& ctx, const std::string& owner = "");
+ApiRequest parse_api_request(const nlohmann::json& body, bool chat, const ApiContext& ctx,
+                             const std::string& owner = "");
 
 /// The id the scheduler keeps a client's conversation under: "OWNER/ID" for a key's owner (ID cannot hold '/'),
 /// ID itself on a server without keys.
@@ -88,7 +89,8 @@ struct CacheOpRequest {
     SequenceRef ref;
 };
 /// `owner` as for parse_api_request: the file is the owner's, the conversation id scoped, a slot only the owner's.
-CacheOpRequest parse_cache_op(const nlohmann::json& body, bool restore, const ApiContext& ctx, const std::string& owner = "");
+CacheOpRequest parse_cache_op(const nlohmann::json& body, bool restore, const ApiContext& ctx,
+                              const std::string& owner = "");
 /// {"object": object, "name", "conversation", "slot" (save of a slot), "tokens", "kv_bytes", "file_bytes" (save),
 /// "policy"}.
 nlohmann::json cache_op_body(const std::string& object, const std::string& name, const CacheOpResult& r);

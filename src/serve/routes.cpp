@@ -4,7 +4,7 @@
 
 namespace kvsieve {
 
-extern const char kOpenApiDocument[];      // build/generated/openapi_document.cpp (cmake/embed_text.cmake)
+extern const char kOpenApiDocument[];  // build/generated/openapi_document.cpp (cmake/embed_text.cmake)
 extern const unsigned long kOpenApiDocumentSize;
 
 const std::vector<Route>& server_routes() {
@@ -30,7 +30,8 @@ const std::vector<Route>& server_routes() {
 const Route& find_route(const std::string& method, const std::string& path) {
     for (const Route& r : server_routes())
         if (method == r.method && path == r.path) return r;
-    fail("the route ", method, " ", path, " is not in the server's route table (serve/routes.cpp) and docs/openapi.json");
+    fail("the route ", method, " ", path,
+         " is not in the server's route table (serve/routes.cpp) and docs/openapi.json");
 }
 
 std::string route_pattern(const std::string& path_template) {

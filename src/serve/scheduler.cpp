@@ -41,20 +41,22 @@ struct Scheduler::Slot {
     std::vector<float> logits;
     double queue_s = 0, first_token_s = 0;
     Clock::time_point last_token_at;  // when the previous token was sampled (inter-token latency)
-    int32_t last = -1;      // the last sampled token, not yet run
-    bool last_end = false;  // it ended the answer (end of turn or of text)
+    int32_t last = -1;                // the last sampled token, not yet run
+    bool last_end = false;            // it ended the answer (end of turn or of text)
     bool done = false;
     GenerationState restored;  // a resumed conversation's pending logits and sampler state
 };
 
 Scheduler::Scheduler(const LlamaModel& model, const Tokenizer& tok, std::shared_ptr<KVPool> pool, SchedulerOptions opts)
-    : model_(model), tok_(tok), pool_(std::move(pool)), opts_(opts), conversations_(std::max(0, opts.max_conversations)) {
+    : model_(model), tok_(tok), pool_(std::move(pool)), opts_(opts),
+      conversations_(std::max(0, opts.max_conversations)) {
     require(opts_.slots >= 1, "--slots must be ≥ 1, got ", opts_.slots);
     require(opts_.n_ctx >= 2, "the context must hold at least 2 tokens, got ", opts_.n_ctx);
     require(opts_.prefill_chunk >= 1, "--prefill-chunk must be ≥ 1, got ", opts_.prefill_chunk);
     require(opts_.max_queue >= 0, "--max-queue must be ≥ 0, got ", opts_.max_queue);
     require(opts_.max_conversations >= 0, "--max-conversations must be ≥ 0, got ", opts_.max_conversations);
-    require(pool_ && pool_->head_dim() == model_.config().head_dim, "the KV pool does not match the model's head dimension");
+    require(pool_ && pool_->head_dim() == model_.config().head_dim,
+            "the KV pool does not match the model's head dimension");
     snap_.slots = opts_.slots;
     thread_ = std::thread([this] { loop(); });
 }
@@ -73,7 +75,8 @@ void Scheduler::stop() {
 std::shared_ptr<RequestHandle> Scheduler::submit(GenerationRequest req) {
     const int n_vocab = model_.config().n_vocab;
     require(!req.prompt.empty() || req.restore, "the prompt is empty");
-    require(req.conversation.empty() || !req.restore, "a request starts from a saved sequence or a conversation, not both");
+    require(req.conversation.empty() || !req.restore,
+            "a request starts from a saved sequence or a conversation, not both");
     for (int32_t id : req.prompt)
         require(id >= 0 && id < n_vocab, "token id ", id, " is outside the vocabulary of ", n_vocab);
     const int64_t held = req.restore ? static_cast<int64_t>(req.restore->tokens.size()) : 0;
@@ -92,16 +95,19 @@ std::shared_ptr<RequestHandle> Scheduler::submit(GenerationRequest req) {
         int64_t need = pages_needed(first.end);
         if (req.policy.is_full()) {
             const int64_t answer = req.max_tokens_given ? req.max_tokens : 1;  // a default may stop long before
-            const int64_t tokens = std::min<int64_t>(held + static_cast<int64_t>(req.prompt.size()) + answer, opts_.n_ctx);
+            const int64_t tokens =
+                std::min<int64_t>(held + static_cast<int64_t>(req.prompt.size()) + answer, opts_.n_ctx);
             const int64_t P = pool_->page_tokens();
             need = std::max(need, static_cast<int64_t>(c.n_layer) * c.n_head_kv * ((tokens + P - 1) / P));
         }
         if (need > pool_->capacity_pages()) {
             std::lock_guard<std::mutex> lk(mu_);
             ++snap_.requests_refused;
-            throw StatusError(413, "this request can never fit: it needs " + std::to_string(need) + " KV pages and the "
-                                   "server's whole pool has " + std::to_string(pool_->capacity_pages()) +
-                                   "; lower max_tokens, shorten the prompt, or use a compressing kv_policy");
+            throw StatusError(413, "this request can never fit: it needs " + std::to_string(need) +
+                                       " KV pages and the "
+                                       "server's whole pool has " +
+                                       std::to_string(pool_->capacity_pages()) +
+                                       "; lower max_tokens, shorten the prompt, or use a compressing kv_policy");
         }
     }
     auto q = std::make_unique<Queued>();
@@ -330,9 +336,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& active) {
         try {
             segs.push_back(s->session->begin_step(s->ids, s->kind, s->logits));
             run.push_back(s);
-        } catch (const std::exception& e) {
-            fail(*s, 500, e.what());
-        }
+        } catch (const std::exception& e) { fail(*s, 500, e.what()); }
     }
     if (run.empty()) return;
     int64_t prefill_rows = 0, decode_rows = 0;
@@ -379,7 +383,8 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& active) {
     }
 }
 
-std::unique_ptr<Scheduler::Slot> Scheduler::admit(std::unique_ptr<Queued> q, const std::vector<std::unique_ptr<Slot>>& active) {
+std::unique_ptr<Scheduler::Slot> Scheduler::admit(std::unique_ptr<Queued> q,
+                                                  const std::vector<std::unique_ptr<Slot>>& active) {
     const ModelConfig& c = model_.config();
     if (q->handle->cancelled()) {
         std::lock_guard<std::mutex> lk(mu_);
@@ -446,13 +451,14 @@ void Scheduler::resume_conversation(Slot& s) {
     ConversationStore::Entry* e = conversations_.find(r.conversation);
     if (!e) return;  // a new conversation (or one dropped for its pages): the whole prompt is fed
     if (r.policy_given && e->policy_spec != r.policy_spec)
-        throw CacheOpError(409, "conversation '" + r.conversation + "' runs kv_policy '" + e->policy_spec +
-                                    "' and this request asks for '" + r.policy_spec +
-                                    "'; leave kv_policy out, or delete the conversation first (DELETE /v1/cache/conversations/" +
-                                    r.conversation + ")");
+        throw CacheOpError(
+            409, "conversation '" + r.conversation + "' runs kv_policy '" + e->policy_spec +
+                     "' and this request asks for '" + r.policy_spec +
+                     "'; leave kv_policy out, or delete the conversation first (DELETE /v1/cache/conversations/" +
+                     r.conversation + ")");
     const std::vector<int32_t>& kept = e->session->tokens();
-    size_t p = static_cast<size_t>(
-        std::mismatch(kept.begin(), kept.end(), r.prompt.begin(), r.prompt.end()).first - kept.begin());
+    size_t p = static_cast<size_t>(std::mismatch(kept.begin(), kept.end(), r.prompt.begin(), r.prompt.end()).first -
+                                   kept.begin());
     // Something must run to give the next token's logits, unless the kept sequence has them (restored from a
     // file) and the prompt is exactly what it holds.
     if (p == r.prompt.size() && !(p == kept.size() && !e->pending.logits.empty())) p = r.prompt.size() - 1;
@@ -607,9 +613,7 @@ CacheOpResult Scheduler::save(const SequenceRef& ref, const std::string& path) {
         std::string error;
         try {
             write(*s->session, GenerationState{s->logits, s->sampler->state()});
-        } catch (const CacheOpError& e) {
-            error = e.what();
-        }
+        } catch (const CacheOpError& e) { error = e.what(); }
         sample_next(*s);
         if (!error.empty()) throw CacheOpError(500, error);
         return out;
@@ -630,9 +634,7 @@ CacheOpResult Scheduler::restore(std::shared_ptr<const SavedSequence> saved, con
         policy = parse_policy(saved->policy_spec, opts_.policy_options);
         check_policy_fits(policy, opts_.n_ctx);
         pending = decode_generation_state(saved->extra, model_.config().n_vocab);
-    } catch (const Error& e) {
-        throw CacheOpError(400, e.what());
-    }
+    } catch (const Error& e) { throw CacheOpError(400, e.what()); }
     return on_loop<CacheOpResult>([&]() -> CacheOpResult {
         for (const auto& a : active_)
             if (!a->done && a->q->req.conversation == conversation)
@@ -645,9 +647,7 @@ CacheOpResult Scheduler::restore(std::shared_ptr<const SavedSequence> saved, con
             open_sequence(policy, saved.get(), e.cache, e.session);
         } catch (const KVBudgetExhausted& ex) {
             throw CacheOpError(503, std::string("the KV pool cannot hold the saved sequence: ") + ex.what());
-        } catch (const Error& ex) {
-            throw CacheOpError(400, ex.what());
-        }
+        } catch (const Error& ex) { throw CacheOpError(400, ex.what()); }
         CacheOpResult out;
         out.conversation = conversation;
         out.tokens = e.session->n_tokens();

@@ -64,10 +64,11 @@ struct CacheOpResult {
 };
 
 struct SchedulerOptions {
-    int slots = 4;               ///< sequences run at once; more requests wait in the queue
-    int64_t n_ctx = 4096;        ///< positions per sequence (prompt + answer)
-    int64_t prefill_chunk = 256; ///< prompt tokens a sequence feeds per step (policies that rescore the whole prompt: all)
-    int max_queue = 64;          ///< requests waiting for a slot; one more is refused with ServerBusy
+    int slots = 4;         ///< sequences run at once; more requests wait in the queue
+    int64_t n_ctx = 4096;  ///< positions per sequence (prompt + answer)
+    int64_t prefill_chunk =
+        256;             ///< prompt tokens a sequence feeds per step (policies that rescore the whole prompt: all)
+    int max_queue = 64;  ///< requests waiting for a slot; one more is refused with ServerBusy
     /// When the KV pool cannot hold a step: false, the request that does not fit fails with status 503 at once;
     /// true, it waits until others finish (and fails only when nothing else is running).
     bool wait_for_memory = false;
@@ -99,8 +100,8 @@ struct SchedulerSnapshot {
     int slots = 0, queued = 0;
     std::vector<SlotInfo> active;
     std::vector<ConversationStore::Info> conversations;  ///< kept between requests
-    int64_t prompt_tokens_cached = 0;    ///< prompt tokens a kept conversation already held (not fed again)
-    int64_t conversations_dropped = 0;   ///< kept conversations dropped for the pages of running requests
+    int64_t prompt_tokens_cached = 0;   ///< prompt tokens a kept conversation already held (not fed again)
+    int64_t conversations_dropped = 0;  ///< kept conversations dropped for the pages of running requests
     /// Pool pages in use and in all, in units of pool_page_bytes (KVPool::unit_page_bytes: the larger page when the
     /// sinks and windows are binary16 and the global regions quantized, --kv-quant-at admission).
     int64_t pool_pages_in_use = 0, pool_pages_capacity = 0, pool_page_bytes = 0;
@@ -122,7 +123,7 @@ struct SchedulerSnapshot {
     Histogram request_prompt_tokens{{1, 4, 16, 64, 256, 1024, 4096, 16384}};
     Histogram request_generated_tokens{{1, 4, 16, 64, 256, 1024, 4096, 16384}};
     std::map<std::string, int64_t> finish_reasons;
-    int max_queue = 0;      ///< SchedulerOptions::max_queue
+    int max_queue = 0;  ///< SchedulerOptions::max_queue
     /// Seconds since the scheduler last finished a step while requests are queued or running (0 when there is no
     /// work): a large value means it is stuck.
     double stalled_s = 0;
@@ -225,7 +226,7 @@ private:
     std::deque<std::function<void()>> commands_;  // guarded by mu_; run by the scheduler's thread
     bool stop_ = false;
     bool draining_ = false;
-    bool working_ = false;  // guarded by mu_: requests are being admitted or run
+    bool working_ = false;                                 // guarded by mu_: requests are being admitted or run
     std::chrono::steady_clock::time_point last_progress_;  // guarded by mu_: end of the last step, or when work arrived
     // The scheduler thread's own state.
     std::vector<std::unique_ptr<Slot>> active_;

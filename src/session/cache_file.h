@@ -11,11 +11,11 @@ namespace kvsieve {
 
 /// What a cache file holds besides the cache record.
 struct SavedSequence {
-    std::string policy_spec;       ///< the policy the cache ran (the restoring cache must run it too)
-    int64_t n_ctx = 0;             ///< the context the sequence was given
-    std::vector<int32_t> tokens;   ///< every token given to the cache, in order
-    std::string extra;             ///< the caller's bytes (e.g. the next token's logits and the sampler's state)
-    std::string cache_record;      ///< KVCache::save's record
+    std::string policy_spec;      ///< the policy the cache ran (the restoring cache must run it too)
+    int64_t n_ctx = 0;            ///< the context the sequence was given
+    std::vector<int32_t> tokens;  ///< every token given to the cache, in order
+    std::string extra;            ///< the caller's bytes (e.g. the next token's logits and the sampler's state)
+    std::string cache_record;     ///< KVCache::save's record
 };
 
 /// A 64-bit identity of a model: FNV-1a over its hyperparameters, every tensor's name, type and shape, and the

@@ -13,13 +13,10 @@ namespace kvsieve {
 const char* finish_reason_name(FinishReason r) {
     switch (r) {
         case FinishReason::kEndToken:
-        case FinishReason::kStopString:
-            return "stop";
+        case FinishReason::kStopString: return "stop";
         case FinishReason::kMaxTokens:
-        case FinishReason::kContextFull:
-            return "length";
-        case FinishReason::kNone:
-            break;
+        case FinishReason::kContextFull: return "length";
+        case FinishReason::kNone: break;
     }
     return "";
 }

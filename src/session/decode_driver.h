@@ -48,12 +48,12 @@ struct StopRules {
 
 /// What one sampled token did.
 struct DecodeStep {
-    int32_t token = -1;          ///< the sampled id
-    bool end_token = false;      ///< it is an end token (StopRules::end_tokens or Tokenizer::is_eog)
-    std::string piece;           ///< the token's own bytes (Tokenizer::token_to_piece; "" for an end token), which
-                                 ///< may split a UTF-8 character
-    std::string text;            ///< the answer's text that may be shown now: whole UTF-8 characters, never a part
-                                 ///< of a stop string; when the answer finishes, everything held back is included
+    int32_t token = -1;      ///< the sampled id
+    bool end_token = false;  ///< it is an end token (StopRules::end_tokens or Tokenizer::is_eog)
+    std::string piece;       ///< the token's own bytes (Tokenizer::token_to_piece; "" for an end token), which
+                             ///< may split a UTF-8 character
+    std::string text;        ///< the answer's text that may be shown now: whole UTF-8 characters, never a part
+                             ///< of a stop string; when the answer finishes, everything held back is included
     FinishReason finish = FinishReason::kNone;
 };
 

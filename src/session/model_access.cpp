@@ -48,7 +48,8 @@ public:
         }
         StepEvent si(in, n_layer_, true, nullptr);
         for (int h = 0; h < Hkv; ++h)
-            si.heads.push_back({static_cast<int64_t>(P[h].size()), K[h].data(), V[h].data(), P[h].data(), nullptr, nullptr});
+            si.heads.push_back(
+                {static_cast<int64_t>(P[h].size()), K[h].data(), V[h].data(), P[h].data(), nullptr, nullptr});
         observe_(si);
         real_.attend(in, out);
     }
@@ -63,7 +64,9 @@ private:
 }  // namespace
 
 const ModelConfig& SessionModelAccess::config() const { return model_.config(); }
-std::vector<int32_t> SessionModelAccess::encode(const std::string& text) const { return tok_.encode(text, false, false); }
+std::vector<int32_t> SessionModelAccess::encode(const std::string& text) const {
+    return tok_.encode(text, false, false);
+}
 int64_t SessionModelAccess::n_tokens() const { return cache_.n_tokens(); }
 int64_t SessionModelAccess::n_ctx() const { return cache_.n_ctx(); }
 
@@ -87,12 +90,14 @@ std::vector<float> SessionModelAccess::output_projection(int layer) const {
 
 EntryScores after_prefill_scores(const LlamaModel& model, const Tokenizer& tok, KVCache& cache,
                                  const std::vector<int32_t>& context, OtherEntryScores* also) {
-    require(static_cast<bool>(cache.policy().after_prefill), "policy ", cache.policy().spec, " has no after-prefill step");
+    require(static_cast<bool>(cache.policy().after_prefill), "policy ", cache.policy().spec,
+            " has no after-prefill step");
     SessionModelAccess access(model, tok, cache);
     return cache.policy().after_prefill(access, context, also);
 }
 
-void run_after_prefill(const LlamaModel& model, const Tokenizer& tok, KVCache& cache, const std::vector<int32_t>& context) {
+void run_after_prefill(const LlamaModel& model, const Tokenizer& tok, KVCache& cache,
+                       const std::vector<int32_t>& context) {
     if (!cache.policy().after_prefill) return;
     cache.set_scores(after_prefill_scores(model, tok, cache, context));
 }

@@ -34,7 +34,8 @@ private:
 
 /// Runs the cache's policy's after-prefill step (if any) with a SessionModelAccess and writes the scores it
 /// returns into every cached entry.
-void run_after_prefill(const LlamaModel& model, const Tokenizer& tok, KVCache& cache, const std::vector<int32_t>& context);
+void run_after_prefill(const LlamaModel& model, const Tokenizer& tok, KVCache& cache,
+                       const std::vector<int32_t>& context);
 /// The scores the cache's policy's after-prefill step gives (the policy must have one), without writing them;
 /// `also` as AfterPrefill's (other steps' scores to give from the same pass where the step can).
 EntryScores after_prefill_scores(const LlamaModel& model, const Tokenizer& tok, KVCache& cache,

@@ -18,8 +18,8 @@ int64_t Session::n_ctx() const { return cache_.n_ctx(); }
 
 void Session::prefill(const std::vector<int32_t>& prompt, const PrefillPlan& plan, std::vector<float>& logits,
                       const ChunkFn& on_chunk) {
-    require(n_tokens() + static_cast<int64_t>(prompt.size()) <= n_ctx(), "the prompt needs ", n_tokens() + prompt.size(),
-            " positions but the context holds ", n_ctx());
+    require(n_tokens() + static_cast<int64_t>(prompt.size()) <= n_ctx(), "the prompt needs ",
+            n_tokens() + prompt.size(), " positions but the context holds ", n_ctx());
     tokens_.insert(tokens_.end(), prompt.begin(), prompt.end());
     cache_.set_phase(KVCache::Phase::kPrefill);
     try {

@@ -50,7 +50,8 @@ private:
 };
 }  // namespace
 
-int64_t prefill_shared(const std::vector<Session*>& sessions, const std::vector<int32_t>& prompt, std::vector<float>& logits) {
+int64_t prefill_shared(const std::vector<Session*>& sessions, const std::vector<int32_t>& prompt,
+                       std::vector<float>& logits) {
     require(!sessions.empty(), "shared prefill: no sessions");
     require(!prompt.empty(), "shared prefill: the prompt is empty");
     const LlamaModel& model = sessions[0]->model();
@@ -62,8 +63,7 @@ int64_t prefill_shared(const std::vector<Session*>& sessions, const std::vector<
                 " positions but the context holds ", s->n_ctx());
         require(shares_dense_prefill(s->cache().policy()), "shared prefill: policy '", s->cache().policy().spec,
                 "' has a gated prefill, which is not the dense one");
-        for (const KVCache* c : caches)
-            require(c != &s->cache(), "shared prefill: two sessions share one cache");
+        for (const KVCache* c : caches) require(c != &s->cache(), "shared prefill: two sessions share one cache");
         caches.push_back(&s->cache());
     }
     for (KVCache* c : caches) c->set_phase(KVCache::Phase::kPrefill);
@@ -82,7 +82,9 @@ int64_t prefill_shared(const std::vector<Session*>& sessions, const std::vector<
                    std::to_string(static_cast<int>(c.pool().local().key_type())) + "|" +
                    std::to_string(static_cast<int>(c.pool().local().value_type())) + "|" + std::to_string(c.n_ctx());
         };
-        auto shares_step = [](const KVCache& c) { return c.policy().after_prefill && !c.policy().after_prefill_key.empty(); };
+        auto shares_step = [](const KVCache& c) {
+            return c.policy().after_prefill && !c.policy().after_prefill_key.empty();
+        };
         std::map<std::string, EntryScores> by_key;
         for (Session* s : sessions) {
             KVCache& c = s->cache();
@@ -94,7 +96,8 @@ int64_t prefill_shared(const std::vector<Session*>& sessions, const std::vector<
                     OtherEntryScores also;
                     for (Session* o : sessions) {
                         const KVCache& oc = o->cache();
-                        if (shares_step(oc) && cache_key(oc) == cache_key(c) && oc.policy().after_prefill_key != c.policy().after_prefill_key &&
+                        if (shares_step(oc) && cache_key(oc) == cache_key(c) &&
+                            oc.policy().after_prefill_key != c.policy().after_prefill_key &&
                             by_key.count(oc.policy().after_prefill_key + cache_key(c)) == 0)
                             also[oc.policy().after_prefill_key];
                     }

@@ -29,6 +29,7 @@ bool shares_dense_prefill(const Policy& p);
 /// the work leaves every session empty. Caches whose policies read the same attention statistic over the same keys
 /// compute it once (cache/prefill_stat_share.h: H2O or TOVA at several ratios); returns how many (layer, KV head)
 /// statistics a cache took from another instead of computing them.
-int64_t prefill_shared(const std::vector<Session*>& sessions, const std::vector<int32_t>& prompt, std::vector<float>& logits);
+int64_t prefill_shared(const std::vector<Session*>& sessions, const std::vector<int32_t>& prompt,
+                       std::vector<float>& logits);
 
 }  // namespace kvsieve

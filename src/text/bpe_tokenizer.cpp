@@ -38,8 +38,10 @@ void BpeTokenizer::encode_fragment(const std::string& text, bool, std::vector<in
             for (size_t p = 0; p < s.size();) {
                 const size_t n = utf8_len(static_cast<uint8_t>(s[p]));
                 const int32_t bid = v_.find(s.substr(p, n));
-                if (bid >= 0) out.push_back(bid);
-                else if (v_.unk >= 0) out.push_back(v_.unk);
+                if (bid >= 0)
+                    out.push_back(bid);
+                else if (v_.unk >= 0)
+                    out.push_back(v_.unk);
                 p += n;
             }
         }

@@ -10,9 +10,9 @@ namespace kvsieve {
 
 /// Options of the BPE trainer.
 struct BpeTrainOptions {
-    int vocab_size = 2048;      ///< total entries: <unk> <s> </s>, 256 byte tokens, characters, merges
-    int min_char_count = 50;    ///< rarer characters are left to the byte fallback
-    bool split_digits = true;   ///< never merge a digit with anything (numbers are one token per digit)
+    int vocab_size = 2048;     ///< total entries: <unk> <s> </s>, 256 byte tokens, characters, merges
+    int min_char_count = 50;   ///< rarer characters are left to the byte fallback
+    bool split_digits = true;  ///< never merge a digit with anything (numbers are one token per digit)
 };
 
 /// Learns merges on `text`: words are the runs between spaces and newlines, each prefixed with "▁" (U+2581)

@@ -21,8 +21,8 @@ struct Candidate {
 };
 }  // namespace
 
-std::vector<std::string> merge_pairs(const std::string& text,
-                                     const std::function<std::optional<double>(std::string_view, std::string_view)>& priority) {
+std::vector<std::string> merge_pairs(
+    const std::string& text, const std::function<std::optional<double>(std::string_view, std::string_view)>& priority) {
     std::vector<Symbol> sym;
     for (size_t pos = 0; pos < text.size();) {
         const size_t n = std::min(utf8_len(static_cast<uint8_t>(text[pos])), text.size() - pos);

@@ -60,8 +60,7 @@ PreTokenizer PreTokenizer::for_name(const std::string& pre) {
             if (pre == n) return true;
         return false;
     };
-    if (in({"default"}))
-        return PreTokenizer({"[\\p{P}\\$\\+<=>\\^~\\|]+", kGpt2, "\\p{N}+", "[0-9][0-9][0-9]"});
+    if (in({"default"})) return PreTokenizer({"[\\p{P}\\$\\+<=>\\^~\\|]+", kGpt2, "\\p{N}+", "[0-9][0-9][0-9]"});
     if (in({"llama3", "llama-v3", "llama-bpe", "falcon3", "dbrx", "smaug-bpe"})) {
         PreTokenizer p({kLlama3});
         p.ignore_merges_ = in({"llama3", "llama-v3", "llama-bpe", "falcon3"});
@@ -69,9 +68,11 @@ PreTokenizer PreTokenizer::for_name(const std::string& pre) {
     }
     if (in({"qwen2", "stablelm2", "deepseek-r1-qwen", "hunyuan"})) return PreTokenizer({kQwen2});
     if (in({"deepseek-llm"}))
-        return PreTokenizer({"[\\r\\n]", kDeepseekLetters, "\\s?[!-/:-~\\x{FF01}-\\x{FF0F}\\x{FF1A}-\\x{FF5E}\\x{2018}-\\x{201F}\\x{3000}-\\x{3002}]+", "\\s+$", kCjk, "\\p{N}+"});
-    if (in({"deepseek-coder"}))
-        return PreTokenizer({"[\\r\\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", kCjk, "\\p{N}"});
+        return PreTokenizer(
+            {"[\\r\\n]", kDeepseekLetters,
+             "\\s?[!-/:-~\\x{FF01}-\\x{FF0F}\\x{FF1A}-\\x{FF5E}\\x{2018}-\\x{201F}\\x{3000}-\\x{3002}]+", "\\s+$", kCjk,
+             "\\p{N}+"});
+    if (in({"deepseek-coder"})) return PreTokenizer({"[\\r\\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", kCjk, "\\p{N}"});
     if (in({"falcon"})) return PreTokenizer({"[\\p{P}\\$\\+<=>\\^~\\|`]+", kGpt2, "[0-9][0-9][0-9]"});
     if (in({"starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b"}))
         return PreTokenizer({"\\p{N}", kGpt2});

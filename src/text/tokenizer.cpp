@@ -60,12 +60,9 @@ std::string Tokenizer::token_to_piece(int32_t id, bool render_special) const {
     switch (v_.types[id]) {
         case TokenType::kControl:
         case TokenType::kUnknown:
-        case TokenType::kUnused:
-            return render_special ? v_.tokens[id] : std::string();
-        case TokenType::kUserDefined:
-            return v_.tokens[id];
-        default:
-            return normal_piece(id);
+        case TokenType::kUnused: return render_special ? v_.tokens[id] : std::string();
+        case TokenType::kUserDefined: return v_.tokens[id];
+        default: return normal_piece(id);
     }
 }
 

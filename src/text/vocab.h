@@ -10,16 +10,23 @@ namespace kvsieve {
 class GGUFFile;
 
 /// Token types of tokenizer.ggml.token_type (llama.cpp / SentencePiece numbering).
-enum class TokenType : int32_t { kUndefined = 0, kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4,
-                                 kUnused = 5, kByte = 6 };
+enum class TokenType : int32_t {
+    kUndefined = 0,
+    kNormal = 1,
+    kUnknown = 2,
+    kControl = 3,
+    kUserDefined = 4,
+    kUnused = 5,
+    kByte = 6
+};
 
 /// Token strings, scores and types with the special ids and flags that drive encoding.
 struct Vocab {
-    std::string model;   ///< tokenizer.ggml.model: "llama" (SentencePiece-style) or "gpt2" (byte-level BPE)
-    std::string pre;     ///< tokenizer.ggml.pre ("default" when absent)
+    std::string model;  ///< tokenizer.ggml.model: "llama" (SentencePiece-style) or "gpt2" (byte-level BPE)
+    std::string pre;    ///< tokenizer.ggml.pre ("default" when absent)
     std::vector<std::string> tokens;
-    std::vector<float> scores;       ///< empty entries are 0
-    std::vector<TokenType> types;    ///< kNormal when absent
+    std::vector<float> scores;                             ///< empty entries are 0
+    std::vector<TokenType> types;                          ///< kNormal when absent
     std::unordered_map<std::string, int32_t> token_to_id;  ///< last id wins on duplicate strings
     std::unordered_map<std::string, int32_t> merge_rank;   ///< "left right" → rank (BPE)
 

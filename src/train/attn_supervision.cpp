@@ -42,13 +42,15 @@ ChainTokenIds chain_token_ids(const Tokenizer& tok) {
 }
 
 ChainTargets chain_targets(const std::vector<int64_t>& tokens, int64_t B, int64_t T, const ChainTokenIds& ids) {
-    require(static_cast<int64_t>(tokens.size()) == B * T, "chain_targets: ", tokens.size(), " tokens for [", B, ", ",
-            T, "]");
+    require(static_cast<int64_t>(tokens.size()) == B * T, "chain_targets: ", tokens.size(), " tokens for [", B, ", ", T,
+            "]");
     constexpr int64_t kMaxName = 16;  // tokens; longer runs are not names
     ChainTargets out;
     for (int64_t b = 0; b < B; ++b) {
         const int64_t* t = tokens.data() + b * T;
-        auto is_marker = [&](int64_t x) { return x == ids.var || x == ids.eq || x == ids.dot || x == ids.comma || x == ids.colon; };
+        auto is_marker = [&](int64_t x) {
+            return x == ids.var || x == ids.eq || x == ids.dot || x == ids.comma || x == ids.colon;
+        };
         // Length of the "VAR" that opens a statement at i (" VAR", or "VAR" after a newline), 0 if none.
         const int64_t nls = static_cast<int64_t>(ids.var_line_start.size());
         auto var_at = [&](int64_t i) -> int64_t {

@@ -45,7 +45,7 @@ ChainTargets chain_targets(const std::vector<int64_t>& tokens, int64_t B, int64_
 
 /// Result of attention_target_loss().
 struct AttnTargetLoss {
-    torch::Tensor loss;  ///< mean over edges of −log p(query → key), nats; a zero scalar when there are no edges
+    torch::Tensor loss;   ///< mean over edges of −log p(query → key), nats; a zero scalar when there are no edges
     double hit_rate = 0;  ///< fraction of edges whose key is the query's most-attended key (no gradient)
     int64_t edges = 0;
 };

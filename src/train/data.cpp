@@ -44,7 +44,8 @@ size_t pick(const std::vector<double>& w, uint64_t& st) {
 
 TextStream::TextStream(const std::vector<std::string>& files, const Tokenizer& tok, double holdout_fraction)
     : bos_(tok.vocab().bos) {
-    require(holdout_fraction >= 0 && holdout_fraction < 1, "holdout fraction must be in [0, 1), got ", holdout_fraction);
+    require(holdout_fraction >= 0 && holdout_fraction < 1, "holdout fraction must be in [0, 1), got ",
+            holdout_fraction);
     for (size_t i = 0; i < files.size(); ++i) {
         require(!files[i].empty(), "text file ", i + 1, " is empty");
         // Split at the first newline after (1 − holdout) of the bytes, so the held-out part is whole lines.
@@ -57,7 +58,8 @@ TextStream::TextStream(const std::vector<std::string>& files, const Tokenizer& t
         train_.push_back(bos_);
         train_.insert(train_.end(), tr.begin(), tr.end());
         heldout_text_.push_back(files[i].substr(cut));
-        heldout_.push_back(heldout_text_.back().empty() ? std::vector<int32_t>{} : tok.encode(heldout_text_.back(), false));
+        heldout_.push_back(heldout_text_.back().empty() ? std::vector<int32_t>{}
+                                                        : tok.encode(heldout_text_.back(), false));
     }
     require(train_.size() >= 2, "the training text has fewer than 2 tokens");
 }
@@ -75,8 +77,8 @@ Sequence TextStream::window(int64_t n, uint64_t& st) const {
 std::vector<Sequence> TextStream::heldout_windows(size_t i, int64_t n, int64_t count) const {
     const std::vector<int32_t>& ho = heldout_.at(i);
     std::vector<Sequence> out;
-    for (int64_t start = 0; start + n - 1 <= static_cast<int64_t>(ho.size()) && static_cast<int64_t>(out.size()) < count;
-         start += n - 1) {
+    for (int64_t start = 0;
+         start + n - 1 <= static_cast<int64_t>(ho.size()) && static_cast<int64_t>(out.size()) < count; start += n - 1) {
         Sequence s;
         s.tokens.push_back(bos_);
         s.tokens.insert(s.tokens.end(), ho.begin() + start, ho.begin() + start + n - 1);
@@ -199,9 +201,9 @@ namespace {
 /// The text of an associative-recall row: the pairs are listed, then recalled one by one by key.
 struct RecallFormat {
     const char* task;
-    const char* header;                                  ///< before the list
-    std::function<std::string(uint64_t&)> key, value;    ///< draw a key / a value
-    bool distinct_values;                                ///< values distinct from each other and from the keys
+    const char* header;                                ///< before the list
+    std::function<std::string(uint64_t&)> key, value;  ///< draw a key / a value
+    bool distinct_values;                              ///< values distinct from each other and from the keys
     std::function<std::string(const std::string&, const std::string&)> line;  ///< a listed pair (key, value)
     std::function<std::string(const std::string&)> query;  ///< a recall line up to its answer " value."
 };
@@ -275,7 +277,8 @@ Sequence recall_format_sequence(const RecallFormat& f, const Tokenizer& tok, int
         const size_t p = pos == std::string::npos ? pos : spelled.find(" " + v + ".", pos);
         if (p == std::string::npos) break;
         pos = p + v.size() + 2;
-        const auto a = std::lower_bound(start.begin(), start.end(), p), b = std::lower_bound(start.begin(), start.end(), pos);
+        const auto a = std::lower_bound(start.begin(), start.end(), p),
+                   b = std::lower_bound(start.begin(), start.end(), pos);
         if (a == start.end() || b == start.end() || *a != p || *b != pos) continue;
         for (auto i = a - start.begin(); i < b - start.begin(); ++i) s.weight[static_cast<size_t>(i)] = answer_weight;
         if (first < 0) first = a - start.begin();
@@ -293,12 +296,15 @@ Sequence recall_sequence(const Tokenizer& tok, int64_t length, uint64_t& st, flo
         "Some special magic numbers are hidden in the following list. Memorize them.\n",
         [](uint64_t& r) {
             const auto& words = task_words();
-            const std::string second = words[next_random(r) % words.size()];  // drawn first, as the rows made so far had it
+            const std::string second =
+                words[next_random(r) % words.size()];  // drawn first, as the rows made so far had it
             return words[next_random(r) % words.size()] + "-" + second;
         },
         [](uint64_t& r) { return std::to_string(1000000 + next_random(r) % 9000000); },
         false,
-        [](const std::string& k, const std::string& v) { return "One of the special magic numbers for " + k + " is: " + v + "."; },
+        [](const std::string& k, const std::string& v) {
+            return "One of the special magic numbers for " + k + " is: " + v + ".";
+        },
         [](const std::string& k) { return "The special magic number for " + k + " is:"; }};
     return recall_format_sequence(f, tok, length, st, prompt_weight, answer_weight, answer_begin);
 }
@@ -402,7 +408,9 @@ Sequence chains_sequence(const Tokenizer& tok, int64_t length, uint64_t& st, flo
         }
         return text;
     };
-    auto fits = [&](size_t m) { return static_cast<int64_t>(tok.encode(build(m, nullptr), true).size()) + 1 <= length; };
+    auto fits = [&](size_t m) {
+        return static_cast<int64_t>(tok.encode(build(m, nullptr), true).size()) + 1 <= length;
+    };
     const size_t most = 16;
     for (size_t c = 0; c < most; ++c) {
         Chain ch;
@@ -452,7 +460,8 @@ RecallStyleMaker recall_style_maker(const std::string& task) {
     if (task == kPalindromeTask) return palindrome_sequence;
     if (task == kPalindromeTokensTask) return palindrome_tokens_sequence;
     if (task == kPalindromeTokensMixedTask) return palindrome_tokens_mixed_sequence;
-    fail("'", task, "' is not a recall-style task (recall, links, links_words, chains, palindrome, palindrome_tokens, "
+    fail("'", task,
+         "' is not a recall-style task (recall, links, links_words, chains, palindrome, palindrome_tokens, "
          "palindrome_tokens_mixed)");
 }
 
@@ -471,9 +480,7 @@ bool task_fits_length(const std::string& task, int64_t T, const Tokenizer& tok, 
         else
             (void)make_task_example(task, std::max<int64_t>(std::max<int64_t>(64, T / 2), longest_prompt(T)), tok,
                                     haystack, 1);
-    } catch (const Error&) {
-        return false;
-    }
+    } catch (const Error&) { return false; }
     return true;
 }
 

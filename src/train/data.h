@@ -176,11 +176,11 @@ Sequence copy_task_sequence(const std::string& task, const Tokenizer& tok, int64
 
 /// The mixture one run trains on.
 struct MixSpec {
-    double synthetic_fraction = 0.5;           ///< probability that a row is a synthetic example
-    std::map<std::string, double> tasks;       ///< task → relative weight
-    std::vector<int64_t> lengths;              ///< sequence lengths (tokens), one per batch
-    std::vector<double> length_weights;        ///< relative weights of lengths (empty: uniform)
-    int64_t tokens_per_batch = 16384;          ///< B = max(1, tokens_per_batch / T)
+    double synthetic_fraction = 0.5;      ///< probability that a row is a synthetic example
+    std::map<std::string, double> tasks;  ///< task → relative weight
+    std::vector<int64_t> lengths;         ///< sequence lengths (tokens), one per batch
+    std::vector<double> length_weights;   ///< relative weights of lengths (empty: uniform)
+    int64_t tokens_per_batch = 16384;     ///< B = max(1, tokens_per_batch / T)
     float prompt_weight = 1.0f, answer_weight = 1.0f;
 };
 

@@ -25,15 +25,14 @@ TopkTeacher topk_teacher(const torch::Tensor& logits, int64_t k) {
     TopkTeacher t;
     t.index = idx;
     t.logp = top;
-    t.log_rest = k < V ? log_rest_of(logp, idx) : torch::full(top.sizes().slice(0, top.dim() - 1),
-                                                                -std::numeric_limits<float>::infinity());
+    t.log_rest = k < V ? log_rest_of(logp, idx)
+                       : torch::full(top.sizes().slice(0, top.dim() - 1), -std::numeric_limits<float>::infinity());
     return t;
 }
 
 torch::Tensor topk_kl(const torch::Tensor& student_logits, const TopkTeacher& teacher) {
-    require(student_logits.dim() == teacher.index.dim() &&
-                student_logits.sizes().slice(0, student_logits.dim() - 1) ==
-                    teacher.index.sizes().slice(0, teacher.index.dim() - 1),
+    require(student_logits.dim() == teacher.index.dim() && student_logits.sizes().slice(0, student_logits.dim() - 1) ==
+                                                               teacher.index.sizes().slice(0, teacher.index.dim() - 1),
             "top-K KL: student logits ", student_logits.sizes(), " do not match the teacher's positions ",
             teacher.index.sizes());
     require(student_logits.size(-1) >= teacher.index.size(-1), "top-K KL: the student's vocabulary (",

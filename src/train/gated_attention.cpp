@@ -15,17 +15,16 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 void check_shapes(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& g) {
     require(q.dim() == 5, "gated attention: q must be [B, Hkv, G, T, d], got ", q.dim(), " dimensions");
     require(k.dim() == 4 && v.dim() == 4, "gated attention: k and v must be [B, Hkv, T, d]");
-    require(q.scalar_type() == torch::kFloat32 && k.scalar_type() == torch::kFloat32 &&
-                v.scalar_type() == torch::kFloat32,
-            "gated attention: q, k, v must be float32");
+    require(
+        q.scalar_type() == torch::kFloat32 && k.scalar_type() == torch::kFloat32 && v.scalar_type() == torch::kFloat32,
+        "gated attention: q, k, v must be float32");
     const int64_t B = q.size(0), H = q.size(1), T = q.size(3), d = q.size(4);
     require(k.size(0) == B && k.size(1) == H && k.size(2) == T && k.size(3) == d && k.sizes() == v.sizes(),
             "gated attention: k ", k.sizes(), " and v ", v.sizes(), " do not match q ", q.sizes());
     if (g.defined())
-        require(g.dim() == 3 && g.size(0) == B && g.size(1) == H && g.size(2) == T &&
-                    g.scalar_type() == torch::kFloat32,
-                "gated attention: gate must be float32 [B, Hkv, T] = [", B, ", ", H, ", ", T, "], got ",
-                g.sizes());
+        require(
+            g.dim() == 3 && g.size(0) == B && g.size(1) == H && g.size(2) == T && g.scalar_type() == torch::kFloat32,
+            "gated attention: gate must be float32 [B, Hkv, T] = [", B, ", ", H, ", ", T, "], got ", g.sizes());
 }
 
 /// One (query block, key block) tile: queries [q0, q0+bq), keys [k0, k0+bk).
@@ -55,7 +54,8 @@ Tile tile(const torch::Tensor& qb, const torch::Tensor& kb, const torch::Tensor&
     const int64_t w = std::max<int64_t>(win.window, 1);
     if (gb.defined() && (q0 + bq - 1) - k0 >= w && k0 + bk > win.sinks) {
         t.global = global_key_mask(q0, bq, k0, bk, win);
-        t.logits = t.raw + torch::where(t.global, torch::log(gb).unsqueeze(2).unsqueeze(3), torch::zeros({}, t.raw.options()));
+        t.logits =
+            t.raw + torch::where(t.global, torch::log(gb).unsqueeze(2).unsqueeze(3), torch::zeros({}, t.raw.options()));
     }
     return t;
 }
@@ -74,8 +74,9 @@ std::vector<int64_t> last_query_per_block(const torch::Tensor& until, int64_t T,
 class GatedAttentionFn : public torch::autograd::Function<GatedAttentionFn> {
 public:
     static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, torch::Tensor q,
-                                                  torch::Tensor k, torch::Tensor v, torch::Tensor g, torch::Tensor until,
-                                                  int64_t window, int64_t sinks, double scale, int64_t block) {
+                                                  torch::Tensor k, torch::Tensor v, torch::Tensor g,
+                                                  torch::Tensor until, int64_t window, int64_t sinks, double scale,
+                                                  int64_t block) {
         if (g.numel() == 0) g = torch::Tensor();  // no gate (an empty placeholder: autograd inputs must be defined)
         if (until.numel() == 0) until = torch::Tensor();
         const GateWindow win{window, sinks};
@@ -155,10 +156,10 @@ public:
                 auto kb = k.narrow(2, k0, bk), vb = v.narrow(2, k0, bk);
                 const Tile t = tile(qb, kb, has_gate ? g.narrow(2, k0, bk) : g,
                                     until.defined() ? until.narrow(2, k0, bk) : until, q0, k0, win, scale);
-                auto p = torch::exp(t.logits - lb);                           // [B, H, G, bq, bk]
+                auto p = torch::exp(t.logits - lb);  // [B, H, G, bq, bk]
                 dv.narrow(2, k0, bk).add_(torch::matmul(p.transpose(-1, -2), dob).sum(2));
                 auto dp = torch::matmul(dob, vb.unsqueeze(2).transpose(-1, -2));
-                auto ds = p * (dp - db);                                      // ∂L/∂logit
+                auto ds = p * (dp - db);  // ∂L/∂logit
                 dqb.add_(torch::matmul(ds, kb.unsqueeze(2)) * scale);
                 dk.narrow(2, k0, bk).add_(torch::matmul(ds.transpose(-1, -2), qb).sum(2) * scale);
                 if (t.global.defined()) {  // ∂L/∂gate: the multiplicative form, finite at gate = 0

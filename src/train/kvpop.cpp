@@ -31,9 +31,10 @@ using json = nlohmann::json;
 namespace {
 
 KvpopOptions read_kvpop(const json& j) {
-    check_keys(j, "kvpop", {"kind", "window", "sinks", "budget", "delayed", "decay_every", "teacher_gamma", "eps",
-                            "margin_cap", "temperature", "queries", "softcap", "forget_bias", "hidden", "feature",
-                            "value", "target_block", "mode", "target", "kl_top", "boundary_weight", "base_lr"});
+    check_keys(j, "kvpop", {"kind",          "window", "sinks",           "budget",      "delayed",      "decay_every",
+                            "teacher_gamma", "eps",    "margin_cap",      "temperature", "queries",      "softcap",
+                            "forget_bias",   "hidden", "feature",         "value",       "target_block", "mode",
+                            "target",        "kl_top", "boundary_weight", "base_lr"});
     KvpopOptions o;
     o.kind = j.value("kind", o.kind);
     o.window = j.value("window", o.window);
@@ -91,7 +92,8 @@ LayerTeacher teach(const AttnTensors& a, const KvpopOptions& o, double scale) {
     const float* yp = y.data_ptr<float>();
     for (int64_t bh = 0; bh < B * H; ++bh) {
         std::vector<float> p(T);
-        for (int64_t t = 0; t < T; ++t) p[t] = static_cast<float>(yp[bh * T + t] - static_cast<double>(t / o.decay_every) * lg);
+        for (int64_t t = 0; t < T; ++t)
+            p[t] = static_cast<float>(yp[bh * T + t] - static_cast<double>(t / o.decay_every) * lg);
         lt.pairs.push_back(boundary_pairs(p, o.sinks, o.window, o.budget));
         lt.prio.push_back(std::move(p));
     }
@@ -112,8 +114,8 @@ struct PairLoss {
     int64_t n = 0, agree = 0;
 };
 
-PairLoss pair_loss(const torch::Tensor& r, const torch::Tensor& log_gamma, const std::vector<std::vector<BoundaryPair>>& chosen,
-                   const KvpopOptions& o) {
+PairLoss pair_loss(const torch::Tensor& r, const torch::Tensor& log_gamma,
+                   const std::vector<std::vector<BoundaryPair>>& chosen, const KvpopOptions& o) {
     const int64_t H = r.size(1), T = r.size(2);
     std::vector<int64_t> i_new, i_bnd;
     std::vector<float> age, lab, w;
@@ -137,7 +139,8 @@ PairLoss pair_loss(const torch::Tensor& r, const torch::Tensor& log_gamma, const
         return pl;
     }
     // Keep and drop decisions carry equal total weight (App. B.5).
-    for (size_t i = 0; i < w.size(); ++i) w[i] *= lab[i] > 0 ? 0.5f * pl.n / std::max<int64_t>(n_keep, 1) : 0.5f * pl.n / std::max<int64_t>(n_drop, 1);
+    for (size_t i = 0; i < w.size(); ++i)
+        w[i] *= lab[i] > 0 ? 0.5f * pl.n / std::max<int64_t>(n_keep, 1) : 0.5f * pl.n / std::max<int64_t>(n_drop, 1);
     auto T64 = [](const std::vector<int64_t>& v) { return torch::tensor(v, torch::kInt64); };
     auto TF = [](const std::vector<float>& v) { return torch::tensor(v, torch::kFloat32); };
     const auto flat = r.reshape({-1});
@@ -207,12 +210,14 @@ bool run_kvpop(const std::string& config_path, bool resume, bool progress) {
     const ModelConfig& c = lm->config();
     const bool tunes_lm = ko.mode != "scorer", has_scorer = ko.mode != "streaming_plus";
     for (int64_t L : data.mix.lengths) {
-        require(L > ko.sinks + ko.window + ko.budget, "data.lengths holds ", L, ": no eviction happens within s + w + k = ",
-                ko.sinks + ko.window + ko.budget, " tokens, so there is nothing to learn");
+        require(L > ko.sinks + ko.window + ko.budget, "data.lengths holds ", L,
+                ": no eviction happens within s + w + k = ", ko.sinks + ko.window + ko.budget,
+                " tokens, so there is nothing to learn");
     }
-    require(ev.window > ko.sinks + ko.window + ko.budget, "eval.window = ", ev.window, " must exceed s + w + k = ",
-            ko.sinks + ko.window + ko.budget);
-    require(!tunes_lm || ko.kl_top <= c.n_vocab, "kvpop.kl_top = ", ko.kl_top, " exceeds the vocabulary (", c.n_vocab, ")");
+    require(ev.window > ko.sinks + ko.window + ko.budget, "eval.window = ", ev.window,
+            " must exceed s + w + k = ", ko.sinks + ko.window + ko.budget);
+    require(!tunes_lm || ko.kl_top <= c.n_vocab, "kvpop.kl_top = ", ko.kl_top, " exceeds the vocabulary (", c.n_vocab,
+            ")");
     torch::manual_seed(rb.seed ^ 0x7A11);
     KvpopScorerShape shape;
     shape.kind = ko.kind;
@@ -228,12 +233,15 @@ bool run_kvpop(const std::string& config_path, bool resume, bool progress) {
     const TextStream stream(data.texts, *tok, data.holdout);
     write_heldout_texts(out, data, stream);
     if (progress)
-        std::fprintf(stderr, "KVpop (%s): model %s; %s; s %lld, w %lld, k %lld (B = %lld); %lld training text tokens\n",
-                     ko.mode.c_str(), c.summary().c_str(),
-                     has_scorer ? ("scorer " + ko.kind + (ko.kind == "mlstm" ? (ko.delayed ? " (delayed)" : " (immediate)") : "")).c_str()
-                                : "StreamingLLM mask",
-                     static_cast<long long>(ko.sinks), static_cast<long long>(ko.window), static_cast<long long>(ko.budget),
-                     static_cast<long long>(ko.sinks + ko.window + ko.budget), static_cast<long long>(stream.train_tokens()));
+        std::fprintf(
+            stderr, "KVpop (%s): model %s; %s; s %lld, w %lld, k %lld (B = %lld); %lld training text tokens\n",
+            ko.mode.c_str(), c.summary().c_str(),
+            has_scorer
+                ? ("scorer " + ko.kind + (ko.kind == "mlstm" ? (ko.delayed ? " (delayed)" : " (immediate)") : ""))
+                      .c_str()
+                : "StreamingLLM mask",
+            static_cast<long long>(ko.sinks), static_cast<long long>(ko.window), static_cast<long long>(ko.budget),
+            static_cast<long long>(ko.sinks + ko.window + ko.budget), static_cast<long long>(stream.train_tokens()));
 
     const OptimConfig& oc = rb.optim;
     std::vector<ParamGroup> groups;
@@ -373,7 +381,8 @@ bool run_kvpop(const std::string& config_path, bool resume, bool progress) {
             const json base = heldout_nll(lm, stream, names, ev.window, ev.text_windows, masked(nullptr));
             const json tuned = heldout_nll(student, stream, names, ev.window, ev.text_windows, masked(nullptr));
             for (const auto& [prefix, nll] : {std::pair<const char*, const json*>{"dense_", &dense_nll},
-                                              {"base_masked_", &base}, {"masked_", &tuned}})
+                                              {"base_masked_", &base},
+                                              {"masked_", &tuned}})
                 for (auto it = nll->begin(); it != nll->end(); ++it) e[prefix + it.key()] = it.value();
         }
         if (!has_scorer) return e;

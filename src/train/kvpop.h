@@ -42,26 +42,26 @@ namespace kvsieve::train {
 
 /// The "kvpop" section of the config (docs/training.md).
 struct KvpopOptions {
-    std::string kind = "mlstm";   ///< "mlstm" (KVpop) or "mlp" (KVpop_mlp)
-    int64_t window = 256;         ///< protected window w
-    int64_t sinks = 4;            ///< sinks s
-    int64_t budget = 256;         ///< k: long-range entries kept per head in the teacher's decisions
-    bool delayed = true;          ///< mLSTM read at window exit (eqs. 41–42); false: at write (Fig. 5's ablation)
-    int64_t decay_every = 1;      ///< n of ⌊(q − t)/n⌋
-    double teacher_gamma = 0.9999;///< γ_T of the teacher's ranking (1: no decay)
-    double eps = 1e-6;            ///< ε of log(ε + m)
-    double margin_cap = 2.0;      ///< ω = min(|p_new − p_bnd|, margin_cap)
-    double temperature = 1.0;     ///< τ of eq. 7
-    int64_t queries = 512;        ///< decisions sampled per row and head per step (0: all)
-    double softcap = 10;          ///< c of the mLSTM readout
-    double forget_bias = 3;       ///< initial forget-gate bias
+    std::string kind = "mlstm";     ///< "mlstm" (KVpop) or "mlp" (KVpop_mlp)
+    int64_t window = 256;           ///< protected window w
+    int64_t sinks = 4;              ///< sinks s
+    int64_t budget = 256;           ///< k: long-range entries kept per head in the teacher's decisions
+    bool delayed = true;            ///< mLSTM read at window exit (eqs. 41–42); false: at write (Fig. 5's ablation)
+    int64_t decay_every = 1;        ///< n of ⌊(q − t)/n⌋
+    double teacher_gamma = 0.9999;  ///< γ_T of the teacher's ranking (1: no decay)
+    double eps = 1e-6;              ///< ε of log(ε + m)
+    double margin_cap = 2.0;        ///< ω = min(|p_new − p_bnd|, margin_cap)
+    double temperature = 1.0;       ///< τ of eq. 7
+    int64_t queries = 512;          ///< decisions sampled per row and head per step (0: all)
+    double softcap = 10;            ///< c of the mLSTM readout
+    double forget_bias = 3;         ///< initial forget-gate bias
     int64_t hidden = 0, feature = 0, value = 0;  ///< widths (0: defaults of train/kvpop_predictor.h)
-    int64_t target_block = 128;   ///< key block of the transposed pass
-    std::string mode = "scorer";  ///< "scorer", "distill" or "streaming_plus" (above)
-    std::string target = "dense"; ///< "dense" or "sparse" log-sum-exp of the target (above)
-    int64_t kl_top = 256;         ///< K of the teacher's top-K distribution (distill, streaming_plus)
-    double boundary_weight = 1.0; ///< weight of the pair loss beside the KL (distill)
-    double base_lr = 8e-5;        ///< the model's learning rate, constant (distill, streaming_plus)
+    int64_t target_block = 128;                  ///< key block of the transposed pass
+    std::string mode = "scorer";                 ///< "scorer", "distill" or "streaming_plus" (above)
+    std::string target = "dense";                ///< "dense" or "sparse" log-sum-exp of the target (above)
+    int64_t kl_top = 256;                        ///< K of the teacher's top-K distribution (distill, streaming_plus)
+    double boundary_weight = 1.0;                ///< weight of the pair loss beside the KL (distill)
+    double base_lr = 8e-5;                       ///< the model's learning rate, constant (distill, streaming_plus)
 };
 
 /// Reads the config, validates every key and path before training, trains the scorer of the frozen model "init"

@@ -12,13 +12,16 @@ namespace {
 torch::Tensor rms(const torch::Tensor& z) { return z * torch::rsqrt(z.pow(2).mean(-1, true) + kKvpopNormEps); }
 
 /// [softmax(z); softmax(−z)] over the last dimension.
-torch::Tensor hedgehog(const torch::Tensor& z) { return torch::cat({torch::softmax(z, -1), torch::softmax(-z, -1)}, -1); }
+torch::Tensor hedgehog(const torch::Tensor& z) {
+    return torch::cat({torch::softmax(z, -1), torch::softmax(-z, -1)}, -1);
+}
 }  // namespace
 
 KvpopPredictorImpl::KvpopPredictorImpl(const ModelConfig& c, KvpopScorerShape shape)
     : shape_(std::move(shape)), hkv_(c.n_head_kv), d_(c.head_dim) {
     require(c.n_head_kv > 0 && c.head_dim > 0 && c.n_layer > 0, "KVpop scorer: the model has no KV heads");
-    require(shape_.kind == "mlp" || shape_.kind == "mlstm", "KVpop scorer: kind '", shape_.kind, "' is not mlp or mlstm");
+    require(shape_.kind == "mlp" || shape_.kind == "mlstm", "KVpop scorer: kind '", shape_.kind,
+            "' is not mlp or mlstm");
     require(shape_.softcap > 0, "KVpop scorer: softcap must be > 0");
     const int64_t H = hkv_, x = 2 * d_;
     if (shape_.hidden <= 0) shape_.hidden = 2 * d_;
@@ -62,9 +65,10 @@ std::vector<torch::Tensor> KvpopPredictorImpl::layer_parameters(int layer) const
     return out;
 }
 
-torch::Tensor KvpopPredictorImpl::scores(int layer, const torch::Tensor& k, const torch::Tensor& v, int64_t delay) const {
-    require(k.dim() == 4 && k.sizes() == v.sizes() && k.size(1) == hkv_ && k.size(3) == d_, "KVpop scorer: k and v must ",
-            "be [B, ", hkv_, ", T, ", d_, "], got ", k.sizes(), " and ", v.sizes());
+torch::Tensor KvpopPredictorImpl::scores(int layer, const torch::Tensor& k, const torch::Tensor& v,
+                                         int64_t delay) const {
+    require(k.dim() == 4 && k.sizes() == v.sizes() && k.size(1) == hkv_ && k.size(3) == d_,
+            "KVpop scorer: k and v must ", "be [B, ", hkv_, ", T, ", d_, "], got ", k.sizes(), " and ", v.sizes());
     require(delay >= 0, "KVpop scorer: delay must be ≥ 0");
     const Layer& L = layers_.at(layer);
     const auto x = torch::cat({rms(k), rms(v)}, -1);  // [B, H, T, 2d]
@@ -75,22 +79,22 @@ torch::Tensor KvpopPredictorImpl::scores(int layer, const torch::Tensor& k, cons
     const int64_t B = k.size(0), H = hkv_, T = k.size(2);
     const auto fq = hedgehog(torch::einsum("bhtx,hfx->bhtf", {x, L.wq}));  // [B, H, T, 2f]
     const auto fk = hedgehog(torch::einsum("bhtx,hfx->bhtf", {x, L.wk}));
-    const auto vv = torch::einsum("bhtx,hfx->bhtf", {x, L.wv});             // [B, H, T, dv]
+    const auto vv = torch::einsum("bhtx,hfx->bhtf", {x, L.wv});  // [B, H, T, dv]
     const auto li = torch::einsum("bhtx,hx->bht", {x, L.wi}) + L.bi.view({1, -1, 1});
     const auto lf = torch::log_sigmoid(torch::einsum("bhtx,hx->bht", {x, L.wf}) + L.bf.view({1, -1, 1}));
     auto r = torch::zeros({B, H, T}, k.options());
     const int64_t n = T - delay;  // entries read within the sequence: u ∈ [0, n)
     if (n <= 0) return r;
-    const auto F = torch::cumsum(lf, -1);                                    // [B, H, T]
-    const auto Fq = F.narrow(2, delay, n).unsqueeze(-1);                     // rows q = u + delay
-    auto logD = Fq - F.unsqueeze(2) + li.unsqueeze(2);                      // [B, H, n, T]
+    const auto F = torch::cumsum(lf, -1);                 // [B, H, T]
+    const auto Fq = F.narrow(2, delay, n).unsqueeze(-1);  // rows q = u + delay
+    auto logD = Fq - F.unsqueeze(2) + li.unsqueeze(2);    // [B, H, n, T]
     const auto j = torch::arange(T, k.options().dtype(torch::kInt64));
     const auto qpos = torch::arange(delay, T, k.options().dtype(torch::kInt64));
     logD = logD.masked_fill(j.unsqueeze(0) > qpos.unsqueeze(1), -INFINITY);
-    const auto m = std::get<0>(logD.max(-1, true)).detach();               // the stabiliser (no gradient through max)
+    const auto m = std::get<0>(logD.max(-1, true)).detach();                 // the stabiliser (no gradient through max)
     const auto S = torch::matmul(fq.narrow(2, 0, n), fk.transpose(-1, -2));  // [B, H, n, T]
     const auto W = torch::exp(logD - m) * S;
-    const auto num = torch::matmul(W, vv);                                   // [B, H, n, dv]
+    const auto num = torch::matmul(W, vv);  // [B, H, n, dv]
     const auto den = torch::maximum(W.sum(-1, true).abs(), torch::exp(-m));
     const auto o = torch::einsum("bhnv,hv->bhn", {num / den, L.wo}) + L.bo.view({1, -1, 1});
     const double c = shape_.softcap;
@@ -104,7 +108,8 @@ std::map<std::string, torch::Tensor> KvpopPredictorImpl::named_tensors() const {
         const Layer& L = layers_[l];
         auto put = [&](const std::string& n, const torch::Tensor& x) { t[kvpop_tensor_name(l, n)] = x; };
         if (shape_.kind == "mlp") {
-            put("mlp.fc1.weight", L.fc1), put("mlp.fc1.bias", L.b1), put("mlp.fc2.weight", L.fc2), put("mlp.fc2.bias", L.b2);
+            put("mlp.fc1.weight", L.fc1), put("mlp.fc1.bias", L.b1), put("mlp.fc2.weight", L.fc2),
+                put("mlp.fc2.bias", L.b2);
         } else {
             put("mlstm.wq", L.wq), put("mlstm.wk", L.wk), put("mlstm.wv", L.wv), put("mlstm.wi", L.wi);
             put("mlstm.bi", L.bi), put("mlstm.wf", L.wf), put("mlstm.bf", L.bf), put("mlstm.wo", L.wo);

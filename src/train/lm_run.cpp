@@ -26,8 +26,9 @@ std::vector<std::string> LmData::task_names() const {
 }
 
 LmData read_lm_data(const RunConfig& rc, const json& d) {
-    check_keys(d, "data", {"text", "haystack", "holdout_fraction", "synthetic_fraction", "tasks", "lengths",
-                           "length_weights", "tokens_per_batch", "prompt_weight", "answer_weight"});
+    check_keys(d, "data",
+               {"text", "haystack", "holdout_fraction", "synthetic_fraction", "tasks", "lengths", "length_weights",
+                "tokens_per_batch", "prompt_weight", "answer_weight"});
     LmData out;
     require(d.contains("text"), "data needs \"text\" (a list of corpus files)");
     for (const auto& p : d.at("text")) out.text_paths.push_back(rc.resolve(p.get<std::string>()));
@@ -45,8 +46,8 @@ LmData read_lm_data(const RunConfig& rc, const json& d) {
     }
     mix.lengths = d.value("lengths", std::vector<int64_t>{512});
     mix.length_weights = d.value("length_weights", std::vector<double>{});
-    require(mix.length_weights.empty() || mix.length_weights.size() == mix.lengths.size(),
-            "data.length_weights has ", mix.length_weights.size(), " entries for ", mix.lengths.size(), " lengths");
+    require(mix.length_weights.empty() || mix.length_weights.size() == mix.lengths.size(), "data.length_weights has ",
+            mix.length_weights.size(), " entries for ", mix.lengths.size(), " lengths");
     mix.tokens_per_batch = d.value("tokens_per_batch", int64_t(16384));
     mix.prompt_weight = d.value("prompt_weight", 1.0f);
     mix.answer_weight = d.value("answer_weight", 1.0f);
@@ -56,9 +57,10 @@ LmData read_lm_data(const RunConfig& rc, const json& d) {
 
 void write_heldout_texts(const std::string& dir, const LmData& data, const TextStream& stream) {
     for (size_t i = 0; i < data.text_paths.size(); ++i)
-        write_text((std::filesystem::path(dir) / ("heldout_" + std::filesystem::path(data.text_paths[i]).filename().string()))
-                       .string(),
-                   stream.heldout_text(i));
+        write_text(
+            (std::filesystem::path(dir) / ("heldout_" + std::filesystem::path(data.text_paths[i]).filename().string()))
+                .string(),
+            stream.heldout_text(i));
 }
 
 LmEvalSpec read_lm_eval(const json& ev) {
@@ -83,16 +85,16 @@ LmEval::LmEval(const LmEvalSpec& spec, const LmData& data, const TextStream& str
             if (w <= 0 || task_fits_length(task, T, tok, data.haystack)) continue;
             require(task != kRepeatTask && !is_copy_task(task), "task '", task, "' does not fit data.lengths ", T,
                     " tokens");
-            std::fprintf(stderr, "warning: task '%s' does not fit data.lengths %lld tokens; its rows at that length are text rows\n",
-                         task.c_str(), static_cast<long long>(T));
+            std::fprintf(
+                stderr,
+                "warning: task '%s' does not fit data.lengths %lld tokens; its rows at that length are text rows\n",
+                task.c_str(), static_cast<long long>(T));
         }
     for (const auto& task : spec_.tasks) {  // a length too short for a task is an error now, not at the first eval
         int64_t a0 = 0;
         try {
             (void)row(task, 0, &a0);
-        } catch (const Error& e) {
-            fail("eval task '", task, "' at eval.length ", spec_.length, ": ", e.what());
-        }
+        } catch (const Error& e) { fail("eval task '", task, "' at eval.length ", spec_.length, ": ", e.what()); }
     }
 }
 
@@ -156,14 +158,16 @@ FrozenModelRun open_frozen_run(const std::string& config_path, const std::string
     r.rb = read_run_basics(r.rc, {"init", "data", "eval", section}, resume, progress);
     r.output = cfg.contains("output") ? r.rb.output : r.rb.out + "/" + output_subdir;
     read_section(cfg.value(section, nlohmann::json::object()));
-    require(cfg.contains("init"), "config needs \"init\" (the GGUF model the ", what, " is trained for; it stays frozen)");
+    require(cfg.contains("init"), "config needs \"init\" (the GGUF model the ", what,
+            " is trained for; it stays frozen)");
     require(cfg.contains("data"), "config needs \"data\"");
     r.data = read_lm_data(r.rc, cfg["data"]);
     r.loop = r.rb.loop;
     r.eval = read_lm_eval(cfg.value("eval", nlohmann::json::object()));
     r.loop.eval_every = r.eval.every;
     nlohmann::json tk = {{"from_gguf", cfg["init"]}};
-    TokenizerConfig tc = read_tokenizer(r.rc, tk, r.data.texts, r.data.task_names(), r.data.haystack, r.rb.seed, progress);
+    TokenizerConfig tc =
+        read_tokenizer(r.rc, tk, r.data.texts, r.data.task_names(), r.data.haystack, r.rb.seed, progress);
     r.tok = std::move(tc.tok);
     r.lm = read_model(r.rc, *r.tok, r.rb.seed);
     for (int64_t L : r.data.mix.lengths)

@@ -23,7 +23,7 @@ struct LmData {
     std::vector<std::string> texts;       ///< their bytes
     std::string haystack;                 ///< filler text of the synthetic tasks
     MixSpec mix;
-    double holdout = 0.05;                ///< held-out fraction of each corpus
+    double holdout = 0.05;  ///< held-out fraction of each corpus
     /// Corpus names (file stems) for the eval's "nll_<name>" keys.
     std::vector<std::string> names() const;
     /// Task names of the mix.
@@ -70,12 +70,12 @@ private:
 struct FrozenModelRun {
     RunConfig rc;
     RunBasics rb;
-    std::string output;            ///< "output", or <out>/<output_subdir>
+    std::string output;  ///< "output", or <out>/<output_subdir>
     LmData data;
-    LoopOptions loop;              ///< rb.loop with eval_every from the "eval" section
+    LoopOptions loop;  ///< rb.loop with eval_every from the "eval" section
     LmEvalSpec eval;
     std::unique_ptr<Tokenizer> tok;  ///< the init model's
-    LlamaMirror lm{nullptr};       ///< the init model, every parameter frozen
+    LlamaMirror lm{nullptr};         ///< the init model, every parameter frozen
 };
 
 /// Reads, in order: the config, the run basics (`section` is the trainer's own key), that section through

@@ -35,7 +35,8 @@ TrainLoop::TrainLoop(torch::nn::Module& module, std::vector<ParamGroup> groups, 
         require(have, "cannot resume: ", checkpoint_path(), " does not exist");
         load_checkpoint();
     } else {
-        require(!have, o_.out_dir, " already holds a checkpoint; pass --resume to continue it or choose another output");
+        require(!have, o_.out_dir,
+                " already holds a checkpoint; pass --resume to continue it or choose another output");
         std::ofstream(o_.out_dir + "/log.jsonl", std::ios::trunc);
     }
 }
@@ -81,8 +82,7 @@ void TrainLoop::load_checkpoint() {
     for (std::string line; std::getline(in, line);) {
         try {
             if (nlohmann::json::parse(line).value("step", int64_t(0)) <= start_step_) keep.push_back(line);
-        } catch (const std::exception&) {
-        }
+        } catch (const std::exception&) {}
     }
     in.close();
     std::ofstream out(o_.out_dir + "/log.jsonl", std::ios::trunc);
@@ -142,12 +142,18 @@ int64_t TrainLoop::run(const MicroStep& micro, const EvalFn& eval, const SaveFn&
         const auto now = std::chrono::steady_clock::now();
         const double el = std::chrono::duration<double>(now - t0).count();
         elapsed_now_ = elapsed_before_ + el;
-        bar.update(step - start_step_, "loss " + fmt("%.4f", step_loss) + "  " + fmt("%.0f", run_tokens / std::max(el, 1e-9)) + " tok/s");
+        bar.update(step - start_step_,
+                   "loss " + fmt("%.4f", step_loss) + "  " + fmt("%.0f", run_tokens / std::max(el, 1e-9)) + " tok/s");
         if (step % o_.log_every == 0 || step == o_.steps) {
             const double dt = std::chrono::duration<double>(now - t_int).count();
-            nlohmann::json line = {{"step", step}, {"loss", loss_sum / n_logged}, {"lr_factor", f},
-                                   {"grad_norm", gnorm_sum / n_logged}, {"tokens_per_s", tokens_interval / std::max(dt, 1e-9)},
-                                   {"data_s", data_s}, {"tokens_seen", tokens_seen_}, {"elapsed_s", elapsed_now_}};
+            nlohmann::json line = {{"step", step},
+                                   {"loss", loss_sum / n_logged},
+                                   {"lr_factor", f},
+                                   {"grad_norm", gnorm_sum / n_logged},
+                                   {"tokens_per_s", tokens_interval / std::max(dt, 1e-9)},
+                                   {"data_s", data_s},
+                                   {"tokens_seen", tokens_seen_},
+                                   {"elapsed_s", elapsed_now_}};
             for (const auto& [k, sc] : metric_sums) line[k] = sc.first / static_cast<double>(sc.second);
             metric_sums.clear();
             log(line);
@@ -161,14 +167,16 @@ int64_t TrainLoop::run(const MicroStep& micro, const EvalFn& eval, const SaveFn&
             module_.eval();
             nlohmann::json e = eval(step);
             log({{"step", step}, {"eval", e}});
-            if (o_.progress) std::fprintf(stderr, "\n[step %lld] eval %s\n", static_cast<long long>(step), e.dump().c_str());
+            if (o_.progress)
+                std::fprintf(stderr, "\n[step %lld] eval %s\n", static_cast<long long>(step), e.dump().c_str());
         }
         if (step % o_.checkpoint_every == 0 || step == o_.steps) checkpoint(step);
     }
     if (g_stop && step < o_.steps) {
         checkpoint(step);
-        if (o_.progress) std::fprintf(stderr, "\ninterrupted at step %lld; checkpoint saved to %s (continue with --resume)\n",
-                                      static_cast<long long>(step), checkpoint_path().c_str());
+        if (o_.progress)
+            std::fprintf(stderr, "\ninterrupted at step %lld; checkpoint saved to %s (continue with --resume)\n",
+                         static_cast<long long>(step), checkpoint_path().c_str());
     }
     bar.finish();
     std::signal(SIGINT, prev_int);

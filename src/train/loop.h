@@ -16,9 +16,9 @@ namespace kvsieve::train {
 
 /// Options of one run.
 struct LoopOptions {
-    int64_t steps = 1000;            ///< optimizer steps
-    int64_t grad_accum = 1;          ///< micro-batches per step
-    double clip = 1.0;               ///< global gradient-norm clip (≤ 0: off)
+    int64_t steps = 1000;    ///< optimizer steps
+    int64_t grad_accum = 1;  ///< micro-batches per step
+    double clip = 1.0;       ///< global gradient-norm clip (≤ 0: off)
     double beta1 = 0.9, beta2 = 0.95;
     Schedule schedule;
     int64_t log_every = 10;          ///< steps between log lines

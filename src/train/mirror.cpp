@@ -180,7 +180,8 @@ LlamaMirror load_mirror(const std::string& gguf_path) {
     GGUFFile f(gguf_path);
     const ModelConfig c = ModelConfig::from_gguf(f);
     const bool tied = f.find_tensor("output.weight") == nullptr;
-    require(f.find_tensor("rope_freqs.weight") == nullptr, gguf_path, ": rope_freqs (Llama 3.1 scaling) is not supported by the trainer");
+    require(f.find_tensor("rope_freqs.weight") == nullptr, gguf_path,
+            ": rope_freqs (Llama 3.1 scaling) is not supported by the trainer");
     LlamaMirror m(c, tied);
     torch::NoGradGuard ng;
     for (auto& [name, t] : m->gguf_tensors()) {
@@ -245,7 +246,8 @@ void save_mirror(LlamaMirror& m, const std::string& path, const GGUFMetadata& ex
     for (const auto& [name, t] : predictors) {
         const bool schema = name.rfind("blk.", 0) == 0 && std::count(name.begin(), name.end(), '.') >= 3;
         require(schema, "predictor tensor '", name, "' is not named blk.<layer>.<method>.<name>");
-        for (const auto& [mn, mt] : model_tensors) require(mn != name, "predictor tensor '", name, "' is a model tensor");
+        for (const auto& [mn, mt] : model_tensors)
+            require(mn != name, "predictor tensor '", name, "' is a model tensor");
         auto ct = t.detach().to(torch::kFloat32).contiguous();
         keep.push_back(ct);
         std::vector<int64_t> ne(ct.sizes().rbegin(), ct.sizes().rend());

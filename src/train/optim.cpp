@@ -15,7 +15,8 @@ double Schedule::factor(int64_t step) const {
     if (kind == "wsd") {
         const int64_t decay_start = total - static_cast<int64_t>(decay_fraction * static_cast<double>(total));
         if (step < decay_start) return 1.0;
-        const double u = static_cast<double>(step - decay_start) / static_cast<double>(std::max<int64_t>(1, total - decay_start));
+        const double u =
+            static_cast<double>(step - decay_start) / static_cast<double>(std::max<int64_t>(1, total - decay_start));
         return 1.0 - (1.0 - min_ratio) * std::min(1.0, u);
     }
     fail("unknown learning-rate schedule '", kind, "' (known: cosine, wsd, constant)");
@@ -34,8 +35,7 @@ std::unique_ptr<torch::optim::AdamW> make_adamw(const std::vector<ParamGroup>& g
     return std::make_unique<torch::optim::AdamW>(pg, defaults);
 }
 
-void set_learning_rates(torch::optim::AdamW& opt, const std::vector<ParamGroup>& groups, double factor,
-                        int64_t step) {
+void set_learning_rates(torch::optim::AdamW& opt, const std::vector<ParamGroup>& groups, double factor, int64_t step) {
     auto& pg = opt.param_groups();
     require(pg.size() == groups.size(), "optimizer has ", pg.size(), " parameter groups, expected ", groups.size());
     for (size_t i = 0; i < pg.size(); ++i) {

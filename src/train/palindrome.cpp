@@ -76,8 +76,10 @@ std::vector<int32_t> number_tokens(const Vocab& v, const std::vector<int32_t>& h
                              (!v.types.empty() && v.types[static_cast<size_t>(id)] != TokenType::kNormal);
         if (!special && !used[static_cast<size_t>(id)]) out.push_back(id);
     }
-    require(out.size() == 90, "the palindrome_tokens task needs 90 ordinary token ids outside its prompt; the "
-            "vocabulary has ", out.size());
+    require(out.size() == 90,
+            "the palindrome_tokens task needs 90 ordinary token ids outside its prompt; the "
+            "vocabulary has ",
+            out.size());
     return out;
 }
 }  // namespace
@@ -103,9 +105,7 @@ Sequence tokens_row(const Tokenizer& tok, int64_t length, uint64_t& st, float pr
 }
 }  // namespace
 
-int64_t palindrome_gap_tokens(const Tokenizer& tok) {
-    return static_cast<int64_t>(prompt_parts(tok).second.size());
-}
+int64_t palindrome_gap_tokens(const Tokenizer& tok) { return static_cast<int64_t>(prompt_parts(tok).second.size()); }
 
 Sequence palindrome_tokens_sequence(const Tokenizer& tok, int64_t length, uint64_t& st, float prompt_weight,
                                     float answer_weight, int64_t* answer_begin) {

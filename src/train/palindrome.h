@@ -54,11 +54,12 @@ int64_t palindrome_gap_tokens(const Tokenizer& tok);
 /// from 90 with replacement), and only the position can then tell the copies apart. Answer 0 has no cue but a fixed
 /// distance to the list's end.
 struct PalindromeTally {
-    std::vector<int64_t> hits_at, count_at;   ///< per answer index k (the last one is EOS)
+    std::vector<int64_t> hits_at, count_at;         ///< per answer index k (the last one is EOS)
     int64_t unique_hits = 0, unique_count = 0;      ///< answers k ≥ 1 whose cue occurs once in the list
     int64_t repeated_hits = 0, repeated_count = 0;  ///< answers k ≥ 1 whose cue occurs two or more times
-    int64_t own_repeated_hits = 0, own_repeated_count = 0;  ///< answers (EOS aside) whose own number occurs twice or more
-    int64_t own_unique_hits = 0, own_unique_count = 0;      ///< answers (EOS aside) whose own number occurs once
+    int64_t own_repeated_hits = 0,
+            own_repeated_count = 0;                     ///< answers (EOS aside) whose own number occurs twice or more
+    int64_t own_unique_hits = 0, own_unique_count = 0;  ///< answers (EOS aside) whose own number occurs once
 
     /// Adds one row: `s` a row of palindrome_tokens_sequence() or its mixed form, `a0` its first answer token,
     /// `hits[i]` whether the prediction after tokens[0..i] was tokens[i + 1] (size tokens − 1). Throws Error if

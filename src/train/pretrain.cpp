@@ -32,8 +32,8 @@ using json = nlohmann::json;
 bool run_pretrain(const std::string& config_path, bool resume, bool progress) {
     const RunConfig rc = RunConfig::read(config_path);
     const json& cfg = rc.root;
-    const RunBasics rb = read_run_basics(rc, {"model", "init", "tokenizer", "data", "eval", "attention_supervision"},
-                                         resume, progress);
+    const RunBasics rb =
+        read_run_basics(rc, {"model", "init", "tokenizer", "data", "eval", "attention_supervision"}, resume, progress);
     const std::string &out = rb.out, &output = rb.output;
     const uint64_t seed = rb.seed;
 
@@ -80,7 +80,8 @@ bool run_pretrain(const std::string& config_path, bool resume, bool progress) {
                 model->config().n_ctx_train);
 
     GGUFMetadata meta = tok_meta;
-    meta.insert(meta.begin(), {"general.name", GGUFValue::make_string(cfg.value("name", std::string("kvsieve-model")))});
+    meta.insert(meta.begin(),
+                {"general.name", GGUFValue::make_string(cfg.value("name", std::string("kvsieve-model")))});
 
     std::filesystem::create_directories(out);
     const TextStream stream(data.texts, *tok, data.holdout);

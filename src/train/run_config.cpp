@@ -41,8 +41,9 @@ void check_keys(const json& j, const std::string& where, const std::set<std::str
 }
 
 OptimConfig read_optim(const json& o) {
-    check_keys(o, "optim", {"steps", "lr", "min_lr_ratio", "schedule", "warmup_steps", "decay_fraction", "weight_decay",
-                            "beta1", "beta2", "clip", "grad_accum"});
+    check_keys(o, "optim",
+               {"steps", "lr", "min_lr_ratio", "schedule", "warmup_steps", "decay_fraction", "weight_decay", "beta1",
+                "beta2", "clip", "grad_accum"});
     OptimConfig oc;
     LoopOptions& lo = oc.loop;
     lo.steps = o.value("steps", int64_t(1000));
@@ -110,7 +111,8 @@ TokenizerConfig read_tokenizer(const RunConfig& rc, const json& tk, const std::v
         int i = 0;
         for (int s = 0; s < extra; ++s)
             for (const auto& name : tasks)
-                if (!is_training_only_task(name)) text += make_task_example(name, 1024, tmp, haystack, seed * 7919 + ++i).input + "\n";
+                if (!is_training_only_task(name))
+                    text += make_task_example(name, 1024, tmp, haystack, seed * 7919 + ++i).input + "\n";
     }
     Vocab v = train_bpe_vocab(text, bo);
     if (progress) std::fprintf(stderr, "trained a BPE vocabulary of %d tokens\n", v.size());
@@ -123,14 +125,15 @@ LlamaMirror read_model(const RunConfig& rc, const Tokenizer& tok, uint64_t seed)
     const json& cfg = rc.root;
     if (cfg.contains("init")) {
         LlamaMirror model = load_mirror(rc.resolve(cfg["init"].get<std::string>()));
-        require(model->config().n_vocab == tok.vocab().size(), "init model has a vocabulary of ", model->config().n_vocab,
-                " tokens but the tokenizer has ", tok.vocab().size());
+        require(model->config().n_vocab == tok.vocab().size(), "init model has a vocabulary of ",
+                model->config().n_vocab, " tokens but the tokenizer has ", tok.vocab().size());
         return model;
     }
     require(cfg.contains("model"), "config needs \"model\" (a shape) or \"init\" (a GGUF to start from)");
     const json m = cfg["model"];
-    check_keys(m, "model", {"arch", "n_layer", "n_embd", "n_head", "n_head_kv", "head_dim", "n_ff", "n_ctx", "rope_base",
-                            "rms_eps", "tied"});
+    check_keys(m, "model",
+               {"arch", "n_layer", "n_embd", "n_head", "n_head_kv", "head_dim", "n_ff", "n_ctx", "rope_base", "rms_eps",
+                "tied"});
     ModelConfig c;
     c.arch_name = m.value("arch", std::string("llama"));
     require(c.arch_name == "llama" || c.arch_name == "qwen2" || c.arch_name == "qwen3", "model.arch '", c.arch_name,

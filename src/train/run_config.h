@@ -27,7 +27,6 @@ struct RunConfig {
     std::string resolve(const std::string& p) const;
 };
 
-
 /// Throws Error naming the first key of `j` (an object at `where`, e.g. "data") that is not in `known`.
 void check_keys(const nlohmann::json& j, const std::string& where, const std::set<std::string>& known);
 
@@ -58,9 +57,9 @@ struct TokenizerConfig {
 };
 /// The "tokenizer" section: {"from_gguf": path} or {"train_bpe": {vocab_size, min_char_count, extra_task_samples}}
 /// trained on `texts` (plus extra_task_samples rendered examples of each of `tasks`, made with `haystack`).
-TokenizerConfig read_tokenizer(const RunConfig& rc, const nlohmann::json& section, const std::vector<std::string>& texts,
-                               const std::vector<std::string>& tasks, const std::string& haystack, uint64_t seed,
-                               bool progress);
+TokenizerConfig read_tokenizer(const RunConfig& rc, const nlohmann::json& section,
+                               const std::vector<std::string>& texts, const std::vector<std::string>& tasks,
+                               const std::string& haystack, uint64_t seed, bool progress);
 
 /// The model to train: "init" (a GGUF to start from, whose vocabulary must be the tokenizer's) or "model" (a shape:
 /// arch llama|qwen2|qwen3, n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_ctx, rope_base, rms_eps, tied),

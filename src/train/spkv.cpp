@@ -37,9 +37,9 @@ double tahg_alpha(const SpkvOptions& o, int64_t step, int64_t total) {
 namespace {
 
 SpkvOptions read_spkv(const json& j) {
-    check_keys(j, "spkv", {"mode", "window", "sinks", "tau", "hidden", "bias_init", "lr_mult", "weight_decay",
-                           "tahg_fraction", "tahg_anneal_steps", "p_min", "density_weight", "density_target",
-                           "freeze_lm", "attn_block"});
+    check_keys(j, "spkv",
+               {"mode", "window", "sinks", "tau", "hidden", "bias_init", "lr_mult", "weight_decay", "tahg_fraction",
+                "tahg_anneal_steps", "p_min", "density_weight", "density_target", "freeze_lm", "attn_block"});
     SpkvOptions o;
     o.mode = j.value("mode", o.mode);
     require(o.mode == "soft" || o.mode == "hard" || o.mode == "dense" || o.mode == "local", "spkv.mode '", o.mode,
@@ -134,8 +134,10 @@ bool spkv_main(const std::string& config_path, bool resume, bool progress, bool 
     meta.insert(meta.begin(), {"general.name", GGUFValue::make_string(cfg.value("name", std::string("kvsieve-spkv")))});
     if (gates) {
         meta.emplace_back(predictor_metadata_key("spkv", "mode"), GGUFValue::make_string(so.mode));
-        meta.emplace_back(predictor_metadata_key("spkv", "window"), GGUFValue::make_u32(static_cast<uint32_t>(so.window)));
-        meta.emplace_back(predictor_metadata_key("spkv", "sinks"), GGUFValue::make_u32(static_cast<uint32_t>(so.sinks)));
+        meta.emplace_back(predictor_metadata_key("spkv", "window"),
+                          GGUFValue::make_u32(static_cast<uint32_t>(so.window)));
+        meta.emplace_back(predictor_metadata_key("spkv", "sinks"),
+                          GGUFValue::make_u32(static_cast<uint32_t>(so.sinks)));
         meta.emplace_back(predictor_metadata_key("spkv", "tau"), GGUFValue::make_f32(static_cast<float>(so.tau)));
         meta.emplace_back(predictor_metadata_key("spkv", "hidden"), GGUFValue::make_u32(static_cast<uint32_t>(hidden)));
     }
@@ -145,10 +147,11 @@ bool spkv_main(const std::string& config_path, bool resume, bool progress, bool 
     if (!eval_only) write_heldout_texts(out, data, stream);
     const LmEval lm_eval(ev, data, stream, *tok, seed);
     if (progress && !eval_only)
-        std::fprintf(stderr, "SP-KV %s: model %s, %.2fM parameters; gates: %s; window %lld, τ %.2f; %lld training text tokens\n",
-                     so.mode.c_str(), c.summary().c_str(), lm->n_params() / 1e6,
-                     gates ? (hidden ? ("MLP hidden " + std::to_string(hidden)).c_str() : "linear") : "none",
-                     static_cast<long long>(so.window), so.tau, static_cast<long long>(stream.train_tokens()));
+        std::fprintf(
+            stderr, "SP-KV %s: model %s, %.2fM parameters; gates: %s; window %lld, τ %.2f; %lld training text tokens\n",
+            so.mode.c_str(), c.summary().c_str(), lm->n_params() / 1e6,
+            gates ? (hidden ? ("MLP hidden " + std::to_string(hidden)).c_str() : "linear") : "none",
+            static_cast<long long>(so.window), so.tau, static_cast<long long>(stream.train_tokens()));
 
     // Parameter groups: the LM's matrices decay, its norms and biases do not; the predictor has its own rate and
     // decay (Table 4 caption: LR × 5, weight decay 0.1) and is frozen in the TAHG phase.

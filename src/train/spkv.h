@@ -20,21 +20,21 @@ namespace kvsieve::train {
 
 /// The "spkv" section of the config (docs/training.md).
 struct SpkvOptions {
-    std::string mode = "soft";       ///< soft | hard | dense | local
-    int64_t window = 128;            ///< local window w (tokens), never gated
-    int64_t sinks = 0;               ///< leading tokens never gated
-    double tau = 0.5;                ///< inference threshold τ (TAHG binarises at it; evaluation uses it)
-    int hidden = -1;                 ///< predictor hidden width (0: linear; −1: D / 8)
-    double bias_init = 5.0;          ///< output bias of the predictor (σ(5) ≈ 0.993: every gate open)
-    double lr_mult = 5.0;            ///< predictor learning rate = lr × lr_mult (Table 4 caption)
-    double weight_decay = 0.1;       ///< predictor weight decay (Table 4 caption)
-    double tahg_fraction = 0.25;     ///< soft mode: last fraction of the steps in TAHG (0: none)
-    int64_t tahg_anneal_steps = 500; ///< steps over which TAHG moves from u to 1[u ≥ τ]
-    double p_min = 0.05;             ///< hard mode: probability clipping
-    double density_weight = 0.0;     ///< λ of the density regulariser (0: off)
-    double density_target = 0.0;     ///< ρ*
-    bool freeze_lm = false;          ///< train only the predictor (the frozen-LM ablation, Table 4)
-    int64_t attn_block = 128;        ///< block of the gated attention (tokens)
+    std::string mode = "soft";        ///< soft | hard | dense | local
+    int64_t window = 128;             ///< local window w (tokens), never gated
+    int64_t sinks = 0;                ///< leading tokens never gated
+    double tau = 0.5;                 ///< inference threshold τ (TAHG binarises at it; evaluation uses it)
+    int hidden = -1;                  ///< predictor hidden width (0: linear; −1: D / 8)
+    double bias_init = 5.0;           ///< output bias of the predictor (σ(5) ≈ 0.993: every gate open)
+    double lr_mult = 5.0;             ///< predictor learning rate = lr × lr_mult (Table 4 caption)
+    double weight_decay = 0.1;        ///< predictor weight decay (Table 4 caption)
+    double tahg_fraction = 0.25;      ///< soft mode: last fraction of the steps in TAHG (0: none)
+    int64_t tahg_anneal_steps = 500;  ///< steps over which TAHG moves from u to 1[u ≥ τ]
+    double p_min = 0.05;              ///< hard mode: probability clipping
+    double density_weight = 0.0;      ///< λ of the density regulariser (0: off)
+    double density_target = 0.0;      ///< ρ*
+    bool freeze_lm = false;           ///< train only the predictor (the frozen-LM ablation, Table 4)
+    int64_t attn_block = 128;         ///< block of the gated attention (tokens)
 };
 
 /// TAHG's mixing weight α at optimizer step `step` of `total`: 0 before the TAHG phase (which starts at step

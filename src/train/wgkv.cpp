@@ -24,7 +24,8 @@ using json = nlohmann::json;
 namespace {
 
 WgkvOptions read_wgkv(const json& j) {
-    check_keys(j, "wgkv", {"window", "sinks", "tau", "g_expand", "lambda", "g_min", "bias_init", "attn_block", "save_f16"});
+    check_keys(j, "wgkv",
+               {"window", "sinks", "tau", "g_expand", "lambda", "g_min", "bias_init", "attn_block", "save_f16"});
     WgkvOptions o;
     o.window = j.value("window", o.window);
     o.sinks = j.value("sinks", o.sinks);
@@ -56,7 +57,7 @@ bool run_wgkv(const std::string& config_path, bool resume, bool progress) {
     WgkvOptions wo;
     FrozenModelRun run = open_frozen_run(config_path, "wgkv", "gates", "gates", resume, progress,
                                          [&](const json& j) { wo = read_wgkv(j); });
-    auto& [rc, rb, output, data, lo, ev, tok, lm] = run; // lm is frozen: only gate gradients are kept
+    auto& [rc, rb, output, data, lo, ev, tok, lm] = run;  // lm is frozen: only gate gradients are kept
     const json& cfg = rc.root;
     const std::string& out = rb.out;
     const ModelConfig& c = lm->config();
@@ -68,9 +69,11 @@ bool run_wgkv(const std::string& config_path, bool resume, bool progress) {
     write_heldout_texts(out, data, stream);
     const LmEval lm_eval(ev, data, stream, *tok, rb.seed);
     if (progress)
-        std::fprintf(stderr, "WG-KV: frozen model %s; gates: %d hidden units per KV head; window %lld, λ %g, τ %.2f; "
-                     "%lld training text tokens\n", c.summary().c_str(), gates->inner(),
-                     static_cast<long long>(wo.window), wo.lambda, wo.tau, static_cast<long long>(stream.train_tokens()));
+        std::fprintf(stderr,
+                     "WG-KV: frozen model %s; gates: %d hidden units per KV head; window %lld, λ %g, τ %.2f; "
+                     "%lld training text tokens\n",
+                     c.summary().c_str(), gates->inner(), static_cast<long long>(wo.window), wo.lambda, wo.tau,
+                     static_cast<long long>(stream.train_tokens()));
 
     const OptimConfig& oc = rb.optim;
     TrainLoop loop(*gates, {ParamGroup{"wgkv_gates", gates->parameters(), oc.lr, oc.weight_decay}}, lo);
@@ -154,18 +157,12 @@ bool run_wgkv(const std::string& config_path, bool resume, bool progress) {
     auto save_to = [&](const std::string& dir, bool f16) {
         std::filesystem::create_directories(dir);
         gates->save_safetensors((std::filesystem::path(dir) / "model.safetensors").string(), f16);
-        const json card = {{"model_type", "wgkv"},
-                           {"base_model", rc.resolve(cfg["init"].get<std::string>())},
-                           {"n_layer", c.n_layer},
-                           {"n_head_kv", c.n_head_kv},
-                           {"head_dim", c.head_dim},
-                           {"g_expand", wo.g_expand},
-                           {"inner", gates->inner()},
-                           {"window", wo.window},
-                           {"sinks", wo.sinks},
-                           {"tau", wo.tau},
-                           {"lambda", wo.lambda},
-                           {"dtype", f16 ? "F16" : "F32"}};
+        const json card = {{"model_type", "wgkv"},    {"base_model", rc.resolve(cfg["init"].get<std::string>())},
+                           {"n_layer", c.n_layer},    {"n_head_kv", c.n_head_kv},
+                           {"head_dim", c.head_dim},  {"g_expand", wo.g_expand},
+                           {"inner", gates->inner()}, {"window", wo.window},
+                           {"sinks", wo.sinks},       {"tau", wo.tau},
+                           {"lambda", wo.lambda},     {"dtype", f16 ? "F16" : "F32"}};
         write_text((std::filesystem::path(dir) / "config.json").string(), card.dump(2) + "\n");
     };
     return loop.run_and_export(

@@ -17,15 +17,15 @@ namespace kvsieve::train {
 
 /// The "wgkv" section of the config (docs/training.md).
 struct WgkvOptions {
-    int64_t window = 256;     ///< local window w (tokens), never gated
-    int64_t sinks = 0;        ///< leading tokens never gated
-    double tau = 0.1;         ///< inference threshold τ (evaluation, and written to the gates' config)
-    double g_expand = 4.0;    ///< hidden width per head = g_expand · d (4 for Llama, 1.5 for Qwen3)
-    double lambda = 0.16;     ///< λ, weight of the sparsity regulariser
-    double g_min = 1e-3;      ///< training clamp of the gate
-    double bias_init = 3.0;   ///< output bias of the gate MLP at initialisation (σ(3) ≈ 0.95)
-    int64_t attn_block = 128; ///< block of the gated attention (tokens)
-    bool save_f16 = false;    ///< write the output gates in F16 (half the size; checkpoints stay F32)
+    int64_t window = 256;      ///< local window w (tokens), never gated
+    int64_t sinks = 0;         ///< leading tokens never gated
+    double tau = 0.1;          ///< inference threshold τ (evaluation, and written to the gates' config)
+    double g_expand = 4.0;     ///< hidden width per head = g_expand · d (4 for Llama, 1.5 for Qwen3)
+    double lambda = 0.16;      ///< λ, weight of the sparsity regulariser
+    double g_min = 1e-3;       ///< training clamp of the gate
+    double bias_init = 3.0;    ///< output bias of the gate MLP at initialisation (σ(3) ≈ 0.95)
+    int64_t attn_block = 128;  ///< block of the gated attention (tokens)
+    bool save_f16 = false;     ///< write the output gates in F16 (half the size; checkpoints stay F32)
 };
 
 /// Reads the config, validates every key and path before training, then trains the gates of the frozen model

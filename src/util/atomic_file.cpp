@@ -38,7 +38,9 @@ bool is_temporary(const std::string& n) {
 
 void write_file_atomic(const std::string& path, std::string_view data, const std::string& shown) {
     const std::string who = shown.empty() ? path : shown;
-    auto failed = [&](const char* what, int err) { fail("cannot write '", who, "': ", what, ": ", std::strerror(err)); };
+    auto failed = [&](const char* what, int err) {
+        fail("cannot write '", who, "': ", what, ": ", std::strerror(err));
+    };
     const std::string dir = folder_of(path);
     std::string tmpl = dir + "/." + name_of(path) + ".XXXXXX.tmp";
     // mkostemps: O_CREAT | O_EXCL with mode 0600, so an existing name (a planted link included) is never used.
@@ -87,8 +89,10 @@ int remove_stale_temporaries(const std::string& dir) {
         const std::string p = dir + "/" + n;
         struct stat st;
         if (::lstat(p.c_str(), &st) != 0) continue;
-        if (S_ISDIR(st.st_mode)) subdirs.push_back(p);
-        else if ((S_ISREG(st.st_mode) || S_ISLNK(st.st_mode)) && is_temporary(n) && ::unlink(p.c_str()) == 0) ++removed;
+        if (S_ISDIR(st.st_mode))
+            subdirs.push_back(p);
+        else if ((S_ISREG(st.st_mode) || S_ISLNK(st.st_mode)) && is_temporary(n) && ::unlink(p.c_str()) == 0)
+            ++removed;
     }
     ::closedir(d);
     for (const std::string& sd : subdirs) {

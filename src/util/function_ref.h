@@ -16,10 +16,11 @@ template <class R, class... Args>
 class FunctionRef<R(Args...)> {
 public:
     template <class F, class = std::enable_if_t<!std::is_same_v<std::decay_t<F>, FunctionRef> &&
-                                               std::is_invocable_r_v<R, F&, Args...>>>
+                                                std::is_invocable_r_v<R, F&, Args...>>>
     FunctionRef(F&& f) noexcept  // NOLINT(google-explicit-constructor): converts like std::function
-        : obj_(const_cast<void*>(static_cast<const void*>(std::addressof(f)))),
-          call_([](void* o, Args... a) -> R { return (*static_cast<std::remove_reference_t<F>*>(o))(std::forward<Args>(a)...); }) {}
+        : obj_(const_cast<void*>(static_cast<const void*>(std::addressof(f)))), call_([](void* o, Args... a) -> R {
+              return (*static_cast<std::remove_reference_t<F>*>(o))(std::forward<Args>(a)...);
+          }) {}
 
     R operator()(Args... a) const { return call_(obj_, std::forward<Args>(a)...); }
 
