@@ -285,10 +285,12 @@ void add_eval(CLI::App& app) {
                                       "per (layer, KV head): the positions and scores a policy keeps after "
                                       "prefilling each exported RULER context (eval ruler --export-jsonl)");
     struct KeptOpts {
-        std::string model, examples, policies, out, kv_type = "f32";
+        std::string model, examples, policies, out;
+        KVTypeOptions kv;
         int threads = 0;
     };
     auto ko = std::make_shared<KeptOpts>();
+    ko->kv.both = "f32";  // kvpress's float32 runs (tools/kvpress_crosscheck.py)
     kept->add_option("-m,--model", ko->model, "GGUF model")->required()->check(CLI::ExistingFile);
     kept->add_option("--examples", ko->examples,
                      "JSON Lines of eval ruler --export-jsonl (its context_ids are prefilled)")
@@ -301,7 +303,7 @@ void add_eval(CLI::App& app) {
                      "output JSON Lines: one object per example and policy (index, policy, "
                      "n_tokens, heads: [{layer, head, positions, scores}])")
         ->required();
-    kept->add_option("--kv-type", ko->kv_type, "f32, f16 or bf16")->capture_default_str();
+    ko->kv.add_to(kept);
     kept->add_option("-t,--threads", ko->threads, "threads (0: all cores)");
     kept->callback([ko] {
         set_num_threads(ko->threads);
@@ -311,7 +313,8 @@ void add_eval(CLI::App& app) {
             if (!p.empty()) specs.push_back(p);
         require(!specs.empty(), "--policies names no policy");
         for (const auto& sp : specs) parse_policy(sp);  // bad specs fail before the model loads
-        parse_kv_type(ko->kv_type);
+        const std::string kv_types = ko->kv.spec();     // a bad type or place fails before the model loads
+        parse_kv_rotate_mode(ko->kv.rotate);
         std::vector<std::pair<int64_t, std::vector<int32_t>>> contexts;  // (index, context ids)
         {
             std::istringstream in(read_whole_file(ko->examples, "examples"));
@@ -341,7 +344,7 @@ void add_eval(CLI::App& app) {
         for (const auto& ctx : contexts)
             for (const auto& spec : specs) {
                 nlohmann::json heads = nlohmann::json::array();
-                for (const auto& h : kept_after_prefill(m, ctx.second, spec, ko->kv_type))
+                for (const auto& h : kept_after_prefill(m, ctx.second, spec, kv_types, ko->kv.rotate))
                     heads.push_back(
                         {{"layer", h.layer}, {"head", h.head}, {"positions", h.positions}, {"scores", h.scores}});
                 out << nlohmann::json{{"index", ctx.first},

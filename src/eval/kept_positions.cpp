@@ -12,13 +12,14 @@
 namespace kvsieve {
 
 std::vector<HeadKept> kept_after_prefill(const LlamaModel& model, const std::vector<int32_t>& ids,
-                                         const std::string& policy_spec, const std::string& kv_type) {
+                                         const std::string& policy_spec, const std::string& kv_types,
+                                         const std::string& kv_rotate) {
     const ModelConfig& c = model.config();
     require(!ids.empty(), "kept positions: the prompt is empty");
     require(static_cast<int64_t>(ids.size()) <= c.n_ctx_train, "kept positions: a prompt of ", ids.size(),
             " tokens is beyond the model's context of ", c.n_ctx_train);
     const Policy policy = parse_policy(policy_spec);
-    auto pool = std::make_shared<KVPool>(c.head_dim, parse_kv_type(kv_type));
+    auto pool = make_kv_pool(c.head_dim, parse_kv_types(kv_types), parse_kv_rotate_mode(kv_rotate));
     // Room for a policy that replays the context (KVzip's reconstruction prompt).
     KVCache cache(c, 2 * static_cast<int64_t>(ids.size()) + 64, policy, pool);
     std::vector<float> logits;

@@ -17,11 +17,16 @@ struct HeadKept {
 };
 
 /// Prefills `ids` (one forward batch, then KVCache::end_prefill: the after-prefill step and the compression rule, as
-/// the query-agnostic RULER protocol does after the context) into a cache of `policy_spec` with KV elements of
-/// `kv_type` ("f32", "f16", "bf16"), and returns every head's entries, layer-major ([L × H_kv], head fastest).
-/// With ratio=0 a scoring policy keeps every position, so its scores are those of the whole prompt. Throws Error
-/// for an empty prompt, one beyond the model's context, a policy spec that does not parse, or an unknown KV type.
+/// the query-agnostic RULER protocol does after the context) into a cache of `policy_spec` whose keys and values are
+/// stored as `kv_types` says (parse_kv_types: "f32", "f16", "bf16", "q8_0", "q4_0", "K/V" for two types, with
+/// "@admission" to quantize when an entry leaves the window) and rotated as `kv_rotate` says ("auto", "on", "off":
+/// KVRotation::choose), and returns every head's entries, layer-major ([L × H_kv], head fastest). Scores are computed
+/// from the stored (dequantized) entries, as every reader of a quantized cache sees them. With ratio=0 a scoring
+/// policy keeps every position, so its scores are those of the whole prompt. Throws Error for an empty prompt, one
+/// beyond the model's context, a policy spec that does not parse, an unknown KV type or rotation, or a quantized type
+/// the model's head dimension cannot take.
 std::vector<HeadKept> kept_after_prefill(const LlamaModel& model, const std::vector<int32_t>& ids,
-                                         const std::string& policy_spec, const std::string& kv_type);
+                                         const std::string& policy_spec, const std::string& kv_types,
+                                         const std::string& kv_rotate);
 
 }  // namespace kvsieve
