@@ -170,6 +170,46 @@ TEST(Ruler, RunsUnderPoliciesAndRejectsLengthsBeyondTheContext) {
     EXPECT_THROW(run_ruler(m, *tok, kCorpus, "full", o), Error);
 }
 
+// Each sample records the KV bytes of its pages per position and against a full F16 cache of the same positions. For
+// the full cache (no sinks, no window) every head holds all T positions in ⌈T/16⌉ pages of 16 entries, so against the
+// unpaged full F16 cache (4·L·H_kv·d bytes per position) it is ⌈T/16⌉·16/T ∈ [1, 1 + 15/T] times as large in F16 and
+// that times 34/64 in Q8_0 (34 bytes per 32 elements instead of 64); bytes per position over the fraction is always
+// 4·L·H_kv·d. A compressing policy stores fewer bytes.
+TEST(Ruler, RecordsKVBytesPerPositionAtTheStoredRowSizes) {
+    LlamaModel m(test::model_path("kvsieve-tiny-2k.gguf"));
+    const auto tok = Tokenizer::from_gguf(m.file());
+    const ModelConfig& c = m.config();
+    const double full_f16_per_token = 4.0 * c.n_layer * c.n_head_kv * c.head_dim;
+    RulerOptions o = two_samples({"niah_single_1"}, 400);
+    for (const char* type : {"f16", "q8_0"}) {
+        SCOPED_TRACE(type);
+        o.kv_type = type;
+        const double row = std::string(type) == "f16" ? 1.0 : 34.0 / 64.0;
+        const RulerResult full = run_ruler(m, *tok, kCorpus, "full", o);
+        for (const auto& s : full.samples) {
+            ASSERT_TRUE(s.kv_bytes_per_token && s.kv_bytes_vs_full_f16);
+            EXPECT_GE(*s.kv_bytes_vs_full_f16, row - 1e-12);
+            EXPECT_LE(*s.kv_bytes_vs_full_f16, row * (1 + 15.0 / 400));
+            EXPECT_NEAR(*s.kv_bytes_per_token / *s.kv_bytes_vs_full_f16, full_f16_per_token, 1e-6);
+        }
+        const RulerResult half = run_ruler(m, *tok, kCorpus, "snapkv:ratio=0.5", o);
+        const auto jf = full.metrics(), jh = half.metrics();
+        ASSERT_TRUE(jf.contains("kv_bytes_per_token") && jh.contains("kv_bytes_vs_full_f16"));
+        EXPECT_LT(jh["kv_bytes_per_token"].get<double>(), 0.7 * jf["kv_bytes_per_token"].get<double>());
+        // The fields survive a partial file; samples written before they were recorded read back without them, and
+        // a cell with such a sample reports no bytes.
+        RulerSample back = RulerSample::from_json(half.samples[0].to_json());
+        EXPECT_EQ(back.kv_bytes_per_token, half.samples[0].kv_bytes_per_token);
+        nlohmann::json old = half.samples[0].to_json();
+        old.erase("kv_bytes_per_token");
+        old.erase("kv_bytes_vs_full_f16");
+        RulerResult mixed = half;
+        mixed.samples[0] = RulerSample::from_json(old);
+        EXPECT_FALSE(mixed.samples[0].kv_bytes_per_token.has_value());
+        EXPECT_FALSE(mixed.metrics().contains("kv_bytes_per_token"));
+    }
+}
+
 TEST(Ruler, QueryAgnosticByDefaultAndRecordedInTheCell) {
     LlamaModel m(test::model_path("stories260K.gguf"));
     const auto tok = Tokenizer::from_gguf(m.file());

@@ -36,13 +36,19 @@ double RulerResult::score() const {
 
 nlohmann::json RulerResult::metrics() const {
     std::map<std::string, std::pair<double, int>> per;
-    double dens = 0, comp = 0;
+    double dens = 0, comp = 0, bytes = 0, vs_f16 = 0;
+    bool have_bytes = !samples.empty();
     for (const auto& x : samples) {
         auto& p = per[x.task + "@" + std::to_string(x.length)];
         p.first += x.score;
         ++p.second;
         dens += x.density;
         comp += x.compression_ratio;
+        have_bytes = have_bytes && x.kv_bytes_per_token && x.kv_bytes_vs_full_f16;
+        if (have_bytes) {
+            bytes += *x.kv_bytes_per_token;
+            vs_f16 += *x.kv_bytes_vs_full_f16;
+        }
     }
     nlohmann::json j;
     j["policy"] = policy;
@@ -53,6 +59,10 @@ nlohmann::json RulerResult::metrics() const {
     j["density"] = samples.empty() ? 1.0 : dens / samples.size();
     j["compression_ratio"] = samples.empty() ? 0.0 : comp / samples.size();
     j["samples"] = samples.size();
+    if (have_bytes) {
+        j["kv_bytes_per_token"] = bytes / samples.size();
+        j["kv_bytes_vs_full_f16"] = vs_f16 / samples.size();
+    }
     for (const auto& [k, v] : per) j["tasks"][k] = 100.0 * v.first / v.second;
     return j;
 }
@@ -209,6 +219,10 @@ std::vector<RulerSample> run_example(const LlamaModel& model, const Tokenizer& t
         const KVStats st = caches[i]->stats();
         r[i].density = st.density;
         r[i].compression_ratio = st.compression_ratio;
+        if (st.tokens > 0 && st.kv_bytes_full > 0) {
+            r[i].kv_bytes_per_token = static_cast<double>(st.kv_bytes_final) / static_cast<double>(st.tokens);
+            r[i].kv_bytes_vs_full_f16 = static_cast<double>(st.kv_bytes_final) / static_cast<double>(st.kv_bytes_full);
+        }
     }
     return r;
 }
@@ -300,14 +314,17 @@ RulerResult run_ruler(const LlamaModel& model, const Tokenizer& tok, const std::
 }
 
 nlohmann::json RulerSample::to_json() const {
-    return {{"task", task},
-            {"length", length},
-            {"index", index},
-            {"score", score},
-            {"density", density},
-            {"compression_ratio", compression_ratio},
-            {"prediction", prediction},
-            {"answers", answers}};
+    nlohmann::json j = {{"task", task},
+                        {"length", length},
+                        {"index", index},
+                        {"score", score},
+                        {"density", density},
+                        {"compression_ratio", compression_ratio},
+                        {"prediction", prediction},
+                        {"answers", answers}};
+    if (kv_bytes_per_token) j["kv_bytes_per_token"] = *kv_bytes_per_token;
+    if (kv_bytes_vs_full_f16) j["kv_bytes_vs_full_f16"] = *kv_bytes_vs_full_f16;
+    return j;
 }
 
 RulerSample RulerSample::from_json(const nlohmann::json& j) {
@@ -325,6 +342,8 @@ RulerSample RulerSample::from_json(const nlohmann::json& j) {
         s.compression_ratio = field("compression_ratio").get<double>();
         s.prediction = field("prediction").get<std::string>();
         s.answers = field("answers").get<std::vector<std::string>>();
+        if (j.contains("kv_bytes_per_token")) s.kv_bytes_per_token = j.at("kv_bytes_per_token").get<double>();
+        if (j.contains("kv_bytes_vs_full_f16")) s.kv_bytes_vs_full_f16 = j.at("kv_bytes_vs_full_f16").get<double>();
     } catch (const nlohmann::json::exception& e) {
         throw Error(std::string("a RULER sample has a field of the wrong type: ") + e.what());
     }

@@ -3,6 +3,7 @@
 // density and compression ratio per sample.
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,10 @@ struct RulerSample {
     int64_t length = 0, index = 0;
     double score = 0;  ///< in [0, 1]
     double density = 1, compression_ratio = 0;
+    /// KV bytes at the end of the example (pages in use, at the stored row sizes: KVStats::kv_bytes_final) per
+    /// position processed, and as a fraction of a full F16 cache of the same positions (KVStats::kv_bytes_full).
+    /// Absent in samples written before they were recorded.
+    std::optional<double> kv_bytes_per_token, kv_bytes_vs_full_f16;
     std::string prediction;
     std::vector<std::string> answers;
 
@@ -62,7 +67,8 @@ struct RulerResult {
     RulerFormat format = RulerFormat::kRaw;
     std::vector<RulerSample> samples;
     /// Mean score ×100 per "task@length" and overall, mean density and compression ratio, and the protocol
-    /// (policy, query_aware, decode_preamble, format: "raw" or "chat").
+    /// (policy, query_aware, decode_preamble, format: "raw" or "chat"); when every sample has them, the means of
+    /// kv_bytes_per_token (bytes) and kv_bytes_vs_full_f16 (a fraction; its inverse is "× smaller than full F16").
     nlohmann::json metrics() const;
     double score() const;  ///< overall mean ×100
 };
