@@ -80,6 +80,17 @@ TEST(EvalNll, CompressionShowsInDensityAndNll) {
     // Dropping half of the entries beyond the window loses information the repeated text needs: NLL rises.
     std::printf("[ nll ] full %.4f, knorm:ratio=0.5 %.4f\n", full.mean_nll, half.mean_nll);
     EXPECT_GT(half.mean_nll, full.mean_nll);
+    // Bytes: the full cache's pages hold every position (at least a full F16 cache's bytes, page rounding at most one
+    // partly filled page of 16 per head and region); the compressed one's hold fewer. Per position over the
+    // fraction of full F16 is always the full F16 cache's 4·L·H_kv·d bytes.
+    const ModelConfig& c = m.config();
+    EXPECT_GE(full.mean_kv_bytes_vs_full_f16, 1.0);
+    EXPECT_LE(full.mean_kv_bytes_vs_full_f16, 1.0 + 3 * 16.0 / 256);
+    EXPECT_LT(half.mean_kv_bytes_per_token, full.mean_kv_bytes_per_token);
+    for (const NllResult* r : {&full, &half})
+        EXPECT_NEAR(r->mean_kv_bytes_per_token / r->mean_kv_bytes_vs_full_f16,
+                    4.0 * c.n_layer * c.n_head_kv * c.head_dim, 1e-6);
+    EXPECT_TRUE(half.to_json().contains("kv_bytes_vs_full_f16"));
     o.protocol = NllProtocol::kPlain;
     const NllResult plain = evaluate_nll(m, *tok, kText + " " + kText + " " + kText, "knorm:ratio=0.5", o);
     EXPECT_EQ(plain.tokens, 128);  // the continuation after a 128-token prefix

@@ -18,6 +18,8 @@ nlohmann::json NllResult::to_json() const {
             {"ppl", ppl},
             {"density", mean_density},
             {"compression_ratio", mean_compression},
+            {"kv_bytes_per_token", mean_kv_bytes_per_token},
+            {"kv_bytes_vs_full_f16", mean_kv_bytes_vs_full_f16},
             {"tokens", tokens},
             {"per_sample_nll", nll},
             {"per_sample_density", density},
@@ -95,6 +97,9 @@ NllResult evaluate_nll(const LlamaModel& model, const Tokenizer& tok, const std:
         r.nll.push_back(nll / n);
         r.density.push_back(st.density);
         r.compression.push_back(st.compression_ratio);
+        r.kv_bytes_per_token.push_back(static_cast<double>(st.kv_bytes_final) / static_cast<double>(st.tokens));
+        r.kv_bytes_vs_full_f16.push_back(static_cast<double>(st.kv_bytes_final) /
+                                         static_cast<double>(std::max<uint64_t>(st.kv_bytes_full, 1)));
         const auto hd = st.head_density();
         if (r.head_density.empty())
             r.head_density.assign(hd.size(), std::vector<double>(hd.empty() ? 0 : hd[0].size(), 0.0));
@@ -112,6 +117,8 @@ NllResult evaluate_nll(const LlamaModel& model, const Tokenizer& tok, const std:
     for (size_t i = 0; i < r.nll.size(); ++i) {
         r.mean_density += r.density[i] / r.nll.size();
         r.mean_compression += r.compression[i] / r.nll.size();
+        r.mean_kv_bytes_per_token += r.kv_bytes_per_token[i] / r.nll.size();
+        r.mean_kv_bytes_vs_full_f16 += r.kv_bytes_vs_full_f16[i] / r.nll.size();
     }
     return r;
 }

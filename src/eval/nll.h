@@ -45,7 +45,11 @@ struct NllResult {
     /// [L][Hkv] density of each (layer, KV head) at the end of a window (kept / a full cache's entries beyond the
     /// window), averaged over the windows.
     std::vector<std::vector<double>> head_density;
+    /// KV bytes of each window's cache at its end (pages in use at the stored row sizes, KVStats::kv_bytes_final)
+    /// per position, and as a fraction of a full F16 cache of the same positions (KVStats::kv_bytes_full).
+    std::vector<double> kv_bytes_per_token, kv_bytes_vs_full_f16;
     double mean_nll = 0, ppl = 0, mean_density = 0, mean_compression = 0;
+    double mean_kv_bytes_per_token = 0, mean_kv_bytes_vs_full_f16 = 0;
     int64_t tokens = 0;  ///< predicted tokens in all windows
     nlohmann::json to_json() const;
 };
