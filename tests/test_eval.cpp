@@ -120,6 +120,28 @@ TEST(EvalSweep, ACellsParameterGoesToThePresetNotToTheSelection) {
     EXPECT_EQ(parse_policy(s).selection.budget, 16);
 }
 
+// A quantized NLL cell records the rotation beside its types (an F16 cell's config keeps the settings it had).
+TEST(EvalSweep, QuantizedNllCellsRecordTheirRotation) {
+    LlamaModel m(test::model_path("kvsieve-tiny-2k.gguf"));
+    const auto tok = Tokenizer::from_gguf(m.file());
+    test::TempFile dir("_nll_q8");
+    for (const char* type : {"f16", "q8_0"}) {
+        SweepOptions o;
+        o.policies = {"full"};
+        o.out_dir = dir.path() + "/" + type;
+        o.nll.sample_tokens = 64;
+        o.nll.samples = 1;
+        o.nll.progress = false;
+        o.nll.kv_type = type;
+        o.nll.kv_rotate = "off";
+        run_nll_sweep(m, *tok, kText, o);
+        const std::string yaml = read_whole_file(o.out_dir + "/full/config.yaml", "cell config");
+        EXPECT_NE(yaml.find(std::string("kv_type: ") + type + "\n"), std::string::npos) << yaml;
+        EXPECT_EQ(yaml.find("kv_rotate: off\n") != std::string::npos, std::string(type) == "q8_0") << yaml;
+    }
+    std::filesystem::remove_all(dir.path());
+}
+
 TEST(EvalSweep, KvpressLayoutSummaryAndResume) {
     LlamaModel m(test::model_path("stories260K.gguf"));
     const auto tok = Tokenizer::from_gguf(m.file());

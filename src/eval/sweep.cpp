@@ -8,6 +8,7 @@
 #include <map>
 #include <sstream>
 
+#include "cache/kv_pool.h"
 #include "eval/plot.h"
 #include "policy/policy.h"
 #include "util/error.h"
@@ -212,6 +213,8 @@ void run_nll_sweep(const LlamaModel& model, const Tokenizer& tok, const std::str
              << "\nwindow_tokens: " << o.nll.sample_tokens << "\nsamples: " << o.nll.samples
              << "\nchunk: " << o.nll.chunk << "\nsinks: " << o.nll.sinks << "\nwindow: " << o.nll.window
              << "\nkv_type: " << o.nll.kv_type << "\n";
+        if (kv_quantized(parse_kv_types(o.nll.kv_type)))  // F16 cells keep their settings, as RULER cells do
+            yaml << "kv_rotate: " << o.nll.kv_rotate << "\n";
         write_text((dir / "config.yaml").string(), yaml.str());
         nlohmann::json m = r.to_json();
         m["score"] = nullptr;  // NLL cells have no task score

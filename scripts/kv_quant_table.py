@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""The table of docs/results/kv_quant/stacks.md from the cells scripts/results-kv-quant.sh writes.
+
+Usage: python3 scripts/kv_quant_table.py DIR > DIR/stacks.md
+
+DIR holds sweep directories ruler_<N>k_<type>[_spkv]/ and nll_2k_<type>[_spkv]/, each with one folder per cell
+(config.yaml: policy, kv_type, kv_rotate; metrics.json: score or nll, compression_ratio, kv_bytes_per_token,
+kv_bytes_vs_full_f16). One row per stack (policy × cache type × rotation): RULER score per length and as a share of
+the full F16 cache's at that length, NLL (nats per token) and its change against the full F16 cache's, KV bytes per
+position, and how many times smaller than a full F16 cache the stack's pages are (the mean of the cells'
+kv_bytes_vs_full_f16, inverted; at the longest RULER length). A stack qualifies when every RULER length it ran
+keeps ≥ 95% of the full F16 score and its NLL is at most 1% above the full F16 NLL; the line under the table names
+the smallest qualifying stack. Exits 2 with a message when DIR holds no finished cells or no full F16 cell.
+"""
+import json
+import os
+import re
+import sys
+
+
+def read_yaml(path):
+    """The top-level 'key: value' lines of a cell's config.yaml (strings unquoted)."""
+    out = {}
+    with open(path) as f:
+        for line in f:
+            m = re.match(r"^([a-z_]+): (.*)$", line.rstrip("\n"))
+            if m:
+                v = m.group(2)
+                out[m.group(1)] = v[1:-1] if len(v) >= 2 and v[0] == '"' and v[-1] == '"' else v
+    return out
+
+
+def label(policy):
+    """A short name of a policy spec for the table."""
+    rules = [
+        (r"^full$", lambda m: "full"),
+        (r"kvzap:model=[^,]*-(linear|mlp)\b.*?tau=(-?[0-9.]+)", lambda m: f"KVzap-{m.group(1).upper() if m.group(1) == 'mlp' else 'Linear'} τ {m.group(2)}"),
+        (r"wgkv:model=[^,]*lambda([0-9.]+)", lambda m: f"WG-KV λ {m.group(1)}"),
+        (r"kvpop(_mlp)?:model=[^,]*-(mlstm|mlp)\b.*?capacity=([0-9]+)", lambda m: f"KVpop-{'mLSTM' if m.group(2) == 'mlstm' else 'MLP'} B = {m.group(3)}"),
+        (r"^spkv.*?tau=([0-9.]+)", lambda m: f"SP-KV τ {m.group(1)}"),
+    ]
+    for pat, f in rules:
+        m = re.search(pat, policy)
+        if m:
+            return f(m)
+    return policy
+
+
+def cells(root):
+    """Every finished cell under root: (kind, length or None, key, metrics), key = (label, kv_type, rotation)."""
+    for d in sorted(os.listdir(root)):
+        m = re.match(r"^(ruler)_([0-9]+)k_|^(nll)_2k_", d)
+        if not m or not os.path.isdir(os.path.join(root, d)):
+            continue
+        kind = m.group(1) or m.group(3)
+        length = int(m.group(2)) if m.group(2) else None
+        for c in sorted(os.listdir(os.path.join(root, d))):
+            cell = os.path.join(root, d, c)
+            if not os.path.isfile(os.path.join(cell, "metrics.json")):
+                continue
+            cfg = read_yaml(os.path.join(cell, "config.yaml"))
+            with open(os.path.join(cell, "metrics.json")) as f:
+                met = json.load(f)
+            kv = cfg.get("kv_type", "f16")
+            rot = cfg.get("kv_rotate", "auto") if kv not in ("f16", "bf16", "f32") else "—"
+            yield kind, length, (label(cfg.get("policy", met.get("policy", "?"))), kv, rot), met
+
+
+def main():
+    if len(sys.argv) != 2 or not os.path.isdir(sys.argv[1]):
+        sys.exit("usage: kv_quant_table.py DIR (a directory of results-kv-quant.sh sweeps)")
+    ruler, nll = {}, {}
+    lengths = set()
+    for kind, length, key, met in cells(sys.argv[1]):
+        if kind == "ruler":
+            ruler[(key, length)] = met
+            lengths.add(length)
+        else:
+            nll[key] = met
+    lengths = sorted(lengths)
+    ref = ("full", "f16", "—")
+    if not lengths or any((ref, n) not in ruler for n in lengths):
+        print("error: kv_quant_table: no finished full F16 RULER cell at every length in " + sys.argv[1], file=sys.stderr)
+        sys.exit(2)
+    keys = sorted({k for k, _ in ruler} | set(nll), key=lambda k: (k[0] != "full", k[0], k[1], k[2]))
+    head = ["stack", "K/V", "rotation"]
+    for n in lengths:
+        head += [f"RULER {n}k", "of full F16"]
+    head += ["NLL 2k", "Δ NLL", "KV bytes / position", "× smaller than full F16", "meets both"]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    best = None
+    for k in keys:
+        row = [k[0], k[1], k[2]]
+        ok = True
+        for n in lengths:
+            m = ruler.get((k, n))
+            if m is None:
+                row += ["—", "—"]
+                ok = False
+                continue
+            share = m["score"] / ruler[(ref, n)]["score"] if ruler[(ref, n)]["score"] else 0.0
+            row += [f"{m['score']:.1f}", f"{100 * share:.0f}%"]
+            ok = ok and share >= 0.95
+        m = nll.get(k)
+        if m is not None and ref in nll:
+            d = m["nll"] / nll[ref]["nll"] - 1
+            row += [f"{m['nll']:.4f}", f"{100 * d:+.2f}%"]
+            ok = ok and d <= 0.01
+        else:
+            row += ["—", "—"]
+            ok = False
+        size = None
+        for n in reversed(lengths):
+            m = ruler.get((k, n))
+            if m is not None and "kv_bytes_vs_full_f16" in m:
+                size = (m["kv_bytes_per_token"], 1 / m["kv_bytes_vs_full_f16"], n)
+                break
+        row += [f"{size[0]:.0f} ({size[2]}k)" if size else "—", f"{size[1]:.1f}×" if size else "—"]
+        row.append("yes" if ok and size else "no")
+        if ok and size and (best is None or size[1] > best[1]):
+            best = (k, size[1])
+        print("| " + " | ".join(row) + " |")
+    print()
+    if best:
+        k, x = best
+        print(f"Smallest stack at ≥ 95% of the full F16 cache's RULER score at every length and ≤ +1% NLL: "
+              f"**{k[0]}, {k[1]} (rotation {k[2]})**, {x:.1f}× smaller than the full F16 cache.")
+    else:
+        print("No stack here keeps ≥ 95% of the full F16 cache's RULER score at every length with ≤ +1% NLL.")
+
+
+if __name__ == "__main__":
+    main()
