@@ -34,6 +34,7 @@ def label(policy):
     """A short name of a policy spec for the table."""
     rules = [
         (r"^full$", lambda m: "full"),
+        (r"^full:sinks=([0-9]+),window=([0-9]+)$", lambda m: f"full, s = {m.group(1)}, w = {m.group(2)}"),
         (r"kvzap:model=[^,]*-(linear|mlp)\b.*?tau=(-?[0-9.]+)", lambda m: f"KVzap-{m.group(1).upper() if m.group(1) == 'mlp' else 'Linear'} τ {m.group(2)}"),
         (r"wgkv:model=[^,]*lambda([0-9.]+)", lambda m: f"WG-KV λ {m.group(1)}"),
         (r"kvpop(_mlp)?:model=[^,]*-(mlstm|mlp)\b.*?capacity=([0-9]+)", lambda m: f"KVpop-{'mLSTM' if m.group(2) == 'mlstm' else 'MLP'} B = {m.group(3)}"),

@@ -60,7 +60,7 @@ POLICIES=
 SPKV=0
 for s in $STACKS; do
   case "$s" in
-    full) POLICIES="$POLICIES;full" ;;
+    full) POLICIES="$POLICIES;full;full:sinks=4,window=128" ;;  # the second: F16 sinks and window at admission
     kvzap) POLICIES="$POLICIES;kvzap:model=models/kvzap/smollm2-135m-linear,tau=-3,sinks=4" ;;
     wgkv) have models/wgkv/smollm2-135m-lambda0.04 && POLICIES="$POLICIES;wgkv:model=models/wgkv/smollm2-135m-lambda0.04" ;;
     kvpop) have models/kvpop/smollm2-135m-mlstm && POLICIES="$POLICIES;kvpop:model=models/kvpop/smollm2-135m-mlstm,capacity=768" ;;

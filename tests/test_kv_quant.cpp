@@ -459,6 +459,13 @@ TEST(KVQuantAtAdmission, BytesArePerRegionAndTheBudgetCoversBothLayouts) {
     EXPECT_EQ(cache.pool().unit_page_bytes(), f16_page);
     EXPECT_NE(st.table().find("sinks and window f16"), std::string::npos) << st.table();
     EXPECT_EQ(st.to_json()["kv_bytes_global"], st.kv_bytes_global);
+    // The full cache with a window keeps every entry in the same layout: the full-cache reference of this mode.
+    KVCache full(c, 256, parse_policy("full:sinks=4,window=16"), admission_pool(d, KVType::kQ8_0, KVType::kQ4_0));
+    full.fill_synthetic(60, 3);
+    EXPECT_EQ(full.head(0, 0).global().size(), 40);
+    EXPECT_EQ(full.stats().kv_bytes_local, st.kv_bytes_local);
+    EXPECT_EQ(full.stats().kv_bytes_global, st.kv_bytes_global);
+    EXPECT_DOUBLE_EQ(full.stats().compression_ratio, 0.0);
     // At write the same entries take quantized pages everywhere.
     KVCache at_write(c, 256, parse_policy("tova:budget=100000,window=16,sinks=4"),
                      std::make_shared<KVPool>(d, KVType::kQ8_0, KVType::kQ4_0));

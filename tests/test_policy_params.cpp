@@ -87,7 +87,7 @@ TEST(PolicyParams, UnknownKeyListsTheValidKeys) {
         << e;
     EXPECT_TRUE(contains(parse_error("quest:read_budget=64,pages=16"),
                          "policy quest: unknown key 'pages' (valid keys: group, page, read_budget, skip_layers)"));
-    EXPECT_TRUE(contains(parse_error("full:window=4"), "unknown key 'window' (valid keys: sinks)"));
+    EXPECT_TRUE(contains(parse_error("full:ratio=0.5"), "unknown key 'ratio' (valid keys: sinks, window)"));
     // A declared key that does not apply to the variant the other keys choose.
     EXPECT_TRUE(contains(parse_error("knorm:ratio=0.5,tau=1"), "key 'tau' (tau=1) does not apply"));
     EXPECT_TRUE(contains(parse_error("knorm:rule=nearest"), "rule='nearest' is not head, layer, global or threshold"));
