@@ -1,7 +1,7 @@
 # Fails when a source file includes a header from a folder above its own (src/<folder>/...). The order is the
 # one in src/CMakeLists.txt and docs/architecture.md; cli/ may include everything, train/ everything but cli/.
 # Usage: cmake -DSRC=<src dir> -P check_layers.cmake
-set(order util kernels io text predict policy cache model session eval fit serve train cli)
+set(order util kernels io text predict policy cache attend model session eval fit serve train cli)
 get_filename_component(SRC "${SRC}" ABSOLUTE)
 file(GLOB_RECURSE files RELATIVE ${SRC} ${SRC}/*.h ${SRC}/*.cpp ${SRC}/*.inc)
 if(NOT files)
@@ -25,5 +25,5 @@ foreach(f ${files})
   endforeach()
 endforeach()
 if(bad)
-  message(FATAL_ERROR "Layer order broken (util < kernels < io < text < predict < policy < cache < model < session < eval < fit < serve < train < cli):\n${bad}")
+  message(FATAL_ERROR "Layer order broken (util < kernels < io < text < predict < policy < cache < attend < model < session < eval < fit < serve < train < cli):\n${bad}")
 endif()

@@ -50,10 +50,10 @@ TEST(Convert, Llama2cMatchesReferenceGGUF) {
     for (auto [m, g] : {std::pair{&ma, &ga}, std::pair{&mb, &gb}}) {
         DenseKVCache cache = m->make_cache(128);
         std::vector<float> logits;
-        m->forward(prompt, cache, logits);
+        m->forward(StepPhase::kPrefill, prompt, cache, logits);
         for (int i = 0; i < 64; ++i) {
             g->push_back(argmax(logits.data(), m->config().n_vocab));
-            m->forward({g->back()}, cache, logits);
+            m->forward(StepPhase::kDecode, {g->back()}, cache, logits);
         }
     }
     EXPECT_EQ(ga, gb);

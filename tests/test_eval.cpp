@@ -51,7 +51,7 @@ TEST(EvalNll, FullChunkedEqualsOneShotDenseNll) {
         w.insert(w.end(), ids.begin() + s * 127, ids.begin() + (s + 1) * 127);
         DenseKVCache c = m.make_cache(128);
         std::vector<float> logits;
-        m.forward(w, c, logits, true);
+        m.forward(StepPhase::kPrefill, w, c, logits, true);
         for (size_t t = 0; t + 1 < w.size(); ++t, ++n) {
             const float* l = logits.data() + t * 512;
             double mx = -INFINITY, sum = 0;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <memory>
 
+#include "attend/paged_attention.h"
 #include "cache/kv_cache.h"
 #include "kernels/matmul.h"
 #include "model/llama_model.h"
@@ -50,12 +51,14 @@ void check_batch_equals_alone(const LlamaModel& m, float tol) {
         batched.push_back(make_cache(m, s));
         alone.push_back(make_cache(m, s));
     }
+    std::vector<std::unique_ptr<PagedAttention>> views;  // the forward pass's view of each batched cache
+    for (auto& c : batched) views.push_back(std::make_unique<PagedAttention>(*c));
     std::vector<std::vector<float>> lb(4), la(4);
     std::vector<LlamaModel::Segment> segs;
-    for (int i = 0; i < 3; ++i) segs.push_back({&prompts[i], batched[i].get(), &lb[i], i == 0});
+    for (int i = 0; i < 3; ++i) segs.push_back({&prompts[i], StepPhase::kPrefill, views[i].get(), &lb[i], i == 0});
     m.forward_batch(segs);
     for (int i = 0; i < 3; ++i) {
-        m.forward(prompts[i], *alone[i], la[i], i == 0);
+        m.forward(StepPhase::kPrefill, prompts[i], *alone[i], la[i], i == 0);
         batched[i]->end_prefill();
         alone[i]->end_prefill();
         ASSERT_EQ(lb[i].size(), (i == 0 ? prompts[0].size() : 1) * static_cast<size_t>(V));
@@ -68,18 +71,18 @@ void check_batch_equals_alone(const LlamaModel& m, float tol) {
         for (int i = 0; i < n_seq; ++i) {
             const std::vector<float> last(la[i].end() - V, la[i].end());
             next[i] = {argmax(last)};
-            segs.push_back({&next[i], batched[i].get(), &lb[i], false});
+            segs.push_back({&next[i], StepPhase::kDecode, views[i].get(), &lb[i], false});
         }
         const bool join = step == 3;
-        if (join) segs.push_back({&prompts[3], batched[3].get(), &lb[3], true});
+        if (join) segs.push_back({&prompts[3], StepPhase::kPrefill, views[3].get(), &lb[3], true});
         m.forward_batch(segs);
         if (join) {
-            m.forward(prompts[3], *alone[3], la[3], true);
+            m.forward(StepPhase::kPrefill, prompts[3], *alone[3], la[3], true);
             EXPECT_LE(max_abs_diff(lb[3], la[3]), tol) << "the long prompt that joined";
             n_seq = 4;
         }
         for (int i = 0; i < n_seq - (join ? 1 : 0); ++i) {
-            m.forward(next[i], *alone[i], la[i]);
+            m.forward(StepPhase::kDecode, next[i], *alone[i], la[i]);
             EXPECT_LE(max_abs_diff(lb[i], la[i]), tol) << specs[i] << " step " << step;
             EXPECT_EQ(argmax(lb[i]), argmax(la[i])) << specs[i] << " step " << step;
             EXPECT_EQ(batched[i]->n_tokens(), alone[i]->n_tokens());
@@ -102,11 +105,13 @@ TEST(ForwardBatch, BadBatchIsOneErrorAndChangesNoCache) {
     const LlamaModel& m = test::stories260k();
     auto a = make_cache(m, "full"), b = make_cache(m, "full");
     std::vector<int32_t> ok = {1, 2, 3}, bad = {1, m.config().n_vocab}, empty;
+    PagedAttention va(*a), vb(*b);
+    const StepPhase P = StepPhase::kPrefill;
     std::vector<float> la, lb;
     EXPECT_THROW(m.forward_batch({}), Error);
-    EXPECT_THROW(m.forward_batch({{&ok, a.get(), &la, false}, {&bad, b.get(), &lb, false}}), Error);
-    EXPECT_THROW(m.forward_batch({{&ok, a.get(), &la, false}, {&ok, a.get(), &lb, false}}), Error);
-    EXPECT_THROW(m.forward_batch({{&ok, a.get(), &la, false}, {&empty, b.get(), &lb, false}}), Error);
+    EXPECT_THROW(m.forward_batch({{&ok, P, &va, &la, false}, {&bad, P, &vb, &lb, false}}), Error);
+    EXPECT_THROW(m.forward_batch({{&ok, P, &va, &la, false}, {&ok, P, &va, &lb, false}}), Error);
+    EXPECT_THROW(m.forward_batch({{&ok, P, &va, &la, false}, {&empty, P, &vb, &lb, false}}), Error);
     EXPECT_EQ(a->n_tokens(), 0);
     EXPECT_EQ(b->n_tokens(), 0);
     EXPECT_EQ(a->pool().pages_in_use(), 0);
@@ -120,10 +125,12 @@ TEST(ForwardBatch, LongPrefillChunksTogetherEqualEachAloneBitForBit) {
     auto ca = make_cache(m, "full"), cb = make_cache(m, "full"), cc = make_cache(m, "full");
     auto da = make_cache(m, "full"), db = make_cache(m, "full"), dc = make_cache(m, "full");
     std::vector<float> la, lb, lc, ra, rb, rc;
-    m.forward_batch({{&a, ca.get(), &la, true}, {&c, cc.get(), &lc, false}, {&b, cb.get(), &lb, false}});
-    m.forward(a, *da, ra, true);
-    m.forward(b, *db, rb);
-    m.forward(c, *dc, rc);
+    PagedAttention va(*ca), vb(*cb), vc(*cc);
+    const StepPhase P = StepPhase::kPrefill;
+    m.forward_batch({{&a, P, &va, &la, true}, {&c, P, &vc, &lc, false}, {&b, P, &vb, &lb, false}});
+    m.forward(StepPhase::kPrefill, a, *da, ra, true);
+    m.forward(StepPhase::kPrefill, b, *db, rb);
+    m.forward(StepPhase::kPrefill, c, *dc, rc);
     EXPECT_EQ(max_abs_diff(la, ra), 0.0f);
     EXPECT_EQ(max_abs_diff(lb, rb), 0.0f);
     EXPECT_EQ(max_abs_diff(lc, rc), 0.0f);

@@ -70,7 +70,7 @@ TEST_P(GoldenTest, PromptLogitsMatchLlamaCpp) {
 
     DenseKVCache cache = m.make_cache(static_cast<int64_t>(prompt.size()) + 80);
     std::vector<float> logits;
-    m.forward(prompt, cache, logits, /*all_logits=*/true);
+    m.forward(StepPhase::kPrefill, prompt, cache, logits, /*all_logits=*/true);
     ASSERT_EQ(logits.size(), prompt.size() * V);
 
     double max_abs = 0, sum_abs = 0;
@@ -105,11 +105,11 @@ TEST_P(GoldenTest, DecodeStepsMatchLlamaCpp) {
     // the logits of the five ids llama.cpp listed at each step.
     DenseKVCache cache = m.make_cache(static_cast<int64_t>(prompt.size() + greedy.size()) + 8);
     std::vector<float> logits;
-    m.forward(prompt, cache, logits);
+    m.forward(StepPhase::kPrefill, prompt, cache, logits);
     double max_abs = 0;
     const auto& tops = j.at("greedy_top");
     for (size_t s = 0; s < tops.size(); ++s) {
-        if (s > 0) m.forward({greedy[s - 1]}, cache, logits);
+        if (s > 0) m.forward(StepPhase::kDecode, {greedy[s - 1]}, cache, logits);
         for (const auto& pair : tops[s].at("top")) {
             const int id = pair[0].get<int>();
             max_abs = std::max(max_abs, std::fabs(logits[id] - pair[1].get<double>()));
@@ -121,14 +121,14 @@ TEST_P(GoldenTest, DecodeStepsMatchLlamaCpp) {
 
     // Free-running greedy decode equals llama.cpp's up to the first near-tie (margin < 2 × tolerance).
     cache.clear();
-    m.forward(prompt, cache, logits);
+    m.forward(StepPhase::kPrefill, prompt, cache, logits);
     for (size_t s = 0; s < greedy.size(); ++s) {
         const auto& top = tops[s].at("top");
         const double margin = top[0][1].get<double>() - top[1][1].get<double>();
         if (margin < 2 * tol) break;
         const int32_t next = argmax(logits.data(), V);
         ASSERT_EQ(next, greedy[s]) << "greedy step " << s;
-        if (s + 1 < greedy.size()) m.forward({next}, cache, logits);
+        if (s + 1 < greedy.size()) m.forward(StepPhase::kDecode, {next}, cache, logits);
     }
 }
 

@@ -6,9 +6,11 @@
 #include <random>
 #include <fstream>
 #include <set>
+#include <type_traits>
 #include <unistd.h>
 #include <cstring>
 
+#include "attend/paged_attention.h"
 #include "cache/kv_cache.h"
 #include "kernels/parallel.h"
 #include "model/llama_model.h"
@@ -40,19 +42,19 @@ std::vector<int32_t> story_tokens(const LlamaModel& m, size_t n) {
     return ids;
 }
 
-/// Logits of a prefill of `prompt` then `steps` greedy decode steps.
-std::vector<std::vector<float>> run(const LlamaModel& m, SequenceCache& cache, const std::vector<int32_t>& prompt,
-                                    int steps) {
+/// Logits of a prefill of `prompt` then `steps` greedy decode steps (Cache: DenseKVCache or KVCache).
+template <class Cache>
+std::vector<std::vector<float>> run(const LlamaModel& m, Cache& cache, const std::vector<int32_t>& prompt, int steps) {
     std::vector<std::vector<float>> out;
     std::vector<float> logits;
-    m.forward(prompt, cache, logits);
-    if (auto* kv = dynamic_cast<KVCache*>(&cache)) kv->end_prefill();
+    m.forward(StepPhase::kPrefill, prompt, cache, logits);
+    if constexpr (std::is_same_v<Cache, KVCache>) cache.end_prefill();
     out.push_back(logits);
     for (int i = 0; i < steps; ++i) {
         int32_t best = 0;
         for (int v = 1; v < m.config().n_vocab; ++v)
             if (logits[v] > logits[best]) best = v;
-        m.forward({best}, cache, logits);
+        m.forward(StepPhase::kDecode, {best}, cache, logits);
         out.push_back(logits);
     }
     return out;
@@ -164,8 +166,8 @@ TEST(KVCache, RaggedDecodeEqualsMaskedDenseAttention) {
             in.v = v.data();
             std::vector<float> hidden(T * 64);
             in.hidden = hidden.data();
-            cache.attend(in, out.data());
-            cache.finish_step(0, T);
+            PagedAttention(cache).attend(in, out.data());
+            cache.finish_step(0, T, StepPhase::kPrefill);
             cache.end_prefill();
             // Drop a different random subset of the global region of each head (ragged lengths).
             std::vector<std::set<int32_t>> keep(Hkv);
@@ -174,7 +176,7 @@ TEST(KVCache, RaggedDecodeEqualsMaskedDenseAttention) {
                 std::vector<char> mask(hc.global().size());
                 for (auto& x : mask) x = std::uniform_int_distribution<int>(0, 2)(rng) != 0;
                 hc.global().retain(mask);
-                for (int r = 0; r < 3; ++r)
+                for (Region r : kRegionsInOrder)
                     for (int32_t p : hc.region(r)->positions()) keep[h].insert(p);
             }
             if (std::string(spec) == "full") EXPECT_NE(cache.head(0, 0).size(), cache.head(0, 1).size());
@@ -193,13 +195,14 @@ TEST(KVCache, RaggedDecodeEqualsMaskedDenseAttention) {
             one.q = one.q_pre = q1.data();
             one.k = one.k_pre = k1.data();
             one.v = v1.data();
-            cache.attend(one, o1.data());
+            one.phase = StepPhase::kDecode;
+            PagedAttention(cache).attend(one, o1.data());
             double worst = 0;
             for (int h = 0; h < Hkv; ++h) {
                 std::set<int32_t> vis = keep[h];
                 if (std::string(spec) != "full") {  // the window ring moved: the oldest window entry left
                     vis.clear();
-                    for (int r = 0; r < 3; ++r)
+                    for (Region r : kRegionsInOrder)
                         for (int32_t p : cache.head(0, h).region(r)->positions()) vis.insert(p);
                     EXPECT_EQ(vis.size(), 20u);
                 } else {
@@ -223,7 +226,7 @@ TEST(KVCache, MemoryReallyFalls) {
         SCOPED_TRACE(spec);
         KVCache c(m.config(), 512, parse_policy(spec), pool);
         std::vector<float> logits;
-        m.forward(prompt, c, logits);
+        m.forward(StepPhase::kPrefill, prompt, c, logits);
         const int64_t pages_before = pool->pages_in_use();
         c.end_prefill();
         const KVStats s = c.stats();
@@ -244,12 +247,12 @@ TEST(KVCache, ExhaustedBudgetFailsOneSequenceOnly) {
     KVCache a(m.config(), 512, parse_policy("full"), pool), b(m.config(), 512, parse_policy("full"), pool);
     KVCache ref(m.config(), 512, parse_policy("full"), pool_for(m));
     std::vector<float> la, lref;
-    m.forward(small, a, la);
-    m.forward(small, ref, lref);
-    EXPECT_THROW(m.forward(big, b, la), KVBudgetExhausted);
+    m.forward(StepPhase::kPrefill, small, a, la);
+    m.forward(StepPhase::kPrefill, small, ref, lref);
+    EXPECT_THROW(m.forward(StepPhase::kPrefill, big, b, la), KVBudgetExhausted);
     b.clear();
-    m.forward({5}, a, la);
-    m.forward({5}, ref, lref);
+    m.forward(StepPhase::kDecode, {5}, a, la);
+    m.forward(StepPhase::kDecode, {5}, ref, lref);
     EXPECT_EQ(la, lref);
 }
 
@@ -263,8 +266,8 @@ TEST(KVCache, ThresholdAdmissionAtWriteAndAtWindowExit) {
         const Policy p = parse_policy(spec);
         KVCache c(m.config(), 512, p, pool_for(m));
         std::vector<float> logits;
-        m.forward(prompt, c, logits);
-        for (int i = 0; i < 10; ++i) m.forward({300}, c, logits);
+        m.forward(StepPhase::kPrefill, prompt, c, logits);
+        for (int i = 0; i < 10; ++i) m.forward(StepPhase::kDecode, {300}, c, logits);
         int64_t global = 0;
         for (int l = 0; l < m.config().n_layer; ++l)
             for (int h = 0; h < m.config().n_head_kv; ++h) {
@@ -478,18 +481,18 @@ TEST(KVCacheDirect, RollbackRewindsToAnEarlierPosition) {
     };
     KVCache a = make(), b = make();
     std::vector<float> la, lb;
-    stories().forward(ids, a, la);
-    stories().forward({300}, a, la);
-    stories().forward({301}, a, la);
+    stories().forward(StepPhase::kPrefill, ids, a, la);
+    stories().forward(StepPhase::kDecode, {300}, a, la);
+    stories().forward(StepPhase::kDecode, {301}, a, la);
     EXPECT_EQ(a.n_tokens(), n + 2);
     a.rollback(n);
     EXPECT_EQ(a.n_tokens(), n);
     EXPECT_EQ(a.stats().entries, [&] {
-        stories().forward(ids, b, lb);
+        stories().forward(StepPhase::kPrefill, ids, b, lb);
         return b.stats().entries;
     }());
-    stories().forward({302}, a, la);
-    stories().forward({302}, b, lb);
+    stories().forward(StepPhase::kDecode, {302}, a, la);
+    stories().forward(StepPhase::kDecode, {302}, b, lb);
     EXPECT_EQ(la, lb);
     EXPECT_EQ(a.stats().entries, b.stats().entries);
 }
@@ -501,7 +504,7 @@ TEST(KVCacheDirect, EveryNEvictsOnlyEveryNthDecodeStep) {
     KVCache c(stories().config(), 128, parse_policy("h2o:budget=12,every=4"),
               std::make_shared<KVPool>(stories().config().head_dim, KVType::kF32));
     std::vector<float> logits;
-    stories().forward(ids, c, logits);
+    stories().forward(StepPhase::kPrefill, ids, c, logits);
     c.end_prefill();
     auto max_entries = [&] {
         int64_t m = 0;
@@ -517,7 +520,7 @@ TEST(KVCacheDirect, EveryNEvictsOnlyEveryNthDecodeStep) {
     };
     std::vector<int64_t> seen;
     for (int step = 1; step <= 12; ++step) {
-        stories().forward({300 + step}, c, logits);
+        stories().forward(StepPhase::kDecode, {300 + step}, c, logits);
         seen.push_back(max_entries());
         EXPECT_EQ(max_entries(), min_entries()) << "step " << step;  // one budget, heads in step
     }

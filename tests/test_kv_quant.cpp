@@ -8,6 +8,7 @@
 #include <cstring>
 #include <random>
 
+#include "attend/paged_attention.h"
 #include "cache/kv_cache.h"
 #include "cache/page_store.h"
 #include "kernels/cpu_features.h"
@@ -16,6 +17,7 @@
 #include "kernels/parallel.h"
 #include "kernels/quant.h"
 #include "model/llama_model.h"
+#include "session/synthetic_fill.h"
 #include "kv_block_reference.h"
 #include "test_util.h"
 #include "util/binary_io.h"
@@ -257,7 +259,7 @@ TEST(KVQuant, CacheBytesAreTheQuantizedPages) {
         SCOPED_TRACE(kv_types_spec(t));
         auto cache = tiny_cache(m, t.key, t.value);
         std::vector<float> logits;
-        m.forward(prompt, *cache, logits);
+        m.forward(StepPhase::kPrefill, prompt, *cache, logits);
         // 40 entries per head: 3 pages of 16 keys and 16 values, each row 34 or 18 bytes per 32 elements (F16 2 per).
         auto row = [d](KVType ty) {
             return ty == KVType::kQ8_0 ? 34 * d / 32 : ty == KVType::kQ4_0 ? 18 * d / 32 : 2 * d;
@@ -275,7 +277,7 @@ TEST(KVQuant, CacheRecordOfOtherTypesIsRefusedNamingBothAndVersion1IsRead) {
     for (int i = 0; i < 20; ++i) prompt.push_back(5 + 3 * i);
     auto cache = tiny_cache(m, KVType::kQ8_0, KVType::kQ4_0);
     std::vector<float> logits;
-    m.forward(prompt, *cache, logits);
+    m.forward(StepPhase::kPrefill, prompt, *cache, logits);
     BinaryWriter w;
     cache->save(w);
     for (KVTypes other : {KVTypes{KVType::kF16, KVType::kF16}, KVTypes{KVType::kQ8_0, KVType::kQ8_0}}) {
@@ -303,7 +305,7 @@ TEST(KVQuant, CacheRecordOfOtherTypesIsRefusedNamingBothAndVersion1IsRead) {
     // is version 3 without the rotation sizes after the page size, without the sinks' and the window's types and
     // without the value type after the key type (u32 version, then int32 L, H, d, type, page).
     auto f16 = tiny_cache(m, KVType::kF16, KVType::kF16);
-    m.forward(prompt, *f16, logits);
+    m.forward(StepPhase::kPrefill, prompt, *f16, logits);
     BinaryWriter w2;
     f16->save(w2);
     // Version 3 adds the value type and the sinks' and the window's key and value types after the key type, and the
@@ -425,7 +427,7 @@ TEST(KVQuantAtAdmission, SinksAndWindowAreBitExactF16AndAdmittedEntriesAreQuanti
     }
 }
 
-/// A one-layer configuration for driving KVCache::attend directly: 8 query heads over 2 KV heads of d = 32.
+/// A one-layer configuration for driving attention over a KVCache directly (PagedAttention::attend): 8 query heads over 2 KV heads of d = 32.
 ModelConfig small_config() {
     ModelConfig c;
     c.n_layer = 1;
@@ -443,7 +445,7 @@ TEST(KVQuantAtAdmission, BytesArePerRegionAndTheBudgetCoversBothLayouts) {
     // entries in 3 pages of Q8_0 keys and Q4_0 values.
     KVCache cache(c, 256, parse_policy("tova:budget=100000,window=16,sinks=4"),
                   admission_pool(d, KVType::kQ8_0, KVType::kQ4_0));
-    cache.fill_synthetic(60, 3);
+    fill_synthetic(cache, 60, 3);
     const uint64_t f16_page = 16ull * (2 * d + 2 * d), quant_page = 16ull * (34 * d / 32 + 18 * d / 32);
     const KVStats st = cache.stats();
     EXPECT_EQ(st.kv_quant_at, "admission");
@@ -461,7 +463,7 @@ TEST(KVQuantAtAdmission, BytesArePerRegionAndTheBudgetCoversBothLayouts) {
     EXPECT_EQ(st.to_json()["kv_bytes_global"], st.kv_bytes_global);
     // The full cache with a window keeps every entry in the same layout: the full-cache reference of this mode.
     KVCache full(c, 256, parse_policy("full:sinks=4,window=16"), admission_pool(d, KVType::kQ8_0, KVType::kQ4_0));
-    full.fill_synthetic(60, 3);
+    fill_synthetic(full, 60, 3);
     EXPECT_EQ(full.head(0, 0).global().size(), 40);
     EXPECT_EQ(full.stats().kv_bytes_local, st.kv_bytes_local);
     EXPECT_EQ(full.stats().kv_bytes_global, st.kv_bytes_global);
@@ -469,7 +471,7 @@ TEST(KVQuantAtAdmission, BytesArePerRegionAndTheBudgetCoversBothLayouts) {
     // At write the same entries take quantized pages everywhere.
     KVCache at_write(c, 256, parse_policy("tova:budget=100000,window=16,sinks=4"),
                      std::make_shared<KVPool>(d, KVType::kQ8_0, KVType::kQ4_0));
-    at_write.fill_synthetic(60, 3);
+    fill_synthetic(at_write, 60, 3);
     EXPECT_EQ(at_write.stats().kv_bytes_final, heads * 5 * quant_page);
     EXPECT_EQ(at_write.stats().kv_quant_at, "write");
     // One budget for both layouts: room for exactly 2 F16 pages (sinks, window) and 1 quantized page (global) per
@@ -477,9 +479,9 @@ TEST(KVQuantAtAdmission, BytesArePerRegionAndTheBudgetCoversBothLayouts) {
     const uint64_t budget = heads * 2 * f16_page + 2 * quant_page;
     KVCache tight(c, 256, parse_policy("tova:budget=100000,window=16,sinks=4"),
                   admission_pool(d, KVType::kQ8_0, KVType::kQ4_0, budget));
-    EXPECT_NO_THROW(tight.fill_synthetic(4 + 16 + 16, 3));  // sinks, window and one global page per head
+    EXPECT_NO_THROW(fill_synthetic(tight, 4 + 16 + 16, 3));  // sinks, window and one global page per head
     EXPECT_EQ(tight.pool().bytes_in_use(), budget);
-    EXPECT_THROW(tight.fill_synthetic(1, 4), KVBudgetExhausted);
+    EXPECT_THROW(fill_synthetic(tight, 1, 4), KVBudgetExhausted);
 }
 
 TEST(KVQuantAtAdmission, DecodeOverMixedRegionsEqualsAFloatReferenceOnTheStoredValues) {
@@ -508,9 +510,9 @@ TEST(KVQuantAtAdmission, DecodeOverMixedRegionsEqualsAFloatReferenceOnTheStoredV
         in.k = in.k_pre = k.data();
         in.v = v.data();
         in.hidden = hidden.data();
-        cache.set_phase(KVCache::Phase::kPrefill);
-        cache.attend(in, out.data());
-        cache.finish_step(0, T);
+        in.phase = StepPhase::kPrefill;
+        PagedAttention(cache).attend(in, out.data());
+        cache.finish_step(0, T, StepPhase::kPrefill);
         cache.end_prefill();
         const auto q1 = randn(static_cast<size_t>(Hq) * d, 21), k1 = randn(static_cast<size_t>(Hkv) * d, 22),
                    v1 = randn(static_cast<size_t>(Hkv) * d, 23);
@@ -521,8 +523,8 @@ TEST(KVQuantAtAdmission, DecodeOverMixedRegionsEqualsAFloatReferenceOnTheStoredV
         one.q = one.q_pre = q1.data();
         one.k = one.k_pre = k1.data();
         one.v = v1.data();
-        cache.set_phase(KVCache::Phase::kDecode);
-        cache.attend(one, o1.data());
+        one.phase = StepPhase::kDecode;
+        PagedAttention(cache).attend(one, o1.data());
         double worst = 0;
         for (int h = 0; h < Hkv; ++h) {
             const HeadCache& hc = cache.head(0, h);
@@ -536,10 +538,10 @@ TEST(KVQuantAtAdmission, DecodeOverMixedRegionsEqualsAFloatReferenceOnTheStoredV
                 std::vector<double> s;
                 std::vector<std::vector<float>> vals;
                 std::vector<float> kr(d), vr(d);
-                for (int r = 0; r < 3; ++r) {
+                for (Region r : kRegionsInOrder) {
                     const PageStore* ps = hc.region(r);
                     const bool quant = kv_type_block(ps->pool().key_type()) > 1;
-                    EXPECT_EQ(quant, r == 1);
+                    EXPECT_EQ(quant, r == Region::kGlobal);
                     for (int64_t i = 0; i < ps->size(); ++i) {
                         ps->read(i, kr.data(), vr.data());
                         double dot = 0;
@@ -572,7 +574,7 @@ TEST(KVQuantAtAdmission, SaveLoadRoundTripsAndRecordsOfOtherRegionTypesAreRefuse
                                          std::make_shared<KVPool>(d, KVType::kQ8_0, KVType::kQ4_0, 16, 0, at));
     };
     auto b = make(KVQuantAt::kAdmission);
-    b->fill_synthetic(70, 9);
+    fill_synthetic(*b, 70, 9);
     BinaryWriter w;
     b->save(w);
     {  // the same types and place load, and hold the same bytes
@@ -583,7 +585,7 @@ TEST(KVQuantAtAdmission, SaveLoadRoundTripsAndRecordsOfOtherRegionTypesAreRefuse
         EXPECT_EQ(back->stats().kv_bytes_local, b->stats().kv_bytes_local);
         EXPECT_EQ(back->stats().kv_bytes_global, b->stats().kv_bytes_global);
         for (int h = 0; h < c.n_head_kv; ++h)
-            for (int r = 0; r < 3; ++r) {
+            for (Region r : kRegionsInOrder) {
                 const PageStore &x = *b->head(0, h).region(r), &y = *back->head(0, h).region(r);
                 ASSERT_EQ(x.size(), y.size());
                 for (int64_t i = 0; i < x.size(); ++i) {
@@ -613,7 +615,7 @@ TEST(KVQuantAtAdmission, SaveLoadRoundTripsAndRecordsOfOtherRegionTypesAreRefuse
     // A version-2 record (before the sinks' and the window's types and the rotation sizes) reads as quantized at
     // write: it loads into a cache quantized at write and is refused by one quantized at admission.
     auto a = make(KVQuantAt::kWrite);
-    a->fill_synthetic(70, 9);
+    fill_synthetic(*a, 70, 9);
     BinaryWriter wa;
     a->save(wa);
     std::string v2 = wa.data();

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <random>
 
+#include "attend/paged_attention.h"
 #include "cache/kv_cache.h"
 #include "cache/kv_rotation.h"
 #include "cache/page_store.h"
@@ -178,7 +179,7 @@ ModelConfig shape(int d) {
 /// query in q.
 std::vector<float> prefill_then_decode(KVCache& cache, int d, int T, std::vector<float>& q) {
     const int Hq = 2, Hkv = 1;
-    auto step = [&](int64_t pos0, int64_t n, uint32_t seed) {
+    auto step = [&](int64_t pos0, int64_t n, uint32_t seed, StepPhase phase) {
         std::vector<float> k = randn(static_cast<size_t>(n) * Hkv * d, seed),
                            v = randn(static_cast<size_t>(n) * Hkv * d, seed + 1);
         for (int64_t t = 0; t < n; ++t) {
@@ -201,14 +202,13 @@ std::vector<float> prefill_then_decode(KVCache& cache, int d, int T, std::vector
         in.q = q.data();
         in.k = k.data();
         in.v = v.data();
-        cache.attend(in, out.data());
-        cache.finish_step(pos0, n);
+        in.phase = phase;
+        PagedAttention(cache).attend(in, out.data());
+        cache.finish_step(pos0, n, phase);
         return out;
     };
-    cache.set_phase(KVCache::Phase::kPrefill);
-    step(0, T, 11);
-    cache.set_phase(KVCache::Phase::kDecode);
-    return step(T, 1, 21);
+    step(0, T, 11, StepPhase::kPrefill);
+    return step(T, 1, 21, StepPhase::kDecode);
 }
 
 TEST(KVRotation, DecodeAttentionOverRotatedPagesEqualsAttentionOverTheReadBackEntries) {
@@ -224,7 +224,7 @@ TEST(KVRotation, DecodeAttentionOverRotatedPagesEqualsAttentionOverTheReadBackEn
             const std::vector<float> out = prefill_then_decode(cache, d, 37, q);
             const HeadCache& hc = cache.head(0, 0);
             std::vector<std::vector<float>> K, V;
-            for (int r = 0; r < 3; ++r)
+            for (Region r : kRegionsInOrder)
                 for (int64_t i = 0; i < hc.region(r)->size(); ++i) {
                     K.emplace_back(d);
                     V.emplace_back(d);

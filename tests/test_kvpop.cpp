@@ -11,6 +11,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "attend/paged_attention.h"
 #include "cache/kv_cache.h"
 #include "io/safetensors.h"
 #include "policy/policy.h"
@@ -323,9 +324,9 @@ TEST(KvpopPolicy, EachLeavingEntryIsScoredAgainstTheStateAtTheStepThatPushesItOu
     auto pool = std::make_shared<KVPool>(c.head_dim, KVType::kF32);
     KVCache one(c, 128, parse_policy(spec), pool), steps(c, 128, parse_policy(spec), pool);
     std::vector<float> logits;
-    m.forward(ids, one, logits);
+    m.forward(StepPhase::kPrefill, ids, one, logits);
     one.end_prefill();
-    for (size_t t = 0; t < ids.size(); ++t) m.forward({ids[t]}, steps, logits);
+    for (size_t t = 0; t < ids.size(); ++t) m.forward(StepPhase::kDecode, {ids[t]}, steps, logits);
     const int64_t n = static_cast<int64_t>(ids.size());
     const KvpopScorerNet net = KvpopScorerNet::load(dir.path, c.n_layer, c.n_head_kv, c.head_dim);
     for (int l = 0; l < c.n_layer; ++l)
@@ -374,9 +375,10 @@ struct Synthetic {
             in.q = in.q_pre = q.data();
             in.k = in.k_pre = k.data();
             in.v = v.data();
-            kc.attend(in, out.data());
+            in.phase = T == 1 ? StepPhase::kDecode : StepPhase::kPrefill;
+            PagedAttention(kc).attend(in, out.data());
         }
-        kc.finish_step(pos0, T);
+        kc.finish_step(pos0, T, T == 1 ? StepPhase::kDecode : StepPhase::kPrefill);
     }
 };
 
@@ -483,9 +485,9 @@ TEST(KvpopPolicy, AnAdmissionInFrontOfTheBudgetThinsTheCandidates) {
         auto kc =
             std::make_unique<KVCache>(c, 128, parse_policy(spec), std::make_shared<KVPool>(c.head_dim, KVType::kF32));
         std::vector<float> logits;
-        m.forward(ids, *kc, logits);
+        m.forward(StepPhase::kPrefill, ids, *kc, logits);
         kc->end_prefill();
-        for (int i = 0; i < 12; ++i) m.forward({static_cast<int32_t>(100 + i)}, *kc, logits);
+        for (int i = 0; i < 12; ++i) m.forward(StepPhase::kDecode, {static_cast<int32_t>(100 + i)}, *kc, logits);
         return kc;
     };
     // τ: the median KVzap score of layer 0's entries beyond the window.

@@ -26,7 +26,7 @@ CacheSnapshot run_policy(const std::string& spec, const std::vector<int32_t>& pr
     auto pool = std::make_shared<KVPool>(model.config().head_dim, KVType::kF32);
     KVCache cache(model.config(), 256, parse_policy(spec), pool);
     std::vector<float> logits;
-    model.forward(prompt, cache, logits);
+    model.forward(StepPhase::kPrefill, prompt, cache, logits);
     cache.end_prefill();
     CacheSnapshot r;
     r.heads.resize(model.config().n_layer);
@@ -34,7 +34,7 @@ CacheSnapshot run_policy(const std::string& spec, const std::vector<int32_t>& pr
         for (int h = 0; h < model.config().n_head_kv; ++h) {
             std::vector<std::pair<int32_t, float>> e;
             const HeadCache& hc = cache.head(l, h);
-            for (int reg = 0; reg < 3; ++reg)
+            for (Region reg : kRegionsInOrder)
                 for (int64_t i = 0; i < hc.region(reg)->size(); ++i)
                     e.emplace_back(hc.region(reg)->positions()[i], hc.region(reg)->scores()[i]);
             std::sort(e.begin(), e.end());

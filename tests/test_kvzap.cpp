@@ -42,7 +42,7 @@ TEST_P(KVzapParity, ScoresAndEvictionsMatchKvpress) {
             parse_policy("kvzap:model=" + dir + ",tau=" + std::to_string(t) + ",window=" + std::to_string(window)),
             pool);
         std::vector<float> logits;
-        m.forward(prompt, *c, logits);
+        m.forward(StepPhase::kPrefill, prompt, *c, logits);
         c->end_prefill();
         return std::make_pair(std::move(c), pool);
     };
@@ -58,13 +58,13 @@ TEST_P(KVzapParity, ScoresAndEvictionsMatchKvpress) {
         for (int h = 0; h < 2; ++h) {
             std::map<int32_t, float> mine;
             const HeadCache& hc = all->head(l, h);
-            for (int r = 0; r < 3; ++r)
+            for (Region r : kRegionsInOrder)
                 for (int64_t i = 0; i < hc.region(r)->size(); ++i)
                     mine[hc.region(r)->positions()[i]] = hc.region(r)->scores()[i];
             ASSERT_EQ(mine.size(), prompt.size());
             std::set<int32_t> kept;
             const HeadCache& hk = cut->head(l, h);
-            for (int r = 0; r < 3; ++r)
+            for (Region r : kRegionsInOrder)
                 for (int32_t p : hk.region(r)->positions()) kept.insert(p);
             for (size_t t = 0; t < prompt.size(); ++t) {
                 const double ref = scores[h][t];
@@ -101,13 +101,13 @@ TEST_P(KVzapParity, HeadAndLayerBudgetsKeepWhatKvpressKeeps) {
         auto pool = std::make_shared<KVPool>(m.config().head_dim, KVType::kF32);
         KVCache c(m.config(), 256, parse_policy("kvzap:model=" + dir + ",rule=" + rule + ",ratio=" + ratio), pool);
         std::vector<float> logits;
-        m.forward(prompt, c, logits);
+        m.forward(StepPhase::kPrefill, prompt, c, logits);
         c.end_prefill();
         std::vector<std::vector<std::set<int32_t>>> kept(m.config().n_layer,
                                                          std::vector<std::set<int32_t>>(m.config().n_head_kv));
         for (int l = 0; l < m.config().n_layer; ++l)
             for (int h = 0; h < m.config().n_head_kv; ++h)
-                for (int r = 0; r < 3; ++r)
+                for (Region r : kRegionsInOrder)
                     for (int32_t p : c.head(l, h).region(r)->positions()) kept[l][h].insert(p);
         return kept;
     };
@@ -172,9 +172,9 @@ TEST(KVzap, DecodeKeepsMemoryInLineWithCompression) {
     std::vector<float> logits;
     std::vector<int32_t> prompt(100);
     for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(3 + (i * 37) % 500);
-    m.forward(prompt, c, logits);
+    m.forward(StepPhase::kPrefill, prompt, c, logits);
     c.end_prefill();
-    for (int i = 0; i < 200; ++i) m.forward({static_cast<int32_t>(3 + (i * 11) % 500)}, c, logits);
+    for (int i = 0; i < 200; ++i) m.forward(StepPhase::kDecode, {static_cast<int32_t>(3 + (i * 11) % 500)}, c, logits);
     const KVStats s = c.stats();
     EXPECT_GT(s.compression_ratio, 0.2);
     // Bytes follow the kept entries: pages hold 16 entries, so at most one partly filled page per region.
@@ -241,10 +241,10 @@ std::vector<std::vector<std::vector<float>>> kvzap_predictions(const LlamaModel&
             hidden[in.layer].assign(in.hidden, in.hidden + in.T * in.n_embd);
             dense.attend(in, o);
         }
-        void finish_step(int64_t p, int64_t T) override { dense.finish_step(p, T); }
+        void finish_step(int64_t p, int64_t T, StepPhase ph) override { dense.finish_step(p, T, ph); }
     } tap(m, c.n_layer);
     std::vector<float> logits;
-    m.forward(prompt, tap, logits);
+    m.forward(StepPhase::kPrefill, prompt, tap, logits);
     const int64_t T = static_cast<int64_t>(prompt.size());
     for (int l = 0; l < c.n_layer; ++l) {
         std::vector<float> pred(static_cast<size_t>(T) * c.n_head_kv);
@@ -257,7 +257,7 @@ std::vector<std::vector<std::vector<float>>> kvzap_predictions(const LlamaModel&
 
 std::set<int32_t> kept_set(const KVCache& c, int l, int h) {
     std::set<int32_t> s;
-    for (int r = 0; r < 3; ++r)
+    for (Region r : kRegionsInOrder)
         for (int32_t p : c.head(l, h).region(r)->positions()) s.insert(p);
     return s;
 }
@@ -275,8 +275,9 @@ TEST(KVzap, WindowZeroJudgesEachEntryAtWrite) {
               std::make_shared<KVPool>(m.config().head_dim, KVType::kF32));
     EXPECT_EQ(c.policy().timing, Timing::kAtWrite);
     std::vector<float> logits;
-    m.forward(head, c, logits);
-    for (size_t t = head.size(); t < prompt.size(); ++t) m.forward({prompt[t]}, c, logits);  // decode steps
+    m.forward(StepPhase::kPrefill, head, c, logits);
+    for (size_t t = head.size(); t < prompt.size(); ++t)
+        m.forward(StepPhase::kDecode, {prompt[t]}, c, logits);  // decode steps
     int64_t dropped = 0;
     for (int l = 0; l < m.config().n_layer; ++l)
         for (int h = 0; h < m.config().n_head_kv; ++h) {
@@ -305,7 +306,7 @@ TEST(KVzap, HeadAndLayerRulesRankThePredictionsByABudget) {
                                            parse_policy("kvzap:model=" + dir + ",rule=" + rule + ",ratio=0.5"),
                                            std::make_shared<KVPool>(m.config().head_dim, KVType::kF32));
         std::vector<float> logits;
-        m.forward(prompt, *c, logits);
+        m.forward(StepPhase::kPrefill, prompt, *c, logits);
         c->end_prefill();
         return c;
     };
@@ -408,7 +409,7 @@ TEST(KVzapFit, LinearSurrogateLearnsKVzipPlusScoresAndServes) {
     auto pool = std::make_shared<KVPool>(m.config().head_dim, KVType::kF16);
     KVCache c(m.config(), 512, parse_policy("kvzap:model=" + dir + ",tau=-3,window=32"), pool);
     std::vector<float> logits;
-    m.forward(tok->encode(corpus.substr(0, 600)), c, logits);
+    m.forward(StepPhase::kPrefill, tok->encode(corpus.substr(0, 600)), c, logits);
     EXPECT_GT(c.stats().compression_ratio, 0.0);
     std::filesystem::remove_all(dir);
     EXPECT_THROW(collect_kvzap_pairs(m, *tok, "", o), Error);

@@ -38,7 +38,7 @@ TEST_P(KVzipParity, ScoresAndEvictionsMatchKvpress) {
         auto c = std::make_unique<KVCache>(m.config(), 512,
                                            parse_policy(preset + ":ratio=" + ratio + ",chunk=" + chunk), pool);
         std::vector<float> logits;
-        m.forward(prompt, *c, logits);
+        m.forward(StepPhase::kPrefill, prompt, *c, logits);
         finish_prefill(m, *tok, *c, prompt);
         return std::make_pair(std::move(c), pool);
     };
@@ -53,11 +53,11 @@ TEST_P(KVzipParity, ScoresAndEvictionsMatchKvpress) {
         for (int h = 0; h < m.config().n_head_kv; ++h) {
             std::map<int32_t, float> mine;
             const HeadCache& hc = all->head(l, h);
-            for (int r = 0; r < 3; ++r)
+            for (Region r : kRegionsInOrder)
                 for (int64_t i = 0; i < hc.region(r)->size(); ++i)
                     mine[hc.region(r)->positions()[i]] = hc.region(r)->scores()[i];
             std::set<int32_t> kept;
-            for (int r = 0; r < 3; ++r)
+            for (Region r : kRegionsInOrder)
                 for (int32_t p : cut->head(l, h).region(r)->positions()) kept.insert(p);
             for (size_t t = 0; t < prompt.size(); ++t) {
                 const double ref = scores[h][t];
@@ -85,12 +85,12 @@ TEST(KVzip, RepeatRowsOnlyScoresAreAMaxOverFewerRows) {
         auto pool = std::make_shared<KVPool>(m.config().head_dim, KVType::kF32);
         auto c = std::make_unique<KVCache>(m.config(), 512, parse_policy("kvzip_plus:ratio=0,rows=" + rows), pool);
         std::vector<float> logits;
-        m.forward(prompt, *c, logits);
+        m.forward(StepPhase::kPrefill, prompt, *c, logits);
         finish_prefill(m, *tok, *c, prompt);
         std::map<std::tuple<int, int, int32_t>, float> s;
         for (int l = 0; l < m.config().n_layer; ++l)
             for (int h = 0; h < m.config().n_head_kv; ++h)
-                for (int r = 0; r < 3; ++r) {
+                for (Region r : kRegionsInOrder) {
                     const PageStore* ps = c->head(l, h).region(r);
                     for (int64_t i = 0; i < ps->size(); ++i) s[{l, h, ps->positions()[i]}] = ps->scores()[i];
                 }
@@ -131,7 +131,7 @@ TEST(KVzip, OneReplayGivesBothVariantsWhenAsked) {
     ASSERT_NE(plain.after_prefill_key, plus.after_prefill_key);
     KVCache c(m.config(), 512, plain, pool);
     std::vector<float> logits;
-    m.forward(prompt, c, logits);
+    m.forward(StepPhase::kPrefill, prompt, c, logits);
     const int chunks = static_cast<int>((prompt.size() + 15) / 16);
     auto own = [&](const Policy& p) {
         CountingAccess a(m, *tok, c);

@@ -80,9 +80,9 @@ TEST(PolicyEvents, EachSequenceKeepsItsOwnStateAndSeesEventsInOrder) {
     const auto ids = test::story_prompt_ids();
     const std::vector<int32_t> prompt(ids.begin(), ids.begin() + 12);
     std::vector<float> logits;
-    model().forward(prompt, a, logits);
-    model().forward(prompt, b, logits);
-    for (int s = 0; s < 3; ++s) model().forward({ids[12 + s]}, a, logits);  // only a decodes
+    model().forward(StepPhase::kPrefill, prompt, a, logits);
+    model().forward(StepPhase::kPrefill, prompt, b, logits);
+    for (int s = 0; s < 3; ++s) model().forward(StepPhase::kDecode, {ids[12 + s]}, a, logits);  // only a decodes
 
     // on_write: once per layer and step, before attention, with the step's T and first position.
     auto log_of = [&](KVCache& cache) -> const Log& { return *static_cast<const Log*>(cache.scorer_state()); };
@@ -142,7 +142,7 @@ TEST(PolicyEvents, BudgetEvictionComparesEffectiveScores) {
         KVCache cache(c, 64, p, std::make_shared<KVPool>(c.head_dim, KVType::kF32));
         const auto ids = test::story_prompt_ids();
         std::vector<float> logits;
-        model().forward(std::vector<int32_t>(ids.begin(), ids.begin() + 12), cache, logits);
+        model().forward(StepPhase::kPrefill, std::vector<int32_t>(ids.begin(), ids.begin() + 12), cache, logits);
         cache.end_prefill();
         const std::vector<int32_t> want =
             decays ? std::vector<int32_t>{8, 9, 10, 11} : std::vector<int32_t>{2, 5, 8, 11};
@@ -211,7 +211,7 @@ TEST(PolicyEvents, ScorersAreMadeForAModelWithoutChangingTheSharedOne) {
     EXPECT_NE(kvzap.scorer->for_model(c), nullptr);
     KVCache cache(c, 64, kvzap, std::make_shared<KVPool>(c.head_dim, KVType::kF32));
     std::vector<float> logits;
-    model().forward(test::story_prompt_ids(), cache, logits);
+    model().forward(StepPhase::kPrefill, test::story_prompt_ids(), cache, logits);
     EXPECT_EQ(cache.n_tokens(), static_cast<int64_t>(test::story_prompt_ids().size()));
 }
 
@@ -277,7 +277,7 @@ TEST(PolicyEvents, AfterPrefillStepReplaysWithoutChangingTheCache) {
     };
     KVCache cache(c, 256, p, std::make_shared<KVPool>(c.head_dim, KVType::kF32));
     std::vector<float> logits;
-    model().forward(ids, cache, logits);
+    model().forward(StepPhase::kPrefill, ids, cache, logits);
     run_after_prefill(model(), *tok, cache, ids);
     EXPECT_EQ(observed, c.n_layer);
     EXPECT_EQ(cache.n_tokens(), n);

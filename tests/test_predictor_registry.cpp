@@ -97,7 +97,7 @@ TEST(PredictorNames, ARequestNamesARegisteredPredictorAndNeverAFile) {
     auto run = [&](const Policy& p) {
         KVCache c(m.config(), 128, p, std::make_shared<KVPool>(m.config().head_dim, KVType::kF32));
         std::vector<float> logits;
-        m.forward(prompt, c, logits);
+        m.forward(StepPhase::kPrefill, prompt, c, logits);
         return logits;
     };
     const auto a = run(named), b = run(by_path);

@@ -230,9 +230,9 @@ std::vector<float> decode(const std::string& spec, KVStats* st = nullptr) {
     auto ids = test::story_prompt_ids();
     while (ids.size() < 66) ids.insert(ids.end(), ids.begin() + 1, ids.end());
     std::vector<float> logits;
-    m.forward(std::vector<int32_t>(ids.begin(), ids.begin() + 60), c, logits);
+    m.forward(StepPhase::kPrefill, std::vector<int32_t>(ids.begin(), ids.begin() + 60), c, logits);
     c.end_prefill();
-    for (int s = 0; s < 6; ++s) m.forward({ids[60 + s]}, c, logits);
+    for (int s = 0; s < 6; ++s) m.forward(StepPhase::kDecode, {ids[60 + s]}, c, logits);
     if (st) *st = c.stats();
     return logits;
 }
@@ -280,7 +280,7 @@ TEST(Quest, DecodeReadsOnlyTheChosenPagesAndLeavesTheCacheWhole) {
     KVCache c(m.config(), 128, parse_policy("full:sinks=4"),
               std::make_shared<KVPool>(m.config().head_dim, KVType::kF32));
     std::vector<float> logits;
-    m.forward(test::story_prompt_ids(), c, logits);
+    m.forward(StepPhase::kPrefill, test::story_prompt_ids(), c, logits);
     EXPECT_EQ(c.head(0, 0).sinks().size(), 4);
     EXPECT_EQ(c.head(0, 0).size(), static_cast<int64_t>(test::story_prompt_ids().size()));
 }

@@ -23,7 +23,7 @@ std::vector<int32_t> prompt_ids() { return test::story_prompt_ids(); }
 /// Positions of the entries a head holds (sinks, global and window regions), sorted.
 std::vector<int32_t> kept_positions(const KVCache& c, int layer, int head) {
     std::vector<int32_t> got;
-    for (int r = 0; r < 3; ++r)
+    for (Region r : kRegionsInOrder)
         for (int32_t p : c.head(layer, head).region(r)->positions()) got.push_back(p);
     std::sort(got.begin(), got.end());
     return got;
@@ -53,7 +53,8 @@ TEST(Session, ChunkedPrefillIsForwardAndCompressionPerChunk) {
             EXPECT_EQ(lg.size(), static_cast<size_t>(model().config().n_vocab));
         });
         for (size_t i = 0; i < ids.size(); i += 8) {
-            model().forward(std::vector<int32_t>(ids.begin() + i, ids.begin() + std::min(ids.size(), i + 8)), *b, lb);
+            model().forward(StepPhase::kPrefill,
+                            std::vector<int32_t>(ids.begin() + i, ids.begin() + std::min(ids.size(), i + 8)), *b, lb);
             b->end_prefill();
         }
         EXPECT_EQ(la, lb);
@@ -76,7 +77,7 @@ TEST(Session, OneBatchPrefillRunsTheAfterPrefillStep) {
     plan.all_logits = true;
     prefill(model(), *tok, *a, ids, ids, plan, la);
     EXPECT_EQ(la.size(), ids.size() * static_cast<size_t>(model().config().n_vocab));
-    model().forward(ids, *b, lb, true);
+    model().forward(StepPhase::kPrefill, ids, *b, lb, true);
     finish_prefill(model(), *tok, *b, ids);
     EXPECT_EQ(la, lb);
     EXPECT_EQ(a->stats().entries, b->stats().entries);
@@ -142,7 +143,7 @@ TEST(Session, H2OBudgetKeepsItsRecentWindow) {
     std::vector<float> logits;
     prefill(model(), *tok, *c, ids, ids, PrefillPlan{}, logits);
     for (int step = 0; step < 6; ++step) {
-        model().forward({static_cast<int32_t>(300 + step)}, *c, logits);
+        model().forward(StepPhase::kDecode, {static_cast<int32_t>(300 + step)}, *c, logits);
         const int32_t newest = static_cast<int32_t>(c->n_tokens()) - 1;
         for (int l = 0; l < model().config().n_layer; ++l)
             for (int h = 0; h < model().config().n_head_kv; ++h) {
@@ -192,7 +193,7 @@ TEST(Session, ThePhaseIsTheSessionsNotTheStepLength) {
     // The same steps outside a session take a one-token step for a decode step.
     sc->seen.clear();
     KVCache raw(model().config(), 64, p, std::make_shared<KVPool>(model().config().head_dim, KVType::kF32));
-    model().forward({ids[0]}, raw, logits);
+    model().forward(StepPhase::kDecode, {ids[0]}, raw, logits);
     EXPECT_EQ(sc->seen, (std::vector<std::pair<bool, int64_t>>{{false, 1}}));
     s.reset();
     EXPECT_EQ(s.n_tokens(), 0);

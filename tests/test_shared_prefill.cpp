@@ -7,12 +7,13 @@
 #include <vector>
 
 #include "cache/kv_cache.h"
-#include "cache/prefill_stat_share.h"
+#include "attend/prefill_stat_share.h"
 #include "model/llama_model.h"
 #include "policy/policy.h"
 #include "session/prefill.h"
 #include "session/session.h"
 #include "session/shared_prefill.h"
+#include "session/shared_prefill_cache.h"
 #include "test_util.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
@@ -30,7 +31,7 @@ Contents contents(const KVCache& c, const ModelConfig& cfg) {
     const int d = cfg.head_dim;
     for (int l = 0; l < cfg.n_layer; ++l)
         for (int h = 0; h < cfg.n_head_kv; ++h)
-            for (int r = 0; r < 3; ++r) {
+            for (Region r : kRegionsInOrder) {
                 const PageStore* ps = c.head(l, h).region(r);
                 out.pos.emplace_back(ps->positions().begin(), ps->positions().end());
                 out.scores.emplace_back(ps->scores().begin(), ps->scores().end());
@@ -90,15 +91,14 @@ TEST(SharedPrefill, EveryCacheHoldsWhatItsOwnPrefillGives) {
         own[i]->prefill(ids, PrefillPlan{}, own_lg);
         EXPECT_EQ(lg, own_lg);
         EXPECT_EQ(shared[i]->tokens(), own[i]->tokens());
-        EXPECT_FALSE(shared_caches[i]->shadow());
         const Contents a = contents(*shared_caches[i], m.config()), b = contents(*own_caches[i], m.config());
         EXPECT_EQ(a.pos, b.pos);
         EXPECT_EQ(a.k, b.k);
         EXPECT_EQ(a.v, b.v);
         EXPECT_EQ(a.scores, b.scores);
-        // And the next step sees the same cache.
+        // And the next step sees the same cache, no longer a shadow's (a shadow refuses a decode step).
         std::vector<float> x, y;
-        shared[i]->decode(ids[5], x);
+        EXPECT_NO_THROW(shared[i]->decode(ids[5], x));
         own[i]->decode(ids[5], y);
         EXPECT_EQ(x, y);
     }
@@ -159,12 +159,11 @@ TEST(SharedPrefill, WhatCannotShareIsRefused) {
     Session sg(spkv, *stok, g), sf(spkv, *stok, f);
     const auto sids = stok->encode("Once upon a time there was a cat.", true, false);
     EXPECT_THROW(prefill_shared({&sf, &sg}, sids, lg), Error);
-    EXPECT_THROW(g.set_shadow(true), Error);
+    EXPECT_THROW(SharedPrefillCache(g, nullptr, true), Error);
     // A shadow cache takes no decode step.
-    f.set_shadow(true);
-    f.set_phase(KVCache::Phase::kDecode);
+    SharedPrefillCache shadow(f, nullptr, true);
     std::vector<float> out;
-    EXPECT_THROW(spkv.forward({1}, f, out), Error);
+    EXPECT_THROW(spkv.forward(StepPhase::kDecode, {1}, shadow, out), Error);
 }
 
 }  // namespace

@@ -118,7 +118,7 @@ struct Agreement {
 Agreement teacher_forced(const LlamaModel& m, const RefRow& row, KVType kv) {
     KVCache cache = make_cache(m, static_cast<int64_t>(row.ids.size() + row.steps.size()) + 1, kv);
     std::vector<float> logits;
-    m.forward(row.ids, cache, logits);
+    m.forward(StepPhase::kPrefill, row.ids, cache, logits);
     Agreement a;
     for (const RefStep& s : row.steps) {
         const std::vector<float>& ref = kv == KVType::kF16 ? s.f16kv : s.f32kv;
@@ -130,7 +130,7 @@ Agreement teacher_forced(const LlamaModel& m, const RefRow& row, KVType kv) {
         a.mean += d / static_cast<float>(row.steps.size());
         a.agree += std::max_element(logits.begin(), logits.end()) - logits.begin() == s.token;
         ++a.steps;
-        m.forward({s.token}, cache, logits);
+        m.forward(StepPhase::kDecode, {s.token}, cache, logits);
     }
     std::printf(
         "[ llama.cpp ] %-40s %s cache: max|Δlogit| %.4f (mean %.4f); llama.cpp F16 vs F32 cache %.4f "
@@ -210,7 +210,7 @@ TEST(SmolLM2, GreedyTokensMatchLlamaCppUpToItsNearTies) {
         ASSERT_EQ(g.at("rows")[r].at("prompt_ids").get<std::vector<int32_t>>(), row.ids);
         KVCache cache = make_cache(m, static_cast<int64_t>(row.ids.size() + row.steps.size()) + 1, KVType::kF16);
         std::vector<float> logits;
-        m.forward(row.ids, cache, logits);
+        m.forward(StepPhase::kPrefill, row.ids, cache, logits);
         size_t i = 0;
         for (; i < row.steps.size(); ++i) {
             const RefStep& s = row.steps[i];
@@ -229,7 +229,7 @@ TEST(SmolLM2, GreedyTokensMatchLlamaCppUpToItsNearTies) {
                     row.prompt.c_str(), i, best, s.token, margin, s.self_noise());
                 break;
             }
-            m.forward({best}, cache, logits);
+            m.forward(StepPhase::kDecode, {best}, cache, logits);
         }
         if (i == row.steps.size()) ++exact;
         EXPECT_GE(i, 8u) << "fewer than 8 tokens agree before the first near-tie";
@@ -269,8 +269,8 @@ TEST(SmolLM2, Q8_0CacheLogitsStayWithinANearTieOfTheF16Cache) {
         const int64_t n_ctx = static_cast<int64_t>(row.ids.size() + row.steps.size()) + 1;
         KVCache f16 = make_cache(m, n_ctx, KVType::kF16), q8 = make_cache(m, n_ctx, KVType::kQ8_0);
         std::vector<float> lf, lq;
-        m.forward(row.ids, f16, lf);
-        m.forward(row.ids, q8, lq);
+        m.forward(StepPhase::kPrefill, row.ids, f16, lf);
+        m.forward(StepPhase::kPrefill, row.ids, q8, lq);
         for (size_t i = 0; i < row.steps.size(); ++i) {
             std::vector<int32_t> order(lf.size());
             std::iota(order.begin(), order.end(), 0);
@@ -290,8 +290,8 @@ TEST(SmolLM2, Q8_0CacheLogitsStayWithinANearTieOfTheF16Cache) {
                 EXPECT_LT(lf[a] - lf[b], kMoved) << "step " << i << ": the Q8_0 cache prefers " << b << " to the F16 "
                                                  << "cache's " << a << " by more than a near-tie";
             }
-            m.forward({a}, f16, lf);
-            m.forward({a}, q8, lq);
+            m.forward(StepPhase::kDecode, {a}, f16, lf);
+            m.forward(StepPhase::kDecode, {a}, q8, lq);
         }
     }
     EXPECT_GE(same * 10, steps * 9) << same << " of " << steps << " steps choose the F16 cache's token";
@@ -368,10 +368,10 @@ std::vector<std::vector<float>> forced_logits(const LlamaModel& m, const std::ve
     KVCache cache = rotated_cache(m, static_cast<int64_t>(ids.size() + tokens.size()) + 1, t, rot);
     std::vector<std::vector<float>> out(tokens.size());
     std::vector<float> logits;
-    m.forward(ids, cache, logits);
+    m.forward(StepPhase::kPrefill, ids, cache, logits);
     for (size_t i = 0; i < tokens.size(); ++i) {
         out[i] = logits;
-        m.forward({tokens[i]}, cache, logits);
+        m.forward(StepPhase::kDecode, {tokens[i]}, cache, logits);
     }
     return out;
 }

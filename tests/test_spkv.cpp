@@ -66,7 +66,7 @@ std::vector<T> constant_gates(const std::vector<float>& bias) {
 
 std::set<int32_t> kept(const KVCache& c, int l, int h) {
     std::set<int32_t> s;
-    for (int r = 0; r < 3; ++r)
+    for (Region r : kRegionsInOrder)
         for (int32_t p : c.head(l, h).region(r)->positions()) s.insert(p);
     return s;
 }
@@ -79,9 +79,9 @@ TEST(Spkv, AClosedGateRemovesTheKeyInPrefillAndDecode) {
               std::make_shared<KVPool>(m.config().head_dim, KVType::kF32));
     const auto ids = test::story_prompt_ids();
     std::vector<float> logits;
-    m.forward(std::vector<int32_t>(ids.begin(), ids.begin() + 30), c, logits);
+    m.forward(StepPhase::kPrefill, std::vector<int32_t>(ids.begin(), ids.begin() + 30), c, logits);
     c.end_prefill();
-    for (int s = 0; s < 5; ++s) m.forward({ids[30 + s]}, c, logits);
+    for (int s = 0; s < 5; ++s) m.forward(StepPhase::kDecode, {ids[30 + s]}, c, logits);
     for (int l = 0; l < m.config().n_layer; ++l)
         for (int h = 0; h < m.config().n_head_kv; ++h) {
             const auto k = kept(c, l, h);
@@ -117,7 +117,7 @@ TEST(Spkv, TheTrainedWindowAndSinksAreTheDefaults) {
     KVCache c(m.config(), 128, parse_policy("spkv"), pool);
     const auto ids = test::story_prompt_ids();
     std::vector<float> logits;
-    m.forward(std::vector<int32_t>(ids.begin(), ids.begin() + 30), c, logits);
+    m.forward(StepPhase::kPrefill, std::vector<int32_t>(ids.begin(), ids.begin() + 30), c, logits);
     EXPECT_EQ(kept(c, 0, 1), (std::set<int32_t>{0, 1, 22, 23, 24, 25, 26, 27, 28, 29}));
     EXPECT_EQ(kept(c, 0, 0).size(), 30u);
 }
@@ -166,8 +166,8 @@ TEST(Spkv, MlpGatesComputeSiluThenSigmoidAndDecideAtWrite) {
               std::make_shared<KVPool>(m.config().head_dim, KVType::kF32));
     const auto ids = test::story_prompt_ids();
     std::vector<float> logits;
-    m.forward(std::vector<int32_t>(ids.begin(), ids.begin() + 20), c, logits);
-    for (int s = 0; s < 4; ++s) m.forward({ids[20 + s]}, c, logits);
+    m.forward(StepPhase::kPrefill, std::vector<int32_t>(ids.begin(), ids.begin() + 20), c, logits);
+    for (int s = 0; s < 4; ++s) m.forward(StepPhase::kDecode, {ids[20 + s]}, c, logits);
     int64_t total = 0, dropped = 0;
     for (int l = 0; l < m.config().n_layer; ++l)
         for (int h = 0; h < m.config().n_head_kv; ++h) {

@@ -50,13 +50,13 @@ std::vector<float> run_at(const LlamaModel& m, const std::string& spec, KVType k
     const int V = m.config().n_vocab;
     KVCache cache(m.config(), 1024, parse_policy(spec), std::make_shared<KVPool>(m.config().head_dim, kv));
     std::vector<float> all, logits;
-    m.forward(random_ids(600, V, 7), cache, logits);
+    m.forward(StepPhase::kPrefill, random_ids(600, V, 7), cache, logits);
     all.insert(all.end(), logits.begin(), logits.end());
-    m.forward(random_ids(20, V, 11), cache, logits);
+    m.forward(StepPhase::kPrefill, random_ids(20, V, 11), cache, logits);
     all.insert(all.end(), logits.begin(), logits.end());
     cache.end_prefill();
     for (int32_t id : random_ids(8, V, 13)) {
-        m.forward({id}, cache, logits);
+        m.forward(StepPhase::kDecode, {id}, cache, logits);
         all.insert(all.end(), logits.begin(), logits.end());
     }
     return all;

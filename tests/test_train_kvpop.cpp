@@ -313,7 +313,7 @@ TEST(KvpopMask, TheMirrorUnderTheMaskComputesWhatTheEngineDecodesUnderThePolicy)
         KVCache cache(c, T + 1, parse_policy(spec), std::make_shared<KVPool>(c.head_dim, KVType::kF32));
         std::vector<float> logits;
         for (int64_t d = 0; d < T; ++d) {
-            m.forward({ids[d]}, cache, logits);
+            m.forward(StepPhase::kDecode, {ids[d]}, cache, logits);
             double err = 0;
             for (int64_t i = 0; i < c.n_vocab; ++i)
                 err = std::max(err, std::abs(double(logits[i]) - want[d][i].item<double>()));

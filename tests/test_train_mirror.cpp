@@ -23,7 +23,7 @@ std::vector<float> engine_logits(const std::string& path, const std::vector<int3
     LlamaModel m(path);
     auto cache = m.make_cache(static_cast<int64_t>(toks.size()));
     std::vector<float> logits;
-    m.forward(toks, cache, logits, true);
+    m.forward(StepPhase::kPrefill, toks, cache, logits, true);
     return logits;
 }
 

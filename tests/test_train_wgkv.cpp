@@ -96,7 +96,7 @@ TEST(WgkvTraining, TheEngineComputesWhatTheHardGatedStudentComputes) {
     auto run = [&](const std::string& spec) {
         KVCache kc(em.config(), 64, parse_policy(spec), std::make_shared<KVPool>(em.config().head_dim, KVType::kF32));
         std::vector<float> logits;
-        em.forward(prompt, kc, logits);
+        em.forward(StepPhase::kPrefill, prompt, kc, logits);
         return torch::tensor(logits);
     };
     auto gated = run("wgkv:model=" + file.path() + ",tau=0.5,window=8");

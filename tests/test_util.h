@@ -65,9 +65,9 @@ inline std::vector<float> logits_under(const LlamaModel& m, const std::string& s
     KVCache c(m.config(), 128, parse_policy(spec), std::make_shared<KVPool>(m.config().head_dim, KVType::kF32));
     std::vector<float> logits;
     if (stepwise)
-        for (int32_t t : prompt) m.forward({t}, c, logits);
+        for (int32_t t : prompt) m.forward(StepPhase::kDecode, {t}, c, logits);
     else
-        m.forward(prompt, c, logits);
+        m.forward(StepPhase::kPrefill, prompt, c, logits);
     return logits;
 }
 

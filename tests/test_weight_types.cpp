@@ -67,7 +67,7 @@ std::vector<float> prompt_logits(const std::string& model) {
     LlamaModel m(model);
     DenseKVCache cache = m.make_cache(64);
     std::vector<float> logits;
-    m.forward(prompt(), cache, logits, true);
+    m.forward(StepPhase::kPrefill, prompt(), cache, logits, true);
     return logits;
 }
 
@@ -153,7 +153,7 @@ TEST(Quantize, KQuantFilesFromLlamaQuantizeMatchLlamaCppLogits) {
         LlamaModel m(test::model_path(std::string(name) + ".gguf"));
         DenseKVCache cache = m.make_cache(64);
         std::vector<float> logits;
-        m.forward(row.at("prompt_ids").get<std::vector<int32_t>>(), cache, logits);
+        m.forward(StepPhase::kPrefill, row.at("prompt_ids").get<std::vector<int32_t>>(), cache, logits);
         double worst = 0;
         int steps = 0;
         for (const auto& st : row.at("steps")) {
@@ -165,7 +165,7 @@ TEST(Quantize, KQuantFilesFromLlamaQuantizeMatchLlamaCppLogits) {
             // Same argmax as llama.cpp's F32-cache logits (its greedy "token" came from the F16-cache pass).
             EXPECT_EQ(std::max_element(logits.begin(), logits.end()) - logits.begin(),
                       top[std::max_element(want.begin(), want.end()) - want.begin()]);
-            m.forward({st.at("token").get<int32_t>()}, cache, logits);
+            m.forward(StepPhase::kDecode, {st.at("token").get<int32_t>()}, cache, logits);
             ++steps;
         }
         std::printf("[ types  ] %s vs llama.cpp over %d steps: max |Δlogit| %.2e\n", name, steps, worst);

@@ -140,7 +140,7 @@ TEST(Wgkv, TheGatesTrainingWindowAndTauAreThePresetsDefaults) {
 
 std::map<int32_t, float> entries(const KVCache& c, int l, int h, std::set<int32_t>* kept = nullptr) {
     std::map<int32_t, float> m;
-    for (int r = 0; r < 3; ++r) {
+    for (Region r : kRegionsInOrder) {
         const auto* st = c.head(l, h).region(r);
         for (size_t i = 0; i < st->positions().size(); ++i) {
             m[st->positions()[i]] = st->scores()[i];
@@ -159,9 +159,9 @@ TEST(Wgkv, LazyPromotionKeepsExactlyTheAdmittedEntries) {
             m.config(), 128, parse_policy("wgkv:model=" + converted() + ",tau=" + std::to_string(tau) + ",window=8"),
             std::make_shared<KVPool>(m.config().head_dim, KVType::kF32));
         std::vector<float> logits;
-        m.forward(std::vector<int32_t>(ids.begin(), ids.begin() + N), *c, logits);
+        m.forward(StepPhase::kPrefill, std::vector<int32_t>(ids.begin(), ids.begin() + N), *c, logits);
         c->end_prefill();
-        for (int s = 0; s < S; ++s) m.forward({ids[N + s]}, *c, logits);
+        for (int s = 0; s < S; ++s) m.forward(StepPhase::kDecode, {ids[N + s]}, *c, logits);
         return c;
     };
     const auto all = run(0.0), some = run(0.5);  // τ = 0 admits everything: every entry's gate is its stored score

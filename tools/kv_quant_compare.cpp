@@ -58,7 +58,7 @@ Run run(const LlamaModel& m, const Tokenizer& tok, const std::vector<int32_t>& p
         const auto best = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
         r.greedy.push_back(best);
         if (!forced) r.logits.push_back(logits);  // forced along its own greedy tokens
-        m.forward({best}, cache, logits);
+        m.forward(StepPhase::kDecode, {best}, cache, logits);
     }
     r.bytes = cache.stats().kv_bytes_final;
     r.full_bytes = static_cast<double>(cache.stats().kv_bytes_full);
@@ -69,7 +69,7 @@ Run run(const LlamaModel& m, const Tokenizer& tok, const std::vector<int32_t>& p
         logits = first;
         for (int i = 0; i < steps; ++i) {
             r.logits.push_back(logits);
-            m.forward({(*forced)[i]}, again, logits);
+            m.forward(StepPhase::kDecode, {(*forced)[i]}, again, logits);
         }
     }
     return r;

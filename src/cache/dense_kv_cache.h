@@ -19,7 +19,7 @@ public:
     /// Number of positions written so far (the next token's position).
     int64_t n_tokens() const override { return n_tokens_; }
     void attend(const LayerInputs& in, float* out) override;
-    void finish_step(int64_t pos0, int64_t T) override { n_tokens_ = pos0 + T; }
+    void finish_step(int64_t pos0, int64_t T, StepPhase) override { n_tokens_ = pos0 + T; }
     int64_t row_stride() const { return row_; }
 
     /// Writes T entries at positions pos..pos+T-1 of layer l (k, v: [T][n_head_kv·head_dim]).

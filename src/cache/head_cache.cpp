@@ -11,23 +11,23 @@ HeadCache::HeadCache(KVPool* pool, int sinks, int window)
 HeadCache::Slot HeadCache::append(const float* k, const float* v, int32_t pos, float score, const Admit& admit) {
     if (sinks_.size() < s_) {
         sinks_.push(k, v, pos, score);
-        return {0, sinks_.size() - 1};
+        return {Region::kSinks, sinks_.size() - 1};
     }
     if (w_ == 0) {  // admission at write
         if (!admit(pos, score, nullptr, -1)) return {};
         global_.push(k, v, pos, score);
-        return {1, global_.size() - 1};
+        return {Region::kGlobal, global_.size() - 1};
     }
     if (window_.size() < w_) {
         window_.push(k, v, pos, score);
-        return {2, window_.size() - 1};
+        return {Region::kWindow, window_.size() - 1};
     }
     // The ring is full: the oldest entry leaves the window.
     const int64_t slot = ring_head_;
     if (admit(window_.positions()[slot], window_.scores()[slot], &window_, slot)) global_.push_copy(window_, slot);
     window_.set(slot, k, v, pos, score);
     ring_head_ = (ring_head_ + 1) % w_;
-    return {2, slot};
+    return {Region::kWindow, slot};
 }
 
 void HeadCache::truncate(int32_t n) {

@@ -1,11 +1,19 @@
 #pragma once
 // The cache of one (layer, KV head): sink tokens, the local window ring and the ragged global region.
+#include <array>
 #include <cstdint>
+#include <optional>
 
 #include "cache/page_store.h"
 #include "util/function_ref.h"
 
 namespace kvsieve {
+
+/// The three regions of a KV head's entries (HeadCache); their values are their order in attention (sinks, global,
+/// window), the order in which every pass over a head's entries reads them.
+enum class Region { kSinks = 0, kGlobal = 1, kWindow = 2 };
+/// The regions in attention order, for loops over a head's entries.
+inline constexpr std::array<Region, 3> kRegionsInOrder = {Region::kSinks, Region::kGlobal, Region::kWindow};
 
 /// Entries of one KV head in three regions (DESIGN §3):
 ///   sinks  — the first s entries written, always kept;
@@ -24,9 +32,9 @@ public:
 
     HeadCache(KVPool* pool, int sinks, int window);
 
-    /// Where an entry sits: region (0 sinks, 1 global, 2 window, as region()) and index; region −1: dropped.
+    /// Where an entry sits: its region and its index there; no region: dropped (refused by the admission rule).
     struct Slot {
-        int region = -1;
+        std::optional<Region> region;
         int64_t index = 0;
     };
     /// Adds an entry (float32 k, v [d]) at position pos with a score and returns where it went. Throws
@@ -39,9 +47,11 @@ public:
     const PageStore& sinks() const { return sinks_; }
     const PageStore& window() const { return window_; }
     const PageStore& global() const { return global_; }
-    /// The three stores, in the order attention reads them.
-    const PageStore* region(int r) const { return r == 0 ? &sinks_ : r == 1 ? &global_ : &window_; }
-    PageStore* region(int r) { return r == 0 ? &sinks_ : r == 1 ? &global_ : &window_; }
+    /// The store of region r (kRegionsInOrder lists them in the order attention reads them).
+    const PageStore* region(Region r) const {
+        return r == Region::kSinks ? &sinks_ : r == Region::kGlobal ? &global_ : &window_;
+    }
+    PageStore* region(Region r) { return r == Region::kSinks ? &sinks_ : r == Region::kGlobal ? &global_ : &window_; }
 
     /// Removes every entry at a position ≥ n (the window ring is rebuilt in position order).
     void truncate(int32_t n);

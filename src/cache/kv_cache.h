@@ -1,5 +1,5 @@
 #pragma once
-// The paged, ragged KV cache of one sequence, run by a policy.
+// The paged, ragged KV cache of one sequence: its entries per (layer, KV head), kept as its policy decides.
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -7,64 +7,67 @@
 #include "cache/head_cache.h"
 #include "cache/kv_pool.h"
 #include "cache/kv_stats.h"
-#include "cache/prefill_stat_share.h"
-#include "cache/sequence_cache.h"
 #include "io/model_config.h"
+#include "policy/layer_inputs.h"
 #include "policy/policy.h"
 
 namespace kvsieve {
 
-/// All HeadCaches (L × H_kv) of one sequence over one KVPool (its sinks and windows on the pool's local() layout,
-/// its global regions on the pool's own: docs/architecture.md, "Where quantization happens"), the policy that decides
-/// what they keep, the
-/// scorer's per-sequence state, and statistics. Per forward step and layer (docs/architecture.md):
-///   a per-entry scorer scores the step's new entries first (EntryScorer::on_write);
-///   decode (one token; the session sets the phase): the new entry is appended to every head (an entry leaving a full window goes through
-///     on_window_exit and the admission rule), attention reads each head's pages once for its GQA group, then
-///     a step scorer updates scores from the step's statistics (StepScorer::score_decode);
-///   prefill: each head's kept entries are gathered, the chunk attends to them and causally to itself,
-///     a step scorer scores every entry (StepScorer::score_prefill), and the chunk's entries are appended.
-/// The compression rule runs on the global regions after the prompt (end_prefill) and, for
-/// every_n_decode_steps, every n decode steps.
-class KVCache : public SequenceCache {
+/// The storage of one sequence's KV cache: all HeadCaches (L × H_kv) over one KVPool (their sinks and windows on the
+/// pool's local() layout, their global regions on the pool's own: docs/architecture.md, "Where quantization
+/// happens"), the policy that decides what they keep, the scorer's per-sequence state, and statistics. It stores;
+/// it does not attend: attention over it is attend/'s (attend/paged_attention.h), which appends each step's entries
+/// through append() (the admission path) and calls finish_step() after each step.
+///   admission: an entry leaving a full window is offered to the policy's admission rule, after a per-entry scorer's
+///     EntryScorer::on_window_exit (a delayed readout) has rewritten its score; without a window the new entry is
+///     offered at write;
+///   compression: the rule runs on the global regions after the prompt (end_prefill) and, for every_n_decode_steps,
+///     every n decode steps (finish_step).
+class KVCache {
 public:
-    /// Throws Error for a context ≤ 0; the pool must match the model's head dimension.
+    /// Throws Error for a context ≤ 0, a pool of another head dimension than the model's, a head dimension the
+    /// pool's element types cannot hold, or d > 256.
     KVCache(const ModelConfig& c, int64_t n_ctx, Policy policy, std::shared_ptr<KVPool> pool);
 
-    int64_t n_tokens() const override { return n_tokens_; }
-    int64_t n_ctx() const override { return n_ctx_; }
-    void attend(const LayerInputs& in, float* out) override;
-    void finish_step(int64_t pos0, int64_t T) override;
+    /// Position of the next token (tokens processed so far).
+    int64_t n_tokens() const { return n_tokens_; }
+    /// Most positions the sequence may reach.
+    int64_t n_ctx() const { return n_ctx_; }
+    /// The model's hyperparameters this cache is shaped for (layers, KV heads, head dimension).
+    const ModelConfig& config() const { return cfg_; }
 
-    /// Whether the next forward steps are prefill or decode steps. kAuto (the default, for callers outside a
-    /// session such as benchmarks) takes a one-token step for a decode step; the session sets the phase itself.
-    enum class Phase { kAuto, kPrefill, kDecode };
-    void set_phase(Phase p) { phase_ = p; }
-    Phase phase() const { return phase_; }
-
-    /// A shadow cache stores each prefill step's entries and computes what its policy needs from the attention (its
-    /// scores and statistics) but writes no attention output: another cache given the same step computes it
-    /// (session/shared_prefill.h). Only for a policy without a gated prefill; a decode step in shadow mode throws Error.
-    void set_shadow(bool on);
-    bool shadow() const { return shadow_; }
-    /// Prefill steps put the attention statistics this cache computes into `share` (null: none), and as a shadow
-    /// take them from it when another cache of the step computed them over the same keys (cache/prefill_stat_share.h).
-    /// The share must outlive the steps it is set for; the caller clears it between steps.
-    void set_stat_share(PrefillStatShare* share) { stat_share_ = share; }
+    /// Stores the entry (float32 k, v [d]) of (layer, KV head) at position pos with a score, through the admission
+    /// path (HeadCache::append: a full window pushes its oldest entry out, offered to the admission rule; without a
+    /// window this entry is offered at write). Returns where it went (Slot::region empty: dropped). Throws
+    /// KVBudgetExhausted if a page is needed and none is left.
+    HeadCache::Slot append(int layer, int head, const float* k, const float* v, int32_t pos, float score);
+    /// As append, but without a window the entry is stored in the global region unconditionally: a decode step
+    /// scores it first and then calls admit_decoded.
+    HeadCache::Slot append_unadmitted(int layer, int head, const float* k, const float* v, int32_t pos, float score);
+    /// Without a window: offers every KV head's entry at `pos` of `layer` (the last of its global region, stored by
+    /// append_unadmitted) to the admission rule with its current score, and drops it if refused. Nothing happens
+    /// with a window or under a keep-all admission.
+    void admit_decoded(int layer, int32_t pos);
+    /// After every layer of a forward step (positions pos0 … pos0 + T − 1) has been stored: advances to position
+    /// pos0 + T, counts a decode step (running the compression rule every n of them for every_n_decode_steps) and
+    /// tracks the peak bytes.
+    void finish_step(int64_t pos0, int64_t T, StepPhase phase);
+    /// Adds a decode step's read-time selection counts: entries read and entries kept (KVStats::read_fraction).
+    void count_selection(int64_t read, int64_t total) {
+        selected_read_ += read;
+        selected_total_ += total;
+    }
 
     /// Marks the end of the prompt: runs the compression rule for after_prefill and every_n policies.
     void end_prefill();
     /// Gives every cached entry the score `es` holds for its (layer, KV head, position), es.missing if none
-    /// (the result of a policy's after-prefill step).
+    /// (the result of a policy's after-prefill step). Throws Error if es is not shaped L × H_kv.
     void set_scores(const EntryScores& es);
     /// Runs the compression rule on every head's global region now.
     void compress();
-    /// Appends n synthetic entries per head (positions n_tokens() …, unit-variance uniform random keys and values) as if
-    /// n tokens had been processed, through the same admission path; for benchmarks of decode at a depth,
-    /// where the values do not matter. Throws KVBudgetExhausted like append.
-    void fill_synthetic(int64_t n, uint64_t seed);
     /// Removes every entry at a position ≥ n and rewinds to position n (entries dropped earlier stay dropped).
     void rollback(int64_t n);
+    /// Removes every entry, makes the scorer's state afresh and rewinds to position 0.
     void clear();
     /// Appends everything this sequence's cache holds to w (record version 3): its shape (layers, KV heads, head
     /// dimension, the global region's key and value element types, the sinks' and the window's key and value element
@@ -75,35 +78,32 @@ public:
     /// and policy spec (this one must be built with them); version-1 records (one element type for keys and values)
     /// and version-2 records (no types of the sinks and the window: quantization at write; no rotation) are read too.
     /// Throws Error naming what differs (for the types: the record's key and value types per region and this cache's;
-    /// for the rotation: both rotations), or
-    /// for a truncated or corrupted record;
-    /// KVBudgetExhausted if the pool runs out (the cache is then cleared).
+    /// for the rotation: both rotations), or for a truncated or corrupted record; KVBudgetExhausted if the pool runs
+    /// out (the cache is then cleared).
     void load(BinaryReader& r);
 
+    /// What the cache holds now: entries per (layer, KV head), density, bytes per region, peak bytes, read fraction.
     KVStats stats() const;
+    /// The policy as run (its scorer adapted to the model: Scorer::for_model, Scorer::adjust_policy).
     const Policy& policy() const { return policy_; }
     /// The scorer's state of this sequence (null if the scorer keeps none).
     const ScorerState* scorer_state() const { return state_.get(); }
+    ScorerState* scorer_state() { return state_.get(); }
+    /// The policy's scorer as a per-entry scorer (null if it is none).
+    const EntryScorer* entry_scorer() const { return entry_; }
+    /// The policy's scorer as a step scorer (null if it is none).
+    const StepScorer* step_scorer() const { return step_; }
+    /// The pool whose pages hold the entries (its local() layout: the sinks' and the windows').
     const KVPool& pool() const { return *pool_; }
+    /// The cache of (layer, KV head h); layer < L, h < H_kv (not checked).
     HeadCache& head(int layer, int h) { return heads_[static_cast<size_t>(layer) * n_head_kv_ + h]; }
     const HeadCache& head(int layer, int h) const { return heads_[static_cast<size_t>(layer) * n_head_kv_ + h]; }
 
 private:
-    void decode_layer(const LayerInputs& in, const float* write_scores, float* out);
-    void prefill_layer(const LayerInputs& in, const float* write_scores, float* out);
     /// The admission decision for an entry of (layer, head) at position pos: offered at write (store null) or
     /// when it leaves the window (store = the window, slot its index) pushed out by the entry at `now`. Runs the
     /// scorer's on_window_exit first, which may rewrite `score`.
-    bool is_decode(int64_t T) const { return phase_ == Phase::kAuto ? T == 1 : phase_ == Phase::kDecode; }
     bool admit(int layer, int head, int32_t pos, float& score, const PageStore* store, int64_t slot, int64_t now);
-    /// The admission test of (layer, head) at step `now`, as a callable for HeadCache::append (passed as a
-    /// temporary, so that the HeadCache::Admit reference to it lives through the call).
-    auto admit_fn(int layer, int head, int64_t now) {
-        return [this, layer, head, now](int32_t p, float& s, const PageStore* st, int64_t slot) {
-            return admit(layer, head, p, s, st, slot, now);
-        };
-    }
-
     /// Bytes of the pages this sequence holds now (KVStats::kv_bytes_final without building the per-head
     /// tables: the peak is tracked after every step).
     uint64_t bytes_in_use() const;
@@ -120,9 +120,6 @@ private:
     int64_t n_tokens_ = 0;
     int64_t decode_steps_ = 0;
     int64_t selected_read_ = 0, selected_total_ = 0;  // entries read / kept at decode steps under a selection
-    Phase phase_ = Phase::kAuto;
-    bool shadow_ = false;
-    PrefillStatShare* stat_share_ = nullptr;
     uint64_t peak_bytes_ = 0;
 };
 

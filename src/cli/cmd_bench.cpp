@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <random>
 
+#include "attend/paged_attention.h"
 #include "cli/cache_options.h"
 #include "cli/commands.h"
 #include "kernels/bandwidth.h"
@@ -13,6 +14,7 @@
 #include "kernels/parallel.h"
 #include "model/llama_model.h"
 #include "session/prefill_plan.h"
+#include "session/synthetic_fill.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
 #include "util/file.h"
@@ -83,7 +85,7 @@ void run(const BenchOpts& o) {
     require(o.fill == "prefill" || o.fill == "random", "--fill must be prefill or random, got '", o.fill, "'");
     auto fill_to_depth = [&](KVCache& kv) {
         if (o.depth > 0 && o.fill == "random") {
-            kv.fill_synthetic(o.depth, o.seed);
+            fill_synthetic(kv, o.depth, o.seed);
         } else if (o.depth > 0) {
             std::fprintf(stderr, "filling context to depth %ld...\n", static_cast<long>(o.depth));
             // --prefill-chunk as the chunk planner takes it (session/prefill_plan.h): chunks of that size with the
@@ -91,7 +93,7 @@ void run(const BenchOpts& o) {
             const int64_t chunk = planned_chunk(kv.policy(), o.cache.prefill_chunk);
             for (int64_t done = 0; done < o.depth;) {
                 const PrefillChunk c = next_prefill_chunk(o.depth, done, chunk > 0 ? chunk : 512);
-                model.forward(bench_tokens(c.end - c.begin), kv, logits);
+                model.forward(StepPhase::kPrefill, bench_tokens(c.end - c.begin), kv, logits);
                 done = c.end;
                 if (chunk > 0 && !c.last) kv.end_prefill();
                 std::fprintf(stderr, "\r  %ld / %ld", static_cast<long>(done), static_cast<long>(o.depth));
@@ -122,7 +124,7 @@ void run(const BenchOpts& o) {
             cache.rollback(o.depth);
             const auto toks = bench_tokens(o.n_prompt);
             const double t0 = now_s();
-            model.forward(toks, cache, logits);
+            model.forward(StepPhase::kPrefill, toks, cache, logits);
             if (r > 0) tps.push_back(o.n_prompt / (now_s() - t0));
         }
         report("pp" + std::to_string(o.n_prompt) + at, tps);
@@ -140,9 +142,12 @@ void run(const BenchOpts& o) {
         }
         std::vector<std::vector<int32_t>> next(o.batch, std::vector<int32_t>(1));
         std::vector<std::vector<float>> batch_logits(o.batch);
+        std::vector<std::unique_ptr<PagedAttention>> views;
+        for (int i = 0; i < o.batch; ++i)
+            views.push_back(std::make_unique<PagedAttention>(i == 0 ? cache : *others[i - 1]));
         std::vector<LlamaModel::Segment> segs(o.batch);
         for (int i = 0; i < o.batch; ++i)
-            segs[i] = {&next[i], i == 0 ? &cache : others[i - 1].get(), &batch_logits[i], false};
+            segs[i] = {&next[i], StepPhase::kDecode, views[i].get(), &batch_logits[i], false};
         std::vector<double> tps;
         for (int r = 0; r <= o.reps; ++r) {
             cache.rollback(o.depth);
@@ -151,7 +156,7 @@ void run(const BenchOpts& o) {
             const double t0 = now_s();
             for (int i = 0; i < o.n_gen; ++i) {
                 if (o.batch == 1)
-                    model.forward(next[0], cache, logits);
+                    model.forward(StepPhase::kDecode, next[0], cache, logits);
                 else
                     model.forward_batch(segs);
                 for (auto& t : next) t[0] = bench_tokens(1)[0];

@@ -23,14 +23,14 @@ std::vector<HeadKept> kept_after_prefill(const LlamaModel& model, const std::vec
     // Room for a policy that replays the context (KVzip's reconstruction prompt).
     KVCache cache(c, 2 * static_cast<int64_t>(ids.size()) + 64, policy, pool);
     std::vector<float> logits;
-    model.forward(ids, cache, logits);
+    model.forward(StepPhase::kPrefill, ids, cache, logits);
     cache.end_prefill();
     std::vector<HeadKept> out;
     for (int l = 0; l < c.n_layer; ++l)
         for (int h = 0; h < c.n_head_kv; ++h) {
             const HeadCache& hc = cache.head(l, h);
             std::vector<std::pair<int32_t, float>> e;
-            for (int reg = 0; reg < 3; ++reg)
+            for (Region reg : kRegionsInOrder)
                 for (int64_t i = 0; i < hc.region(reg)->size(); ++i)
                     e.emplace_back(hc.region(reg)->positions()[static_cast<size_t>(i)],
                                    hc.region(reg)->scores()[static_cast<size_t>(i)]);

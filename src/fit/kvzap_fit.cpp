@@ -146,7 +146,7 @@ KVzapPairs collect_kvzap_pairs(const LlamaModel& model, const Tokenizer& tok, co
             std::vector<std::map<int32_t, float>> sc(H);
             for (int h = 0; h < H; ++h) {
                 const HeadCache& hc = cache.head(l, h);
-                for (int r = 0; r < 3; ++r)
+                for (Region r : kRegionsInOrder)
                     for (int64_t i = 0; i < hc.region(r)->size(); ++i)
                         sc[h][hc.region(r)->positions()[i]] = hc.region(r)->scores()[i];
             }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "attend/paged_attention.h"
 #include "kernels/matmul.h"
 #include "util/error.h"
 
@@ -67,9 +68,15 @@ ShortFirst short_first(const std::vector<int64_t>& sizes) {
 }
 }  // namespace
 
-void LlamaModel::forward(const std::vector<int32_t>& tokens, SequenceCache& cache, std::vector<float>& logits,
-                         bool all_logits) const {
-    forward_batch({Segment{&tokens, &cache, &logits, all_logits}});
+void LlamaModel::forward(StepPhase phase, const std::vector<int32_t>& tokens, SequenceCache& cache,
+                         std::vector<float>& logits, bool all_logits) const {
+    forward_batch({Segment{&tokens, phase, &cache, &logits, all_logits}});
+}
+
+void LlamaModel::forward(StepPhase phase, const std::vector<int32_t>& tokens, KVCache& cache,
+                         std::vector<float>& logits, bool all_logits) const {
+    PagedAttention attention(cache);
+    forward(phase, tokens, attention, logits, all_logits);
 }
 
 void LlamaModel::forward_batch(const std::vector<Segment>& segs) const {
@@ -82,6 +89,7 @@ void LlamaModel::forward_batch(const std::vector<Segment>& segs) const {
         require(g.tokens && g.cache && g.logits, "forward: segment ", s, " lacks its tokens, cache or logits");
         const int64_t T = static_cast<int64_t>(g.tokens->size());
         require(T > 0, "forward: no tokens");
+        require(g.phase != StepPhase::kDecode || T == 1, "a decode step takes one token, got ", T);
         for (size_t r = 0; r < s; ++r)
             require(segs[r].cache != g.cache, "forward: one cache is given twice in a batch");
         require(g.cache->n_tokens() + T <= g.cache->n_ctx(), "the sequence needs ", g.cache->n_tokens() + T,
@@ -156,6 +164,7 @@ void LlamaModel::forward_batch(const std::vector<Segment>& segs) const {
             in.layer = l;
             in.pos0 = pos0[s];
             in.T = len[s];
+            in.phase = segs[s].phase;
             in.n_head = c.n_head;
             in.n_head_kv = c.n_head_kv;
             in.head_dim = c.head_dim;
@@ -178,7 +187,7 @@ void LlamaModel::forward_batch(const std::vector<Segment>& segs) const {
         mm({{&L.w_down, tmp.data()}}, g.data(), c.n_ff);
         for (int64_t i = 0; i < N * D; ++i) x[i] += tmp[i];
     }
-    for (size_t s = 0; s < S; ++s) segs[s].cache->finish_step(pos0[s], len[s]);
+    for (size_t s = 0; s < S; ++s) segs[s].cache->finish_step(pos0[s], len[s], segs[s].phase);
 
     // The output head on the rows whose logits are wanted: segments with few such rows first (row-exact), then
     // each that wants every row of a long chunk, on its own.

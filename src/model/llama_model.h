@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cache/dense_kv_cache.h"
+#include "cache/kv_cache.h"
 #include "io/gguf.h"
 #include "io/model_config.h"
 #include "model/rope.h"
@@ -33,16 +34,22 @@ public:
     /// A cache with room for n_ctx positions.
     DenseKVCache make_cache(int64_t n_ctx) const;
 
-    /// Runs T = tokens.size() tokens at positions cache.n_tokens() … + T − 1 in one batch, handing each
-    /// layer's keys and values to the cache. logits becomes [T][n_vocab] (all_logits) or [n_vocab] for the
-    /// last token; raw logits (no softmax). Throws Error for an out-of-vocabulary id or a full cache.
-    void forward(const std::vector<int32_t>& tokens, SequenceCache& cache, std::vector<float>& logits,
+    /// Runs T = tokens.size() tokens at positions cache.n_tokens() … + T − 1 in one batch as a step of kind
+    /// `phase` (a prefill step, or a decode step of one token), handing each layer's keys and values to the cache.
+    /// logits becomes [T][n_vocab] (all_logits) or [n_vocab] for the last token; raw logits (no softmax). Throws
+    /// Error for an out-of-vocabulary id, a full cache, or a decode step of T ≠ 1 tokens.
+    void forward(StepPhase phase, const std::vector<int32_t>& tokens, SequenceCache& cache, std::vector<float>& logits,
+                 bool all_logits = false) const;
+    /// The same over a paged KV cache, attended through attend/'s PagedAttention.
+    void forward(StepPhase phase, const std::vector<int32_t>& tokens, KVCache& cache, std::vector<float>& logits,
                  bool all_logits = false) const;
 
     /// One sequence's part of a batched forward step: its tokens, run at positions cache->n_tokens() onwards.
     struct Segment {
         const std::vector<int32_t>* tokens = nullptr;  ///< T_s ≥ 1 ids
-        SequenceCache* cache = nullptr;                ///< the sequence's cache (distinct for each segment)
+        StepPhase phase = StepPhase::kPrefill;         ///< the kind of step (a decode step: T_s = 1)
+        SequenceCache* cache = nullptr;  ///< the sequence's cache (distinct for each segment; for a paged KVCache,
+                                         ///< an attend/PagedAttention over it)
         std::vector<float>* logits = nullptr;  ///< becomes [T_s][n_vocab] (all_logits) or the last token's [n_vocab]
         bool all_logits = false;
     };
@@ -54,7 +61,8 @@ public:
     /// on the row count); the one difference is a short multi-token segment of an F32-weight model, which alone
     /// would take SGEMM (float rounding only). Throws Error for an
     /// empty batch or segment, a cache given twice, an out-of-vocabulary id or a full cache (checked before any
-    /// cache changes); a KVBudgetExhausted from a cache leaves the step half-done for every segment.
+    /// cache changes), or a decode segment of T_s ≠ 1 tokens; a KVBudgetExhausted from a cache leaves the step
+    /// half-done for every segment.
     void forward_batch(const std::vector<Segment>& segments) const;
 
     /// Bytes of weights read by one decode step (every matrix once, plus one embedding row).

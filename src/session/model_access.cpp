@@ -1,5 +1,6 @@
 #include "session/model_access.h"
 
+#include "attend/paged_attention.h"
 #include "cache/kv_cache.h"
 #include "kernels/matmul.h"
 #include "model/llama_model.h"
@@ -16,11 +17,11 @@ class ObservingCache : public SequenceCache {
 public:
     ObservingCache(KVCache& real, int n_layer, const std::function<bool(int32_t)>& wanted,
                    const std::function<void(const StepEvent&)>& observe)
-        : real_(real), n_layer_(n_layer), wanted_(wanted), observe_(observe) {}
+        : real_(real), attention_(real), n_layer_(n_layer), wanted_(wanted), observe_(observe) {}
 
     int64_t n_tokens() const override { return real_.n_tokens(); }
     int64_t n_ctx() const override { return real_.n_ctx(); }
-    void finish_step(int64_t pos0, int64_t T) override { real_.finish_step(pos0, T); }
+    void finish_step(int64_t pos0, int64_t T, StepPhase phase) override { real_.finish_step(pos0, T, phase); }
 
     void attend(const LayerInputs& in, float* out) override {
         const int d = in.head_dim, Hkv = in.n_head_kv;
@@ -31,7 +32,7 @@ public:
         for (int h = 0; h < Hkv; ++h) {
             const HeadCache& hc = real_.head(in.layer, h);
             std::vector<float> k(d), v(d);
-            for (int r = 0; r < 3; ++r)
+            for (Region r : kRegionsInOrder)
                 for (int64_t i = 0; i < hc.region(r)->size(); ++i) {
                     const int32_t p = hc.region(r)->positions()[i];
                     if (!wanted_(p)) continue;
@@ -51,11 +52,12 @@ public:
             si.heads.push_back(
                 {static_cast<int64_t>(P[h].size()), K[h].data(), V[h].data(), P[h].data(), nullptr, nullptr});
         observe_(si);
-        real_.attend(in, out);
+        attention_.attend(in, out);
     }
 
 private:
     KVCache& real_;
+    PagedAttention attention_;  // attention over real_
     int n_layer_;
     const std::function<bool(int32_t)>& wanted_;
     const std::function<void(const StepEvent&)>& observe_;
@@ -77,7 +79,7 @@ void SessionModelAccess::replay(const std::vector<int32_t>& ids, const std::func
             " needs more positions than the context holds (", cache_.n_ctx(), ")");
     ObservingCache oc(cache_, model_.config().n_layer, wanted, observe);
     std::vector<float> logits;
-    model_.forward(ids, oc, logits);
+    model_.forward(StepPhase::kPrefill, ids, oc, logits);
     cache_.rollback(n);
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "attend/paged_attention.h"
 #include "cache/kv_cache.h"
 #include "session/model_access.h"
 #include "session/prefill_plan.h"
@@ -21,7 +22,7 @@ public:
         fn_(in);
         real_.attend(in, out);
     }
-    void finish_step(int64_t pos0, int64_t T) override { real_.finish_step(pos0, T); }
+    void finish_step(int64_t pos0, int64_t T, StepPhase phase) override { real_.finish_step(pos0, T, phase); }
 
 private:
     SequenceCache& real_;
@@ -39,15 +40,16 @@ void prefill(const LlamaModel& model, const Tokenizer& tok, KVCache& cache, cons
             " scores the whole prompt after the prefill; a chunked prefill cannot be used with it (planned_chunk "
             "feeds its prompt in one piece)");
     const int64_t n = static_cast<int64_t>(prompt.size());
-    LayerTap tap(cache, plan.on_layer);
-    SequenceCache& target = plan.on_layer ? static_cast<SequenceCache&>(tap) : cache;
+    PagedAttention attention(cache);
+    LayerTap tap(attention, plan.on_layer);
+    SequenceCache& target = plan.on_layer ? static_cast<SequenceCache&>(tap) : attention;
     for (int64_t done = 0; done < n;) {
         const PrefillChunk c = next_prefill_chunk(n, done, plan.chunk);
         if (c.begin == 0 && c.last) {
-            model.forward(prompt, target, logits, plan.all_logits);
+            model.forward(StepPhase::kPrefill, prompt, target, logits, plan.all_logits);
         } else {
-            model.forward(std::vector<int32_t>(prompt.begin() + c.begin, prompt.begin() + c.end), target, logits,
-                          plan.all_logits);
+            model.forward(StepPhase::kPrefill, std::vector<int32_t>(prompt.begin() + c.begin, prompt.begin() + c.end),
+                          target, logits, plan.all_logits);
         }
         if (on_chunk) on_chunk(c.begin, c.end, logits);
         if (!c.last && plan.compress) cache.end_prefill();

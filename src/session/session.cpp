@@ -9,7 +9,7 @@
 namespace kvsieve {
 
 Session::Session(const LlamaModel& model, const Tokenizer& tok, KVCache& cache)
-    : model_(model), tok_(tok), cache_(cache) {
+    : model_(model), tok_(tok), cache_(cache), attention_(cache) {
     require(cache.n_tokens() == 0, "a session starts from an empty cache (it holds ", cache.n_tokens(), " tokens)");
 }
 
@@ -21,21 +21,17 @@ void Session::prefill(const std::vector<int32_t>& prompt, const PrefillPlan& pla
     require(n_tokens() + static_cast<int64_t>(prompt.size()) <= n_ctx(), "the prompt needs ",
             n_tokens() + prompt.size(), " positions but the context holds ", n_ctx());
     tokens_.insert(tokens_.end(), prompt.begin(), prompt.end());
-    cache_.set_phase(KVCache::Phase::kPrefill);
     try {
         kvsieve::prefill(model_, tok_, cache_, prompt, tokens_, plan, logits, on_chunk);
     } catch (...) {
         tokens_.resize(static_cast<size_t>(cache_.n_tokens()));  // what the cache really holds
-        cache_.set_phase(KVCache::Phase::kDecode);
         throw;
     }
-    cache_.set_phase(KVCache::Phase::kDecode);
 }
 
 void Session::decode(int32_t token, std::vector<float>& logits) {
     require(n_tokens() < n_ctx(), "the context of ", n_ctx(), " positions is full");
-    cache_.set_phase(KVCache::Phase::kDecode);
-    model_.forward({token}, cache_, logits);
+    model_.forward(StepPhase::kDecode, {token}, attention_, logits);
     tokens_.push_back(token);
 }
 
@@ -44,30 +40,23 @@ LlamaModel::Segment Session::begin_step(const std::vector<int32_t>& ids, StepKin
     require(kind != StepKind::kDecode || ids.size() == 1, "a decode step is one token, got ", ids.size());
     require(n_tokens() + static_cast<int64_t>(ids.size()) <= n_ctx(), "the sequence needs ", n_tokens() + ids.size(),
             " positions but the context holds ", n_ctx());
-    cache_.set_phase(kind == StepKind::kDecode ? KVCache::Phase::kDecode : KVCache::Phase::kPrefill);
     tokens_.insert(tokens_.end(), ids.begin(), ids.end());
-    return {&ids, &cache_, &logits, false};
+    return {&ids, phase_of(kind), &attention_, &logits, false};
 }
 
 void Session::end_step(StepKind kind) {
     if (kind == StepKind::kPrefillChunk) cache_.end_prefill();
-    if (kind == StepKind::kPrefillLast) {
-        finish_prefill(model_, tok_, cache_, tokens_);
-        cache_.set_phase(KVCache::Phase::kDecode);
-    }
-    if (kind == StepKind::kExtend) cache_.set_phase(KVCache::Phase::kDecode);
+    if (kind == StepKind::kPrefillLast) finish_prefill(model_, tok_, cache_, tokens_);
 }
 
 void Session::abort_step() {
     tokens_.resize(static_cast<size_t>(std::min<int64_t>(cache_.n_tokens(), static_cast<int64_t>(tokens_.size()))));
-    cache_.set_phase(KVCache::Phase::kDecode);
 }
 
 void Session::restore_tokens(const std::vector<int32_t>& tokens) {
     require(cache_.n_tokens() == static_cast<int64_t>(tokens.size()), "a history of ", tokens.size(),
             " tokens does not match a cache of ", cache_.n_tokens(), " positions");
     tokens_ = tokens;
-    cache_.set_phase(KVCache::Phase::kDecode);
 }
 
 void Session::rollback(int64_t n) {

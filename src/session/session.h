@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "attend/paged_attention.h"
 #include "model/llama_model.h"
 #include "session/prefill.h"
 
@@ -43,6 +44,10 @@ public:
     /// cache (a prefill with PrefillPlan::compress false: no compression, no after-prefill step; e.g. a question fed
     /// after a compressed context), or one decode token.
     enum class StepKind { kPrefillChunk, kPrefillLast, kExtend, kDecode };
+    /// The forward pass's kind of step for a step of this kind: kDecode for a decode step, kPrefill for the others.
+    static StepPhase phase_of(StepKind kind) {
+        return kind == StepKind::kDecode ? StepPhase::kDecode : StepPhase::kPrefill;
+    }
     /// The batched form of prefill() and decode(), for a caller that runs many sequences in one
     /// LlamaModel::forward_batch: begin_step() appends `ids` to the history and returns this sequence's segment
     /// (logits land in `logits`); after the batch has run, end_step() does what prefill()/decode() do after their
@@ -66,6 +71,7 @@ private:
     const LlamaModel& model_;
     const Tokenizer& tok_;
     KVCache& cache_;
+    PagedAttention attention_;  // the forward pass's view of cache_ (the segments of begin_step)
     std::vector<int32_t> tokens_;
 };
 

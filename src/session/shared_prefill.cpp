@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <string>
 
 #include "cache/kv_cache.h"
@@ -9,6 +10,7 @@
 #include "session/model_access.h"
 #include "session/prefill.h"
 #include "session/session.h"
+#include "session/shared_prefill_cache.h"
 #include "util/error.h"
 
 namespace kvsieve {
@@ -20,33 +22,33 @@ namespace {
 /// that goes on to the next layer, the others are shadows that compute only what their policies need from it.
 class FanOutCache : public SequenceCache {
 public:
-    /// The caches share the attention statistics of each step (cache/prefill_stat_share.h) until destruction.
-    explicit FanOutCache(std::vector<KVCache*> caches) : caches_(std::move(caches)) {
-        for (KVCache* c : caches_) c->set_stat_share(&share_);
-    }
-    ~FanOutCache() override {
-        for (KVCache* c : caches_) c->set_stat_share(nullptr);
+    /// The caches share the attention statistics of each step (attend/prefill_stat_share.h); all but the first are
+    /// shadows (session/shared_prefill_cache.h). Throws Error if one of those has a gated prefill.
+    explicit FanOutCache(const std::vector<KVCache*>& caches) {
+        members_.reserve(caches.size());
+        for (size_t i = 0; i < caches.size(); ++i)
+            members_.push_back(std::make_unique<SharedPrefillCache>(*caches[i], &share_, i > 0));
     }
     FanOutCache(const FanOutCache&) = delete;
     FanOutCache& operator=(const FanOutCache&) = delete;
-    int64_t n_tokens() const override { return caches_[0]->n_tokens(); }
+    int64_t n_tokens() const override { return members_[0]->n_tokens(); }
     int64_t n_ctx() const override {
-        int64_t n = caches_[0]->n_ctx();
-        for (const KVCache* c : caches_) n = std::min(n, c->n_ctx());
+        int64_t n = members_[0]->n_ctx();
+        for (const auto& c : members_) n = std::min(n, c->n_ctx());
         return n;
     }
     void attend(const LayerInputs& in, float* out) override {
-        for (KVCache* c : caches_) c->attend(in, out);  // shadows leave out as it is
+        for (auto& c : members_) c->attend(in, out);  // shadows leave out as it is
     }
-    void finish_step(int64_t pos0, int64_t T) override {
-        for (KVCache* c : caches_) c->finish_step(pos0, T);
+    void finish_step(int64_t pos0, int64_t T, StepPhase phase) override {
+        for (auto& c : members_) c->finish_step(pos0, T, phase);
         share_.clear();
     }
     int64_t stat_hits() const { return share_.hits(); }
 
 private:
-    std::vector<KVCache*> caches_;
     PrefillStatShare share_;
+    std::vector<std::unique_ptr<SharedPrefillCache>> members_;
 };
 }  // namespace
 
@@ -66,14 +68,13 @@ int64_t prefill_shared(const std::vector<Session*>& sessions, const std::vector<
         for (const KVCache* c : caches) require(c != &s->cache(), "shared prefill: two sessions share one cache");
         caches.push_back(&s->cache());
     }
-    for (KVCache* c : caches) c->set_phase(KVCache::Phase::kPrefill);
     int64_t shared_stats = 0;
-    for (size_t i = 1; i < caches.size(); ++i) caches[i]->set_shadow(true);
     try {
-        FanOutCache fan(caches);
-        model.forward(prompt, fan, logits, false);
-        shared_stats = fan.stat_hits();
-        for (KVCache* c : caches) c->set_shadow(false);
+        {
+            FanOutCache fan(caches);
+            model.forward(StepPhase::kPrefill, prompt, fan, logits, false);
+            shared_stats = fan.stat_hits();
+        }
         // Each after-prefill step once per key (KVzip's replay at several ratios: one replay), then compression.
         // The replay runs over a cache: its element type and context are part of what the scores depend on.
         auto cache_key = [](const KVCache& c) {
@@ -112,12 +113,10 @@ int64_t prefill_shared(const std::vector<Session*>& sessions, const std::vector<
             } else {
                 finish_prefill(model, s->tokenizer(), c, prompt);
             }
-            s->restore_tokens(prompt);  // also sets the decode phase
+            s->restore_tokens(prompt);
         }
     } catch (...) {
-        for (KVCache* c : caches) c->set_shadow(false);
         for (Session* s : sessions) s->reset();
-        for (KVCache* c : caches) c->set_phase(KVCache::Phase::kDecode);
         throw;
     }
     return shared_stats;

@@ -21,13 +21,13 @@ bool shares_dense_prefill(const Policy& p);
 /// ends each one's prefill as Session::prefill does (the policy's after-prefill step, e.g. KVzip's replay, then its
 /// compression; an after-prefill step runs once for all the sessions whose policies share its key,
 /// Policy::after_prefill_key, and whose caches have the same element type and context, e.g. KVzip at several ratios). Equivalent to sessions[i]->prefill(prompt, {}, logits) for each i: the first cache computes the
-/// attention output, the others run as shadows (KVCache::set_shadow: entries, scores and the attention statistics
+/// attention output, the others run as shadows (session/shared_prefill_cache.h: entries, scores and the statistics
 /// their policies read, no output), since over a fresh cache the dense causal attention is the same for all.
 /// `logits` becomes the last prompt token's [n_vocab] (the same for every session). Throws Error for no sessions, an
 /// empty prompt or one beyond a context, a session that is not fresh, two sessions over one cache, sessions of
 /// different models, or a policy whose prefill is not dense (shares_dense_prefill), before any work; an error during
 /// the work leaves every session empty. Caches whose policies read the same attention statistic over the same keys
-/// compute it once (cache/prefill_stat_share.h: H2O or TOVA at several ratios); returns how many (layer, KV head)
+/// compute it once (attend/prefill_stat_share.h: H2O or TOVA at several ratios); returns how many (layer, KV head)
 /// statistics a cache took from another instead of computing them.
 int64_t prefill_shared(const std::vector<Session*>& sessions, const std::vector<int32_t>& prompt,
                        std::vector<float>& logits);

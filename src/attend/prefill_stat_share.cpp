@@ -1,4 +1,4 @@
-#include "cache/prefill_stat_share.h"
+#include "attend/prefill_stat_share.h"
 
 namespace kvsieve {
 
