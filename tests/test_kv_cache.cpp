@@ -189,13 +189,7 @@ TEST(KVCache, RaggedDecodeEqualsMaskedDenseAttention) {
                 std::copy_n(k1.data() + h * d, d, K[h].data() + T * d);
                 std::copy_n(v1.data() + h * d, d, V[h].data() + T * d);
             }
-            LayerInputs one = in;
-            one.pos0 = T;
-            one.T = 1;
-            one.q = one.q_pre = q1.data();
-            one.k = one.k_pre = k1.data();
-            one.v = v1.data();
-            one.phase = StepPhase::kDecode;
+            const LayerInputs one = test::decode_step_after(in, T, q1.data(), k1.data(), v1.data());
             PagedAttention(cache).attend(one, o1.data());
             double worst = 0;
             for (int h = 0; h < Hkv; ++h) {

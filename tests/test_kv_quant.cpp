@@ -517,13 +517,7 @@ TEST(KVQuantAtAdmission, DecodeOverMixedRegionsEqualsAFloatReferenceOnTheStoredV
         const auto q1 = randn(static_cast<size_t>(Hq) * d, 21), k1 = randn(static_cast<size_t>(Hkv) * d, 22),
                    v1 = randn(static_cast<size_t>(Hkv) * d, 23);
         std::vector<float> o1(static_cast<size_t>(Hq) * d);
-        LayerInputs one = in;
-        one.pos0 = T;
-        one.T = 1;
-        one.q = one.q_pre = q1.data();
-        one.k = one.k_pre = k1.data();
-        one.v = v1.data();
-        one.phase = StepPhase::kDecode;
+        const LayerInputs one = test::decode_step_after(in, T, q1.data(), k1.data(), v1.data());
         PagedAttention(cache).attend(one, o1.data());
         double worst = 0;
         for (int h = 0; h < Hkv; ++h) {

@@ -94,6 +94,20 @@ inline std::vector<float> randn(size_t n, uint32_t seed, float sd = 1.0f) {
     return randn(n, rng, sd);
 }
 
+/// The one-token decode step at position `pos` after the step `in` of the same layer and shapes: the new token's
+/// query q [Hq·d] and key and value k, v [Hkv·d] rows (after RoPE; the pre-RoPE pointers name the same rows).
+inline LayerInputs decode_step_after(const LayerInputs& in, int64_t pos, const float* q, const float* k,
+                                     const float* v) {
+    LayerInputs one = in;
+    one.pos0 = pos;
+    one.T = 1;
+    one.q = one.q_pre = q;
+    one.k = one.k_pre = k;
+    one.v = v;
+    one.phase = StepPhase::kDecode;
+    return one;
+}
+
 /// The message of the kvsieve::Error that `f()` throws, or "no error" when it returns normally. Any other exception
 /// propagates (the test then fails on it). F: a callable taking no argument.
 template <class F>
