@@ -8,11 +8,15 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "cache/kv_cache.h"
+#include "io/safetensors.h"
 #include "model/llama_model.h"
 #include "model/sampler.h"
 #include "session/cache_file.h"
@@ -128,13 +132,15 @@ std::unique_ptr<KVCache> make_cache(const LlamaModel& m, const std::string& spec
                                      make_kv_pool(m.config().head_dim, types, rot));
 }
 
-/// kvsieve-tiny-2k read as 4 query heads and 1 KV head of dimension 64 (the same tensors: Wq 256 × 4·64, Wk and Wv
-/// 256 × 1·64), written once to a temporary file: a model whose head dimension the Hadamard rotation takes (64, a
-/// multiple of 64; tiny-2k's own is 32). Its outputs are not a trained model's, which the contract does not need.
-const LlamaModel& tiny2k_d64() {
-    static test::TempFile file(".gguf");
-    static std::unique_ptr<LlamaModel> m;
+/// kvsieve-tiny-2k (or its SP-KV variant: `file`) read as 4 query heads and 1 KV head of dimension 64 (the same
+/// tensors: Wq 256 × 4·64, Wk and Wv 256 × 1·64), written once to a temporary file: a model whose head dimension
+/// the Hadamard rotation takes (64, a multiple of 64; tiny-2k's own is 32). SP-KV's gate output layer keeps KV
+/// head 0's row. Its outputs are not a trained model's, which the contract does not need.
+const LlamaModel& d64_model(const std::string& file) {
+    static std::map<std::string, std::pair<std::unique_ptr<test::TempFile>, std::unique_ptr<LlamaModel>>> made;
+    auto& [tmp, m] = made[file];
     if (!m) {
+        tmp = std::make_unique<test::TempFile>(".gguf");
         test::GGUFEdit e;
         e.edit_kv = [](const std::string& k, GGUFValue& v) {
             auto set = [&v](int64_t x) {  // keeps the entry's integer type
@@ -148,10 +154,68 @@ const LlamaModel& tiny2k_d64() {
                 set(64);
             return true;
         };
-        test::rewrite_gguf(test::model_path(kTiny2k), file.path(), e);
-        m = std::make_unique<LlamaModel>(file.path());
+        e.shrink = [](const std::string& name, std::vector<int64_t>& ne) {
+            if (name.find(".spkv.fc2.") == std::string::npos) return false;
+            ne.back() = 1;  // ne [inner, Hkv] → [inner, 1], or the bias [Hkv] → [1]
+            return true;
+        };
+        test::rewrite_gguf(test::model_path(file), tmp->path(), e);
+        m = std::make_unique<LlamaModel>(tmp->path());
     }
     return *m;
+}
+
+/// The shape a tensor of a tiny-2k predictor (KVzap, WG-KV or KVpop, named as their loaders in predict/ read them)
+/// takes for d64_model: KV heads 2 → 1, head dimension 32 → 64, inputs of 2 · head dimension 64 → 128.
+std::vector<int64_t> d64_shape(const std::string& name, std::vector<int64_t> shape) {
+    auto ends = [&name](const std::string& suffix) {
+        return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+    };
+    if (ends("key_norm.weight")) return {64};        // WG-KV: [head dim]
+    if (ends("conv1.weight")) return {128, 128, 1};  // WG-KV: [Hkv · inner, 2 · head dim, 1]
+    if (ends("conv1.bias")) return {128};            // WG-KV: [Hkv · inner]
+    shape.at(0) = 1;                                 // every other tensor of the three is per KV head, head first
+    for (const char* x : {"mlstm.wq", "mlstm.wk", "mlstm.wv", "mlstm.wi", "mlstm.wf", "mlp.fc1.weight"})
+        if (ends(x)) shape.back() = 128;  // KVpop: [Hkv, ..., 2 · head dim] (key and value)
+    return shape;
+}
+
+/// A copy of the tiny-2k predictor folder `dir` for d64_model, written once to a temporary folder: each tensor in
+/// d64_shape, its values the original's in order, repeated to fill it (KV head 0's first where it shrinks), and
+/// config.json with that shape. Its scores are not a trained predictor's, which the contract does not need.
+std::string d64_predictor(const std::string& dir) {
+    static std::map<std::string, std::unique_ptr<test::TempDir>> made;
+    auto& out = made[dir];
+    if (!out) {
+        out = std::make_unique<test::TempDir>();
+        std::map<std::string, SafeTensor> tensors = read_safetensors(dir + "/model.safetensors");
+        for (auto& [name, t] : tensors) {
+            t.shape = d64_shape(name, t.shape);
+            int64_t n = 1;
+            for (int64_t x : t.shape) n *= x;
+            std::vector<float> data(static_cast<size_t>(n));
+            for (size_t i = 0; i < data.size(); ++i) data[i] = t.data[i % t.data.size()];
+            t.data = std::move(data);
+            t.dtype = "F32";
+        }
+        write_safetensors(out->path() + "/model.safetensors", tensors);
+        nlohmann::json cfg = nlohmann::json::parse(std::ifstream(dir + "/config.json"));
+        for (const char* k : {"output_dim", "n_head_kv"})
+            if (cfg.contains(k)) cfg[k] = 1;
+        if (cfg.contains("head_dim")) cfg["head_dim"] = 64;
+        std::ofstream(out->path() + "/config.json") << cfg.dump(2);
+    }
+    return out->path();
+}
+
+/// The case of `preset` rewritten for d64_model: its predictor converted (d64_predictor), hybrid_heads' global heads
+/// named among the model's one KV head per layer, and WG-KV at τ 0.9 (its reshaped gates all pass the trained 0.1,
+/// so that it would drop nothing).
+CaseSpec d64_case(const std::string& preset, CaseSpec cs) {
+    if (cs.params.count("model")) cs.params["model"] = d64_predictor(cs.params["model"]);
+    if (preset == "wgkv") cs.params["tau"] = "0.9";
+    if (cs.params.count("global")) cs.params["global"] = "0.0/2.0";
+    return cs;
 }
 
 int32_t greedy(const LlamaModel& m, const std::vector<float>& logits) {
@@ -336,17 +400,17 @@ TEST_P(PresetContractOnType, RunsKeepsItsStatisticsAndRestoresBitForBit) {
     run_contract(reg(), cs, type(), model(cs->model), KVRotateMode::kAuto);
 }
 
-/// The same contract with the entries stored Hadamard-rotated (--kv-rotate on) on a model of head dimension 64, for
-/// every preset whose spec does not need tiny-2k's own shape (a predictor trained on it, or a list of its KV heads).
+/// The same contract with the entries stored Hadamard-rotated (--kv-rotate on) on a model of head dimension 64
+/// (d64_model), every preset included: the learned ones with their predictors reshaped for it (d64_case).
 TEST_P(PresetContractRotated, RunsKeepsItsStatisticsAndRestoresBitForBit) {
     const CaseSpec* cs = table_entry();
     if (!cs) return;
-    if (cs->model != kTiny2k || cs->params.count("model") || cs->params.count("global"))
-        GTEST_SKIP() << reg().name << "'s spec needs tiny-2k's own shape (a predictor trained on it, or its KV heads)";
-    const LlamaModel& m = tiny2k_d64();
+    const CaseSpec d64 = d64_case(reg().name, *cs);
+    const LlamaModel& m = d64_model(cs->model);
     ASSERT_EQ(m.config().head_dim, 64);
+    ASSERT_EQ(m.config().n_head_kv, 1);
     ASSERT_TRUE(make_kv_pool(64, type(), KVRotateMode::kOn)->rotation().any());
-    run_contract(reg(), cs, type(), m, KVRotateMode::kOn);
+    run_contract(reg(), &d64, type(), m, KVRotateMode::kOn);
 }
 
 /// Texts outside a declaration's range: below its minimum, above its maximum (or past int64), NaN for reals.

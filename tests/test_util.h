@@ -43,6 +43,20 @@ private:
     std::string path_;
 };
 
+/// A fresh folder under the system temp folder, created now and removed with its contents when the object dies.
+class TempDir {
+public:
+    TempDir() : file_("_dir") { std::filesystem::create_directories(file_.path()); }
+    ~TempDir() {
+        std::error_code ec;
+        std::filesystem::remove_all(file_.path(), ec);
+    }
+    const std::string& path() const { return file_.path(); }
+
+private:
+    TempFile file_;
+};
+
 /// The bundled stories260K model, loaded once per test program.
 inline const LlamaModel& stories260k() {
     static const LlamaModel m(model_path("stories260K.gguf"));
