@@ -211,6 +211,42 @@ std::vector<float> prefill_then_decode(KVCache& cache, int d, int T, std::vector
     return step(T, 1, 21, StepPhase::kDecode);
 }
 
+TEST(KVRotation, AdmissionQuantizesTheWindowRowAsStoredWithoutRotatingItBack) {
+    // Quantization at admission: the window's F16 row is already in the rotated space the global Q8_0 / Q4_0 pages
+    // share with it, so the admitted row is exactly the block quantization of that F16 row (no transform back to the
+    // model's space and forward again), and reading it back stays within the block's error of the entry.
+    const int d = 64;
+    for (KVTypes t : {KVTypes{KVType::kQ8_0, KVType::kQ8_0, KVQuantAt::kAdmission},
+                      KVTypes{KVType::kQ8_0, KVType::kQ4_0, KVQuantAt::kAdmission}}) {
+        SCOPED_TRACE(kv_types_spec(t));
+        auto pool = make_kv_pool(d, t, KVRotateMode::kOn);
+        ASSERT_TRUE(pool->two_layouts());
+        ASSERT_EQ(pool->local().rotation(), pool->rotation());
+        PageStore window(&pool->local()), global(pool.get());
+        for (int i = 0; i < 20; ++i) {
+            const std::vector<float> k = with_outlier(300 + i, d, i % d), v = with_outlier(400 + i, d, (5 * i) % d);
+            window.push(k.data(), v.data(), i, 0.5f * i);
+            global.push_copy(window, i);
+            ASSERT_EQ(global.size(), i + 1);
+            EXPECT_EQ(global.positions()[i], i);
+            EXPECT_EQ(global.scores()[i], 0.5f * i);
+            std::vector<float> row(d);
+            std::vector<uint8_t> want_k(pool->key_row_bytes()), want_v(pool->value_row_bytes());
+            load_row(pool->local().key_type(), window.key_ptr(i), row.data(), d);
+            store_row(pool->key_type(), row.data(), want_k.data(), d);
+            load_row(pool->local().value_type(), window.value_ptr(i), row.data(), d);
+            store_row(pool->value_type(), row.data(), want_v.data(), d);
+            EXPECT_EQ(std::memcmp(global.key_ptr(i), want_k.data(), want_k.size()), 0) << "key " << i;
+            EXPECT_EQ(std::memcmp(global.value_ptr(i), want_v.data(), want_v.size()), 0) << "value " << i;
+            std::vector<float> gk(d), gv(d);
+            global.read(i, gk.data(), gv.data());
+            double ek = 0, nk = 0;
+            for (int c = 0; c < d; ++c) ek += (gk[c] - k[c]) * (gk[c] - k[c]), nk += k[c] * k[c];
+            EXPECT_LT(std::sqrt(ek / nk), 0.02) << "key " << i << " read back";  // Q8_0: well under 1% typically
+        }
+    }
+}
+
 TEST(KVRotation, DecodeAttentionOverRotatedPagesEqualsAttentionOverTheReadBackEntries) {
     // The decode kernel scores R_K·q, quantized to Q8_0 as llama.cpp does, against the stored keys and rotates its
     // output back. Reference: float64 attention of the query as the kernel sees it, R_Kᵀ·deq(Q8_0(R_K·q)) (explicit

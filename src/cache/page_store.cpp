@@ -151,8 +151,22 @@ void PageStore::push_copy(const PageStore& src, int64_t j) {
         const int d = pool_->head_dim();
         float k[256], v[256];  // head dimensions above 256 are refused by KVCache
         require(d <= 256, "PageStore: rows of at most 256 elements, got ", d);
-        src.read(j, k, v);
-        push(k, v, src.pos_[j], src.score_[j]);
+        if (src.pool_->rotation() != pool_->rotation()) {
+            src.read(j, k, v);  // into the model's space, and push rotates into this store's
+            push(k, v, src.pos_[j], src.score_[j]);
+            return;
+        }
+        // The same rotated space (a pool and its local layout share one rotation): converted as stored, without
+        // rotating back and forth (two Walsh–Hadamard transforms per row, and their float32 rounding).
+        load_row(src.pool_->key_type(), src.key_ptr(j), k, d);
+        load_row(src.pool_->value_type(), src.value_ptr(j), v, d);
+        const int64_t i = size();
+        if (i % pool_->page_tokens() == 0) pages_.push_back(pool_->alloc());  // may throw: nothing changed yet
+        pos_.push_back(src.pos_[j]);
+        score_.push_back(src.score_[j]);
+        touch(i);
+        store_row(pool_->key_type(), k, kslot(i), d);
+        store_row(pool_->value_type(), v, vslot(i), d);
         return;
     }
     const int64_t i = size();

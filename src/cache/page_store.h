@@ -28,8 +28,10 @@ public:
     /// (the store is unchanged then).
     void push(const float* k, const float* v, int32_t pos, float score);
     /// Appends a copy of entry j of `src`: its bytes when `src` has this store's key and value types, else its
-    /// float32 values (read) stored through store_row in this store's types (quantization at admission: a
-    /// window entry in F16 becomes a Q8_0 / Q4_0 global entry here). Throws KVBudgetExhausted like push.
+    /// row converted to float32 and stored through store_row in this store's types (quantization at admission: a
+    /// window entry in F16 becomes a Q8_0 / Q4_0 global entry here). With the same rotation as this store's (a pool
+    /// and its local layout) the row is converted as stored, in the rotated space; with another, through the
+    /// model's space (read, then push). Throws KVBudgetExhausted like push (the store is unchanged then).
     void push_copy(const PageStore& src, int64_t j);
     /// Overwrites entry i.
     void set(int64_t i, const float* k, const float* v, int32_t pos, float score);
