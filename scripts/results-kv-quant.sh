@@ -42,18 +42,9 @@ nl = b.find(b"\n", cut)
 open(dst, "wb").write(b[nl + 1:] if nl >= 0 else b"")
 PY
 # The learned stacks at the operating points of their results pages (as scripts/results-smollm2.sh PART=learned).
-have() {  # DIR: whether the checkpoint is here (TRAIN=1: rebuilt first through results-smollm2.sh's own rules)
-  bash scripts/need-checkpoint.sh "$1" 2>/dev/null && return 0
-  if [ -n "${TRAIN:-}" ]; then
-    case "$1" in
-      models/wgkv/*) LAMBDAS=${1##*lambda} TRAIN_ONLY=1 bash scripts/results-wgkv-smollm2.sh ;;
-      # results-kvpop.sh names what it needs first (WG-KV λ 0.04 and KVzap-MLP, the admissions it stacks on).
-      models/kvpop/*) have models/wgkv/smollm2-135m-lambda0.04 &&
-                        KINDS=${1##*smollm2-135m-} FT_MODES= TRAIN_ONLY=1 bash scripts/results-kvpop.sh smollm2 ;;
-    esac
-    bash scripts/need-checkpoint.sh "$1" 2>/dev/null && return 0
-  fi
-  bash scripts/need-checkpoint.sh "$1" || echo "(left out of the kv_quant stacks)" >&2
+have() {  # DIR: whether the checkpoint is here (TRAIN=1: rebuilt first, scripts/need-checkpoint.sh --train)
+  KVSIEVE=$K bash scripts/need-checkpoint.sh ${TRAIN:+--train} "$1" && return 0
+  echo "(left out of the kv_quant stacks)" >&2
   return 1
 }
 POLICIES=

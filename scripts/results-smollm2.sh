@@ -83,38 +83,18 @@ if [ "$PART" = together ]; then
   sweep $RULER --ratios "${RATIOS:-0.25,0.5,0.75,0.9}" --out "$OUT" --policies "$BASELINES" \
     --thresholds "${TAUS:--4.5,-3,-1,1}" --threshold-policies "$KVZAP"
 fi
-# train_kvzap KIND: fits the SmolLM2 surrogate KIND (linear or mlp) unless it is here (KVzap §4: prompts of
-# 750-1250 tokens, ~500 positions each, targets the KVzip+ scores maxed over the repeated-context rows, eq. 3) from
-# three corpora.
-train_kvzap() {
-  local S=models/kvzap/smollm2-135m-$1
-  [ -f "$S/model.safetensors" ] && return 0
-  $K train kvzap --model "$M" --corpus ../shared/data/wiki.test.raw --corpus ../shared/data/kjv_bible.txt \
-    --corpus ../shared/data/tinystories_val_sample.txt --prompts "${KVZAP_PROMPTS:-80}" --seed 1 --out "$S" \
-    $([ "$1" = mlp ] && echo --mlp)
-}
 if [ "$PART" = all ] || [ "$PART" = kvzap ]; then
   # The KVzap surrogates fitted on SmolLM2, then their tau sweep.
-  for kind in $KVZAP_KINDS; do train_kvzap "$kind"; done
+  for kind in $KVZAP_KINDS; do KVSIEVE=$K MODEL=$M bash scripts/train-kvzap-smollm2.sh "$kind"; done
   sweep $RULER --thresholds "${TAUS:--4.5,-3,-1,1}" --out "${OUT}_kvzap" --policies "$KVZAP"
 fi
 if [ "$PART" = all ] || [ "$PART" = learned ]; then
   # have DIR: whether the checkpoint DIR is in this checkout. With TRAIN=1 a missing one is rebuilt first (by the
-  # command scripts/need-checkpoint.sh names); otherwise it is left out of the sweep and that command is printed.
+  # command scripts/need-checkpoint.sh names, with the checkpoints that command needs); otherwise it is left out of
+  # the sweep and that command is printed.
   have() {
-    bash scripts/need-checkpoint.sh "$1" 2>/dev/null && return 0
-    if [ -n "${TRAIN:-}" ]; then
-      case "$1" in
-        models/wgkv/smollm2-135m-lambda*)
-          LAMBDAS=${1##*lambda} TRAIN_ONLY=1 bash scripts/results-wgkv-smollm2.sh ;;
-        models/kvpop/smollm2-135m-*)
-          # results-kvpop.sh first checks the admissions it stacks in front of KVpop: WG-KV λ 0.04 and KVzap-MLP.
-          have models/wgkv/smollm2-135m-lambda0.04 && train_kvzap mlp &&
-            KINDS=${1##*smollm2-135m-} FT_MODES= TRAIN_ONLY=1 bash scripts/results-kvpop.sh smollm2 ;;
-      esac
-      bash scripts/need-checkpoint.sh "$1" 2>/dev/null && return 0
-    fi
-    bash scripts/need-checkpoint.sh "$1" || echo "(left out of ${OUT}_learned)" >&2
+    KVSIEVE=$K bash scripts/need-checkpoint.sh ${TRAIN:+--train} "$1" && return 0
+    echo "(left out of ${OUT}_learned)" >&2
     return 1
   }
   LEARNED=
