@@ -134,5 +134,7 @@ if [ "$PART" = all ] || [ "$PART" = board ]; then
   for d in "$OUT" "${OUT}_kvzap" "${OUT}_learned" "${OUT}_spkv"; do
     [ -f "$d/full/metrics.json" ] && DIRS+=("$d")
   done
-  [ ${#DIRS[@]} -gt 0 ] && $K eval leaderboard "${DIRS[@]}" --out "$BOARD" > /dev/null
+  # Cells whose predictions are committed packed (scripts/pack-predictions.sh) get them back first.
+  [ ${#DIRS[@]} -gt 0 ] && bash scripts/pack-predictions.sh --unpack "${DIRS[@]}" &&
+    $K eval leaderboard "${DIRS[@]}" --out "$BOARD" > /dev/null
 fi
