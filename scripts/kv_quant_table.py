@@ -6,13 +6,15 @@ Usage: python3 scripts/kv_quant_table.py DIR > DIR/stacks.md
 DIR holds sweep directories ruler_<N>k_<type>[_spkv]/ and nll_2k_<type>[_spkv]/, each with one folder per cell
 (config.yaml: policy, kv_type, kv_rotate; metrics.json: score or nll, compression_ratio, kv_bytes_per_token,
 kv_bytes_vs_full_f16). One row per stack (policy × cache type × rotation): RULER score per length and as a share of
-the full F16 cache's at that length, NLL (nats per token) and its change against the full F16 cache's, KV bytes per
+the full F16 cache's at that length with the paired difference to it (per example, 95% interval), NLL (nats per token) and its change against the full F16 cache's, KV bytes per
 position, and how many times smaller than a full F16 cache the stack's pages are (the mean of the cells'
 kv_bytes_vs_full_f16, inverted; at the longest RULER length). A stack qualifies when every RULER length it ran
 keeps ≥ 95% of the full F16 score and its NLL is at most 1% above the full F16 NLL; the line under the table names
 the smallest qualifying stack. Exits 2 with a message when DIR holds no finished cells or no full F16 cell.
 """
+import csv
 import json
+import math
 import os
 import re
 import sys
@@ -47,6 +49,27 @@ def label(policy):
     return policy
 
 
+def per_example(path):
+    """A RULER cell's score (0-100) per example, keyed (task, length, index), from its predictions.csv; {} if absent
+    (a directory whose predictions are packed: scripts/pack-predictions.sh --unpack restores them)."""
+    if not os.path.isfile(path):
+        return {}
+    with open(path, newline="") as f:
+        return {(r["task"], r["length"], r["index"]): 100 * float(r["score"]) for r in csv.DictReader(f)}
+
+
+def paired(cell, ref):
+    """Mean and 95% half-width (normal approximation) of the per-example score differences cell − ref over the
+    examples both have; None when they share fewer than two."""
+    keys = cell.keys() & ref.keys()
+    if len(keys) < 2:
+        return None
+    d = [cell[k] - ref[k] for k in keys]
+    mean = sum(d) / len(d)
+    var = sum((x - mean) ** 2 for x in d) / (len(d) - 1)
+    return mean, 1.96 * math.sqrt(var / len(d))
+
+
 def cells(root):
     """Every finished cell under root: (kind, length or None, key, metrics), key = (label, kv_type, rotation)."""
     for d in sorted(os.listdir(root)):
@@ -62,6 +85,8 @@ def cells(root):
             cfg = read_yaml(os.path.join(cell, "config.yaml"))
             with open(os.path.join(cell, "metrics.json")) as f:
                 met = json.load(f)
+            if kind == "ruler":
+                met = dict(met, per_example=per_example(os.path.join(cell, "predictions.csv")))
             kv = cfg.get("kv_type", "f16")
             rot = cfg.get("kv_rotate", "auto") if kv not in ("f16", "bf16", "f32") else "—"
             yield kind, length, (label(cfg.get("policy", met.get("policy", "?"))), kv, rot), met
@@ -86,7 +111,7 @@ def main():
     keys = sorted({k for k, _ in ruler} | set(nll), key=lambda k: (k[0] != "full", k[0], k[1], k[2]))
     head = ["stack", "K/V", "rotation"]
     for n in lengths:
-        head += [f"RULER {n}k", "of full F16"]
+        head += [f"RULER {n}k", "of full F16", "Δ ± paired 95% CI"]
     head += ["NLL 2k", "Δ NLL", "KV bytes / position", "× smaller than full F16", "meets both"]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
@@ -97,11 +122,12 @@ def main():
         for n in lengths:
             m = ruler.get((k, n))
             if m is None:
-                row += ["—", "—"]
+                row += ["—", "—", "—"]
                 ok = False
                 continue
             share = m["score"] / ruler[(ref, n)]["score"] if ruler[(ref, n)]["score"] else 0.0
-            row += [f"{m['score']:.1f}", f"{100 * share:.0f}%"]
+            p = paired(m["per_example"], ruler[(ref, n)]["per_example"])
+            row += [f"{m['score']:.1f}", f"{100 * share:.0f}%", "—" if p is None else f"{p[0]:+.1f} ± {p[1]:.1f}"]
             ok = ok and share >= 0.95
         m = nll.get(k)
         if m is not None and ref in nll:
