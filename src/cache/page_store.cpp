@@ -137,13 +137,17 @@ void PageStore::key_bounds(size_t p, const uint16_t** kmin, const uint16_t** kma
     *kmax = hi;
 }
 
-void PageStore::push(const float* k, const float* v, int32_t pos, float score) {
+int64_t PageStore::open_slot(int32_t pos, float score) {
     const int64_t i = size();
     if (i % pool_->page_tokens() == 0) pages_.push_back(pool_->alloc());  // may throw: nothing changed yet
     pos_.push_back(pos);
     score_.push_back(score);
     touch(i);
-    store_entry(k, v, i);
+    return i;
+}
+
+void PageStore::push(const float* k, const float* v, int32_t pos, float score) {
+    store_entry(k, v, open_slot(pos, score));
 }
 
 void PageStore::push_copy(const PageStore& src, int64_t j) {
@@ -160,20 +164,12 @@ void PageStore::push_copy(const PageStore& src, int64_t j) {
         // rotating back and forth (two Walsh–Hadamard transforms per row, and their float32 rounding).
         load_row(src.pool_->key_type(), src.key_ptr(j), k, d);
         load_row(src.pool_->value_type(), src.value_ptr(j), v, d);
-        const int64_t i = size();
-        if (i % pool_->page_tokens() == 0) pages_.push_back(pool_->alloc());  // may throw: nothing changed yet
-        pos_.push_back(src.pos_[j]);
-        score_.push_back(src.score_[j]);
-        touch(i);
+        const int64_t i = open_slot(src.pos_[j], src.score_[j]);
         store_row(pool_->key_type(), k, kslot(i), d);
         store_row(pool_->value_type(), v, vslot(i), d);
         return;
     }
-    const int64_t i = size();
-    if (i % pool_->page_tokens() == 0) pages_.push_back(pool_->alloc());
-    pos_.push_back(src.pos_[j]);
-    score_.push_back(src.score_[j]);
-    touch(i);
+    const int64_t i = open_slot(src.pos_[j], src.score_[j]);
     std::memcpy(kslot(i), src.key_ptr(j), pool_->key_row_bytes());
     std::memcpy(vslot(i), src.value_ptr(j), pool_->value_row_bytes());
 }

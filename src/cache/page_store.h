@@ -84,6 +84,9 @@ private:
     void move_entry(int64_t from, int64_t to);
     /// Writes k, v [d] into slot i: rotated by the pool's rotation, then converted (store_row).
     void store_entry(const float* k, const float* v, int64_t i);
+    /// Appends a slot for an entry at `pos` with `score` (a new page when the last is full) and returns its index;
+    /// the caller writes its key and value. Throws KVBudgetExhausted before changing anything.
+    int64_t open_slot(int32_t pos, float score);
     /// Entry i was written in place: its page's bounds, if they cover it, are recomputed when next asked.
     void touch(int64_t i);
     /// After entries were taken off the end: drops the bounds of released pages and stale bounds of the last page.
