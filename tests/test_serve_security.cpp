@@ -20,6 +20,7 @@
 #include "util/atomic_file.h"
 #include "util/error.h"
 #include "util/sha256.h"
+#include "test_util.h"
 
 namespace kvsieve {
 namespace {
@@ -107,23 +108,7 @@ TEST(Metrics, EndpointLabelsAreRouteTemplatesOrOther) {
     EXPECT_EQ((snap.at({"other", 404})), 1000);
 }
 
-/// A fresh empty folder under the system temp folder, removed with what it holds.
-class TempDir {
-public:
-    TempDir() {
-        static int counter = 0;
-        path_ = (std::filesystem::temp_directory_path() /
-                 ("kvsieve_sec_" + std::to_string(::getpid()) + "_" + std::to_string(counter++)))
-                    .string();
-        std::filesystem::remove_all(path_);
-        std::filesystem::create_directories(path_);
-    }
-    ~TempDir() { std::filesystem::remove_all(path_); }
-    const std::string& path() const { return path_; }
-
-private:
-    std::string path_;
-};
+using test::TempDir;
 
 std::string slurp(const std::string& p) {
     std::ifstream f(p, std::ios::binary);

@@ -43,10 +43,14 @@ private:
     std::string path_;
 };
 
-/// A fresh folder under the system temp folder, created now and removed with its contents when the object dies.
+/// A fresh empty folder under the system temp folder (whatever an earlier process of the same id left there is
+/// removed first), removed with its contents when the object dies.
 class TempDir {
 public:
-    TempDir() : file_("_dir") { std::filesystem::create_directories(file_.path()); }
+    TempDir() : file_("_dir") {
+        std::filesystem::remove_all(file_.path());
+        std::filesystem::create_directories(file_.path());
+    }
     ~TempDir() {
         std::error_code ec;
         std::filesystem::remove_all(file_.path(), ec);
