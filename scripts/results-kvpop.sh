@@ -57,7 +57,8 @@ done
 #     rebuilt by this script) and compared with the frozen model's policies against the same full-cache teachers
 #     (`eval fidelity`, POLICY@MODEL), at the two budgets of step 2. They train first: their runs also write the
 #     held-out tail the prompts come from.
-FT_MODES=${FT_MODES:-"distill streaming_plus"}
+# FT_MODES= (empty) trains none of them (scripts/need-checkpoint.sh rebuilds a scorer alone that way).
+FT_MODES=${FT_MODES-"distill streaming_plus"}
 for mode in $FT_MODES; do
   S=$SCORERS/$NAME-$mode
   [ -f "$S/model.gguf" ] && continue
