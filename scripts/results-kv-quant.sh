@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Quantized KV pages stacked with learned compression on SmolLM2-135M-Instruct (docs/results/kv_quant/stacks.md):
 # for each cache type of TYPES, query-agnostic RULER at each length of LENGTHS (default 2048 4096; the tasks and
-# corpus of the leaderboard, SAMPLES per task, default 10, raw format as the 2k/4k leaderboards) and NLL at 2048
-# tokens (SP-KV's chunked protocol on the held-out tail of WikiText-2, NLL_SAMPLES windows, default 4, as
-# docs/results/smollm2/nll_2k) for every stack of STACKS: the full cache and each learned method at its operating
-# point. Every cell records its KV bytes per position and against a full F16 cache of the same positions, and
-# scripts/kv_quant_table.py writes the table that names the smallest stack at ≥ 95% of the full F16 cache's RULER
-# score and ≤ +1% NLL. Resumable: finished cells are skipped, a RULER sweep resumes from its partial files.
+# corpus of the leaderboard, SAMPLES per task, default 10; FORMAT, default chat: kvpress's prompts, as the chat-format
+# leaderboard pages) and NLL at 2048 tokens (SP-KV's chunked protocol on the held-out tail of WikiText-2, NLL_SAMPLES
+# windows, default 4, as docs/results/smollm2/nll_2k) for every stack of STACKS: the full cache and each learned
+# method at its operating point. Every cell records its KV bytes per position and against a full F16 cache of the
+# same positions, and scripts/kv_quant_table.py writes the table that names the smallest stack at ≥ 95% of the full
+# F16 cache's RULER score and ≤ +1% NLL. Resumable: finished cells are skipped, a RULER sweep resumes from its
+# partial files.
 #
 # TYPES: space-separated, each K[/V][@admission][:off]: the keys' and values' element types (one for both), quantized
 # at write (default) or at admission, rotated as --kv-rotate auto (a quantized half with the head size a multiple of
@@ -86,7 +87,8 @@ for t in $TYPES; do
   [ $rot = off ] && name=${name}_norot
   KV="--cache-type-k $kt --cache-type-v $vt --kv-quant-at $at --kv-rotate $rot"
   for L in $LENGTHS; do
-    R="--task ruler --corpus $CORPUS --tasks $TASKS --lengths $L --samples ${SAMPLES:-10} --threads $RTHREADS $KV"
+    R="--task ruler --corpus $CORPUS --tasks $TASKS --lengths $L --samples ${SAMPLES:-10} --format ${FORMAT:-chat}
+      --threads $RTHREADS $KV"
     [ -n "$POLICIES" ] && sweep $R -m "$M" --policies "$POLICIES" --out "$OUT/ruler_$((L / 1024))k_$name"
     [ $SPKV = 1 ] && sweep $R -m "$SPKV_MODEL" --policies spkv --thresholds "${SPKV_TAU:-0.5}" \
       --out "$OUT/ruler_$((L / 1024))k_${name}_spkv"
