@@ -12,10 +12,11 @@
 # TYPES: space-separated, each K[/V][@admission][:off]: the keys' and values' element types (one for both), quantized
 # at write (default) or at admission, rotated as --kv-rotate auto (a quantized half with the head size a multiple of
 # 64: on for SmolLM2) unless ":off". Default: f16 q8_0 q8_0:off q8_0/q4_0 q8_0/q4_0:off q4_0@admission
-# q4_0@admission:off. STACKS: space-separated names of full kvzap wgkv kvpop spkv (default all; kvzap: KVzap-Linear
-# at each τ of KVZAP_TAUS, default "-4 -3", the NLL page's last τ within +1% and its RULER operating point); a learned
-# checkpoint missing from this checkout is left out with the command that rebuilds it (TRAIN=1: rebuild it first,
-# as scripts/results-smollm2.sh PART=learned does). SHARDS=N runs each RULER sweep as N one-thread processes.
+# q4_0@admission:off. STACKS: space-separated names of full kvzap kvzap_mlp wgkv kvpop spkv (default all; kvzap:
+# KVzap-Linear at each τ of KVZAP_TAUS, default "-4 -3", the NLL page's last τ within +1% and its RULER operating
+# point; kvzap_mlp: the MLP surrogate at the same τ); a learned checkpoint missing from this checkout is left out with
+# the command that rebuilds it (TRAIN=1: rebuild it first, as scripts/results-smollm2.sh PART=learned does).
+# SHARDS=N runs each RULER sweep as N one-thread processes.
 # Outputs: docs/results/kv_quant/ruler_<L/1024>k_<type>/ and nll_2k_<type>/ (type with '/' → '-', '@' → '_',
 # ':off' → '_norot'), SP-KV's cells in the same names with _spkv (its gated model's own full cell).
 set -euo pipefail
@@ -25,7 +26,7 @@ M=${MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
 CORPUS=${CORPUS:-../shared/data/wiki.test.raw}
 OUT=${RESULTS:-docs/results/kv_quant}
 TYPES=${TYPES:-"f16 q8_0 q8_0:off q8_0/q4_0 q8_0/q4_0:off q4_0@admission q4_0@admission:off"}
-STACKS=${STACKS:-"full kvzap wgkv kvpop spkv"}
+STACKS=${STACKS:-"full kvzap kvzap_mlp wgkv kvpop spkv"}
 KVZAP_TAUS=${KVZAP_TAUS:-"-4 -3"}
 LENGTHS=${LENGTHS:-"2048 4096"}
 SHARDS=${SHARDS:-1}
@@ -56,10 +57,14 @@ for s in $STACKS; do
   case "$s" in
     full) POLICIES="$POLICIES;full;full:sinks=4,window=128" ;;  # the second: F16 sinks and window at admission
     kvzap) for tau in $KVZAP_TAUS; do POLICIES="$POLICIES;kvzap:model=models/kvzap/smollm2-135m-linear,tau=$tau,sinks=4"; done ;;
+    kvzap_mlp)
+      if have models/kvzap/smollm2-135m-mlp; then
+        for tau in $KVZAP_TAUS; do POLICIES="$POLICIES;kvzap:model=models/kvzap/smollm2-135m-mlp,tau=$tau,sinks=4"; done
+      fi ;;
     wgkv) have models/wgkv/smollm2-135m-lambda0.04 && POLICIES="$POLICIES;wgkv:model=models/wgkv/smollm2-135m-lambda0.04" ;;
     kvpop) have models/kvpop/smollm2-135m-mlstm && POLICIES="$POLICIES;kvpop:model=models/kvpop/smollm2-135m-mlstm,capacity=768" ;;
     spkv) SPKV=1 ;;
-    *) echo "error: STACKS takes full kvzap wgkv kvpop spkv, got '$s'" >&2; exit 2 ;;
+    *) echo "error: STACKS takes full kvzap kvzap_mlp wgkv kvpop spkv, got '$s'" >&2; exit 2 ;;
   esac
 done
 POLICIES=${POLICIES#;}
