@@ -11,6 +11,10 @@ position, and how many times smaller than a full F16 cache the stack's pages are
 kv_bytes_vs_full_f16, inverted; at the longest RULER length). A stack qualifies when every RULER length it ran
 keeps ≥ 95% of the full F16 score and its NLL is at most 1% above the full F16 NLL; the line under the table names
 the smallest qualifying stack. Exits 2 with a message when DIR holds no finished cells or no full F16 cell.
+
+The `_spkv` directories run SP-KV's gated model (its own weights file, F32), so their full-cache cells are labelled
+GATED_FULL, and SP-KV's rows are compared with that model's full F16 cell when it exists (the same weights without
+the gates), with the file's full F16 cell otherwise; the line under the table says which.
 """
 import csv
 import json
@@ -47,6 +51,18 @@ def label(policy):
         if m:
             return f(m)
     return policy
+
+
+GATED_FULL = "full (SP-KV's gated model, F32)"
+
+
+def reference(key, ruler, nll, lengths):
+    """The full F16 row a stack is compared with: the gated model's for SP-KV's rows where it has RULER cells at every
+    length or an NLL cell, the file's full F16 cache otherwise."""
+    gated = (GATED_FULL, "f16", "—")
+    if key[0].startswith("SP-KV") and (all((gated, n) in ruler for n in lengths) or gated in nll):
+        return gated
+    return ("full", "f16", "—")
 
 
 def per_example(path):
@@ -89,7 +105,10 @@ def cells(root):
                 met = dict(met, per_example=per_example(os.path.join(cell, "predictions.csv")))
             kv = cfg.get("kv_type", "f16")
             rot = cfg.get("kv_rotate", "auto") if kv not in ("f16", "bf16", "f32") else "—"
-            yield kind, length, (label(cfg.get("policy", met.get("policy", "?"))), kv, rot), met
+            name = label(cfg.get("policy", met.get("policy", "?")))
+            if d.endswith("_spkv") and name == "full":
+                name = GATED_FULL
+            yield kind, length, (name, kv, rot), met
 
 
 def main():
@@ -109,6 +128,7 @@ def main():
         print("error: kv_quant_table: no finished full F16 RULER cell at every length in " + sys.argv[1], file=sys.stderr)
         sys.exit(2)
     keys = sorted({k for k, _ in ruler} | set(nll), key=lambda k: (k[0] != "full", k[0], k[1], k[2]))
+    gated_ref = False
     head = ["stack", "K/V", "rotation"]
     for n in lengths:
         head += [f"RULER {n}k", "of full F16", "Δ ± paired 95% CI"]
@@ -119,19 +139,21 @@ def main():
     for k in keys:
         row = [k[0], k[1], k[2]]
         ok = True
+        r = reference(k, ruler, nll, lengths)
+        gated_ref = gated_ref or r != ref
         for n in lengths:
             m = ruler.get((k, n))
-            if m is None:
+            if m is None or (r, n) not in ruler:
                 row += ["—", "—", "—"]
                 ok = False
                 continue
-            share = m["score"] / ruler[(ref, n)]["score"] if ruler[(ref, n)]["score"] else 0.0
-            p = paired(m["per_example"], ruler[(ref, n)]["per_example"])
+            share = m["score"] / ruler[(r, n)]["score"] if ruler[(r, n)]["score"] else 0.0
+            p = paired(m["per_example"], ruler[(r, n)]["per_example"])
             row += [f"{m['score']:.1f}", f"{100 * share:.0f}%", "—" if p is None else f"{p[0]:+.1f} ± {p[1]:.1f}"]
             ok = ok and share >= 0.95
         m = nll.get(k)
-        if m is not None and ref in nll:
-            d = m["nll"] / nll[ref]["nll"] - 1
+        if m is not None and r in nll:
+            d = m["nll"] / nll[r]["nll"] - 1
             row += [f"{m['nll']:.4f}", f"{100 * d:+.2f}%"]
             ok = ok and d <= 0.01
         else:
@@ -149,6 +171,9 @@ def main():
             best = (k, size[1])
         print("| " + " | ".join(row) + " |")
     print()
+    if gated_ref:
+        print(f"SP-KV's rows are compared with its gated model's own full F16 cache ({GATED_FULL}), the other rows "
+              "with the model file's.\n")
     if best:
         k, x = best
         print(f"Smallest stack at ≥ 95% of the full F16 cache's RULER score at every length and ≤ +1% NLL: "
