@@ -13,8 +13,8 @@ keeps ≥ 95% of the full F16 score and its NLL is at most 1% above the full F16
 the smallest qualifying stack. Exits 2 with a message when DIR holds no finished cells or no full F16 cell.
 
 The `_spkv` directories run SP-KV's gated model (its own weights file, F32), so their full-cache cells are labelled
-GATED_FULL, and SP-KV's rows are compared with that model's full F16 cell when it exists (the same weights without
-the gates), with the file's full F16 cell otherwise; the line under the table says which.
+GATED_FULL, and SP-KV's rows and those are compared with that model's full F16 cell when it exists (the same weights
+without the gates), with the file's full F16 cell otherwise; the line under the table says which.
 """
 import csv
 import json
@@ -57,10 +57,11 @@ GATED_FULL = "full (SP-KV's gated model, F32)"
 
 
 def reference(key, ruler, nll, lengths):
-    """The full F16 row a stack is compared with: the gated model's for SP-KV's rows where it has RULER cells at every
-    length or an NLL cell, the file's full F16 cache otherwise."""
+    """The full F16 row a stack is compared with: the gated model's for SP-KV's rows and that model's full-cache rows
+    where it has RULER cells at every length or an NLL cell, the file's full F16 cache otherwise."""
     gated = (GATED_FULL, "f16", "—")
-    if key[0].startswith("SP-KV") and (all((gated, n) in ruler for n in lengths) or gated in nll):
+    ours = key[0].startswith("SP-KV") or key[0] == GATED_FULL
+    if ours and (all((gated, n) in ruler for n in lengths) or gated in nll):
         return gated
     return ("full", "f16", "—")
 
@@ -172,8 +173,8 @@ def main():
         print("| " + " | ".join(row) + " |")
     print()
     if gated_ref:
-        print(f"SP-KV's rows are compared with its gated model's own full F16 cache ({GATED_FULL}), the other rows "
-              "with the model file's.\n")
+        print(f"SP-KV's rows and its gated model's full-cache rows are compared with that model's own full F16 cache "
+              f"({GATED_FULL}, f16), the other rows with the model file's.\n")
     if best:
         k, x = best
         print(f"Smallest stack at ≥ 95% of the full F16 cache's RULER score at every length and ≤ +1% NLL: "
