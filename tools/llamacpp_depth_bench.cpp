@@ -2,7 +2,9 @@
 // kvsieve build; built by scripts/bench-vs-llamacpp.sh against a llama.cpp build tree of the current API, e.g. the
 // tree vendored in the llama-cpp-python 0.3.36 sdist). The method is llama-bench's: per test a fresh context with a
 // llama-bench-style thread pool, one warm-up, then per repetition the cache is cleared, filled to the depth with
-// random tokens (untimed) and the pp or tg test is timed. One JSON object per test on stdout.
+// random tokens (untimed) and the pp or tg test is timed. As llama-bench does, the depth is computed once per test
+// and its sequence state saved; later repetitions restore it instead of refilling (the fill of a deep quantized
+// cache takes minutes). One JSON object per test on stdout.
 // Usage: llamacpp_depth_bench MODEL N_PROMPT N_GEN THREADS REPS DEPTH[,DEPTH...] [TYPE_K TYPE_V [FLASH_ATTN]]
 // TYPE_K / TYPE_V: KV cache element types by ggml name (f16, q8_0, q4_0, ...; default f16); FLASH_ATTN: on (the
 // default, as llama.cpp's users run it; a quantized V cache needs it), off or auto.
@@ -10,6 +12,7 @@
 #include "ggml-cpu.h"
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
@@ -112,9 +115,19 @@ int main(int argc, char** argv) {
             if (np > 0) test_prompt(ctx, np, n_batch);  // warmup (as llama-bench)
             if (ng > 0) test_gen(ctx, 1);
             std::vector<double> ts;
+            std::vector<uint8_t> depth_state;  // sequence 0 after the fill, restored by later repetitions
             for (int r = 0; r < reps; r++) {
                 llama_memory_clear(llama_get_memory(ctx), true);
-                if (depth > 0) test_prompt(ctx, depth, n_batch);  // untimed fill
+                if (depth > 0) {  // untimed fill
+                    bool restored = !depth_state.empty() &&
+                                    llama_state_seq_set_data(ctx, depth_state.data(), depth_state.size(), 0) != 0;
+                    if (!restored) {
+                        llama_memory_clear(llama_get_memory(ctx), true);
+                        test_prompt(ctx, depth, n_batch);
+                        depth_state.resize(llama_state_seq_get_size(ctx, 0));
+                        llama_state_seq_get_data(ctx, depth_state.data(), depth_state.size(), 0);
+                    }
+                }
                 uint64_t t0 = now_ns();
                 if (np > 0) test_prompt(ctx, np, n_batch);
                 if (ng > 0) test_gen(ctx, ng);
