@@ -5,12 +5,15 @@ Usage: python3 scripts/kv_quant_table.py DIR > DIR/stacks.md
 
 DIR holds sweep directories ruler_<N>k_<type>[_spkv]/ and nll_2k_<type>[_spkv]/, each with one folder per cell
 (config.yaml: policy, kv_type, kv_rotate; metrics.json: score or nll, compression_ratio, kv_bytes_per_token,
-kv_bytes_vs_full_f16). One row per stack (policy × cache type × rotation): RULER score per length and as a share of
-the full F16 cache's at that length with the paired difference to it (per example, 95% interval), NLL (nats per token) and its change against the full F16 cache's, KV bytes per
-position, and how many times smaller than a full F16 cache the stack's pages are (the mean of the cells'
-kv_bytes_vs_full_f16, inverted; at the longest RULER length). A stack qualifies when every RULER length it ran
-keeps ≥ 95% of the full F16 score and its NLL is at most 1% above the full F16 NLL; the line under the table names
-the smallest qualifying stack. Exits 2 with a message when DIR holds no finished cells or no full F16 cell.
+kv_bytes_vs_full_f16). One row per stack (policy × cache type × rotation): per RULER length, the score, its share of
+the full F16 cache's at that length with the paired difference to it (per example, 95% interval), the KV bytes per
+position and how many times smaller than a full F16 cache of the same positions the stack's pages are (the cell's
+kv_bytes_vs_full_f16, inverted); then NLL (nats per token) and its change against the full F16 cache's. A stack
+qualifies when every RULER length it ran (at least one) keeps ≥ 95% of the full F16 score and its NLL is at most 1%
+above the full F16 NLL; "meets both" names the lengths checked. The lines under the table name the smallest
+qualifying stack at the shortest length, and, where longer lengths ran, the smallest among the stacks that qualify
+at every length (by its size at the longest). Exits 2 with a message when DIR holds no finished cells or no full F16
+cell.
 
 The `_spkv` directories run SP-KV's gated model (its own weights file, F32), so their full-cache cells are labelled
 GATED_FULL, and SP-KV's rows and those are compared with that model's full F16 cell when it exists (the same weights
@@ -105,7 +108,9 @@ def cells(root):
             if kind == "ruler":
                 met = dict(met, per_example=per_example(os.path.join(cell, "predictions.csv")))
             kv = cfg.get("kv_type", "f16")
-            rot = cfg.get("kv_rotate", "auto") if kv not in ("f16", "bf16", "f32") else "—"
+            # RULER cells written before they recorded kv_rotate: the directory's _norot suffix tells
+            rot = cfg.get("kv_rotate", "off" if re.search(r"_norot(_spkv)?$", d) else "auto")
+            rot = rot if kv not in ("f16", "bf16", "f32") else "—"
             name = label(cfg.get("policy", met.get("policy", "?")))
             if d.endswith("_spkv") and name == "full":
                 name = GATED_FULL
@@ -132,25 +137,31 @@ def main():
     gated_ref = False
     head = ["stack", "K/V", "rotation"]
     for n in lengths:
-        head += [f"RULER {n}k", "of full F16", "Δ ± paired 95% CI"]
-    head += ["NLL 2k", "Δ NLL", "KV bytes / position", "× smaller than full F16", "meets both"]
+        head += [f"RULER {n}k", "of full F16", "Δ ± paired 95% CI", f"KV bytes / position ({n}k)", f"× smaller ({n}k)"]
+    head += ["NLL 2k", "Δ NLL", "meets both"]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
-    best = None
+    qualified = []  # (key, {length: × smaller})
     for k in keys:
         row = [k[0], k[1], k[2]]
         ok = True
+        ran = {}
         r = reference(k, ruler, nll, lengths)
         gated_ref = gated_ref or r != ref
         for n in lengths:
             m = ruler.get((k, n))
             if m is None or (r, n) not in ruler:
-                row += ["—", "—", "—"]
-                ok = False
+                row += ["—"] * 5
                 continue
             share = m["score"] / ruler[(r, n)]["score"] if ruler[(r, n)]["score"] else 0.0
             p = paired(m["per_example"], ruler[(r, n)]["per_example"])
             row += [f"{m['score']:.1f}", f"{100 * share:.0f}%", "—" if p is None else f"{p[0]:+.1f} ± {p[1]:.1f}"]
+            if "kv_bytes_vs_full_f16" in m:
+                x = 1 / m["kv_bytes_vs_full_f16"]
+                row += [f"{m['kv_bytes_per_token']:.0f}", f"{x:.1f}×"]
+                ran[n] = x
+            else:
+                row += ["—", "—"]
             ok = ok and share >= 0.95
         m = nll.get(k)
         if m is not None and r in nll:
@@ -160,27 +171,32 @@ def main():
         else:
             row += ["—", "—"]
             ok = False
-        size = None
-        for n in reversed(lengths):
-            m = ruler.get((k, n))
-            if m is not None and "kv_bytes_vs_full_f16" in m:
-                size = (m["kv_bytes_per_token"], 1 / m["kv_bytes_vs_full_f16"], n)
-                break
-        row += [f"{size[0]:.0f} ({size[2]}k)" if size else "—", f"{size[1]:.1f}×" if size else "—"]
-        row.append("yes" if ok and size else "no")
-        if ok and size and (best is None or size[1] > best[1]):
-            best = (k, size[1])
+        ok = ok and bool(ran)
+        row.append("yes (" + ", ".join(f"{n}k" for n in sorted(ran)) + ")" if ok else "no")
+        if ok:
+            qualified.append((k, ran))
         print("| " + " | ".join(row) + " |")
     print()
     if gated_ref:
         print(f"SP-KV's rows and its gated model's full-cache rows are compared with that model's own full F16 cache "
               f"({GATED_FULL}, f16), the other rows with the model file's.\n")
-    if best:
-        k, x = best
-        print(f"Smallest stack at ≥ 95% of the full F16 cache's RULER score at every length and ≤ +1% NLL: "
+    short, longest = lengths[0], lengths[-1]
+    at_short = [(k, ran[short]) for k, ran in qualified if short in ran]
+    if at_short:
+        k, x = max(at_short, key=lambda t: t[1])
+        print(f"Smallest stack at ≥ 95% of the full F16 cache's RULER score at {short}k and ≤ +1% NLL: "
               f"**{k[0]}, {k[1]} (rotation {k[2]})**, {x:.1f}× smaller than the full F16 cache.")
     else:
-        print("No stack here keeps ≥ 95% of the full F16 cache's RULER score at every length with ≤ +1% NLL.")
+        print(f"No stack here keeps ≥ 95% of the full F16 cache's RULER score at {short}k with ≤ +1% NLL.")
+    if longest != short:
+        every = [(k, ran[longest]) for k, ran in qualified if all(n in ran for n in lengths)]
+        names = " and ".join(f"{n}k" for n in lengths)
+        if every:
+            k, x = max(every, key=lambda t: t[1])
+            print(f"\nSmallest stack that qualifies at {names} (of those run at every length): **{k[0]}, {k[1]} "
+                  f"(rotation {k[2]})**, {x:.1f}× smaller than the full F16 cache at {longest}k.")
+        else:
+            print(f"\nNo stack run at {names} qualifies at every length.")
 
 
 if __name__ == "__main__":

@@ -228,6 +228,15 @@ TEST(Ruler, QueryAgnosticByDefaultAndRecordedInTheCell) {
     std::ifstream y(dir.path() + "/config.yaml");
     const std::string yaml((std::istreambuf_iterator<char>(y)), std::istreambuf_iterator<char>());
     EXPECT_NE(yaml.find("query_aware: true"), std::string::npos);
+    EXPECT_EQ(yaml.find("kv_rotate:"), std::string::npos) << "an F16 cell keeps the settings it had";
+    // A quantized cell records its rotation beside its types (scripts/kv_quant_table.py tells stacks apart by it).
+    o.kv_type = "q8_0/q4_0";
+    o.kv_rotate = "off";
+    write_ruler_cell(dir.path(), aware, o, "m.gguf", "c.txt");
+    std::ifstream yq(dir.path() + "/config.yaml");
+    const std::string quant((std::istreambuf_iterator<char>(yq)), std::istreambuf_iterator<char>());
+    EXPECT_NE(quant.find("kv_type: q8_0/q4_0\n"), std::string::npos) << quant;
+    EXPECT_NE(quant.find("kv_rotate: off\n"), std::string::npos) << quant;
     std::filesystem::remove_all(dir.path());
 }
 

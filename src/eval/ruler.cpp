@@ -543,6 +543,9 @@ void write_ruler_cell(const std::string& dir, const RulerResult& r, const RulerO
     y << "]\nlengths: [";
     for (size_t i = 0; i < o.lengths.size(); ++i) y << (i ? ", " : "") << o.lengths[i];
     y << "]\n";
+    if (kv_quantized(parse_kv_types(o.kv_type)))  // as ruler_cell_settings: F16 cells keep the settings they had
+        y << "kv_rotate: " << o.kv_rotate << "\n";
+    y.close();
     const std::string m = (fs::path(dir) / "metrics.json").string();
     std::ofstream(m + ".tmp") << r.metrics().dump(2) << "\n";
     fs::rename(m + ".tmp", m);
