@@ -12,10 +12,12 @@
 # TYPES: space-separated, each K[/V][@admission][:off]: the keys' and values' element types (one for both), quantized
 # at write (default) or at admission, rotated as --kv-rotate auto (a quantized half with the head size a multiple of
 # 64: on for SmolLM2) unless ":off". Default: f16 q8_0 q8_0:off q8_0/q4_0 q8_0/q4_0:off q4_0@admission
-# q4_0@admission:off. STACKS: space-separated names of full kvzap kvzap_mlp wgkv kvpop spkv (default all; kvzap:
-# KVzap-Linear at each τ of KVZAP_TAUS, default "-4 -3", the NLL page's last τ within +1% and its RULER operating
-# point; kvzap_mlp: the MLP surrogate at the same τ); a learned checkpoint missing from this checkout is left out with
-# the command that rebuilds it (TRAIN=1: rebuild it first, as scripts/results-smollm2.sh PART=learned does).
+# q4_0@admission:off. STACKS: space-separated names of full full_window kvzap kvzap_mlp wgkv kvpop spkv (default all;
+# full: the full cache, every sweep's reference anyway; full_window: the full cache with 4 sinks and a 128-token
+# window, whose sinks and window stay F16 when quantizing at admission; kvzap: KVzap-Linear at each τ of KVZAP_TAUS,
+# default "-4 -3", the NLL page's last τ within +1% and its RULER operating point; kvzap_mlp: the MLP surrogate at
+# the same τ); a learned checkpoint missing from this checkout is left out with the command that rebuilds it
+# (TRAIN=1: rebuild it first, as scripts/results-smollm2.sh PART=learned does). LENGTHS= (empty): the NLL cells only.
 # SHARDS=N runs each RULER sweep as N one-thread processes.
 # Outputs: docs/results/kv_quant/ruler_<L/1024>k_<type>/ and nll_2k_<type>/ (type with '/' → '-', '@' → '_',
 # ':off' → '_norot'), SP-KV's cells in the same names with _spkv (its gated model's own full cell).
@@ -26,9 +28,9 @@ M=${MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
 CORPUS=${CORPUS:-../shared/data/wiki.test.raw}
 OUT=${RESULTS:-docs/results/kv_quant}
 TYPES=${TYPES:-"f16 q8_0 q8_0:off q8_0/q4_0 q8_0/q4_0:off q4_0@admission q4_0@admission:off"}
-STACKS=${STACKS:-"full kvzap kvzap_mlp wgkv kvpop spkv"}
+STACKS=${STACKS:-"full full_window kvzap kvzap_mlp wgkv kvpop spkv"}
 KVZAP_TAUS=${KVZAP_TAUS:-"-4 -3"}
-LENGTHS=${LENGTHS:-"2048 4096"}
+LENGTHS=${LENGTHS-"2048 4096"}
 SHARDS=${SHARDS:-1}
 TASKS=${TASKS:-niah_single_1,niah_single_2,niah_single_3,niah_multikey_1,niah_multikey_2,niah_multiquery,niah_multivalue,fwe}
 [ -f "$M" ] || bash scripts/get-model.sh
@@ -55,7 +57,8 @@ POLICIES=
 SPKV=0
 for s in $STACKS; do
   case "$s" in
-    full) POLICIES="$POLICIES;full;full:sinks=4,window=128" ;;  # the second: F16 sinks and window at admission
+    full) POLICIES="$POLICIES;full" ;;
+    full_window) POLICIES="$POLICIES;full:sinks=4,window=128" ;;  # its sinks and window stay F16 at admission
     kvzap) for tau in $KVZAP_TAUS; do POLICIES="$POLICIES;kvzap:model=models/kvzap/smollm2-135m-linear,tau=$tau,sinks=4"; done ;;
     kvzap_mlp)
       if have models/kvzap/smollm2-135m-mlp; then
@@ -64,7 +67,7 @@ for s in $STACKS; do
     wgkv) have models/wgkv/smollm2-135m-lambda0.04 && POLICIES="$POLICIES;wgkv:model=models/wgkv/smollm2-135m-lambda0.04" ;;
     kvpop) have models/kvpop/smollm2-135m-mlstm && POLICIES="$POLICIES;kvpop:model=models/kvpop/smollm2-135m-mlstm,capacity=768" ;;
     spkv) SPKV=1 ;;
-    *) echo "error: STACKS takes full kvzap kvzap_mlp wgkv kvpop spkv, got '$s'" >&2; exit 2 ;;
+    *) echo "error: STACKS takes full full_window kvzap kvzap_mlp wgkv kvpop spkv, got '$s'" >&2; exit 2 ;;
   esac
 done
 POLICIES=${POLICIES#;}
@@ -103,6 +106,6 @@ for t in $TYPES; do
   [ $SPKV = 1 ] && $K eval sweep $N -m "$SPKV_MODEL" --policies spkv --thresholds "${SPKV_TAU:-0.5}" \
     --out "$OUT/nll_2k_${name}_spkv"
 done
-for d in "$OUT"/ruler_*/; do bash scripts/pack-predictions.sh --unpack "$d"; done  # the paired intervals read them
+for d in "$OUT"/ruler_*/; do [ -d "$d" ] && bash scripts/pack-predictions.sh --unpack "$d"; done  # the paired intervals read them
 python3 scripts/kv_quant_table.py "$OUT" > "$OUT/stacks.md"
 echo "wrote $OUT/stacks.md" >&2
