@@ -9,10 +9,10 @@ kv_bytes_vs_full_f16). One row per stack (policy × cache type × rotation): per
 the full F16 cache's at that length with the paired difference to it (per example, 95% interval), the KV bytes per
 position and how many times smaller than a full F16 cache of the same positions the stack's pages are (the cell's
 kv_bytes_vs_full_f16, inverted); then NLL (nats per token) and its change against the full F16 cache's. A stack
-qualifies when every RULER length it ran (at least one) keeps ≥ 95% of the full F16 score and its NLL is at most 1%
-above the full F16 NLL; "meets both" names the lengths checked. The lines under the table name the smallest
-qualifying stack at the shortest length, and, where longer lengths ran, the smallest among the stacks that qualify
-at every length (by its size at the longest). Exits 2 with a message when DIR holds no finished cells or no full F16
+meets both bounds at a RULER length when its score there is ≥ 95% of the full F16 score at that length and its NLL is
+at most 1% above the full F16 NLL; "meets both" says so per length it ran. The lines under the table name the
+smallest stack meeting both at the shortest length, and, where longer lengths ran, the smallest among the stacks
+meeting both at every length (by its size at the longest). Exits 2 with a message when DIR holds no finished cells or no full F16
 cell.
 
 The `_spkv` directories run SP-KV's gated model (its own weights file, F32), so their full-cache cells are labelled
@@ -144,8 +144,9 @@ def main():
     qualified = []  # (key, {length: × smaller})
     for k in keys:
         row = [k[0], k[1], k[2]]
-        ok = True
-        ran = {}
+        ok = True  # NLL within the bound
+        ran = {}  # length: × smaller, the lengths whose RULER cell has sizes
+        meets = {}  # length: whether the RULER share there is ≥ 95%
         r = reference(k, ruler, nll, lengths)
         gated_ref = gated_ref or r != ref
         for n in lengths:
@@ -162,7 +163,7 @@ def main():
                 ran[n] = x
             else:
                 row += ["—", "—"]
-            ok = ok and share >= 0.95
+            meets[n] = share >= 0.95
         m = nll.get(k)
         if m is not None and r in nll:
             d = m["nll"] / nll[r]["nll"] - 1
@@ -171,17 +172,17 @@ def main():
         else:
             row += ["—", "—"]
             ok = False
-        ok = ok and bool(ran)
-        row.append("yes (" + ", ".join(f"{n}k" for n in sorted(ran)) + ")" if ok else "no")
-        if ok:
-            qualified.append((k, ran))
+        checked = [n for n in sorted(ran) if n in meets]
+        row.append(", ".join(f"{n}k {'yes' if ok and meets[n] else 'no'}" for n in checked) if checked else "no")
+        if ok and checked:
+            qualified.append((k, {n: ran[n] for n in checked if meets[n]}, set(checked)))
         print("| " + " | ".join(row) + " |")
     print()
     if gated_ref:
         print(f"SP-KV's rows and its gated model's full-cache rows are compared with that model's own full F16 cache "
               f"({GATED_FULL}, f16), the other rows with the model file's.\n")
     short, longest = lengths[0], lengths[-1]
-    at_short = [(k, ran[short]) for k, ran in qualified if short in ran]
+    at_short = [(k, good[short]) for k, good, _ in qualified if short in good]
     if at_short:
         k, x = max(at_short, key=lambda t: t[1])
         print(f"Smallest stack at ≥ 95% of the full F16 cache's RULER score at {short}k and ≤ +1% NLL: "
@@ -189,7 +190,7 @@ def main():
     else:
         print(f"No stack here keeps ≥ 95% of the full F16 cache's RULER score at {short}k with ≤ +1% NLL.")
     if longest != short:
-        every = [(k, ran[longest]) for k, ran in qualified if all(n in ran for n in lengths)]
+        every = [(k, good[longest]) for k, good, _ in qualified if all(n in good for n in lengths)]
         names = " and ".join(f"{n}k" for n in lengths)
         if every:
             k, x = max(every, key=lambda t: t[1])
