@@ -117,6 +117,13 @@ def cells(root):
             yield kind, length, (name, kv, rot), met
 
 
+def smallest(qualified, at):
+    """The (key, × smaller at the last length of at) of the smallest stack meeting both bounds at every length of
+    at, None if none does."""
+    fits = [(k, good[at[-1]]) for k, good in qualified if all(n in good for n in at)]
+    return max(fits, key=lambda t: t[1]) if fits else None
+
+
 def main():
     if len(sys.argv) != 2 or not os.path.isdir(sys.argv[1]):
         sys.exit("usage: kv_quant_table.py DIR (a directory of results-kv-quant.sh sweeps)")
@@ -141,7 +148,7 @@ def main():
     head += ["NLL 2k", "Δ NLL", "meets both"]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
-    qualified = []  # (key, {length: × smaller})
+    qualified = []  # (key, {length: × smaller} over the lengths where it meets both bounds)
     for k in keys:
         row = [k[0], k[1], k[2]]
         ok = True  # NLL within the bound
@@ -175,27 +182,25 @@ def main():
         checked = [n for n in sorted(ran) if n in meets]
         row.append(", ".join(f"{n}k {'yes' if ok and meets[n] else 'no'}" for n in checked) if checked else "no")
         if ok and checked:
-            qualified.append((k, {n: ran[n] for n in checked if meets[n]}, set(checked)))
+            qualified.append((k, {n: ran[n] for n in checked if meets[n]}))
         print("| " + " | ".join(row) + " |")
     print()
     if gated_ref:
         print(f"SP-KV's rows and its gated model's full-cache rows are compared with that model's own full F16 cache "
               f"({GATED_FULL}, f16), the other rows with the model file's.\n")
     short, longest = lengths[0], lengths[-1]
-    at_short = [(k, good[short]) for k, good, _ in qualified if short in good]
-    if at_short:
-        k, x = max(at_short, key=lambda t: t[1])
+    best = smallest(qualified, [short])
+    if best:
         print(f"Smallest stack at ≥ 95% of the full F16 cache's RULER score at {short}k and ≤ +1% NLL: "
-              f"**{k[0]}, {k[1]} (rotation {k[2]})**, {x:.1f}× smaller than the full F16 cache.")
+              f"**{best[0][0]}, {best[0][1]} (rotation {best[0][2]})**, {best[1]:.1f}× smaller than the full F16 cache.")
     else:
         print(f"No stack here keeps ≥ 95% of the full F16 cache's RULER score at {short}k with ≤ +1% NLL.")
     if longest != short:
-        every = [(k, good[longest]) for k, good, _ in qualified if all(n in good for n in lengths)]
         names = " and ".join(f"{n}k" for n in lengths)
-        if every:
-            k, x = max(every, key=lambda t: t[1])
-            print(f"\nSmallest stack that qualifies at {names} (of those run at every length): **{k[0]}, {k[1]} "
-                  f"(rotation {k[2]})**, {x:.1f}× smaller than the full F16 cache at {longest}k.")
+        best = smallest(qualified, lengths)
+        if best:
+            print(f"\nSmallest stack that qualifies at {names} (of those run at every length): **{best[0][0]}, "
+                  f"{best[0][1]} (rotation {best[0][2]})**, {best[1]:.1f}× smaller than the full F16 cache at {longest}k.")
         else:
             print(f"\nNo stack run at {names} qualifies at every length.")
 

@@ -17,6 +17,7 @@
 #include "test_util.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
+#include "util/file.h"
 
 namespace kvsieve {
 namespace {
@@ -233,8 +234,7 @@ TEST(Ruler, QueryAgnosticByDefaultAndRecordedInTheCell) {
     o.kv_type = "q8_0/q4_0";
     o.kv_rotate = "off";
     write_ruler_cell(dir.path(), aware, o, "m.gguf", "c.txt");
-    std::ifstream yq(dir.path() + "/config.yaml");
-    const std::string quant((std::istreambuf_iterator<char>(yq)), std::istreambuf_iterator<char>());
+    const std::string quant = read_whole_file(dir.path() + "/config.yaml", "cell config");
     EXPECT_NE(quant.find("kv_type: q8_0/q4_0\n"), std::string::npos) << quant;
     EXPECT_NE(quant.find("kv_rotate: off\n"), std::string::npos) << quant;
     std::filesystem::remove_all(dir.path());

@@ -543,8 +543,8 @@ void write_ruler_cell(const std::string& dir, const RulerResult& r, const RulerO
     y << "]\nlengths: [";
     for (size_t i = 0; i < o.lengths.size(); ++i) y << (i ? ", " : "") << o.lengths[i];
     y << "]\n";
-    if (kv_quantized(parse_kv_types(o.kv_type)))  // as ruler_cell_settings: F16 cells keep the settings they had
-        y << "kv_rotate: " << o.kv_rotate << "\n";
+    const auto settings = ruler_cell_settings(r.policy, o, model_path, corpus_path);
+    if (settings.contains("kv_rotate")) y << "kv_rotate: " << settings["kv_rotate"].get<std::string>() << "\n";
     y.close();
     const std::string m = (fs::path(dir) / "metrics.json").string();
     std::ofstream(m + ".tmp") << r.metrics().dump(2) << "\n";
