@@ -89,6 +89,17 @@ TEST(KVRotation, ChoosesLlamaCppsSizesPerHalfAndRefusesOnForOtherDims) {
     } catch (const Error& e) {
         EXPECT_NE(std::string(e.what()).find("'yes' is not one of auto, on, off"), std::string::npos) << e.what();
     }
+    // The setting matters exactly when the mode rotates something or auto would (so that off is a choice made): for
+    // every quantized type, and for F16 only under on.
+    for (KVTypes t : {q8, f16, k8v16, k16v4})
+        for (KVRotateMode m : {KVRotateMode::kAuto, KVRotateMode::kOn, KVRotateMode::kOff}) {
+            const bool rotates = KVRotation::choose(m, t, 64).any();
+            const bool auto_rotates = KVRotation::choose(KVRotateMode::kAuto, t, 64).any();
+            EXPECT_EQ(kv_rotate_matters(m, t), rotates || auto_rotates)
+                << kv_types_spec(t) << " " << kv_rotate_mode_name(m);
+        }
+    EXPECT_FALSE(kv_rotate_matters(KVRotateMode::kAuto, f16));
+    EXPECT_TRUE(kv_rotate_matters(KVRotateMode::kOn, f16));
     // A pool with pages in use keeps its rotation.
     KVPool pool(64, KVType::kQ8_0);
     const int32_t p = pool.alloc();

@@ -237,6 +237,12 @@ TEST(Ruler, QueryAgnosticByDefaultAndRecordedInTheCell) {
     const std::string quant = read_whole_file(dir.path() + "/config.yaml", "cell config");
     EXPECT_NE(quant.find("kv_type: q8_0/q4_0\n"), std::string::npos) << quant;
     EXPECT_NE(quant.find("kv_rotate: off\n"), std::string::npos) << quant;
+    // --kv-rotate on rotates F16 pages too, so such an F16 cell records it.
+    o.kv_type = "f16";
+    o.kv_rotate = "on";
+    write_ruler_cell(dir.path(), aware, o, "m.gguf", "c.txt");
+    const std::string f16_on = read_whole_file(dir.path() + "/config.yaml", "cell config");
+    EXPECT_NE(f16_on.find("kv_rotate: on\n"), std::string::npos) << f16_on;
     std::filesystem::remove_all(dir.path());
 }
 

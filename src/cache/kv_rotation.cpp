@@ -43,6 +43,8 @@ void rotate(float* x, int64_t rows, int64_t ld, int d, int n) {
 }
 }  // namespace
 
+bool kv_rotate_matters(KVRotateMode mode, KVTypes types) { return mode == KVRotateMode::kOn || kv_quantized(types); }
+
 KVRotation KVRotation::choose(KVRotateMode mode, KVTypes types, int head_dim) {
     const int kn = key_size(head_dim);
     switch (mode) {

@@ -16,6 +16,11 @@ enum class KVRotateMode { kAuto, kOn, kOff };
 KVRotateMode parse_kv_rotate_mode(const std::string& s);
 /// "auto", "on", "off".
 std::string kv_rotate_mode_name(KVRotateMode m);
+/// Whether --kv-rotate can change how a cache of element types `types` stores its entries: true when keys or values
+/// are block-quantized (auto and off then differ) or `mode` is kOn (which rotates F16 pages too); false for
+/// unquantized types under kAuto or kOff, which both store entries unrotated. Reports (results cells, fidelity
+/// tables) record the setting exactly when this is true, so F16 reports keep their settings.
+bool kv_rotate_matters(KVRotateMode mode, KVTypes types);
 
 /// How one cache stores its entries: a key k [d] is stored as R_K·k and a value v [d] as R_V·v (then converted to
 /// the half's element type), where R = diag(H_n, …, H_n) is block-diagonal over d/n consecutive chunks of n channels

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "cache/kv_cache.h"
+#include "cache/kv_rotation.h"
 #include "eval/plot.h"
 #include "model/llama_model.h"
 #include "model/sampler.h"
@@ -115,7 +116,7 @@ nlohmann::json report_settings(const std::string& model_name, const FidelityOpti
         {"model", model_name},  {"corpus", o.corpus},  {"prompt_tokens", o.prompt_tokens}, {"gen_tokens", o.gen_tokens},
         {"samples", o.samples}, {"kl_top", o.top},     {"prefill_chunk", o.prefill_chunk}, {"temperature", o.temp},
         {"seed", o.seed},       {"kv_type", o.kv_type}};
-    if (kv_quantized(parse_kv_types(o.kv_type))) j["kv_rotate"] = o.kv_rotate;  // F16 tables keep their settings
+    if (kv_rotate_matters(parse_kv_rotate_mode(o.kv_rotate), parse_kv_types(o.kv_type))) j["kv_rotate"] = o.kv_rotate;
     return j;
 }
 }  // namespace

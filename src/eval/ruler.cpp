@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "cache/kv_cache.h"
+#include "cache/kv_rotation.h"
 #include "eval/tasks.h"
 #include "model/llama_model.h"
 #include "model/sampler.h"
@@ -388,7 +389,7 @@ nlohmann::json ruler_cell_settings(const std::string& spec, const RulerOptions& 
                          {"seed", o.seed},
                          {"kv_type", o.kv_type},
                          {"prefill_chunk", o.prefill_chunk}};
-    if (kv_quantized(parse_kv_types(o.kv_type))) js["kv_rotate"] = o.kv_rotate;  // F16 cells keep their settings
+    if (kv_rotate_matters(parse_kv_rotate_mode(o.kv_rotate), parse_kv_types(o.kv_type))) js["kv_rotate"] = o.kv_rotate;
     return js;
 }
 

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "cache/kv_pool.h"
+#include "cache/kv_rotation.h"
 #include "eval/plot.h"
 #include "policy/policy.h"
 #include "util/error.h"
@@ -213,7 +214,7 @@ void run_nll_sweep(const LlamaModel& model, const Tokenizer& tok, const std::str
              << "\nwindow_tokens: " << o.nll.sample_tokens << "\nsamples: " << o.nll.samples
              << "\nchunk: " << o.nll.chunk << "\nsinks: " << o.nll.sinks << "\nwindow: " << o.nll.window
              << "\nkv_type: " << o.nll.kv_type << "\n";
-        if (kv_quantized(parse_kv_types(o.nll.kv_type)))  // F16 cells keep their settings, as RULER cells do
+        if (kv_rotate_matters(parse_kv_rotate_mode(o.nll.kv_rotate), parse_kv_types(o.nll.kv_type)))
             yaml << "kv_rotate: " << o.nll.kv_rotate << "\n";
         write_text((dir / "config.yaml").string(), yaml.str());
         nlohmann::json m = r.to_json();
