@@ -142,6 +142,44 @@ TEST(EvalSweep, QuantizedNllCellsRecordTheirRotation) {
     std::filesystem::remove_all(dir.path());
 }
 
+// A sweep into a directory that holds other policies' cells lists them in its summary and plot, and refuses the
+// finished cells of other cache types, rotation or NLL windows instead of taking them as its own.
+TEST(EvalSweep, SummaryListsEarlierCellsAndOtherSettingsAreRefused) {
+    LlamaModel m(test::model_path("kvsieve-tiny-2k.gguf"));
+    const auto tok = Tokenizer::from_gguf(m.file());
+    test::TempFile dir("_nll_earlier");
+    SweepOptions o;
+    o.out_dir = dir.path();
+    o.nll.sample_tokens = 64;
+    o.nll.samples = 1;
+    o.nll.progress = false;
+    o.policies = {"full:sinks=4,window=16"};
+    run_nll_sweep(m, *tok, kText, o);
+    o.policies = {"full"};  // the reference only: every cell is finished
+    run_nll_sweep(m, *tok, kText, o);
+    const std::string md = read_whole_file(dir.path() + "/summary.md", "summary");
+    EXPECT_NE(md.find("| `full` |"), std::string::npos) << md;
+    EXPECT_NE(md.find("| `full:sinks=4,window=16` |"), std::string::npos) << md;
+    const std::string dat = read_whole_file(dir.path() + "/nll_vs_density.dat", "plot data");
+    EXPECT_NE(dat.find("# full:sinks=4,window=16\n"), std::string::npos) << dat;
+    auto refused = [&](SweepOptions bad, const std::string& says) {
+        try {
+            run_nll_sweep(m, *tok, kText, bad);
+            ADD_FAILURE() << "a finished cell of other settings was taken as this sweep's";
+        } catch (const Error& e) { EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what(); }
+    };
+    SweepOptions q8 = o;
+    q8.nll.kv_type = "q8_0";
+    refused(q8, "was made with KV cache types f16; this sweep has q8_0");
+    SweepOptions on = o;
+    on.nll.kv_rotate = "on";
+    refused(on, "was made with --kv-rotate auto or off (unrotated); this sweep has --kv-rotate on");
+    SweepOptions longer = o;
+    longer.nll.sample_tokens = 128;
+    refused(longer, "was made with window_tokens 64; this sweep has 128");
+    std::filesystem::remove_all(dir.path());
+}
+
 TEST(EvalSweep, KvpressLayoutSummaryAndResume) {
     LlamaModel m(test::model_path("stories260K.gguf"));
     const auto tok = Tokenizer::from_gguf(m.file());

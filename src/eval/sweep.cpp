@@ -39,6 +39,45 @@ std::string cell_name(const std::string& spec) {
 
 namespace {
 
+/// The value of `key` in the config.yaml of the cell in `dir` (the "key: value" lines the cells write, quotes
+/// stripped), or "" when the file or the key is absent.
+std::string recorded_setting(const fs::path& dir, const std::string& key) {
+    std::ifstream f(dir / "config.yaml");
+    std::string line;
+    const std::string prefix = key + ": ";
+    while (std::getline(f, line)) {
+        if (line.compare(0, prefix.size(), prefix) != 0) continue;
+        std::string v = line.substr(prefix.size());
+        if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
+        return v;
+    }
+    return "";
+}
+
+/// Throws Error naming both when the finished cell in `dir` was made with other KV cache settings than the sweep's
+/// `types_spec` (parse_kv_types) and `rotate` (--kv-rotate): its config.yaml's kv_type, and its kv_rotate where
+/// that setting matters (kv_rotate_matters; a quantized cell that does not record it ran before cells recorded it,
+/// with the default, auto). A cell that records no kv_type passes.
+void check_cache_settings(const fs::path& dir, const std::string& types_spec, const std::string& rotate) {
+    const std::string got_spec = recorded_setting(dir, "kv_type");
+    if (got_spec.empty()) return;
+    const KVTypes want = parse_kv_types(types_spec);
+    KVTypes got;
+    try {
+        got = parse_kv_types(got_spec);
+    } catch (const Error&) {
+        fail("sweep: cell ", dir.string(), " records kv_type '", got_spec, "', which is not a KV cache types spec");
+    }
+    require(kv_types_spec(got) == kv_types_spec(want), "sweep: cell ", dir.string(), " was made with KV cache types ",
+            kv_types_spec(got), "; this sweep has ", kv_types_spec(want), " (use another --out)");
+    const std::string want_rot = kv_rotate_matters(parse_kv_rotate_mode(rotate), want) ? rotate : "";
+    std::string got_rot = recorded_setting(dir, "kv_rotate");
+    if (got_rot.empty() && kv_quantized(got)) got_rot = "auto";
+    require(got_rot == want_rot, "sweep: cell ", dir.string(), " was made with --kv-rotate ",
+            got_rot.empty() ? "auto or off (unrotated)" : got_rot, "; this sweep has --kv-rotate ", rotate,
+            " (use another --out)");
+}
+
 /// What differs between sweep kinds: how a cell runs, which metric is plotted and tabulated.
 struct SweepKind {
     std::function<nlohmann::json(const std::string& spec, const fs::path& dir)> run_cell;  // writes the cell files
@@ -50,7 +89,8 @@ struct SweepKind {
     /// Runs several cells together (optional; else run_cell one at a time); one metrics object per cell.
     std::function<std::vector<nlohmann::json>(const std::vector<std::string>& specs, const std::vector<fs::path>& dirs)>
         run_cells;
-    size_t cells_per_pass = 0;  ///< for run_cells; 0: every unfinished cell in one pass
+    size_t cells_per_pass = 0;       ///< for run_cells; 0: every unfinished cell in one pass
+    std::string kv_type, kv_rotate;  ///< the sweep's cache settings, which every finished cell must share
 };
 
 void run_sweep(const SweepOptions& o, const SweepKind& kind) {
@@ -99,6 +139,7 @@ void run_sweep(const SweepOptions& o, const SweepKind& kind) {
             std::ifstream f(metrics);
             results[specs[i]] = nlohmann::json::parse(f);
             if (kind.check_done) kind.check_done(results[specs[i]], dir);
+            check_cache_settings(dir, kind.kv_type, kind.kv_rotate);
             std::fprintf(stderr, "[%zu/%zu] %s: done before, skipped\n", i + 1, specs.size(), specs[i].c_str());
             continue;
         }
@@ -133,6 +174,30 @@ void run_sweep(const SweepOptions& o, const SweepKind& kind) {
         return;
     }
 
+    // Cells that earlier sweeps into this directory finished under the same settings (other policies) are listed
+    // and plotted too, so that adding a policy to a results directory does not drop the others from its summary.
+    std::vector<std::string> earlier;
+    for (const auto& e : fs::directory_iterator(o.out_dir)) {
+        const fs::path mp = e.path() / "metrics.json";
+        if (!e.is_directory() || !fs::exists(mp)) continue;
+        try {
+            std::ifstream f(mp);
+            const nlohmann::json m = nlohmann::json::parse(f);
+            const std::string spec = m.at("policy").get<std::string>();
+            if (results.count(spec) || cell_name(spec) != e.path().filename().string()) continue;
+            if (kind.check_done) kind.check_done(m, e.path());
+            check_cache_settings(e.path(), kind.kv_type, kind.kv_rotate);
+            (void)m.at(kind.metric).get<double>();
+            results[spec] = m;
+            earlier.push_back(spec);
+        } catch (const std::exception& ex) {
+            std::fprintf(stderr, "note: %s is left out of the summary: %s\n", e.path().string().c_str(), ex.what());
+        }
+    }
+    std::sort(earlier.begin(), earlier.end());
+    std::vector<std::string> rows = specs;
+    rows.insert(rows.end(), earlier.begin(), earlier.end());
+
     const double base = results["full"][kind.metric].get<double>();
     std::ostringstream md;
     md << "| policy | compression ratio | density | " << kind.metric_label << " | Δ vs full |";
@@ -143,7 +208,7 @@ void run_sweep(const SweepOptions& o, const SweepKind& kind) {
     md << "\n|---|---|---|---|---|";
     for (size_t i = 0; i < task_cols.size(); ++i) md << "---|";
     md << "\n";
-    for (const auto& s : specs) {
+    for (const auto& s : rows) {
         const auto& m = results[s];
         const double v = m[kind.metric].get<double>();
         char row[256];
@@ -160,18 +225,24 @@ void run_sweep(const SweepOptions& o, const SweepKind& kind) {
     }
     write_text((fs::path(o.out_dir) / "summary.md").string(), md.str());
 
+    // One curve per policy of this sweep (its cells) and per earlier cell, each from the full cache's point.
+    std::vector<std::pair<std::string, std::vector<std::string>>> curves;
+    for (const auto& p : o.policies)
+        if (p != "full") curves.emplace_back(p, cells_of(p));
+    for (const auto& c : earlier)
+        if (c != "full") curves.emplace_back(c, std::vector<std::string>{c});
     std::ostringstream dat;
     std::vector<std::string> names;  // curve titles: the policy name, or its whole spec where two share a name
     auto name_of = [](const std::string& p) { return p.substr(0, p.find(':')); };
-    for (const auto& p : o.policies) {
-        if (p == "full") continue;
-        const auto same = std::count_if(o.policies.begin(), o.policies.end(),
-                                        [&](const std::string& q) { return name_of(q) == name_of(p); });
-        std::string title = same > 1 ? p : name_of(p);
+    for (const auto& [p, cells] : curves) {
+        const auto same =
+            std::count_if(curves.begin(), curves.end(), [&](const auto& q) { return name_of(q.first) == name_of(p); });
+        // (the reference cell is not a curve, so a curve of the full cache with other settings shows them)
+        std::string title = same > 1 || name_of(p) == "full" ? p : name_of(p);
         title.erase(std::remove(title.begin(), title.end(), '\''), title.end());  // gnuplot's quotes
         names.push_back(title);
         dat << "# " << p << "\n" << results["full"][kind.x_key].get<double>() << " " << base << "\n";
-        for (const auto& c : cells_of(p)) {
+        for (const auto& c : cells) {
             const auto& m = results[c];
             dat << m[kind.x_key].get<double>() << " " << m[kind.metric].get<double>() << "\n";
         }
@@ -201,6 +272,19 @@ void run_nll_sweep(const LlamaModel& model, const Tokenizer& tok, const std::str
     k.x_key = "density";
     k.x_label = "density (kept fraction beyond the window)";
     k.plot_stem = "nll_vs_density";
+    k.kv_type = o.nll.kv_type;
+    k.kv_rotate = o.nll.kv_rotate;
+    k.check_done = [&](const nlohmann::json&, const fs::path& dir) {
+        const std::string protocol = o.nll.protocol == NllProtocol::kChunked ? "chunked" : "plain";
+        const std::pair<const char*, std::string> want[] = {{"protocol", protocol},
+                                                            {"window_tokens", std::to_string(o.nll.sample_tokens)},
+                                                            {"samples", std::to_string(o.nll.samples)}};
+        for (const auto& [key, value] : want) {
+            const std::string got = recorded_setting(dir, key);
+            require(got.empty() || got == value, "sweep: cell ", dir.string(), " was made with ", key, " ", got,
+                    "; this sweep has ", value, " (use another --out)");
+        }
+    };
     k.run_cell = [&](const std::string& spec, const fs::path& dir) {
         const NllResult r = evaluate_nll(model, tok, corpus_text, spec, o.nll);
         std::ostringstream csv;
@@ -235,6 +319,8 @@ void run_ruler_sweep(const LlamaModel& model, const Tokenizer& tok, const std::s
     k.x_key = "compression_ratio";
     k.x_label = "compression ratio";
     k.plot_stem = "score_vs_compression";
+    k.kv_type = o.ruler.kv_type;
+    k.kv_rotate = o.ruler.kv_rotate;
     // Samples a finished cell holds: tasks × lengths × samples.
     const size_t want = o.ruler.tasks.size() * o.ruler.lengths.size() * static_cast<size_t>(o.ruler.samples);
     k.check_done = [&](const nlohmann::json& m, const fs::path& dir) {

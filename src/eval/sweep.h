@@ -35,8 +35,10 @@ std::string cell_name(const std::string& spec);
 
 /// Runs every cell not already finished (metrics.json present), writing <out>/<cell>/{metrics.json,
 /// config.yaml, predictions.csv}, then <out>/summary.md and, if gnuplot is installed, <out>/nll_vs_density.png.
-/// Throws Error for a malformed sweep (no policies, a ratio outside [0, 1), a cell spec that does not parse) before
-/// any work starts.
+/// The summary and the plot also list the cells that earlier sweeps into <out> finished under the same settings
+/// (other policies), after this sweep's. Throws Error for a malformed sweep (no policies, a ratio outside [0, 1), a
+/// cell spec that does not parse) before any work starts, and for a finished cell of this sweep made with other KV
+/// cache types or --kv-rotate, or another protocol, window length or sample count (its config.yaml), naming both.
 void run_nll_sweep(const LlamaModel& model, const Tokenizer& tok, const std::string& corpus_text,
                    const SweepOptions& o);
 
@@ -44,7 +46,9 @@ void run_nll_sweep(const LlamaModel& model, const Tokenizer& tok, const std::str
 /// scores; <out>/summary.md and <out>/score_vs_compression.png. The unfinished cells run together
 /// (o.cells_per_pass); an interrupted run resumes each cell from the samples in its <cell>/partial.jsonl, which is
 /// removed once the cell's metrics are written. A finished cell or partial file made with another prompt format
-/// (o.ruler.format; raw where none is recorded) is refused with an Error naming both formats. With o.ruler.shards > 1 the run makes only its shard's examples
+/// (o.ruler.format; raw where none is recorded) is refused with an Error naming both formats, and a finished cell
+/// made with other KV cache types or --kv-rotate likewise. Cells of other policies that earlier sweeps finished in
+/// <out> are listed in the summary and the plot, as for NLL. With o.ruler.shards > 1 the run makes only its shard's examples
 /// (one process per core, each with its own partial files, read_ruler_partial reads them all); a cell is written
 /// by the run that finds every example made, and the summary only once every cell is (a run that leaves cells to
 /// the other shards says so and writes none).
