@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """The table of docs/results/kv_quant/stacks.md from the cells scripts/results-kv-quant.sh writes.
 
-Usage: python3 scripts/kv_quant_table.py DIR > DIR/stacks.md
+Usage: python3 scripts/kv_quant_table.py DIR [--plot PREFIX] > DIR/stacks.md
+
+--plot PREFIX also writes, per RULER length N, PREFIX_Nk.dat and PREFIX_Nk.gp (and PREFIX_Nk.png where gnuplot is
+installed): each stack with sizes as a point at (× smaller, % of the full F16 RULER score), one series per method,
+labelled by its cache type ("*": NLL above +1%), with the 95% and 8× lines of the question.
 
 DIR holds sweep directories ruler_<N>k_<type>[_spkv]/ and nll_2k_<type>[_spkv]/, each with one folder per cell
 (config.yaml: policy, kv_type, kv_rotate; metrics.json: score or nll, compression_ratio, kv_bytes_per_token,
@@ -24,6 +28,8 @@ import json
 import math
 import os
 import re
+import shutil
+import subprocess
 import sys
 
 
@@ -124,9 +130,78 @@ def smallest(qualified, at):
     return max(fits, key=lambda t: t[1]) if fits else None
 
 
+def family(name):
+    """The method of a stack label, the plot's series ("KVzap-Linear τ -4" → "KVzap-Linear")."""
+    for f in ("KVzap-Linear", "KVzap-MLP", "WG-KV", "KVpop", "SP-KV"):
+        if name.startswith(f):
+            return f
+    return "full cache"
+
+
+PLOT_TYPES = [("f16", "F16"), ("q8_0", "Q8_0"), ("q8_0/q4_0", "Q8_0 keys, Q4_0 values"), ("q4_0@admission",
+                                                                                      "Q4_0 at admission")]
+PLOT_COLORS = {"full cache": "#332288", "KVpop": "#88CCEE", "KVzap-Linear": "#117733", "KVzap-MLP": "#AA4499",
+               "SP-KV": "#999933", "WG-KV": "#CC6677"}
+
+
+def point_type(kv, rot):
+    """gnuplot point type of a cache type: filled circle, square, triangle, diamond; the open shape with the rotation
+    off; a cross for another type."""
+    filled = {t: p for (t, _), p in zip(PLOT_TYPES, (7, 5, 9, 13))}
+    if kv not in filled:
+        return 2
+    return filled[kv] - 1 if rot == "off" else filled[kv]
+
+
+def write_plot(prefix, n, points):
+    """PREFIX_Nk.dat / .gp (/ .png with gnuplot) of points [(label, kv, rot, × smaller, share %, nll ok)]: one
+    series (colour) per method, the cache type as the point's shape, the operating point (τ, λ, B) as its label."""
+    series = sorted({family(p[0]) for p in points}, key=lambda f: (f != "full cache", f))
+    with open(f"{prefix}_{n}k.dat", "w") as f:
+        f.write("# × smaller, % of the full F16 RULER score, label, gnuplot point type\n")
+        for s in series:
+            f.write(f"# {s}\n")
+            for name, kv, rot, x, y, ok in points:
+                if family(name) != s:
+                    continue
+                if name == GATED_FULL:
+                    tag = "SP-KV's model"
+                elif s == "full cache":
+                    tag = name[len("full"):].strip(", ").replace(" = ", "").replace(", ", " ")
+                else:
+                    tag = name[len(s):].strip().lstrip("-").replace("mLSTM ", "")
+                f.write(f'{x:.3f} {y:.1f} "{tag}{"" if ok else "*"}" {point_type(kv, rot)}\n')
+            f.write("\n\n")
+    base = os.path.basename(prefix)
+    xmax = max(12, max(p[3] for p in points) * 1.15)
+    plots = [f"'{base}_{n}k.dat' index {i} using 1:2:4 with points pt variable ps 1.5 lc rgb '{PLOT_COLORS[s]}' "
+             f"notitle, '' index {i} using 1:2:3 with labels offset 0.8,0.5 left font ',8' tc rgb '{PLOT_COLORS[s]}' "
+             f"notitle, NaN with points pt 7 ps 1.5 lc rgb '{PLOT_COLORS[s]}' title '{s}'" for i, s in enumerate(series)]
+    plots += [f"NaN with points pt {point_type(t, 'auto')} ps 1.5 lc rgb 'black' title '{name}'" for t, name in PLOT_TYPES]
+    plots += [f"NaN with points pt {point_type('q8_0/q4_0', 'off')} ps 1.5 lc rgb 'black' title 'open: rotation off'"]
+    with open(f"{prefix}_{n}k.gp", "w") as f:
+        f.write(f"set terminal pngcairo size 1100,650 noenhanced\nset output '{base}_{n}k.png'\n"
+                f"set title 'Quantized KV pages x learned compression, RULER {n}k, SmolLM2-135M-Instruct "
+                f"(* NLL above +1%)'\nset xlabel 'x smaller than the full F16 cache (KV bytes per position)'\n"
+                f"set ylabel 'RULER score, % of the full F16 cache'\nset grid\nset key outside right\n"
+                f"set xrange [0:{xmax:.1f}]\nset yrange [30:120]\n"
+                f"set arrow from graph 0, first 95 to graph 1, first 95 nohead dt 2 lc rgb '#888888'\n"
+                f"set arrow from 8, graph 0 to 8, graph 1 nohead dt 2 lc rgb '#888888'\nplot " + ", \\\n  ".join(plots)
+                + "\n")
+    if shutil.which("gnuplot"):
+        subprocess.run(["gnuplot", os.path.basename(f"{prefix}_{n}k.gp")], cwd=os.path.dirname(prefix) or ".",
+                       check=False)
+
+
 def main():
-    if len(sys.argv) != 2 or not os.path.isdir(sys.argv[1]):
-        sys.exit("usage: kv_quant_table.py DIR (a directory of results-kv-quant.sh sweeps)")
+    args = sys.argv[1:]
+    prefix = None
+    if len(args) == 3 and args[1] == "--plot":
+        prefix = args[2]
+        args = args[:1]
+    if len(args) != 1 or not os.path.isdir(args[0]):
+        sys.exit("usage: kv_quant_table.py DIR [--plot PREFIX] (DIR: a directory of results-kv-quant.sh sweeps)")
+    sys.argv[1:] = args
     ruler, nll = {}, {}
     lengths = set()
     for kind, length, key, met in cells(sys.argv[1]):
@@ -149,6 +224,7 @@ def main():
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     qualified = []  # (key, {length: × smaller} over the lengths where it meets both bounds)
+    points = {n: [] for n in lengths}  # the plot's (label, kv, rotation, × smaller, share %, NLL within +1%)
     for k in keys:
         row = [k[0], k[1], k[2]]
         ok = True  # NLL within the bound
@@ -179,12 +255,19 @@ def main():
         else:
             row += ["—", "—"]
             ok = False
+        for n in ran:
+            r_score = ruler[(r, n)]["score"]
+            points[n].append((k[0], k[1], k[2], ran[n], 100 * ruler[(k, n)]["score"] / r_score if r_score else 0, ok))
         checked = [n for n in sorted(ran) if n in meets]
         row.append(", ".join(f"{n}k {'yes' if ok and meets[n] else 'no'}" for n in checked) if checked else "no")
         if ok and checked:
             qualified.append((k, {n: ran[n] for n in checked if meets[n]}))
         print("| " + " | ".join(row) + " |")
     print()
+    if prefix:
+        for n in lengths:
+            if points[n]:
+                write_plot(prefix, n, points[n])
     if gated_ref:
         print(f"SP-KV's rows and its gated model's full-cache rows are compared with that model's own full F16 cache "
               f"({GATED_FULL}, f16), the other rows with the model file's.\n")

@@ -107,5 +107,5 @@ for t in $TYPES; do
     --out "$OUT/nll_2k_${name}_spkv"
 done
 for d in "$OUT"/ruler_*/; do [ -d "$d" ] && bash scripts/pack-predictions.sh --unpack "$d"; done  # the paired intervals read them
-python3 scripts/kv_quant_table.py "$OUT" > "$OUT/stacks.md"
+python3 scripts/kv_quant_table.py "$OUT" --plot "$OUT/stacks" > "$OUT/stacks.md"  # and stacks_<N>k.png per length
 echo "wrote $OUT/stacks.md" >&2
