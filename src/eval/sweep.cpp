@@ -234,15 +234,17 @@ void run_sweep(const SweepOptions& o, const SweepKind& kind) {
     std::ostringstream dat;
     std::vector<std::string> names;  // curve titles: the policy name, or its whole spec where two share a name
     auto name_of = [](const std::string& p) { return p.substr(0, p.find(':')); };
-    for (const auto& [p, cells] : curves) {
+    for (const auto& curve : curves) {
+        const std::string& p = curve.first;
+        const std::string name = name_of(p);
         const auto same =
-            std::count_if(curves.begin(), curves.end(), [&](const auto& q) { return name_of(q.first) == name_of(p); });
+            std::count_if(curves.begin(), curves.end(), [&](const auto& q) { return name_of(q.first) == name; });
         // (the reference cell is not a curve, so a curve of the full cache with other settings shows them)
         std::string title = same > 1 || name_of(p) == "full" ? p : name_of(p);
         title.erase(std::remove(title.begin(), title.end(), '\''), title.end());  // gnuplot's quotes
         names.push_back(title);
         dat << "# " << p << "\n" << results["full"][kind.x_key].get<double>() << " " << base << "\n";
-        for (const auto& c : cells) {
+        for (const auto& c : curve.second) {
             const auto& m = results[c];
             dat << m[kind.x_key].get<double>() << " " << m[kind.metric].get<double>() << "\n";
         }
