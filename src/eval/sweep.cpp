@@ -240,7 +240,7 @@ void run_sweep(const SweepOptions& o, const SweepKind& kind) {
         const auto same =
             std::count_if(curves.begin(), curves.end(), [&](const auto& q) { return name_of(q.first) == name; });
         // (the reference cell is not a curve, so a curve of the full cache with other settings shows them)
-        std::string title = same > 1 || name_of(p) == "full" ? p : name_of(p);
+        std::string title = same > 1 || name == "full" ? p : name;
         title.erase(std::remove(title.begin(), title.end(), '\''), title.end());  // gnuplot's quotes
         names.push_back(title);
         dat << "# " << p << "\n" << results["full"][kind.x_key].get<double>() << " " << base << "\n";
