@@ -215,6 +215,38 @@ TEST(Cli, QuantizationAtAdmissionRunsKeepsTheWindowInF16AndIsRecordedInTheCache)
                          "--kv-quant-at: unknown place of KV quantization 'later' (supported: write, admission)");
 }
 
+TEST(Cli, KVTypeTakesTheSpecReportsRecord) {
+    // --kv-type takes the spec a report's config.yaml records (q8_0/q4_0@admission): the run's stats show the same
+    // types and place as --cache-type-k q8_0 --cache-type-v q4_0 --kv-quant-at admission; a place given twice that
+    // disagrees, and a bad place or type inside the spec, are named.
+    const std::string tiny2k = test::model_path("kvsieve-tiny-2k.gguf");
+    const std::string base = "generate -m " + tiny2k +
+                             " -p 'Once upon a time there was a little girl' -n 24 --temp 0"
+                             " --policy tova:budget=1024,window=16,sinks=4";
+    auto stats = [&](const std::string& flags) {
+        test::TempFile json(".json");
+        const CmdResult r = run(base + " " + flags + " --stats-json " + json.path());
+        EXPECT_EQ(r.status, 0) << flags << ": " << r.err;
+        std::ifstream f(json.path());
+        return nlohmann::json::parse(f);
+    };
+    const auto spec = stats("--kv-type q8_0/q4_0@admission");
+    const auto split = stats("--cache-type-k q8_0 --cache-type-v q4_0 --kv-quant-at admission");
+    for (const char* key : {"kv_type", "kv_quant_at", "kv_type_local", "kv_bytes_local", "kv_bytes_global"})
+        EXPECT_EQ(spec.at(key), split.at(key)) << key;
+    EXPECT_EQ(spec.at("kv_type"), "q8_0/q4_0");
+    EXPECT_EQ(spec.at("kv_quant_at"), "admission");
+    // Agreeing places given twice run; --cache-type-v still overrides the spec's value half.
+    const auto both = stats("--kv-type q8_0@admission --kv-quant-at admission --cache-type-v q4_0");
+    EXPECT_EQ(both.at("kv_type"), "q8_0/q4_0");
+    EXPECT_EQ(both.at("kv_quant_at"), "admission");
+    expect_clean_failure(base + " --kv-type q8_0@admission --kv-quant-at write",
+                         "--kv-type q8_0@admission says the entries are quantized at admission but --kv-quant-at says "
+                         "write");
+    expect_clean_failure(base + " --kv-type q8_0@later", "--kv-type: unknown place of KV quantization 'later'");
+    expect_clean_failure(base + " --kv-type q8_0/q5_1", "--kv-type: unknown KV cache type 'q5_1'");
+}
+
 TEST(Cli, QuantizedKVTypesRunAndBadOnesAreReported) {
     // tiny-2k has head size 32: keys as q8_0, values as q4_0; the stats name both and count their real bytes.
     const std::string tiny2k = test::model_path("kvsieve-tiny-2k.gguf");

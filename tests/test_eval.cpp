@@ -170,7 +170,9 @@ TEST(EvalSweep, SummaryListsEarlierCellsAndOtherSettingsAreRefused) {
     };
     SweepOptions q8 = o;
     q8.nll.kv_type = "q8_0";
-    refused(q8, "was made with KV cache types f16; this sweep has q8_0");
+    refused(q8,
+            "was made with KV cache types f16; this sweep has q8_0 (use another --out, or --kv-type f16 to continue "
+            "this one)");
     SweepOptions on = o;
     on.nll.kv_rotate = "on";
     refused(on, "was made with --kv-rotate auto or off (unrotated); this sweep has --kv-rotate on");

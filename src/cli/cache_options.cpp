@@ -22,14 +22,17 @@ CLI::Option* add_kv_pool_option(CLI::App* cmd, double& mb, const std::string& he
 }
 
 void KVTypeOptions::add_to(CLI::App* cmd) {
-    cmd->add_option("--kv-type", both, "element type of cached keys and values: " + kv_type_names())
+    cmd->add_option("--kv-type", both,
+                    "element type of cached keys and values: " + kv_type_names() +
+                        "; or KEY/VALUE[@write|@admission] as reports record it, e.g. q8_0/q4_0@admission")
         ->capture_default_str();
     cmd->add_option("--cache-type-k", key, "element type of cached keys (overrides --kv-type): " + kv_type_names());
     cmd->add_option("--cache-type-v", value, "element type of cached values (overrides --kv-type): " + kv_type_names());
-    cmd->add_option("--kv-quant-at", quant_at,
-                    "where q8_0 / q4_0 keys and values are quantized: write (every entry) or admission (sinks and "
-                    "window stay f16; an entry is quantized when it leaves the window for the global region)")
-        ->capture_default_str();
+    quant_at_option =
+        cmd->add_option("--kv-quant-at", quant_at,
+                        "where q8_0 / q4_0 keys and values are quantized: write (every entry) or admission (sinks and "
+                        "window stay f16; an entry is quantized when it leaves the window for the global region)")
+            ->capture_default_str();
     cmd->add_option("--kv-rotate", rotate,
                     "store keys and values Walsh-Hadamard rotated: auto (quantized halves when the head dimension is a "
                     "multiple of 64, as llama.cpp), on (always; needs such a head dimension), off")
@@ -50,12 +53,24 @@ KVTypes KVTypeOptions::types() const {
             return parse_kv_type(s);
         } catch (const Error& e) { fail(flag, ": ", e.what()); }
     };
-    const KVType b = one(both, "--kv-type");
+    KVTypes b;
+    try {
+        b = parse_kv_types(both);
+    } catch (const Error& e) { fail("--kv-type: ", e.what()); }
     KVQuantAt at;
     try {
         at = parse_kv_quant_at(quant_at);
     } catch (const Error& e) { fail("--kv-quant-at: ", e.what()); }
-    return {key.empty() ? b : one(key, "--cache-type-k"), value.empty() ? b : one(value, "--cache-type-v"), at};
+    // --kv-quant-at given on the command line (or, without a command line, set away from its default "write").
+    const bool at_given = quant_at_option ? quant_at_option->count() > 0 : at != KVQuantAt::kWrite;
+    if (both.find('@') != std::string::npos) {
+        if (at_given && at != b.quant_at)
+            fail("--kv-type ", both, " says the entries are quantized at ", kv_quant_at_name(b.quant_at),
+                 " but --kv-quant-at says ", quant_at, " (give the place once)");
+        at = b.quant_at;
+    }
+    return {key.empty() ? b.key : one(key, "--cache-type-k"), value.empty() ? b.value : one(value, "--cache-type-v"),
+            at};
 }
 
 void CacheOptions::add_to(CLI::App* cmd) {

@@ -18,16 +18,19 @@ namespace kvsieve::cli {
 /// spellings; its short -ctk / -ctv are not CLI11 names) set one half each and take precedence; --kv-quant-at
 /// says where q8_0 / q4_0 entries are quantized: "write" (every entry when written) or "admission" (sinks and
 /// window in f16, an entry quantized when it leaves the window for the global region; docs/architecture.md).
+/// --kv-type also takes a whole types spec as reports record it (parse_kv_types: "q8_0/q4_0@admission"), so a
+/// recorded cell's kv_type can be passed back as it is.
 struct KVTypeOptions {
-    std::string both = "f16";        ///< --kv-type
-    std::string key, value;          ///< --cache-type-k, --cache-type-v (empty: --kv-type's)
-    std::string quant_at = "write";  ///< --kv-quant-at: write | admission
-    std::string rotate = "auto";     ///< --kv-rotate auto|on|off (cache/kv_rotation.h KVRotateMode)
+    std::string both = "f16";                ///< --kv-type: a type, or a spec KEY/VALUE[@write|@admission]
+    std::string key, value;                  ///< --cache-type-k, --cache-type-v (empty: --kv-type's)
+    std::string quant_at = "write";          ///< --kv-quant-at: write | admission
+    std::string rotate = "auto";             ///< --kv-rotate auto|on|off (cache/kv_rotation.h KVRotateMode)
+    CLI::Option* quant_at_option = nullptr;  ///< set by add_to: tells a given --kv-quant-at from its default
 
     /// Adds the four options (with --kv-quant-at and --kv-rotate) to a subcommand.
     void add_to(CLI::App* cmd);
     /// The chosen types and place of quantization; throws Error naming a bad value and the supported types
-    /// (kv_type_names()) or places.
+    /// (kv_type_names()) or places, or when --kv-type's "@place" and a given --kv-quant-at disagree.
     KVTypes types() const;
     /// kv_types_spec(types()): "q8_0", or "q8_0/f16" for keys/values of different types, with "@admission" when
     /// quantized at admission (what the evaluation options' kv_type fields take).

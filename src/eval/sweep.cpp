@@ -69,7 +69,8 @@ void check_cache_settings(const fs::path& dir, const std::string& types_spec, co
         fail("sweep: cell ", dir.string(), " records kv_type '", got_spec, "', which is not a KV cache types spec");
     }
     require(kv_types_spec(got) == kv_types_spec(want), "sweep: cell ", dir.string(), " was made with KV cache types ",
-            kv_types_spec(got), "; this sweep has ", kv_types_spec(want), " (use another --out)");
+            kv_types_spec(got), "; this sweep has ", kv_types_spec(want), " (use another --out, or --kv-type ",
+            kv_types_spec(got), " to continue this one)");
     const std::string want_rot = kv_rotate_matters(parse_kv_rotate_mode(rotate), want) ? rotate : "";
     std::string got_rot = recorded_setting(dir, "kv_rotate");
     if (got_rot.empty() && kv_quantized(got)) got_rot = "auto";
