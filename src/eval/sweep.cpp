@@ -11,6 +11,7 @@
 #include "cache/kv_pool.h"
 #include "cache/kv_rotation.h"
 #include "eval/plot.h"
+#include "eval/sweep_curves.h"
 #include "policy/policy.h"
 #include "util/error.h"
 #include "util/file.h"
@@ -226,29 +227,19 @@ void run_sweep(const SweepOptions& o, const SweepKind& kind) {
     }
     write_text((fs::path(o.out_dir) / "summary.md").string(), md.str());
 
-    // One curve per policy of this sweep (its cells) and per earlier cell, each from the full cache's point.
-    std::vector<std::pair<std::string, std::vector<std::string>>> curves;
-    for (const auto& p : o.policies)
-        if (p != "full") curves.emplace_back(p, cells_of(p));
-    for (const auto& c : earlier)
-        if (c != "full") curves.emplace_back(c, std::vector<std::string>{c});
+    // One curve per preset and settings over the swept value (sweep_curves), each through the full cache's point;
+    // points in the order of the x axis.
+    const std::vector<SweepCurve> curves = sweep_curves(rows);
     std::ostringstream dat;
-    std::vector<std::string> names;  // curve titles: the policy name, or its whole spec where two share a name
-    auto name_of = [](const std::string& p) { return p.substr(0, p.find(':')); };
+    std::vector<std::string> names;
     for (const auto& curve : curves) {
-        const std::string& p = curve.first;
-        const std::string name = name_of(p);
-        const auto same =
-            std::count_if(curves.begin(), curves.end(), [&](const auto& q) { return name_of(q.first) == name; });
-        // (the reference cell is not a curve, so a curve of the full cache with other settings shows them)
-        std::string title = same > 1 || name == "full" ? p : name;
-        title.erase(std::remove(title.begin(), title.end(), '\''), title.end());  // gnuplot's quotes
-        names.push_back(title);
-        dat << "# " << p << "\n" << results["full"][kind.x_key].get<double>() << " " << base << "\n";
-        for (const auto& c : curve.second) {
-            const auto& m = results[c];
-            dat << m[kind.x_key].get<double>() << " " << m[kind.metric].get<double>() << "\n";
-        }
+        names.push_back(curve.title);
+        std::vector<std::pair<double, double>> points{{results["full"][kind.x_key].get<double>(), base}};
+        for (const auto& c : curve.cells)
+            points.emplace_back(results[c][kind.x_key].get<double>(), results[c][kind.metric].get<double>());
+        std::stable_sort(points.begin(), points.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+        dat << "# " << (curve.cells.size() == 1 ? curve.cells[0] : curve.title) << "\n";
+        for (const auto& [x, y] : points) dat << x << " " << y << "\n";
         dat << "\n\n";
     }
     write_text((fs::path(o.out_dir) / (kind.plot_stem + ".dat")).string(), dat.str());

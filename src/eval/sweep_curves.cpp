@@ -1,0 +1,161 @@
+#include "eval/sweep_curves.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <utility>
+
+namespace kvsieve {
+
+namespace {
+
+/// One "name:key=value,…" part of a spec; keys keep their order.
+struct SpecPart {
+    std::string name;
+    std::vector<std::pair<std::string, std::string>> params;
+};
+
+std::vector<std::string> split(const std::string& s, char sep) {
+    std::vector<std::string> out;
+    size_t b = 0;
+    for (size_t e = s.find(sep); e != std::string::npos; b = e + 1, e = s.find(sep, b)) out.push_back(s.substr(b, e - b));
+    out.push_back(s.substr(b));
+    return out;
+}
+
+std::vector<SpecPart> parse_parts(const std::string& spec) {
+    std::vector<SpecPart> parts;
+    for (const auto& p : split(spec, '+')) {
+        SpecPart part;
+        const size_t colon = p.find(':');
+        part.name = p.substr(0, colon);
+        if (colon != std::string::npos)
+            for (const auto& kv : split(p.substr(colon + 1), ',')) {
+                const size_t eq = kv.find('=');
+                part.params.emplace_back(kv.substr(0, eq), eq == std::string::npos ? "" : kv.substr(eq + 1));
+            }
+        parts.push_back(std::move(part));
+    }
+    return parts;
+}
+
+/// What two specs must share to be one curve: the parts' names and their sets of keys.
+std::string family_key(const std::vector<SpecPart>& parts) {
+    std::string k;
+    for (const auto& p : parts) {
+        std::vector<std::string> keys;
+        for (const auto& kv : p.params) keys.push_back(kv.first);
+        std::sort(keys.begin(), keys.end());
+        k += p.name + ":";
+        for (const auto& key : keys) k += key + ",";
+        k += "+";
+    }
+    return k;
+}
+
+/// The spec of `parts` without the parameter `skip` (part index, key); no skip when skip.first is npos.
+std::string spec_without(const std::vector<SpecPart>& parts, std::pair<size_t, std::string> skip) {
+    std::string s;
+    for (size_t i = 0; i < parts.size(); ++i) {
+        if (i) s += "+";
+        s += parts[i].name;
+        std::string params;
+        for (const auto& kv : parts[i].params) {
+            if (i == skip.first && kv.first == skip.second) continue;
+            params += (params.empty() ? "" : ",") + kv.first + "=" + kv.second;
+        }
+        if (!params.empty()) s += ":" + params;
+    }
+    return s;
+}
+
+bool is_number(const std::string& s) {
+    if (s.empty()) return false;
+    char* end = nullptr;
+    std::strtod(s.c_str(), &end);
+    return end == s.c_str() + s.size();
+}
+
+std::string value_of(const SpecPart& p, const std::string& key) {
+    for (const auto& kv : p.params)
+        if (kv.first == key) return kv.second;
+    return "";
+}
+
+}  // namespace
+
+std::vector<SweepCurve> sweep_curves(const std::vector<std::string>& specs) {
+    // Families in first-seen order.
+    std::vector<std::string> order;
+    std::map<std::string, std::vector<std::string>> families;
+    for (const auto& s : specs) {
+        if (s == "full") continue;
+        const std::string k = family_key(parse_parts(s));
+        auto& members = families[k];
+        if (members.empty()) order.push_back(k);
+        if (std::find(members.begin(), members.end(), s) == members.end()) members.push_back(s);
+    }
+    struct Draft {
+        std::vector<std::string> cells;
+        std::string family;  // the spec without the swept key, or the spec of a one-cell curve
+    };
+    std::vector<Draft> drafts;
+    for (const auto& k : order) {
+        const auto& members = families[k];
+        std::vector<std::vector<SpecPart>> parsed;
+        for (const auto& m : members) parsed.push_back(parse_parts(m));
+        // The swept key: the one whose removal leaves the fewest distinct specs (the largest curves); on a tie, one
+        // whose values are all numbers (a checkpoint path is a setting, τ the swept value).
+        std::pair<size_t, std::string> swept{std::string::npos, ""};
+        size_t best = members.size();
+        bool best_numeric = false;
+        for (size_t i = 0; i < parsed[0].size(); ++i)
+            for (const auto& kv : parsed[0][i].params) {
+                const std::pair<size_t, std::string> cand{i, kv.first};
+                std::vector<std::string> rest;
+                bool numeric = true;
+                for (const auto& p : parsed) {
+                    const std::string r = spec_without(p, cand);
+                    if (std::find(rest.begin(), rest.end(), r) == rest.end()) rest.push_back(r);
+                    numeric = numeric && is_number(value_of(p[i], kv.first));
+                }
+                if (rest.size() < best || (rest.size() == best && numeric && !best_numeric && best < members.size())) {
+                    swept = cand;
+                    best = rest.size();
+                    best_numeric = numeric;
+                }
+            }
+        if (swept.first == std::string::npos) {
+            for (const auto& m : members) drafts.push_back({{m}, m});
+            continue;
+        }
+        std::vector<Draft> groups;  // by the spec without the swept key, in first-seen order
+        for (size_t j = 0; j < members.size(); ++j) {
+            const std::string r = spec_without(parsed[j], swept);
+            auto g = std::find_if(groups.begin(), groups.end(), [&](const Draft& d) { return d.family == r; });
+            if (g == groups.end()) groups.push_back({{members[j]}, r});
+            else g->cells.push_back(members[j]);
+        }
+        for (auto& g : groups) {
+            if (g.cells.size() == 1) g.family = g.cells[0];
+            drafts.push_back(std::move(g));
+        }
+    }
+    // Drafts came grouped by family; put the curves back in the order of their first cell.
+    auto first_index = [&](const Draft& d) { return std::find(specs.begin(), specs.end(), d.cells[0]) - specs.begin(); };
+    std::stable_sort(drafts.begin(), drafts.end(),
+                     [&](const Draft& a, const Draft& b) { return first_index(a) < first_index(b); });
+    auto name_of = [](const std::string& s) { return s.substr(0, std::min(s.find(':'), s.find('+'))); };
+    std::vector<SweepCurve> curves;
+    for (const auto& d : drafts) {
+        const std::string name = name_of(d.cells[0]);
+        const auto same = std::count_if(drafts.begin(), drafts.end(),
+                                        [&](const Draft& o) { return name_of(o.cells[0]) == name; });
+        std::string title = same > 1 || name == "full" ? d.family : name;
+        title.erase(std::remove(title.begin(), title.end(), '\''), title.end());
+        curves.push_back({title, d.cells});
+    }
+    return curves;
+}
+
+}  // namespace kvsieve
