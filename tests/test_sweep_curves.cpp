@@ -12,8 +12,9 @@ TEST(SweepCurves, OneCurvePerPresetAndSettingsOverTheSweptValue) {
     // Ratios of knorm, of streaming_llm and of streaming_llm with 2 sinks, interleaved as a directory listing may
     // give them: three curves, in the order of their first cell; the two of one name are told apart by their specs
     // without the swept ratio.
-    const auto c = sweep_curves({"full", "knorm:ratio=0.5", "streaming_llm:ratio=0.5", "streaming_llm:sinks=2,ratio=0.5",
-                                 "knorm:ratio=0.75", "streaming_llm:ratio=0.75", "streaming_llm:sinks=2,ratio=0.75"});
+    const auto c =
+        sweep_curves({"full", "knorm:ratio=0.5", "streaming_llm:ratio=0.5", "streaming_llm:sinks=2,ratio=0.5",
+                      "knorm:ratio=0.75", "streaming_llm:ratio=0.75", "streaming_llm:sinks=2,ratio=0.75"});
     ASSERT_EQ(c.size(), 3u);
     EXPECT_EQ(c[0].title, "knorm");
     EXPECT_EQ(c[0].cells, (Cells{"knorm:ratio=0.5", "knorm:ratio=0.75"}));

@@ -18,7 +18,8 @@ struct SpecPart {
 std::vector<std::string> split(const std::string& s, char sep) {
     std::vector<std::string> out;
     size_t b = 0;
-    for (size_t e = s.find(sep); e != std::string::npos; b = e + 1, e = s.find(sep, b)) out.push_back(s.substr(b, e - b));
+    for (size_t e = s.find(sep); e != std::string::npos; b = e + 1, e = s.find(sep, b))
+        out.push_back(s.substr(b, e - b));
     out.push_back(s.substr(b));
     return out;
 }
@@ -133,8 +134,10 @@ std::vector<SweepCurve> sweep_curves(const std::vector<std::string>& specs) {
         for (size_t j = 0; j < members.size(); ++j) {
             const std::string r = spec_without(parsed[j], swept);
             auto g = std::find_if(groups.begin(), groups.end(), [&](const Draft& d) { return d.family == r; });
-            if (g == groups.end()) groups.push_back({{members[j]}, r});
-            else g->cells.push_back(members[j]);
+            if (g == groups.end())
+                groups.push_back({{members[j]}, r});
+            else
+                g->cells.push_back(members[j]);
         }
         for (auto& g : groups) {
             if (g.cells.size() == 1) g.family = g.cells[0];
@@ -142,15 +145,17 @@ std::vector<SweepCurve> sweep_curves(const std::vector<std::string>& specs) {
         }
     }
     // Drafts came grouped by family; put the curves back in the order of their first cell.
-    auto first_index = [&](const Draft& d) { return std::find(specs.begin(), specs.end(), d.cells[0]) - specs.begin(); };
+    auto first_index = [&](const Draft& d) {
+        return std::find(specs.begin(), specs.end(), d.cells[0]) - specs.begin();
+    };
     std::stable_sort(drafts.begin(), drafts.end(),
                      [&](const Draft& a, const Draft& b) { return first_index(a) < first_index(b); });
     auto name_of = [](const std::string& s) { return s.substr(0, std::min(s.find(':'), s.find('+'))); };
     std::vector<SweepCurve> curves;
     for (const auto& d : drafts) {
         const std::string name = name_of(d.cells[0]);
-        const auto same = std::count_if(drafts.begin(), drafts.end(),
-                                        [&](const Draft& o) { return name_of(o.cells[0]) == name; });
+        const auto same =
+            std::count_if(drafts.begin(), drafts.end(), [&](const Draft& o) { return name_of(o.cells[0]) == name; });
         std::string title = same > 1 || name == "full" ? d.family : name;
         title.erase(std::remove(title.begin(), title.end(), '\''), title.end());
         curves.push_back({title, d.cells});

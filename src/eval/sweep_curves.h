@@ -8,8 +8,8 @@ namespace kvsieve {
 
 /// One curve of a sweep plot.
 struct SweepCurve {
-    std::string title;                ///< the preset's name, or its spec without the swept key where names repeat
-    std::vector<std::string> cells;   ///< policy specs of its points, in the order given
+    std::string title;               ///< the preset's name, or its spec without the swept key where names repeat
+    std::vector<std::string> cells;  ///< policy specs of its points, in the order given
 };
 
 /// Groups policy specs ("name:key=value,…", parts joined by "+") into curves. Two specs share a curve when they have
