@@ -12,7 +12,8 @@ DIR holds sweep directories ruler_<N>k_<type>[_spkv]/ and nll_2k_<type>[_spkv]/,
 kv_bytes_vs_full_f16). One row per stack (policy × cache type × rotation): per RULER length, the score, its share of
 the full F16 cache's at that length with the paired difference to it (per example, 95% interval), the KV bytes per
 position and how many times smaller than a full F16 cache of the same positions the stack's pages are (the cell's
-kv_bytes_vs_full_f16, inverted); then NLL (nats per token) and its change against the full F16 cache's. A stack
+kv_bytes_vs_full_f16, inverted; a stack whose reference did not run at a length shows its score and sizes there
+without a share, and does not qualify there); then NLL (nats per token) and its change against the full F16 cache's. A stack
 meets both bounds at a RULER length when its score there is ≥ 95% of the full F16 score at that length and its NLL is
 at most 1% above the full F16 NLL; "meets both" says so per length it ran. The lines under the table name the
 smallest stack meeting both at the shortest length, and, where longer lengths ran, the smallest among the stacks
@@ -234,19 +235,22 @@ def main():
         gated_ref = gated_ref or r != ref
         for n in lengths:
             m = ruler.get((k, n))
-            if m is None or (r, n) not in ruler:
+            if m is None:
                 row += ["—"] * 5
                 continue
-            share = m["score"] / ruler[(r, n)]["score"] if ruler[(r, n)]["score"] else 0.0
-            p = paired(m["per_example"], ruler[(r, n)]["per_example"])
-            row += [f"{m['score']:.1f}", f"{100 * share:.0f}%", "—" if p is None else f"{p[0]:+.1f} ± {p[1]:.1f}"]
+            if (r, n) in ruler:  # its reference ran at this length
+                share = m["score"] / ruler[(r, n)]["score"] if ruler[(r, n)]["score"] else 0.0
+                p = paired(m["per_example"], ruler[(r, n)]["per_example"])
+                row += [f"{m['score']:.1f}", f"{100 * share:.0f}%", "—" if p is None else f"{p[0]:+.1f} ± {p[1]:.1f}"]
+                meets[n] = share >= 0.95
+            else:  # the score and sizes without a share: nothing to compare with yet
+                row += [f"{m['score']:.1f}", "—", "—"]
             if "kv_bytes_vs_full_f16" in m:
                 x = 1 / m["kv_bytes_vs_full_f16"]
                 row += [f"{m['kv_bytes_per_token']:.0f}", f"{x:.1f}×"]
                 ran[n] = x
             else:
                 row += ["—", "—"]
-            meets[n] = share >= 0.95
         m = nll.get(k)
         if m is not None and r in nll:
             d = m["nll"] / nll[r]["nll"] - 1
@@ -256,6 +260,8 @@ def main():
             row += ["—", "—"]
             ok = False
         for n in ran:
+            if (r, n) not in ruler:
+                continue
             r_score = ruler[(r, n)]["score"]
             points[n].append((k[0], k[1], k[2], ran[n], 100 * ruler[(k, n)]["score"] / r_score if r_score else 0, ok))
         checked = [n for n in sorted(ran) if n in meets]
