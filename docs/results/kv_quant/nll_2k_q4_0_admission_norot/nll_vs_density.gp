@@ -6,4 +6,4 @@ set title 'NLL (nats/token) vs density (kept fraction beyond the window): SmolLM
 set key outside right
 set grid
 set xrange [0:1.02]
-plot 'nll_vs_density.dat' index 0 using 1:2 with linespoints lc rgb '#332288' dt 1 pt 1 title 'full:sinks=4,window=128', 'nll_vs_density.dat' index 1 using 1:2 with linespoints lc rgb '#88CCEE' dt 1 pt 2 title 'wgkv'
+plot 'nll_vs_density.dat' index 0 using 1:2 with linespoints lc rgb '#332288' dt 1 pt 1 title 'full:sinks=4,window=128', 'nll_vs_density.dat' index 1 using 1:2 with linespoints lc rgb '#88CCEE' dt 1 pt 2 title 'kvzap', 'nll_vs_density.dat' index 2 using 1:2 with linespoints lc rgb '#44AA99' dt 1 pt 3 title 'wgkv'
