@@ -5,40 +5,11 @@
 #include <map>
 #include <utility>
 
+#include "policy/spec_text.h"
+
 namespace kvsieve {
 
 namespace {
-
-/// One "name:key=value,…" part of a spec; keys keep their order.
-struct SpecPart {
-    std::string name;
-    std::vector<std::pair<std::string, std::string>> params;
-};
-
-std::vector<std::string> split(const std::string& s, char sep) {
-    std::vector<std::string> out;
-    size_t b = 0;
-    for (size_t e = s.find(sep); e != std::string::npos; b = e + 1, e = s.find(sep, b))
-        out.push_back(s.substr(b, e - b));
-    out.push_back(s.substr(b));
-    return out;
-}
-
-std::vector<SpecPart> parse_parts(const std::string& spec) {
-    std::vector<SpecPart> parts;
-    for (const auto& p : split(spec, '+')) {
-        SpecPart part;
-        const size_t colon = p.find(':');
-        part.name = p.substr(0, colon);
-        if (colon != std::string::npos)
-            for (const auto& kv : split(p.substr(colon + 1), ',')) {
-                const size_t eq = kv.find('=');
-                part.params.emplace_back(kv.substr(0, eq), eq == std::string::npos ? "" : kv.substr(eq + 1));
-            }
-        parts.push_back(std::move(part));
-    }
-    return parts;
-}
 
 /// What two specs must share to be one curve: the parts' names and their sets of keys.
 std::string family_key(const std::vector<SpecPart>& parts) {
@@ -47,27 +18,22 @@ std::string family_key(const std::vector<SpecPart>& parts) {
         std::vector<std::string> keys;
         for (const auto& kv : p.params) keys.push_back(kv.first);
         std::sort(keys.begin(), keys.end());
+        if (p.joiner) k += p.joiner;
         k += p.name + ":";
         for (const auto& key : keys) k += key + ",";
-        k += "+";
     }
     return k;
 }
 
 /// The spec of `parts` without the parameter `skip` (part index, key); no skip when skip.first is npos.
-std::string spec_without(const std::vector<SpecPart>& parts, std::pair<size_t, std::string> skip) {
-    std::string s;
-    for (size_t i = 0; i < parts.size(); ++i) {
-        if (i) s += "+";
-        s += parts[i].name;
-        std::string params;
-        for (const auto& kv : parts[i].params) {
-            if (i == skip.first && kv.first == skip.second) continue;
-            params += (params.empty() ? "" : ",") + kv.first + "=" + kv.second;
-        }
-        if (!params.empty()) s += ":" + params;
+std::string spec_without(std::vector<SpecPart> parts, const std::pair<size_t, std::string>& skip) {
+    if (skip.first < parts.size()) {
+        auto& params = parts[skip.first].params;
+        params.erase(
+            std::remove_if(params.begin(), params.end(), [&](const auto& kv) { return kv.first == skip.second; }),
+            params.end());
     }
-    return s;
+    return spec_text(parts);
 }
 
 bool is_number(const std::string& s) {
@@ -91,7 +57,7 @@ std::vector<SweepCurve> sweep_curves(const std::vector<std::string>& specs) {
     std::map<std::string, std::vector<std::string>> families;
     for (const auto& s : specs) {
         if (s == "full") continue;
-        const std::string k = family_key(parse_parts(s));
+        const std::string k = family_key(split_policy_spec(s));
         auto& members = families[k];
         if (members.empty()) order.push_back(k);
         if (std::find(members.begin(), members.end(), s) == members.end()) members.push_back(s);
@@ -104,7 +70,7 @@ std::vector<SweepCurve> sweep_curves(const std::vector<std::string>& specs) {
     for (const auto& k : order) {
         const auto& members = families[k];
         std::vector<std::vector<SpecPart>> parsed;
-        for (const auto& m : members) parsed.push_back(parse_parts(m));
+        for (const auto& m : members) parsed.push_back(split_policy_spec(m));
         // The swept key: the one whose removal leaves the fewest distinct specs (the largest curves); on a tie, one
         // whose values are all numbers (a checkpoint path is a setting, τ the swept value).
         std::pair<size_t, std::string> swept{std::string::npos, ""};
@@ -150,7 +116,7 @@ std::vector<SweepCurve> sweep_curves(const std::vector<std::string>& specs) {
     };
     std::stable_sort(drafts.begin(), drafts.end(),
                      [&](const Draft& a, const Draft& b) { return first_index(a) < first_index(b); });
-    auto name_of = [](const std::string& s) { return s.substr(0, std::min(s.find(':'), s.find('+'))); };
+    auto name_of = [](const std::string& s) { return split_policy_spec(s)[0].name; };
     std::vector<SweepCurve> curves;
     for (const auto& d : drafts) {
         const std::string name = name_of(d.cells[0]);

@@ -228,25 +228,6 @@ std::string known_names(const std::map<std::string, Info>& m) {
 }
 }  // namespace
 
-std::map<std::string, std::string> parse_spec_params(const std::string& name, const std::string& rest) {
-    std::map<std::string, std::string> kv;
-    size_t start = 0;
-    while (start <= rest.size()) {
-        const size_t comma = rest.find(',', start);
-        const std::string item = rest.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-        if (!item.empty()) {
-            const size_t eq = item.find('=');
-            require(eq != std::string::npos && eq > 0, "policy ", name, ": '", item, "' is not key=value");
-            const std::string k = item.substr(0, eq);
-            require(!kv.count(k), "policy ", name, ": key '", k, "' given twice");
-            kv[k] = item.substr(eq + 1);
-        }
-        if (comma == std::string::npos) break;
-        start = comma + 1;
-    }
-    return kv;
-}
-
 void register_selection(SelectionInfo info) {
     check_param_decls(info.name, info.params);
     selection_registry()[info.name] = std::move(info);
@@ -275,55 +256,51 @@ void check_policy_fits(const Policy& p, int64_t n_ctx) {
 }
 
 Policy parse_policy(const std::string& spec, const PolicyParseOptions& options) {
-    std::vector<std::string> parts;
-    for (size_t start = 0;;) {
-        const size_t plus = spec.find('+', start);
-        parts.push_back(spec.substr(start, plus == std::string::npos ? std::string::npos : plus - start));
-        if (plus == std::string::npos) break;
-        start = plus + 1;
-    }
-    auto name_of = [](const std::string& part) { return part.substr(0, part.find(':')); };
-    auto rest_of = [](const std::string& part) {
-        const size_t colon = part.find(':');
-        return colon == std::string::npos ? std::string() : part.substr(colon + 1);
-    };
+    std::vector<SpecPart> parts = split_policy_spec(spec);
     const auto& all = presets();
     const auto& sels = selections();
     // A selection alone reads the full cache.
-    if (sels.count(name_of(parts[0]))) parts.insert(parts.begin(), "full");
-    require(parts.size() <= 2, "policy '", spec, "': at most one read-time selection may follow the preset");
-    auto make = [&](const std::string& part) {
-        const std::string name = name_of(part);
-        auto it = all.find(name);
+    if (sels.count(parts[0].name)) {
+        parts[0].joiner = '+';
+        parts.insert(parts.begin(), SpecPart{"full", {}, 0, "full"});
+    }
+    // The preset (one part, or an admission '>' an eviction), then at most one read-time selection after '+'.
+    const size_t n_selections =
+        std::count_if(parts.begin(), parts.end(), [](const SpecPart& p) { return p.joiner == '+'; });
+    const size_t n_admissions =
+        std::count_if(parts.begin(), parts.end(), [](const SpecPart& p) { return p.joiner == '>'; });
+    require(n_selections <= 1, "policy '", spec, "': at most one read-time selection may follow the preset");
+    require(n_admissions <= 1, "policy '", spec, "': at most one admission ('>') in front of an eviction");
+    require(n_admissions == 0 || parts[1].joiner == '>', "policy '", spec,
+            "': the admission ('>') goes in front of the eviction, before the '+' selection");
+    auto make = [&](const SpecPart& part) {
+        auto it = all.find(part.name);
         if (it == all.end())
-            fail("unknown policy '", name, "' (known: ", known_names(all),
+            fail("unknown policy '", part.name, "' (known: ", known_names(all),
                  "; read-time selections after '+': ", known_names(sels), ")");
-        PolicyParams params(name, it->second.params, parse_spec_params(name, rest_of(part)), &options);
+        PolicyParams params(part.name, it->second.params, {part.params.begin(), part.params.end()}, &options);
         Policy p = it->second.make(params);
         params.check_all_used();
-        p.name = name;
-        p.spec = part;
+        p.name = part.name;
+        p.spec = part.text;
         return p;
     };
     Policy p;
     std::string name;
-    if (const size_t gt = parts[0].find('>'); gt != std::string::npos) {
+    if (n_admissions) {
         // Admission in front of eviction: "A>B".
-        const std::string a = parts[0].substr(0, gt), b = parts[0].substr(gt + 1);
-        require(b.find('>') == std::string::npos, "policy '", spec,
-                "': at most one admission ('>') in front of an eviction");
-        p = stack_admission(make(a), make(b));
-        name = name_of(a) + ">" + name_of(b);
+        p = stack_admission(make(parts[0]), make(parts[1]));
+        name = parts[0].name + ">" + parts[1].name;
     } else {
         p = make(parts[0]);
         name = p.name;
     }
-    if (parts.size() == 2) {
-        const std::string sname = name_of(parts[1]);
-        auto si = sels.find(sname);
-        require(si != sels.end(), "unknown read-time selection '", sname, "' after '+' (known: ", known_names(sels),
+    if (n_selections) {
+        const SpecPart& sel = parts.back();
+        auto si = sels.find(sel.name);
+        require(si != sels.end(), "unknown read-time selection '", sel.name, "' after '+' (known: ", known_names(sels),
                 ")");
-        PolicyParams sp(sname, si->second.params, parse_spec_params(sname, rest_of(parts[1])), &options);
+        PolicyParams sp(sel.name, si->second.params, {sel.params.begin(), sel.params.end()}, &options);
         p.selection = si->second.make(sp);
         sp.check_all_used();
     }

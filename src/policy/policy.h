@@ -13,6 +13,7 @@
 #include "policy/rule.h"
 #include "policy/scorer.h"
 #include "policy/selection.h"
+#include "policy/spec_text.h"
 
 namespace kvsieve {
 
@@ -164,10 +165,6 @@ Policy stack_admission(const Policy& admit, const Policy& evict);
 /// NaN or ±inf, outside the range), a key that does not apply to the chosen variant, a predictor reference the
 /// options' resolver refuses, or more than one selection.
 Policy parse_policy(const std::string& spec, const PolicyParseOptions& options = {});
-
-/// The "key=value,..." text after a spec's colon, of the preset `name`, as a map (keys in sorted order). Throws Error
-/// for an item that is not key=value or a key given twice.
-std::map<std::string, std::string> parse_spec_params(const std::string& name, const std::string& rest);
 
 /// Throws Error naming the value when the policy's budget or window is larger than a context of n_ctx tokens, or
 /// when a head's protected and budgeted entries B = s + w + k (sinks, window, per-head budget) exceed it.
