@@ -163,7 +163,8 @@ Policy stack_admission(const Policy& admit, const Policy& evict);
 /// admission policy A in front of eviction policy B (stack_admission). Throws Error for an unknown
 /// preset, selection or key (listing the valid ones), a value its declaration refuses (policy/params.h: overflow,
 /// NaN or ±inf, outside the range), a key that does not apply to the chosen variant, a predictor reference the
-/// options' resolver refuses, or more than one selection.
+/// options' resolver refuses, more than one selection or admission, an admission after the selection, or an item
+/// that is not key=value (the spec's text is split by split_policy_spec, policy/spec_text.h).
 Policy parse_policy(const std::string& spec, const PolicyParseOptions& options = {});
 
 /// Throws Error naming the value when the policy's budget or window is larger than a context of n_ctx tokens, or
