@@ -52,39 +52,45 @@ std::string value_of(const SpecPart& p, const std::string& key) {
 }  // namespace
 
 std::vector<SweepCurve> sweep_curves(const std::vector<std::string>& specs) {
-    // Families in first-seen order.
+    // Families in first-seen order; each spec is split once.
+    struct Member {
+        std::string spec;
+        std::vector<SpecPart> parts;
+    };
     std::vector<std::string> order;
-    std::map<std::string, std::vector<std::string>> families;
+    std::map<std::string, std::vector<Member>> families;
     for (const auto& s : specs) {
         if (s == "full") continue;
-        const std::string k = family_key(split_policy_spec(s));
+        std::vector<SpecPart> parts = split_policy_spec(s);
+        const std::string k = family_key(parts);
         auto& members = families[k];
         if (members.empty()) order.push_back(k);
-        if (std::find(members.begin(), members.end(), s) == members.end()) members.push_back(s);
+        if (std::none_of(members.begin(), members.end(), [&](const Member& m) { return m.spec == s; }))
+            members.push_back({s, std::move(parts)});
     }
     struct Draft {
         std::vector<std::string> cells;
         std::string family;  // the spec without the swept key, or the spec of a one-cell curve
+        std::string name;    // its first part's name
     };
     std::vector<Draft> drafts;
     for (const auto& k : order) {
         const auto& members = families[k];
-        std::vector<std::vector<SpecPart>> parsed;
-        for (const auto& m : members) parsed.push_back(split_policy_spec(m));
+        const auto& parsed0 = members[0].parts;
         // The swept key: the one whose removal leaves the fewest distinct specs (the largest curves); on a tie, one
         // whose values are all numbers (a checkpoint path is a setting, τ the swept value).
         std::pair<size_t, std::string> swept{std::string::npos, ""};
         size_t best = members.size();
         bool best_numeric = false;
-        for (size_t i = 0; i < parsed[0].size(); ++i)
-            for (const auto& kv : parsed[0][i].params) {
+        for (size_t i = 0; i < parsed0.size(); ++i)
+            for (const auto& kv : parsed0[i].params) {
                 const std::pair<size_t, std::string> cand{i, kv.first};
                 std::vector<std::string> rest;
                 bool numeric = true;
-                for (const auto& p : parsed) {
-                    const std::string r = spec_without(p, cand);
+                for (const auto& m : members) {
+                    const std::string r = spec_without(m.parts, cand);
                     if (std::find(rest.begin(), rest.end(), r) == rest.end()) rest.push_back(r);
-                    numeric = numeric && is_number(value_of(p[i], kv.first));
+                    numeric = numeric && is_number(value_of(m.parts[i], kv.first));
                 }
                 if (rest.size() < best || (rest.size() == best && numeric && !best_numeric && best < members.size())) {
                     swept = cand;
@@ -93,17 +99,17 @@ std::vector<SweepCurve> sweep_curves(const std::vector<std::string>& specs) {
                 }
             }
         if (swept.first == std::string::npos) {
-            for (const auto& m : members) drafts.push_back({{m}, m});
+            for (const auto& m : members) drafts.push_back({{m.spec}, m.spec, m.parts[0].name});
             continue;
         }
         std::vector<Draft> groups;  // by the spec without the swept key, in first-seen order
-        for (size_t j = 0; j < members.size(); ++j) {
-            const std::string r = spec_without(parsed[j], swept);
+        for (const auto& m : members) {
+            const std::string r = spec_without(m.parts, swept);
             auto g = std::find_if(groups.begin(), groups.end(), [&](const Draft& d) { return d.family == r; });
             if (g == groups.end())
-                groups.push_back({{members[j]}, r});
+                groups.push_back({{m.spec}, r, m.parts[0].name});
             else
-                g->cells.push_back(members[j]);
+                g->cells.push_back(m.spec);
         }
         for (auto& g : groups) {
             if (g.cells.size() == 1) g.family = g.cells[0];
@@ -116,13 +122,10 @@ std::vector<SweepCurve> sweep_curves(const std::vector<std::string>& specs) {
     };
     std::stable_sort(drafts.begin(), drafts.end(),
                      [&](const Draft& a, const Draft& b) { return first_index(a) < first_index(b); });
-    auto name_of = [](const std::string& s) { return split_policy_spec(s)[0].name; };
     std::vector<SweepCurve> curves;
     for (const auto& d : drafts) {
-        const std::string name = name_of(d.cells[0]);
-        const auto same =
-            std::count_if(drafts.begin(), drafts.end(), [&](const Draft& o) { return name_of(o.cells[0]) == name; });
-        std::string title = same > 1 || name == "full" ? d.family : name;
+        const auto same = std::count_if(drafts.begin(), drafts.end(), [&](const Draft& o) { return o.name == d.name; });
+        std::string title = same > 1 || d.name == "full" ? d.family : d.name;
         title.erase(std::remove(title.begin(), title.end(), '\''), title.end());
         curves.push_back({title, d.cells});
     }
