@@ -59,7 +59,10 @@ class Result:
         self.usage = None
 
 
-def one_request(args, i, cancel):
+def one_request(args, i, cancel_on_admit):
+    """One streaming request. cancel_on_admit() is called once, at the stream's second token, and says whether this
+    request disconnects there (so cancellations count streams that are running, not request numbers: which requests
+    the pool refuses depends on timing)."""
     r = Result()
     u = urllib.parse.urlparse(args.url)
     body = {"prompt": prompt_of(args.prompt_words, i), "max_tokens": args.max_tokens, "temperature": args.temperature,
@@ -102,7 +105,7 @@ def one_request(args, i, cancel):
                 chunks += 1
                 if r.ttft is None:
                     r.ttft = time.perf_counter() - t0
-                if cancel and chunks >= 2:
+                if chunks == 2 and cancel_on_admit():
                     r.outcome = "cancelled"
                     return r
     except Exception as e:  # a broken connection is a lost request
@@ -121,16 +124,23 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--temperature", type=float, default=0.8)
     ap.add_argument("--policy", default="", help="kv_policy of every request (default: the server's)")
-    ap.add_argument("--cancel-every", type=int, default=0, help="every K-th request disconnects after its first tokens")
+    ap.add_argument("--cancel-every", type=int, default=0,
+                    help="every K-th running stream (counted at its second token) disconnects there")
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--json", default="", help="write the summary here")
     args = ap.parse_args()
 
     results = [None] * args.requests
     next_i = [0]
+    admitted = [0]
     lock = threading.Lock()
     peak = {"kvsieve_slots_busy": 0, "kvsieve_kv_bytes_in_use": 0}
     done = threading.Event()
+
+    def cancel_on_admit():
+        with lock:
+            admitted[0] += 1
+            return args.cancel_every > 0 and admitted[0] % args.cancel_every == 0
 
     def client():
         while True:
@@ -139,8 +149,7 @@ def main():
                 next_i[0] += 1
             if i >= args.requests:
                 return
-            cancel = args.cancel_every > 0 and (i + 1) % args.cancel_every == 0
-            results[i] = one_request(args, i, cancel)
+            results[i] = one_request(args, i, cancel_on_admit)
             with lock:
                 n = sum(x is not None for x in results)
             print(f"\r{n}/{args.requests} requests", end="", file=sys.stderr, flush=True)

@@ -15,10 +15,10 @@ with tempfile.NamedTemporaryFile(suffix=".json") as out:
 print(json.dumps(s, indent=2))
 assert rc == 0, "loadtest.py failed"
 assert s["lost"] == 0 and s["errors"] == 0, s
-# Every 3rd request disconnects after its first tokens, unless it was refused before it had any.
+# Every 3rd stream to reach its second token disconnects there, so a run with 3 or more admitted streams cancels.
 assert s["cancelled"] >= 1 and s["server_cancelled"] >= 1, s
 assert s["refused_503"] >= 1, "the pool was never exhausted; the test no longer tests exhaustion"
-assert s["ok"] >= 3, s
+assert s["ok"] + s["cancelled"] >= 3, s
 assert s["ok"] + s["refused_503"] + s["cancelled"] == 20, s
 assert s["healthy_after"], s
 print("load test: OK")
