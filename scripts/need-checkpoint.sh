@@ -20,6 +20,9 @@ rebuild() {
     models/kvzap/smollm2-135m-linear | models/kvzap/smollm2-135m-mlp)
       echo "bash scripts/train-kvzap-smollm2.sh ${1##*smollm2-135m-}" ;;
     tests/data/models/kvzap/kvsieve-tiny-2k-*) echo "bash scripts/results-tiny2k.sh" ;;
+    models/wgkv/smollm2-135m-lambda*-len*)  # trained on longer rows
+      lam=${1##*lambda}
+      echo "LAMBDAS=${lam%-len*} TRAIN_LENGTH=${1##*-len} TRAIN_THREADS=2 TRAIN_ONLY=1 bash scripts/results-wgkv-smollm2.sh" ;;
     models/wgkv/smollm2-135m-lambda*) echo "LAMBDAS=${1##*lambda} TRAIN_ONLY=1 bash scripts/results-wgkv-smollm2.sh" ;;
     tests/data/models/wgkv/tiny2k-lambda*) echo "bash scripts/results-wgkv-tiny2k.sh" ;;
     models/kvpop/smollm2-135m-mlstm | models/kvpop/smollm2-135m-mlp)

@@ -16,7 +16,8 @@
 # full: the full cache, every sweep's reference anyway; full_window: the full cache with 4 sinks and a 128-token
 # window, whose sinks and window stay F16 when quantizing at admission; kvzap: KVzap-Linear at each τ of KVZAP_TAUS,
 # default "-4 -3", the NLL page's last τ within +1% and its RULER operating point; kvzap_mlp: the MLP surrogate at
-# the same τ); a learned checkpoint missing from this checkout is left out with the command that rebuilds it
+# the same τ; wgkv: WG-KV's gates of each λ of WGKV_LAMBDAS, default 0.04, the WG-KV page's operating point; 0.02
+# keeps more entries); a learned checkpoint missing from this checkout is left out with the command that rebuilds it
 # (TRAIN=1: rebuild it first, as scripts/results-smollm2.sh PART=learned does). LENGTHS= (empty): the NLL cells only.
 # SHARDS=N runs each RULER sweep as N one-thread processes.
 # Outputs: docs/results/kv_quant/ruler_<L/1024>k_<type>/ and nll_2k_<type>/ (type with '/' → '-', '@' → '_',
@@ -30,6 +31,7 @@ OUT=${RESULTS:-docs/results/kv_quant}
 TYPES=${TYPES:-"f16 q8_0 q8_0:off q8_0/q4_0 q8_0/q4_0:off q4_0@admission q4_0@admission:off"}
 STACKS=${STACKS:-"full full_window kvzap kvzap_mlp wgkv kvpop spkv"}
 KVZAP_TAUS=${KVZAP_TAUS:-"-4 -3"}
+WGKV_LAMBDAS=${WGKV_LAMBDAS:-0.04}
 LENGTHS=${LENGTHS-"2048 4096"}
 SHARDS=${SHARDS:-1}
 TASKS=${TASKS:-niah_single_1,niah_single_2,niah_single_3,niah_multikey_1,niah_multikey_2,niah_multiquery,niah_multivalue,fwe}
@@ -64,7 +66,10 @@ for s in $STACKS; do
       if have models/kvzap/smollm2-135m-mlp; then
         for tau in $KVZAP_TAUS; do POLICIES="$POLICIES;kvzap:model=models/kvzap/smollm2-135m-mlp,tau=$tau,sinks=4"; done
       fi ;;
-    wgkv) have models/wgkv/smollm2-135m-lambda0.04 && POLICIES="$POLICIES;wgkv:model=models/wgkv/smollm2-135m-lambda0.04" ;;
+    wgkv)
+      for lam in $WGKV_LAMBDAS; do
+        if have models/wgkv/smollm2-135m-lambda$lam; then POLICIES="$POLICIES;wgkv:model=models/wgkv/smollm2-135m-lambda$lam"; fi
+      done ;;
     kvpop) have models/kvpop/smollm2-135m-mlstm && POLICIES="$POLICIES;kvpop:model=models/kvpop/smollm2-135m-mlstm,capacity=768" ;;
     spkv) SPKV=1 ;;
     *) echo "error: STACKS takes full full_window kvzap kvzap_mlp wgkv kvpop spkv, got '$s'" >&2; exit 2 ;;

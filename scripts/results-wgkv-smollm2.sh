@@ -3,7 +3,9 @@
 # is skipped, an interrupted run continues from its checkpoint.
 #  1. the λ sweep (LAMBDAS, by default the paper's grid 0.01 … 2.56; ~30 s per 2048-token step on one core, 30
 #     steps, ~17 min per λ): configs/wgkv/smollm2-wgkv.json with λ and the run directory replaced; the gates (F16) go to
-#     models/wgkv/smollm2-135m-lambda<λ>/ with the training log;
+#     models/wgkv/smollm2-135m-lambda<λ>/ with the training log. TRAIN_LENGTH=L (default 1024) trains on L-token rows
+#     instead, max(2048, L) tokens per step and the same 61,440 tokens in all (fewer steps), into
+#     models/wgkv/smollm2-135m-lambda<λ>-len<L>/; TRAIN_THREADS=N trains with N threads (default: the config's one);
 #  2. NLL vs density, SP-KV's chunked protocol, on the held-out tail of WikiText-2: WG-KV at τ 0.05, 0.1 and 0.3 for
 #     every λ (Fig. 8d's λ × τ front; THRESHOLDS), and
 #     on the same model H2O, Expected Attention and StreamingLLM with 4 sinks and the same 256-token window;
@@ -15,22 +17,31 @@ OUT=docs/results/wgkv/smollm2
 M=models/SmolLM2-135M-Instruct.Q4_1.gguf
 [ -f "$M" ] || bash scripts/get-model.sh
 LAMBDAS=${LAMBDAS:-0.16 0.04 0.01 0.08 0.02 0.32 0.64 1.28 2.56}
+TRAIN_LENGTH=${TRAIN_LENGTH:-1024}
+SUFFIX=
+[ "$TRAIN_LENGTH" = 1024 ] || SUFFIX=-len$TRAIN_LENGTH
 mkdir -p runs/wgkv-smollm2 "$OUT"
 for lam in $LAMBDAS; do
-  G=models/wgkv/smollm2-135m-lambda$lam
+  G=models/wgkv/smollm2-135m-lambda$lam$SUFFIX
   [ -f "$G/model.safetensors" ] && continue
-  R=runs/wgkv-smollm2/l$lam
-  python3 - "$lam" "$R" <<'PY'
+  R=runs/wgkv-smollm2/l$lam$SUFFIX
+  python3 - "$lam" "$R" "$G" "$TRAIN_LENGTH" "${TRAIN_THREADS:-}" <<'PY'
 import json, sys
-lam, run = sys.argv[1], sys.argv[2]
+lam, run, out, length, threads = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
 c = json.load(open("configs/wgkv/smollm2-wgkv.json"))
 c["out"] = "../../" + run
-c["output"] = "../../models/wgkv/smollm2-135m-lambda" + lam
+c["output"] = "../../" + out
 c["wgkv"]["lambda"] = float(lam)
-json.dump(c, open(f"configs/wgkv/.smollm2-l{lam}.json", "w"), indent=2)
+c["data"]["lengths"] = [length]
+tokens = c["data"]["tokens_per_batch"] * c["optim"]["steps"]
+c["data"]["tokens_per_batch"] = max(c["data"]["tokens_per_batch"], length)
+c["optim"]["steps"] = tokens // c["data"]["tokens_per_batch"]
+if threads:
+    c["threads"] = int(threads)
+json.dump(c, open(f"configs/wgkv/.smollm2-{run.split('/')[-1]}.json", "w"), indent=2)
 PY
   if [ -f "$R/checkpoint.pt" ]; then args=--resume; else args=; fi
-  $K train wgkv --config "configs/wgkv/.smollm2-l$lam.json" $args
+  $K train wgkv --config "configs/wgkv/.smollm2-${R##*/}.json" $args
   cp "$R/log.jsonl" "$G/train_log.jsonl"
 done
 [ -n "${TRAIN_ONLY:-}" ] && exit 0

@@ -35,6 +35,7 @@ def ruler(score, bytes_per_token, vs_full):
 MLP = "kvzap:model=ckpt/kvzap-mlp,tau=-4,sinks=4"
 LINEAR = "kvzap:model=ckpt/kvzap-linear,tau=-3,sinks=4"
 WGKV = "wgkv:model=ckpt/wgkv-lambda0.04"
+WGKV_4K = "wgkv:model=ckpt/wgkv-lambda0.04-len4096"  # the same λ, gates trained on 4096-token rows
 SPKV = "spkv:rule=threshold,tau=0.5"
 
 
@@ -51,6 +52,9 @@ def build(root):
     cell(root, "ruler_2k_q8_0-q4_0", "wgkv", WGKV, "q8_0/q4_0", ruler(67.2, 2300, 0.1), None, "auto")
     cell(root, "ruler_4k_q8_0-q4_0", "wgkv", WGKV, "q8_0/q4_0", ruler(30.0, 2000, 0.087), None, "auto")
     cell(root, "nll_2k_q8_0-q4_0", "wgkv", WGKV, "q8_0/q4_0", {"nll": 3.01}, None, "auto")
+    # WG-KV's gates trained on longer rows: a stack of their own (4k only: 38 of 40, 95%, 5.0×), not a second
+    # "WG-KV λ 0.04" row.
+    cell(root, "ruler_4k_f16", "wgkv_4k", WGKV_4K, "f16", ruler(38.0, 4600, 0.2))
     # KVzap-Linear: the smallest (12.5×) and 100% at 2k, but NLL +1.67%: never qualifies.
     cell(root, "ruler_2k_q8_0-q4_0", "linear", LINEAR, "q8_0/q4_0", ruler(70.0, 1840, 0.08), None, "auto")
     cell(root, "nll_2k_q8_0-q4_0", "linear", LINEAR, "q8_0/q4_0", {"nll": 3.05}, None, "auto")
@@ -104,6 +108,9 @@ class KvQuantTable(unittest.TestCase):
 
     def test_bounds(self):
         self.assertEqual(row(self.table, "WG-KV λ 0.04", "q8_0/q4_0")[-1], "2k yes, 4k no")
+        wgkv_4k = row(self.table, "WG-KV λ 0.04, 4096-token rows", "f16")
+        self.assertEqual(wgkv_4k[8:13], ["38.0", "95%", "—", "4600", "5.0×"])
+        self.assertEqual(wgkv_4k[-1], "4k no")  # 95% at 4k, but no NLL cell
         linear = row(self.table, "KVzap-Linear τ -3", "q8_0/q4_0")
         self.assertEqual(linear[14:], ["+1.67%", "2k no"])  # 100% on RULER, over the NLL bound
         self.assertEqual(linear[8:13], ["—"] * 5)  # no 4k cell
