@@ -52,8 +52,9 @@ def label(policy):
         (r"^full$", lambda m: "full"),
         (r"^full:sinks=([0-9]+),window=([0-9]+)$", lambda m: f"full, s = {m.group(1)}, w = {m.group(2)}"),
         (r"kvzap:model=[^,]*-(linear|mlp)\b.*?tau=(-?[0-9.]+)", lambda m: f"KVzap-{m.group(1).upper() if m.group(1) == 'mlp' else 'Linear'} τ {m.group(2)}"),
-        (r"wgkv:model=[^,]*lambda([0-9.]*[0-9])(-len([0-9]+))?",  # -lenL: gates trained on L-token rows
-         lambda m: f"WG-KV λ {m.group(1)}" + (f", {m.group(3)}-token rows" if m.group(3) else "")),
+        (r"wgkv:model=[^,]*lambda([0-9.]*[0-9])(-len([0-9]+))?(.*?sinks=([0-9]+))?",  # -lenL: trained on L-token rows
+         lambda m: f"WG-KV λ {m.group(1)}" + (f", {m.group(3)}-token rows" if m.group(3) else "")
+         + (f", s = {m.group(5)}" if m.group(5) else "")),
         (r"kvpop(_mlp)?:model=[^,]*-(mlstm|mlp)\b.*?capacity=([0-9]+)", lambda m: f"KVpop-{'mLSTM' if m.group(2) == 'mlstm' else 'MLP'} B = {m.group(3)}"),
         (r"^spkv.*?tau=([0-9.]+)", lambda m: f"SP-KV τ {m.group(1)}"),
     ]
