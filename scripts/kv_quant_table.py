@@ -133,6 +133,13 @@ def smallest(qualified, at):
     return max(fits, key=lambda t: t[1]) if fits else None
 
 
+def share_text(share):
+    """A RULER share as a whole percent, with one decimal where rounding would put it on the 95% line (94.8%)."""
+    if 0.945 <= share < 0.95:
+        return f"{100 * share:.1f}%"
+    return f"{100 * share:.0f}%"
+
+
 def family(name):
     """The method of a stack label, the plot's series ("KVzap-Linear τ -4" → "KVzap-Linear")."""
     for f in ("KVzap-Linear", "KVzap-MLP", "WG-KV", "KVpop", "SP-KV"):
@@ -243,7 +250,7 @@ def main():
             if (r, n) in ruler:  # its reference ran at this length
                 share = m["score"] / ruler[(r, n)]["score"] if ruler[(r, n)]["score"] else 0.0
                 p = paired(m["per_example"], ruler[(r, n)]["per_example"])
-                row += [f"{m['score']:.1f}", f"{100 * share:.0f}%", "—" if p is None else f"{p[0]:+.1f} ± {p[1]:.1f}"]
+                row += [f"{m['score']:.1f}", share_text(share), "—" if p is None else f"{p[0]:+.1f} ± {p[1]:.1f}"]
                 meets[n] = share >= 0.95
             else:  # the score and sizes without a share: nothing to compare with yet
                 row += [f"{m['score']:.1f}", "—", "—"]

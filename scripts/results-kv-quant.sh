@@ -17,7 +17,8 @@
 # window, whose sinks and window stay F16 when quantizing at admission; kvzap: KVzap-Linear at each τ of KVZAP_TAUS,
 # default "-4 -3", the NLL page's last τ within +1% and its RULER operating point; kvzap_mlp: the MLP surrogate at
 # the same τ; wgkv: WG-KV's gates of each λ of WGKV_LAMBDAS, default 0.04, the WG-KV page's operating point; 0.02
-# keeps more entries); a learned checkpoint missing from this checkout is left out with the command that rebuilds it
+# keeps more entries, 0.04-len4096 names the gates trained on 4096-token rows; WGKV_SINKS=N adds N sink tokens, as
+# KVzap's stacks keep); a learned checkpoint missing from this checkout is left out with the command that rebuilds it
 # (TRAIN=1: rebuild it first, as scripts/results-smollm2.sh PART=learned does). LENGTHS= (empty): the NLL cells only.
 # SHARDS=N runs each RULER sweep as N one-thread processes.
 # Outputs: docs/results/kv_quant/ruler_<L/1024>k_<type>/ and nll_2k_<type>/ (type with '/' → '-', '@' → '_',
@@ -32,6 +33,7 @@ TYPES=${TYPES:-"f16 q8_0 q8_0:off q8_0/q4_0 q8_0/q4_0:off q4_0@admission q4_0@ad
 STACKS=${STACKS:-"full full_window kvzap kvzap_mlp wgkv kvpop spkv"}
 KVZAP_TAUS=${KVZAP_TAUS:-"-4 -3"}
 WGKV_LAMBDAS=${WGKV_LAMBDAS:-0.04}
+WGKV_SINKS=${WGKV_SINKS:+,sinks=$WGKV_SINKS}
 LENGTHS=${LENGTHS-"2048 4096"}
 SHARDS=${SHARDS:-1}
 TASKS=${TASKS:-niah_single_1,niah_single_2,niah_single_3,niah_multikey_1,niah_multikey_2,niah_multiquery,niah_multivalue,fwe}
@@ -68,7 +70,7 @@ for s in $STACKS; do
       fi ;;
     wgkv)
       for lam in $WGKV_LAMBDAS; do
-        if have models/wgkv/smollm2-135m-lambda$lam; then POLICIES="$POLICIES;wgkv:model=models/wgkv/smollm2-135m-lambda$lam"; fi
+        if have models/wgkv/smollm2-135m-lambda$lam; then POLICIES="$POLICIES;wgkv:model=models/wgkv/smollm2-135m-lambda$lam$WGKV_SINKS"; fi
       done ;;
     kvpop) have models/kvpop/smollm2-135m-mlstm && POLICIES="$POLICIES;kvpop:model=models/kvpop/smollm2-135m-mlstm,capacity=768" ;;
     spkv) SPKV=1 ;;
