@@ -20,6 +20,10 @@ LAMBDAS=${LAMBDAS:-0.16 0.04 0.01 0.08 0.02 0.32 0.64 1.28 2.56}
 TRAIN_LENGTH=${TRAIN_LENGTH:-1024}
 SUFFIX=
 [ "$TRAIN_LENGTH" = 1024 ] || SUFFIX=-len$TRAIN_LENGTH
+if [ -n "$SUFFIX" ] && [ -z "${TRAIN_ONLY:-}" ]; then
+  echo "error: TRAIN_LENGTH=$TRAIN_LENGTH trains gates only (add TRAIN_ONLY=1); the NLL cells and the Pareto table are the 1024-token gates'" >&2
+  exit 2
+fi
 mkdir -p runs/wgkv-smollm2 "$OUT"
 for lam in $LAMBDAS; do
   G=models/wgkv/smollm2-135m-lambda$lam$SUFFIX
