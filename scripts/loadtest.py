@@ -59,8 +59,8 @@ class Result:
         self.usage = None
 
 
-def one_request(args, i, cancel_on_admit):
-    """One streaming request. cancel_on_admit() is called once, at the stream's second token, and says whether this
+def one_request(args, i, cancel_now):
+    """One streaming request. cancel_now() is called once, at the stream's second token, and says whether this
     request disconnects there (so cancellations count streams that are running, not request numbers: which requests
     the pool refuses depends on timing)."""
     r = Result()
@@ -105,7 +105,7 @@ def one_request(args, i, cancel_on_admit):
                 chunks += 1
                 if r.ttft is None:
                     r.ttft = time.perf_counter() - t0
-                if chunks == 2 and cancel_on_admit():
+                if chunks == 2 and cancel_now():
                     r.outcome = "cancelled"
                     return r
     except Exception as e:  # a broken connection is a lost request
@@ -132,15 +132,15 @@ def main():
 
     results = [None] * args.requests
     next_i = [0]
-    admitted = [0]
+    streams = [0]  # streams that reached their second token
     lock = threading.Lock()
     peak = {"kvsieve_slots_busy": 0, "kvsieve_kv_bytes_in_use": 0}
     done = threading.Event()
 
-    def cancel_on_admit():
+    def cancel_now():
         with lock:
-            admitted[0] += 1
-            return args.cancel_every > 0 and admitted[0] % args.cancel_every == 0
+            streams[0] += 1
+            return args.cancel_every > 0 and streams[0] % args.cancel_every == 0
 
     def client():
         while True:
@@ -149,7 +149,7 @@ def main():
                 next_i[0] += 1
             if i >= args.requests:
                 return
-            results[i] = one_request(args, i, cancel_on_admit)
+            results[i] = one_request(args, i, cancel_now)
             with lock:
                 n = sum(x is not None for x in results)
             print(f"\r{n}/{args.requests} requests", end="", file=sys.stderr, flush=True)
