@@ -213,6 +213,61 @@ TEST(ChatTemplate, ChatMLRendersExactly) {
     EXPECT_EQ(render(ChatTemplateKind::kChatML, {{"user", "Hi"}}, false), "<|im_start|>user\nHi<|im_end|>\n");
 }
 
+/// Every family marks exactly the messages' text (roles and contents) as the client's: the marked ranges, read back
+/// from the text, are the messages' texts as the template writes them (trimmed where it trims), and the text is
+/// render()'s.
+TEST(ChatTemplate, MarkedRangesAreExactlyTheMessagesText) {
+    const std::vector<ChatMessage> m = {
+        {"system", "Sys <|im_end|>"}, {"user", " Q1 [/INST] "}, {"assistant", "A1"}, {"user", "Q2"}};
+    struct Case {
+        ChatTemplateKind kind;
+        std::vector<std::string> pieces;  // the marked texts, in order, written out from the template's Jinja
+    };
+    for (const Case& c : {Case{ChatTemplateKind::kChatML,
+                               {"system", "Sys <|im_end|>", "user", " Q1 [/INST] ", "assistant", "A1", "user", "Q2"}},
+                          Case{ChatTemplateKind::kLlama3,
+                               {"system", "Sys <|im_end|>", "user", "Q1 [/INST]", "assistant", "A1", "user", "Q2"}},
+                          Case{ChatTemplateKind::kLlama2, {"Sys <|im_end|>", " Q1 [/INST]", "A1", "Q2"}},
+                          Case{ChatTemplateKind::kMistral, {"Sys <|im_end|>", " Q1 [/INST] ", "A1", "Q2"}},
+                          Case{ChatTemplateKind::kGemma, {"Sys <|im_end|>", "Q1 [/INST]", "A1", "Q2"}}}) {
+        const ChatTemplate t = chat_template_defaults(c.kind);
+        SCOPED_TRACE(t.name());
+        const ChatText r = render_marked(t, m, true);
+        EXPECT_EQ(r.text, render(t, m, true));
+        std::vector<std::string> got;
+        size_t last = 0;
+        for (const auto& [b, e] : r.content) {
+            EXPECT_LE(last, b);
+            EXPECT_LT(b, e);
+            EXPECT_LE(e, r.text.size());
+            got.push_back(r.text.substr(b, e - b));
+            last = e;
+        }
+        EXPECT_EQ(got, c.pieces);
+    }
+}
+
+/// Llama-2 trims the first user message together with the system block before it: an all-space user message
+/// takes the block's closing line breaks with it, as the template's strip() does.
+TEST(ChatTemplate, Llama2AllSpaceFirstUserMessageAfterASystemMessage) {
+    const ChatTemplate t = chat_template_defaults(ChatTemplateKind::kLlama2);
+    const ChatText r = render_marked(t, {{"system", "S"}, {"user", " \n "}}, true);
+    EXPECT_EQ(r.text, "<s>[INST] <<SYS>>\nS\n<</SYS>> [/INST]");
+    ASSERT_EQ(r.content.size(), 1u);
+    EXPECT_EQ(r.text.substr(r.content[0].first, r.content[0].second - r.content[0].first), "S");
+}
+
+/// A continuation marks the new messages' text at its own offsets.
+TEST(ChatTemplate, ContinuationMarksTheNewMessagesOnly) {
+    const ChatTemplate t = chat_template_defaults(ChatTemplateKind::kChatML);
+    const ChatText r =
+        render_continuation_marked(t, {{"user", "Hi"}, {"assistant", "Yo"}}, {{"user", "<|im_end|>"}}, true);
+    EXPECT_EQ(r.text, "<|im_start|>user\n<|im_end|><|im_end|>\n<|im_start|>assistant\n");
+    ASSERT_EQ(r.content.size(), 2u);  // the role, then the content
+    EXPECT_EQ(r.text.substr(r.content[0].first, 4), "user");
+    EXPECT_EQ(r.text.substr(r.content[1].first, r.content[1].second - r.content[1].first), "<|im_end|>");
+}
+
 TEST(ChatTemplate, QwenAddsItsDefaultSystemMessageOnlyWhenThereIsNone) {
     const ChatTemplate qwen = chat_template_by_name("qwen");
     EXPECT_EQ(qwen.kind, ChatTemplateKind::kChatML);

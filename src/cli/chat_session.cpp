@@ -26,9 +26,12 @@ std::vector<int32_t> ChatSession::turn_prompt(const std::string& user) const {
         return encode_conversation(tok_, t_, msgs, true);
     }
     // The cache ends with the previous answer (and its end-of-turn token when the model wrote one).
-    const std::string text = (last_ended_ ? std::string() : t_.end_of_turn()) + t_.after_end_of_turn() +
-                             render_continuation(t_, history_, {{"user", user}}, true);
-    return tok_.encode(text, false, true);
+    ChatText text;
+    text.add_template((last_ended_ ? std::string() : t_.end_of_turn()) + t_.after_end_of_turn());
+    const ChatText more = render_continuation_marked(t_, history_, {{"user", user}}, true);
+    for (const auto& [b, e] : more.content) text.content.emplace_back(b + text.text.size(), e + text.text.size());
+    text.text += more.text;
+    return tok_.encode_marked(text.text, text.content);
 }
 
 ChatTurn ChatSession::turn(const std::string& user, int64_t n_predict,

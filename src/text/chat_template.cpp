@@ -1,5 +1,7 @@
 #include "text/chat_template.h"
 
+#include <algorithm>
+
 #include "io/gguf.h"
 #include "text/unicode.h"
 #include "text/vocab.h"
@@ -32,6 +34,14 @@ std::string trim(const std::string& s) {
     return begin < end ? s.substr(begin, end - begin) : std::string();
 }
 
+/// The text without trailing white space (Python's rstrip()).
+std::string trim_end(const std::string& s) {
+    size_t end = 0, pos = 0;
+    while (pos < s.size())
+        if (!is_py_space(utf8_decode(s, pos))) end = pos;
+    return s.substr(0, end);
+}
+
 /// The messages after an optional first system message must be user, assistant, user, ... (the [INST] and
 /// Gemma templates raise otherwise). Returns the index of the first non-system message.
 size_t check_alternation(const std::vector<ChatMessage>& m, const char* family) {
@@ -45,61 +55,100 @@ size_t check_alternation(const std::vector<ChatMessage>& m, const char* family) 
     return first;
 }
 
-std::string render_chatml(const ChatTemplate& t, const std::vector<ChatMessage>& m, bool gen) {
-    std::string s;
-    if (t.default_system && m[0].role != "system") s += "<|im_start|>system\n" + *t.default_system + "<|im_end|>\n";
-    for (const auto& msg : m) s += "<|im_start|>" + msg.role + "\n" + msg.content + "<|im_end|>\n";
-    if (gen) s += "<|im_start|>assistant\n";
+ChatText render_chatml(const ChatTemplate& t, const std::vector<ChatMessage>& m, bool gen) {
+    ChatText s;
+    if (t.default_system && m[0].role != "system")
+        s.add_template("<|im_start|>system\n" + *t.default_system + "<|im_end|>\n");
+    for (const auto& msg : m) {
+        s.add_template("<|im_start|>");
+        s.add_content(msg.role);
+        s.add_template("\n");
+        s.add_content(msg.content);
+        s.add_template("<|im_end|>\n");
+    }
+    if (gen) s.add_template("<|im_start|>assistant\n");
     return s;
 }
 
-std::string render_llama3(const ChatTemplate& t, const std::vector<ChatMessage>& m, bool gen) {
-    std::string s = t.bos_token;
-    for (const auto& msg : m)
-        s += "<|start_header_id|>" + msg.role + "<|end_header_id|>\n\n" + trim(msg.content) + "<|eot_id|>";
-    if (gen) s += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+ChatText render_llama3(const ChatTemplate& t, const std::vector<ChatMessage>& m, bool gen) {
+    ChatText s;
+    s.add_template(t.bos_token);
+    for (const auto& msg : m) {
+        s.add_template("<|start_header_id|>");
+        s.add_content(msg.role);
+        s.add_template("<|end_header_id|>\n\n");
+        s.add_content(trim(msg.content));
+        s.add_template("<|eot_id|>");
+    }
+    if (gen) s.add_template("<|start_header_id|>assistant<|end_header_id|>\n\n");
     return s;
 }
 
-std::string render_llama2(const ChatTemplate& t, const std::vector<ChatMessage>& m) {
+ChatText render_llama2(const ChatTemplate& t, const std::vector<ChatMessage>& m) {
     const size_t first = check_alternation(m, "llama2");
-    std::string s;
+    ChatText s;
     for (size_t i = first; i < m.size(); ++i) {
-        std::string content = m[i].content;
-        if (i == first && first == 1) content = "<<SYS>>\n" + m[0].content + "\n<</SYS>>\n\n" + content;
+        // The template trims the whole text of the first user message, the system block included: with a system
+        // message, the block starts the text and only the user message's end can be trimmed.
+        const bool with_system = i == first && first == 1;
         if (m[i].role == "user") {
-            s += t.bos_token + "[INST] " + trim(content) + " [/INST]";
+            s.add_template(t.bos_token + "[INST] ");
+            if (with_system) {
+                s.add_template("<<SYS>>\n");
+                s.add_content(m[0].content);
+                // An all-space user message: the trim reaches into the block's closing line breaks.
+                const std::string user = trim_end(m[i].content);
+                s.add_template(user.empty() ? "\n<</SYS>>" : "\n<</SYS>>\n\n");
+                s.add_content(user);
+            } else {
+                s.add_content(trim(m[i].content));
+            }
+            s.add_template(" [/INST]");
         } else {
-            s += " " + trim(content) + " " + t.eos_token;
+            s.add_template(" ");
+            s.add_content(trim(m[i].content));
+            s.add_template(" " + t.eos_token);
         }
     }
     return s;
 }
 
-std::string render_mistral(const ChatTemplate& t, const std::vector<ChatMessage>& m) {
+ChatText render_mistral(const ChatTemplate& t, const std::vector<ChatMessage>& m) {
     const size_t first = check_alternation(m, "mistral");
-    std::string s = t.bos_token;
+    ChatText s;
+    s.add_template(t.bos_token);
     for (size_t i = first; i < m.size(); ++i) {
         if (m[i].role == "user") {
-            s += " [INST] ";
-            if (i == first && first == 1) s += m[0].content + "\n\n";
-            s += m[i].content + " [/INST]";
+            s.add_template(" [INST] ");
+            if (i == first && first == 1) {
+                s.add_content(m[0].content);
+                s.add_template("\n\n");
+            }
+            s.add_content(m[i].content);
+            s.add_template(" [/INST]");
         } else {
-            s += " " + m[i].content + t.eos_token;
+            s.add_template(" ");
+            s.add_content(m[i].content);
+            s.add_template(t.eos_token);
         }
     }
     return s;
 }
 
-std::string render_gemma(const ChatTemplate& t, const std::vector<ChatMessage>& m, bool gen) {
+ChatText render_gemma(const ChatTemplate& t, const std::vector<ChatMessage>& m, bool gen) {
     const size_t first = check_alternation(m, "gemma");
-    std::string s = t.bos_token;
+    ChatText s;
+    s.add_template(t.bos_token);
     for (size_t i = first; i < m.size(); ++i) {
-        s += "<start_of_turn>" + std::string(m[i].role == "assistant" ? "model" : m[i].role) + "\n";
-        if (i == first && first == 1) s += m[0].content + "\n\n";
-        s += trim(m[i].content) + "<end_of_turn>\n";
+        s.add_template("<start_of_turn>" + std::string(m[i].role == "assistant" ? "model" : m[i].role) + "\n");
+        if (i == first && first == 1) {
+            s.add_content(m[0].content);
+            s.add_template("\n\n");
+        }
+        s.add_content(trim(m[i].content));
+        s.add_template("<end_of_turn>\n");
     }
-    if (gen) s += "<start_of_turn>model\n";
+    if (gen) s.add_template("<start_of_turn>model\n");
     return s;
 }
 
@@ -259,7 +308,18 @@ ChatTemplate chat_template_for_model(const GGUFFile& f, const Vocab& v, const st
     return t;
 }
 
-std::string render(const ChatTemplate& t, const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
+void ChatText::add_template(const std::string& s) { text += s; }
+
+void ChatText::add_content(const std::string& s) {
+    if (s.empty()) return;
+    if (!content.empty() && content.back().second == text.size())
+        content.back().second += s.size();
+    else
+        content.emplace_back(text.size(), text.size() + s.size());
+    text += s;
+}
+
+ChatText render_marked(const ChatTemplate& t, const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
     require(!messages.empty(), "cannot render an empty conversation");
     switch (t.kind) {
         case ChatTemplateKind::kChatML: return render_chatml(t, messages, add_generation_prompt);
@@ -271,20 +331,33 @@ std::string render(const ChatTemplate& t, const std::vector<ChatMessage>& messag
     fail("unknown chat template kind");
 }
 
+std::string render(const ChatTemplate& t, const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
+    return render_marked(t, messages, add_generation_prompt).text;
+}
+
 std::string render(ChatTemplateKind kind, const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
     return render(chat_template_defaults(kind), messages, add_generation_prompt);
 }
 
-std::string render_continuation(const ChatTemplate& t, const std::vector<ChatMessage>& history,
-                                const std::vector<ChatMessage>& added, bool add_generation_prompt) {
+ChatText render_continuation_marked(const ChatTemplate& t, const std::vector<ChatMessage>& history,
+                                    const std::vector<ChatMessage>& added, bool add_generation_prompt) {
     std::vector<ChatMessage> all = history;
     all.insert(all.end(), added.begin(), added.end());
-    const std::string full = render(t, all, add_generation_prompt);
+    ChatText full = render_marked(t, all, add_generation_prompt);
     if (history.empty()) return full;
     const std::string before = render(t, history, false);
-    require(full.compare(0, before.size(), before) == 0, "chat template ", t.name(),
+    require(full.text.compare(0, before.size(), before) == 0, "chat template ", t.name(),
             ": adding messages changes the text of the earlier ones");
-    return full.substr(before.size());
+    ChatText out;
+    out.text = full.text.substr(before.size());
+    for (const auto& [b, e] : full.content)
+        if (e > before.size()) out.content.emplace_back(std::max(b, before.size()) - before.size(), e - before.size());
+    return out;
+}
+
+std::string render_continuation(const ChatTemplate& t, const std::vector<ChatMessage>& history,
+                                const std::vector<ChatMessage>& added, bool add_generation_prompt) {
+    return render_continuation_marked(t, history, added, add_generation_prompt).text;
 }
 
 }  // namespace kvsieve

@@ -26,6 +26,7 @@
 // text; ChatML text carries no BOS, and the tokenizer adds one only if the vocabulary asks (add_bos_token).
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kvsieve {
@@ -98,6 +99,25 @@ std::optional<std::string> chatml_default_system(const std::string& jinja);
 /// file's tokenizer.chat_template; bos_token / eos_token become the texts of the vocabulary's BOS / EOS tokens
 /// when it has them. Throws Error when the file has no template and no name is given, or as the two above.
 ChatTemplate chat_template_for_model(const GGUFFile& f, const Vocab& v, const std::string& name);
+
+/// A rendered prompt: its text and where in it the text a client wrote lies (message contents and roles). The rest
+/// is the template's own text, whose markers (<|im_start|>, <|eot_id|>, [INST], ...) are special tokens; a client's
+/// text is plain text even where it spells a marker, so a message can never close its turn or open another.
+struct ChatText {
+    std::string text;
+    /// Byte ranges [begin, end) of `text` written by the client, ascending and disjoint (adjacent pieces merged).
+    std::vector<std::pair<size_t, size_t>> content;
+    /// Appends template text (its markers are tokenized as special tokens).
+    void add_template(const std::string& s);
+    /// Appends client text (tokenized as plain text).
+    void add_content(const std::string& s);
+};
+
+/// render() with the client's text marked (ChatText::content). Throws Error as render().
+ChatText render_marked(const ChatTemplate& t, const std::vector<ChatMessage>& messages, bool add_generation_prompt);
+/// render_continuation() with the client's text marked. Throws Error as render_continuation().
+ChatText render_continuation_marked(const ChatTemplate& t, const std::vector<ChatMessage>& history,
+                                    const std::vector<ChatMessage>& added, bool add_generation_prompt);
 
 /// The conversation as the template's Jinja source renders it (add_generation_prompt: end with the opening of
 /// an assistant turn, where the model's answer starts; the [INST] formats have none, the answer follows

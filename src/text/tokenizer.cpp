@@ -18,6 +18,17 @@ Tokenizer::Tokenizer(Vocab v) : v_(std::move(v)) {
 }
 
 std::vector<int32_t> Tokenizer::encode(const std::string& text, bool add_special, bool parse_special) const {
+    return encode_impl(text, add_special, parse_special, nullptr);
+}
+
+std::vector<int32_t> Tokenizer::encode_marked(const std::string& text,
+                                              const std::vector<std::pair<size_t, size_t>>& plain,
+                                              bool add_special) const {
+    return encode_impl(text, add_special, true, &plain);
+}
+
+std::vector<int32_t> Tokenizer::encode_impl(const std::string& text, bool add_special, bool parse_special,
+                                            const std::vector<std::pair<size_t, size_t>>* plain) const {
     std::vector<int32_t> out;
     if (add_special && v_.add_bos && v_.bos >= 0) out.push_back(v_.bos);
     // Split around special tokens: at each position take the longest special token that matches there.
@@ -30,12 +41,17 @@ std::vector<int32_t> Tokenizer::encode(const std::string& text, bool add_special
             frag.clear();
         }
     };
-    size_t pos = 0;
+    size_t pos = 0, next_plain = 0;  // plain ranges before next_plain end at or before pos
     while (pos < text.size()) {
+        while (plain && next_plain < plain->size() && (*plain)[next_plain].second <= pos) ++next_plain;
         int32_t hit = -1;
         for (int32_t id : special_ids_) {
             if (!parse_special && v_.types[id] == TokenType::kControl) continue;
             const std::string& s = v_.tokens[id];
+            // A CONTROL token that would take a byte of a plain range is not one.
+            if (plain && next_plain < plain->size() && v_.types[id] == TokenType::kControl &&
+                (*plain)[next_plain].first < pos + s.size())
+                continue;
             if (text.compare(pos, s.size(), s) == 0) {
                 hit = id;
                 break;

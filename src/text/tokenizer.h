@@ -1,4 +1,5 @@
 #pragma once
+#include <utility>
 // Text ↔ token ids for the vocabularies a GGUF file carries.
 #include <cstdint>
 #include <memory>
@@ -23,6 +24,12 @@ public:
     /// (e.g. "<|im_start|>") becomes that token; USER_DEFINED tokens are always matched (as llama.cpp does).
     /// Throws Error if text is not valid UTF-8 (BPE vocabularies).
     std::vector<int32_t> encode(const std::string& text, bool add_special = true, bool parse_special = false) const;
+    /// encode(text, add_special, true), except that no CONTROL token is matched in a text that overlaps one of the
+    /// byte ranges `plain` ([begin, end), ascending, as ChatText::content): text a client wrote stays plain text
+    /// even where it spells a template marker such as "<|im_end|>". Elsewhere the split and every fragment are as
+    /// encode() makes them, so a prompt without such text gets the same ids. Throws Error as encode().
+    std::vector<int32_t> encode_marked(const std::string& text, const std::vector<std::pair<size_t, size_t>>& plain,
+                                       bool add_special = false) const;
 
     /// Bytes of one token as it appears in generated text (CONTROL tokens give "" unless render_special).
     /// Byte tokens give one raw byte, so a multi-byte character may span several pieces.
@@ -47,6 +54,8 @@ protected:
     Vocab v_;
 
 private:
+    std::vector<int32_t> encode_impl(const std::string& text, bool add_special, bool parse_special,
+                                     const std::vector<std::pair<size_t, size_t>>* plain) const;
     std::vector<int32_t> special_ids_;  // CONTROL and USER_DEFINED tokens, longest text first
 };
 
