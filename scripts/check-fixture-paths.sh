@@ -16,12 +16,14 @@ models/SmolLM2-
 "/models/" \+ kModelName
 "models/m\.gguf
 kvzap:model=models/kvzap/m-(linear|mlp)[,/]
-\$\{CMAKE_SOURCE_DIR\}/models/kvzap/smollm2-135m-linear,'
+\$\{CMAKE_SOURCE_DIR\}/models/kvzap/smollm2-135m-linear,
+share/kvsieve/models'
 # What each allows: the fixtures and the build's copy of them (test::data_dir(), KVSIEVE_TEST_DATA); the downloaded
 # SmolLM2 (scripts/get-model.sh; test_smollm2.cpp names it by kModelName); the made-up model paths that
 # test_leaderboard.cpp writes into made-up config.yaml files (models/m.gguf, models/kvzap/m-{linear,mlp}); and the
 # SmolLM2 KVzap surrogate that README's first command runs, read by one test only: README's demo
-# (SmolLM2.DemoLearnedQuantizedCacheAnswers in tests/CMakeLists.txt). Every other KVzap surrogate a test reads lives
+# (SmolLM2.DemoLearnedQuantizedCacheAnswers in tests/CMakeLists.txt); and an installed package's predictor folder
+# (share/kvsieve/models, tests/package_test.sh). Every other KVzap surrogate a test reads lives
 # in tests/data/models/kvzap/.
 dirs=$(for d in tests fuzz; do [ -d "$d" ] && echo "$d"; done || true)
 files=$([ -z "$dirs" ] ||

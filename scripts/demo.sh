@@ -8,8 +8,8 @@
 # times smaller, entries per layer and KV head). A second run with SnapKV at the same F16 pages, for contrast.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install-deps.sh
-bash scripts/build.sh
+bash scripts/install-deps.sh --engine
+bash scripts/build.sh kvsieve_cli
 model=$(bash scripts/get-model.sh smollm2-135m | tail -n 1)
 doc=data/1933-treasure-coast-hurricane.txt
 question="How many homes did the storm damage or destroy?"

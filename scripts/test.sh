@@ -7,6 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/check-size.sh
 bash scripts/install-deps.sh
+bash scripts/install-test-tools.sh
 bash scripts/build.sh
 bash scripts/get-model.sh smollm2-135m >/dev/null
 (cd build && OMP_WAIT_POLICY=passive ctest --output-on-failure -j 2)

@@ -104,7 +104,8 @@ TEST(BundledPredictors, SpecWithoutModelTakesTheDefaultPredictorOfTheLoadedModel
 
 TEST(BundledPredictors, NoPredictorForTheModelIsOneErrorNamingThoseThatExistAndTheTrainCommand) {
     PredictorPath pp;
-    pp.add("kvzap", "for-another", {{"model_type", "kvzap"}, {"model_digest", "sha256:bb"}, {"base_model", "x/B.gguf"}});
+    pp.add("kvzap", "for-another",
+           {{"model_type", "kvzap"}, {"model_digest", "sha256:bb"}, {"base_model", "x/B.gguf"}});
     select_predictor_model_digest("sha256:aa", "mine.gguf");
     const std::string e = test::error_of([] { default_predictor_path("kvzap"); });
     EXPECT_NE(e.find("no kvzap predictor was trained for mine.gguf"), std::string::npos) << e;

@@ -81,6 +81,12 @@ TEST(KVCache, FullPolicyEqualsPlainEngine) {
     }
 }
 
+/// Two runs that hold the same entries in other regions differ only by the summation order of the online softmax
+/// (the window's pages merged before or after the global region's). Bound: 2e-5 on logits of magnitude ≤ 8 (this
+/// model's), i.e. about 20 float32 ulps of the largest logit; measured 1.00e-5 (AVX2, AVX-512) and ... (scalar) on
+/// streaming_llm:window=256, the largest of the presets below.
+constexpr double kOrderBound = 2e-5;
+
 TEST(KVCache, PoliciesWhoseBudgetCoversTheContextEqualFull) {
     LlamaModel m(test::model_path("stories260K.gguf"));
     const auto prompt = story_tokens(m, 150);
@@ -94,9 +100,10 @@ TEST(KVCache, PoliciesWhoseBudgetCoversTheContextEqualFull) {
         const auto got = run(m, c, prompt, 20);
         // Same entries in the same regions: bit-identical. streaming_llm and h2o's budget (its recent half)
         // keep some in window pages, so only the summation order of the online softmax differs.
-        if (std::string(spec).rfind("streaming_llm", 0) == 0 || std::string(spec).rfind("h2o:budget", 0) == 0)
-            EXPECT_LE(max_diff(ref, got), 1e-5);
-        else
+        if (std::string(spec).rfind("streaming_llm", 0) == 0 || std::string(spec).rfind("h2o:budget", 0) == 0) {
+            std::printf("[ cache ] %s vs full: max |Δ logit| %.3g\n", spec, max_diff(ref, got));
+            EXPECT_LE(max_diff(ref, got), kOrderBound);
+        } else
             EXPECT_EQ(max_diff(ref, got), 0.0);
         EXPECT_EQ(c.stats().compression_ratio, 0.0);
     }

@@ -1,5 +1,5 @@
 // Typed preset parameters (policy/params.h): values are checked against each key's declaration before a policy is
-// built, the declared defaults are what the presets build, and the README's tables are the declarations' listing.
+// built, the declared defaults are what the presets build, and docs/policies.md's tables are the declarations' listing.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -212,16 +212,16 @@ TEST(PolicyParams, EveryKeyIsDeclaredWithTypeRangeDocAndSource) {
 }
 
 TEST(PolicyParams, ReadmeTablesAreTheDeclarations) {
-    std::ifstream f(std::string(KVSIEVE_SOURCE_DIR) + "/README.md");
-    const std::string readme(std::istreambuf_iterator<char>(f), {});
-    const size_t b = readme.find(kPoliciesBegin), e = readme.find(kPoliciesEnd);
-    ASSERT_NE(b, std::string::npos) << "README.md has no line " << kPoliciesBegin;
-    ASSERT_NE(e, std::string::npos) << "README.md has no line " << kPoliciesEnd;
+    std::ifstream f(std::string(KVSIEVE_SOURCE_DIR) + "/docs/policies.md");
+    const std::string doc(std::istreambuf_iterator<char>(f), {});
+    const size_t b = doc.find(kPoliciesBegin), e = doc.find(kPoliciesEnd);
+    ASSERT_NE(b, std::string::npos) << "docs/policies.md has no line " << kPoliciesBegin;
+    ASSERT_NE(e, std::string::npos) << "docs/policies.md has no line " << kPoliciesEnd;
     const size_t start = b + std::string(kPoliciesBegin).size() + 2;  // the marker line and one blank line
-    const std::string tables = readme.substr(start, e - start);
+    const std::string tables = doc.substr(start, e - start);
     EXPECT_EQ(tables, policies_markdown())
-        << "README.md's policy tables differ from the declarations: paste `kvsieve policies --markdown` between the "
-           "markers";
+        << "docs/policies.md's policy tables differ from the declarations: paste `kvsieve policies --markdown` between "
+           "the markers";
 }
 
 TEST(PolicyParams, PoliciesCommandListsTheDeclarations) {

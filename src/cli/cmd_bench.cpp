@@ -5,6 +5,7 @@
 #include <random>
 
 #include "attend/paged_attention.h"
+#include "predict/bundled_predictors.h"
 #include "cli/cache_options.h"
 #include "cli/commands.h"
 #include "kernels/bandwidth.h"
@@ -55,6 +56,7 @@ void run(const BenchOpts& o) {
     require(o.bandwidth_gbs >= 0, "--bandwidth-gbs must be ≥ 0 (0 measures it), got ", o.bandwidth_gbs);
     set_num_threads(o.threads);
     LlamaModel model(o.model);
+    select_predictor_model(model.file());  // a learned preset without model= takes its predictor
     const ModelConfig& c = model.config();
     const int64_t n_ctx = o.depth + std::max(o.n_prompt, o.n_gen) + 1;
     std::unique_ptr<KVCache> cache_ptr = o.cache.make_cache(model, n_ctx);

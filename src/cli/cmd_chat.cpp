@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cli/cache_options.h"
+#include "predict/bundled_predictors.h"
 #include "cli/chat_session.h"
 #include "cli/commands.h"
 #include "cli/sampler_options.h"
@@ -33,6 +34,7 @@ void run(const ChatOpts& o) {
     require(o.n_ctx >= 0, "-c must be ≥ 0, got ", o.n_ctx);
     set_num_threads(o.threads);
     LlamaModel model(o.model);
+    select_predictor_model(model.file());  // a learned preset without model= takes its predictor
     const auto tok = Tokenizer::from_gguf(model.file());
     const ChatTemplate tmpl = chat_template_for_model(model.file(), tok->vocab(), o.chat_template);
     const ModelConfig& c = model.config();

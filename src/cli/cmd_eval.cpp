@@ -10,6 +10,7 @@
 #include "cache/kv_pool.h"
 #include "cli/cache_options.h"
 #include "cli/commands.h"
+#include "predict/bundled_predictors.h"
 #include "util/file.h"
 #include "eval/fidelity.h"
 #include "eval/head_density.h"
@@ -142,7 +143,8 @@ void add_eval(CLI::App& app) {
     nll->callback([c1, policy] {
         set_num_threads(c1->threads);
         const NllOptions o = c1->nll_options();
-        parse_policy(*policy);  // bad specs fail before the model loads
+        select_predictor_model(c1->model);  // learned presets without model=
+        parse_policy(*policy);              // bad specs fail before the model loads
         const std::string text = c1->read_corpus();
         LlamaModel m(c1->model);
         const auto tok = Tokenizer::from_gguf(m.file());
@@ -212,6 +214,7 @@ void add_eval(CLI::App& app) {
         o.query_aware = *rqa;
         o.decode_preamble = *rpre;
         for (auto& t : o.tasks) check_task_name(canonical_task(t));
+        select_predictor_model(c3->model);  // learned presets without model=
         parse_policy(*rpolicy);
         const std::string text = c3->read_corpus();
         LlamaModel m(c3->model);
@@ -246,6 +249,7 @@ void add_eval(CLI::App& app) {
     dens->callback([c4, dpolicy, dglobal, dno_hybrid] {
         set_num_threads(c4->threads);
         const NllOptions o = c4->nll_options();
+        select_predictor_model(c4->model);  // learned presets without model=
         parse_policy(*dpolicy);
         const std::string text = c4->read_corpus();
         LlamaModel m(c4->model);
@@ -270,6 +274,7 @@ void add_eval(CLI::App& app) {
         set_num_threads(c5->threads);
         const std::string text = c5->read_corpus();
         LlamaModel m(c5->model);
+        select_predictor_model(m.file());  // learned presets without model=
         const auto tok = Tokenizer::from_gguf(m.file());
         const int total = m.config().n_layer * m.config().n_head_kv;
         const int n = *rglobal >= 0 ? *rglobal : std::max(1, total / 4);
@@ -312,6 +317,7 @@ void add_eval(CLI::App& app) {
         for (std::string p; std::getline(ss, p, ';');)
             if (!p.empty()) specs.push_back(p);
         require(!specs.empty(), "--policies names no policy");
+        select_predictor_model(ko->model);              // learned presets without model=
         for (const auto& sp : specs) parse_policy(sp);  // bad specs fail before the model loads
         const std::string kv_types = ko->kv.spec();     // a bad type or place fails before the model loads
         parse_kv_rotate_mode(ko->kv.rotate);
@@ -449,6 +455,7 @@ void add_eval(CLI::App& app) {
         require(fo->chunk >= 0 && fo->every >= 1, "--prefill-chunk must be ≥ 0 and --every ≥ 1");
         const std::string text = read_whole_file(fo->corpus, "corpus");
         LlamaModel m(fo->model);
+        select_predictor_model(m.file());  // learned presets without model=
         const auto tok = Tokenizer::from_gguf(m.file());
         // The other models, each loaded once and checked before the teachers run: the same vocabulary size and the
         // same token ids for the start of the corpus.
@@ -608,6 +615,7 @@ void add_eval(CLI::App& app) {
         }
         const std::string text = c2->read_corpus();
         LlamaModel m(c2->model);
+        select_predictor_model(m.file());  // learned presets without model=
         const auto tok = Tokenizer::from_gguf(m.file());
         if (*task == "ruler") apply_format(*sformat, m, *tok, c2->model, o.ruler);
         if (*task == "nll")
@@ -646,6 +654,7 @@ void add_eval_tasks(CLI::App& app) {
         r.seed = o->seed;
         const std::string corpus = o->corpus.empty() ? std::string() : read_whole_file(o->corpus, "corpus");
         LlamaModel m(o->model);
+        select_predictor_model(m.file());  // learned presets without model=
         const auto tok = Tokenizer::from_gguf(m.file());
         apply_format(o->format, m, *tok, o->model, r);
         const RulerResult res = run_ruler(m, *tok, corpus, o->policy, r);

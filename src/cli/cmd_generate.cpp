@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "cli/cache_options.h"
+#include "predict/bundled_predictors.h"
 #include "cli/chat_session.h"
 #include "cli/commands.h"
 #include "cli/sampler_options.h"
@@ -108,6 +109,7 @@ void run(GenerateOpts o) {
     require(!(o.chat && o.no_bos), "--no-bos does not apply to --chat (the chat template decides the BOS)");
     set_num_threads(o.threads);
     LlamaModel model(o.model);
+    select_predictor_model(model.file());  // a learned preset without model= takes its predictor
     const auto tok = Tokenizer::from_gguf(model.file());
     const ModelConfig& c = model.config();
     if (o.chat) return run_chat(o, model, *tok, o.n_ctx > 0 ? o.n_ctx : std::min<int64_t>(c.n_ctx_train, 4096));

@@ -1,27 +1,46 @@
-// kvsieve policies [NAME] [--markdown|--json]: every KV policy preset and read-time selection with its keys (type,
-// range, default, meaning, source), from the declarations the spec parser checks against (policy/params.h).
+// kvsieve policies [NAME] [--markdown|--json] [-m MODEL]: every KV policy preset and read-time selection with its keys
+// (type, range, default, meaning, source), from the declarations the spec parser checks against (policy/params.h);
+// with -m, then which learned presets are ready for that model: the predictors trained for it that a spec without
+// model= takes (predict/bundled_predictors.h).
 #include <cstdio>
 
 #include "cli/commands.h"
 #include "policy/catalog.h"
+#include "predict/bundled_predictors.h"
 
 namespace kvsieve::cli {
 
 void add_policies(CLI::App& app) {
     auto* cmd = app.add_subcommand("policies", "list the KV policy presets and read-time selections with their keys");
     struct Opts {
-        std::string name;
+        std::string name, model;
         bool markdown = false, json = false;
     };
     auto o = std::make_shared<Opts>();
     cmd->add_option("name", o->name, "only this preset or selection");
-    auto* md = cmd->add_flag("--markdown", o->markdown, "Markdown tables (the README's policy parameter tables)");
-    cmd->add_flag("--json", o->json, "JSON")->excludes(md);
+    auto* md = cmd->add_flag("--markdown", o->markdown, "Markdown tables (docs/policies.md's policy parameter tables)");
+    auto* js = cmd->add_flag("--json", o->json, "JSON")->excludes(md);
+    cmd->add_option("-m,--model", o->model, "also list the learned presets ready for this GGUF model (its predictors)")
+        ->check(CLI::ExistingFile)
+        ->excludes(md)
+        ->excludes(js);
     cmd->callback([o] {
         const std::string out = o->markdown ? policies_markdown(o->name)
                                 : o->json   ? policies_json(o->name)
                                             : policies_text(o->name);
         std::fwrite(out.data(), 1, out.size(), stdout);
+        if (o->model.empty()) return;
+        select_predictor_model(o->model);
+        std::printf("\nlearned presets ready for %s (%s):\n", o->model.c_str(), selected_model_digest().c_str());
+        const auto ready = ready_predictors();
+        for (const char* preset : {"kvzap", "wgkv", "kvpop", "kvpop_mlp"}) {
+            std::string names;
+            for (const BundledPredictor& p : ready)
+                if (p.preset == preset)
+                    names += (names.empty() ? "" : ", ") + p.name + (p.is_default ? " (default)" : "") + "  " + p.path;
+            std::printf("  %-10s %s\n", preset,
+                        names.empty() ? "none: give model=<folder> or train one (docs/training.md)" : names.c_str());
+        }
     });
 }
 

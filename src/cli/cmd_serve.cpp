@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "cli/cache_options.h"
+#include "predict/bundled_predictors.h"
 #include "cli/commands.h"
 #include "kernels/parallel.h"
 #include "model/llama_model.h"
@@ -63,6 +64,7 @@ void run(const ServeOpts& o) {
     auto keys = std::make_shared<KeyRing>(o.api_keys, o.api_key_file);
     set_num_threads(o.threads);
     LlamaModel model(o.model);
+    select_predictor_model(model.file());  // a learned preset without model= takes its predictor
     const auto tok = Tokenizer::from_gguf(model.file());
     std::optional<ChatTemplate> tmpl;
     try {
@@ -78,6 +80,11 @@ void run(const ServeOpts& o) {
     NamedPredictors preds;
     for (const auto& d : o.predictor_dirs) preds.add_dir(d);
     for (const auto& a : o.predictors) preds.add_assignment(a);
+    // The predictors trained for this model register themselves under their folder names (an operator's registration
+    // of the same name wins); a learned preset without model= takes its default one (predict/bundled_predictors.h).
+    const std::vector<std::string> registered = preds.names();
+    for (const BundledPredictor& b : ready_predictors())
+        if (std::find(registered.begin(), registered.end(), b.name) == registered.end()) preds.add(b.name, b.path);
     preds.validate(model.config());
     const PolicyParseOptions policy_options = preds.parse_options();
     so.policy_options = policy_options;

@@ -1,4 +1,4 @@
-// kvsieve train NAME: one subcommand per registered trainer (cli/trainers.h).
+// kvsieve-train NAME: one subcommand per registered trainer (cli/trainers.h).
 #include <filesystem>
 #include <fstream>
 
@@ -143,11 +143,10 @@ TrainerSpec config_trainer(std::string name, std::string help, std::vector<Confi
     return s;
 }
 
-void add_train(CLI::App& app) {
-    auto* train = app.add_subcommand("train", "fit learned KV policies");
-    train->require_subcommand(1);
+void add_trainers(CLI::App& app) {
+    app.require_subcommand(1);
     register_builtin_trainers();
-    for (const TrainerSpec& t : trainers()) t.setup(*train->add_subcommand(t.name, t.help));
+    for (const TrainerSpec& t : trainers()) t.setup(*app.add_subcommand(t.name, t.help));
 }
 
 }  // namespace kvsieve::cli

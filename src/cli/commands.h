@@ -17,7 +17,10 @@ void add_inspect(CLI::App& app);
 void add_quantize(CLI::App& app);
 void add_eval(CLI::App& app);
 void add_eval_tasks(CLI::App& app);
+/// `train`: runs kvsieve-train (beside the binary) with the arguments that follow (cli/train_forward.cpp).
 void add_train(CLI::App& app);
+/// kvsieve-train's subcommands: one per registered trainer (cli/cmd_train.cpp, cli/trainers.h).
+void add_trainers(CLI::App& app);
 void add_pull(CLI::App& app);
 void add_policies(CLI::App& app);
 

@@ -29,8 +29,10 @@ void add_train(CLI::App& app) {
     train->callback([train] {
         const std::string bin = trainer_binary();
         std::error_code ec;
-        require(!bin.empty() && std::filesystem::exists(bin, ec), "the trainers are in kvsieve-train, which is not "
-                "installed beside this binary (", bin.empty() ? std::string("unknown folder") : bin,
+        require(!bin.empty() && std::filesystem::exists(bin, ec),
+                "the trainers are in kvsieve-train, which is not "
+                "installed beside this binary (",
+                bin.empty() ? std::string("unknown folder") : bin,
                 "); build it with scripts/build.sh (libtorch-dev for every trainer but kvzap's linear fit)");
         std::vector<std::string> args = {bin};
         for (const std::string& a : train->remaining()) args.push_back(a);

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/model_digest.h"
 #include "cli/trainers.h"
 #include "fit/kvzap_fit.h"
 #include "fit/kvzap_train_config.h"
@@ -32,6 +33,9 @@ void run_kvzap(const nlohmann::json& config, const std::string& base, bool progr
     std::string text;
     for (const auto& path : c.corpus) text += read_whole_file(path, "corpus") + "\n";
     LlamaModel m(c.model);
+    // What lets kvsieve find this surrogate for this model (predict/bundled_predictors.h).
+    c.fit.trained.base_model = c.model;
+    c.fit.trained.model_digest = model_digest(m.file());
     const auto tok = Tokenizer::from_gguf(m.file());
     const KVzapPairs pairs = collect_kvzap_pairs(m, *tok, text, c.fit);
 #ifdef KVSIEVE_HAVE_TRAIN

@@ -161,17 +161,17 @@ Policy make_kvpop(PolicyParams& p, bool mlstm) {
     const std::string name = mlstm ? "kvpop" : "kvpop_mlp";
     const std::string path = p.get_model_path("scorer .safetensors or directory");
     // sinks, window, delayed: the spec's, else what the scorer was trained for (its config.json, the block the loaded
-    // scorer carries), else the paper's s = 4, w = 256, delayed readout (policy/learned_rule.h). The capacity is
-    // the experiment's choice and always given.
+    // scorer carries), else the paper's s = 4, w = 256, delayed readout (policy/learned_rule.h).
     const TrainedDefaults trained = read_kvpop_config(path).trained;
     const std::optional<int64_t> s_spec = given_int(p, "sinks"), w_spec = given_int(p, "window");
     if (!s_spec) check_trained_tokens(name, trained, "sinks", trained.sinks);
     if (!w_spec) check_trained_tokens(name, trained, "window", trained.window);
     const int64_t s = spec_trained_preset<int64_t>(s_spec, trained.sinks, 4);
     const int64_t w = spec_trained_preset<int64_t>(w_spec, trained.window, 256);
-    require(p.has("capacity"), "policy ", name,
-            ": capacity=B (entries per KV head, B = sinks + window + k) is required");
-    const int64_t B = p.get_int("capacity", 0);
+    // B: the spec's, else the operating point the scorer's card records (config.json "capacity").
+    require(p.has("capacity") || trained.capacity, "policy ", name,
+            ": capacity=B (entries per KV head, B = sinks + window + k) is required (the scorer records none)");
+    const int64_t B = p.has("capacity") ? p.get_int("capacity", 0) : *trained.capacity;
     require(B > s + w, "policy ", name, ": capacity=", B, " leaves no long-range entries beyond sinks=", s,
             " and window=", w, " (B = s + w + k with k ≥ 1)");
     const std::optional<int64_t> delayed_spec = given_int(p, "delayed");
@@ -199,10 +199,10 @@ std::vector<ParamDecl> kvpop_params() {
                                  "the scorer: a .safetensors file or a directory with model.safetensors and "
                                  "config.json (a registered predictor name under kvsieve serve)",
                                  "KVpop §3"),
-                      "required"),
+                      "the predictor trained for the loaded model (models/, by model digest)"),
             with_alias(with_note(int_param("capacity", 1, kMaxTokens, "",
                                            "B = s + w + k: entries each KV head keeps (k ≥ 1)", "KVpop eq. 1"),
-                                 "required"),
+                                 "the scorer's config.json capacity, else required"),
                        "budget"),
             with_note(int_param("sinks", 0, kMaxTokens, "", "s: first entries always kept", "KVpop eq. 1"),
                       "the scorer's config.json sinks, else 4"),

@@ -59,7 +59,7 @@ void register_kvzap() {
                                    "the surrogate's checkpoint directory (a registered "
                                    "predictor name under kvsieve serve)",
                                    "KVzap §3.3 (kvpress KVzapModel)"),
-                        "required"),
+                        "the predictor trained for the loaded model (models/, by model digest)"),
               enum_param("rule", {"threshold", "head", "layer"}, "threshold",
                          "threshold: admission at window exit; head|layer: the scores ranked by a "
                          "budget after the prefill (with the budget rule keys)",

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <stdexcept>
 
+#include "predict/bundled_predictors.h"
 #include "util/deprecation.h"
 #include "util/error.h"
 
@@ -135,8 +137,19 @@ std::string PolicyParams::get_string(const std::string& k, const std::string& fa
 
 std::string PolicyParams::get_model_path(const std::string& what, const std::string& k) {
     const std::string value = get_string(k, "");
-    require(!value.empty(), "policy ", preset_, ": ", k, "=<", what, "> is required");
+    // No model=: the predictor trained for the loaded model (predict/bundled_predictors.h), or an error that says
+    // which exist and how to train one.
+    if (value.empty()) return default_predictor_path(preset_);
     if (options_ && options_->resolve_model) return options_->resolve_model(preset_, value);
+    std::error_code ec;
+    if (!std::filesystem::exists(value, ec)) {
+        if (const auto bundled = predictor_path_by_name(preset_, value)) return *bundled;
+        // A bare name that is no predictor of the loaded model: say which names are (a path gets the loader's error).
+        if (value.find('/') == std::string::npos && !value.ends_with(".safetensors") && !value.ends_with(".gguf"))
+            fail("policy ", preset_, ": ", k, "=", value,
+                 " is neither a file nor a predictor trained for the loaded model", " (", preset_,
+                 " predictors for it: ", ready_predictor_names(preset_), ")");
+    }
     return value;
 }
 

@@ -103,8 +103,11 @@ public:
     std::string get_string(const std::string& k);
     std::string get_string(const std::string& k, const std::string& fallback);
     /// The file a predictor reference (key `k`, `model=` by default) names: the value itself, or what the options'
-    /// resolver makes of it. `what` describes the expected value in the error for a missing key ("checkpoint
-    /// directory"). Throws Error when the key is missing or the resolver refuses the value.
+    /// resolver makes of it; without a resolver, a value that is not an existing path but the name of a predictor
+    /// trained for the loaded model (predict/bundled_predictors.h) is that predictor's folder. Without the key, the
+    /// predictor trained for the loaded model (default_predictor_path). `what` describes the expected value in the error for a missing key ("checkpoint
+    /// directory"). Throws Error when the key is missing and no predictor was trained for the loaded model (naming those that exist and the
+    /// command that trains one), or when the resolver refuses the value.
     std::string get_model_path(const std::string& what, const std::string& k = "model");
     /// Throws Error listing keys that no getter read.
     void check_all_used() const;

@@ -53,7 +53,7 @@ void register_wgkv() {
                                "the gates: a .safetensors file or a directory with model.safetensors "
                                "(a registered predictor name under kvsieve serve)",
                                "WG-KV §3.2"),
-                    "required"),
+                    "the predictor trained for the loaded model (models/, by model digest)"),
           enum_param("rule", {"threshold"}, "threshold", "the only rule: promote an entry iff g ≥ τ", "WG-KV §4.3"),
           with_note(real_param("tau", 0, 1, "", "τ: promote an entry leaving the window iff its gate g ≥ τ",
                                "WG-KV §4.3 (0.1)"),

@@ -164,12 +164,13 @@ std::string default_predictor_path(const std::string& preset) {
     for (const BundledPredictor& p : list_predictors())
         if (p.preset == preset)
             others += (others.empty() ? "" : ", ") + p.name + " (for " +
-                      (p.base_model.empty() ? std::string("an unrecorded model") : fs::path(p.base_model).filename().string()) +
+                      (p.base_model.empty() ? std::string("an unrecorded model")
+                                            : fs::path(p.base_model).filename().string()) +
                       ")";
     fail("policy ", preset, ": no ", preset, " predictor was trained for ", label, " (", digest.substr(0, 19),
          "…); predictors found: ", others.empty() ? std::string("none") : others,
-         ". Train one for this model with `kvsieve train ", method_of(preset), " --config configs/",
-         method_of(preset), "/<config>.json` (docs/training.md), or give model=<folder>");
+         ". Train one for this model with `kvsieve train ", method_of(preset), " --config configs/", method_of(preset),
+         "/<config>.json` (docs/training.md), or give model=<folder>");
 }
 
 std::optional<std::string> predictor_path_by_name(const std::string& preset, const std::string& name) {

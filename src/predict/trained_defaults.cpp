@@ -51,12 +51,14 @@ TrainedDefaults trained_defaults_from_json(const nlohmann::json& j, const std::s
     d.window = json_count(j, source, "window", 0);
     d.sinks = json_count(j, source, "sinks", 0);
     d.budget = json_count(j, source, "budget_k", 1);
+    d.capacity = json_count(j, source, "capacity", 1);
     if (j.contains("delayed") && !j["delayed"].is_null()) {
         if (!j["delayed"].is_boolean()) bad_key(source, "delayed", "true or false", j["delayed"]);
         d.delayed = j["delayed"].get<bool>();
     }
     d.base_model = json_text(j, source, "base_model");
     d.provenance = json_text(j, source, "provenance");
+    d.model_digest = json_text(j, source, "model_digest");
     return d;
 }
 
@@ -104,6 +106,8 @@ void write_trained_defaults(const TrainedDefaults& d, nlohmann::json& j) {
     if (d.delayed) j["delayed"] = *d.delayed;
     if (!d.base_model.empty()) j["base_model"] = d.base_model;
     if (!d.provenance.empty()) j["provenance"] = d.provenance;
+    if (d.capacity) j["capacity"] = *d.capacity;
+    if (!d.model_digest.empty()) j["model_digest"] = d.model_digest;
 }
 
 }  // namespace kvsieve

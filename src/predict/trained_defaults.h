@@ -23,12 +23,15 @@ struct TrainedDefaults {
     std::optional<int64_t> sinks;   ///< s: sink tokens always kept (≥ 0)
     std::optional<int64_t> budget;  ///< k: long-range entries per KV head of the training (KVpop `budget_k`), ≥ 1
     std::optional<bool> delayed;    ///< KVpop: mLSTM read when the entry leaves the window (true) or at write
-    std::string base_model;         ///< the model it was trained on, as the trainer named it (empty: not recorded)
-    std::string provenance;         ///< the command or config that made it (empty: not recorded)
-    std::string source;             ///< the file the block was read from (config.json or GGUF); empty: none
+    std::optional<int64_t>
+        capacity;              ///< KVpop: the operating point B = s + w + k its card reports (entries per KV head)
+    std::string model_digest;  ///< io/model_digest.h of the model it was trained for (empty: not recorded)
+    std::string base_model;    ///< the model it was trained on, as the trainer named it (empty: not recorded)
+    std::string provenance;    ///< the command or config that made it (empty: not recorded)
+    std::string source;        ///< the file the block was read from (config.json or GGUF); empty: none
 
     /// True when no inference setting is recorded (tau, window, sinks, budget and delayed all empty).
-    bool empty() const { return !tau && !window && !sinks && !budget && !delayed; }
+    bool empty() const { return !tau && !window && !sinks && !budget && !delayed && !capacity; }
 };
 
 /// The trained defaults of the predictor at `path`:
@@ -44,7 +47,8 @@ TrainedDefaults read_trained_defaults(const std::string& path, const std::string
 TrainedDefaults read_trained_defaults(const GGUFFile& f, const std::string& method);
 
 /// The block from a parsed config.json object (`source` names the file in errors). Keys: "tau" (number), "window",
-/// "sinks" (integers ≥ 0), "budget_k" (integer ≥ 1), "delayed" (boolean), "base_model", "provenance" (strings); other
+/// "sinks" (integers ≥ 0), "budget_k", "capacity" (integers ≥ 1), "delayed" (boolean), "base_model", "provenance",
+/// "model_digest" (strings); other
 /// keys are the method's own and are ignored. Throws Error "'<source>': key '<key>' must be …, got <value>" for a key
 /// of the wrong type or range, or when `j` is not an object.
 TrainedDefaults trained_defaults_from_json(const nlohmann::json& j, const std::string& source);

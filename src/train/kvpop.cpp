@@ -8,6 +8,8 @@
 #include <random>
 #include <nlohmann/json.hpp>
 
+#include "io/gguf.h"
+#include "io/model_digest.h"
 #include "policy/running_topk.h"
 #include "predict/kvpop_scorer.h"
 #include "train/data.h"
@@ -432,11 +434,14 @@ bool run_kvpop(const std::string& config_path, bool resume, bool progress) {
     };
     GGUFMetadata meta = tokenizer_metadata(rc.resolve(cfg["init"].get<std::string>()));
     meta.insert(meta.begin(), {"general.name", GGUFValue::make_string(cfg.value("name", "kvsieve-kvpop-" + ko.mode))});
+    // The frozen model's digest: what lets kvsieve find this scorer for it (predict/bundled_predictors.h).
+    const std::string base_digest = model_digest(GGUFFile(rc.resolve(cfg["init"].get<std::string>())));
     auto save_to = [&](const std::string& dir) {
         std::filesystem::create_directories(dir);
         json card = {{"model_type", has_scorer ? "kvpop" : "streaming_plus"},
                      {"mode", ko.mode},
                      {"base_model", rc.resolve(cfg["init"].get<std::string>())},
+                     {"model_digest", base_digest},
                      {"n_layer", c.n_layer},
                      {"n_head_kv", c.n_head_kv},
                      {"head_dim", c.head_dim},

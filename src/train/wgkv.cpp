@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "io/gguf.h"
+#include "io/model_digest.h"
 #include "train/data.h"
 #include "train/lm_eval.h"
 #include "train/lm_run.h"
@@ -154,15 +156,24 @@ bool run_wgkv(const std::string& config_path, bool resume, bool progress) {
         e.update(full_nll);
         return e;
     };
+    // The frozen model's digest: what lets kvsieve find these gates for it (predict/bundled_predictors.h).
+    const std::string base_digest = model_digest(GGUFFile(rc.resolve(cfg["init"].get<std::string>())));
     auto save_to = [&](const std::string& dir, bool f16) {
         std::filesystem::create_directories(dir);
         gates->save_safetensors((std::filesystem::path(dir) / "model.safetensors").string(), f16);
-        const json card = {{"model_type", "wgkv"},    {"base_model", rc.resolve(cfg["init"].get<std::string>())},
-                           {"n_layer", c.n_layer},    {"n_head_kv", c.n_head_kv},
-                           {"head_dim", c.head_dim},  {"g_expand", wo.g_expand},
-                           {"inner", gates->inner()}, {"window", wo.window},
-                           {"sinks", wo.sinks},       {"tau", wo.tau},
-                           {"lambda", wo.lambda},     {"dtype", f16 ? "F16" : "F32"}};
+        const json card = {{"model_type", "wgkv"},
+                           {"base_model", rc.resolve(cfg["init"].get<std::string>())},
+                           {"model_digest", base_digest},
+                           {"n_layer", c.n_layer},
+                           {"n_head_kv", c.n_head_kv},
+                           {"head_dim", c.head_dim},
+                           {"g_expand", wo.g_expand},
+                           {"inner", gates->inner()},
+                           {"window", wo.window},
+                           {"sinks", wo.sinks},
+                           {"tau", wo.tau},
+                           {"lambda", wo.lambda},
+                           {"dtype", f16 ? "F16" : "F32"}};
         write_text((std::filesystem::path(dir) / "config.json").string(), card.dump(2) + "\n");
     };
     return loop.run_and_export(
