@@ -13,7 +13,7 @@
 #include "text/tokenizer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-    static const kvsieve::GGUFFile file(kvsieve::fuzz::source_path("tests/data/models/tiny-qwen3-f32.gguf"));
+    static const kvsieve::GGUFFile file(kvsieve::fuzz::test_model_path("tiny-qwen3-f32.gguf"));
     static const auto tok = kvsieve::Tokenizer::from_gguf(file);
     static const kvsieve::ChatTemplate tmpl = kvsieve::chat_template_by_name("chatml");
     kvsieve::ApiContext ctx;

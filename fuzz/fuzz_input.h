@@ -35,4 +35,10 @@ private:
 /// A file of the repository (KVSIEVE_SOURCE_DIR is set by fuzz/CMakeLists.txt).
 inline std::string source_path(const std::string& rel) { return std::string(KVSIEVE_SOURCE_DIR) + "/" + rel; }
 
+/// A tiny random-weight test model that configuring writes into the build tree (KVSIEVE_TEST_MODELS_DIR, set by
+/// fuzz/CMakeLists.txt; tests/data/make_tiny_models.py): tiny-{llama,qwen2,qwen3}-f32.gguf.
+inline std::string test_model_path(const std::string& name) {
+    return std::string(KVSIEVE_TEST_MODELS_DIR) + "/" + name;
+}
+
 }  // namespace kvsieve::fuzz

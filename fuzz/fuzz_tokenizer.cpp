@@ -13,7 +13,7 @@ struct Tokenizers {
     std::unique_ptr<kvsieve::Tokenizer> spm, bpe;
     Tokenizers() {
         a = std::make_unique<kvsieve::GGUFFile>(kvsieve::fuzz::source_path("tests/data/models/stories260K.gguf"));
-        b = std::make_unique<kvsieve::GGUFFile>(kvsieve::fuzz::source_path("tests/data/models/tiny-qwen3-f32.gguf"));
+        b = std::make_unique<kvsieve::GGUFFile>(kvsieve::fuzz::test_model_path("tiny-qwen3-f32.gguf"));
         spm = kvsieve::Tokenizer::from_gguf(*a);
         bpe = kvsieve::Tokenizer::from_gguf(*b);
     }

@@ -2,7 +2,9 @@
 """Regenerates tests/data/kvpress/*.json: scores and kept indices of kvpress presses on the tiny Qwen3 model.
 
 kvsieve's tests compare its baselines with NVIDIA kvpress on the same model and input. This script
-  1. exports tests/data/models/tiny-qwen3-f32.gguf to a Hugging Face directory (config.json + model.safetensors),
+  1. exports the tiny Qwen3 model tiny-qwen3-f32.gguf (not committed: configuring the build writes it into
+     build/test-data/models/ with tests/data/make_tiny_models.py) to a Hugging Face directory (config.json +
+     model.safetensors),
   2. checks that transformers' logits on the test prompt match llama.cpp's golden logits,
   3. runs each press once on the prompt (eager attention, float32) and records, per layer, the score of every
      token per KV head and the kept token indices (top-k, k = max(1, int(n * (1 - ratio)))); PyramidKV keeps its
@@ -30,7 +32,7 @@ from kvpress import (ExpectedAttentionPress, KnormPress, ObservedAttentionPress,
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "tests", "data")
-GGUF = os.path.join(DATA, "models", "tiny-qwen3-f32.gguf")
+GGUF = os.path.join(ROOT, "build", "test-data", "models", "tiny-qwen3-f32.gguf")
 GOLDEN = os.path.join(DATA, "golden", "tiny", "tiny-qwen3-f32__tinystories_passage.json")
 OUT = os.path.join(DATA, "kvpress")
 RATIO = 0.5
