@@ -4,7 +4,7 @@
 # into build/schemathesis-venv (the server's OpenAPI conformance test).
 set -euo pipefail
 PKGS=(build-essential cmake pkg-config libopenblas-openmp-dev libpcre2-dev nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
-      libgtest-dev libbenchmark-dev libtorch-dev libjemalloc-dev ccache clang-format gnuplot-nox python3 python3-pip python3-venv nginx-light "$@")
+      libgtest-dev libbenchmark-dev libtorch-dev libjemalloc-dev xz-utils ccache clang-format gnuplot-nox python3 python3-pip python3-venv nginx-light "$@")
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
