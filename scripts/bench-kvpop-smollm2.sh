@@ -10,7 +10,7 @@ K=build/bin/kvsieve
 M=models/SmolLM2-135M-Instruct.Q4_1.gguf
 bash scripts/need-checkpoint.sh models/kvpop/smollm2-135m-mlstm models/kvpop/smollm2-135m-mlp
 OUT=docs/results/kvpop/smollm2/speed
-TEXT=${TEXT:-../shared/data/wiki.test.raw}
+TEXT=${TEXT:-data/corpora/wiki.test.raw}
 B=${B:-768}
 mkdir -p "$OUT"
 cpu=$(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')

@@ -27,7 +27,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 K=${KVSIEVE:-build/bin/kvsieve}
 M=${MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
-CORPUS=${CORPUS:-../shared/data/wiki.test.raw}
+CORPUS=${CORPUS:-data/corpora/wiki.test.raw}
 OUT=${RESULTS:-docs/results/kv_quant}
 TYPES=${TYPES:-"f16 q8_0 q8_0:off q8_0/q4_0 q8_0/q4_0:off q4_0@admission q4_0@admission:off"}
 STACKS=${STACKS:-"full full_window kvzap kvzap_mlp wgkv kvpop spkv"}

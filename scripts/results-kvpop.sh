@@ -118,7 +118,7 @@ RTASKS=${RULER_TASKS:-niah_single_1}
 for B in 768 384; do
   P="full;kvpop:model=$SCORERS/$NAME-mlstm,budget=$B;kvpop_mlp:model=$SCORERS/$NAME-mlp,budget=$B"
   P="$P;streaming_llm:window=$((B - 4)),sinks=4;tova:budget=$B;h2o:budget=$B"
-  $K eval sweep --task ruler -m "$M" --corpus ../shared/data/wiki.test.raw --tasks "$RTASKS" --lengths 1024 \
+  $K eval sweep --task ruler -m "$M" --corpus data/corpora/wiki.test.raw --tasks "$RTASKS" --lengths 1024 \
     --samples "${RULER_SAMPLES:-8}" --decode-preamble "$PRE" --format raw --policies "$P" --out "$OUT/ruler_decode_$PRE" \
     --quiet
 done

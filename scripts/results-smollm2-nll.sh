@@ -17,7 +17,7 @@ OUT=docs/results/smollm2
 [ -f "$M" ] || bash scripts/get-model.sh
 mkdir -p runs
 TAIL=runs/wiki.test.heldout.raw
-[ -f "$TAIL" ] || python3 - ../shared/data/wiki.test.raw "$TAIL" <<'PY'
+[ -f "$TAIL" ] || python3 - data/corpora/wiki.test.raw "$TAIL" <<'PY'
 import sys
 src, dst = sys.argv[1], sys.argv[2]
 b = open(src, "rb").read()

@@ -34,7 +34,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 K=${KVSIEVE:-build/bin/kvsieve}
 M=${MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
-CORPUS=${CORPUS:-../shared/data/wiki.test.raw}
+CORPUS=${CORPUS:-data/corpora/wiki.test.raw}
 [ -f "$M" ] || bash scripts/get-model.sh
 L=${LENGTH:-1024}
 FORMAT=${FORMAT:-raw}

@@ -28,12 +28,12 @@ NLL="--task nll --corpus $CORPUS --length 1024 --samples 8"
 $K eval sweep $NLL -m "$SP" --policies spkv --thresholds 0.1,0.3,0.5,0.7,0.9 --out "$OUT/nll_spkv"
 $K eval sweep $NLL -m "$TW" --policies h2o,expected_attention,streaming_llm --ratios 0.75,0.9,0.95 --out "$OUT/nll_twin"
 [ -f runs/tiny2k-twin-kvzap/model.safetensors ] ||
-  $K train kvzap --model "$TW" --corpus ../shared/data/tinystories_val_sample.txt ../shared/data/kjv_bible.txt \
+  $K train kvzap --model "$TW" --corpus data/corpora/tinystories_val_sample.txt data/corpora/kjv_bible.txt \
     --prompts 24 --out runs/tiny2k-twin-kvzap
 $K eval sweep $NLL -m "$TW" --policies "kvzap:model=runs/tiny2k-twin-kvzap,sinks=4" --thresholds -8,-7,-6,-5,-4,-3,-2,-1 \
   --out "$OUT/nll_twin_kvzap"
 
-RULER="--task ruler --corpus ../shared/data/wiki.test.raw --tasks niah_single_1,niah_multikey_1,vt --lengths 1024 --samples 25"
+RULER="--task ruler --corpus data/corpora/wiki.test.raw --tasks niah_single_1,niah_multikey_1,vt --lengths 1024 --samples 25"
 $K eval sweep $RULER -m "$TW" --policies streaming_llm --ratios 0.9 --out "$OUT/ruler_twin"
 $K eval sweep $RULER -m "$SP" --policies spkv --thresholds 0.5 --out "$OUT/ruler_spkv"
 

@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 K=build/bin/kvsieve
 M=tests/data/models/kvsieve-tiny-2k.gguf
-CORPUS=../shared/data/wiki.test.raw
+CORPUS=data/corpora/wiki.test.raw
 TASKS=${TASKS:-niah_single_1,niah_single_2,niah_single_3,niah_multikey_1,niah_multivalue,niah_multiquery,vt,qa}
 SAMPLES=${SAMPLES:-6}
 $K eval sweep --task ruler -m $M --corpus $CORPUS --tasks $TASKS --lengths 1024,2048 --samples $SAMPLES \

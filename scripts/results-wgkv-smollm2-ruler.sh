@@ -20,7 +20,7 @@ for n in 9 18; do  # 10% and 20% of SmolLM2's 90 KV heads
       --global-heads $n --out "$OUT/retrieval_heads_$n"
 done
 W="wgkv:model=models/wgkv/smollm2-135m-lambda"
-RULER="--task ruler --corpus ../shared/data/wiki.test.raw --tasks niah_single_1,niah_multikey_1,vt --samples ${SAMPLES:-10} --format raw"
+RULER="--task ruler --corpus data/corpora/wiki.test.raw --tasks niah_single_1,niah_multikey_1,vt --samples ${SAMPLES:-10} --format raw"
 # 2k: local windows 512 / 256 keep 25% / 13% of the cache, as WG-KV λ 0.04 / 0.16 do.
 P="full;${W}0.04;${W}0.08;${W}0.16;streaming_llm:window=512,sinks=4;streaming_llm:window=256,sinks=4"
 for n in 9 18; do P="$P;$(cat "$OUT/retrieval_heads_$n/policy.txt")"; done

@@ -10,7 +10,7 @@ K=build/bin/kvsieve
 OUT=docs/results/wgkv/tiny2k
 M=tests/data/models/kvsieve-tiny-2k.gguf
 CAL=$(ls runs/wgkv-tiny2k/*/heldout_tinystories_val_sample.txt | head -1)
-RULER="--task ruler --corpus ../shared/data/wiki.test.raw --tasks niah_single_1,niah_multikey_1,vt --lengths 1024,2048 --samples ${SAMPLES:-25}"
+RULER="--task ruler --corpus data/corpora/wiki.test.raw --tasks niah_single_1,niah_multikey_1,vt --lengths 1024,2048 --samples ${SAMPLES:-25}"
 for n in 1 2 4; do
   [ -f "$OUT/retrieval_heads_$n/policy.txt" ] ||
     $K eval retrieval-heads -q -m "$M" --corpus "$CAL" --length 1024 --samples 4 --window 128 --sinks 4 \

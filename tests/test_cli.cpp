@@ -31,7 +31,7 @@ void expect_clean_failure(const std::string& args, const std::string& needle) {
 const std::string kModel = test::model_path("stories260K.gguf");
 
 TEST(Cli, TokenizePrintsIdsOnOneLine) {
-    // Ids from ../shared/golden/stories260K/once_upon_a_time.json (llama.cpp's tokenizer).
+    // Ids from tests/data/golden/stories260K/once_upon_a_time.json (llama.cpp's tokenizer; tests/data/README.md).
     CmdResult r = run("tokenize -m " + kModel + " -p 'Once upon a time'");
     EXPECT_EQ(r.status, 0);
     EXPECT_EQ(r.out, "1 348 342 364 305 261 397\n");
@@ -40,7 +40,7 @@ TEST(Cli, TokenizePrintsIdsOnOneLine) {
 }
 
 TEST(Cli, GenerateGreedyIdsMatchLlamaCpp) {
-    // First 16 greedy ids of ../shared/golden/stories260K/once_upon_a_time.json.
+    // First 16 greedy ids of tests/data/golden/stories260K/once_upon_a_time.json.
     const CmdResult r = run("generate -m " + kModel + " -p 'Once upon a time' -n 16 --temp 0 --ids -q");
     EXPECT_EQ(r.status, 0) << r.err;
     EXPECT_EQ(r.out, "439 261 399 294 316 427 285 391 405 431 313 381 266 268 363 345\n");
@@ -321,6 +321,15 @@ TEST(Cli, EvalTasksPrintsAccuracyLast) {
                          "beyond the model's context");
     expect_clean_failure("eval-tasks -m " + kModel + " --task nosuch -n 2", "unknown task 'nosuch'");
     expect_clean_failure("eval nll -m " + kModel + " --corpus /nonexistent.txt", "cannot open corpus");
+    {
+        // Only the compressed form of a corpus is there: the error names it and the rule that unpacks it.
+        test::TempFile xz(".txt.xz");
+        { std::ofstream(xz.path()) << "x"; }
+        const std::string plain = xz.path().substr(0, xz.path().size() - 3);
+        expect_clean_failure("eval nll -m " + kModel + " --corpus " + plain,
+                             "only '" + xz.path() + "' is there; configuring the build");
+        expect_clean_failure("eval nll -m " + kModel + " --corpus " + plain, "data/corpora/README.md");
+    }
     test::TempFile empty(".txt");
     { std::ofstream(empty.path()).flush(); }
     expect_clean_failure("eval nll -m " + kModel + " --corpus " + empty.path(), "is empty");

@@ -1,7 +1,7 @@
 // Parity of the forward pass with llama.cpp (build 10587) on the reference models.
-// Golden data: ../shared/golden (copied to tests/data/golden; see tests/data/README.md): llama.cpp's logits
+// Golden data: tests/data/golden (packed in tests/data/golden.tar.xz; see tests/data/README.md): llama.cpp's logits
 // at every prompt position, its greedy continuation and the top-5 logits of every greedy step, all computed
-// by llama.cpp, not by kvsieve. Tolerances follow that folder's README.
+// by llama.cpp, not by kvsieve. Tolerances: tests/data/README.md.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -1,6 +1,6 @@
-// Tokenizer test vectors in llama.cpp's format (tests/data/golden/tokenizers, copied from
-// ../shared/golden/tokenizers). The expected ids of every ggml-vocab-*.out were produced by the models'
-// Hugging Face tokenizers; stories260K-tok512.out by llama.cpp and an independent port of llama2.c's encoder.
+// Tokenizer test vectors in llama.cpp's format (tests/data/golden/tokenizers; provenance in tests/data/README.md).
+// The expected ids of every ggml-vocab-*.out were produced by the models' Hugging Face tokenizers;
+// stories260K-tok512.out by llama.cpp and an independent port of llama2.c's encoder.
 #include <gtest/gtest.h>
 
 #include <filesystem>

@@ -17,7 +17,7 @@ Not run in CI. The two forwards differ in weights only by what the GGUF holds (Q
 kernels against transformers' dequantized float32), so near-ties of the scores may rank differently.
 
     python3 -m venv /tmp/kvp && /tmp/kvp/bin/pip install kvpress transformers gguf
-    build/bin/kvsieve eval ruler -m models/SmolLM2-135M-Instruct.Q4_1.gguf --corpus ../shared/data/wiki.test.raw \
+    build/bin/kvsieve eval ruler -m models/SmolLM2-135M-Instruct.Q4_1.gguf --corpus data/corpora/wiki.test.raw \
         --tasks niah_single_2,niah_multikey_1,vt,fwe --lengths 1024 --samples 1 --format chat --export-jsonl /tmp/ex.jsonl
     /tmp/kvp/bin/python tools/kvpress_crosscheck.py /tmp/ex.jsonl --ratio 0.5
 """

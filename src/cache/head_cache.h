@@ -15,7 +15,7 @@ enum class Region { kSinks = 0, kGlobal = 1, kWindow = 2 };
 /// The regions in attention order, for loops over a head's entries.
 inline constexpr std::array<Region, 3> kRegionsInOrder = {Region::kSinks, Region::kGlobal, Region::kWindow};
 
-/// Entries of one KV head in three regions (DESIGN §3):
+/// Entries of one KV head in three regions (docs/design.md §3):
 ///   sinks  — the first s entries written, always kept;
 ///   window — a ring of the w most recent entries, always kept;
 ///   global — entries kept beyond the window; its length differs per head.

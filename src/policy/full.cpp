@@ -19,7 +19,7 @@ void register_full() {
                       int_param("window", 0, kMaxTokens, "0",
                                 "w: most recent entries held in the local window ring; each one leaving it is kept in "
                                 "the global region (binary16 under --kv-quant-at admission, the rest quantized)",
-                                "DESIGN §3")},
+                                "design.md §3")},
                      [](PolicyParams& p) {
                          Policy pol;
                          pol.sinks = static_cast<int>(p.get_int("sinks"));

@@ -1,7 +1,8 @@
 // kvpop, kvpop_mlp: fixed-budget learned eviction (Hauzenberger et al., "KVpop — Key-Value Cache Compression with
-// Predictive Online Pruning", §3; DESIGN §5). Every KV head keeps at most B = s + w + k entries (eq. 1): s sinks, the
-// protected window of the w most recent, and the k long-range entries of highest effective score. An entry is scored
-// once, when it becomes eligible (leaves the window), by a learned scorer on its key and value (predict/kvpop_scorer.h):
+// Predictive Online Pruning", §3; docs/design.md §5.5). Every KV head keeps at most B = s + w + k entries (eq. 1): s
+// sinks, the protected window of the w most recent, and the k long-range entries of highest effective score. An entry
+// is scored once, when it becomes eligible (leaves the window), by a learned scorer on its key and value
+// (predict/kvpop_scorer.h):
 //   kvpop      the per-head mLSTM read *delayed*: the leaving entry u is scored with its own query against the head's
 //              recurrent state at the step q = u + w that pushes it out (eqs. 41–42); delayed=0 reads at write;
 //   kvpop_mlp  the stateless MLP (eqs. 35–36), scored at write.

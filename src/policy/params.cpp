@@ -153,7 +153,7 @@ std::vector<ParamDecl> budget_rule_params(const std::string& default_ratio, cons
                             "H2O Alg. 1 (1: every step)"),
                   "1 with budget, else 0"),
         with_note(enum_param("timing", {"at_write", "at_window_exit", "after_prefill", "every_n_decode_steps"}, "",
-                             "when the rule runs; at_write and at_window_exit need rule=threshold", "DESIGN §1"),
+                             "when the rule runs; at_write and at_window_exit need rule=threshold", "design.md §1"),
                   "every_n_decode_steps when every > 0, else after_prefill"),
         with_note(int_param("window", 0, kMaxTokens, "", "w: most recent entries always kept, beside the budget",
                             "KVpop eq. 1"),

@@ -1,5 +1,5 @@
 #pragma once
-// A policy = scorer × rule × timing, plus sink tokens s and local window w (DESIGN §1). Named methods are
+// A policy = scorer × rule × timing, plus sink tokens s and local window w (docs/design.md §1). Named methods are
 // presets, parsed from "NAME[:key=value,...]".
 #include <cstdint>
 #include <functional>

@@ -1,6 +1,6 @@
 #pragma once
-// Selection: the read-time primitive (DESIGN §1). At a decode step each KV head's attention reads only a subset of
-// its cached entries, chosen for the step's queries; the cache itself is unchanged, so a selection composes with any
+// Selection: the read-time primitive (docs/design.md §1). At a decode step each KV head's attention reads only a subset
+// of its cached entries, chosen for the step's queries; the cache itself is unchanged, so a selection composes with any
 // admission or eviction policy ("wgkv:…+quest:read_budget=512").
 #include <cstdint>
 #include <string>

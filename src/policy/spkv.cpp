@@ -1,10 +1,10 @@
-// spkv: SP-KV's learned utility gates (Szilvasy, Faysse et al., "Self-Pruned Key-Value Attention"; DESIGN §5).
-// Each entry's utility u = σ(f_l(h)) ∈ (0, 1) per KV head is predicted from the token's attention-input hidden state
-// when it is written (eq. 1; predict/spkv_gates.h, gates stored in the model's own GGUF). The entry stays in the local
-// window (w = 128, the paper's default; by default the window the gates were trained with, from the GGUF's
-// kvsieve.predictor.spkv.window) and is kept beyond it iff u ≥ τ (the paper's hard threshold, eq. 7; by default the
-// τ the gates were trained with, kvsieve.predictor.spkv.tau, else 0.5), in prefill and decode alike. Optional sinks
-// (by default the trained ones). Precedence of each: spec > the GGUF's trained defaults > 0.5, 128, 0
+// spkv: SP-KV's learned utility gates (Szilvasy, Faysse et al., "Self-Pruned Key-Value Attention"; docs/design.md
+// §5.3). Each entry's utility u = σ(f_l(h)) ∈ (0, 1) per KV head is predicted from the token's attention-input hidden
+// state when it is written (eq. 1; predict/spkv_gates.h, gates stored in the model's own GGUF). The entry stays in the
+// local window (w = 128, the paper's default; by default the window the gates were trained with, from the GGUF's
+// kvsieve.predictor.spkv.window) and is kept beyond it iff u ≥ τ (the paper's hard threshold, eq. 7; by default the τ
+// the gates were trained with, kvsieve.predictor.spkv.tau, else 0.5), in prefill and decode alike. Optional sinks (by
+// default the trained ones). Precedence of each: spec > the GGUF's trained defaults > 0.5, 128, 0
 // (policy/learned_rule.h), applied when the model is bound.
 // The prefill is gated as the paper's (eqs. 3–5): each query sees its window and the admitted keys only, what a
 // decode step would see (sparse_prefill=0: dense prefill, admission afterwards).

@@ -1,10 +1,10 @@
-// wgkv: WG-KV's learned write gates (Huang et al., "Learning What to Write: Write-Gated KV"; DESIGN §5). Each entry's
-// gate g ∈ (0, 1) per KV head is computed from its own key before and after RoPE when it is written (§3.2;
-// predict/wgkv_gates.h, gates in a safetensors file of the reference layout). The entry stays in the local window
-// (w = 256, the paper's default) and is promoted to the global cache when it leaves the window iff g ≥ τ (lazy
-// promotion, §4.3; τ = 0.1), in prefill and decode alike; no sinks by default. The prefill is sparse as the paper's
-// (§4.2, the "vertical-slash" pattern): each query sees its window (the slash) and the admitted keys before it (the
-// verticals), what a decode step at its position sees (sparse_prefill=0: dense prefill, admission afterwards).
+// wgkv: WG-KV's learned write gates (Huang et al., "Learning What to Write: Write-Gated KV"; docs/design.md §5.4). Each
+// entry's gate g ∈ (0, 1) per KV head is computed from its own key before and after RoPE when it is written (§3.2;
+// predict/wgkv_gates.h, gates in a safetensors file of the reference layout). The entry stays in the local window (w =
+// 256, the paper's default) and is promoted to the global cache when it leaves the window iff g ≥ τ (lazy promotion,
+// §4.3; τ = 0.1), in prefill and decode alike; no sinks by default. The prefill is sparse as the paper's (§4.2, the
+// "vertical-slash" pattern): each query sees its window (the slash) and the admitted keys before it (the verticals),
+// what a decode step at its position sees (sparse_prefill=0: dense prefill, admission afterwards).
 //   wgkv:model=PATH[,tau=0.1][,window=256][,sinks=0][,sparse_prefill=1][,rule=threshold]
 // PATH: a .safetensors file or a directory holding model.safetensors (`kvsieve train wgkv` writes one). When the
 // directory has the config.json the trainer writes, its tau, window and sinks are the defaults (the gates were

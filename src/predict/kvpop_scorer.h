@@ -1,6 +1,6 @@
 #pragma once
 // KVpop's learned eviction scorers, inference side (Hauzenberger et al., "KVpop — Key-Value Cache Compression with
-// Predictive Online Pruning", §3 and App. E; ../shared/DESIGN.md §5). Per layer and KV head h, on an entry's own
+// Predictive Online Pruning", §3 and App. E; docs/design.md §5.5). Per layer and KV head h, on an entry's own
 // key (after RoPE) and value, normalised as x = [RMSNorm(k); RMSNorm(v)] ∈ R^{2d} (ε = 1e-6, no weight):
 //
 // Stateless (KVpop_mlp, eqs. 35–36):   r = w2_h · SiLU(W1_h x + b1_h) + b2_h

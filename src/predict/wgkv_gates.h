@@ -1,6 +1,6 @@
 #pragma once
-// WG-KV's write gate, inference side (Huang et al., "Learning What to Write: Write-Gated KV", §3.2; DESIGN §5). Per
-// layer and KV head h, from the key of a token before and after RoPE (k_pre after QK-norm on Qwen3):
+// WG-KV's write gate, inference side (Huang et al., "Learning What to Write: Write-Gated KV", §3.2; docs/design.md
+// §5.4). Per layer and KV head h, from the key of a token before and after RoPE (k_pre after QK-norm on Qwen3):
 //   x = [RMSNorm(k_pre_h) ⊙ w_pre ; RMSNorm(k_post_h) ⊙ w_post]                       (2d)
 //   g = σ(w2_h · GELU(W1_h · x + b1_h) + b2_h) ∈ (0, 1)                               (§3.2)
 // with the exact (erf) GELU, RMSNorm(z) = z / √(mean(z²) + ε), ε = 1e-6, one norm weight per layer for each input,

@@ -1,6 +1,6 @@
 #pragma once
 // `kvsieve train kvpop`: KVpop's scorer trained on the frozen model's future attention (Hauzenberger et al., KVpop
-// §3, App. B–D; ../shared/DESIGN.md §5), the scorer-only mode (the language model stays frozen). Per batch, a no-grad
+// §3, App. B–D; docs/design.md §5.5), the scorer-only mode (the language model stays frozen). Per batch, a no-grad
 // pass of the model gives every layer's queries, keys, values and per-query log-sum-exp; per layer and KV head:
 //   target   y_t = log(ε + m_t), m_t the mean attention key t receives from the queries beyond its window, max over
 //            the GQA group (eqs. 2–3; train/kvpop_target.h, transposed pass);

@@ -1,6 +1,6 @@
 #pragma once
-// Training-time attention masks of a fixed-budget eviction (Hauzenberger et al., KVpop App. C; ../shared/DESIGN.md
-// §5). With static priorities an entry, once evicted, never returns, so the whole eviction of one head over a
+// Training-time attention masks of a fixed-budget eviction (Hauzenberger et al., KVpop App. C; docs/design.md
+// §5.5). With static priorities an entry, once evicted, never returns, so the whole eviction of one head over a
 // sequence is one number per entry: the step at whose end it is evicted. Query d sees key t iff
 //   t ≤ d ≤ evict_t                                                                            (causal + eviction)
 // which covers the sinks (never evicted), the protected window (an entry is eligible only from step t + w on) and the

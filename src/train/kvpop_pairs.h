@@ -1,6 +1,6 @@
 #pragma once
 // The teacher's eviction decisions that KVpop's boundary loss learns from (Hauzenberger et al., KVpop §3, eqs. 5–7,
-// App. B–C; ../shared/DESIGN.md §5). For one KV head of one sequence, entry t (s ≤ t) becomes eligible at step
+// App. B–C; docs/design.md §5.5). For one KV head of one sequence, entry t (s ≤ t) becomes eligible at step
 // q = t + w, when it leaves the protected window. The teacher keeps the k eligible entries of highest static
 // priority p_t = y_t − ⌊t/n⌋ · log γ (its future-attention target y_t = log(ε + m_t), eq. 3, decayed by γ as the
 // effective score r + ⌊(q − t)/n⌋ log γ of eq. 5, whose q-dependent part is the same for every entry) — the running

@@ -1,6 +1,6 @@
 #pragma once
 // KVpop's training target: the future attention an entry will receive once it has left the protected window
-// (Hauzenberger et al., KVpop §3, eqs. 2–3 and App. D; ../shared/DESIGN.md §5). For key t of a KV head and
+// (Hauzenberger et al., KVpop §3, eqs. 2–3 and App. D; docs/design.md §5.5). For key t of a KV head and
 // window w, over the queries d of the sequence that see it beyond the window (d ≥ t + w):
 //   m_t = (1 / N_t) Σ_{d ≥ t+w} p_{d→t},   N_t = |{d : t + w ≤ d < T}|                              (eq. 2)
 // per query head, then the max over the G query heads of the GQA group, and the regression target

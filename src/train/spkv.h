@@ -1,6 +1,6 @@
 #pragma once
 // `kvsieve train spkv`: SP-KV continued pretraining (Szilvasy, Faysse et al., "Self-Pruned Key-Value Attention";
-// ../shared/DESIGN.md §5). The whole language model and a per-layer utility predictor (train/spkv_predictor.h) are
+// docs/design.md §5.3). The whole language model and a per-layer utility predictor (train/spkv_predictor.h) are
 // trained together by next-token loss alone through gated attention (train/gated_attention.h): keys outside the
 // local window are weighted by their gate. Variants (config "spkv.mode"):
 //  - "soft" (eq. 6): gate = u. The last `tahg_fraction` of the steps are threshold-aware hard gating (eq. 7): the

@@ -1,6 +1,6 @@
 #pragma once
 // `kvsieve train wgkv`: WG-KV gate distillation (Huang et al., "Learning What to Write: Write-Gated KV", §3.3;
-// ../shared/DESIGN.md §5). The language model is frozen; a write gate per layer and KV head
+// docs/design.md §5.4). The language model is frozen; a write gate per layer and KV head
 // (train/wgkv_predictor.h) reads each key before and after RoPE, and the student's attention adds log g to the
 // logits of the keys outside each query's local window (w = 256; train/gated_attention.h, blocked, so the backward
 // through the frozen model holds no [T, T] tensor). The teacher is the same model without gates (a no-grad pass).

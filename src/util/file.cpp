@@ -1,5 +1,6 @@
 #include "util/file.h"
 
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 
@@ -9,7 +10,15 @@ namespace kvsieve {
 
 std::string read_whole_file(const std::string& path, const std::string& what) {
     std::ifstream f(path, std::ios::binary);
-    require(f.good(), "cannot open ", what, " '", path, "'");
+    if (!f.good()) {
+        std::error_code ec;
+        // A corpus whose compressed form is tracked but not yet unpacked (data/corpora/README.md).
+        require(!std::filesystem::exists(path + ".xz", ec), "cannot open ", what, " '", path, "': only '", path,
+                ".xz' is there; configuring the build (bash scripts/build.sh) unpacks every data/corpora/NAME.xz to "
+                "NAME beside it, as does `xz -dk ",
+                path, ".xz` (the rule: data/corpora/README.md)");
+        fail("cannot open ", what, " '", path, "'");
+    }
     std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
     require(!f.bad(), "cannot read ", what, " '", path, "'");
     require(!s.empty(), what, " '", path, "' is empty");

@@ -5,7 +5,8 @@
 namespace kvsieve {
 
 /// The whole file as bytes. `what` names the file's role in errors ("corpus", "config", ...). Throws Error
-/// "cannot open <what> '<path>'" if it cannot be read and "<what> '<path>' is empty" if it holds no bytes.
+/// "cannot open <what> '<path>'" if it cannot be read (naming `<path>.xz` and the rule that unpacks it when only
+/// that compressed form exists: data/corpora/README.md) and "<what> '<path>' is empty" if it holds no bytes.
 std::string read_whole_file(const std::string& path, const std::string& what);
 
 /// Writes `text` to `path` (replacing it). Throws Error "cannot write '<path>'" if it cannot be written.
