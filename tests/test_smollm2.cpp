@@ -406,7 +406,8 @@ std::vector<std::vector<float>> forced_logits(const LlamaModel& m, const std::ve
 /// How far kvsieve's logits are from llama.cpp's with the same cache configuration, teacher-forced on llama.cpp's own
 /// greedy tokens of that configuration: worst and mean over steps of max over llama.cpp's top-10 of |Δlogit|; steps
 /// whose argmax is llama.cpp's token; and, where it is not, llama.cpp's own margin between its token and kvsieve's
-/// (worst_tie; infinite when kvsieve's token is not among llama.cpp's top 10).
+/// (worst_tie; where kvsieve's token is not among llama.cpp's top 10, the margin to llama.cpp's 10th token, a lower
+/// bound of the real one).
 struct KVQuantParity {
     float worst = 0, mean = 0, worst_tie = 0;
     int agree = 0, steps = 0;
@@ -427,7 +428,8 @@ KVQuantParity kvquant_parity(const LlamaModel& m, const KVQuantRow& row, const K
             ++p.agree;
             continue;
         }
-        float tie = INFINITY;
+        // Outside llama.cpp's top 10, its margin is at least the one to its 10th token: that lower bound is taken.
+        float tie = run.logit[i][0] - run.logit[i].back();
         for (size_t k = 0; k < run.top[i].size(); ++k)
             if (run.top[i][k] == b) tie = run.logit[i][0] - run.logit[i][k];
         p.worst_tie = std::max(p.worst_tie, tie);
