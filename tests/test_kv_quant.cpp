@@ -18,6 +18,8 @@
 #include "kernels/quant.h"
 #include "model/llama_model.h"
 #include "session/synthetic_fill.h"
+#include "cache_record_legacy.h"
+#include "kernels/kv_types.h"
 #include "kv_block_reference.h"
 #include "test_util.h"
 #include "util/binary_io.h"
@@ -219,9 +221,8 @@ TEST(KVQuant, AttendRowsOnQuantizedRowsMatchesReferences) {
                 std::vector<float> m(G, -INFINITY), l(G, 0), o(static_cast<size_t>(G) * d, 0),
                     s(static_cast<size_t>(G) * n);
                 for (int j0 = 0; j0 < n; j0 += 16)
-                    ks->attend_rows(kv_tensor_type(pr.k), kb.data() + j0 * kr, kv_tensor_type(pr.v),
-                                    vb.data() + j0 * vr, std::min(16, n - j0), d, q.data(), G, scale, m.data(),
-                                    l.data(), o.data(), s.data() + j0, n);
+                    kv_attend_rows(*ks, pr.k, kb.data() + j0 * kr, pr.v, vb.data() + j0 * vr, std::min(16, n - j0), d,
+                                   q.data(), G, scale, m.data(), l.data(), o.data(), s.data() + j0, n);
                 double worst_t = 0, worst_f = 0, worst_s = 0;
                 for (int g = 0; g < G; ++g) {
                     for (int c = 0; c < d; ++c) {
@@ -309,8 +310,8 @@ TEST(KVQuant, CacheRecordOfOtherTypesIsRefusedNamingBothAndVersion1IsRead) {
     BinaryWriter w2;
     f16->save(w2);
     // Version 3 adds the value type and the sinks' and the window's key and value types after the key type, and the
-    // two rotation sizes after the page size: drop them (the later first).
-    std::string v1 = w2.data();
+    // two rotation sizes after the page size: drop them (the later first) from the record in version 3's layout.
+    std::string v1 = test::record_as_version3(w2.data());
     const uint32_t one = 1;
     std::memcpy(v1.data(), &one, 4);
     v1.erase(4 + 9 * 4, 8);
@@ -319,6 +320,84 @@ TEST(KVQuant, CacheRecordOfOtherTypesIsRefusedNamingBothAndVersion1IsRead) {
     BinaryReader r1(v1.data(), v1.size(), "the version-1 record");
     ASSERT_NO_THROW(back->load(r1));
     EXPECT_EQ(back->stats().entries, f16->stats().entries);
+}
+
+TEST(KVTypeTable, EveryRowParsesBackAndSizesRowsAndUnknownTypesAreErrors) {
+    std::string names;
+    for (const KVTypeTraits& r : kv_type_table()) {
+        SCOPED_TRACE(r.name);
+        names += (names.empty() ? "" : ", ") + std::string(r.name);
+        EXPECT_EQ(parse_kv_type(r.name), r.type);
+        EXPECT_EQ(&kv_type_traits(r.type), &r);
+        EXPECT_EQ(kv_row_bytes(r.type, 64), static_cast<size_t>(64 / r.block * r.block_bytes));
+        EXPECT_EQ(kv_type_quantized(r.type), r.block > 1);
+        EXPECT_EQ(row_bytes(r.tensor, 64), kv_row_bytes(r.type, 64)) << "the tensor type has another layout";
+        for (const KernelIsa isa : {KernelIsa::kScalar, KernelIsa::kAvx2, KernelIsa::kAvx512})
+            EXPECT_NE(r.attend[static_cast<int>(isa)], nullptr);
+    }
+    EXPECT_EQ(kv_type_names(), names);
+    EXPECT_EQ(kernel_isa(dot_kernels_scalar()), KernelIsa::kScalar);
+    EXPECT_EQ(kernel_isa(dot_kernels_avx2()), KernelIsa::kAvx2);
+    EXPECT_EQ(kernel_isa(dot_kernels_avx512()), KernelIsa::kAvx512);
+    // A value outside the table is an error everywhere, never read as another type.
+    const auto bad = static_cast<KVType>(kv_type_table().size());
+    std::vector<float> x(64, 1.0f);
+    std::vector<uint8_t> row(1024);
+    EXPECT_THROW(kv_type_traits(bad), Error);
+    EXPECT_THROW(kv_row_bytes(bad, 64), Error);
+    EXPECT_THROW(store_row(bad, x.data(), row.data(), 64), Error);
+    EXPECT_THROW(load_row(bad, row.data(), x.data(), 64), Error);
+    EXPECT_THROW(KVPool(64, bad), Error);
+}
+
+TEST(KVQuant, CacheRecordNamesItsTypesAndVersion3RecordsByPositionStillLoad) {
+    const LlamaModel& m = tiny2k();
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 20; ++i) prompt.push_back(7 + 2 * i);
+    auto cache = tiny_cache(m, KVType::kQ8_0, KVType::kQ4_0);
+    std::vector<float> logits;
+    m.forward(StepPhase::kPrefill, prompt, *cache, logits);
+    BinaryWriter w;
+    cache->save(w);
+    const std::string v4 = w.data();
+    // Version 4: u32 version, int32 L, H, d, then the four types by name (u64 length, bytes).
+    uint32_t version;
+    std::memcpy(&version, v4.data(), 4);
+    EXPECT_EQ(version, 4u);
+    BinaryReader names(v4.data() + 16, v4.size() - 16, "the record's types");
+    EXPECT_EQ(names.str(), "q8_0");
+    EXPECT_EQ(names.str(), "q4_0");
+    EXPECT_EQ(names.str(), "q8_0");
+    EXPECT_EQ(names.str(), "q4_0");
+    // The same record in version 3's layout (types as int32 enum positions, q8_0 = 3, q4_0 = 4) loads, with the
+    // same entries and the same bytes.
+    const std::string v3 = test::record_as_version3(v4);
+    int32_t pos[4];
+    std::memcpy(pos, v3.data() + 16, sizeof pos);
+    EXPECT_EQ(pos[0], 3);
+    EXPECT_EQ(pos[1], 4);
+    auto back = tiny_cache(m, KVType::kQ8_0, KVType::kQ4_0);
+    BinaryReader r3(v3.data(), v3.size(), "the version-3 record");
+    ASSERT_NO_THROW(back->load(r3));
+    EXPECT_EQ(back->stats().entries, cache->stats().entries);
+    BinaryWriter again;
+    back->save(again);
+    EXPECT_EQ(again.data(), v4);
+    // A version-3 position outside the old enum, and a version-4 name outside the table, are refused by name.
+    std::string bad3 = v3;
+    const int32_t nine = 9;
+    std::memcpy(bad3.data() + 20, &nine, 4);
+    std::string bad4 = v4;
+    bad4.replace(16 + 8 + 4 + 8, 4, "q9_9");  // the value type's name
+    for (const auto& [rec, want] : {std::pair{bad3, std::string("values of type unknown type 9")},
+                                    std::pair{bad4, std::string("values of type q9_9")}}) {
+        auto c = tiny_cache(m, KVType::kQ8_0, KVType::kQ4_0);
+        BinaryReader r(rec.data(), rec.size(), "the record");
+        try {
+            c->load(r);
+            ADD_FAILURE() << "a record of an unknown type loaded";
+        } catch (const Error& e) { EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what(); }
+    }
 }
 
 // ---- Quantization at admission (mode b): sinks and window in F16, the global region quantized ----
@@ -612,7 +691,7 @@ TEST(KVQuantAtAdmission, SaveLoadRoundTripsAndRecordsOfOtherRegionTypesAreRefuse
     fill_synthetic(*a, 70, 9);
     BinaryWriter wa;
     a->save(wa);
-    std::string v2 = wa.data();
+    std::string v2 = test::record_as_version3(wa.data());
     const uint32_t two = 2;
     std::memcpy(v2.data(), &two, 4);
     v2.erase(4 + 8 * 4, 8);
