@@ -271,7 +271,17 @@ TEST(Cli, QuantizedKVTypesRunAndBadOnesAreReported) {
         "generate -m " + tiny2k + " -q -n 2 --load-cache " + seq.path(),
         "holds keys of type q8_0 and values of type q4_0; this cache stores keys as f16 and values as f16");
     expect_clean_failure("generate -m " + kModel + " -p hi --cache-type-k q5_1",
-                         "--cache-type-k: unknown KV cache type 'q5_1' (supported: f32, f16, bf16, q8_0, q4_0)");
+                         "--cache-type-k: unknown KV cache type 'q5_1' (supported: f32, f16, bf16, q8_0, q4_0, q4_1)");
+    // q4_1 (a row of the KV type table): 20 bytes per block of 32 for keys and values.
+    test::TempFile json41(".json");
+    const CmdResult r41 = run("generate -m " + tiny2k +
+                              " -p 'Once upon a time' -n 6 --temp 0 --kv-type q4_1 --stats-json " + json41.path());
+    ASSERT_EQ(r41.status, 0) << r41.err;
+    std::ifstream f41(json41.path());
+    const auto j41 = nlohmann::json::parse(f41);
+    EXPECT_EQ(j41.at("kv_type"), "q4_1");
+    EXPECT_EQ(j41.at("kv_bytes_final").get<uint64_t>() % (16 * (20 + 20)), 0u);
+    EXPECT_GT(j41.at("kv_bytes_final").get<uint64_t>(), 0u);
     expect_clean_failure("generate -m " + kModel + " -p hi --cache-type-v f8",
                          "--cache-type-v: unknown KV cache type 'f8'");
     // stories260K has head size 8: not whole blocks of 32.

@@ -56,7 +56,7 @@ TEST(KVQuant, TypesNamesAndRowBytes) {
         ADD_FAILURE() << "q5_0 accepted";
     } catch (const Error& e) {
         EXPECT_NE(std::string(e.what()).find("'q5_0'"), std::string::npos) << e.what();
-        EXPECT_NE(std::string(e.what()).find("f32, f16, bf16, q8_0, q4_0"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("f32, f16, bf16, q8_0, q4_0, q4_1"), std::string::npos) << e.what();
     }
     // Keys and values of separate types: a page is 16 keys then 16 values, each in its own row size.
     KVPool pool(64, KVType::kQ8_0, KVType::kF16, 16, 1 << 20);
@@ -397,6 +397,191 @@ TEST(KVQuant, CacheRecordNamesItsTypesAndVersion3RecordsByPositionStillLoad) {
             c->load(r);
             ADD_FAILURE() << "a record of an unknown type loaded";
         } catch (const Error& e) { EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what(); }
+    }
+}
+
+// ---- Q4_1 (llama.cpp's --cache-type-k q4_1): a row of the KV type table ----
+
+/// The float64 reading of one stored Q4_1 row of n elements, from its bytes: per block of 32, binary16 d, binary16 m,
+/// then 16 bytes with element j in the low and element j+16 in the high nibble of byte j; x = d·q + m (ggml's
+/// block_q4_1). `d_out` / `m_out` receive each block's d and m.
+std::vector<double> decode_q4_1_row(const uint8_t* p, int n, std::vector<double>* d_out = nullptr,
+                                    std::vector<double>* m_out = nullptr, std::vector<int>* q_out = nullptr) {
+    std::vector<double> y(n);
+    for (int b = 0; b < n / 32; ++b) {
+        const uint8_t* blk = p + b * 20;
+        uint16_t dh, mh;
+        std::memcpy(&dh, blk, 2);
+        std::memcpy(&mh, blk + 2, 2);
+        const double d = fp16_to_fp32(dh), m = fp16_to_fp32(mh);
+        if (d_out) d_out->push_back(d);
+        if (m_out) m_out->push_back(m);
+        for (int j = 0; j < 32; ++j) {
+            const uint8_t byte = blk[4 + j % 16];
+            const int q = j < 16 ? (byte & 0xF) : (byte >> 4);
+            if (q_out) q_out->push_back(q);
+            y[b * 32 + j] = d * q + m;
+        }
+    }
+    return y;
+}
+
+TEST(KVQuantQ4_1, IsARowOfTheTableAndTheCommandLineTakesIt) {
+    const KVTypeTraits& r = kv_type_traits(KVType::kQ4_1);
+    EXPECT_STREQ(r.name, "q4_1");
+    EXPECT_EQ(r.block, 32);
+    EXPECT_EQ(r.block_bytes, 20);
+    EXPECT_EQ(r.query_dot_type, TensorType::Q8_1);
+    EXPECT_EQ(parse_kv_type("q4_1"), KVType::kQ4_1);
+    EXPECT_EQ(kv_row_bytes(KVType::kQ4_1, 64), 40u);
+    EXPECT_EQ(kv_types_spec(parse_kv_types("q4_1/f16@admission")), "q4_1/f16@admission");
+    EXPECT_EQ(kv_local_type(KVType::kQ4_1, KVQuantAt::kAdmission), KVType::kF16);
+    EXPECT_THROW(KVPool(48, KVType::kQ4_1), Error);
+}
+
+TEST(KVQuantQ4_1, RowsRoundTripAsTheFloat64FormulaSays) {
+    // Rows of 128 with blocks of very different magnitudes and offsets. The formula (ggml's quantize_row_q4_1_ref):
+    // per block d = (max − min)/15, m = min, q = min(15, ⌊(x − min)/d + 1/2⌋), x̂ = d·q + m with d and m stored as
+    // binary16; computed here in float64 from the float32 inputs.
+    const int n = 128;
+    for (uint32_t seed = 1; seed <= 20; ++seed) {
+        std::vector<float> x = randn(n, 100 + seed);
+        for (int b = 0; b < n / 32; ++b)
+            for (int j = 0; j < 32; ++j)
+                x[b * 32 + j] = x[b * 32 + j] * std::pow(10.0f, static_cast<float>((seed + b) % 8) - 3.0f) +
+                                static_cast<float>(b % 3) * 0.5f;
+        if (seed == 1) std::fill(x.begin(), x.begin() + 32, 0.0f);  // a block of zeros: d = 0, reads back 0
+        std::vector<uint8_t> row(kv_row_bytes(KVType::kQ4_1, n));
+        store_row(KVType::kQ4_1, x.data(), row.data(), n);
+        std::vector<float> back(n);
+        load_row(KVType::kQ4_1, row.data(), back.data(), n);
+        std::vector<double> ds, ms;
+        std::vector<int> qs;
+        const std::vector<double> ref = decode_q4_1_row(row.data(), n, &ds, &ms, &qs);
+        for (int i = 0; i < n; ++i) ASSERT_EQ(back[i], static_cast<float>(ref[i])) << "element " << i;
+        for (int b = 0; b < n / 32; ++b) {
+            SCOPED_TRACE(testing::Message() << "seed " << seed << " block " << b);
+            double mn = INFINITY, mx = -INFINITY;
+            for (int j = 0; j < 32; ++j)
+                mn = std::min(mn, double(x[b * 32 + j])), mx = std::max(mx, double(x[b * 32 + j]));
+            const double d = (mx - mn) / 15;
+            EXPECT_EQ(ms[b], double(half_round(static_cast<float>(mn))));
+            EXPECT_NEAR(ds[b], d, d * std::ldexp(1.0, -11) * 1.01);  // d rounded to binary16
+            for (int j = 0; j < 32; ++j) {
+                const double t = d > 0 ? (x[b * 32 + j] - mn) / d + 0.5 : 0.5;
+                const int q = std::min(15, static_cast<int>(std::floor(t)));
+                // float32 arithmetic may land on the other side of a rounding boundary it is within 1e-5 of.
+                if (std::fabs(t - std::round(t)) > 1e-5 || q == 15) EXPECT_EQ(qs[b * 32 + j], q) << "element " << j;
+                // |x − x̂| ≤ d/2 + 15·|d − d16| + |m − m16|
+                const double bound = d / 2 + 15 * std::fabs(d - ds[b]) + std::fabs(mn - ms[b]);
+                EXPECT_LE(std::fabs(x[b * 32 + j] - ref[b * 32 + j]), bound * (1 + 1e-6) + 1e-30) << "element " << j;
+            }
+        }
+    }
+    // Huge finite values are clamped to ±65504 (binary16's largest), so d and m stay finite.
+    std::vector<float> huge(32, 1e30f);
+    huge[0] = -1e30f;
+    std::vector<uint8_t> row(20);
+    store_row(KVType::kQ4_1, huge.data(), row.data(), 32);
+    std::vector<float> back(32);
+    load_row(KVType::kQ4_1, row.data(), back.data(), 32);
+    for (float v : back) EXPECT_TRUE(std::isfinite(v)) << v;
+    EXPECT_EQ(back[0], -65504.0f);
+}
+
+TEST(KVQuantQ4_1, AttentionOverQ4_1PagesMatchesFloat64AttentionOnTheDequantizedRows) {
+    // Q4_1 keys with Q4_1, F16 and Q8_0 values, and F16 / Q8_0 keys with Q4_1 values, on every kernel set; 39 rows
+    // as two full pages and a partial one. Tight reference, float64 from the stored blocks: with Q4_1 keys each score
+    // is ggml's vec_dot_q4_1_q8_1 on the query as Q8_1 blocks (d_q, s_q = d_q·Σ q_i as binary16):
+    // Σ_b d_k·d_q·Σ_i k_i·q_i + m_k·s_q (so the binary16 rounding of s_q is the kernel's, not an error); values are
+    // the dequantized rows. Loose reference: float64 attention on the unquantized rows and query (4-bit error).
+    struct Pair {
+        KVType k, v;
+    };
+    const Pair pairs[] = {{KVType::kQ4_1, KVType::kQ4_1},
+                          {KVType::kQ4_1, KVType::kF16},
+                          {KVType::kQ4_1, KVType::kQ8_0},
+                          {KVType::kF16, KVType::kQ4_1},
+                          {KVType::kQ8_0, KVType::kQ4_1}};
+    for (auto [d, G] : std::vector<std::pair<int, int>>{{32, 4}, {64, 3}, {128, 1}, {256, 2}}) {
+        const int n = 39;
+        const auto kf = randn(static_cast<size_t>(n) * d, 51), vf = randn(static_cast<size_t>(n) * d, 52),
+                   q = randn(static_cast<size_t>(G) * d, 53);
+        const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+        for (const Pair& pr : pairs) {
+            SCOPED_TRACE(testing::Message()
+                         << "d=" << d << " G=" << G << " k=" << kv_type_name(pr.k) << " v=" << kv_type_name(pr.v));
+            const size_t kr = kv_row_bytes(pr.k, d), vr = kv_row_bytes(pr.v, d);
+            std::vector<uint8_t> kb(kr * n), vb(vr * n);
+            std::vector<float> K(static_cast<size_t>(n) * d), V(static_cast<size_t>(n) * d);
+            for (int j = 0; j < n; ++j) {
+                store_row(pr.k, kf.data() + j * d, kb.data() + j * kr, d);
+                store_row(pr.v, vf.data() + j * d, vb.data() + j * vr, d);
+                load_row(pr.k, kb.data() + j * kr, K.data() + j * d, d);
+                load_row(pr.v, vb.data() + j * vr, V.data() + j * d, d);
+            }
+            // Tight scores s_t [G][n] in float64.
+            std::vector<double> s_t(static_cast<size_t>(G) * n);
+            std::vector<BlockQ8_0> q8(d / 32);
+            std::vector<BlockQ8_1> q81(d / 32);
+            std::vector<float> qd(d);
+            for (int g = 0; g < G; ++g) {
+                const float* qg = q.data() + g * d;
+                if (pr.k == KVType::kQ4_1) quantize_row_q8_1_activations(qg, q81.data(), d);
+                if (pr.k == KVType::kQ8_0) {
+                    quantize_row_q8_0_activations(qg, q8.data(), d);
+                    dequantize_row(TensorType::Q8_0, q8.data(), qd.data(), d);
+                }
+                for (int j = 0; j < n; ++j) {
+                    double dot = 0;
+                    if (pr.k == KVType::kQ4_1) {
+                        std::vector<double> dk, mk;
+                        std::vector<int> qk;
+                        decode_q4_1_row(kb.data() + j * kr, d, &dk, &mk, &qk);
+                        for (int b = 0; b < d / 32; ++b) {
+                            int64_t sumi = 0;
+                            for (int i = 0; i < 32; ++i) sumi += qk[b * 32 + i] * q81[b].qs[i];
+                            dot += dk[b] * fp16_to_fp32(q81[b].d) * double(sumi) + mk[b] * fp16_to_fp32(q81[b].s);
+                        }
+                    } else {
+                        for (int c = 0; c < d; ++c) dot += double(pr.k == KVType::kQ8_0 ? qd[c] : qg[c]) * K[j * d + c];
+                    }
+                    s_t[g * n + j] = dot * scale;
+                }
+            }
+            // Tight outputs from s_t and the dequantized values; loose ones from the unquantized rows.
+            std::vector<double> ref_t(static_cast<size_t>(G) * d, 0.0), ref_f, s_f;
+            for (int g = 0; g < G; ++g) {
+                double mx = -INFINITY, sum = 0;
+                for (int j = 0; j < n; ++j) mx = std::max(mx, s_t[g * n + j]);
+                for (int j = 0; j < n; ++j) sum += std::exp(s_t[g * n + j] - mx);
+                for (int j = 0; j < n; ++j)
+                    for (int c = 0; c < d; ++c) ref_t[g * d + c] += std::exp(s_t[g * n + j] - mx) / sum * V[j * d + c];
+            }
+            std::vector<double> Qf(q.begin(), q.end());
+            reference_attention(Qf, kf, vf, n, d, G, scale, ref_f, s_f);
+            for (const DotKernels* ks : kernel_sets()) {
+                SCOPED_TRACE(ks->isa);
+                std::vector<float> m(G, -INFINITY), l(G, 0), o(static_cast<size_t>(G) * d, 0),
+                    s(static_cast<size_t>(G) * n);
+                for (int j0 = 0; j0 < n; j0 += 16)
+                    kv_attend_rows(*ks, pr.k, kb.data() + j0 * kr, pr.v, vb.data() + j0 * vr, std::min(16, n - j0), d,
+                                   q.data(), G, static_cast<float>(scale), m.data(), l.data(), o.data(), s.data() + j0,
+                                   n);
+                double worst_t = 0, worst_f = 0, worst_s = 0;
+                for (int g = 0; g < G; ++g) {
+                    for (int c = 0; c < d; ++c) {
+                        const double y = o[g * d + c] / l[g];
+                        worst_t = std::max(worst_t, std::fabs(y - ref_t[g * d + c]));
+                        worst_f = std::max(worst_f, std::fabs(y - ref_f[g * d + c]));
+                    }
+                    for (int j = 0; j < n; ++j) worst_s = std::max(worst_s, std::fabs(s[g * n + j] - s_t[g * n + j]));
+                }
+                EXPECT_LE(worst_s, 1e-5);
+                EXPECT_LE(worst_t, 5e-6);
+                EXPECT_LE(worst_f, 0.25);
+            }
+        }
     }
 }
 

@@ -12,9 +12,10 @@
 //   kv_attend_float — F32 keys (read directly) and BF16 keys (converted to float32 first), float32 dot products;
 //   kv_attend_f16   — F16 keys, read directly;
 //   kv_attend_q8_0  — Q8_0 keys against the query as Q8_0 blocks (integer dots, ggml's vec_dot_q8_0_q8_0);
-//   kv_attend_q4_0  — Q4_0 keys against the query as Q8_0 blocks (ggml's vec_dot_q4_0_q8_0).
-#define KVSIEVE_DECLARE_KV_ATTEND(fn)                                                                            \
-    void fn(TensorType kt, const void* k, TensorType vt, const void* v, int n, int d, const float* q, int G,    \
+//   kv_attend_q4_0  — Q4_0 keys against the query as Q8_0 blocks (ggml's vec_dot_q4_0_q8_0);
+//   kv_attend_q4_1  — Q4_1 keys against the query as Q8_1 blocks (ggml's vec_dot_q4_1_q8_1).
+#define KVSIEVE_DECLARE_KV_ATTEND(fn)                                                                        \
+    void fn(TensorType kt, const void* k, TensorType vt, const void* v, int n, int d, const float* q, int G, \
             float scale, float* m, float* l, float* o, float* s_out, int64_t s_stride)
 
 namespace kvsieve {
@@ -23,17 +24,20 @@ KVSIEVE_DECLARE_KV_ATTEND(kv_attend_float);
 KVSIEVE_DECLARE_KV_ATTEND(kv_attend_f16);
 KVSIEVE_DECLARE_KV_ATTEND(kv_attend_q8_0);
 KVSIEVE_DECLARE_KV_ATTEND(kv_attend_q4_0);
+KVSIEVE_DECLARE_KV_ATTEND(kv_attend_q4_1);
 }  // namespace scalar
 namespace avx2 {
 KVSIEVE_DECLARE_KV_ATTEND(kv_attend_float);
 KVSIEVE_DECLARE_KV_ATTEND(kv_attend_f16);
 KVSIEVE_DECLARE_KV_ATTEND(kv_attend_q8_0);
 KVSIEVE_DECLARE_KV_ATTEND(kv_attend_q4_0);
+KVSIEVE_DECLARE_KV_ATTEND(kv_attend_q4_1);
 }  // namespace avx2
 namespace avx512 {
 KVSIEVE_DECLARE_KV_ATTEND(kv_attend_float);
 KVSIEVE_DECLARE_KV_ATTEND(kv_attend_f16);
 KVSIEVE_DECLARE_KV_ATTEND(kv_attend_q8_0);
 KVSIEVE_DECLARE_KV_ATTEND(kv_attend_q4_0);
+KVSIEVE_DECLARE_KV_ATTEND(kv_attend_q4_1);
 }  // namespace avx512
 }  // namespace kvsieve

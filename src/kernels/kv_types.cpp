@@ -21,6 +21,7 @@ void bf16_from_float(const float* x, void* y, int64_t n) {
 }
 void q8_0_from_float(const float* x, void* y, int64_t n) { quantize_row_q8_0(x, static_cast<BlockQ8_0*>(y), n); }
 void q4_0_from_float(const float* x, void* y, int64_t n) { quantize_row_q4_0(x, static_cast<BlockQ4_0*>(y), n); }
+void q4_1_from_float(const float* x, void* y, int64_t n) { quantize_row_q4_1(x, static_cast<BlockQ4_1*>(y), n); }
 
 void f32_to_float(const void* x, float* y, int64_t n) { std::memcpy(y, x, sizeof(float) * n); }
 /// Rows of a type the weights share, dequantized by the active kernel set (kernels/quant.h dequantize_row formulas).
@@ -52,6 +53,10 @@ constexpr KVTypeTraits kTable[] = {
      tensor_to_float<TensorType::Q4_0>,
      {scalar::kv_attend_q4_0, avx2::kv_attend_q4_0, avx512::kv_attend_q4_0},
      "integer Q4_0 x Q8_0 dots; AVX2 / AVX-512: the specialised quantized-page kernel for Q8_0, Q4_0, F16 values"},
+    {KVType::kQ4_1, "q4_1", 32, 20, kHalfMax, TensorType::Q4_1, TensorType::Q8_1, q4_1_from_float,
+     tensor_to_float<TensorType::Q4_1>,
+     {scalar::kv_attend_q4_1, avx2::kv_attend_q4_1, avx512::kv_attend_q4_1},
+     "integer Q4_1 x Q8_1 dots (the set's DotKernels::q4_1) in the generic kernel; no specialised page kernel"},
 };
 // clang-format on
 
