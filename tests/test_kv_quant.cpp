@@ -52,11 +52,12 @@ TEST(KVQuant, TypesNamesAndRowBytes) {
     EXPECT_EQ(kv_types_spec(t), "q8_0/f16");
     EXPECT_EQ(kv_types_spec(parse_kv_types("q4_0")), "q4_0");
     try {
-        parse_kv_type("q5_0");
-        ADD_FAILURE() << "q5_0 accepted";
+        parse_kv_type("iq4_nl");
+        ADD_FAILURE() << "iq4_nl accepted";
     } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("'q5_0'"), std::string::npos) << e.what();
-        EXPECT_NE(std::string(e.what()).find("f32, f16, bf16, q8_0, q4_0, q4_1"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("'iq4_nl'"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1"), std::string::npos)
+            << e.what();
     }
     // Keys and values of separate types: a page is 16 keys then 16 values, each in its own row size.
     KVPool pool(64, KVType::kQ8_0, KVType::kF16, 16, 1 << 20);
@@ -583,6 +584,164 @@ TEST(KVQuantQ4_1, AttentionOverQ4_1PagesMatchesFloat64AttentionOnTheDequantizedR
             }
         }
     }
+}
+
+// ---- Q5_0 and Q5_1 (llama.cpp's --cache-type-k q5_0 / q5_1): rows of the KV type table ----
+
+/// The float64 reading of one stored Q5_0 (t = kQ5_0) or Q5_1 row of n elements, from its bytes: per block of 32,
+/// binary16 d (Q5_1: then binary16 m), the fifth bits as a little-endian 32-bit word (bit j: element j), then 16 bytes
+/// with element j's low four bits in the low and element j+16's in the high nibble of byte j; Q5_0 x = d·(q − 16)
+/// (22 bytes), Q5_1 x = d·q + m (24 bytes) (ggml's block_q5_0 / block_q5_1). d, m and q go to the vectors given.
+std::vector<double> decode_q5_row(KVType t, const uint8_t* p, int n, std::vector<double>* d_out = nullptr,
+                                  std::vector<double>* m_out = nullptr, std::vector<int>* q_out = nullptr) {
+    const bool one = t == KVType::kQ5_1;
+    const int bb = one ? 24 : 22;
+    std::vector<double> y(n);
+    for (int b = 0; b < n / 32; ++b) {
+        const uint8_t* blk = p + b * bb;
+        uint16_t dh, mh = 0;
+        std::memcpy(&dh, blk, 2);
+        if (one) std::memcpy(&mh, blk + 2, 2);
+        uint32_t qh;
+        std::memcpy(&qh, blk + (one ? 4 : 2), 4);
+        const uint8_t* qs = blk + (one ? 8 : 6);
+        const double d = fp16_to_fp32(dh), m = one ? fp16_to_fp32(mh) : 0.0;
+        if (d_out) d_out->push_back(d);
+        if (m_out) m_out->push_back(m);
+        for (int j = 0; j < 32; ++j) {
+            const int lo = j < 16 ? (qs[j] & 0xF) : (qs[j - 16] >> 4);
+            const int q = lo | static_cast<int>(((qh >> j) & 1u) << 4);
+            if (q_out) q_out->push_back(q);
+            y[b * 32 + j] = one ? d * q + m : d * (q - 16);
+        }
+    }
+    return y;
+}
+
+TEST(KVQuantQ5, AreRowsOfTheTableAndRoundTripWithinTheirFormulasBounds) {
+    EXPECT_EQ(kv_row_bytes(KVType::kQ5_0, 64), 44u);
+    EXPECT_EQ(kv_row_bytes(KVType::kQ5_1, 64), 48u);
+    EXPECT_EQ(parse_kv_type("q5_0"), KVType::kQ5_0);
+    EXPECT_EQ(parse_kv_type("q5_1"), KVType::kQ5_1);
+    EXPECT_EQ(kv_type_traits(KVType::kQ5_0).query_dot_type, TensorType::Q8_0);
+    EXPECT_EQ(kv_type_traits(KVType::kQ5_1).query_dot_type, TensorType::Q8_1);
+    // ggml's reference quantizers, in float64 here: Q5_0 d = a/−16 (a the signed element of largest magnitude),
+    // q = min(31, ⌊x/d + 16.5⌋): |x − x̂| ≤ |d| (half a step; a whole step where +16 is clipped to 15) plus 16 times the
+    // binary16 rounding of d. Q5_1 d = (max − min)/31, m = min, q = ⌊(x − min)/d + 1/2⌋: |x − x̂| ≤ d/2 + 31·|d − d16|
+    // + |m − m16|.
+    const int n = 128;
+    for (KVType t : {KVType::kQ5_0, KVType::kQ5_1}) {
+        for (uint32_t seed = 1; seed <= 20; ++seed) {
+            SCOPED_TRACE(testing::Message() << kv_type_name(t) << " seed " << seed);
+            std::vector<float> x = randn(n, 200 + seed);
+            for (int b = 0; b < n / 32; ++b)
+                for (int j = 0; j < 32; ++j)
+                    x[b * 32 + j] = x[b * 32 + j] * std::pow(10.0f, static_cast<float>((seed + b) % 8) - 3.0f) +
+                                    static_cast<float>(b % 3) * 0.25f;
+            std::vector<uint8_t> row(kv_row_bytes(t, n));
+            store_row(t, x.data(), row.data(), n);
+            std::vector<float> back(n);
+            load_row(t, row.data(), back.data(), n);
+            std::vector<double> ds, ms;
+            const std::vector<double> ref = decode_q5_row(t, row.data(), n, &ds, &ms);
+            for (int i = 0; i < n; ++i) ASSERT_EQ(back[i], static_cast<float>(ref[i])) << "element " << i;
+            for (int b = 0; b < n / 32; ++b) {
+                double mn = INFINITY, mx = -INFINITY, a = 0;
+                for (int j = 0; j < 32; ++j) {
+                    const double v = x[b * 32 + j];
+                    mn = std::min(mn, v), mx = std::max(mx, v);
+                    if (std::fabs(v) > std::fabs(a)) a = v;
+                }
+                const double d = t == KVType::kQ5_0 ? a / -16 : (mx - mn) / 31;
+                EXPECT_NEAR(ds[b], d, std::fabs(d) * std::ldexp(1.0, -11) * 1.01) << "block " << b;
+                const double bound = t == KVType::kQ5_0 ? std::fabs(d) + 16 * std::fabs(d - ds[b])
+                                                        : d / 2 + 31 * std::fabs(d - ds[b]) + std::fabs(mn - ms[b]);
+                for (int j = 0; j < 32; ++j)
+                    EXPECT_LE(std::fabs(x[b * 32 + j] - ref[b * 32 + j]), bound * (1 + 1e-6) + 1e-30)
+                        << "block " << b << " element " << j;
+            }
+        }
+    }
+}
+
+TEST(KVQuantQ5, AttentionOverQ5PagesMatchesFloat64AttentionOnTheDequantizedRows) {
+    // Q5_0 and Q5_1 keys with their own, F16 and Q8_0 values, on every kernel set; 39 rows. Tight reference in
+    // float64 from the stored blocks: Q5_0 keys score Σ_b d_k·d_q·Σ_i (k_i − 16)·q_i against the query as Q8_0 blocks
+    // (ggml's vec_dot_q5_0_q8_0), Q5_1 keys Σ_b d_k·d_q·Σ_i k_i·q_i + m_k·s_q against it as Q8_1 blocks
+    // (vec_dot_q5_1_q8_1); values the dequantized rows. Loose reference: the unquantized rows and query.
+    for (KVType kt : {KVType::kQ5_0, KVType::kQ5_1})
+        for (KVType vt : {kt, KVType::kF16, KVType::kQ8_0})
+            for (auto [d, G] : std::vector<std::pair<int, int>>{{32, 4}, {64, 3}, {256, 2}}) {
+                SCOPED_TRACE(testing::Message()
+                             << "d=" << d << " G=" << G << " k=" << kv_type_name(kt) << " v=" << kv_type_name(vt));
+                const int n = 39;
+                const auto kf = randn(static_cast<size_t>(n) * d, 61), vf = randn(static_cast<size_t>(n) * d, 62),
+                           q = randn(static_cast<size_t>(G) * d, 63);
+                const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+                const size_t kr = kv_row_bytes(kt, d), vr = kv_row_bytes(vt, d);
+                std::vector<uint8_t> kb(kr * n), vb(vr * n);
+                std::vector<float> V(static_cast<size_t>(n) * d);
+                for (int j = 0; j < n; ++j) {
+                    store_row(kt, kf.data() + j * d, kb.data() + j * kr, d);
+                    store_row(vt, vf.data() + j * d, vb.data() + j * vr, d);
+                    load_row(vt, vb.data() + j * vr, V.data() + j * d, d);
+                }
+                std::vector<double> s_t(static_cast<size_t>(G) * n), ref_t(static_cast<size_t>(G) * d, 0.0);
+                std::vector<BlockQ8_0> q8(d / 32);
+                std::vector<BlockQ8_1> q81(d / 32);
+                for (int g = 0; g < G; ++g) {
+                    if (kt == KVType::kQ5_0)
+                        quantize_row_q8_0_activations(q.data() + g * d, q8.data(), d);
+                    else
+                        quantize_row_q8_1_activations(q.data() + g * d, q81.data(), d);
+                    for (int j = 0; j < n; ++j) {
+                        std::vector<double> dk, mk;
+                        std::vector<int> qk;
+                        decode_q5_row(kt, kb.data() + j * kr, d, &dk, &mk, &qk);
+                        double dot = 0;
+                        for (int b = 0; b < d / 32; ++b) {
+                            int64_t sumi = 0;
+                            for (int i = 0; i < 32; ++i)
+                                sumi += kt == KVType::kQ5_0 ? (qk[b * 32 + i] - 16) * q8[b].qs[i]
+                                                            : qk[b * 32 + i] * q81[b].qs[i];
+                            dot += kt == KVType::kQ5_0
+                                       ? dk[b] * fp16_to_fp32(q8[b].d) * double(sumi)
+                                       : dk[b] * fp16_to_fp32(q81[b].d) * double(sumi) + mk[b] * fp16_to_fp32(q81[b].s);
+                        }
+                        s_t[g * n + j] = dot * scale;
+                    }
+                    double mx = -INFINITY, sum = 0;
+                    for (int j = 0; j < n; ++j) mx = std::max(mx, s_t[g * n + j]);
+                    for (int j = 0; j < n; ++j) sum += std::exp(s_t[g * n + j] - mx);
+                    for (int j = 0; j < n; ++j)
+                        for (int c = 0; c < d; ++c)
+                            ref_t[g * d + c] += std::exp(s_t[g * n + j] - mx) / sum * V[j * d + c];
+                }
+                std::vector<double> ref_f, s_f, Qf(q.begin(), q.end());
+                reference_attention(Qf, kf, vf, n, d, G, scale, ref_f, s_f);
+                for (const DotKernels* ks : kernel_sets()) {
+                    SCOPED_TRACE(ks->isa);
+                    std::vector<float> m(G, -INFINITY), l(G, 0), o(static_cast<size_t>(G) * d, 0),
+                        s(static_cast<size_t>(G) * n);
+                    for (int j0 = 0; j0 < n; j0 += 16)
+                        kv_attend_rows(*ks, kt, kb.data() + j0 * kr, vt, vb.data() + j0 * vr, std::min(16, n - j0), d,
+                                       q.data(), G, static_cast<float>(scale), m.data(), l.data(), o.data(),
+                                       s.data() + j0, n);
+                    double worst_t = 0, worst_f = 0, worst_s = 0;
+                    for (int g = 0; g < G; ++g) {
+                        for (int c = 0; c < d; ++c) {
+                            const double y = o[g * d + c] / l[g];
+                            worst_t = std::max(worst_t, std::fabs(y - ref_t[g * d + c]));
+                            worst_f = std::max(worst_f, std::fabs(y - ref_f[g * d + c]));
+                        }
+                        for (int j = 0; j < n; ++j)
+                            worst_s = std::max(worst_s, std::fabs(s[g * n + j] - s_t[g * n + j]));
+                    }
+                    EXPECT_LE(worst_s, 1e-5);
+                    EXPECT_LE(worst_t, 5e-6);
+                    EXPECT_LE(worst_f, 0.12);
+                }
+            }
 }
 
 // ---- Quantization at admission (mode b): sinks and window in F16, the global region quantized ----

@@ -22,6 +22,8 @@ void bf16_from_float(const float* x, void* y, int64_t n) {
 void q8_0_from_float(const float* x, void* y, int64_t n) { quantize_row_q8_0(x, static_cast<BlockQ8_0*>(y), n); }
 void q4_0_from_float(const float* x, void* y, int64_t n) { quantize_row_q4_0(x, static_cast<BlockQ4_0*>(y), n); }
 void q4_1_from_float(const float* x, void* y, int64_t n) { quantize_row_q4_1(x, static_cast<BlockQ4_1*>(y), n); }
+void q5_0_from_float(const float* x, void* y, int64_t n) { quantize_row_q5_0(x, static_cast<BlockQ5_0*>(y), n); }
+void q5_1_from_float(const float* x, void* y, int64_t n) { quantize_row_q5_1(x, static_cast<BlockQ5_1*>(y), n); }
 
 void f32_to_float(const void* x, float* y, int64_t n) { std::memcpy(y, x, sizeof(float) * n); }
 /// Rows of a type the weights share, dequantized by the active kernel set (kernels/quant.h dequantize_row formulas).
@@ -57,6 +59,14 @@ constexpr KVTypeTraits kTable[] = {
      tensor_to_float<TensorType::Q4_1>,
      {scalar::kv_attend_q4_1, avx2::kv_attend_q4_1, avx512::kv_attend_q4_1},
      "integer Q4_1 x Q8_1 dots (the set's DotKernels::q4_1) in the generic kernel; no specialised page kernel"},
+    {KVType::kQ5_0, "q5_0", 32, 22, kHalfMax * 16.0f, TensorType::Q5_0, TensorType::Q8_0, q5_0_from_float,
+     tensor_to_float<TensorType::Q5_0>,
+     {scalar::kv_attend_q5_0, avx2::kv_attend_q5_0, avx512::kv_attend_q5_0},
+     "integer Q5_0 x Q8_0 dots (the set's DotKernels::q5_0) in the generic kernel; no specialised page kernel"},
+    {KVType::kQ5_1, "q5_1", 32, 24, kHalfMax, TensorType::Q5_1, TensorType::Q8_1, q5_1_from_float,
+     tensor_to_float<TensorType::Q5_1>,
+     {scalar::kv_attend_q5_1, avx2::kv_attend_q5_1, avx512::kv_attend_q5_1},
+     "integer Q5_1 x Q8_1 dots (the set's DotKernels::q5_1) in the generic kernel; no specialised page kernel"},
 };
 // clang-format on
 

@@ -21,9 +21,12 @@ struct DotKernels;
 ///   Q8_0: binary16 scale d = max|x|/127 and 32 int8 q, x̂ = d·q, 34 bytes per block;
 ///   Q4_0: binary16 scale d = m/−8 (m the signed element of largest magnitude) and 32 nibbles q, x̂ = (q − 8)·d,
 ///         18 bytes per block;
-///   Q4_1: binary16 scale d = (max − min)/15 and binary16 minimum m, 32 nibbles q, x̂ = d·q + m, 20 bytes per block.
+///   Q4_1: binary16 scale d = (max − min)/15 and binary16 minimum m, 32 nibbles q, x̂ = d·q + m, 20 bytes per block;
+///   Q5_0: binary16 scale d = m/−16 and 32 five-bit q (low nibbles as Q4_0, fifth bits in a 32-bit word),
+///         x̂ = (q − 16)·d, 22 bytes per block;
+///   Q5_1: binary16 scale d = (max − min)/31 and binary16 minimum m, 32 five-bit q, x̂ = d·q + m, 24 bytes per block.
 /// Block types need a head dimension that is a multiple of 32.
-enum class KVType : uint8_t { kF32, kF16, kBF16, kQ8_0, kQ4_0, kQ4_1 };
+enum class KVType : uint8_t { kF32, kF16, kBF16, kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1 };
 
 /// The instruction sets a KV type's attend kernels are given for; the index into KVTypeTraits::attend.
 enum class KernelIsa : uint8_t { kScalar, kAvx2, kAvx512 };
@@ -53,15 +56,15 @@ struct KVTypeTraits {
     int block_bytes;
     /// The largest magnitude stored: elements are clamped to ±limit before from_float so that a block's binary16
     /// scale (and minimum) stays finite — 65504 (binary16's largest finite value) times the largest |q| the scale
-    /// multiplies (127 for Q8_0, 8 for Q4_0), 65504 for Q4_1 (its minimum is a binary16 itself); +inf for the float types, stored as they are.
+    /// multiplies (127 for Q8_0, 8 for Q4_0, 16 for Q5_0), 65504 for Q4_1 and Q5_1 (their minimum is a binary16 itself); +inf for the float types, stored as they are.
     float limit;
     /// The weights' tensor type of the same layout (kernels/tensor_types.h), which the attend kernels take.
     TensorType tensor;
     /// The type a query row is converted to before its dot product with keys of this type (ggml's vec_dot_type):
-    /// Q8_0 for Q8_0 and Q4_0 keys, Q8_1 for Q4_1 keys, F32 for the float types (dotted as they are).
+    /// Q8_0 for Q8_0, Q4_0 and Q5_0 keys, Q8_1 for Q4_1 and Q5_1 keys, F32 for the float types (dotted as they are).
     TensorType query_dot_type;
     /// float32 [n] → one row of n elements (n a multiple of block; no clamping, see store_row): binary16 / bfloat16
-    /// round to nearest even; the block types by ggml's reference quantizers (quantize_row_q8_0 / _q4_0 / _q4_1).
+    /// round to nearest even; the block types by ggml's reference quantizers (quantize_row_q8_0 / _q4_0 / _q4_1 / _q5_0 / _q5_1).
     void (*from_float)(const float* x, void* y, int64_t n);
     /// One row of n elements → float32 [n] (the dequantization formula above), with the active kernel set.
     void (*to_float)(const void* x, float* y, int64_t n);
@@ -88,7 +91,7 @@ inline bool kv_type_quantized(KVType t) { return kv_type_block(t) > 1; }
 /// Throws Error naming the type and the dimension when rows of head_dim elements cannot be stored as t (head_dim not
 /// positive, or not a multiple of t's block).
 void check_kv_head_dim(KVType t, int head_dim);
-/// The row's name: "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1".
+/// The row's name: "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1".
 std::string kv_type_name(KVType t);
 /// Every row's name, comma separated, in table order, for help texts and errors.
 std::string kv_type_names();
