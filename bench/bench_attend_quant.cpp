@@ -13,6 +13,7 @@
 #include "kernels/attend_quant.h"
 #include "kernels/cpu_features.h"
 #include "kernels/dot.h"
+#include "kernels/kv_types.h"
 #include "kernels/quant.h"
 
 namespace kvsieve {
@@ -22,7 +23,7 @@ constexpr int kPage = 16;
 
 // args: KV type (F16, Q8_0 or Q4_0, keys and values alike), d, G, instruction set (0: AVX2, 1: AVX-512),
 // depth (rows), query quantization (0: once per step, as a caller of attend_rows_quant_q8 does; 1: per page, by
-// attend_rows_quant; 2: the generic DotKernels::attend_rows of the set, which dequantizes whole pages to float).
+// attend_rows_quant; 2: the KV type's attend kernel of the set, kv_attend_rows, as decode attention calls it).
 // One iteration is one decode step of one KV head: all its pages, its G query heads.
 void BM_AttendPages(benchmark::State& st) {
     const auto t = static_cast<TensorType>(st.range(0));
@@ -50,6 +51,9 @@ void BM_AttendPages(benchmark::State& st) {
     std::vector<BlockQ8_0> qq(static_cast<size_t>(G) * d / QK8_0);
     const float scale = 1.0f / std::sqrt(float(d));
     const DotKernels& dk = avx512 ? dot_kernels_avx512() : dot_kernels_avx2();
+    KVType kt = KVType::kF16;  // the KV type whose rows are of tensor type t
+    for (const KVTypeTraits& r : kv_type_table())
+        if (r.tensor == t) kt = r.type;
     for (auto _ : st) {
         std::fill(m.begin(), m.end(), -INFINITY);
         std::fill(l.begin(), l.end(), 0.0f);
@@ -65,7 +69,8 @@ void BM_AttendPages(benchmark::State& st) {
             const uint8_t* k = K.data() + p * pb;
             const uint8_t* v = V.data() + p * pb;
             if (mode == 2) {
-                dk.attend_rows(t, k, t, v, kPage, d, q.data(), G, scale, m.data(), l.data(), o.data(), nullptr, 0);
+                kv_attend_rows(dk, kt, k, kt, v, kPage, d, q.data(), G, scale, m.data(), l.data(), o.data(), nullptr,
+                               0);
             } else if (!quant) {
                 const auto* kh = reinterpret_cast<const uint16_t*>(k);
                 const auto* vh = reinterpret_cast<const uint16_t*>(v);
@@ -95,7 +100,7 @@ void BM_AttendPages(benchmark::State& st) {
     }
     st.SetItemsProcessed(st.iterations() * depth);
     st.SetBytesProcessed(st.iterations() * static_cast<int64_t>(2 * pb * pages));
-    static const char* kModes[] = {"", " query per page", " generic"};
+    static const char* kModes[] = {"", " query per page", " kv_attend_rows"};
     st.SetLabel(type_name(t) + (avx512 ? " avx512" : " avx2") + kModes[mode]);
 }
 

@@ -244,7 +244,7 @@ TEST(Cli, KVTypeTakesTheSpecReportsRecord) {
                          "--kv-type q8_0@admission says the entries are quantized at admission but --kv-quant-at says "
                          "write");
     expect_clean_failure(base + " --kv-type q8_0@later", "--kv-type: unknown place of KV quantization 'later'");
-    expect_clean_failure(base + " --kv-type q8_0/q5_1", "--kv-type: unknown KV cache type 'q5_1'");
+    expect_clean_failure(base + " --kv-type q8_0/iq4_nl", "--kv-type: unknown KV cache type 'iq4_nl'");
 }
 
 TEST(Cli, QuantizedKVTypesRunAndBadOnesAreReported) {
@@ -270,8 +270,19 @@ TEST(Cli, QuantizedKVTypesRunAndBadOnesAreReported) {
     expect_clean_failure(
         "generate -m " + tiny2k + " -q -n 2 --load-cache " + seq.path(),
         "holds keys of type q8_0 and values of type q4_0; this cache stores keys as f16 and values as f16");
-    expect_clean_failure("generate -m " + kModel + " -p hi --cache-type-k q5_1",
-                         "--cache-type-k: unknown KV cache type 'q5_1' (supported: f32, f16, bf16, q8_0, q4_0)");
+    expect_clean_failure(
+        "generate -m " + kModel + " -p hi --cache-type-k iq4_nl",
+        "--cache-type-k: unknown KV cache type 'iq4_nl' (supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1)");
+    // q4_1 (a row of the KV type table): 20 bytes per block of 32 for keys and values.
+    test::TempFile json41(".json");
+    const CmdResult r41 = run("generate -m " + tiny2k +
+                              " -p 'Once upon a time' -n 6 --temp 0 --kv-type q4_1 --stats-json " + json41.path());
+    ASSERT_EQ(r41.status, 0) << r41.err;
+    std::ifstream f41(json41.path());
+    const auto j41 = nlohmann::json::parse(f41);
+    EXPECT_EQ(j41.at("kv_type"), "q4_1");
+    EXPECT_EQ(j41.at("kv_bytes_final").get<uint64_t>() % (16 * (20 + 20)), 0u);
+    EXPECT_GT(j41.at("kv_bytes_final").get<uint64_t>(), 0u);
     expect_clean_failure("generate -m " + kModel + " -p hi --cache-type-v f8",
                          "--cache-type-v: unknown KV cache type 'f8'");
     // stories260K has head size 8: not whole blocks of 32.

@@ -12,6 +12,7 @@
 #include "kernels/cpu_features.h"
 #include "kernels/dot.h"
 #include "kernels/fp16.h"
+#include "kernels/kv_types.h"
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
 #include "kernels/repack.h"
@@ -507,12 +508,13 @@ TEST(Kernels, PagedAttentionRowsMatchReferenceForEveryTypeAndIsa) {
             std::vector<float> ref(G * d);
             attention_reference(q.data(), 1, n - 1, K.data(), V.data(), d, {G, 1, d}, ref.data());
             const size_t es = t == TensorType::F32 ? 4 : 2;
+            const KVType kt = t == TensorType::F32 ? KVType::kF32 : t == TensorType::F16 ? KVType::kF16 : KVType::kBF16;
             for (const DotKernels* k : available_kernel_sets()) {
                 SCOPED_TRACE(std::string(k->isa) + " " + type_name(t));
                 std::vector<float> m(G, -INFINITY), l(G, 0), o(G * d, 0), s(G * n);
                 for (int j0 = 0; j0 < n; j0 += 16) {
                     const int cnt = std::min(16, n - j0);
-                    k->attend_rows(t, static_cast<const uint8_t*>(kp) + j0 * d * es, t,
+                    kv_attend_rows(*k, kt, static_cast<const uint8_t*>(kp) + j0 * d * es, kt,
                                    static_cast<const uint8_t*>(vp) + j0 * d * es, cnt, d, q.data(), G,
                                    1.0f / std::sqrt(float(d)), m.data(), l.data(), o.data(), s.data() + j0, n);
                 }

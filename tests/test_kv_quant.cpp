@@ -18,6 +18,8 @@
 #include "kernels/quant.h"
 #include "model/llama_model.h"
 #include "session/synthetic_fill.h"
+#include "cache_record_legacy.h"
+#include "kernels/kv_types.h"
 #include "kv_block_reference.h"
 #include "test_util.h"
 #include "util/binary_io.h"
@@ -50,11 +52,12 @@ TEST(KVQuant, TypesNamesAndRowBytes) {
     EXPECT_EQ(kv_types_spec(t), "q8_0/f16");
     EXPECT_EQ(kv_types_spec(parse_kv_types("q4_0")), "q4_0");
     try {
-        parse_kv_type("q5_0");
-        ADD_FAILURE() << "q5_0 accepted";
+        parse_kv_type("iq4_nl");
+        ADD_FAILURE() << "iq4_nl accepted";
     } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("'q5_0'"), std::string::npos) << e.what();
-        EXPECT_NE(std::string(e.what()).find("f32, f16, bf16, q8_0, q4_0"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("'iq4_nl'"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1"), std::string::npos)
+            << e.what();
     }
     // Keys and values of separate types: a page is 16 keys then 16 values, each in its own row size.
     KVPool pool(64, KVType::kQ8_0, KVType::kF16, 16, 1 << 20);
@@ -219,9 +222,8 @@ TEST(KVQuant, AttendRowsOnQuantizedRowsMatchesReferences) {
                 std::vector<float> m(G, -INFINITY), l(G, 0), o(static_cast<size_t>(G) * d, 0),
                     s(static_cast<size_t>(G) * n);
                 for (int j0 = 0; j0 < n; j0 += 16)
-                    ks->attend_rows(kv_tensor_type(pr.k), kb.data() + j0 * kr, kv_tensor_type(pr.v),
-                                    vb.data() + j0 * vr, std::min(16, n - j0), d, q.data(), G, scale, m.data(),
-                                    l.data(), o.data(), s.data() + j0, n);
+                    kv_attend_rows(*ks, pr.k, kb.data() + j0 * kr, pr.v, vb.data() + j0 * vr, std::min(16, n - j0), d,
+                                   q.data(), G, scale, m.data(), l.data(), o.data(), s.data() + j0, n);
                 double worst_t = 0, worst_f = 0, worst_s = 0;
                 for (int g = 0; g < G; ++g) {
                     for (int c = 0; c < d; ++c) {
@@ -309,8 +311,8 @@ TEST(KVQuant, CacheRecordOfOtherTypesIsRefusedNamingBothAndVersion1IsRead) {
     BinaryWriter w2;
     f16->save(w2);
     // Version 3 adds the value type and the sinks' and the window's key and value types after the key type, and the
-    // two rotation sizes after the page size: drop them (the later first).
-    std::string v1 = w2.data();
+    // two rotation sizes after the page size: drop them (the later first) from the record in version 3's layout.
+    std::string v1 = test::record_as_version3(w2.data());
     const uint32_t one = 1;
     std::memcpy(v1.data(), &one, 4);
     v1.erase(4 + 9 * 4, 8);
@@ -319,6 +321,427 @@ TEST(KVQuant, CacheRecordOfOtherTypesIsRefusedNamingBothAndVersion1IsRead) {
     BinaryReader r1(v1.data(), v1.size(), "the version-1 record");
     ASSERT_NO_THROW(back->load(r1));
     EXPECT_EQ(back->stats().entries, f16->stats().entries);
+}
+
+TEST(KVTypeTable, EveryRowParsesBackAndSizesRowsAndUnknownTypesAreErrors) {
+    std::string names;
+    for (const KVTypeTraits& r : kv_type_table()) {
+        SCOPED_TRACE(r.name);
+        names += (names.empty() ? "" : ", ") + std::string(r.name);
+        EXPECT_EQ(parse_kv_type(r.name), r.type);
+        EXPECT_EQ(&kv_type_traits(r.type), &r);
+        EXPECT_EQ(kv_row_bytes(r.type, 64), static_cast<size_t>(64 / r.block * r.block_bytes));
+        EXPECT_EQ(kv_type_quantized(r.type), r.block > 1);
+        EXPECT_EQ(row_bytes(r.tensor, 64), kv_row_bytes(r.type, 64)) << "the tensor type has another layout";
+        for (const KernelIsa isa : {KernelIsa::kScalar, KernelIsa::kAvx2, KernelIsa::kAvx512})
+            EXPECT_NE(r.attend[static_cast<int>(isa)], nullptr);
+    }
+    EXPECT_EQ(kv_type_names(), names);
+    EXPECT_EQ(kernel_isa(dot_kernels_scalar()), KernelIsa::kScalar);
+    EXPECT_EQ(kernel_isa(dot_kernels_avx2()), KernelIsa::kAvx2);
+    EXPECT_EQ(kernel_isa(dot_kernels_avx512()), KernelIsa::kAvx512);
+    // A value outside the table is an error everywhere, never read as another type.
+    const auto bad = static_cast<KVType>(kv_type_table().size());
+    std::vector<float> x(64, 1.0f);
+    std::vector<uint8_t> row(1024);
+    EXPECT_THROW(kv_type_traits(bad), Error);
+    EXPECT_THROW(kv_row_bytes(bad, 64), Error);
+    EXPECT_THROW(store_row(bad, x.data(), row.data(), 64), Error);
+    EXPECT_THROW(load_row(bad, row.data(), x.data(), 64), Error);
+    EXPECT_THROW(KVPool(64, bad), Error);
+}
+
+TEST(KVQuant, CacheRecordNamesItsTypesAndVersion3RecordsByPositionStillLoad) {
+    const LlamaModel& m = tiny2k();
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 20; ++i) prompt.push_back(7 + 2 * i);
+    auto cache = tiny_cache(m, KVType::kQ8_0, KVType::kQ4_0);
+    std::vector<float> logits;
+    m.forward(StepPhase::kPrefill, prompt, *cache, logits);
+    BinaryWriter w;
+    cache->save(w);
+    const std::string v4 = w.data();
+    // Version 4: u32 version, int32 L, H, d, then the four types by name (u64 length, bytes).
+    uint32_t version;
+    std::memcpy(&version, v4.data(), 4);
+    EXPECT_EQ(version, 4u);
+    BinaryReader names(v4.data() + 16, v4.size() - 16, "the record's types");
+    EXPECT_EQ(names.str(), "q8_0");
+    EXPECT_EQ(names.str(), "q4_0");
+    EXPECT_EQ(names.str(), "q8_0");
+    EXPECT_EQ(names.str(), "q4_0");
+    // The same record in version 3's layout (types as int32 enum positions, q8_0 = 3, q4_0 = 4) loads, with the
+    // same entries and the same bytes.
+    const std::string v3 = test::record_as_version3(v4);
+    int32_t pos[4];
+    std::memcpy(pos, v3.data() + 16, sizeof pos);
+    EXPECT_EQ(pos[0], 3);
+    EXPECT_EQ(pos[1], 4);
+    auto back = tiny_cache(m, KVType::kQ8_0, KVType::kQ4_0);
+    BinaryReader r3(v3.data(), v3.size(), "the version-3 record");
+    ASSERT_NO_THROW(back->load(r3));
+    EXPECT_EQ(back->stats().entries, cache->stats().entries);
+    BinaryWriter again;
+    back->save(again);
+    EXPECT_EQ(again.data(), v4);
+    // A version-3 position outside the old enum, and a version-4 name outside the table, are refused by name.
+    std::string bad3 = v3;
+    const int32_t nine = 9;
+    std::memcpy(bad3.data() + 20, &nine, 4);
+    std::string bad4 = v4;
+    bad4.replace(16 + 8 + 4 + 8, 4, "q9_9");  // the value type's name
+    for (const auto& [rec, want] : {std::pair{bad3, std::string("values of type unknown type 9")},
+                                    std::pair{bad4, std::string("values of type q9_9")}}) {
+        auto c = tiny_cache(m, KVType::kQ8_0, KVType::kQ4_0);
+        BinaryReader r(rec.data(), rec.size(), "the record");
+        try {
+            c->load(r);
+            ADD_FAILURE() << "a record of an unknown type loaded";
+        } catch (const Error& e) { EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what(); }
+    }
+}
+
+// ---- Q4_1 (llama.cpp's --cache-type-k q4_1): a row of the KV type table ----
+
+/// The float64 reading of one stored Q4_1 row of n elements, from its bytes: per block of 32, binary16 d, binary16 m,
+/// then 16 bytes with element j in the low and element j+16 in the high nibble of byte j; x = d·q + m (ggml's
+/// block_q4_1). `d_out` / `m_out` receive each block's d and m.
+std::vector<double> decode_q4_1_row(const uint8_t* p, int n, std::vector<double>* d_out = nullptr,
+                                    std::vector<double>* m_out = nullptr, std::vector<int>* q_out = nullptr) {
+    std::vector<double> y(n);
+    for (int b = 0; b < n / 32; ++b) {
+        const uint8_t* blk = p + b * 20;
+        uint16_t dh, mh;
+        std::memcpy(&dh, blk, 2);
+        std::memcpy(&mh, blk + 2, 2);
+        const double d = fp16_to_fp32(dh), m = fp16_to_fp32(mh);
+        if (d_out) d_out->push_back(d);
+        if (m_out) m_out->push_back(m);
+        for (int j = 0; j < 32; ++j) {
+            const uint8_t byte = blk[4 + j % 16];
+            const int q = j < 16 ? (byte & 0xF) : (byte >> 4);
+            if (q_out) q_out->push_back(q);
+            y[b * 32 + j] = d * q + m;
+        }
+    }
+    return y;
+}
+
+TEST(KVQuantQ4_1, IsARowOfTheTableAndTheCommandLineTakesIt) {
+    const KVTypeTraits& r = kv_type_traits(KVType::kQ4_1);
+    EXPECT_STREQ(r.name, "q4_1");
+    EXPECT_EQ(r.block, 32);
+    EXPECT_EQ(r.block_bytes, 20);
+    EXPECT_EQ(r.query_dot_type, TensorType::Q8_1);
+    EXPECT_EQ(parse_kv_type("q4_1"), KVType::kQ4_1);
+    EXPECT_EQ(kv_row_bytes(KVType::kQ4_1, 64), 40u);
+    EXPECT_EQ(kv_types_spec(parse_kv_types("q4_1/f16@admission")), "q4_1/f16@admission");
+    EXPECT_EQ(kv_local_type(KVType::kQ4_1, KVQuantAt::kAdmission), KVType::kF16);
+    EXPECT_THROW(KVPool(48, KVType::kQ4_1), Error);
+}
+
+TEST(KVQuantQ4_1, RowsRoundTripAsTheFloat64FormulaSays) {
+    // Rows of 128 with blocks of very different magnitudes and offsets. The formula (ggml's quantize_row_q4_1_ref):
+    // per block d = (max − min)/15, m = min, q = min(15, ⌊(x − min)/d + 1/2⌋), x̂ = d·q + m with d and m stored as
+    // binary16; computed here in float64 from the float32 inputs.
+    const int n = 128;
+    for (uint32_t seed = 1; seed <= 20; ++seed) {
+        std::vector<float> x = randn(n, 100 + seed);
+        for (int b = 0; b < n / 32; ++b)
+            for (int j = 0; j < 32; ++j)
+                x[b * 32 + j] = x[b * 32 + j] * std::pow(10.0f, static_cast<float>((seed + b) % 8) - 3.0f) +
+                                static_cast<float>(b % 3) * 0.5f;
+        if (seed == 1) std::fill(x.begin(), x.begin() + 32, 0.0f);  // a block of zeros: d = 0, reads back 0
+        std::vector<uint8_t> row(kv_row_bytes(KVType::kQ4_1, n));
+        store_row(KVType::kQ4_1, x.data(), row.data(), n);
+        std::vector<float> back(n);
+        load_row(KVType::kQ4_1, row.data(), back.data(), n);
+        std::vector<double> ds, ms;
+        std::vector<int> qs;
+        const std::vector<double> ref = decode_q4_1_row(row.data(), n, &ds, &ms, &qs);
+        for (int i = 0; i < n; ++i) ASSERT_EQ(back[i], static_cast<float>(ref[i])) << "element " << i;
+        for (int b = 0; b < n / 32; ++b) {
+            SCOPED_TRACE(testing::Message() << "seed " << seed << " block " << b);
+            double mn = INFINITY, mx = -INFINITY;
+            for (int j = 0; j < 32; ++j)
+                mn = std::min(mn, double(x[b * 32 + j])), mx = std::max(mx, double(x[b * 32 + j]));
+            const double d = (mx - mn) / 15;
+            EXPECT_EQ(ms[b], double(half_round(static_cast<float>(mn))));
+            EXPECT_NEAR(ds[b], d, d * std::ldexp(1.0, -11) * 1.01);  // d rounded to binary16
+            for (int j = 0; j < 32; ++j) {
+                const double t = d > 0 ? (x[b * 32 + j] - mn) / d + 0.5 : 0.5;
+                const int q = std::min(15, static_cast<int>(std::floor(t)));
+                // float32 arithmetic may land on the other side of a rounding boundary it is within 1e-5 of.
+                if (std::fabs(t - std::round(t)) > 1e-5 || q == 15) EXPECT_EQ(qs[b * 32 + j], q) << "element " << j;
+                // |x − x̂| ≤ d/2 + 15·|d − d16| + |m − m16|
+                const double bound = d / 2 + 15 * std::fabs(d - ds[b]) + std::fabs(mn - ms[b]);
+                EXPECT_LE(std::fabs(x[b * 32 + j] - ref[b * 32 + j]), bound * (1 + 1e-6) + 1e-30) << "element " << j;
+            }
+        }
+    }
+    // Huge finite values are clamped to ±65504 (binary16's largest), so d and m stay finite.
+    std::vector<float> huge(32, 1e30f);
+    huge[0] = -1e30f;
+    std::vector<uint8_t> row(20);
+    store_row(KVType::kQ4_1, huge.data(), row.data(), 32);
+    std::vector<float> back(32);
+    load_row(KVType::kQ4_1, row.data(), back.data(), 32);
+    for (float v : back) EXPECT_TRUE(std::isfinite(v)) << v;
+    EXPECT_EQ(back[0], -65504.0f);
+}
+
+TEST(KVQuantQ4_1, AttentionOverQ4_1PagesMatchesFloat64AttentionOnTheDequantizedRows) {
+    // Q4_1 keys with Q4_1, F16 and Q8_0 values, and F16 / Q8_0 keys with Q4_1 values, on every kernel set; 39 rows
+    // as two full pages and a partial one. Tight reference, float64 from the stored blocks: with Q4_1 keys each score
+    // is ggml's vec_dot_q4_1_q8_1 on the query as Q8_1 blocks (d_q, s_q = d_q·Σ q_i as binary16):
+    // Σ_b d_k·d_q·Σ_i k_i·q_i + m_k·s_q (so the binary16 rounding of s_q is the kernel's, not an error); values are
+    // the dequantized rows. Loose reference: float64 attention on the unquantized rows and query (4-bit error).
+    struct Pair {
+        KVType k, v;
+    };
+    const Pair pairs[] = {{KVType::kQ4_1, KVType::kQ4_1},
+                          {KVType::kQ4_1, KVType::kF16},
+                          {KVType::kQ4_1, KVType::kQ8_0},
+                          {KVType::kF16, KVType::kQ4_1},
+                          {KVType::kQ8_0, KVType::kQ4_1}};
+    for (auto [d, G] : std::vector<std::pair<int, int>>{{32, 4}, {64, 3}, {128, 1}, {256, 2}}) {
+        const int n = 39;
+        const auto kf = randn(static_cast<size_t>(n) * d, 51), vf = randn(static_cast<size_t>(n) * d, 52),
+                   q = randn(static_cast<size_t>(G) * d, 53);
+        const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+        for (const Pair& pr : pairs) {
+            SCOPED_TRACE(testing::Message()
+                         << "d=" << d << " G=" << G << " k=" << kv_type_name(pr.k) << " v=" << kv_type_name(pr.v));
+            const size_t kr = kv_row_bytes(pr.k, d), vr = kv_row_bytes(pr.v, d);
+            std::vector<uint8_t> kb(kr * n), vb(vr * n);
+            std::vector<float> K(static_cast<size_t>(n) * d), V(static_cast<size_t>(n) * d);
+            for (int j = 0; j < n; ++j) {
+                store_row(pr.k, kf.data() + j * d, kb.data() + j * kr, d);
+                store_row(pr.v, vf.data() + j * d, vb.data() + j * vr, d);
+                load_row(pr.k, kb.data() + j * kr, K.data() + j * d, d);
+                load_row(pr.v, vb.data() + j * vr, V.data() + j * d, d);
+            }
+            // Tight scores s_t [G][n] in float64.
+            std::vector<double> s_t(static_cast<size_t>(G) * n);
+            std::vector<BlockQ8_0> q8(d / 32);
+            std::vector<BlockQ8_1> q81(d / 32);
+            std::vector<float> qd(d);
+            for (int g = 0; g < G; ++g) {
+                const float* qg = q.data() + g * d;
+                if (pr.k == KVType::kQ4_1) quantize_row_q8_1_activations(qg, q81.data(), d);
+                if (pr.k == KVType::kQ8_0) {
+                    quantize_row_q8_0_activations(qg, q8.data(), d);
+                    dequantize_row(TensorType::Q8_0, q8.data(), qd.data(), d);
+                }
+                for (int j = 0; j < n; ++j) {
+                    double dot = 0;
+                    if (pr.k == KVType::kQ4_1) {
+                        std::vector<double> dk, mk;
+                        std::vector<int> qk;
+                        decode_q4_1_row(kb.data() + j * kr, d, &dk, &mk, &qk);
+                        for (int b = 0; b < d / 32; ++b) {
+                            int64_t sumi = 0;
+                            for (int i = 0; i < 32; ++i) sumi += qk[b * 32 + i] * q81[b].qs[i];
+                            dot += dk[b] * fp16_to_fp32(q81[b].d) * double(sumi) + mk[b] * fp16_to_fp32(q81[b].s);
+                        }
+                    } else {
+                        for (int c = 0; c < d; ++c) dot += double(pr.k == KVType::kQ8_0 ? qd[c] : qg[c]) * K[j * d + c];
+                    }
+                    s_t[g * n + j] = dot * scale;
+                }
+            }
+            // Tight outputs from s_t and the dequantized values; loose ones from the unquantized rows.
+            std::vector<double> ref_t(static_cast<size_t>(G) * d, 0.0), ref_f, s_f;
+            for (int g = 0; g < G; ++g) {
+                double mx = -INFINITY, sum = 0;
+                for (int j = 0; j < n; ++j) mx = std::max(mx, s_t[g * n + j]);
+                for (int j = 0; j < n; ++j) sum += std::exp(s_t[g * n + j] - mx);
+                for (int j = 0; j < n; ++j)
+                    for (int c = 0; c < d; ++c) ref_t[g * d + c] += std::exp(s_t[g * n + j] - mx) / sum * V[j * d + c];
+            }
+            std::vector<double> Qf(q.begin(), q.end());
+            reference_attention(Qf, kf, vf, n, d, G, scale, ref_f, s_f);
+            for (const DotKernels* ks : kernel_sets()) {
+                SCOPED_TRACE(ks->isa);
+                std::vector<float> m(G, -INFINITY), l(G, 0), o(static_cast<size_t>(G) * d, 0),
+                    s(static_cast<size_t>(G) * n);
+                for (int j0 = 0; j0 < n; j0 += 16)
+                    kv_attend_rows(*ks, pr.k, kb.data() + j0 * kr, pr.v, vb.data() + j0 * vr, std::min(16, n - j0), d,
+                                   q.data(), G, static_cast<float>(scale), m.data(), l.data(), o.data(), s.data() + j0,
+                                   n);
+                double worst_t = 0, worst_f = 0, worst_s = 0;
+                for (int g = 0; g < G; ++g) {
+                    for (int c = 0; c < d; ++c) {
+                        const double y = o[g * d + c] / l[g];
+                        worst_t = std::max(worst_t, std::fabs(y - ref_t[g * d + c]));
+                        worst_f = std::max(worst_f, std::fabs(y - ref_f[g * d + c]));
+                    }
+                    for (int j = 0; j < n; ++j) worst_s = std::max(worst_s, std::fabs(s[g * n + j] - s_t[g * n + j]));
+                }
+                EXPECT_LE(worst_s, 1e-5);
+                EXPECT_LE(worst_t, 5e-6);
+                EXPECT_LE(worst_f, 0.25);
+            }
+        }
+    }
+}
+
+// ---- Q5_0 and Q5_1 (llama.cpp's --cache-type-k q5_0 / q5_1): rows of the KV type table ----
+
+/// The float64 reading of one stored Q5_0 (t = kQ5_0) or Q5_1 row of n elements, from its bytes: per block of 32,
+/// binary16 d (Q5_1: then binary16 m), the fifth bits as a little-endian 32-bit word (bit j: element j), then 16 bytes
+/// with element j's low four bits in the low and element j+16's in the high nibble of byte j; Q5_0 x = d·(q − 16)
+/// (22 bytes), Q5_1 x = d·q + m (24 bytes) (ggml's block_q5_0 / block_q5_1). d, m and q go to the vectors given.
+std::vector<double> decode_q5_row(KVType t, const uint8_t* p, int n, std::vector<double>* d_out = nullptr,
+                                  std::vector<double>* m_out = nullptr, std::vector<int>* q_out = nullptr) {
+    const bool one = t == KVType::kQ5_1;
+    const int bb = one ? 24 : 22;
+    std::vector<double> y(n);
+    for (int b = 0; b < n / 32; ++b) {
+        const uint8_t* blk = p + b * bb;
+        uint16_t dh, mh = 0;
+        std::memcpy(&dh, blk, 2);
+        if (one) std::memcpy(&mh, blk + 2, 2);
+        uint32_t qh;
+        std::memcpy(&qh, blk + (one ? 4 : 2), 4);
+        const uint8_t* qs = blk + (one ? 8 : 6);
+        const double d = fp16_to_fp32(dh), m = one ? fp16_to_fp32(mh) : 0.0;
+        if (d_out) d_out->push_back(d);
+        if (m_out) m_out->push_back(m);
+        for (int j = 0; j < 32; ++j) {
+            const int lo = j < 16 ? (qs[j] & 0xF) : (qs[j - 16] >> 4);
+            const int q = lo | static_cast<int>(((qh >> j) & 1u) << 4);
+            if (q_out) q_out->push_back(q);
+            y[b * 32 + j] = one ? d * q + m : d * (q - 16);
+        }
+    }
+    return y;
+}
+
+TEST(KVQuantQ5, AreRowsOfTheTableAndRoundTripWithinTheirFormulasBounds) {
+    EXPECT_EQ(kv_row_bytes(KVType::kQ5_0, 64), 44u);
+    EXPECT_EQ(kv_row_bytes(KVType::kQ5_1, 64), 48u);
+    EXPECT_EQ(parse_kv_type("q5_0"), KVType::kQ5_0);
+    EXPECT_EQ(parse_kv_type("q5_1"), KVType::kQ5_1);
+    EXPECT_EQ(kv_type_traits(KVType::kQ5_0).query_dot_type, TensorType::Q8_0);
+    EXPECT_EQ(kv_type_traits(KVType::kQ5_1).query_dot_type, TensorType::Q8_1);
+    // ggml's reference quantizers, in float64 here: Q5_0 d = a/−16 (a the signed element of largest magnitude),
+    // q = min(31, ⌊x/d + 16.5⌋): |x − x̂| ≤ |d| (half a step; a whole step where +16 is clipped to 15) plus 16 times the
+    // binary16 rounding of d. Q5_1 d = (max − min)/31, m = min, q = ⌊(x − min)/d + 1/2⌋: |x − x̂| ≤ d/2 + 31·|d − d16|
+    // + |m − m16|.
+    const int n = 128;
+    for (KVType t : {KVType::kQ5_0, KVType::kQ5_1}) {
+        for (uint32_t seed = 1; seed <= 20; ++seed) {
+            SCOPED_TRACE(testing::Message() << kv_type_name(t) << " seed " << seed);
+            std::vector<float> x = randn(n, 200 + seed);
+            for (int b = 0; b < n / 32; ++b)
+                for (int j = 0; j < 32; ++j)
+                    x[b * 32 + j] = x[b * 32 + j] * std::pow(10.0f, static_cast<float>((seed + b) % 8) - 3.0f) +
+                                    static_cast<float>(b % 3) * 0.25f;
+            std::vector<uint8_t> row(kv_row_bytes(t, n));
+            store_row(t, x.data(), row.data(), n);
+            std::vector<float> back(n);
+            load_row(t, row.data(), back.data(), n);
+            std::vector<double> ds, ms;
+            const std::vector<double> ref = decode_q5_row(t, row.data(), n, &ds, &ms);
+            for (int i = 0; i < n; ++i) ASSERT_EQ(back[i], static_cast<float>(ref[i])) << "element " << i;
+            for (int b = 0; b < n / 32; ++b) {
+                double mn = INFINITY, mx = -INFINITY, a = 0;
+                for (int j = 0; j < 32; ++j) {
+                    const double v = x[b * 32 + j];
+                    mn = std::min(mn, v), mx = std::max(mx, v);
+                    if (std::fabs(v) > std::fabs(a)) a = v;
+                }
+                const double d = t == KVType::kQ5_0 ? a / -16 : (mx - mn) / 31;
+                EXPECT_NEAR(ds[b], d, std::fabs(d) * std::ldexp(1.0, -11) * 1.01) << "block " << b;
+                const double bound = t == KVType::kQ5_0 ? std::fabs(d) + 16 * std::fabs(d - ds[b])
+                                                        : d / 2 + 31 * std::fabs(d - ds[b]) + std::fabs(mn - ms[b]);
+                for (int j = 0; j < 32; ++j)
+                    EXPECT_LE(std::fabs(x[b * 32 + j] - ref[b * 32 + j]), bound * (1 + 1e-6) + 1e-30)
+                        << "block " << b << " element " << j;
+            }
+        }
+    }
+}
+
+TEST(KVQuantQ5, AttentionOverQ5PagesMatchesFloat64AttentionOnTheDequantizedRows) {
+    // Q5_0 and Q5_1 keys with their own, F16 and Q8_0 values, on every kernel set; 39 rows. Tight reference in
+    // float64 from the stored blocks: Q5_0 keys score Σ_b d_k·d_q·Σ_i (k_i − 16)·q_i against the query as Q8_0 blocks
+    // (ggml's vec_dot_q5_0_q8_0), Q5_1 keys Σ_b d_k·d_q·Σ_i k_i·q_i + m_k·s_q against it as Q8_1 blocks
+    // (vec_dot_q5_1_q8_1); values the dequantized rows. Loose reference: the unquantized rows and query.
+    for (KVType kt : {KVType::kQ5_0, KVType::kQ5_1})
+        for (KVType vt : {kt, KVType::kF16, KVType::kQ8_0})
+            for (auto [d, G] : std::vector<std::pair<int, int>>{{32, 4}, {64, 3}, {256, 2}}) {
+                SCOPED_TRACE(testing::Message()
+                             << "d=" << d << " G=" << G << " k=" << kv_type_name(kt) << " v=" << kv_type_name(vt));
+                const int n = 39;
+                const auto kf = randn(static_cast<size_t>(n) * d, 61), vf = randn(static_cast<size_t>(n) * d, 62),
+                           q = randn(static_cast<size_t>(G) * d, 63);
+                const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+                const size_t kr = kv_row_bytes(kt, d), vr = kv_row_bytes(vt, d);
+                std::vector<uint8_t> kb(kr * n), vb(vr * n);
+                std::vector<float> V(static_cast<size_t>(n) * d);
+                for (int j = 0; j < n; ++j) {
+                    store_row(kt, kf.data() + j * d, kb.data() + j * kr, d);
+                    store_row(vt, vf.data() + j * d, vb.data() + j * vr, d);
+                    load_row(vt, vb.data() + j * vr, V.data() + j * d, d);
+                }
+                std::vector<double> s_t(static_cast<size_t>(G) * n), ref_t(static_cast<size_t>(G) * d, 0.0);
+                std::vector<BlockQ8_0> q8(d / 32);
+                std::vector<BlockQ8_1> q81(d / 32);
+                for (int g = 0; g < G; ++g) {
+                    if (kt == KVType::kQ5_0)
+                        quantize_row_q8_0_activations(q.data() + g * d, q8.data(), d);
+                    else
+                        quantize_row_q8_1_activations(q.data() + g * d, q81.data(), d);
+                    for (int j = 0; j < n; ++j) {
+                        std::vector<double> dk, mk;
+                        std::vector<int> qk;
+                        decode_q5_row(kt, kb.data() + j * kr, d, &dk, &mk, &qk);
+                        double dot = 0;
+                        for (int b = 0; b < d / 32; ++b) {
+                            int64_t sumi = 0;
+                            for (int i = 0; i < 32; ++i)
+                                sumi += kt == KVType::kQ5_0 ? (qk[b * 32 + i] - 16) * q8[b].qs[i]
+                                                            : qk[b * 32 + i] * q81[b].qs[i];
+                            dot += kt == KVType::kQ5_0
+                                       ? dk[b] * fp16_to_fp32(q8[b].d) * double(sumi)
+                                       : dk[b] * fp16_to_fp32(q81[b].d) * double(sumi) + mk[b] * fp16_to_fp32(q81[b].s);
+                        }
+                        s_t[g * n + j] = dot * scale;
+                    }
+                    double mx = -INFINITY, sum = 0;
+                    for (int j = 0; j < n; ++j) mx = std::max(mx, s_t[g * n + j]);
+                    for (int j = 0; j < n; ++j) sum += std::exp(s_t[g * n + j] - mx);
+                    for (int j = 0; j < n; ++j)
+                        for (int c = 0; c < d; ++c)
+                            ref_t[g * d + c] += std::exp(s_t[g * n + j] - mx) / sum * V[j * d + c];
+                }
+                std::vector<double> ref_f, s_f, Qf(q.begin(), q.end());
+                reference_attention(Qf, kf, vf, n, d, G, scale, ref_f, s_f);
+                for (const DotKernels* ks : kernel_sets()) {
+                    SCOPED_TRACE(ks->isa);
+                    std::vector<float> m(G, -INFINITY), l(G, 0), o(static_cast<size_t>(G) * d, 0),
+                        s(static_cast<size_t>(G) * n);
+                    for (int j0 = 0; j0 < n; j0 += 16)
+                        kv_attend_rows(*ks, kt, kb.data() + j0 * kr, vt, vb.data() + j0 * vr, std::min(16, n - j0), d,
+                                       q.data(), G, static_cast<float>(scale), m.data(), l.data(), o.data(),
+                                       s.data() + j0, n);
+                    double worst_t = 0, worst_f = 0, worst_s = 0;
+                    for (int g = 0; g < G; ++g) {
+                        for (int c = 0; c < d; ++c) {
+                            const double y = o[g * d + c] / l[g];
+                            worst_t = std::max(worst_t, std::fabs(y - ref_t[g * d + c]));
+                            worst_f = std::max(worst_f, std::fabs(y - ref_f[g * d + c]));
+                        }
+                        for (int j = 0; j < n; ++j)
+                            worst_s = std::max(worst_s, std::fabs(s[g * n + j] - s_t[g * n + j]));
+                    }
+                    EXPECT_LE(worst_s, 1e-5);
+                    EXPECT_LE(worst_t, 5e-6);
+                    EXPECT_LE(worst_f, 0.12);
+                }
+            }
 }
 
 // ---- Quantization at admission (mode b): sinks and window in F16, the global region quantized ----
@@ -612,7 +1035,7 @@ TEST(KVQuantAtAdmission, SaveLoadRoundTripsAndRecordsOfOtherRegionTypesAreRefuse
     fill_synthetic(*a, 70, 9);
     BinaryWriter wa;
     a->save(wa);
-    std::string v2 = wa.data();
+    std::string v2 = test::record_as_version3(wa.data());
     const uint32_t two = 2;
     std::memcpy(v2.data(), &two, 4);
     v2.erase(4 + 8 * 4, 8);

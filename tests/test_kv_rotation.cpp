@@ -17,6 +17,7 @@
 #include "cache/page_store.h"
 #include "kernels/fp16.h"
 #include "kernels/quant.h"
+#include "cache_record_legacy.h"
 #include "kv_block_reference.h"
 #include "util/binary_io.h"
 #include "util/error.h"
@@ -361,7 +362,7 @@ TEST(KVRotation, SavedRecordOfAnotherRotationIsRefusedNamingBothAndVersion2Reads
     prefill_then_decode(plain, d, 19, q);
     BinaryWriter w2;
     plain.save(w2);
-    std::string v2 = w2.data();
+    std::string v2 = test::record_as_version3(w2.data());
     const uint32_t two = 2;
     std::memcpy(v2.data(), &two, 4);
     v2.erase(4 + 8 * 4, 8);

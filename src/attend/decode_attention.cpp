@@ -121,9 +121,8 @@ void attend_decode(KVCache& cache, const LayerInputs& in, const float* write_sco
                 }
             }
             const KVPool& pp = *pl[i].pool;
-            dk.attend_rows(kv_tensor_type(pp.key_type()), pp.keys(pl[i].page), kv_tensor_type(pp.value_type()),
-                           pp.values(pl[i].page), pl[i].cnt, d, q, G, scale, pm, plsum, po,
-                           probs.empty() ? nullptr : probs[h].data() + pl[i].off, n);
+            kv_attend_rows(dk, pp.key_type(), pp.keys(pl[i].page), pp.value_type(), pp.values(pl[i].page), pl[i].cnt, d,
+                           q, G, scale, pm, plsum, po, probs.empty() ? nullptr : probs[h].data() + pl[i].off, n);
         }
     }
     for (int h = 0; h < in.n_head_kv; ++h)

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
+#include <string>
 
 #include "util/error.h"
 
@@ -200,11 +202,24 @@ KVStats KVCache::stats() const {
 }
 
 namespace {
-/// 3: the global region's key and value types, then the sinks' and the window's (int32 each, KVType; they differ
-/// under quantization at admission), and after the page size the Walsh–Hadamard sizes of the keys' and the values'
-/// rotation (int32 each, 0: not rotated; cache/kv_rotation.h); 2 (still read, as quantization at write, no
-/// rotation): the key type and the value type; 1 (still read, likewise): one type for both.
-constexpr uint32_t kCacheRecordVersion = 3;
+/// 4: the global region's key and value types, then the sinks' and the window's (each its name, kv_type_name: a
+/// string; they differ under quantization at admission), and after the page size the Walsh–Hadamard sizes of the
+/// keys' and the values' rotation (int32 each, 0: not rotated; cache/kv_rotation.h). Still read: 3, the same with
+/// each type as an int32 position in kLegacyTypes; 2 (as quantization at write, no rotation): the key type and the
+/// value type (positions); 1 (likewise): one type for both.
+constexpr uint32_t kCacheRecordVersion = 4;
+/// The types of records before version 4, by the position they were written as (the element type enum of those
+/// builds, which is not KVType's order by contract).
+constexpr KVType kLegacyTypes[] = {KVType::kF32, KVType::kF16, KVType::kBF16, KVType::kQ8_0, KVType::kQ4_0};
+
+/// A saved type as a name: version 4 reads the name; earlier versions an int32 position in kLegacyTypes (a position
+/// outside it reads as "unknown type N", refused below as another type than the cache's).
+std::string read_type_name(BinaryReader& r, uint32_t version) {
+    if (version >= 4) return r.str(64);
+    const int32_t t = r.pod<int32_t>();
+    return t >= 0 && t < static_cast<int32_t>(std::size(kLegacyTypes)) ? kv_type_name(kLegacyTypes[t])
+                                                                       : "unknown type " + std::to_string(t);
+}
 }  // namespace
 
 void KVCache::save(BinaryWriter& w) const {
@@ -212,10 +227,10 @@ void KVCache::save(BinaryWriter& w) const {
     w.pod<int32_t>(n_layer_);
     w.pod<int32_t>(n_head_kv_);
     w.pod<int32_t>(pool_->head_dim());
-    w.pod<int32_t>(static_cast<int32_t>(pool_->key_type()));
-    w.pod<int32_t>(static_cast<int32_t>(pool_->value_type()));
-    w.pod<int32_t>(static_cast<int32_t>(pool_->local().key_type()));
-    w.pod<int32_t>(static_cast<int32_t>(pool_->local().value_type()));
+    w.str(kv_type_name(pool_->key_type()));
+    w.str(kv_type_name(pool_->value_type()));
+    w.str(kv_type_name(pool_->local().key_type()));
+    w.str(kv_type_name(pool_->local().value_type()));
     w.pod<int32_t>(pool_->page_tokens());
     w.pod<int32_t>(pool_->rotation().key_n());
     w.pod<int32_t>(pool_->rotation().value_n());
@@ -235,32 +250,27 @@ void KVCache::load(BinaryReader& r) {
     const uint32_t version = r.pod<uint32_t>();
     require(version >= 1 && version <= kCacheRecordVersion, what, " has cache record version ", version,
             "; this build reads versions 1 to ", kCacheRecordVersion);
-    const int32_t L = r.pod<int32_t>(), H = r.pod<int32_t>(), d = r.pod<int32_t>(), ktype = r.pod<int32_t>();
-    const int32_t vtype = version == 1 ? ktype : r.pod<int32_t>();
+    const int32_t L = r.pod<int32_t>(), H = r.pod<int32_t>(), d = r.pod<int32_t>();
+    const std::string ktype = read_type_name(r, version);
+    const std::string vtype = version == 1 ? ktype : read_type_name(r, version);
     // Versions 1 and 2 quantized every entry at write: the sinks and the window hold the global region's types.
-    const int32_t lktype = version < 3 ? ktype : r.pod<int32_t>();
-    const int32_t lvtype = version < 3 ? vtype : r.pod<int32_t>();
+    const std::string lktype = version < 3 ? ktype : read_type_name(r, version);
+    const std::string lvtype = version < 3 ? vtype : read_type_name(r, version);
     const int32_t page = r.pod<int32_t>();
     const int32_t rot_k = version >= 3 ? r.pod<int32_t>() : 0, rot_v = version >= 3 ? r.pod<int32_t>() : 0;
     require(L == n_layer_ && H == n_head_kv_ && d == pool_->head_dim(), what, " holds a cache of ", L, " layers × ", H,
             " KV heads × d ", d, "; this model has ", n_layer_, " × ", n_head_kv_, " × ", pool_->head_dim());
-    auto type_name = [](int32_t t) {
-        return t >= 0 && t <= static_cast<int32_t>(KVType::kQ4_0) ? kv_type_name(static_cast<KVType>(t))
-                                                                  : "unknown type " + std::to_string(t);
-    };
     const KVPool& lp = pool_->local();
     // The sinks' and the window's types are named where they differ from the global region's (quantization at
     // admission).
-    auto local_note = [&type_name](int32_t k, int32_t v, int32_t lk, int32_t lv) {
-        return lk == k && lv == v ? std::string()
-                                  : " (sinks and window: keys " + type_name(lk) + ", values " + type_name(lv) + ")";
+    auto local_note = [](const std::string& k, const std::string& v, const std::string& lk, const std::string& lv) {
+        return lk == k && lv == v ? std::string() : " (sinks and window: keys " + lk + ", values " + lv + ")";
     };
-    const auto pk = static_cast<int32_t>(pool_->key_type()), pv = static_cast<int32_t>(pool_->value_type()),
-               plk = static_cast<int32_t>(lp.key_type()), plv = static_cast<int32_t>(lp.value_type());
-    require(ktype == pk && vtype == pv && lktype == plk && lvtype == plv, what, " holds keys of type ",
-            type_name(ktype), " and values of type ", type_name(vtype), local_note(ktype, vtype, lktype, lvtype),
-            "; this cache stores keys as ", kv_type_name(pool_->key_type()), " and values as ",
-            kv_type_name(pool_->value_type()), local_note(pk, pv, plk, plv),
+    const std::string pk = kv_type_name(pool_->key_type()), pv = kv_type_name(pool_->value_type()),
+                      plk = kv_type_name(lp.key_type()), plv = kv_type_name(lp.value_type());
+    require(ktype == pk && vtype == pv && lktype == plk && lvtype == plv, what, " holds keys of type ", ktype,
+            " and values of type ", vtype, local_note(ktype, vtype, lktype, lvtype), "; this cache stores keys as ", pk,
+            " and values as ", pv, local_note(pk, pv, plk, plv),
             " (--cache-type-k / --cache-type-v, or --kv-type for both; --kv-quant-at)");
     const KVRotation& rot = pool_->rotation();
     if (rot_k != rot.key_n() || rot_v != rot.value_n()) {

@@ -7,54 +7,6 @@
 
 namespace kvsieve {
 
-namespace {
-constexpr KVType kAllTypes[] = {KVType::kF32, KVType::kF16, KVType::kBF16, KVType::kQ8_0, KVType::kQ4_0};
-}
-
-int kv_type_block(KVType t) { return t == KVType::kQ8_0 || t == KVType::kQ4_0 ? 32 : 1; }
-
-void check_kv_head_dim(KVType t, int head_dim) {
-    require(head_dim > 0, "KV cache: head dimension must be positive, got ", head_dim);
-    const int b = kv_type_block(t);
-    require(head_dim % b == 0, "KV cache type ", kv_type_name(t), " stores blocks of ", b, " elements; head dimension ",
-            head_dim, " is not a multiple of ", b, " (use f16, bf16 or f32)");
-}
-
-size_t kv_row_bytes(KVType t, int n) {
-    check_kv_head_dim(t, n);
-    switch (t) {
-        case KVType::kF32: return 4 * static_cast<size_t>(n);
-        case KVType::kF16:
-        case KVType::kBF16: return 2 * static_cast<size_t>(n);
-        case KVType::kQ8_0: return 34 * static_cast<size_t>(n / 32);
-        case KVType::kQ4_0: return 18 * static_cast<size_t>(n / 32);
-    }
-    fail("KV cache: unknown element type ", static_cast<int>(t));
-}
-
-std::string kv_type_name(KVType t) {
-    switch (t) {
-        case KVType::kF32: return "f32";
-        case KVType::kF16: return "f16";
-        case KVType::kBF16: return "bf16";
-        case KVType::kQ8_0: return "q8_0";
-        case KVType::kQ4_0: return "q4_0";
-    }
-    return "?";
-}
-
-std::string kv_type_names() {
-    std::string s;
-    for (KVType t : kAllTypes) s += (s.empty() ? "" : ", ") + kv_type_name(t);
-    return s;
-}
-
-KVType parse_kv_type(const std::string& s) {
-    for (KVType t : kAllTypes)
-        if (s == kv_type_name(t)) return t;
-    fail("unknown KV cache type '", s, "' (supported: ", kv_type_names(), ")");
-}
-
 KVTypes parse_kv_types(const std::string& spec) {
     const size_t at = spec.find('@');
     const std::string types = spec.substr(0, at);
@@ -69,8 +21,7 @@ KVTypes parse_kv_types(const std::string& spec) {
 
 std::string kv_types_spec(KVTypes t) {
     std::string s = t.key == t.value ? kv_type_name(t.key) : kv_type_name(t.key) + "/" + kv_type_name(t.value);
-    if (t.quant_at == KVQuantAt::kAdmission && (kv_type_block(t.key) > 1 || kv_type_block(t.value) > 1))
-        s += "@admission";
+    if (t.quant_at == KVQuantAt::kAdmission && kv_quantized(t)) s += "@admission";
     return s;
 }
 
@@ -83,7 +34,7 @@ KVQuantAt parse_kv_quant_at(const std::string& s) {
 }
 
 KVType kv_local_type(KVType t, KVQuantAt at) {
-    return at == KVQuantAt::kAdmission && kv_type_block(t) > 1 ? KVType::kF16 : t;
+    return at == KVQuantAt::kAdmission && kv_type_quantized(t) ? KVType::kF16 : t;
 }
 
 KVPool::KVPool(int head_dim, KVType type, int page_tokens, uint64_t budget_bytes)

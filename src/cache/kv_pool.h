@@ -8,31 +8,15 @@
 #include <vector>
 
 #include "cache/kv_rotation.h"
+#include "kernels/kv_types.h"
 #include "util/error.h"
 
 namespace kvsieve {
 
-/// Element type of cached keys or values. kQ8_0 and kQ4_0 are ggml's (llama.cpp's `-ctk q8_0`) block formats of 32
-/// elements (kernels/quant.h BlockQ8_0, BlockQ4_0): Q8_0 = binary16 scale d = max|x|/127 and 32 int8, 34 bytes per
-/// 32 elements; Q4_0 = binary16 scale d = m/−8 (m the signed element of largest magnitude) and 32 nibbles q with
-/// x̂ = (q − 8)·d, 18 bytes per 32. Quantized rows need a head dimension that is a multiple of 32.
-enum class KVType { kF32, kF16, kBF16, kQ8_0, kQ4_0 };
-/// Bytes of one cached row of n elements of type t (4n, 2n, 34·n/32 or 18·n/32). Throws Error (check_kv_head_dim)
-/// when t is a block type and n is not a multiple of its block.
-size_t kv_row_bytes(KVType t, int n);
-/// Elements per block of t: 32 for Q8_0 / Q4_0, 1 otherwise.
-int kv_type_block(KVType t);
-/// Throws Error naming the type and the dimension when rows of head_dim elements cannot be stored as t (a block
-/// type and a head dimension that is not a multiple of 32).
-void check_kv_head_dim(KVType t, int head_dim);
-/// "f32", "f16", "bf16", "q8_0", "q4_0".
-std::string kv_type_name(KVType t);
-/// The supported names, comma separated, for help texts and errors: "f32, f16, bf16, q8_0, q4_0".
-std::string kv_type_names();
-/// Parses one of kv_type_names(); throws Error naming the value and the supported types otherwise.
-KVType parse_kv_type(const std::string& s);
+// KVType, its table (names, block geometry, row conversions, attend kernels) and kv_row_bytes, kv_type_name,
+// parse_kv_type: kernels/kv_types.h.
 
-/// Where a quantized (Q8_0 / Q4_0) key or value is quantized (docs/architecture.md, "Where quantization happens"):
+/// Where a block-quantized (kv_type_quantized: Q8_0, Q4_0) key or value is quantized (docs/architecture.md, "Where quantization happens"):
 ///   kWrite     — mode (a): every entry when it is written; sinks, window and global region share one page layout;
 ///   kAdmission — mode (b): sinks and the local window hold binary16 (F16) rows, and an entry is quantized when it
 ///                leaves the window and is admitted to the global region (or at write, for a policy without a
@@ -44,7 +28,7 @@ std::string kv_quant_at_name(KVQuantAt a);
 /// Parses "write" or "admission"; throws Error naming the value and both choices otherwise.
 KVQuantAt parse_kv_quant_at(const std::string& s);
 /// The element type of the sinks and the window for keys (or values) of type t quantized at `at`: kF16 for a block
-/// type (Q8_0, Q4_0) under kAdmission, t itself otherwise.
+/// type (kv_type_quantized) under kAdmission, t itself otherwise.
 KVType kv_local_type(KVType t, KVQuantAt at);
 
 /// The element types of a cache's keys and of its values (llama.cpp's --cache-type-k / --cache-type-v), and where
@@ -58,8 +42,8 @@ struct KVTypes {
 /// followed by "@write" or "@admission" (where they are quantized; write when absent). Throws Error naming the value
 /// and the supported types or places.
 KVTypes parse_kv_types(const std::string& spec);
-/// True when keys or values are of a block-quantized type (Q8_0, Q4_0).
-inline bool kv_quantized(KVTypes t) { return kv_type_block(t.key) > 1 || kv_type_block(t.value) > 1; }
+/// True when keys or values are of a block-quantized type (kv_type_quantized).
+inline bool kv_quantized(KVTypes t) { return kv_type_quantized(t.key) || kv_type_quantized(t.value); }
 /// The spec parse_kv_types reads back: "q8_0" when both types are equal, else "q8_0/f16" (keys/values), then
 /// "@admission" when quantized at admission and a type is a block type (for f16, f32, bf16 the place changes
 /// nothing and is left out).

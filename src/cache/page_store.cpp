@@ -4,74 +4,35 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/dot.h"
 #include "kernels/fp16.h"
 
 namespace kvsieve {
 
-float kv_quant_limit(KVType t) {
-    switch (t) {
-        case KVType::kQ8_0: return 65504.0f * 127.0f;
-        case KVType::kQ4_0: return 65504.0f * 8.0f;
-        default: return INFINITY;
-    }
-}
-
-TensorType kv_tensor_type(KVType t) {
-    switch (t) {
-        case KVType::kF32: return TensorType::F32;
-        case KVType::kF16: return TensorType::F16;
-        case KVType::kBF16: return TensorType::BF16;
-        case KVType::kQ8_0: return TensorType::Q8_0;
-        case KVType::kQ4_0: return TensorType::Q4_0;
-    }
-    fail("KV cache: unknown element type ", static_cast<int>(t));
-}
+float kv_quant_limit(KVType t) { return kv_type_traits(t).limit; }
 
 void store_row(KVType t, const float* src, uint8_t* dst, int n) {
-    if (t == KVType::kQ8_0 || t == KVType::kQ4_0) {
-        require(n % QK8_0 == 0, "KV cache type ", kv_type_name(t), ": row of ", n,
-                " elements is not whole blocks of 32");
-        // Clamped so the block scale (largest magnitude / 127 or / 8) is a finite binary16; NaN stays NaN.
-        const float lim = kv_quant_limit(t);
-        float buf[256];
-        for (int c0 = 0; c0 < n; c0 += 256) {
-            const int m = std::min(256, n - c0);
-            for (int j = 0; j < m; ++j) {
-                const float x = src[c0 + j];
-                buf[j] = x > lim ? lim : x < -lim ? -lim : x;
-            }
-            if (t == KVType::kQ8_0)
-                quantize_row_q8_0(buf, reinterpret_cast<BlockQ8_0*>(dst) + c0 / QK8_0, m);
-            else
-                quantize_row_q4_0(buf, reinterpret_cast<BlockQ4_0*>(dst) + c0 / QK8_0, m);
-        }
+    const KVTypeTraits& row = kv_type_traits(t);
+    if (row.block == 1) {
+        row.from_float(src, dst, n);
         return;
     }
-    switch (t) {
-        case KVType::kF32: std::memcpy(dst, src, sizeof(float) * n); return;
-        case KVType::kF16: {
-            dot_kernels().to_f16(src, reinterpret_cast<uint16_t*>(dst), n);
-            return;
+    require(n % row.block == 0, "KV cache type ", row.name, ": row of ", n, " elements is not whole blocks of ",
+            row.block);
+    // Clamped so the block's binary16 scale (and minimum) stays finite; NaN stays NaN.
+    const float lim = row.limit;
+    const size_t block_bytes = static_cast<size_t>(row.block_bytes);
+    float buf[256];
+    for (int c0 = 0; c0 < n; c0 += 256) {
+        const int m = std::min(256, n - c0);
+        for (int j = 0; j < m; ++j) {
+            const float x = src[c0 + j];
+            buf[j] = x > lim ? lim : x < -lim ? -lim : x;
         }
-        case KVType::kBF16: {
-            auto* d = reinterpret_cast<uint16_t*>(dst);
-            for (int i = 0; i < n; ++i) d[i] = fp32_to_bf16(src[i]);
-            return;
-        }
-        default: return;  // block types above
+        row.from_float(buf, dst + static_cast<size_t>(c0 / row.block) * block_bytes, m);
     }
 }
 
-void load_row(KVType t, const uint8_t* src, float* dst, int n) {
-    switch (t) {
-        case KVType::kF32: std::memcpy(dst, src, sizeof(float) * n); return;
-        case KVType::kF16: dot_kernels().dequant_row(TensorType::F16, src, dst, n); return;
-        case KVType::kBF16: dot_kernels().dequant_row(TensorType::BF16, src, dst, n); return;
-        case KVType::kQ8_0: dot_kernels().dequant_row(TensorType::Q8_0, src, dst, n); return;
-        case KVType::kQ4_0: dot_kernels().dequant_row(TensorType::Q4_0, src, dst, n); return;
-    }
-}
+void load_row(KVType t, const uint8_t* src, float* dst, int n) { kv_type_traits(t).to_float(src, dst, n); }
 
 void round_trip_row(KVType t, const float* src, float* dst, int n) {
     uint8_t buf[4 * 256];
@@ -280,12 +241,12 @@ void PageStore::read(int64_t i, float* k, float* v) const {
 void stored_view(const KVPool& pool, float* k, float* v) {
     const KVRotation& rot = pool.rotation();
     const int d = pool.head_dim();
-    if (kv_type_block(pool.key_type()) > 1) {
+    if (kv_type_quantized(pool.key_type())) {
         rot.rotate_keys(k, 1, d);
         round_trip_row(pool.key_type(), k, k, d);
         rot.rotate_keys(k, 1, d);
     }
-    if (kv_type_block(pool.value_type()) > 1) {
+    if (kv_type_quantized(pool.value_type())) {
         rot.rotate_values(v, 1, d);
         round_trip_row(pool.value_type(), v, v, d);
         rot.rotate_values(v, 1, d);

@@ -100,15 +100,16 @@ private:
     mutable std::vector<int32_t> bound_rows_;    // per page: how many of its leading entries the bounds cover
 };
 
-/// float32 [n] → one cached row of type t (kv_row_bytes(t, n) bytes): rounding to nearest even for F16/BF16;
-/// for Q8_0 / Q4_0 ggml's reference quantizers (quantize_row_q8_0, quantize_row_q4_0 of kernels/quant.h; n a multiple
-/// of 32), after clamping every element to ±kv_quant_limit(t) so the binary16 block scale stays finite: a block of
+/// float32 [n] → one cached row of type t (kv_row_bytes(t, n) bytes), by the row's from_float (kernels/kv_types.h):
+/// rounding to nearest even for F16/BF16; for the block types ggml's reference quantizers (n a multiple of the
+/// block), after clamping every element to ±kv_quant_limit(t) so the binary16 block scale stays finite: a block of
 /// zeros stores d = 0 and reads back zeros, a block of huge finite values (or ±inf) reads back ±limit, never NaN or
 /// inf. Bound per block (values within the limit): |x − x̂| ≤ d/2 for Q8_0 (d = max|x|/127 rounded to binary16,
 /// plus the binary16 rounding of d times |q| ≤ 127), |x − x̂| ≤ |d| for Q4_0 (half a step, a whole step where the
-/// +8 level is clipped to 7).
+/// +8 level is clipped to 7). Throws Error for a type outside the table or n not whole blocks.
 void store_row(KVType t, const float* src, uint8_t* dst, int n);
-/// One cached row of type t → float32 [n] (dequantized: x̂_j = d·q_j for Q8_0, d·(q_j − 8) for Q4_0).
+/// One cached row of type t → float32 [n] by the row's to_float (x̂_j = d·q_j for Q8_0, d·(q_j − 8) for Q4_0).
+/// Throws Error for a type outside the table.
 void load_row(KVType t, const uint8_t* src, float* dst, int n);
 /// dst ← the row a reader sees after src [n] is stored as type t: load_row(t, store_row(t, src)). dst may be src.
 void round_trip_row(KVType t, const float* src, float* dst, int n);
@@ -117,10 +118,8 @@ void round_trip_row(KVType t, const float* src, float* dst, int n);
 /// space); halves of other types are left as given. A prefill chunk attends to its own entries through this, as
 /// llama.cpp writes the batch into its cache before attending.
 void stored_view(const KVPool& pool, float* k, float* v);
-/// Largest magnitude store_row keeps for a block type: 65504·127 for Q8_0 and 65504·8 for Q4_0 (the scale d is the
-/// largest magnitude / 127 or / 8, and 65504 is binary16's largest finite value); +inf for the other types.
+/// Largest magnitude store_row keeps: the row's limit (kernels/kv_types.h; 65504·127 for Q8_0, 65504·8 for Q4_0,
+/// +inf for the float types).
 float kv_quant_limit(KVType t);
-/// The kernels' tensor type of a KV element type (F32, F16, BF16, Q8_0, Q4_0), for DotKernels::attend_rows.
-TensorType kv_tensor_type(KVType t);
 
 }  // namespace kvsieve

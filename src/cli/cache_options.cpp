@@ -21,6 +21,16 @@ CLI::Option* add_kv_pool_option(CLI::App* cmd, double& mb, const std::string& he
     return pool;
 }
 
+namespace {
+/// The block-quantized KV types' names from the table (kernels/kv_types.h), " / " separated, for help texts.
+std::string quantized_kv_type_names() {
+    std::string s;
+    for (const KVTypeTraits& r : kv_type_table())
+        if (r.block > 1) s += (s.empty() ? "" : " / ") + std::string(r.name);
+    return s;
+}
+}  // namespace
+
 void KVTypeOptions::add_to(CLI::App* cmd) {
     cmd->add_option("--kv-type", both,
                     "element type of cached keys and values: " + kv_type_names() +
@@ -30,8 +40,9 @@ void KVTypeOptions::add_to(CLI::App* cmd) {
     cmd->add_option("--cache-type-v", value, "element type of cached values (overrides --kv-type): " + kv_type_names());
     quant_at_option =
         cmd->add_option("--kv-quant-at", quant_at,
-                        "where q8_0 / q4_0 keys and values are quantized: write (every entry) or admission (sinks and "
-                        "window stay f16; an entry is quantized when it leaves the window for the global region)")
+                        "where " + quantized_kv_type_names() +
+                            " keys and values are quantized: write (every entry) or admission (sinks and window stay "
+                            "f16; an entry is quantized when it leaves the window for the global region)")
             ->capture_default_str();
     cmd->add_option("--kv-rotate", rotate,
                     "store keys and values Walsh-Hadamard rotated: auto (quantized halves when the head dimension is a "

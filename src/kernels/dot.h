@@ -69,17 +69,7 @@ struct DotKernels {
     /// scalar set calls std::erf; the vector sets use Abramowitz & Stegun 7.1.26 (|erf error| ≤ 1.5e-7) with
     /// the softmax's exponential, vectorised.
     float (*gelu_dot)(const float* a, const float* b, const float* w, int64_t n);
-    /// Online-softmax attention step (Milakov & Gimelshein 2018; Dao et al. 2022, FlashAttention Alg. 1) over n ≤ 16
-    /// cached rows: keys k [n] rows of type kt, values v [n] rows of type vt (each F32, F16, BF16, Q8_0 or Q4_0; a
-    /// row is d elements, d ≤ 256, a multiple of 32 for Q8_0 / Q4_0, whose rows are d/32 consecutive blocks), for G
-    /// queries q [G][d] float32: updates the running max m[G], normaliser l[G] and unnormalised output o[G][d].
-    /// When s_out is set the scaled scores q·k·scale are also stored at s_out[g·s_stride + j]. Quantized keys are
-    /// scored as ggml's CPU flash attention does: q_g is quantized to Q8_0 blocks once per call and query head and
-    /// each score is Σ_b d_q,b·d_k,b·Σ_{i∈b} q_i·k_i in integers (the set's q8_0 kernel for Q8_0 keys, the Q4_0 ×
-    /// Q8_0 integer dot for Q4_0 keys); quantized values are dequantized to float32 and accumulated. The F16/F16
-    /// pair takes the set's specialised binary16 kernel where it has one.
-    void (*attend_rows)(TensorType kt, const void* k, TensorType vt, const void* v, int n, int d, const float* q, int G,
-                        float scale, float* m, float* l, float* o, float* s_out, int64_t s_stride);
+    // Decode attention over cached pages is per KV element type: kernels/kv_types.h (KVTypeTraits::attend).
 };
 
 /// Most activation rows a multi-row kernel (DotKernels::q8_0_rows, q4_1_rows) takes at once.

@@ -8,6 +8,7 @@
 #include "kernels/attend_f16_avx512.h"
 #include "kernels/attend_quant.h"
 #include "kernels/dot.h"
+#include "kernels/kv_attend.h"
 
 // Block scales are converted with F16C here (the scalar table lookup is not inlined).
 #define KVSIEVE_HALF(h) _cvtsh_ss(h)
@@ -158,18 +159,41 @@ static void isa_axpy_f16(float a, const uint16_t* v, float* o, int64_t n) {
     for (; i < n; ++i) o[i] += a * fp16_to_fp32(v[i]);
 }
 static float isa_dot_q8_0(const BlockQ8_0* w, const BlockQ8_0* xq, int64_t nb) { return dot_q8_0(w, xq, nb); }
+static float isa_dot_q4_1(const BlockQ4_1* w, const BlockQ8_1* xq, int64_t nb) { return x86_dot_q4_1(w, xq, nb); }
+static float isa_dot_q5_0(const BlockQ5_0* w, const BlockQ8_0* xq, int64_t nb) { return x86_dot_q5_0(w, xq, nb); }
+static float isa_dot_q5_1(const BlockQ5_1* w, const BlockQ8_1* xq, int64_t nb) { return x86_dot_q5_1(w, xq, nb); }
 #include "kernels/attention_generic.inc"
-/// Binary16 pages of the common head sizes take the specialised kernel (attend_f16_avx512.h).
-static void attend_rows_best(TensorType kt, const void* k, TensorType vt, const void* v, int n, int d, const float* q,
-                             int G, float scale, float* m, float* l, float* o, float* s_out, int64_t s_stride) {
+// This set's KV attend kernels (kernels/kv_attend.h). F16 pages of F16 values and the common shapes take the
+// specialised binary16 kernel (attend_f16_avx512.h); Q8_0 / Q4_0 keys with Q8_0, Q4_0 or F16 values and the common shapes
+// take the specialised quantized-page kernel (attend_quant.h), same semantics; everything else the generic kernels.
+KVSIEVE_DECLARE_KV_ATTEND(kv_attend_float) {
+    attend_rows_float_keys(kt, k, vt, v, n, d, q, G, scale, m, l, o, s_out, s_stride);
+}
+KVSIEVE_DECLARE_KV_ATTEND(kv_attend_f16) {
     if (kt == TensorType::F16 && vt == TensorType::F16 &&
         attend_rows_f16(static_cast<const uint16_t*>(k), static_cast<const uint16_t*>(v), n, d, q, G, scale, m, l, o,
                         s_out, s_stride))
         return;
-    // Q8_0 / Q4_0 pages of the common shapes take the specialised kernel (attend_quant.h), same semantics.
+    attend_rows_float_keys(kt, k, vt, v, n, d, q, G, scale, m, l, o, s_out, s_stride);
+}
+KVSIEVE_DECLARE_KV_ATTEND(kv_attend_q8_0) {
     if (is_quant_attend_pair(kt, vt) && attend_rows_quant(kt, k, vt, v, n, d, q, G, scale, m, l, o, s_out, s_stride))
         return;
-    attend_rows(kt, k, vt, v, n, d, q, G, scale, m, l, o, s_out, s_stride);
+    attend_rows_q8_0_keys(kt, k, vt, v, n, d, q, G, scale, m, l, o, s_out, s_stride);
+}
+KVSIEVE_DECLARE_KV_ATTEND(kv_attend_q4_0) {
+    if (is_quant_attend_pair(kt, vt) && attend_rows_quant(kt, k, vt, v, n, d, q, G, scale, m, l, o, s_out, s_stride))
+        return;
+    attend_rows_q4_0_keys(kt, k, vt, v, n, d, q, G, scale, m, l, o, s_out, s_stride);
+}
+KVSIEVE_DECLARE_KV_ATTEND(kv_attend_q4_1) {
+    attend_rows_q4_1_keys(kt, k, vt, v, n, d, q, G, scale, m, l, o, s_out, s_stride);
+}
+KVSIEVE_DECLARE_KV_ATTEND(kv_attend_q5_0) {
+    attend_rows_q5_0_keys(kt, k, vt, v, n, d, q, G, scale, m, l, o, s_out, s_stride);
+}
+KVSIEVE_DECLARE_KV_ATTEND(kv_attend_q5_1) {
+    attend_rows_q5_1_keys(kt, k, vt, v, n, d, q, G, scale, m, l, o, s_out, s_stride);
 }
 }  // namespace avx512
 
@@ -198,8 +222,7 @@ const DotKernels& dot_kernels_avx512() {
                                  .quantize_q8_1 = quantize_row_q8_1_activations,
                                  .quantize_q8_k = quantize_row_q8_k,
                                  .softmax = avx512::softmax_row,
-                                 .gelu_dot = avx512::gelu_dot_poly,
-                                 .attend_rows = avx512::attend_rows_best};
+                                 .gelu_dot = avx512::gelu_dot_poly};
     return k;
 }
 

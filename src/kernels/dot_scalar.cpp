@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "kernels/dot.h"
+#include "kernels/kv_attend.h"
 
 namespace kvsieve {
 namespace scalar {
@@ -27,7 +28,33 @@ static void isa_axpy_f16(float a, const uint16_t* v, float* o, int64_t n) {
     for (int64_t i = 0; i < n; ++i) o[i] += a * fp16_to_fp32(v[i]);
 }
 static float isa_dot_q8_0(const BlockQ8_0* w, const BlockQ8_0* xq, int64_t nb) { return g_dot_q8_0(w, xq, nb); }
+static float isa_dot_q4_1(const BlockQ4_1* w, const BlockQ8_1* xq, int64_t nb) { return g_dot_q4_1(w, xq, nb); }
+static float isa_dot_q5_0(const BlockQ5_0* w, const BlockQ8_0* xq, int64_t nb) { return g_dot_q5_0(w, xq, nb); }
+static float isa_dot_q5_1(const BlockQ5_1* w, const BlockQ8_1* xq, int64_t nb) { return g_dot_q5_1(w, xq, nb); }
 #include "kernels/attention_generic.inc"
+
+// The scalar set's KV attend kernels (kernels/kv_attend.h): the generic kernels as they are.
+KVSIEVE_DECLARE_KV_ATTEND(kv_attend_float) {
+    attend_rows_float_keys(kt, k, vt, v, n, d, q, G, scale, m, l, o, s_out, s_stride);
+}
+KVSIEVE_DECLARE_KV_ATTEND(kv_attend_f16) {
+    attend_rows_float_keys(kt, k, vt, v, n, d, q, G, scale, m, l, o, s_out, s_stride);
+}
+KVSIEVE_DECLARE_KV_ATTEND(kv_attend_q8_0) {
+    attend_rows_q8_0_keys(kt, k, vt, v, n, d, q, G, scale, m, l, o, s_out, s_stride);
+}
+KVSIEVE_DECLARE_KV_ATTEND(kv_attend_q4_0) {
+    attend_rows_q4_0_keys(kt, k, vt, v, n, d, q, G, scale, m, l, o, s_out, s_stride);
+}
+KVSIEVE_DECLARE_KV_ATTEND(kv_attend_q4_1) {
+    attend_rows_q4_1_keys(kt, k, vt, v, n, d, q, G, scale, m, l, o, s_out, s_stride);
+}
+KVSIEVE_DECLARE_KV_ATTEND(kv_attend_q5_0) {
+    attend_rows_q5_0_keys(kt, k, vt, v, n, d, q, G, scale, m, l, o, s_out, s_stride);
+}
+KVSIEVE_DECLARE_KV_ATTEND(kv_attend_q5_1) {
+    attend_rows_q5_1_keys(kt, k, vt, v, n, d, q, G, scale, m, l, o, s_out, s_stride);
+}
 
 static float dot_f16(const uint16_t* w, const float* x, int64_t n) {
     float s = 0;
@@ -84,8 +111,7 @@ const DotKernels& dot_kernels_scalar() {
                                  .quantize_q8_1 = quantize_row_q8_1_activations,
                                  .quantize_q8_k = quantize_row_q8_k,
                                  .softmax = scalar::softmax_row,
-                                 .gelu_dot = scalar::gelu_dot_exact,
-                                 .attend_rows = scalar::attend_rows};
+                                 .gelu_dot = scalar::gelu_dot_exact};
     return k;
 }
 
