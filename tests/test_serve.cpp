@@ -13,6 +13,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -20,6 +21,7 @@
 #include "model/llama_model.h"
 #include "serve/client_socket.h"
 #include "serve/connection_threads.h"
+#include "serve/http_front.h"
 #include "serve/metrics.h"
 #include "serve/openai_api.h"
 #include "serve/scheduler.h"
@@ -944,7 +946,9 @@ TEST(OpenAIApi, ResponseBodiesFollowTheSchema) {
     EXPECT_EQ(b["choices"][0]["text"], "Hello");
     json e = error_body(503, "full");
     EXPECT_EQ(e["error"]["type"], "server_error");
-    EXPECT_EQ(e["error"]["code"], 503);
+    EXPECT_EQ(e["error"]["status"], 503);
+    EXPECT_EQ(e["error"]["code"], "server_busy");
+    EXPECT_TRUE(e["error"]["param"].is_null());
     EXPECT_EQ(error_body(400, "x")["error"]["type"], "invalid_request_error");
 }
 
@@ -1148,6 +1152,142 @@ TEST(ConnectionThreads, IdleThreadsAreReusedBeforeNewOnesStart) {
     EXPECT_EQ(done.load(), 20);
     // One connection at a time: a thread is idle whenever the next one arrives (the first may still be parking).
     EXPECT_LE(q.threads(), 2u);
+}
+
+namespace {
+/// An HttpFront on a free loopback port, served on a thread: GET /a, POST /echo (its body back), GET /item/{id}; a
+/// head check refuses (401) a request whose X-Key header is "bad".
+struct FrontFixture {
+    HttpFront front;
+    int port = 0;
+    std::thread t;
+    explicit FrontFixture(HttpLimits l = {}) : front(l) {
+        front.on("GET", "/a", [](const HttpRequest&, HttpResponse& r) { r.set_content("A", "text/plain"); });
+        front.on("POST", "/echo", [](const HttpRequest& q, HttpResponse& r) { r.set_content(q.body, "text/plain"); });
+        front.on("GET", "/item/{id}",
+                 [](const HttpRequest& q, HttpResponse& r) { r.set_content(q.matches.at(1), "text/plain"); });
+        front.set_head_check([](const HttpRequest& q, HttpResponse& r) {
+            if (q.header("x-key") != "bad") return false;
+            r.status = 401;
+            r.set_content("no", "text/plain");
+            return true;
+        });
+        port = front.bind("127.0.0.1", 0);
+        t = std::thread([this] { front.listen(); });
+    }
+    ~FrontFixture() {
+        front.stop();
+        t.join();
+    }
+    int connect() const {
+        const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        a.sin_port = htons(static_cast<uint16_t>(port));
+        EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+        timeval tv{5, 0};
+        ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        return fd;
+    }
+    /// Sends `req` on a new connection and reads until the server closes it (or 5 s pass).
+    std::string exchange(const std::string& req) const {
+        const int fd = connect();
+        EXPECT_EQ(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+        std::string out;
+        char buf[4096];
+        for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) out.append(buf, static_cast<size_t>(n));
+        ::close(fd);
+        return out;
+    }
+};
+
+int count_of(const std::string& s, const std::string& what) {
+    int n = 0;
+    for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
+    return n;
+}
+}  // namespace
+
+TEST(HttpFront, PercentDecodingAndPathTemplates) {
+    EXPECT_EQ(percent_decode("/a%20b%2Fc%zz%4"), "/a b/c%zz%4");
+    EXPECT_EQ(percent_decode("/x%00y"), "/x%00y");
+    std::vector<std::string> p;
+    EXPECT_TRUE(match_path_template("/item/{id}", "/item/42", p));
+    EXPECT_EQ(p, std::vector<std::string>{"42"});
+    EXPECT_FALSE(match_path_template("/item/{id}", "/item/", p));
+    EXPECT_FALSE(match_path_template("/item/{id}", "/item/4/2", p));
+    EXPECT_TRUE(match_path_template("/a", "/a", p));
+    EXPECT_FALSE(match_path_template("/a", "/ab", p));
+}
+
+TEST(HttpFront, PipelinedRequestsAreAnsweredInOrder) {
+    FrontFixture f;
+    const std::string out = f.exchange(
+        "GET /a HTTP/1.1\r\nHost: x\r\n\r\n"
+        "POST /echo HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello"
+        "GET /item/7 HTTP/1.1\r\n\r\n"
+        "GET /a HTTP/1.1\r\nConnection: close\r\n\r\n");
+    EXPECT_EQ(count_of(out, "HTTP/1.1 200"), 4) << out;
+    const size_t a = out.find("\r\n\r\nA"), hello = out.find("hello"), seven = out.find("\r\n\r\n7");
+    EXPECT_LT(a, hello);
+    EXPECT_LT(hello, seven);
+    EXPECT_NE(out.find("Connection: close"), std::string::npos);
+}
+
+TEST(HttpFront, FramingAndLimitsAreCheckedOnTheHead) {
+    HttpLimits l;
+    l.max_headers = 10;
+    l.max_header_bytes = 2048;
+    l.max_body_bytes = 100;
+    FrontFixture f(l);
+    auto status = [&](const std::string& req) { return f.exchange(req).substr(0, 12); };
+    EXPECT_EQ(status("POST /echo HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nabc"), "HTTP/1.1 400");
+    EXPECT_EQ(status("POST /echo HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nab"), "HTTP/1.1 200");
+    EXPECT_EQ(status("POST /echo HTTP/1.1\r\nContent-Length: +2\r\n\r\nab"), "HTTP/1.1 400");
+    EXPECT_EQ(status("POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n0\r\n\r\n"), "HTTP/1.1 411");
+    EXPECT_EQ(status("POST /echo HTTP/1.1\r\nContent-Encoding: gzip\r\nContent-Length: 2\r\n\r\nab"), "HTTP/1.1 415");
+    EXPECT_EQ(status("POST /echo HTTP/1.1\r\nContent-Length: 101\r\n\r\n"), "HTTP/1.1 413");
+    EXPECT_EQ(status("POST /echo HTTP/1.1\r\nX-Key: bad\r\nContent-Length: 99\r\n\r\n"), "HTTP/1.1 401");
+    EXPECT_EQ(status("GET /nowhere HTTP/1.1\r\n\r\n"), "HTTP/1.1 404");
+    EXPECT_EQ(status("DELETE /a HTTP/1.1\r\n\r\n"), "HTTP/1.1 405");
+    EXPECT_EQ(status("GET /a HTTP/2.0\r\n\r\n"), "HTTP/1.1 505");
+    EXPECT_EQ(status("GET /a HTTP/1.1\r\n folded: x\r\n\r\n"), "HTTP/1.1 400");
+    EXPECT_EQ(status("GET /a HTTP/1.1\nHost: x\r\n\r\n"), "HTTP/1.1 400");
+    std::string many = "GET /a HTTP/1.1\r\n";
+    for (int i = 0; i < 11; ++i) many += "X-" + std::to_string(i) + ": 1\r\n";
+    EXPECT_EQ(status(many + "\r\n"), "HTTP/1.1 431");
+    EXPECT_EQ(status("GET /a HTTP/1.1\r\nX-Big: " + std::string(3000, 'b') + "\r\n\r\n"), "HTTP/1.1 431");
+}
+
+TEST(HttpFront, ARequestHasOneDeadlineAndConnectionsOverTheLimitAreRefused) {
+    HttpLimits l;
+    l.request_timeout_s = 0.5;
+    l.max_connections = 2;
+    FrontFixture f(l);
+    const int a = f.connect(), b = f.connect();
+    for (int i = 0; i < 200 && f.front.open_connections() < 2; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    // A third connection is refused at once.
+    EXPECT_EQ(f.exchange("GET /a HTTP/1.1\r\n\r\n").substr(0, 12), "HTTP/1.1 503");
+    // A byte every 100 ms does not extend the deadline: the request is cut off after 0.5 s.
+    const auto start = std::chrono::steady_clock::now();
+    std::string out;
+    char buf[512];
+    for (char ch : std::string("GET /a HTTP/1.1\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaa")) {
+        if (::send(a, &ch, 1, MSG_NOSIGNAL) != 1) break;
+        pollfd p{a, POLLIN, 0};
+        if (::poll(&p, 1, 100) > 0) {
+            const ssize_t n = ::recv(a, buf, sizeof buf, 0);
+            if (n > 0) out.assign(buf, static_cast<size_t>(n));
+            break;
+        }
+    }
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_EQ(out.substr(0, 12), "HTTP/1.1 408");
+    EXPECT_LT(took, 2.0);
+    ::close(a);
+    ::close(b);
 }
 
 }  // namespace kvsieve
