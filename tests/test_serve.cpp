@@ -1240,6 +1240,7 @@ TEST(HttpFront, FramingAndLimitsAreCheckedOnTheHead) {
     l.max_headers = 10;
     l.max_header_bytes = 2048;
     l.max_body_bytes = 100;
+    l.keep_alive_s = 0.2;  // the answers that keep the connection open: closed soon after
     FrontFixture f(l);
     auto status = [&](const std::string& req) { return f.exchange(req).substr(0, 12); };
     EXPECT_EQ(status("POST /echo HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nabc"), "HTTP/1.1 400");
