@@ -3,7 +3,7 @@
 # arguments are installed too (scripts/fuzz.sh asks for clang and its fuzzer runtime). Then schemathesis from PyPI
 # into build/schemathesis-venv (the server's OpenAPI conformance test).
 set -euo pipefail
-PKGS=(build-essential cmake pkg-config libopenblas-openmp-dev libpcre2-dev nlohmann-json3-dev libcli11-dev
+PKGS=(build-essential cmake pkg-config libopenblas-openmp-dev libpcre2-dev nlohmann-json3-dev libcli11-dev libboost-dev
       libgtest-dev libbenchmark-dev libtorch-dev libjemalloc-dev ccache clang-format gnuplot-nox python3 python3-pip python3-venv nginx-light "$@")
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done

@@ -1221,6 +1221,90 @@ TEST(HttpFront, PercentDecodingAndPathTemplates) {
     EXPECT_FALSE(match_path_template("/a", "/ab", p));
 }
 
+TEST(HttpRequestReader, ReadsARequestByteByByteAndLeavesTheNextOneInTheBuffer) {
+    using Step = HttpRequestReader::Step;
+    const std::string one = "\r\nPOST /a%20b?x=1 HTTP/1.1\r\nHost: h\r\nX-Two: a\r\nContent-Length: 5\r\n\r\nhello";
+    const std::string next = "GET / HTTP/1.0\r\n\r\n";
+    HttpRequestReader r{HttpLimits{}};
+    std::string in;
+    Step step = Step::kMore;
+    size_t i = 0;
+    for (; i < one.size() && step == Step::kMore; ++i) {
+        in += one[i];
+        step = r.feed(in);
+    }
+    ASSERT_EQ(step, Step::kHead);
+    EXPECT_EQ(i, one.size() - 5);        // the head, and not a byte of the body
+    EXPECT_EQ(r.feed(in), Step::kHead);  // the body waits for read_body()
+    EXPECT_EQ(r.want(0), 0u);
+    const HttpRequest& q = r.request();
+    EXPECT_EQ(q.method, "POST");
+    EXPECT_EQ(q.path, "/a b");
+    EXPECT_EQ(q.query, "x=1");
+    EXPECT_EQ(q.version, "HTTP/1.1");
+    EXPECT_EQ(q.header("x-two"), "a");
+    EXPECT_EQ(q.headers.size(), 3u);
+    EXPECT_EQ(r.body_length(), 5u);
+    EXPECT_TRUE(r.keep_alive());
+    r.read_body();
+    EXPECT_EQ(r.want(0), 5u);
+    in += one.substr(i, 2);
+    EXPECT_EQ(r.feed(in), Step::kMore);
+    EXPECT_EQ(r.want(in.size()), 3u);
+    in += one.substr(i + 2) + next;
+    EXPECT_EQ(r.feed(in), Step::kDone);
+    EXPECT_EQ(r.request().body, "hello");
+    EXPECT_EQ(in, next);
+    HttpRequestReader r2{HttpLimits{}};
+    ASSERT_EQ(r2.feed(in), Step::kHead);
+    EXPECT_FALSE(r2.keep_alive());
+    EXPECT_EQ(r2.body_length(), 0u);
+    r2.read_body();
+    EXPECT_EQ(r2.feed(in), Step::kDone);
+    EXPECT_TRUE(in.empty());
+}
+
+TEST(HttpRequestReader, RefusesOnTheHeadWithTheStatusOfEachProblem) {
+    HttpLimits l;
+    l.max_headers = 10;
+    l.max_header_bytes = 2048;
+    auto status = [&](const std::string& head) {
+        HttpRequestReader r(l);
+        std::string in = head;
+        const auto step = r.feed(in);
+        return step == HttpRequestReader::Step::kRefused ? r.status() : step == HttpRequestReader::Step::kHead ? 0 : -1;
+    };
+    EXPECT_EQ(status("GET /a HTTP/1.1\r\nContent-Length: 2, 2\r\n\r\n"), 400);
+    EXPECT_EQ(status("GET /a HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n"), 0);
+    EXPECT_EQ(status("GET /a HTTP/1.1\r\nContent-Length: 18446744073709551616\r\n\r\n"), 400);
+    EXPECT_EQ(status("POST /a HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n"), 501);
+    EXPECT_EQ(status("POST /a HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"), 411);
+    EXPECT_EQ(status("POST /a HTTP/1.1\r\nTransfer-Encoding: gzip\r\nContent-Length: 1\r\n\r\n"), 400);
+    EXPECT_EQ(status("POST /a HTTP/1.1\r\nContent-Encoding: identity\r\n\r\n"), 0);
+    EXPECT_EQ(status("POST /a HTTP/1.1\r\nContent-Encoding: br\r\n\r\n"), 415);
+    EXPECT_EQ(status("GET http://x/a HTTP/1.1\r\n\r\n"), 400);
+    EXPECT_EQ(status("GET /a HTTP/1.1\r\nX: a\x01"
+                     "b\r\n\r\n"),
+              400);
+    EXPECT_EQ(status("GET /a HTTP/1.1\r\nX: a\rb\r\n\r\n"), 400);
+    EXPECT_EQ(status("GET /a HTTP/1.1 \r\n\r\n"), 400);
+    EXPECT_EQ(status("GET /a HTTP/3.0"), 505);  // refused before the line ends
+    EXPECT_EQ(status("GET /a HTTP/1.1\r\n"), -1);
+    // Header fields are counted as the parser takes them (a field once the next line starts), before the block ends.
+    std::string many = "GET /a HTTP/1.1\r\n";
+    for (int i = 0; i < 11; ++i) many += "X-" + std::to_string(i) + ": 1\r\n";
+    EXPECT_EQ(status(many + "X"), 431);
+    EXPECT_EQ(status("GET /a HTTP/1.1\r\nX: " + std::string(2100, 'x')), 431);
+    // Over the byte limit when the head arrives in pieces, each under it.
+    HttpRequestReader r(l);
+    std::string in = "GET /a HTTP/1.1\r\nX: " + std::string(1500, 'x') + "\r\n";
+    EXPECT_EQ(r.feed(in), HttpRequestReader::Step::kMore);
+    EXPECT_LT(r.want(in.size()), 600u);
+    in += "Y: " + std::string(1000, 'y') + "\r\n\r\n";
+    EXPECT_EQ(r.feed(in), HttpRequestReader::Step::kRefused);
+    EXPECT_EQ(r.status(), 431);
+}
+
 TEST(HttpFront, PipelinedRequestsAreAnsweredInOrder) {
     FrontFixture f;
     const std::string out = f.exchange(

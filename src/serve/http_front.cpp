@@ -8,8 +8,15 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <unordered_map>
 
+#include <boost/asio/buffer.hpp>
+#include <boost/beast/core/string.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/rfc7230.hpp>
+#include <boost/beast/http/string_body.hpp>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -42,34 +49,22 @@ constexpr std::chrono::milliseconds kSweep{100};
 constexpr std::chrono::milliseconds kDrainTime{1000};
 constexpr size_t kDrainBytes = 4u << 20;
 
+namespace http = boost::beast::http;
+
+/// Beast's string_view (boost::string_view in 1.74) as a standard one.
+std::string_view sv(boost::beast::string_view v) { return {v.data(), v.size()}; }
+
 bool iequal(std::string_view a, std::string_view b) {
-    if (a.size() != b.size()) return false;
-    for (size_t i = 0; i < a.size(); ++i)
-        if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i])))
-            return false;
-    return true;
+    return boost::beast::iequals(boost::beast::string_view(a.data(), a.size()),
+                                 boost::beast::string_view(b.data(), b.size()));
 }
 
-std::string trim(std::string_view s) {
-    size_t b = 0, e = s.size();
-    while (b < e && (s[b] == ' ' || s[b] == '\t')) ++b;
-    while (e > b && (s[e - 1] == ' ' || s[e - 1] == '\t')) --e;
-    return std::string(s.substr(b, e - b));
-}
-
-/// Whether a comma-separated header value holds `token` (any case).
+/// Whether a comma-separated header value (RFC 9110 5.6.1) holds `token` (any case).
 bool has_token(std::string_view value, std::string_view token) {
-    size_t start = 0;
-    while (start <= value.size()) {
-        size_t end = value.find(',', start);
-        if (end == std::string_view::npos) end = value.size();
-        if (iequal(trim(value.substr(start, end - start)), token)) return true;
-        start = end + 1;
-    }
+    for (const auto& t : http::token_list(boost::beast::string_view(value.data(), value.size())))
+        if (iequal(sv(t), token)) return true;
     return false;
 }
-
-bool is_tchar(unsigned char c) { return std::isalnum(c) || std::strchr("!#$%&'*+-.^_`|~", c) != nullptr; }
 
 const char* reason(int status) {
     switch (status) {
@@ -271,20 +266,160 @@ void HttpResponse::set_chunked_content_provider(const std::string& content_type,
     releaser = std::move(r);
 }
 
+struct HttpRequestReader::Parser {
+    http::request_parser<http::string_body> p;
+};
+
+HttpRequestReader::HttpRequestReader(const HttpLimits& limits) : parser_(std::make_unique<Parser>()), limits_(limits) {
+    auto& p = parser_->p;
+    p.eager(false);  // stop after the head: the body waits for read_body()
+    p.header_limit(static_cast<std::uint32_t>(std::min<size_t>(limits_.max_header_bytes, UINT32_MAX)));
+    // No body limit while the head is read: Beast would refuse a long Content-Length before the head is done, and
+    // a request without a key or to an unknown route must be answered 401 or 404 first. The caller compares
+    // body_length() with the limit after its own checks, and read_body() sets it.
+    p.body_limit(std::numeric_limits<std::uint64_t>::max());
+}
+
+HttpRequestReader::~HttpRequestReader() = default;
+
+HttpRequestReader::Step HttpRequestReader::refuse(int status, std::string message) {
+    status_ = status;
+    message_ = std::move(message);
+    return step_ = Step::kRefused;
+}
+
+size_t HttpRequestReader::want(size_t buffered) const {
+    if (step_ != Step::kMore) return 0;
+    if (!head_done_) {
+        const size_t cap = limits_.max_header_bytes + 1;
+        const size_t have = head_bytes_ + buffered;
+        return have >= cap ? 0 : cap - have;
+    }
+    if (!reading_body_) return 0;
+    const uint64_t have = body_bytes_ + buffered;
+    return have >= body_length_ ? 0 : static_cast<size_t>(body_length_ - have);
+}
+
+void HttpRequestReader::read_body() {
+    if (step_ != Step::kHead || reading_body_) return;
+    reading_body_ = true;
+    step_ = Step::kMore;
+    parser_->p.body_limit(static_cast<std::uint64_t>(limits_.max_body_bytes));
+    parser_->p.eager(true);
+}
+
+HttpRequestReader::Step HttpRequestReader::feed(std::string& in) {
+    if (step_ == Step::kRefused || step_ == Step::kDone || (step_ == Step::kHead && !reading_body_)) return step_;
+    auto& p = parser_->p;
+    if (!started_) {
+        size_t skip = 0;
+        while (skip + 1 < in.size() && in[skip] == '\r' && in[skip + 1] == '\n') skip += 2;
+        in.erase(0, skip);
+        if (in.empty() || in == "\r") return Step::kMore;
+        started_ = true;
+    }
+    auto too_large = [&] {
+        return refuse(431, "the request's headers exceed the server's limit of " + std::to_string(limits_.max_headers) +
+                               " fields and " + std::to_string(limits_.max_header_bytes) + " bytes");
+    };
+    auto count_fields = [&] { return static_cast<size_t>(std::distance(p.get().begin(), p.get().end())); };
+    boost::beast::error_code ec;
+    if (!head_done_) {
+        const size_t used = in.empty() ? 0 : p.put(boost::asio::buffer(in.data(), in.size()), ec);
+        in.erase(0, used);
+        head_bytes_ += used;
+        if (in.empty() && !ec && !p.is_header_done()) ec = http::error::need_more;
+        if (ec == http::error::need_more) {
+            // The parser takes whole fields as they come; the limits hold over all of them.
+            if (count_fields() > static_cast<size_t>(limits_.max_headers) ||
+                head_bytes_ + in.size() > limits_.max_header_bytes)
+                return too_large();
+            return Step::kMore;
+        }
+        if (ec == http::error::header_limit) return too_large();
+        if (ec == http::error::bad_content_length)
+            return refuse(400, "malformed or conflicting Content-Length (one decimal number)");
+        if (ec == http::error::bad_transfer_encoding)
+            return refuse(400, "a request may not have both Content-Length and Transfer-Encoding");
+        if (ec == http::error::bad_version) {
+            // Beast says bad_version both for a version it does not speak (505) and for a malformed one or a line
+            // not ended by CRLF (400): the line's last word tells which.
+            const size_t eol = in.find('\n');
+            std::string_view line(in.data(), eol == std::string::npos ? in.size() : eol);
+            const bool crlf = !line.empty() && line.back() == '\r';
+            if (crlf) line.remove_suffix(1);
+            const size_t sp = line.rfind(' ');
+            const std::string_view v = sp == std::string_view::npos ? std::string_view() : line.substr(sp + 1);
+            const auto digit = [](char ch) { return ch >= '0' && ch <= '9'; };
+            if ((crlf || eol == std::string::npos) && v.size() == 8 && v.substr(0, 5) == "HTTP/" && digit(v[5]) &&
+                v[6] == '.' && digit(v[7]))
+                return refuse(505, "HTTP version " + std::string(v) + " is not supported (HTTP/1.1 and HTTP/1.0 are)");
+            return refuse(400, "malformed request line (METHOD TARGET HTTP/1.1, ended by CRLF)");
+        }
+        if (ec) return refuse(400, "malformed request: " + ec.message());
+        head_done_ = true;
+        if (head_bytes_ > limits_.max_header_bytes || count_fields() > static_cast<size_t>(limits_.max_headers))
+            return too_large();
+        const auto& m = p.get();
+        req_.method = std::string(sv(m.method_string()));
+        req_.target = std::string(sv(m.target()));
+        req_.version = m.version() == 10 ? "HTTP/1.0" : "HTTP/1.1";
+        for (const auto& f : m) req_.headers.emplace_back(sv(f.name_string()), sv(f.value()));
+        if (req_.target.empty() || req_.target[0] != '/')
+            return refuse(400, "malformed request line: the target must be an absolute path");
+        const size_t q = req_.target.find('?');
+        req_.path = percent_decode(std::string_view(req_.target).substr(0, q));
+        if (q != std::string::npos) req_.query = req_.target.substr(q + 1);
+        // Framing: Beast takes a list of equal lengths ("2, 2"); one number per field is asked here.
+        for (const auto& f : m) {
+            if (f.name() != http::field::content_length) continue;
+            const std::string_view v = sv(f.value());
+            if (v.empty() || !std::all_of(v.begin(), v.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
+                return refuse(400, "malformed Content-Length '" + excerpt(v, 32) + "' (one decimal number)");
+        }
+        if (m.count(http::field::transfer_encoding)) {
+            if (m.count(http::field::content_length))
+                return refuse(400, "a request may not have both Content-Length and Transfer-Encoding");
+            const std::string_view te = sv(m[http::field::transfer_encoding]);
+            if (has_token(te, "chunked"))
+                return refuse(411, "chunked request bodies are not accepted: send the body with a Content-Length");
+            return refuse(501, "Transfer-Encoding '" + excerpt(te, 64) + "' is not supported");
+        }
+        for (const auto& f : m)
+            if (f.name() == http::field::content_encoding && !iequal(sv(f.value()), "identity"))
+                return refuse(415, "Content-Encoding '" + excerpt(sv(f.value()), 64) +
+                                       "' is not accepted: send the body uncompressed");
+        body_length_ = p.content_length().value_or(0);
+        keep_alive_ = p.keep_alive();
+        return step_ = Step::kHead;
+    }
+    // The body, after read_body().
+    if (!p.is_done() && !in.empty()) {
+        const size_t used = p.put(boost::asio::buffer(in.data(), in.size()), ec);
+        in.erase(0, used);
+        body_bytes_ += used;
+        if (ec == http::error::body_limit)
+            return refuse(413, "the request body is larger than the server's limit of " +
+                                   std::to_string(limits_.max_body_bytes) + " bytes");
+        if (ec && ec != http::error::need_more) return refuse(400, "malformed request body: " + ec.message());
+    }
+    if (!p.is_done()) return Step::kMore;
+    req_.body = std::move(p.get().body());
+    return step_ = Step::kDone;
+}
+
 struct HttpFront::Conn {
     enum class State { kIdle, kHead, kBody, kDrain };
     int fd = -1;
     State state = State::kHead;
     Clock::time_point deadline;
-    std::string in;  ///< bytes read and not yet consumed
-    HttpRequest req;
-    size_t body_len = 0;
+    std::string in;                             ///< bytes read and not yet taken by the reader
+    std::unique_ptr<HttpRequestReader> reader;  ///< the request being read
     const Route* route = nullptr;
     size_t drained = 0;
-    bool eof = false;
+    bool eof = false;  ///< the peer closed its side: what the buffer holds is all that comes
     /// Headers the head check set without answering (CORS), sent with the handler's answer.
-    std::vector<std::pair<std::string, std::string>>
-        pre_headers;  ///< the peer closed its side: what the buffer holds is all that comes
+    std::vector<std::pair<std::string, std::string>> pre_headers;
     std::string remote_addr, local_addr;
     int remote_port = 0, local_port = 0;
 };
@@ -502,9 +637,11 @@ void HttpFront::run_event_loop() {
             for (int fd : late) {
                 auto it = conns.find(fd);
                 Conn& c = *it->second;
-                if ((c.state == Conn::State::kHead && !c.in.empty()) || c.state == Conn::State::kBody) {
+                if ((c.state == Conn::State::kHead && ((c.reader && c.reader->started()) || !c.in.empty())) ||
+                    c.state == Conn::State::kBody) {
+                    static const HttpRequest kNone;
                     HttpResponse res;
-                    error(c.req, res, 408,
+                    error(c.reader ? c.reader->request() : kNone, res, 408,
                           "the request did not arrive whole within the server's --read-timeout of " +
                               dump_json(nlohmann::json(limits_.request_timeout_s)) + " s");
                     answer_now(it->second, res, true);  // then drained briefly and closed
@@ -544,12 +681,10 @@ void HttpFront::on_readable(Conn& c) {
                 c.deadline = Clock::now();  // closed at the next sweep
                 return;
             }
-        } else if (c.state == Conn::State::kBody) {
-            want = std::min(want, c.body_len - std::min(c.body_len, c.in.size()));
         } else {
-            // Line and headers: never more than the limit (and one byte, to know it is passed) in the buffer.
-            const size_t cap = limits_.max_header_bytes + 1;
-            want = std::min(want, cap - std::min(cap, c.in.size()));
+            // The head: never more than its limit (and one byte, to know it is passed); the body: never past its end.
+            if (!c.reader) c.reader = std::make_unique<HttpRequestReader>(limits_);
+            want = std::min(want, c.reader->want(c.in.size()));
         }
         if (want == 0) return;
         const ssize_t r = ::recv(c.fd, buf, want, 0);
@@ -580,7 +715,9 @@ void HttpFront::answer_now(std::unique_ptr<Conn>& c, HttpResponse& res, bool clo
     const std::string out = response_head(res, false, close) + res.body;
     // Small answers of the event thread: one non-blocking send; a client that does not read them loses them.
     const ssize_t w = ::send(c->fd, out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (logger_) logger_(c->req, res);
+    static const HttpRequest kNone;
+    if (logger_) logger_(c->reader ? c->reader->request() : kNone, res);
+    c->reader.reset();
     if (close || w != static_cast<ssize_t>(out.size())) {
         ::shutdown(c->fd, SHUT_WR);
         c->state = Conn::State::kDrain;
@@ -590,11 +727,11 @@ void HttpFront::answer_now(std::unique_ptr<Conn>& c, HttpResponse& res, bool clo
     }
     c->state = Conn::State::kIdle;
     c->deadline = Clock::now() + seconds(limits_.keep_alive_s);
-    c->req = HttpRequest();
 }
 
 bool HttpFront::advance(std::unique_ptr<Conn>& c) {
     using State = Conn::State;
+    using Step = HttpRequestReader::Step;
     for (;;) {
         if (c->state == State::kDrain) {
             if (c->eof || Clock::now() >= c->deadline) {
@@ -603,148 +740,40 @@ bool HttpFront::advance(std::unique_ptr<Conn>& c) {
             }
             return true;
         }
-        if (c->state == State::kBody) {
-            if (c->in.size() < c->body_len) {
-                if (!c->eof) return true;
-                c->state = State::kDrain;  // cut off: never answered
-                continue;
-            }
-            c->req.body = c->in.substr(0, c->body_len);
-            c->in.erase(0, c->body_len);
-            const Route* route = c->route;
-            dispatch(std::move(c), route);
-            return false;
-        }
-        // kIdle or kHead: blank lines before a request line are skipped (RFC 9112 2.2).
-        size_t skip = 0;
-        while (skip + 1 < c->in.size() && c->in[skip] == '\r' && c->in[skip + 1] == '\n') skip += 2;
-        if (skip) c->in.erase(0, skip);
-        if (c->in.empty() || (c->in.size() == 1 && c->in[0] == '\r')) {
-            if (!c->eof) return true;
-            c->state = State::kDrain;
-            continue;
-        }
-        if (c->state == State::kIdle) {
+        if (!c->reader) c->reader = std::make_unique<HttpRequestReader>(limits_);
+        HttpRequestReader& reader = *c->reader;
+        HttpRequest& req = reader.request();
+        const bool was_started = reader.started();
+        const Step step = reader.feed(c->in);
+        if (c->state == State::kIdle && reader.started() && !was_started) {
+            // The next request's deadline runs from its first byte.
             c->state = State::kHead;
             c->deadline = Clock::now() + seconds(limits_.request_timeout_s);
         }
-        const size_t end = c->in.find("\r\n\r\n");
-        const size_t head_len = end == std::string::npos ? std::string::npos : end + 4;
-        HttpRequest& req = c->req;
-        req = HttpRequest();
+        if (step == Step::kMore) {
+            if (!c->eof) return true;
+            c->state = State::kDrain;  // cut off: never answered
+            continue;
+        }
         req.remote_addr = c->remote_addr;
         req.remote_port = c->remote_port;
         req.local_addr = c->local_addr;
         req.local_port = c->local_port;
         req.socket = c->fd;
         HttpResponse res;
-        auto refuse = [&](int status, const std::string& message) {
-            error(req, res, status, message);
+        if (step == Step::kRefused) {
+            error(req, res, reader.status(), reader.message());
             answer_now(c, res, true);
-            return true;
-        };
-        const std::string limit_msg = "the request's headers exceed the server's limit of " +
-                                      std::to_string(limits_.max_headers) + " lines and " +
-                                      std::to_string(limits_.max_header_bytes) + " bytes";
-        if (head_len == std::string::npos || head_len > limits_.max_header_bytes) {
-            if (c->in.size() > limits_.max_header_bytes ||
-                (head_len != std::string::npos && head_len > limits_.max_header_bytes))
-                return refuse(431, limit_msg);
-            // Too many lines already, before the block ends.
-            if (static_cast<size_t>(std::count(c->in.begin(), c->in.end(), '\n')) >
-                static_cast<size_t>(limits_.max_headers) + 1)
-                return refuse(431, limit_msg);
-            if (!c->eof) return true;
-            c->state = State::kDrain;
             continue;
         }
-        const std::string_view head(c->in.data(), end);
-        // Every line ends in CRLF; a lone CR or LF, or a NUL, is malformed.
-        for (size_t i = 0; i < head.size(); ++i) {
-            const char ch = head[i];
-            if (ch == '\0' || (ch == '\r' && (i + 1 >= head.size() || head[i + 1] != '\n')) ||
-                (ch == '\n' && (i == 0 || head[i - 1] != '\r')))
-                return refuse(400, "malformed request: a bare CR, LF or NUL in the request's head");
+        if (step == Step::kDone) {
+            const Route* route = c->route;
+            dispatch(std::move(c), route);
+            return false;
         }
-        std::vector<std::string_view> lines;
-        for (size_t pos = 0;;) {
-            const size_t e = head.find("\r\n", pos);
-            lines.push_back(head.substr(pos, e == std::string_view::npos ? std::string_view::npos : e - pos));
-            if (e == std::string_view::npos) break;
-            pos = e + 2;
-        }
-        if (lines.size() - 1 > static_cast<size_t>(limits_.max_headers)) return refuse(431, limit_msg);
-        // The request line: METHOD SP TARGET SP VERSION.
-        {
-            const std::string_view rl = lines[0];
-            const size_t s1 = rl.find(' ');
-            const size_t s2 = s1 == std::string_view::npos ? s1 : rl.find(' ', s1 + 1);
-            if (s2 == std::string_view::npos || rl.find(' ', s2 + 1) != std::string_view::npos)
-                return refuse(400, "malformed request line (METHOD TARGET HTTP/1.1)");
-            req.method = std::string(rl.substr(0, s1));
-            req.target = std::string(rl.substr(s1 + 1, s2 - s1 - 1));
-            req.version = std::string(rl.substr(s2 + 1));
-            if (req.method.empty() || req.method.size() > 16 ||
-                !std::all_of(req.method.begin(), req.method.end(), [](char ch) { return ch >= 'A' && ch <= 'Z'; }))
-                return refuse(400, "malformed request line: bad method");
-            if (req.target.empty() || req.target[0] != '/' ||
-                std::any_of(req.target.begin(), req.target.end(),
-                            [](char ch) { return static_cast<unsigned char>(ch) <= 0x20 || ch == 0x7f; }))
-                return refuse(400, "malformed request line: the target must be an absolute path");
-            if (req.version != "HTTP/1.1" && req.version != "HTTP/1.0") {
-                if (req.version.rfind("HTTP/", 0) == 0)
-                    return refuse(505, "HTTP version " + excerpt(req.version, 16) +
-                                           " is not supported (HTTP/1.1 and HTTP/1.0 are)");
-                return refuse(400, "malformed request line: bad version");
-            }
-            const size_t q = req.target.find('?');
-            req.path = percent_decode(std::string_view(req.target).substr(0, q));
-            if (q != std::string::npos) req.query = req.target.substr(q + 1);
-        }
-        for (size_t i = 1; i < lines.size(); ++i) {
-            const std::string_view l = lines[i];
-            if (!l.empty() && (l[0] == ' ' || l[0] == '\t'))
-                return refuse(400, "malformed header: folded lines (starting with a space) are not accepted");
-            const size_t colon = l.find(':');
-            if (colon == std::string_view::npos || colon == 0 ||
-                !std::all_of(l.begin(), l.begin() + static_cast<std::ptrdiff_t>(colon),
-                             [](char ch) { return is_tchar(static_cast<unsigned char>(ch)); }))
-                return refuse(400, "malformed header line (NAME: VALUE)");
-            std::string value = trim(l.substr(colon + 1));
-            if (std::any_of(value.begin(), value.end(), [](char ch) {
-                    return (static_cast<unsigned char>(ch) < 0x20 && ch != '\t') || ch == 0x7f;
-                }))
-                return refuse(400, "malformed header: a control character in the value of '" +
-                                       excerpt(l.substr(0, colon), 64) + "'");
-            req.headers.emplace_back(std::string(l.substr(0, colon)), std::move(value));
-        }
-        c->in.erase(0, head_len);
-        // Framing: one Content-Length (repeats must agree), no Transfer-Encoding, no compressed bodies.
-        std::string length;
-        for (const auto& [k, v] : req.headers) {
-            if (!iequal(k, "Content-Length")) continue;
-            if (v.empty() || v.size() > 18 ||
-                !std::all_of(v.begin(), v.end(), [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)); }))
-                return refuse(400, "malformed Content-Length '" + excerpt(v, 32) + "' (digits only)");
-            if (!length.empty() && length != v)
-                return refuse(
-                    400, "conflicting Content-Length headers (" + excerpt(length, 32) + " and " + excerpt(v, 32) + ")");
-            length = v;
-        }
-        if (req.has_header("Transfer-Encoding")) {
-            if (!length.empty()) return refuse(400, "a request may not have both Content-Length and Transfer-Encoding");
-            if (has_token(req.header("Transfer-Encoding"), "chunked"))
-                return refuse(411, "chunked request bodies are not accepted: send the body with a Content-Length");
-            return refuse(501,
-                          "Transfer-Encoding '" + excerpt(req.header("Transfer-Encoding"), 64) + "' is not supported");
-        }
-        c->body_len = length.empty() ? 0 : static_cast<size_t>(std::stoull(length));
-        const bool announced_body = c->body_len > 0;
-        bool close = has_token(req.header("Connection"), "close") ||
-                     (req.version == "HTTP/1.0" && !has_token(req.header("Connection"), "keep-alive"));
-        if (req.has_header("Content-Encoding") && !iequal(trim(req.header("Content-Encoding")), "identity"))
-            return refuse(415, "Content-Encoding '" + excerpt(req.header("Content-Encoding"), 64) +
-                                   "' is not accepted: send the body uncompressed");
+        // Step::kHead: the line and headers passed the reader's checks; the body has not been read.
+        const bool announced_body = reader.body_length() > 0;
+        const bool close = !reader.keep_alive();
         if (head_check_ && head_check_(req, res)) {
             answer_now(c, res, close || announced_body);
             continue;
@@ -774,24 +803,23 @@ bool HttpFront::advance(std::unique_ptr<Conn>& c) {
         req.matches.clear();
         req.matches.push_back(req.path);
         for (auto& p : params) req.matches.push_back(std::move(p));
-        if (c->body_len > limits_.max_body_bytes)
-            return refuse(413, "the request body of " + std::to_string(c->body_len) +
-                                   " bytes is larger than the server's limit of " +
-                                   std::to_string(limits_.max_body_bytes) + " bytes");
+        if (reader.body_length() > limits_.max_body_bytes) {
+            error(req, res, 413,
+                  "the request body of " + std::to_string(reader.body_length()) +
+                      " bytes is larger than the server's limit of " + std::to_string(limits_.max_body_bytes) +
+                      " bytes");
+            answer_now(c, res, true);
+            continue;
+        }
         if (close) req.headers.emplace_back("Connection", "close");
         c->route = route;
         c->pre_headers = std::move(res.headers);
-        if (c->body_len > 0) {
-            if (iequal(trim(req.header("Expect")), "100-continue") && c->in.size() < c->body_len) {
-                static constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
-                [[maybe_unused]] ssize_t w =
-                    ::send(c->fd, kContinue, sizeof kContinue - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
-            }
-            c->state = State::kBody;
-            continue;
+        if (announced_body && iequal(req.header("Expect"), "100-continue") && c->in.size() < reader.body_length()) {
+            static constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+            [[maybe_unused]] ssize_t w = ::send(c->fd, kContinue, sizeof kContinue - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
         }
-        dispatch(std::move(c), route);
-        return false;
+        c->state = State::kBody;
+        reader.read_body();  // the next feed() reads it (or finds it empty: kDone)
     }
 }
 
@@ -806,7 +834,7 @@ void HttpFront::dispatch(std::unique_ptr<Conn> c, const Route* route) {
 }
 
 void HttpFront::serve(std::unique_ptr<Conn> c, const Route* route) {
-    HttpRequest& req = c->req;
+    HttpRequest& req = c->reader->request();
     HttpResponse res;
     res.headers = std::move(c->pre_headers);
     try {
@@ -850,7 +878,7 @@ void HttpFront::serve(std::unique_ptr<Conn> c, const Route* route) {
         c->state = Conn::State::kIdle;
         c->deadline = Clock::now() + seconds(limits_.keep_alive_s);
     }
-    c->req = HttpRequest();
+    c->reader.reset();
     finish(std::move(c));
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 // The server's HTTP/1.1 front: accepts connections, reads requests under hard limits, routes them and writes the
-// answers. One event thread reads every connection's request (line, headers, body) without blocking, so a slow or
+// answers. Requests are parsed by Boost.Beast's HTTP/1.1 parser (HttpRequestReader); the connections, limits and
+// deadlines are the front's own. One event thread reads every connection's request (line, headers, body) without blocking, so a slow or
 // idle client costs a buffer, never a thread; a request read whole runs on a handler thread (ConnectionThreads),
 // which writes its answer and gives the connection back for the next request. Limits hold before any byte is
 // trusted: the header block is bounded in bytes and lines while it is read, a request must arrive whole within a
@@ -9,6 +10,7 @@
 // at once. Pipelined requests are answered in order, one at a time per connection.
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -58,6 +60,73 @@ struct HttpRequest {
     /// The first value of header `name` (any case), "" when absent.
     std::string header(std::string_view name) const;
     bool has_header(std::string_view name) const;
+};
+
+/// One request read from bytes as they arrive, by Boost.Beast's HTTP/1.1 parser under HttpLimits. The caller owns the
+/// connection's buffer and calls feed() with it after each read: the reader takes (erases from the front) the bytes
+/// it used and leaves the rest, which may be the start of a pipelined next request. The body is never read before
+/// the caller said so (read_body()), so that a request may be refused on its head alone. Answers the front makes
+/// from what the reader says:
+///
+/// - 431: the request line and headers over HttpLimits::max_header_bytes, or more than max_headers header fields
+/// - 400: a malformed request line or header (Beast's bad_* errors), a target that is not an absolute path, a
+///   Content-Length that is not one decimal number or disagrees with another, both Content-Length and
+///   Transfer-Encoding
+/// - 505: an HTTP version other than 1.0 and 1.1 on a well-formed line
+/// - 411: Transfer-Encoding: chunked (bodies must come with a Content-Length); 501: any other Transfer-Encoding
+/// - 415: a Content-Encoding other than identity (nothing is inflated)
+/// - 413: a body over HttpLimits::max_body_bytes, if one arrives past the caller's own check of body_length()
+class HttpRequestReader {
+public:
+    enum class Step {
+        kMore,     ///< needs more bytes (of the head, or of the body after read_body())
+        kHead,     ///< the line and headers are in and passed the checks above: request() has them
+        kDone,     ///< after read_body(): the whole body is in request().body
+        kRefused,  ///< refused: answer status() with message(), then close the connection
+    };
+
+    /// The limits are taken as they are (HttpFront checks them).
+    explicit HttpRequestReader(const HttpLimits& limits);
+    ~HttpRequestReader();
+    HttpRequestReader(const HttpRequestReader&) = delete;
+    HttpRequestReader& operator=(const HttpRequestReader&) = delete;
+
+    /// Parses what it can of `in`, erasing the bytes it used. kHead is returned once (then kMore until read_body());
+    /// after kRefused or kDone it returns the same again without reading. Empty lines before a request line are
+    /// skipped (RFC 9112 2.2).
+    Step feed(std::string& in);
+    /// After kHead: reads the body (body_length() bytes) on the next calls of feed(), at most max_body_bytes.
+    void read_body();
+    /// Whether any byte of this request (other than skipped empty lines) has arrived.
+    bool started() const { return started_; }
+    /// The most bytes the connection should read now when `buffered` bytes wait in its buffer: the head's bytes left
+    /// under the limit (and one more, to see it passed), or the body's bytes still to come; 0 when none are wanted.
+    size_t want(size_t buffered) const;
+    /// After kHead: the line and headers (method, target, path, query, version, headers); after kDone the body too.
+    HttpRequest& request() { return req_; }
+    /// After kHead: the body's length in bytes (Content-Length; 0 without one).
+    uint64_t body_length() const { return body_length_; }
+    /// After kHead: whether the connection stays open after the answer (HTTP/1.1 without Connection: close, or
+    /// HTTP/1.0 with Connection: keep-alive).
+    bool keep_alive() const { return keep_alive_; }
+    /// After kRefused: the status to answer (400, 411, 413, 415, 431, 501, 505) and a message naming the problem.
+    int status() const { return status_; }
+    const std::string& message() const { return message_; }
+
+private:
+    Step refuse(int status, std::string message);
+    struct Parser;  ///< Beast's request parser (kept out of this header)
+    std::unique_ptr<Parser> parser_;
+    HttpLimits limits_;
+    HttpRequest req_;
+    Step step_ = Step::kMore;
+    bool started_ = false, head_done_ = false, reading_body_ = false;
+    size_t head_bytes_ = 0;     ///< bytes of the line and headers used so far
+    uint64_t body_length_ = 0;  ///< Content-Length
+    uint64_t body_bytes_ = 0;   ///< bytes of the body used so far
+    bool keep_alive_ = true;
+    int status_ = 0;
+    std::string message_;
 };
 
 /// Where a streamed answer writes (chunked transfer encoding): each write() is one chunk, sent before it returns.
