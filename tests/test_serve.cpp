@@ -1063,7 +1063,6 @@ namespace {
 /// A loopback TCP connection: the listening socket, the client's end and the accepted (server's) end.
 struct LoopbackPair {
     int listener = -1, client = -1, server = -1;
-    int server_port = 0, client_port = 0;
     LoopbackPair() {
         listener = ::socket(AF_INET, SOCK_STREAM, 0);
         sockaddr_in a{};
@@ -1073,13 +1072,9 @@ struct LoopbackPair {
         EXPECT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
         EXPECT_EQ(::listen(listener, 4), 0);
         ::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len);
-        server_port = ntohs(a.sin_port);
         client = ::socket(AF_INET, SOCK_STREAM, 0);
         EXPECT_EQ(::connect(client, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
         server = ::accept(listener, nullptr, nullptr);
-        len = sizeof a;
-        ::getsockname(client, reinterpret_cast<sockaddr*>(&a), &len);
-        client_port = ntohs(a.sin_port);
     }
     ~LoopbackPair() {
         for (int fd : {listener, client, server})
@@ -1088,14 +1083,9 @@ struct LoopbackPair {
 };
 }  // namespace
 
-TEST(ClientSocket, FindsTheAcceptedSocketByItsAddressesAndSeesItsClientLeave) {
+TEST(ClientSocket, SeesItsClientLeave) {
     LoopbackPair c;
     ASSERT_GE(c.server, 0);
-    // The server's end: local 127.0.0.1:server_port, peer 127.0.0.1:client_port (the client's end is the reverse).
-    EXPECT_EQ(connection_socket("127.0.0.1", c.server_port, "127.0.0.1", c.client_port), c.server);
-    EXPECT_EQ(connection_socket("127.0.0.1", c.client_port, "127.0.0.1", c.server_port), c.client);
-    EXPECT_EQ(connection_socket("127.0.0.1", c.server_port, "127.0.0.1", c.client_port == 1 ? 2 : 1), -1);
-    EXPECT_EQ(connection_socket("127.0.0.2", c.server_port, "127.0.0.1", c.client_port), -1);
     EXPECT_FALSE(client_gone(c.server));
     // Bytes waiting (a pipelined next request) are not a departure, and are not consumed.
     ASSERT_EQ(::write(c.client, "GET", 3), 3);

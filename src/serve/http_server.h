@@ -61,7 +61,7 @@ HttpLimits http_limits(const HttpOptions& opts);
 /// its status is that of its first event, so a request the pool cannot hold gets 503 even when streamed; an error
 /// after the first token comes as a last `data: {"error": …}` event. A client that closes its connection cancels
 /// its request, streamed or not, while it waits in the queue, during its prefill and during decoding: the
-/// connection's socket (connection_socket) is polled every 100 ms, the request is cancelled at once when the peer
+/// connection's socket (HttpRequest::socket) is polled every 100 ms, the request is cancelled at once when the peer
 /// is gone (client_gone), and the scheduler drops it and frees its pages at its next step (so within one
 /// prefill chunk or decode step). Such a request is logged with status 499. POST /v1/cache/save and /v1/cache/restore
 /// (parse_cache_op) save a kept conversation or running slot to --cache-dir and keep a saved file under a
