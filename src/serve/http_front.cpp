@@ -1,7 +1,6 @@
 #include "serve/http_front.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -17,6 +16,7 @@
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/rfc7230.hpp>
 #include <boost/beast/http/string_body.hpp>
+
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
