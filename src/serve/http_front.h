@@ -169,7 +169,7 @@ public:
     /// answered in `res` (the body is then never read, and the connection is closed when one was announced).
     using HeadCheck = std::function<bool(const HttpRequest&, HttpResponse&)>;
     /// Fills the body of an error answer: called with the status and a message naming the problem, for every
-    /// answer the front makes itself (400, 404, 405, 408, 411, 413, 415, 431, 500, 503, 505) and for a handler's
+    /// answer the front makes itself (400, 404, 405, 408, 411, 413, 415, 431, 500, 501, 503, 505) and for a handler's
     /// answer of status ≥ 400 that has no body.
     using ErrorBody = std::function<void(const HttpRequest&, HttpResponse&, const std::string& message)>;
     /// Called after each answer (its status), on the thread that made it.
