@@ -1,11 +1,18 @@
-// A request body through the server's whole path on the smallest test model: the depth-checked JSON parse
-// (serve/json_body), request validation (parse_api_request, which parses the kv_policy spec), the sequence's KV cache
-// built from that policy on a pool, one prefill chunk of the prompt (cut to a few tokens), one sampled decode step,
-// and the response body. Bodies the server refuses must be one StatusError 4xx; a request it takes must run without
-// a crash, sanitizer report or leak (a clear kvsieve Error from the run, such as a policy refusing the tiny model,
-// is allowed).
+// The server's whole request path on the smallest test model, from the bytes on the wire to the response body. The
+// input is read as HTTP/1.1 by the front's HttpRequestReader (Boost.Beast's parser under the front's limits), twice:
+// whole and in pieces of 7 bytes, each time taking no more than want() as the front does; both readings must agree
+// on every request (pipelined ones too; agree()), a refusal must carry one of the front's statuses, and a reading
+// may never stall (more wanted, nothing asked for). The body of the first request read whole — or, when the input is not a
+// request, the input itself — then goes on as a request body: the depth-checked JSON parse (serve/json_body),
+// request validation (parse_api_request, which parses the kv_policy spec), the sequence's KV cache built from that
+// policy on a pool, one prefill chunk of the prompt (cut to a few tokens), one sampled decode step, and the response
+// body. Bodies the server refuses must be one StatusError 4xx; a request it takes must run without a crash,
+// sanitizer report or leak (a clear kvsieve Error from the run, such as a policy refusing the tiny model, is
+// allowed).
 #include <algorithm>
 #include <memory>
+#include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -16,6 +23,7 @@
 #include "fuzz_input.h"
 #include "model/llama_model.h"
 #include "model/sampler.h"
+#include "serve/http_front.h"
 #include "serve/json_body.h"
 #include "serve/openai_api.h"
 #include "session/session.h"
@@ -28,6 +36,73 @@ namespace {
 constexpr size_t kMaxPromptTokens = 12;
 /// Positions per sequence: small, so that policies' windows and budgets meet the context's end.
 constexpr int64_t kContext = 64;
+
+/// What one request of the input came to.
+struct Reading {
+    enum Kind { kIncomplete, kDone, kRefused, kTooLarge } kind = kIncomplete;
+    std::string method, target, version, body;
+    std::vector<std::pair<std::string, std::string>> headers;
+    bool operator==(const Reading&) const = default;
+};
+
+/// The requests `wire` holds, read as the front reads them: `piece` bytes at most per read, never more than the
+/// reader wants; a refusal or an announced body over the limit (the front's 413) ends the connection.
+std::vector<Reading> read_requests(std::string_view wire, size_t piece, const kvsieve::HttpLimits& limits) {
+    using kvsieve::HttpRequestReader;
+    using Step = HttpRequestReader::Step;
+    std::vector<Reading> out;
+    std::string in;
+    size_t pos = 0;
+    auto reader = std::make_unique<HttpRequestReader>(limits);
+    for (;;) {
+        const Step step = reader->feed(in);
+        if (step == Step::kRefused) {
+            const int s = reader->status();
+            if (s != 400 && s != 411 && s != 413 && s != 415 && s != 431 && s != 501 && s != 505) __builtin_trap();
+            if (reader->message().empty()) __builtin_trap();
+            out.push_back({Reading::kRefused});
+            return out;
+        }
+        if (step == Step::kHead) {
+            const kvsieve::HttpRequest& q = reader->request();
+            if (q.method.empty() || q.target.empty() || q.target[0] != '/') __builtin_trap();
+            if (q.headers.size() > static_cast<size_t>(limits.max_headers)) __builtin_trap();
+            if (reader->body_length() > limits.max_body_bytes) {
+                out.push_back({Reading::kTooLarge});
+                return out;
+            }
+            reader->read_body();
+            continue;
+        }
+        if (step == Step::kDone) {
+            const kvsieve::HttpRequest& q = reader->request();
+            if (q.body.size() != reader->body_length()) __builtin_trap();
+            out.push_back({Reading::kDone, q.method, q.target, q.version, q.body, q.headers});
+            reader = std::make_unique<HttpRequestReader>(limits);
+            continue;
+        }
+        const size_t want = reader->want(in.size());
+        if (want == 0) __builtin_trap();  // the front would wait for bytes it never reads
+        if (pos >= wire.size()) {
+            if (reader->started()) out.push_back({Reading::kIncomplete});
+            return out;
+        }
+        const size_t n = std::min({want, piece, wire.size() - pos});
+        in.append(wire.substr(pos, n));
+        pos += n;
+    }
+}
+
+/// Whether a reading in pieces agrees with the reading of the whole input: the same requests, except that a head
+/// refused in the whole may still be incomplete in pieces when the input ends (once Beast's parser needs more bytes
+/// it waits for the head's end before parsing again).
+bool agree(const std::vector<Reading>& whole, const std::vector<Reading>& pieces) {
+    for (size_t i = 0; i < whole.size() && i < pieces.size(); ++i)
+        if (!(whole[i] == pieces[i]))
+            return whole[i].kind == Reading::kRefused && pieces[i].kind == Reading::kIncomplete &&
+                   i + 1 == pieces.size();
+    return whole.size() == pieces.size();
+}
 
 }  // namespace
 
@@ -44,9 +119,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     ctx.n_ctx = kContext;
     ctx.cache_dir = "/nonexistent-kvsieve-fuzz";
     ctx.model = &model;
+    const std::string_view input(reinterpret_cast<const char*>(data), size);
+    HttpLimits limits;
+    limits.max_header_bytes = 1024;
+    limits.max_headers = 8;
+    limits.max_body_bytes = 4096;
+    const std::vector<Reading> whole = read_requests(input, input.size(), limits);
+    if (!agree(whole, read_requests(input, 7, limits))) __builtin_trap();
+    std::string_view text = input;
+    for (const Reading& r : whole)
+        if (r.kind == Reading::kDone && !r.body.empty()) {
+            text = r.body;
+            break;
+        }
     nlohmann::json body;
     try {
-        body = parse_json_body(std::string_view(reinterpret_cast<const char*>(data), size));
+        body = parse_json_body(text);
     } catch (const StatusError& e) {
         if (e.status() != 400) __builtin_trap();
         return 0;

@@ -45,6 +45,18 @@ printf '%s' '{"prompt":"Hi","kv_policy":"wgkv:model=/tmp/x.safetensors"}' > $R/s
 printf '{"prompt":"Hi","temperature":%s1%s}' "$(printf '[%.0s' $(seq 1 70))" "$(printf ']%.0s' $(seq 1 70))" > $R/seed-deep.json
 printf '%s' '{"messages":[{"role":"user","content":[{"type":{},"text":""}]}]}' > $R/seed-part-type-object.json
 printf '%s' '{"prompt":[0,1,2,99999999],"cache_restore":"../x"}' > $R/seed-bad-ids.json
+# The same path from the bytes on the wire: requests as a client sends them (the body of the first one read goes on),
+# pipelined ones, and heads the front refuses (chunked, compressed, folded with a Content-Length list, HTTP/2.0, a
+# body over the limit).
+B='{"prompt":"Once upon a time","max_tokens":1,"kv_policy":"h2o:budget=8"}'
+printf 'POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s' \
+  ${#B} "$B" > $R/seed-http-post.txt
+printf 'GET /health HTTP/1.1\r\nHost: x\r\n\r\nPOST /v1/chat/completions HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n{}GET /a HTTP/1.0\r\nConnection: keep-alive\r\n\r\n' > $R/seed-http-pipelined.txt
+printf 'POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n' > $R/seed-http-chunked.txt
+printf 'POST /v1/completions HTTP/1.1\r\nContent-Encoding: gzip\r\nContent-Length: 3\r\n\r\nabc' > $R/seed-http-gzip.txt
+printf 'GET /v1/models HTTP/1.1\r\nX-A: one\r\n  two\r\nContent-Length: 1, 1\r\n\r\nx' > $R/seed-http-folded.txt
+printf 'GET /a HTTP/2.0\r\n\r\n' > $R/seed-http-version.txt
+printf '\r\n\r\nGET /%%zz?q=1 HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 99999\r\n\r\n' > $R/seed-http-too-large.txt
 # Saved sequences of stories260K under three policies, without their 8-byte checksum (the target appends it).
 tmp=$(mktemp)
 for p in full "h2o:budget=24" "streaming_llm:window=8,sinks=2"; do

@@ -6,7 +6,7 @@
 set -euo pipefail
 # The engine (bin/kvsieve): what scripts/demo.sh needs.
 ENGINE=(build-essential cmake pkg-config libopenblas-openmp-dev libpcre2-dev nlohmann-json3-dev libcli11-dev
-        libcpp-httplib-dev xz-utils ccache python3 python3-pip)
+        libboost-dev xz-utils ccache python3 python3-pip)
 # The rest of the tree: tests (python3-numpy writes the tiny test models, tests/data/make_tiny_models.py),
 # benchmarks, the trainers (bin/kvsieve-train: libtorch, jemalloc), plots and tooling.
 DEV=(libgtest-dev libbenchmark-dev libtorch-dev libjemalloc-dev clang-format gnuplot-nox python3-numpy python3-venv nginx-light)

@@ -95,7 +95,8 @@ def one_request(args, i, cancel_now):
                 return r
             ev = json.loads(data)
             if "error" in ev:
-                r.outcome = "refused" if ev["error"].get("code") == 503 else "error"
+                # The error object's status is the HTTP status (its code is a string such as "server_busy").
+                r.outcome = "refused" if ev["error"].get("status") == 503 else "error"
                 r.detail = ev["error"].get("message", "")
                 return r
             if ev.get("usage"):

@@ -82,12 +82,10 @@ TEST(OpenApi, TheDocumentDescribesExactlyTheRoutesOfTheTable) {
     }
 }
 
-TEST(OpenApi, RoutePatternsAndMetricLabelsComeFromTheTable) {
+TEST(OpenApi, RoutesAndMetricLabelsComeFromTheTable) {
     EXPECT_THROW(find_route("GET", "/v1/nope"), Error);
     EXPECT_THROW(find_route("POST", "/health"), Error);
     EXPECT_STREQ(find_route("DELETE", "/v1/cache/conversations/{id}").path, "/v1/cache/conversations/{id}");
-    EXPECT_EQ(route_pattern("/v1/cache/conversations/{id}"), "/v1/cache/conversations/([^/]+)");
-    EXPECT_EQ(route_pattern("/health"), "/health");
     for (const Route& r : server_routes()) {
         if (std::string(r.path).find('{') != std::string::npos) continue;
         EXPECT_EQ(route_label(r.path), r.path);

@@ -13,6 +13,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -20,6 +21,7 @@
 #include "model/llama_model.h"
 #include "serve/client_socket.h"
 #include "serve/connection_threads.h"
+#include "serve/http_front.h"
 #include "serve/metrics.h"
 #include "serve/openai_api.h"
 #include "serve/scheduler.h"
@@ -944,7 +946,9 @@ TEST(OpenAIApi, ResponseBodiesFollowTheSchema) {
     EXPECT_EQ(b["choices"][0]["text"], "Hello");
     json e = error_body(503, "full");
     EXPECT_EQ(e["error"]["type"], "server_error");
-    EXPECT_EQ(e["error"]["code"], 503);
+    EXPECT_EQ(e["error"]["status"], 503);
+    EXPECT_EQ(e["error"]["code"], "server_busy");
+    EXPECT_TRUE(e["error"]["param"].is_null());
     EXPECT_EQ(error_body(400, "x")["error"]["type"], "invalid_request_error");
 }
 
@@ -1059,7 +1063,6 @@ namespace {
 /// A loopback TCP connection: the listening socket, the client's end and the accepted (server's) end.
 struct LoopbackPair {
     int listener = -1, client = -1, server = -1;
-    int server_port = 0, client_port = 0;
     LoopbackPair() {
         listener = ::socket(AF_INET, SOCK_STREAM, 0);
         sockaddr_in a{};
@@ -1069,13 +1072,9 @@ struct LoopbackPair {
         EXPECT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
         EXPECT_EQ(::listen(listener, 4), 0);
         ::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len);
-        server_port = ntohs(a.sin_port);
         client = ::socket(AF_INET, SOCK_STREAM, 0);
         EXPECT_EQ(::connect(client, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
         server = ::accept(listener, nullptr, nullptr);
-        len = sizeof a;
-        ::getsockname(client, reinterpret_cast<sockaddr*>(&a), &len);
-        client_port = ntohs(a.sin_port);
     }
     ~LoopbackPair() {
         for (int fd : {listener, client, server})
@@ -1084,14 +1083,9 @@ struct LoopbackPair {
 };
 }  // namespace
 
-TEST(ClientSocket, FindsTheAcceptedSocketByItsAddressesAndSeesItsClientLeave) {
+TEST(ClientSocket, SeesItsClientLeave) {
     LoopbackPair c;
     ASSERT_GE(c.server, 0);
-    // The server's end: local 127.0.0.1:server_port, peer 127.0.0.1:client_port (the client's end is the reverse).
-    EXPECT_EQ(connection_socket("127.0.0.1", c.server_port, "127.0.0.1", c.client_port), c.server);
-    EXPECT_EQ(connection_socket("127.0.0.1", c.client_port, "127.0.0.1", c.server_port), c.client);
-    EXPECT_EQ(connection_socket("127.0.0.1", c.server_port, "127.0.0.1", c.client_port == 1 ? 2 : 1), -1);
-    EXPECT_EQ(connection_socket("127.0.0.2", c.server_port, "127.0.0.1", c.client_port), -1);
     EXPECT_FALSE(client_gone(c.server));
     // Bytes waiting (a pipelined next request) are not a departure, and are not consumed.
     ASSERT_EQ(::write(c.client, "GET", 3), 3);
@@ -1148,6 +1142,227 @@ TEST(ConnectionThreads, IdleThreadsAreReusedBeforeNewOnesStart) {
     EXPECT_EQ(done.load(), 20);
     // One connection at a time: a thread is idle whenever the next one arrives (the first may still be parking).
     EXPECT_LE(q.threads(), 2u);
+}
+
+namespace {
+/// An HttpFront on a free loopback port, served on a thread: GET /a, POST /echo (its body back), GET /item/{id}; a
+/// head check refuses (401) a request whose X-Key header is "bad".
+struct FrontFixture {
+    HttpFront front;
+    int port = 0;
+    std::thread t;
+    explicit FrontFixture(HttpLimits l = {}) : front(l) {
+        front.on("GET", "/a", [](const HttpRequest&, HttpResponse& r) { r.set_content("A", "text/plain"); });
+        front.on("POST", "/echo", [](const HttpRequest& q, HttpResponse& r) { r.set_content(q.body, "text/plain"); });
+        front.on("GET", "/item/{id}",
+                 [](const HttpRequest& q, HttpResponse& r) { r.set_content(q.matches.at(1), "text/plain"); });
+        front.set_head_check([](const HttpRequest& q, HttpResponse& r) {
+            if (q.header("x-key") != "bad") return false;
+            r.status = 401;
+            r.set_content("no", "text/plain");
+            return true;
+        });
+        port = front.bind("127.0.0.1", 0);
+        t = std::thread([this] { front.listen(); });
+    }
+    ~FrontFixture() {
+        front.stop();
+        t.join();
+    }
+    int connect() const {
+        const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        a.sin_port = htons(static_cast<uint16_t>(port));
+        EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+        timeval tv{5, 0};
+        ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        return fd;
+    }
+    /// Sends `req` on a new connection and reads until the server closes it (or 5 s pass).
+    std::string exchange(const std::string& req) const {
+        const int fd = connect();
+        EXPECT_EQ(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+        std::string out;
+        char buf[4096];
+        for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) out.append(buf, static_cast<size_t>(n));
+        ::close(fd);
+        return out;
+    }
+};
+
+int count_of(const std::string& s, const std::string& what) {
+    int n = 0;
+    for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
+    return n;
+}
+}  // namespace
+
+TEST(HttpFront, PercentDecodingAndPathTemplates) {
+    EXPECT_EQ(percent_decode("/a%20b%2Fc%zz%4"), "/a b/c%zz%4");
+    EXPECT_EQ(percent_decode("/x%00y"), "/x%00y");
+    std::vector<std::string> p;
+    EXPECT_TRUE(match_path_template("/item/{id}", "/item/42", p));
+    EXPECT_EQ(p, std::vector<std::string>{"42"});
+    EXPECT_FALSE(match_path_template("/item/{id}", "/item/", p));
+    EXPECT_FALSE(match_path_template("/item/{id}", "/item/4/2", p));
+    EXPECT_TRUE(match_path_template("/a", "/a", p));
+    EXPECT_FALSE(match_path_template("/a", "/ab", p));
+}
+
+TEST(HttpRequestReader, ReadsARequestByteByByteAndLeavesTheNextOneInTheBuffer) {
+    using Step = HttpRequestReader::Step;
+    const std::string one = "\r\nPOST /a%20b?x=1 HTTP/1.1\r\nHost: h\r\nX-Two: a\r\nContent-Length: 5\r\n\r\nhello";
+    const std::string next = "GET / HTTP/1.0\r\n\r\n";
+    HttpRequestReader r{HttpLimits{}};
+    std::string in;
+    Step step = Step::kMore;
+    size_t i = 0;
+    for (; i < one.size() && step == Step::kMore; ++i) {
+        in += one[i];
+        step = r.feed(in);
+    }
+    ASSERT_EQ(step, Step::kHead);
+    EXPECT_EQ(i, one.size() - 5);        // the head, and not a byte of the body
+    EXPECT_EQ(r.feed(in), Step::kHead);  // the body waits for read_body()
+    EXPECT_EQ(r.want(0), 0u);
+    const HttpRequest& q = r.request();
+    EXPECT_EQ(q.method, "POST");
+    EXPECT_EQ(q.path, "/a b");
+    EXPECT_EQ(q.query, "x=1");
+    EXPECT_EQ(q.version, "HTTP/1.1");
+    EXPECT_EQ(q.header("x-two"), "a");
+    EXPECT_EQ(q.headers.size(), 3u);
+    EXPECT_EQ(r.body_length(), 5u);
+    EXPECT_TRUE(r.keep_alive());
+    r.read_body();
+    EXPECT_EQ(r.want(0), 5u);
+    in += one.substr(i, 2);
+    EXPECT_EQ(r.feed(in), Step::kMore);
+    EXPECT_EQ(r.want(in.size()), 3u);
+    in += one.substr(i + 2) + next;
+    EXPECT_EQ(r.feed(in), Step::kDone);
+    EXPECT_EQ(r.request().body, "hello");
+    EXPECT_EQ(in, next);
+    HttpRequestReader r2{HttpLimits{}};
+    ASSERT_EQ(r2.feed(in), Step::kHead);
+    EXPECT_FALSE(r2.keep_alive());
+    EXPECT_EQ(r2.body_length(), 0u);
+    r2.read_body();
+    EXPECT_EQ(r2.feed(in), Step::kDone);
+    EXPECT_TRUE(in.empty());
+}
+
+TEST(HttpRequestReader, RefusesOnTheHeadWithTheStatusOfEachProblem) {
+    HttpLimits l;
+    l.max_headers = 10;
+    l.max_header_bytes = 2048;
+    auto status = [&](const std::string& head) {
+        HttpRequestReader r(l);
+        std::string in = head;
+        const auto step = r.feed(in);
+        return step == HttpRequestReader::Step::kRefused ? r.status() : step == HttpRequestReader::Step::kHead ? 0 : -1;
+    };
+    EXPECT_EQ(status("GET /a HTTP/1.1\r\nContent-Length: 2, 2\r\n\r\n"), 400);
+    EXPECT_EQ(status("GET /a HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n"), 0);
+    EXPECT_EQ(status("GET /a HTTP/1.1\r\nContent-Length: 18446744073709551616\r\n\r\n"), 400);
+    EXPECT_EQ(status("POST /a HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n"), 501);
+    EXPECT_EQ(status("POST /a HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"), 411);
+    EXPECT_EQ(status("POST /a HTTP/1.1\r\nTransfer-Encoding: gzip\r\nContent-Length: 1\r\n\r\n"), 400);
+    EXPECT_EQ(status("POST /a HTTP/1.1\r\nContent-Encoding: identity\r\n\r\n"), 0);
+    EXPECT_EQ(status("POST /a HTTP/1.1\r\nContent-Encoding: br\r\n\r\n"), 415);
+    EXPECT_EQ(status("GET http://x/a HTTP/1.1\r\n\r\n"), 400);
+    EXPECT_EQ(status("GET /a HTTP/1.1\r\nX: a\x01"
+                     "b\r\n\r\n"),
+              400);
+    EXPECT_EQ(status("GET /a HTTP/1.1\r\nX: a\rb\r\n\r\n"), 400);
+    EXPECT_EQ(status("GET /a HTTP/1.1 \r\n\r\n"), 400);
+    EXPECT_EQ(status("GET /a HTTP/3.0"), 505);  // refused before the line ends
+    EXPECT_EQ(status("GET /a HTTP/1.1\r\n"), -1);
+    // Header fields are counted as the parser takes them (a field once the next line starts), before the block ends.
+    std::string many = "GET /a HTTP/1.1\r\n";
+    for (int i = 0; i < 11; ++i) many += "X-" + std::to_string(i) + ": 1\r\n";
+    EXPECT_EQ(status(many + "X"), 431);
+    EXPECT_EQ(status("GET /a HTTP/1.1\r\nX: " + std::string(2100, 'x')), 431);
+    // Over the byte limit when the head arrives in pieces, each under it.
+    HttpRequestReader r(l);
+    std::string in = "GET /a HTTP/1.1\r\nX: " + std::string(1500, 'x') + "\r\n";
+    EXPECT_EQ(r.feed(in), HttpRequestReader::Step::kMore);
+    EXPECT_LT(r.want(in.size()), 600u);
+    in += "Y: " + std::string(1000, 'y') + "\r\n\r\n";
+    EXPECT_EQ(r.feed(in), HttpRequestReader::Step::kRefused);
+    EXPECT_EQ(r.status(), 431);
+}
+
+TEST(HttpFront, PipelinedRequestsAreAnsweredInOrder) {
+    FrontFixture f;
+    const std::string out = f.exchange(
+        "GET /a HTTP/1.1\r\nHost: x\r\n\r\n"
+        "POST /echo HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello"
+        "GET /item/7 HTTP/1.1\r\n\r\n"
+        "GET /a HTTP/1.1\r\nConnection: close\r\n\r\n");
+    EXPECT_EQ(count_of(out, "HTTP/1.1 200"), 4) << out;
+    const size_t a = out.find("\r\n\r\nA"), hello = out.find("hello"), seven = out.find("\r\n\r\n7");
+    EXPECT_LT(a, hello);
+    EXPECT_LT(hello, seven);
+    EXPECT_NE(out.find("Connection: close"), std::string::npos);
+}
+
+TEST(HttpFront, FramingAndLimitsAreCheckedOnTheHead) {
+    HttpLimits l;
+    l.max_headers = 10;
+    l.max_header_bytes = 2048;
+    l.max_body_bytes = 100;
+    l.keep_alive_s = 0.2;  // the answers that keep the connection open: closed soon after
+    FrontFixture f(l);
+    auto status = [&](const std::string& req) { return f.exchange(req).substr(0, 12); };
+    EXPECT_EQ(status("POST /echo HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nabc"), "HTTP/1.1 400");
+    EXPECT_EQ(status("POST /echo HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nab"), "HTTP/1.1 200");
+    EXPECT_EQ(status("POST /echo HTTP/1.1\r\nContent-Length: +2\r\n\r\nab"), "HTTP/1.1 400");
+    EXPECT_EQ(status("POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n0\r\n\r\n"), "HTTP/1.1 411");
+    EXPECT_EQ(status("POST /echo HTTP/1.1\r\nContent-Encoding: gzip\r\nContent-Length: 2\r\n\r\nab"), "HTTP/1.1 415");
+    EXPECT_EQ(status("POST /echo HTTP/1.1\r\nContent-Length: 101\r\n\r\n"), "HTTP/1.1 413");
+    EXPECT_EQ(status("POST /echo HTTP/1.1\r\nX-Key: bad\r\nContent-Length: 99\r\n\r\n"), "HTTP/1.1 401");
+    EXPECT_EQ(status("GET /nowhere HTTP/1.1\r\n\r\n"), "HTTP/1.1 404");
+    EXPECT_EQ(status("DELETE /a HTTP/1.1\r\n\r\n"), "HTTP/1.1 405");
+    EXPECT_EQ(status("GET /a HTTP/2.0\r\n\r\n"), "HTTP/1.1 505");
+    EXPECT_EQ(status("GET /a HTTP/1.1\r\n folded: x\r\n\r\n"), "HTTP/1.1 400");
+    EXPECT_EQ(status("GET /a HTTP/1.1\nHost: x\r\n\r\n"), "HTTP/1.1 400");
+    std::string many = "GET /a HTTP/1.1\r\n";
+    for (int i = 0; i < 11; ++i) many += "X-" + std::to_string(i) + ": 1\r\n";
+    EXPECT_EQ(status(many + "\r\n"), "HTTP/1.1 431");
+    EXPECT_EQ(status("GET /a HTTP/1.1\r\nX-Big: " + std::string(3000, 'b') + "\r\n\r\n"), "HTTP/1.1 431");
+}
+
+TEST(HttpFront, ARequestHasOneDeadlineAndConnectionsOverTheLimitAreRefused) {
+    HttpLimits l;
+    l.request_timeout_s = 0.5;
+    l.max_connections = 2;
+    FrontFixture f(l);
+    const int a = f.connect(), b = f.connect();
+    for (int i = 0; i < 200 && f.front.open_connections() < 2; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    // A third connection is refused at once.
+    EXPECT_EQ(f.exchange("GET /a HTTP/1.1\r\n\r\n").substr(0, 12), "HTTP/1.1 503");
+    // A byte every 100 ms does not extend the deadline: the request is cut off after 0.5 s.
+    const auto start = std::chrono::steady_clock::now();
+    std::string out;
+    char buf[512];
+    for (char ch : std::string("GET /a HTTP/1.1\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaa")) {
+        if (::send(a, &ch, 1, MSG_NOSIGNAL) != 1) break;
+        pollfd p{a, POLLIN, 0};
+        if (::poll(&p, 1, 100) > 0) {
+            const ssize_t n = ::recv(a, buf, sizeof buf, 0);
+            if (n > 0) out.assign(buf, static_cast<size_t>(n));
+            break;
+        }
+    }
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_EQ(out.substr(0, 12), "HTTP/1.1 408");
+    EXPECT_LT(took, 2.0);
+    ::close(a);
+    ::close(b);
 }
 
 }  // namespace kvsieve

@@ -3,6 +3,7 @@
 // --shutdown-grace S they may first finish for up to S seconds). SIGHUP re-reads --api-key-file.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -35,6 +36,7 @@ struct ServeOpts {
     SchedulerOptions sched;
     int threads = 0;
     double max_body_mb = 8;
+    double max_header_kb = 64;
     std::vector<std::string> api_keys;
     std::string api_key_file, allowed_origins;
     double shutdown_grace_s = 0;
@@ -43,7 +45,16 @@ struct ServeOpts {
 
 void run(const ServeOpts& o) {
     require(o.kv_budget_mb >= 0, "--kv-pool-mb must be ≥ 0, got ", o.kv_budget_mb);
-    require(o.max_body_mb > 0, "--max-body-mb must be > 0, got ", o.max_body_mb);
+    require(std::isfinite(o.max_body_mb) && o.max_body_mb > 0 && o.max_body_mb <= 4096,
+            "--max-body-mb must be in (0, 4096] MiB, got ", o.max_body_mb);
+    require(std::isfinite(o.max_header_kb) && o.max_header_kb >= 1 && o.max_header_kb <= 16384,
+            "--max-header-kb must be in [1, 16384] KiB, got ", o.max_header_kb);
+    {
+        HttpOptions h = o.http;
+        h.max_body_bytes = static_cast<size_t>(o.max_body_mb * 1048576.0);
+        h.max_header_bytes = static_cast<size_t>(o.max_header_kb * 1024.0);
+        check_limits(http_limits(h));  // before the model loads: a bad limit is one error at once
+    }
     require(o.http.port >= 0 && o.http.port <= 65535, "--port must be in [0, 65535], got ", o.http.port);
     require(o.http.timeout_s >= 0, "--timeout must be ≥ 0 seconds, got ", o.http.timeout_s);
     require(o.shutdown_grace_s >= 0, "--shutdown-grace must be ≥ 0 seconds, got ", o.shutdown_grace_s);
@@ -110,6 +121,7 @@ void run(const ServeOpts& o) {
     }
     HttpOptions ho = o.http;
     ho.max_body_bytes = static_cast<size_t>(o.max_body_mb * 1048576.0);
+    ho.max_header_bytes = static_cast<size_t>(o.max_header_kb * 1024.0);
     ho.keys = keys;
     ho.allowed_origins = parse_origins(o.allowed_origins);
     HttpServer http(sched, ctx, ho);
@@ -227,11 +239,20 @@ void add_serve(CLI::App& app) {
         ->capture_default_str();
     cmd->add_option("-t,--threads", o->threads, "compute threads (0: all cores)")->capture_default_str();
     cmd->add_option("--max-connections,--http-threads", o->http.max_connections,
-                    "connections served at once, one thread each (more wait for a free one); idle and half-sent "
-                    "connections count until --read-timeout closes them")
+                    "connections open at once, idle, reading or answering (one more: 503 and closed at once); a "
+                    "request runs on a thread of its own once it has arrived whole")
         ->capture_default_str();
     cmd->add_option("--read-timeout", o->http.read_timeout_s,
-                    "seconds the server waits for the next bytes of a request before it closes the connection")
+                    "seconds a client has to send a whole request (line, headers and body) from its first byte; "
+                    "then 408 and the connection is closed")
+        ->capture_default_str();
+    cmd->add_option("--keep-alive", o->http.keep_alive_s,
+                    "seconds an idle keep-alive connection waits for its next request")
+        ->capture_default_str();
+    cmd->add_option("--max-headers", o->http.max_headers, "most header lines of a request (more: 431)")
+        ->capture_default_str();
+    cmd->add_option("--max-header-kb", o->max_header_kb,
+                    "most KiB of a request's line and headers together (more: 431)")
         ->capture_default_str();
     cmd->add_flag("--metrics", o->http.metrics,
                   "serve GET /metrics (Prometheus text; off: 404; with keys it needs one)");

@@ -1,7 +1,5 @@
 #include "serve/http_server.h"
 
-#include <httplib.h>
-
 #include <chrono>
 #include <ctime>
 #include <filesystem>
@@ -11,7 +9,7 @@
 #include <sys/stat.h>
 
 #include "serve/client_socket.h"
-#include "serve/connection_threads.h"
+#include "serve/http_front.h"
 #include "serve/json_body.h"
 #include "serve/routes.h"
 
@@ -20,7 +18,7 @@ namespace kvsieve {
 namespace {
 using json = nlohmann::json;
 
-void send_json(httplib::Response& res, int status, const json& body) {
+void send_json(HttpResponse& res, int status, const json& body) {
     res.status = status;
     res.set_content(dump_json(body), "application/json");
 }
@@ -61,17 +59,20 @@ std::shared_ptr<void> HttpServer::take_place(const std::string& owner) {
     });
 }
 
+HttpLimits http_limits(const HttpOptions& o) {
+    HttpLimits l;
+    l.max_header_bytes = o.max_header_bytes;
+    l.max_headers = o.max_headers;
+    l.max_body_bytes = o.max_body_bytes;
+    l.request_timeout_s = o.read_timeout_s;
+    l.keep_alive_s = o.keep_alive_s;
+    l.max_connections = o.max_connections;
+    return l;
+}
+
 HttpServer::HttpServer(Scheduler& scheduler, ApiContext ctx, HttpOptions opts)
-    : sched_(scheduler), ctx_(std::move(ctx)), opts_(std::move(opts)), svr_(std::make_unique<httplib::Server>()) {
-    require(opts_.max_connections >= 1, "--max-connections must be ≥ 1, got ", opts_.max_connections);
-    require(opts_.read_timeout_s > 0 && opts_.read_timeout_s <= 86400,
-            "--read-timeout must be in (0, 86400] seconds, got ", opts_.read_timeout_s);
-    const size_t threads = static_cast<size_t>(opts_.max_connections);
-    svr_->new_task_queue = [threads] { return new ConnectionThreads(threads); };
-    svr_->set_payload_max_length(opts_.max_body_bytes);
-    const auto read_us = static_cast<int64_t>(opts_.read_timeout_s * 1e6);
-    svr_->set_read_timeout(static_cast<time_t>(read_us / 1000000), static_cast<time_t>(read_us % 1000000));
-    svr_->set_write_timeout(60, 0);
+    : sched_(scheduler), ctx_(std::move(ctx)), opts_(std::move(opts)),
+      svr_(std::make_unique<HttpFront>(http_limits(opts_))) {
     routes();
 }
 
@@ -84,40 +85,33 @@ int HttpServer::responses_in_flight() {
     return n;
 }
 
-int HttpServer::bind() {
-    int port = opts_.port;
-    if (port == 0) {
-        port = svr_->bind_to_any_port(opts_.host);
-        if (port < 0) fail("cannot listen on ", opts_.host, " (any port)");
-    } else if (!svr_->bind_to_port(opts_.host, port)) {
-        fail("cannot listen on ", opts_.host, ":", port, " (address in use or not available)");
-    }
-    return port;
-}
+int HttpServer::bind() { return svr_->bind(opts_.host, opts_.port); }
 
-void HttpServer::listen() { svr_->listen_after_bind(); }
+void HttpServer::listen() { svr_->listen(); }
 void HttpServer::stop() { svr_->stop(); }
 
 void HttpServer::routes() {
-    httplib::Server& s = *svr_;
+    HttpFront& s = *svr_;
     const bool loopback = is_loopback_address(opts_.host);
-    // Checks of every request, before routing: where it claims to go (Host) and which page sent it (Origin).
-    s.set_pre_routing_handler([this, loopback](const httplib::Request& req, httplib::Response& res) {
-        if (loopback && !is_loopback_host_header(req.get_header_value("Host"))) {
+    // Checks of every request when its head is in, before its body is read: where it claims to go (Host), which
+    // page sent it (Origin), and, with keys, who sends it: a request with a body, or to a route that needs a key,
+    // without a valid key is refused here, so that no byte of an unauthenticated body is ever read.
+    s.set_head_check([this, loopback](const HttpRequest& req, HttpResponse& res) {
+        if (loopback && !is_loopback_host_header(req.header("Host"))) {
             send_json(res, 403,
                       error_body(403,
                                  "the Host header must name the loopback address (127.0.0.1, localhost or [::1]) "
                                  "on a server bound to it"));
-            return httplib::Server::HandlerResponse::Handled;
+            return true;
         }
         if (req.has_header("Origin")) {
-            const std::string origin = req.get_header_value("Origin");
+            const std::string origin = req.header("Origin");
             if (std::find(opts_.allowed_origins.begin(), opts_.allowed_origins.end(), origin) ==
                 opts_.allowed_origins.end()) {
                 send_json(res, 403,
                           error_body(403, "requests from the origin '" + excerpt(origin, 100) +
                                               "' are not allowed (the server's --allowed-origins)"));
-                return httplib::Server::HandlerResponse::Handled;
+                return true;
             }
             res.set_header("Access-Control-Allow-Origin", origin);
             res.set_header("Vary", "Origin");
@@ -126,55 +120,40 @@ void HttpServer::routes() {
                 res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
                 res.set_header("Access-Control-Max-Age", "600");
                 res.status = 204;
-                return httplib::Server::HandlerResponse::Handled;
+                return true;
             }
         }
-        return httplib::Server::HandlerResponse::Unhandled;
-    });
-    // Every error status gets a JSON body naming the problem (httplib's own 404 / 413 / 400 have none).
-    s.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
-        if (!res.body.empty()) return;
-        std::string msg;
-        if (res.status == 404)
-            msg = "no endpoint " + excerpt(req.method, 16) + " " + excerpt(req.path);
-        else if (res.status == 413)
-            msg = "the request body is larger than the server's limit of " + std::to_string(opts_.max_body_bytes) +
-                  " bytes";
-        else if (res.status == 405)
-            msg = "method " + excerpt(req.method, 16) + " is not allowed on " + excerpt(req.path);
-        else
-            msg = "bad request";
-        send_json(res, res.status, error_body(res.status, msg));
-    });
-    s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-        std::string msg = "internal error";
-        try {
-            if (ep) std::rethrow_exception(ep);
-        } catch (const std::exception& e) { msg = excerpt(e.what(), 2 * kMaxQuotedBytes); } catch (...) {
+        if (opts_.keys && opts_.keys->enabled()) {
+            const std::string route = match_route_path(req.path);
+            const bool open = route == "/health" || route == "/ready" || route == "/openapi.json";
+            const bool body = !req.header("Content-Length").empty() && req.header("Content-Length") != "0";
+            if ((body || (!route.empty() && !open)) && !opts_.keys->owner_of(req.header("Authorization"))) {
+                res.set_header("WWW-Authenticate", "Bearer");
+                send_json(res, 401, error_body(401, "a valid API key is required (Authorization: Bearer KEY)"));
+                return true;
+            }
         }
-        send_json(res, 500, error_body(500, msg));
+        return false;
     });
-    s.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    // Every error the front answers itself, and a handler's error without a body, gets a JSON body.
+    s.set_error_body([](const HttpRequest&, HttpResponse& res, const std::string& message) {
+        send_json(res, res.status, error_body(res.status, message));
+    });
+    s.set_logger([this](const HttpRequest& req, const HttpResponse& res) {
         counters_.count(route_label(req.path), res.status);
     });
     // Every route comes from the table of serve/routes.h (which docs/openapi.json describes); another one fails here.
-    auto on = [&s](const char* method, const char* path, httplib::Server::Handler h) {
-        const std::string pattern = route_pattern(find_route(method, path).path);
-        if (std::string(method) == "GET")
-            s.Get(pattern, std::move(h));
-        else if (std::string(method) == "POST")
-            s.Post(pattern, std::move(h));
-        else
-            s.Delete(pattern, std::move(h));
+    auto on = [&s](const char* method, const char* path, HttpFront::Handler h) {
+        s.on(method, find_route(method, path).path, std::move(h));
     };
 
     // Routes that need a key (when the server has keys) and, for POST, a JSON body; the handler gets the owner.
-    using Owned = std::function<void(const httplib::Request&, httplib::Response&, const std::string& owner)>;
+    using Owned = std::function<void(const HttpRequest&, HttpResponse&, const std::string& owner)>;
     auto guard = [this](bool post, Owned h) {
-        return [this, post, h = std::move(h)](const httplib::Request& req, httplib::Response& res) {
+        return [this, post, h = std::move(h)](const HttpRequest& req, HttpResponse& res) {
             std::string owner;
             if (opts_.keys && opts_.keys->enabled()) {
-                std::optional<std::string> o = opts_.keys->owner_of(req.get_header_value("Authorization"));
+                std::optional<std::string> o = opts_.keys->owner_of(req.header("Authorization"));
                 if (!o) {
                     res.set_header("WWW-Authenticate", "Bearer");
                     return send_json(res, 401,
@@ -182,7 +161,7 @@ void HttpServer::routes() {
                 }
                 owner = std::move(*o);  // from here on the request is this owner's, whatever happens to the key
             }
-            if (post && !is_json_content_type(req.get_header_value("Content-Type")))
+            if (post && !is_json_content_type(req.header("Content-Type")))
                 return send_json(
                     res, 415,
                     error_body(415, "the request body must be JSON, sent with Content-Type: application/json"));
@@ -192,23 +171,19 @@ void HttpServer::routes() {
         };
     };
 
-    on("GET", "/health", [this](const httplib::Request&, httplib::Response& res) {
+    on("GET", "/health", [this](const HttpRequest&, HttpResponse& res) {
         const SchedulerSnapshot snap = sched_.snapshot();
-        json j = {{"status", snap.running ? "ok" : "stopped"},
-                  {"slots", snap.slots},
-                  {"slots_busy", snap.active.size()},
-                  {"queued", snap.queued},
-                  {"kv_bytes_in_use", snap.pool_bytes_in_use},
-                  {"kv_bytes_free", snap.pool_bytes_capacity - snap.pool_bytes_in_use}};
-        send_json(res, snap.running ? 200 : 503, j);
+        // Liveness only, for anyone: the pool's figures (which tell how long others' conversations are) are in
+        // /metrics, behind the key.
+        send_json(res, snap.running ? 200 : 503, {{"status", snap.running ? "ok" : "stopped"}});
     });
     if (opts_.metrics)
-        on("GET", "/metrics", guard(false, [this](const httplib::Request&, httplib::Response& res, const std::string&) {
+        on("GET", "/metrics", guard(false, [this](const HttpRequest&, HttpResponse& res, const std::string&) {
                res.set_content(prometheus_text(sched_.snapshot(), counters_, ctx_.model_id),
                                "text/plain; version=0.0.4");
            }));
     // For load balancers: whether a new request would be taken now (no key needed, like /health).
-    on("GET", "/ready", [this](const httplib::Request&, httplib::Response& res) {
+    on("GET", "/ready", [this](const HttpRequest&, HttpResponse& res) {
         const SchedulerSnapshot snap = sched_.snapshot();
         std::string why;
         if (!snap.running || snap.draining)
@@ -222,16 +197,16 @@ void HttpServer::routes() {
         send_json(res, 503, {{"status", "not ready"}, {"reason", why}});
     });
     // The OpenAPI document of these routes (no key needed: it describes, it does not serve).
-    on("GET", "/openapi.json", [](const httplib::Request&, httplib::Response& res) {
+    on("GET", "/openapi.json", [](const HttpRequest&, HttpResponse& res) {
         res.status = 200;
         res.set_content(std::string(openapi_document()), "application/json");
     });
-    on("GET", "/v1/models", guard(false, [this](const httplib::Request&, httplib::Response& res, const std::string&) {
+    on("GET", "/v1/models", guard(false, [this](const HttpRequest&, HttpResponse& res, const std::string&) {
            json m = {{"id", ctx_.model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "kvsieve"}};
            send_json(res, 200, {{"object", "list"}, {"data", json::array({m})}});
        }));
 
-    auto generate = [this](const httplib::Request& req, httplib::Response& res, const std::string& owner, bool chat) {
+    auto generate = [this](const HttpRequest& req, HttpResponse& res, const std::string& owner, bool chat) {
         // The deadline counts from the request's arrival: time in the queue is part of it.
         const Clock::time_point deadline = opts_.timeout_s > 0
                                                ? Clock::now() + std::chrono::duration_cast<Clock::duration>(
@@ -259,15 +234,15 @@ void HttpServer::routes() {
             return send_json(res, 503, error_body(503, e.what()));
         } catch (const Error& e) { return send_json(res, 400, error_body(400, e.what())); }
         // The client's connection, polled while the request waits for its events: a client that leaves cancels it.
-        const int sock = connection_socket(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+        const int sock = req.socket;
         auto left = [&h, &res] {
             h->cancel();
             send_json(res, 499, error_body(499, "the client closed the connection; the request was cancelled"));
         };
         const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);
         const int64_t created = static_cast<int64_t>(std::time(nullptr));
-        const std::string model =
-            body.contains("model") && body["model"].is_string() ? body["model"].get<std::string>() : ctx_.model_id;
+        // The server's own model name, never the client's `model` value: a stream repeats it in every chunk.
+        const std::string& model = ctx_.model_id;
         // The first event decides the status: an error before any text is the response itself.
         GenerationEvent first;
         if (const Wait w = next_before(*h, deadline, sock, first); w != Wait::kEvent) {
@@ -302,7 +277,7 @@ void HttpServer::routes() {
         res.set_header("Cache-Control", "no-cache");
         res.set_chunked_content_provider(
             "text/event-stream",
-            [h, st, ar, id, created, model, owner, deadline, timed_out, place, sock](size_t, httplib::DataSink& sink) {
+            [h, st, ar, id, created, model, owner, deadline, timed_out, place, sock](HttpSink& sink) {
                 if (client_gone(sock)) return false;  // the releaser cancels the request
                 auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
                 if (!st->started) {
@@ -345,8 +320,7 @@ void HttpServer::routes() {
             });
     };
     // Saved sequences and kept conversations (docs/serving.md).
-    auto cache_op = [this](const httplib::Request& req, httplib::Response& res, const std::string& owner,
-                           bool restore) {
+    auto cache_op = [this](const HttpRequest& req, HttpResponse& res, const std::string& owner, bool restore) {
         try {
             const json body = parse_json_body(req.body);
             const CacheOpRequest op = parse_cache_op(body, restore, ctx_, owner);
@@ -366,16 +340,14 @@ void HttpServer::routes() {
             send_json(res, e.status(), error_body(e.status(), for_client(owner, e.what())));
         } catch (const ServerBusy& e) { send_json(res, 503, error_body(503, e.what())); }
     };
-    on("POST", "/v1/cache/save",
-       guard(true, [cache_op](const httplib::Request& q, httplib::Response& r, const std::string& o) {
+    on("POST", "/v1/cache/save", guard(true, [cache_op](const HttpRequest& q, HttpResponse& r, const std::string& o) {
            cache_op(q, r, o, false);
        }));
     on("POST", "/v1/cache/restore",
-       guard(true, [cache_op](const httplib::Request& q, httplib::Response& r, const std::string& o) {
-           cache_op(q, r, o, true);
-       }));
+       guard(true,
+             [cache_op](const HttpRequest& q, HttpResponse& r, const std::string& o) { cache_op(q, r, o, true); }));
     on("GET", "/v1/cache/conversations",
-       guard(false, [this](const httplib::Request&, httplib::Response& res, const std::string& owner) {
+       guard(false, [this](const HttpRequest&, HttpResponse& res, const std::string& owner) {
            json data = json::array();
            for (const auto& c : sched_.snapshot().conversations)
                if (std::optional<std::string> id = client_id(owner, c.id))
@@ -383,7 +355,7 @@ void HttpServer::routes() {
            send_json(res, 200, {{"object", "list"}, {"data", data}});
        }));
     on("DELETE", "/v1/cache/conversations/{id}",
-       guard(false, [this](const httplib::Request& req, httplib::Response& res, const std::string& owner) {
+       guard(false, [this](const HttpRequest& req, HttpResponse& res, const std::string& owner) {
            const std::string id = req.matches[1];
            try {
                if (!sched_.drop(scoped_id(owner, id)))
@@ -394,7 +366,7 @@ void HttpServer::routes() {
 
     // A saved sequence of the owner's folder removed (its bytes no longer count against --cache-dir-quota-mb).
     on("DELETE", "/v1/cache/saved/{name}",
-       guard(false, [this](const httplib::Request& req, httplib::Response& res, const std::string& owner) {
+       guard(false, [this](const HttpRequest& req, HttpResponse& res, const std::string& owner) {
            const std::string name = req.matches[1];
            try {
                const std::string path = cache_path(json(name), "name", ctx_, owner);
@@ -409,8 +381,7 @@ void HttpServer::routes() {
 
     for (const char* path : {"/v1/completions", "/completions", "/v1/chat/completions", "/chat/completions"}) {
         const bool chat = std::string(path).find("chat") != std::string::npos;
-        on("POST", path,
-           guard(true, [generate, chat](const httplib::Request& q, httplib::Response& r, const std::string& o) {
+        on("POST", path, guard(true, [generate, chat](const HttpRequest& q, HttpResponse& r, const std::string& o) {
                generate(q, r, o, chat);
            }));
     }

@@ -1,5 +1,5 @@
 #pragma once
-// The OpenAI-compatible HTTP front of the scheduler (cpp-httplib): /v1/completions, /v1/chat/completions,
+// The OpenAI-compatible HTTP server of the scheduler (on the front of serve/http_front.h): /v1/completions, /v1/chat/completions,
 // /v1/models, /health and (with HttpOptions::metrics) /metrics; and kvsieve's /v1/cache/save, /v1/cache/restore and /v1/cache/conversations.
 #include <atomic>
 #include <cstddef>
@@ -11,28 +11,31 @@
 #include <vector>
 
 #include "serve/auth.h"
+#include "serve/http_front.h"
 #include "serve/metrics.h"
 #include "serve/openai_api.h"
 #include "serve/scheduler.h"
 
-namespace httplib {
-class Server;
-}
-
 namespace kvsieve {
 
+class HttpFront;
+
+/// The server's options; HttpServer's constructor checks their ranges (Error naming the option).
 struct HttpOptions {
     std::string host = "127.0.0.1";
-    int port = 8080;                   ///< 0: any free port (bind() returns it)
-    size_t max_body_bytes = 8u << 20;  ///< larger request bodies get 413
-    /// Connections served at once, one thread each (ConnectionThreads); more wait for a free thread. Idle
-    /// keep-alive and half-sent connections hold theirs until read_timeout_s, so this must exceed the
-    /// connections a client or a proxy may leave open.
-    int max_connections = 256;
-    /// Seconds the server waits for the next bytes of a request (its line, headers or body) before it closes the
-    /// connection; a keep-alive connection waits at most 5 s for its next request.
+    int port = 8080;  ///< 0: any free port (bind() returns it)
+    /// A request announcing a longer body (Content-Length, in bytes) gets 413 before any of it is read.
+    size_t max_body_bytes = 8u << 20;
+    /// Connections open at once, idle, reading or answering (HttpLimits::max_connections); one more is answered 503
+    /// and closed at once. A slow or idle connection holds no thread, only its buffer.
+    int max_connections = 1024;
+    /// Seconds a client has to send a whole request (line, headers and body) from its first byte; then 408 and
+    /// the connection is closed.
     double read_timeout_s = 10;
-    bool metrics = false;  ///< serve GET /metrics (otherwise it is a 404 like any unknown path)
+    double keep_alive_s = 5;              ///< seconds an idle keep-alive connection waits for its next request
+    int max_headers = 100;                ///< header lines of a request (more: 431)
+    size_t max_header_bytes = 64u << 10;  ///< bytes of a request's line and headers (more: 431)
+    bool metrics = false;                 ///< serve GET /metrics (otherwise it is a 404 like any unknown path)
     /// API keys (null or !enabled(): none, every client is the same anonymous owner). With keys every endpoint but
     /// /health needs `Authorization: Bearer KEY` (401 otherwise), and each key sees only its own sequences.
     std::shared_ptr<KeyRing> keys;
@@ -49,13 +52,16 @@ struct HttpOptions {
     double ready_stall_s = 30;
 };
 
+/// The front's limits of `opts` (HttpLimits: check_limits() checks them).
+HttpLimits http_limits(const HttpOptions& opts);
+
 /// Routes requests to the scheduler. POST bodies are parsed by parse_api_request (errors: JSON bodies with the
 /// status ApiError gives; invalid JSON 400; a body over max_body_bytes 413; queue full or KV pool exhausted 503).
 /// A streamed request (`stream: true`) answers with server-sent events `data: {chunk}` ending in `data: [DONE]`;
 /// its status is that of its first event, so a request the pool cannot hold gets 503 even when streamed; an error
 /// after the first token comes as a last `data: {"error": …}` event. A client that closes its connection cancels
 /// its request, streamed or not, while it waits in the queue, during its prefill and during decoding: the
-/// connection's socket (connection_socket) is polled every 100 ms, the request is cancelled at once when the peer
+/// connection's socket (HttpRequest::socket) is polled every 100 ms, the request is cancelled at once when the peer
 /// is gone (client_gone), and the scheduler drops it and frees its pages at its next step (so within one
 /// prefill chunk or decode step). Such a request is logged with status 499. POST /v1/cache/save and /v1/cache/restore
 /// (parse_cache_op) save a kept conversation or running slot to --cache-dir and keep a saved file under a
@@ -88,7 +94,7 @@ private:
     ApiContext ctx_;
     HttpOptions opts_;
     HttpCounters counters_;
-    std::unique_ptr<httplib::Server> svr_;
+    std::unique_ptr<HttpFront> svr_;
     std::atomic<uint64_t> next_id_{1};
     std::mutex in_flight_mu_;
     std::map<std::string, int> in_flight_;  ///< generation requests per owner, for max_requests_per_key

@@ -354,11 +354,38 @@ json cache_op_body(const std::string& object, const std::string& name, const Cac
     return j;
 }
 
+namespace {
+/// The `code` of an error body: a string per HTTP status.
+const char* error_code(int status) {
+    switch (status) {
+        case 400: return "invalid_request";
+        case 401: return "invalid_api_key";
+        case 403: return "forbidden";
+        case 404: return "not_found";
+        case 405: return "method_not_allowed";
+        case 408: return "request_timeout";
+        case 411: return "length_required";
+        case 413: return "request_too_large";
+        case 415: return "unsupported_media_type";
+        case 429: return "rate_limit_exceeded";
+        case 431: return "headers_too_large";
+        case 499: return "client_closed_request";
+        case 501: return "not_implemented";
+        case 503: return "server_busy";
+        case 504: return "timeout";
+        case 505: return "http_version_not_supported";
+        default: return status < 500 ? "invalid_request" : "server_error";
+    }
+}
+}  // namespace
+
 json error_body(int status, const std::string& message) {
     return {{"error",
              {{"message", excerpt(message, kMaxErrorBytes)},
               {"type", status < 500 ? "invalid_request_error" : "server_error"},
-              {"code", status}}}};
+              {"param", nullptr},
+              {"code", error_code(status)},
+              {"status", status}}}};
 }
 
 json usage_json(const GenerationUsage& u) {

@@ -95,8 +95,10 @@ CacheOpRequest parse_cache_op(const nlohmann::json& body, bool restore, const Ap
 /// "policy"}.
 nlohmann::json cache_op_body(const std::string& object, const std::string& name, const CacheOpResult& r);
 
-/// The error body {"error": {"message", "type", "code"}} (type: invalid_request_error for 4xx, server_error for 5xx);
-/// the message is cut at kMaxErrorBytes (serve/json_body.h), whatever it quotes.
+/// The error body {"error": {"message", "type", "param", "code", "status"}} as OpenAI writes it: type
+/// invalid_request_error for 4xx, server_error for 5xx; param null; code a string naming the kind of error
+/// (error_code); status the HTTP status (also in a stream's last event, whose HTTP status was 200). The message is
+/// cut at kMaxErrorBytes (serve/json_body.h), whatever it quotes.
 nlohmann::json error_body(int status, const std::string& message);
 
 /// The whole response of a non-streamed request: `text` is the answer, `done` its kDone event.

@@ -34,21 +34,6 @@ const Route& find_route(const std::string& method, const std::string& path) {
          " is not in the server's route table (serve/routes.cpp) and docs/openapi.json");
 }
 
-std::string route_pattern(const std::string& path_template) {
-    std::string out;
-    for (size_t i = 0; i < path_template.size(); ++i) {
-        if (path_template[i] == '{') {
-            const size_t close = path_template.find('}', i);
-            require(close != std::string::npos, "route '", path_template, "' has an unclosed '{'");
-            out += "([^/]+)";
-            i = close;
-        } else {
-            out += path_template[i];
-        }
-    }
-    return out;
-}
-
 namespace {
 /// Whether `path` matches `tmpl`, each {name} of which stands for one non-empty segment without '/'.
 bool matches(const std::string& tmpl, const std::string& path) {

@@ -21,10 +21,6 @@ const std::vector<Route>& server_routes();
 /// has no such route (a route registered without being documented is a programming error caught at start).
 const Route& find_route(const std::string& method, const std::string& path);
 
-/// The httplib pattern of a path template: the template itself when it has no parameter, else a regular
-/// expression with each {name} replaced by one captured segment "([^/]+)" (httplib: req.matches[i]).
-std::string route_pattern(const std::string& path_template);
-
 /// The table's path template that `path` (a request's decoded path) matches, or "" when none does. Only table
 /// paths come out, so that a label made from it has a bounded set of values whatever clients send.
 std::string match_route_path(const std::string& path);

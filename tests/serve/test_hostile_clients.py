@@ -12,6 +12,7 @@ import sys
 import tempfile
 import time
 import unittest
+import zlib
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 import harness  # noqa: E402 (tests/serve/harness.py, beside this script)
@@ -263,7 +264,8 @@ class Limits(SharedServerCase):
         events = [line[6:] for line in data.decode().split("\n") if line.startswith("data: ")]
         self.assertGreater(len(events), 1)
         self.assertNotIn("[DONE]", events, "the stream ran to its end within the timeout")
-        self.assertEqual(json.loads(events[-1])["error"]["code"], 504)
+        self.assertEqual(json.loads(events[-1])["error"]["status"], 504)
+        self.assertEqual(json.loads(events[-1])["error"]["code"], "timeout")
 
     def test_one_request_more_than_the_key_may_run_is_a_429(self):
         # A place is given back just after the last byte of its response is sent: an earlier test's may lag a little.
@@ -454,7 +456,7 @@ class GracefulShutdown(unittest.TestCase):
     def test_requests_past_the_grace_end_with_a_503(self):
         events = self.run_stream_through_sigterm("0.05")
         self.assertNotIn("[DONE]", events)
-        self.assertEqual(json.loads(events[-1])["error"]["code"], 503)
+        self.assertEqual(json.loads(events[-1])["error"]["status"], 503)
 
 
 class KeyRevokedMidRequest(unittest.TestCase):
@@ -656,6 +658,270 @@ class CacheDirProbes(SharedServerCase):
         saved = os.path.join(self.dir, "s1.kvseq")
         self.assertFalse(os.path.islink(saved))
         self.assertEqual(os.stat(saved).st_mode & 0o777, 0o600)
+
+
+def rss_bytes(pid):
+    """The resident memory of process `pid` in bytes (VmRSS of /proc/PID/status)."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS for process %d" % pid)
+
+
+def read_answer(sock, seconds=10):
+    """The bytes of one answer on `sock`: its head and Content-Length body (or up to the close), within `seconds`."""
+    out = b""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        sock.settimeout(max(0.05, deadline - time.monotonic()))
+        try:
+            chunk = sock.recv(65536)
+        except socket.timeout:
+            break
+        if not chunk:
+            break
+        out += chunk
+        head, sep, rest = out.partition(b"\r\n\r\n")
+        if sep:
+            m = re.search(rb"Content-Length: (\d+)", head, re.I)
+            if m and len(rest) >= int(m.group(1)):
+                break
+    return out
+
+
+def answers(data):
+    """The status codes of the answers in `data`, in order (Content-Length framed)."""
+    codes = []
+    while data:
+        head, sep, rest = data.partition(b"\r\n\r\n")
+        if not sep:
+            break
+        codes.append(int(head.split(b" ", 2)[1]))
+        m = re.search(rb"Content-Length: (\d+)", head, re.I)
+        n = int(m.group(1)) if m else 0
+        data = rest[n:]
+    return codes
+
+
+def send_until_refused(sock, total, piece=1 << 20):
+    """Sends up to `total` bytes of filler on `sock` in pieces; the bytes sent before the server stopped taking
+    them (an error, or 5 s without progress)."""
+    sock.settimeout(5)
+    sent = 0
+    buf = b"a" * piece
+    try:
+        while sent < total:
+            sent += sock.send(buf[:min(piece, total - sent)])
+    except OSError:
+        pass
+    return sent
+
+
+class FrontLimits(SharedServerCase):
+    """Limits that hold before the server trusts a byte of a request: with two keys and the default limits (but a
+    3 s --read-timeout to keep the test short), no client without a key can make the server read or hold more than
+    the body cap, hold its threads, or stall other clients."""
+    A, B = "key-alpha-0123456789", "key-beta-9876543210"
+    BODY_CAP = 8 << 20  # the default --max-body-mb
+    MARGIN = 24 << 20   # resident growth allowed beyond it (allocator slack, threads)
+
+    @classmethod
+    def setUpClass(cls):
+        cls.s = Server("--api-key", cls.A, "--api-key", cls.B, "--read-timeout", "3", "--metrics")
+
+    def connect(self):
+        return socket.create_connection(("127.0.0.1", self.s.port), timeout=TIMEOUT)
+
+    def head(self, path="/v1/completions", method="POST", extra=b"", key=None):
+        h = b"%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" % (method.encode(), path.encode())
+        if key:
+            h += b"Authorization: Bearer " + key.encode() + b"\r\n"
+        return h + extra
+
+    def assertBoundedGrowth(self, before, what):
+        grown = rss_bytes(self.s.proc.pid) - before
+        self.assertLess(grown, self.BODY_CAP + self.MARGIN, "%s: the server grew by %d bytes" % (what, grown))
+
+    def test_compressed_bodies_are_a_415_before_any_byte_is_inflated(self):
+        # 300 MB of zeros, gzip'ed to about 300 KB.
+        z = zlib.compressobj(9, zlib.DEFLATED, 31)
+        bomb = b"".join(z.compress(bytes(1 << 20)) for _ in range(300)) + z.flush()
+        self.assertLess(len(bomb), 400 << 10)
+        before = rss_bytes(self.s.proc.pid)
+        for key in (None, self.A):
+            for encoding in (b"gzip", b"br", b"deflate"):
+                with self.connect() as c:
+                    c.sendall(self.head(key=key, extra=b"Content-Encoding: %s\r\nContent-Length: %d\r\n\r\n" %
+                                        (encoding, len(bomb))))
+                    send_until_refused(c, len(bomb))
+                    out = read_answer(c)
+                self.assertTrue(out.startswith(b"HTTP/1.1 415"), (key, encoding, out[:200]))
+                self.assertIn(b"Content-Encoding", out)
+        self.assertBoundedGrowth(before, "gzip and brotli bombs")
+
+    def test_chunked_bodies_are_a_411_and_never_read(self):
+        before = rss_bytes(self.s.proc.pid)
+        for key in (None, self.A):
+            with self.connect() as c:
+                c.sendall(self.head(key=key, extra=b"Transfer-Encoding: chunked\r\n\r\n"))
+                out = read_answer(c)  # answered on the head, before any chunk
+                self.assertTrue(out.startswith(b"HTTP/1.1 411"), out[:200])
+                sent = send_until_refused(c, 100 << 20)
+            self.assertLess(sent, 60 << 20, "the server kept reading a refused chunked body")
+        self.assertBoundedGrowth(before, "a 100 MB chunked body")
+        # Both framings at once are refused as well.
+        out = self.s.raw(self.head(key=self.A, extra=b"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\nhello"))
+        self.assertTrue(out.startswith(b"HTTP/1.1 400"), out[:200])
+
+    def test_no_key_is_a_401_before_the_body(self):
+        before = rss_bytes(self.s.proc.pid)
+        with self.connect() as c:
+            c.sendall(self.head(extra=b"Content-Length: %d\r\n\r\n" % (100 << 20)))
+            out = read_answer(c)  # no body byte sent: the answer comes on the head alone
+        self.assertTrue(out.startswith(b"HTTP/1.1 401"), out[:200])
+        with self.connect() as c:  # the same with a key but over the cap: 413 on the head alone
+            c.sendall(self.head(key=self.B, extra=b"Content-Length: %d\r\n\r\n" % (100 << 20)))
+            out = read_answer(c)
+        self.assertTrue(out.startswith(b"HTTP/1.1 413"), out[:200])
+        self.assertBoundedGrowth(before, "announced bodies")
+
+    def test_conflicting_or_malformed_content_length_is_a_400(self):
+        for extra in (b"Content-Length: 2\r\nContent-Length: 40\r\n", b"Content-Length: -1\r\n",
+                      b"Content-Length: 1e3\r\n", b"Content-Length: 2, 2\r\n", b"Content-Length: \r\n"):
+            out = self.s.raw(self.head(key=self.A, extra=extra + b"\r\n{}"))
+            self.assertTrue(out.startswith(b"HTTP/1.1 400"), (extra, out[:200]))
+            self.assertIn(b"Content-Length", out)
+
+    def test_header_floods_are_a_431(self):
+        before = rss_bytes(self.s.proc.pid)
+        # 6,000 headers of 8 KB (48 MB): refused once the first 64 KB are in, and not read further.
+        line = b"X-Filler-%05d: " + b"v" * 8180 + b"\r\n"
+        with self.connect() as c:
+            c.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n" + b"".join(line % i for i in range(10)))
+            out = read_answer(c)
+            self.assertTrue(out.startswith(b"HTTP/1.1 431"), out[:200])
+            sent = 0
+            c.settimeout(5)
+            try:
+                for i in range(10, 6000):
+                    sent += c.send(line % i)
+            except OSError:
+                pass
+            self.assertLess(sent, 40 << 20, "the server kept reading a refused header block")
+        # 101 short headers: over the count.
+        out = self.s.raw(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n" +
+                         b"".join(b"X-%d: 1\r\n" % i for i in range(101)) + b"\r\n")
+        self.assertTrue(out.startswith(b"HTTP/1.1 431"), out[:200])
+        self.assertBoundedGrowth(before, "a header flood")
+
+    def test_slow_clients_do_not_stall_others_and_a_request_has_one_deadline(self):
+        socks = []
+        try:
+            for _ in range(300):
+                c = self.connect()
+                c.sendall(b"G")
+                socks.append(c)
+            # While they dribble a byte each (well within the 3 s deadline), /health answers at once.
+            for _ in range(3):
+                for c in socks:
+                    c.sendall(b"E")
+                t = time.monotonic()
+                self.assertEqual(self.s.request("GET", "/health")[0], 200)
+                self.assertLess(time.monotonic() - t, 1.0)
+            # A client sending one byte a second is cut off by the request's deadline (3 s), not kept per byte.
+            start = time.monotonic()
+            with self.connect() as c:
+                closed = None
+                for b in b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n" * 10:
+                    try:
+                        c.sendall(bytes([b]))
+                        c.settimeout(1)
+                        data = c.recv(4096)
+                    except socket.timeout:
+                        continue
+                    except OSError:
+                        data = b""
+                    closed = time.monotonic() - start
+                    self.assertTrue(data == b"" or data.startswith(b"HTTP/1.1 408"), data[:100])
+                    break
+            self.assertIsNotNone(closed, "a request dribbled at 1 byte/s was never cut off")
+            self.assertLess(closed, 3 + 2)
+        finally:
+            for c in socks:
+                c.close()
+
+    def test_pipelined_requests_are_answered_in_order(self):
+        with self.connect() as c:
+            body = json.dumps(completion()).encode()
+            post = self.head(key=self.A, extra=b"Content-Length: %d\r\n\r\n" % len(body)) + body
+            health = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+            missing = b"GET /nowhere HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+            c.sendall(health + post + health + missing)  # one write
+            out = b""
+            start = time.monotonic()
+            while time.monotonic() - start < TIMEOUT:
+                chunk = c.recv(65536)
+                if not chunk:
+                    break
+                out += chunk
+            self.assertEqual(answers(out), [200, 200, 200, 404], out[:400])
+            self.assertIn(b'"text_completion"', out)
+            self.assertLess(time.monotonic() - start, TIMEOUT / 2)  # closed after the last, not after a timeout
+
+    def test_health_is_liveness_only_and_streams_name_the_servers_model(self):
+        status, body = self.s.json("GET", "/health")
+        self.assertEqual((status, body), (200, {"status": "ok"}))
+        big = "m" * (1 << 20)
+        status, hdrs, data = self.s.request("POST", "/v1/completions", completion(model=big, stream=True, max_tokens=4),
+                                            headers={"Authorization": "Bearer " + self.A})
+        self.assertEqual(status, 200, data[:200])
+        self.assertLess(len(data), 64 << 10)
+        self.assertNotIn(b"mmmm", data)
+
+    def test_connections_over_the_limit_are_refused_at_once(self):
+        s = Server("--max-connections", "4")
+        socks = []
+        try:
+            for _ in range(4):
+                socks.append(socket.create_connection(("127.0.0.1", s.port), timeout=TIMEOUT))
+            with socket.create_connection(("127.0.0.1", s.port), timeout=TIMEOUT) as c:
+                start = time.monotonic()
+                out = read_answer(c, 5)
+                self.assertTrue(out.startswith(b"HTTP/1.1 503"), out[:200])
+                self.assertLess(time.monotonic() - start, 2)
+            for c in socks:
+                c.close()
+            socks = []
+            harness.wait_for(lambda: s.request("GET", "/health")[0] == 200, "the server did not free its connections", 10)
+        finally:
+            for c in socks:
+                c.close()
+            self.assertEqual(s.stop(), 0, s.log)
+
+    def test_shutdown_does_not_wait_for_idle_keep_alive_connections(self):
+        s = Server()
+        try:
+            conns = []
+            for _ in range(3):
+                c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=TIMEOUT)
+                c.request("GET", "/health")
+                self.assertEqual(c.getresponse().read(), b'{"status":"ok"}')
+                conns.append(c)  # left open, idle
+            start = time.monotonic()
+        finally:
+            rc = s.stop()
+        self.assertEqual(rc, 0, s.log)
+        self.assertLess(time.monotonic() - start, 3)
+        for c in conns:
+            c.close()
+
+    def test_bad_limits_are_refused_by_name(self):
+        for opt, value in (("--max-headers", "0"), ("--max-header-kb", "0"), ("--keep-alive", "0"),
+                           ("--max-connections", "100000"), ("--max-body-mb", "-1"), ("--read-timeout", "nan")):
+            p = subprocess.run([BIN, "serve", "-m", MODEL, "--port", "0", opt, value], capture_output=True, timeout=60)
+            self.assertNotEqual(p.returncode, 0)
+            self.assertIn(opt.encode(), p.stderr)
 
 
 if __name__ == "__main__":
