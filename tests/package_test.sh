@@ -13,14 +13,16 @@ scratch=$(mktemp -d); trap 'rm -rf "$scratch"' EXIT
 (cd "$build" && cpack -G DEB -B "$scratch/pkg" >"$scratch/cpack.log" 2>&1) || { cat "$scratch/cpack.log"; exit 1; }
 deb=$(ls "$scratch"/pkg/kvsieve*.deb | head -n 1)
 echo "package: $(basename "$deb") ($(stat -c %s "$deb") bytes)"
-dpkg-deb -c "$deb" | grep -q './usr/bin/kvsieve$' || { echo "FAIL: the package has no /usr/bin/kvsieve"; exit 1; }
-dpkg-deb -c "$deb" | grep -q 'share/kvsieve/models/wgkv/.*/model.safetensors' || { echo "FAIL: no WG-KV gates"; exit 1; }
-if dpkg-deb -c "$deb" | grep -q 'kvsieve-train\|libtorch'; then echo "FAIL: the package carries the trainers"; exit 1; fi
+listing=$(dpkg-deb -c "$deb")
+grep -q './usr/bin/kvsieve$' <<<"$listing" || { echo "FAIL: the package has no /usr/bin/kvsieve"; exit 1; }
+grep -q 'share/kvsieve/models/wgkv/.*/model.safetensors' <<<"$listing" || { echo "FAIL: no WG-KV gates"; exit 1; }
+if grep -q 'kvsieve-train\|libtorch' <<<"$listing"; then echo "FAIL: the package carries the trainers"; exit 1; fi
 
 system=0
 if [ "$(id -u)" = 0 ] && ! dpkg -s kvsieve >/dev/null 2>&1; then system=1; fi
 if [ $system = 1 ]; then
-  dpkg -i "$deb" >/dev/null
+  # A failed dpkg -i leaves the files unpacked: remove them before failing.
+  dpkg -i "$deb" >/dev/null || { dpkg -r kvsieve >/dev/null 2>&1 || true; echo "FAIL: dpkg -i did not install"; exit 1; }
   root=""
 else
   dpkg -x "$deb" "$scratch/root"

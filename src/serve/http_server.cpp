@@ -8,6 +8,7 @@
 
 #include <sys/stat.h>
 
+#include "predict/bundled_predictors.h"
 #include "serve/client_socket.h"
 #include "serve/http_front.h"
 #include "serve/json_body.h"
@@ -203,6 +204,17 @@ void HttpServer::routes() {
     });
     on("GET", "/v1/models", guard(false, [this](const HttpRequest&, HttpResponse& res, const std::string&) {
            json m = {{"id", ctx_.model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "kvsieve"}};
+           // The learned presets ready for this model: the names of its predictors (never their paths), default first.
+           json ready = json::object();
+           for (const BundledPredictor& p : ready_predictors()) {
+               json& names = ready[p.preset];
+               if (!names.is_array()) names = json::array();
+               if (p.is_default)
+                   names.insert(names.begin(), p.name);
+               else
+                   names.push_back(p.name);
+           }
+           m["kv_predictors"] = ready;
            send_json(res, 200, {{"object", "list"}, {"data", json::array({m})}});
        }));
 

@@ -106,6 +106,19 @@ class OpenAIClient(unittest.TestCase):
         b = client.completions.create(model="m", prompt=STORY[:200], temperature=0.9, seed=7, max_tokens=20)
         self.assertEqual(a.choices[0].text, b.choices[0].text)
 
+    def test_learned_presets_ready_for_the_model(self):
+        # The predictors shipped for SmolLM2 register themselves: /v1/models names them (default first), and a
+        # request's kv_policy takes a learned preset without model= or with a shipped predictor's name.
+        ready = client.models.list().data[0].model_extra["kv_predictors"]
+        self.assertEqual(ready["kvzap"][0], "smollm2-135m-mlp")
+        self.assertIn("smollm2-135m-linear", ready["kvzap"])
+        self.assertEqual(ready["wgkv"], ["smollm2-135m-lambda0.04"])
+        self.assertEqual(ready["kvpop"], ["smollm2-135m-mlstm"])
+        for spec in ("wgkv", "kvpop", "kvzap:model=smollm2-135m-linear"):
+            r = client.completions.create(model="m", prompt=STORY, temperature=0, max_tokens=4,
+                                          extra_body={"kv_policy": spec})
+            self.assertGreater(r.usage.completion_tokens, 0, spec)
+
     def test_kv_policy_per_request(self):
         full = client.completions.create(model="m", prompt=STORY, temperature=0, max_tokens=4)
         snap = client.completions.create(model="m", prompt=STORY, temperature=0, max_tokens=4,
