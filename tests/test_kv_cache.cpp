@@ -89,7 +89,6 @@ TEST(KVCache, FullPolicyEqualsPlainEngine) {
     }
 }
 
-
 TEST(KVCache, PoliciesWhoseBudgetCoversTheContextEqualFull) {
     LlamaModel m(test::model_path("stories260K.gguf"));
     const auto prompt = story_tokens(m, 150);
