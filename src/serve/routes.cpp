@@ -1,5 +1,8 @@
 #include "serve/routes.h"
 
+#include <vector>
+
+#include "serve/http_front.h"
 #include "util/error.h"
 
 namespace kvsieve {
@@ -34,31 +37,9 @@ const Route& find_route(const std::string& method, const std::string& path) {
          " is not in the server's route table (serve/routes.cpp) and docs/openapi.json");
 }
 
-namespace {
-/// Whether `path` matches `tmpl`, each {name} of which stands for one non-empty segment without '/'.
-bool matches(const std::string& tmpl, const std::string& path) {
-    size_t t = 0, p = 0;
-    while (t < tmpl.size()) {
-        if (tmpl[t] == '{') {
-            const size_t close = tmpl.find('}', t);
-            if (close == std::string::npos) return false;
-            const size_t start = p;
-            while (p < path.size() && path[p] != '/') ++p;
-            if (p == start) return false;
-            t = close + 1;
-        } else {
-            if (p >= path.size() || path[p] != tmpl[t]) return false;
-            ++t;
-            ++p;
-        }
-    }
-    return p == path.size();
-}
-}  // namespace
-
 std::string match_route_path(const std::string& path) {
     for (const Route& r : server_routes())
-        if (matches(r.path, path)) return r.path;
+        if (std::vector<std::string> params; match_path_template(r.path, path, params)) return r.path;
     return "";
 }
 
