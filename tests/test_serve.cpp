@@ -460,6 +460,89 @@ TEST(Scheduler, KeptConversationsGiveTheirPagesToRunningRequests) {
     EXPECT_EQ(ids, (std::vector<std::string>{"y", "z"}));
 }
 
+TEST(Scheduler, OneOwnersNewConversationsEvictItsOwnNotAnothers) {
+    auto pool = std::make_shared<KVPool>(model().config().head_dim, KVType::kF16);
+    SchedulerOptions o = options(1);
+    o.max_conversations = 3;
+    Scheduler sched(model(), tokenizer(), pool, o);
+    auto keep = [&](const std::string& owner, const std::string& id) {
+        GenerationRequest g = greedy("Once upon a time", 3);
+        g.owner = owner;
+        g.conversation = scoped_id(owner, id);
+        ASSERT_EQ(collect(*sched.submit(g)).last.kind, GenerationEvent::Kind::kDone);
+    };
+    keep("alice", "kept");  // the oldest of all
+    for (int i = 0; i < 5; ++i) keep("bob", std::to_string(i));
+    std::vector<std::string> ids;
+    for (const auto& k : sched.snapshot().conversations) ids.push_back(k.id);
+    // Bob keeps the most, so his least recently used go; Alice's one conversation stays although it is the oldest.
+    EXPECT_EQ(ids,
+              (std::vector<std::string>{scoped_id("alice", "kept"), scoped_id("bob", "3"), scoped_id("bob", "4")}));
+    // Once Alice keeps the most, her own least recently used goes first.
+    keep("alice", "a");
+    keep("alice", "b");
+    ids.clear();
+    for (const auto& k : sched.snapshot().conversations) ids.push_back(k.id);
+    EXPECT_EQ(ids, (std::vector<std::string>{scoped_id("alice", "a"), scoped_id("alice", "b"), scoped_id("bob", "4")}));
+}
+
+TEST(Scheduler, PagesForARunningRequestComeFromTheOwnerKeepingTheMostBytes) {
+    const ModelConfig& c = model().config();
+    const int64_t pages = static_cast<int64_t>(c.n_layer) * c.n_head_kv * 6;  // 6 pages of 16 entries per KV head
+    auto pool =
+        std::make_shared<KVPool>(c.head_dim, KVType::kF16, 16, static_cast<uint64_t>(pages) * 16 * c.head_dim * 2 * 2);
+    SchedulerOptions o = options(1);
+    o.max_conversations = 4;
+    Scheduler sched(model(), tokenizer(), pool, o);
+    GenerationRequest a = greedy("Once upon a time", 2);  // one page per KV head, kept first (least recently used)
+    a.owner = "alice";
+    a.conversation = scoped_id("alice", "short");
+    ASSERT_EQ(collect(*sched.submit(a)).last.kind, GenerationEvent::Kind::kDone);
+    GenerationRequest b = greedy("Once upon a time, there was a little girl named Lily.", 24);  // three pages
+    b.owner = "bob";
+    b.conversation = scoped_id("bob", "long");
+    ASSERT_EQ(collect(*sched.submit(b)).last.kind, GenerationEvent::Kind::kDone);
+    ASSERT_EQ(sched.snapshot().conversations.size(), 2u);
+    // A third key's request needs more than the free pages: Bob's conversation, holding the most, gives its pages,
+    // and Alice's older one stays.
+    GenerationRequest r = greedy("Once upon a time, there was a little girl named Lily. She loved to play.", 30);
+    r.owner = "carol";
+    const Result rr = collect(*sched.submit(r));
+    ASSERT_EQ(rr.last.kind, GenerationEvent::Kind::kDone) << rr.last.error;
+    EXPECT_EQ(rr.text, alone(r, 256));
+    const SchedulerSnapshot snap = sched.snapshot();
+    ASSERT_EQ(snap.conversations.size(), 1u);
+    EXPECT_EQ(snap.conversations[0].id, scoped_id("alice", "short"));
+    EXPECT_EQ(snap.conversations_dropped, 1);
+}
+
+TEST(Scheduler, FreeSlotsGoToTheOwnerRunningTheFewest) {
+    auto pool = std::make_shared<KVPool>(model().config().head_dim, KVType::kF16);
+    SchedulerOptions o = options(1, 512);
+    Scheduler sched(model(), tokenizer(), pool, o);
+    // Alice's first request holds the one slot for a few hundred steps while three more arrive: two of Alice's,
+    // then Bob's. Bob's goes next; Alice's own keep their order.
+    std::vector<std::pair<std::string, GenerationRequest>> reqs;
+    for (const std::string name : {"alice-1", "alice-2", "alice-3", "bob-1"}) {
+        GenerationRequest g = greedy("Once upon a time", name == "alice-1" ? 400 : 4);
+        g.owner = name.substr(0, name.find('-'));
+        reqs.emplace_back(name, std::move(g));
+    }
+    std::mutex mu;
+    std::vector<std::string> finished;
+    std::vector<std::thread> clients;
+    for (auto& [name, g] : reqs) {
+        auto h = sched.submit(g);
+        clients.emplace_back([h, name = name, &mu, &finished] {
+            const Result r = collect(*h);
+            std::lock_guard<std::mutex> lk(mu);
+            finished.push_back(r.last.kind == GenerationEvent::Kind::kDone ? name : name + " failed: " + r.last.error);
+        });
+    }
+    for (auto& t : clients) t.join();
+    EXPECT_EQ(finished, (std::vector<std::string>{"alice-1", "bob-1", "alice-2", "alice-3"}));
+}
+
 TEST(Scheduler, ARequestThatCanNeverFitIsA413BeforeAnyConversationIsDropped) {
     const ModelConfig& c = model().config();
     const int64_t pages = static_cast<int64_t>(c.n_layer) * c.n_head_kv * 6;  // one ~96-token sequence in all

@@ -2,6 +2,7 @@
 // name its own KV policy. SIGINT / SIGTERM stop it: running and queued requests end with a 503 error (with
 // --shutdown-grace S they may first finish for up to S seconds). SIGHUP re-reads --api-key-file.
 #include <algorithm>
+#include <optional>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -40,8 +41,19 @@ struct ServeOpts {
     std::vector<std::string> api_keys;
     std::string api_key_file, allowed_origins;
     double shutdown_grace_s = 0;
-    double cache_dir_quota_mb = 0;
+    std::optional<double> cache_dir_quota_mb;  // not given: kDefaultCacheQuotaMb with --cache-dir
+    std::optional<int> max_requests_per_key;   // not given: default_requests_per_key
 };
+
+/// --cache-dir-quota-mb's default: MiB of saved sequences each key's folder may hold, so that no key can fill the
+/// disk the others save to.
+constexpr double kDefaultCacheQuotaMb = 1024;
+
+/// --max-requests-per-key's default: with API keys, the slots plus half the queue, so that no key can hold every
+/// slot and the whole queue; without keys 0 (no limit: every client is the same owner, bounded by the queue).
+int default_requests_per_key(const SchedulerOptions& s, bool keys) {
+    return keys ? s.slots + std::max(1, s.max_queue / 2) : 0;
+}
 
 void run(const ServeOpts& o) {
     require(o.kv_budget_mb >= 0, "--kv-pool-mb must be ≥ 0, got ", o.kv_budget_mb);
@@ -59,9 +71,12 @@ void run(const ServeOpts& o) {
     require(o.http.timeout_s >= 0, "--timeout must be ≥ 0 seconds, got ", o.http.timeout_s);
     require(o.shutdown_grace_s >= 0, "--shutdown-grace must be ≥ 0 seconds, got ", o.shutdown_grace_s);
     require(o.http.ready_stall_s > 0, "--ready-stall must be > 0 seconds, got ", o.http.ready_stall_s);
-    require(o.http.max_requests_per_key >= 0, "--max-requests-per-key must be ≥ 0, got ", o.http.max_requests_per_key);
-    require(o.cache_dir_quota_mb >= 0, "--cache-dir-quota-mb must be ≥ 0, got ", o.cache_dir_quota_mb);
-    require(o.cache_dir_quota_mb == 0 || !o.cache_dir.empty(), "--cache-dir-quota-mb needs --cache-dir DIR");
+    if (o.max_requests_per_key)
+        require(*o.max_requests_per_key >= 0, "--max-requests-per-key must be ≥ 0, got ", *o.max_requests_per_key);
+    if (o.cache_dir_quota_mb) {
+        require(*o.cache_dir_quota_mb >= 0, "--cache-dir-quota-mb must be ≥ 0, got ", *o.cache_dir_quota_mb);
+        require(*o.cache_dir_quota_mb == 0 || !o.cache_dir.empty(), "--cache-dir-quota-mb needs --cache-dir DIR");
+    }
     // Signals go to one waiting thread only (blocked here, before any thread starts, so every thread inherits it).
     sigset_t sigs;
     sigemptyset(&sigs);
@@ -85,7 +100,7 @@ void run(const ServeOpts& o) {
         std::fprintf(stderr, "note: %s; /v1/chat/completions is off\n", e.what());
     }
     SchedulerOptions so = o.sched;
-    so.cache_quota_bytes = static_cast<uint64_t>(o.cache_dir_quota_mb * 1048576.0);
+    so.cache_quota_bytes = static_cast<uint64_t>(o.cache_dir_quota_mb.value_or(kDefaultCacheQuotaMb) * 1048576.0);
     if (so.n_ctx == 0) so.n_ctx = std::min<int64_t>(model.config().n_ctx_train, 4096);
     // The predictors requests may name (model=NAME), each loaded once and checked against the model here.
     NamedPredictors preds;
@@ -123,6 +138,7 @@ void run(const ServeOpts& o) {
     ho.max_body_bytes = static_cast<size_t>(o.max_body_mb * 1048576.0);
     ho.max_header_bytes = static_cast<size_t>(o.max_header_kb * 1024.0);
     ho.keys = keys;
+    ho.max_requests_per_key = o.max_requests_per_key.value_or(default_requests_per_key(o.sched, keys->enabled()));
     ho.allowed_origins = parse_origins(o.allowed_origins);
     HttpServer http(sched, ctx, ho);
     const int port = http.bind();
@@ -232,11 +248,10 @@ void add_serve(CLI::App& app) {
                     "folder of saved sequences: requests may save theirs (\"cache_save\": NAME) and start from one "
                     "(\"cache_restore\": NAME)");
     cmd->add_option(
-           "--cache-dir-quota-mb", o->cache_dir_quota_mb,
-           "most MiB of saved sequences each API key's folder of --cache-dir may hold (without keys: the folder "
-           "itself); a save past it is refused (cache_save: usage.cache_save_error; POST /v1/cache/save: 403), "
-           "deleting saved sequences frees space (0: no limit)")
-        ->capture_default_str();
+        "--cache-dir-quota-mb", o->cache_dir_quota_mb,
+        "most MiB of saved sequences each API key's folder of --cache-dir may hold (without keys: the folder "
+        "itself); a save past it is refused (cache_save: usage.cache_save_error; POST /v1/cache/save: 403), "
+        "deleting saved sequences frees space (0: no limit; default 1024)");
     cmd->add_option("-t,--threads", o->threads, "compute threads (0: all cores)")->capture_default_str();
     cmd->add_option("--max-connections,--http-threads", o->http.max_connections,
                     "connections open at once, idle, reading or answering (one more: 503 and closed at once); a "
@@ -267,10 +282,10 @@ void add_serve(CLI::App& app) {
                     "seconds a generation request may take, queue included (0: no limit); then 504, or a last error "
                     "event in a stream")
         ->capture_default_str();
-    cmd->add_option("--max-requests-per-key", o->http.max_requests_per_key,
-                    "generation requests one API key may have running or queued at once (0: no limit; one more: 429; "
-                    "without keys all clients count as one)")
-        ->capture_default_str();
+    cmd->add_option("--max-requests-per-key", o->max_requests_per_key,
+                    "generation requests one API key may have running or queued at once (one more: 429; 0: no "
+                    "limit). Default with API keys: --slots plus half of --max-queue; without keys no limit (all "
+                    "clients are one owner). Free slots go to the key running the fewest requests");
     cmd->add_option(
            "--shutdown-grace", o->shutdown_grace_s,
            "on SIGTERM / SIGINT, seconds running and queued requests may take to finish while new ones get 503 "

@@ -9,7 +9,29 @@ void ConversationStore::put(const std::string& id, Entry e) {
     e.last_used = ++clock_;
     entries_.erase(id);  // the old entry's session goes before its cache (member order), not by assignment
     entries_.emplace(id, std::move(e));
-    while (static_cast<int>(entries_.size()) > capacity_) drop_oldest();
+    while (static_cast<int>(entries_.size()) > capacity_) entries_.erase(victim([](const Entry&) { return 1.0; }));
+}
+
+template <class Weight>
+std::map<std::string, ConversationStore::Entry>::iterator ConversationStore::victim(Weight weight) {
+    struct Holder {
+        double weight = 0;
+        std::map<std::string, Entry>::iterator oldest;
+    };
+    std::map<std::string, Holder> holders;
+    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+        auto [h, fresh] = holders.try_emplace(it->second.owner);
+        h->second.weight += weight(it->second);
+        if (fresh || it->second.last_used < h->second.oldest->second.last_used) h->second.oldest = it;
+    }
+    auto out = entries_.end();
+    double most = -1;
+    for (const auto& [owner, h] : holders)
+        if (h.weight > most || (h.weight == most && h.oldest->second.last_used < out->second.last_used)) {
+            most = h.weight;
+            out = h.oldest;
+        }
+    return out;
 }
 
 ConversationStore::Entry ConversationStore::take(const std::string& id) {
@@ -27,12 +49,9 @@ ConversationStore::Entry* ConversationStore::find(const std::string& id) {
 
 bool ConversationStore::drop(const std::string& id) { return entries_.erase(id) > 0; }
 
-bool ConversationStore::drop_oldest() {
+bool ConversationStore::drop_for_pages() {
     if (entries_.empty()) return false;
-    auto oldest = std::min_element(entries_.begin(), entries_.end(), [](const auto& a, const auto& b) {
-        return a.second.last_used < b.second.last_used;
-    });
-    entries_.erase(oldest);
+    entries_.erase(victim([](const Entry& e) { return static_cast<double>(e.cache->stats().kv_bytes_final); }));
     return true;
 }
 

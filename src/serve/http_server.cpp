@@ -347,7 +347,7 @@ void HttpServer::routes() {
             try {
                 saved = std::make_shared<const SavedSequence>(read_sequence(op.path, *ctx_.model, op.name + ".kvseq"));
             } catch (const Error& e) { throw ApiError(400, "'" + op.name + "': " + e.what()); }
-            answer("kv_cache.restored", sched_.restore(saved, op.ref.conversation));
+            answer("kv_cache.restored", sched_.restore(saved, op.ref.conversation, owner));
         } catch (const StatusError& e) {  // ApiError from the body, CacheOpError from the scheduler
             send_json(res, e.status(), error_body(e.status(), for_client(owner, e.what())));
         } catch (const ServerBusy& e) { send_json(res, 503, error_body(503, e.what())); }

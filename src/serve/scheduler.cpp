@@ -4,6 +4,8 @@
 #include <chrono>
 #include <filesystem>
 #include <future>
+#include <limits>
+#include <map>
 
 #include "cache/kv_cache.h"
 #include "serve/cache_quota.h"
@@ -488,6 +490,7 @@ void Scheduler::keep_conversation(Slot& s) {
     if (r.conversation.empty() || conversations_.capacity() == 0 || !s.cache) return;
     ConversationStore::Entry e;
     e.policy_spec = r.policy_spec;
+    e.owner = r.owner;
     e.session = std::move(s.session);
     e.cache = std::move(s.cache);
     conversations_.put(r.conversation, std::move(e));
@@ -505,7 +508,7 @@ void Scheduler::open_sequence(const Policy& policy, const SavedSequence* saved, 
         } catch (const KVBudgetExhausted&) {
             session.reset();
             cache.reset();
-            if (!conversations_.drop_oldest()) throw;
+            if (!conversations_.drop_for_pages()) throw;
             note_conversations_dropped(1);
         } catch (...) {
             session.reset();
@@ -517,7 +520,7 @@ void Scheduler::open_sequence(const Policy& policy, const SavedSequence* saved, 
 
 bool Scheduler::free_pages_for(int64_t pages) {
     int64_t dropped = 0;
-    while (pool_->capacity_pages() - pool_->pages_in_use() < pages && conversations_.drop_oldest()) ++dropped;
+    while (pool_->capacity_pages() - pool_->pages_in_use() < pages && conversations_.drop_for_pages()) ++dropped;
     if (dropped > 0) note_conversations_dropped(dropped);
     return pool_->capacity_pages() - pool_->pages_in_use() >= pages;
 }
@@ -620,7 +623,8 @@ CacheOpResult Scheduler::save(const SequenceRef& ref, const std::string& path) {
     });
 }
 
-CacheOpResult Scheduler::restore(std::shared_ptr<const SavedSequence> saved, const std::string& conversation) {
+CacheOpResult Scheduler::restore(std::shared_ptr<const SavedSequence> saved, const std::string& conversation,
+                                 const std::string& owner) {
     require(saved != nullptr, "restore: no saved sequence");
     if (conversation.empty()) throw CacheOpError(400, "restore needs a conversation id to keep the sequence under");
     if (opts_.max_conversations == 0)
@@ -654,6 +658,7 @@ CacheOpResult Scheduler::restore(std::shared_ptr<const SavedSequence> saved, con
         out.kv_bytes = e.cache->stats().kv_bytes_final;
         out.policy = saved->policy_spec;
         e.policy_spec = saved->policy_spec;
+        e.owner = owner;
         e.pending = std::move(pending);
         conversations_.put(conversation, std::move(e));
         publish_conversations();
@@ -667,6 +672,30 @@ bool Scheduler::drop(const std::string& conversation) {
         if (dropped) publish_conversations();
         return dropped;
     });
+}
+
+std::deque<std::unique_ptr<Scheduler::Queued>>::iterator Scheduler::fairest_queued(
+    const std::vector<std::unique_ptr<Slot>>& active, const std::vector<std::unique_ptr<Queued>>& admitted) {
+    std::map<std::string, int> running;  // slots each owner holds or is about to
+    for (const auto& s : active)
+        if (!s->done) ++running[s->q->req.owner];
+    for (const auto& q : admitted) ++running[q->req.owner];
+    auto rank = [&](const std::string& owner) {  // smaller goes first
+        const auto r = running.find(owner);
+        const auto t = last_admitted_.find(owner);
+        return std::make_pair(r == running.end() ? 0 : r->second, t == last_admitted_.end() ? 0 : t->second);
+    };
+    auto best = queue_.begin();
+    auto best_rank = rank((*best)->req.owner);
+    for (auto it = std::next(queue_.begin()); it != queue_.end(); ++it) {
+        const auto r = rank((*it)->req.owner);
+        if (r < best_rank) {  // strictly: an owner's own requests keep their order
+            best = it;
+            best_rank = r;
+        }
+    }
+    last_admitted_[(*best)->req.owner] = ++admissions_;
+    return best;
 }
 
 void Scheduler::loop() {
@@ -683,8 +712,9 @@ void Scheduler::loop() {
             if (stop_) break;
             commands.swap(commands_);
             while (static_cast<int>(active.size() + admitted.size()) < opts_.slots && !queue_.empty()) {
-                admitted.push_back(std::move(queue_.front()));
-                queue_.pop_front();
+                auto next = fairest_queued(active, admitted);
+                admitted.push_back(std::move(*next));
+                queue_.erase(next);
             }
             snap_.queued = static_cast<int>(queue_.size());
             working_ = !active.empty() || !admitted.empty();

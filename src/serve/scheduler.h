@@ -136,7 +136,8 @@ struct SchedulerSnapshot {
 /// pages, so more of them fit. Before each step the pages the step may need (per KV head, at most one page per
 /// 16 new entries plus one per region) are checked against the pool's free pages, oldest sequences first; a
 /// sequence that does not fit fails alone with status 503 (or waits, SchedulerOptions::wait_for_memory), and the
-/// others go on untouched; kept conversations (ConversationStore) give their pages first. A cancelled request is
+/// others go on untouched; kept conversations (ConversationStore) give their pages first. Free slots go to the
+/// queued request of the owner running the fewest (fairest_queued). A cancelled request is
 /// dropped and its pages freed at the next step (kept, as far as it ran, when it named a conversation).
 class Scheduler {
 public:
@@ -171,10 +172,12 @@ public:
     /// 500 the file cannot be written), ServerBusy when stopped.
     CacheOpResult save(const SequenceRef& ref, const std::string& path);
     /// Keeps a saved sequence under `conversation` (replacing a kept one), so that a request naming the id goes on
-    /// from it. Kept conversations are dropped, least recently used first, if the pool needs their pages. Throws
+    /// from it, as `owner`'s (the key's owner tag: ConversationStore shares room between owners). Kept
+    /// conversations are dropped (ConversationStore::drop_for_pages) if the pool needs their pages. Throws
     /// CacheOpError (409 a running request has that id, 400 the sequence does not fit in the context or its
     /// policy does not parse, 503 the pool cannot hold it), ServerBusy when stopped.
-    CacheOpResult restore(std::shared_ptr<const SavedSequence> saved, const std::string& conversation);
+    CacheOpResult restore(std::shared_ptr<const SavedSequence> saved, const std::string& conversation,
+                          const std::string& owner = "");
     /// Drops a kept conversation (its pages return to the pool); false when none is kept under the id. Throws
     /// ServerBusy when stopped.
     bool drop(const std::string& conversation);
@@ -186,6 +189,12 @@ private:
     struct Queued;
     struct Slot;
     void loop();
+    /// The queued request to admit next (queue_ not empty; mu_ held), and records its owner's turn: the earliest of
+    /// the owner holding the fewest of the running slots (`active` and those `admitted` this round), ties going to
+    /// the owner whose last admission is oldest (round robin), so that one key's queued requests never keep another
+    /// key waiting for a slot behind all of them; with a single owner, first come first served.
+    std::deque<std::unique_ptr<Queued>>::iterator fairest_queued(const std::vector<std::unique_ptr<Slot>>& active,
+                                                                 const std::vector<std::unique_ptr<Queued>>& admitted);
     /// Runs fn on the scheduler's thread between two steps and returns its result (rethrowing what it throws).
     template <class T>
     T on_loop(std::function<T()> fn);
@@ -223,6 +232,8 @@ private:
     mutable std::mutex mu_;
     std::condition_variable cv_;
     std::deque<std::unique_ptr<Queued>> queue_;
+    std::map<std::string, uint64_t> last_admitted_;  ///< per owner, the admission count at its latest (fairest_queued)
+    uint64_t admissions_ = 0;
     std::deque<std::function<void()>> commands_;  // guarded by mu_; run by the scheduler's thread
     bool stop_ = false;
     bool draining_ = false;

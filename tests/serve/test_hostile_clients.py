@@ -295,6 +295,59 @@ class Limits(SharedServerCase):
         self.assertEqual(status, 200, body)
 
 
+class FairSharing(SharedServerCase):
+    """Two keys share the server: one key's new conversations evict only its own, and by default one key cannot take
+    every slot and the whole queue (--max-requests-per-key: --slots 2 plus half of --max-queue 2 = 3)."""
+    A, B = "key-fair-a-0123456789", "key-fair-b-9876543210"
+    LONG = {"prompt": "Hello there", "max_tokens": 1900, "temperature": 0, "stream": True}
+
+    @classmethod
+    def setUpClass(cls):
+        cls.s = Server("--api-key", cls.A, "--api-key", cls.B, "--max-conversations", "4", "--max-queue", "2",
+                       ctx=2048)
+
+    def as_(self, key, method, path, body=None):
+        return self.s.json(method, path, body, headers={"Authorization": "Bearer " + key})
+
+    def test_one_keys_new_conversations_do_not_evict_anothers(self):
+        self.assertEqual(self.as_(self.A, "POST", "/v1/completions", completion(conversation="mine"))[0], 200)
+        for i in range(6):
+            status, body = self.as_(self.B, "POST", "/v1/completions", completion(conversation="b%d" % i))
+            self.assertEqual(status, 200, body)
+        status, body = self.as_(self.A, "GET", "/v1/cache/conversations")
+        self.assertEqual(status, 200, body)
+        self.assertEqual([c["id"] for c in body["data"]], ["mine"])
+        status, body = self.as_(self.B, "GET", "/v1/cache/conversations")
+        self.assertEqual(sorted(c["id"] for c in body["data"]), ["b3", "b4", "b5"])
+
+    def test_by_default_one_key_cannot_take_every_place(self):
+        conns = []
+        try:
+            for _ in range(3):  # two run, one waits: the key's three places
+                conn = http.client.HTTPConnection("127.0.0.1", self.s.port, timeout=TIMEOUT)
+                conn.request("POST", "/v1/completions", json.dumps(self.LONG),
+                             {"Content-Type": "application/json", "Authorization": "Bearer " + self.A})
+                conns.append(conn)
+            for conn in conns[:2]:
+                self.assertEqual(conn.getresponse().status, 200)  # their first events came: both slots run
+            status, body = self.as_(self.A, "POST", "/v1/completions", completion())
+            self.assertEqual(status, 429, body)
+            self.assertIn("--max-requests-per-key", body["error"]["message"])
+            # The other key still gets a place and an answer (that it gets the next free slot before the first key's
+            # third request is Scheduler.FreeSlotsGoToTheOwnerRunningTheFewest).
+            waiting = http.client.HTTPConnection("127.0.0.1", self.s.port, timeout=TIMEOUT)
+            waiting.request("POST", "/v1/completions", json.dumps(completion()),
+                            {"Content-Type": "application/json", "Authorization": "Bearer " + self.B})
+            conns.append(waiting)
+            conns[0].close()  # the first key's first stream goes: its slot frees
+            r = waiting.getresponse()
+            self.assertEqual(r.status, 200)
+            json.loads(r.read())
+        finally:
+            for conn in conns:
+                conn.close()
+
+
 class ClientDisconnects(SharedServerCase):
     """A client that closes its connection cancels its request, streamed or not, during prefill and decoding: the
     request leaves its slot long before max_tokens instead of running to its end."""
