@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <csignal>
 #include <filesystem>
 #include <mutex>
 #include <thread>
@@ -14,6 +15,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -689,6 +691,21 @@ TEST(Scheduler, ARestoredFileBecomesAConversationToGoOnFrom) {
     a.conversation = "first";
     ASSERT_EQ(collect(*sched.submit(a)).last.kind, GenerationEvent::Kind::kDone);
     EXPECT_THROW(sched.save({"nobody", -1}, file.path()), CacheOpError);
+    {  // A full disk (here the process's file size limit) is a 507, not a 500.
+        rlimit old{};
+        ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
+        rlimit lim = old;
+        lim.rlim_cur = 1024;
+        auto* prev = std::signal(SIGXFSZ, SIG_IGN);
+        ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &lim), 0);
+        int status = 0;
+        try {
+            sched.save({"first", -1}, file.path());
+        } catch (const CacheOpError& e) { status = e.status(); }
+        setrlimit(RLIMIT_FSIZE, &old);
+        std::signal(SIGXFSZ, prev);
+        EXPECT_EQ(status, 507);
+    }
     const CacheOpResult saved = sched.save({"first", -1}, file.path());
     EXPECT_EQ(saved.tokens, static_cast<int64_t>(a.prompt.size()) + 5);
     EXPECT_EQ(saved.slot, -1);
@@ -1351,7 +1368,8 @@ TEST(HttpRequestReader, RefusesOnTheHeadWithTheStatusOfEachProblem) {
     EXPECT_EQ(status("GET /a HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n"), 0);
     EXPECT_EQ(status("GET /a HTTP/1.1\r\nContent-Length: 18446744073709551616\r\n\r\n"), 400);
     EXPECT_EQ(status("POST /a HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n"), 501);
-    EXPECT_EQ(status("POST /a HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"), 411);
+    EXPECT_EQ(status("POST /a HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"), 501);
+    EXPECT_EQ(status("POST /a HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"), 0);
     EXPECT_EQ(status("POST /a HTTP/1.1\r\nTransfer-Encoding: gzip\r\nContent-Length: 1\r\n\r\n"), 400);
     EXPECT_EQ(status("POST /a HTTP/1.1\r\nContent-Encoding: identity\r\n\r\n"), 0);
     EXPECT_EQ(status("POST /a HTTP/1.1\r\nContent-Encoding: br\r\n\r\n"), 415);
@@ -1403,7 +1421,17 @@ TEST(HttpFront, FramingAndLimitsAreCheckedOnTheHead) {
     EXPECT_EQ(status("POST /echo HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nabc"), "HTTP/1.1 400");
     EXPECT_EQ(status("POST /echo HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nab"), "HTTP/1.1 200");
     EXPECT_EQ(status("POST /echo HTTP/1.1\r\nContent-Length: +2\r\n\r\nab"), "HTTP/1.1 400");
-    EXPECT_EQ(status("POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n0\r\n\r\n"), "HTTP/1.1 411");
+    const std::string echoed =
+        f.exchange("POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n1;x=y\r\nc\r\n0\r\n\r\n");
+    EXPECT_EQ(echoed.substr(0, 12), "HTTP/1.1 200");
+    EXPECT_EQ(echoed.substr(echoed.size() - 5), "\r\nabc") << echoed;
+    EXPECT_EQ(status("POST /echo HTTP/1.1\r\nX-Key: bad\r\nTransfer-Encoding: chunked\r\n\r\n"), "HTTP/1.1 401");
+    // Decoded bytes past the limit (60 + 60 > 100), a malformed chunk, and framing that would take the wire past
+    // twice the limit plus its slack.
+    const std::string chunk60 = "3c\r\n" + std::string(60, 'x') + "\r\n";
+    EXPECT_EQ(status("POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk60 + chunk60 + "0\r\n\r\n"),
+              "HTTP/1.1 413");
+    EXPECT_EQ(status("POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nab\r\n0\r\n\r\n"), "HTTP/1.1 400");
     EXPECT_EQ(status("POST /echo HTTP/1.1\r\nContent-Encoding: gzip\r\nContent-Length: 2\r\n\r\nab"), "HTTP/1.1 415");
     EXPECT_EQ(status("POST /echo HTTP/1.1\r\nContent-Length: 101\r\n\r\n"), "HTTP/1.1 413");
     EXPECT_EQ(status("POST /echo HTTP/1.1\r\nX-Key: bad\r\nContent-Length: 99\r\n\r\n"), "HTTP/1.1 401");

@@ -2,6 +2,10 @@
 // serialise any bytes, request bodies refused before a deep parse, bounded metrics labels, keys and owners.
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+
+#include <csignal>
+
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -160,6 +164,38 @@ TEST(AtomicFile, AFailureNamesOnlyTheShownNameAndLeavesNothing) {
         entries += e.path().filename() == "taken.kvseq" ? 1 : 100;
     EXPECT_EQ(entries, 1);
     EXPECT_THROW(write_file_atomic(d.path() + "/missing/x.kvseq", "x"), Error);
+}
+
+/// Runs `f` with the process's file size limit (RLIMIT_FSIZE) at `bytes` and SIGXFSZ ignored, so that a write past
+/// it fails with EFBIG as one past a full disk fails with ENOSPC; both are restored after.
+template <class F>
+void with_file_size_limit(rlim_t bytes, F f) {
+    rlimit old{};
+    ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
+    rlimit lim = old;
+    lim.rlim_cur = bytes;
+    auto* prev = std::signal(SIGXFSZ, SIG_IGN);
+    ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    f();
+    setrlimit(RLIMIT_FSIZE, &old);
+    std::signal(SIGXFSZ, prev);
+}
+
+TEST(AtomicFile, AFullStorageIsStorageFullAndLeavesNothing) {
+    TempDir d;
+    with_file_size_limit(4096, [&] {
+        try {
+            write_file_atomic(d.path() + "/big.kvseq", std::string(1 << 16, 'x'), "big.kvseq");
+            FAIL() << "a write past the size limit succeeded";
+        } catch (const StorageFull& e) {
+            EXPECT_NE(std::string(e.what()).find("'big.kvseq'"), std::string::npos) << e.what();
+        }
+        write_file_atomic(d.path() + "/small.kvseq", "fits");  // under the limit: written
+    });
+    EXPECT_EQ(slurp(d.path() + "/small.kvseq"), "fits");
+    int entries = 0;
+    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(d.path())) ++entries;
+    EXPECT_EQ(entries, 1);  // no temporary left
 }
 
 TEST(AtomicFile, StaleTemporariesAreRemovedAndLinksNotFollowed) {

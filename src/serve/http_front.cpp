@@ -66,6 +66,14 @@ bool has_token(std::string_view value, std::string_view token) {
     return false;
 }
 
+/// Whether a comma-separated header value is exactly one token, `token` (any case).
+bool only_token(std::string_view value, std::string_view token) {
+    int n = 0;
+    for (const auto& t : http::token_list(boost::beast::string_view(value.data(), value.size())))
+        if (++n > 1 || !iequal(sv(t), token)) return false;
+    return n == 1;
+}
+
 const char* reason(int status) {
     switch (status) {
         case 100: return "Continue";
@@ -88,6 +96,7 @@ const char* reason(int status) {
         case 503: return "Service Unavailable";
         case 504: return "Gateway Timeout";
         case 505: return "HTTP Version Not Supported";
+        case 507: return "Insufficient Storage";
         default: return status < 300 ? "OK" : status < 500 ? "Bad Request" : "Internal Server Error";
     }
 }
@@ -297,7 +306,10 @@ size_t HttpRequestReader::want(size_t buffered) const {
     }
     if (!reading_body_) return 0;
     const uint64_t have = body_bytes_ + buffered;
-    return have >= body_length_ ? 0 : static_cast<size_t>(body_length_ - have);
+    // A chunked body's end is known only from its last chunk: read on, up to the most its framing may take (and one
+    // byte more, to see it passed).
+    const uint64_t end = chunked_ ? wire_limit() + 1 : body_length_;
+    return have >= end ? 0 : static_cast<size_t>(std::min<uint64_t>(end - have, SIZE_MAX));
 }
 
 void HttpRequestReader::read_body() {
@@ -381,9 +393,9 @@ HttpRequestReader::Step HttpRequestReader::feed(std::string& in) {
             if (m.count(http::field::content_length))
                 return refuse(400, "a request may not have both Content-Length and Transfer-Encoding");
             const std::string_view te = sv(m[http::field::transfer_encoding]);
-            if (has_token(te, "chunked"))
-                return refuse(411, "chunked request bodies are not accepted: send the body with a Content-Length");
-            return refuse(501, "Transfer-Encoding '" + excerpt(te, 64) + "' is not supported");
+            if (m.count(http::field::transfer_encoding) != 1 || !only_token(te, "chunked"))
+                return refuse(501, "Transfer-Encoding '" + excerpt(te, 64) + "' is not supported (only chunked)");
+            chunked_ = true;
         }
         for (const auto& f : m)
             if (f.name() == http::field::content_encoding && !iequal(sv(f.value()), "identity"))
@@ -394,14 +406,23 @@ HttpRequestReader::Step HttpRequestReader::feed(std::string& in) {
         return step_ = Step::kHead;
     }
     // The body, after read_body().
-    if (!p.is_done() && !in.empty()) {
+    auto too_long = [&] {
+        return refuse(413, "the request body is larger than the server's limit of " +
+                               std::to_string(limits_.max_body_bytes) + " bytes");
+    };
+    while (!p.is_done() && !in.empty()) {  // a chunked body is taken a chunk at a time
         const size_t used = p.put(boost::asio::buffer(in.data(), in.size()), ec);
         in.erase(0, used);
         body_bytes_ += used;
-        if (ec == http::error::body_limit)
-            return refuse(413, "the request body is larger than the server's limit of " +
-                                   std::to_string(limits_.max_body_bytes) + " bytes");
+        if (ec == http::error::body_limit) return too_long();
         if (ec && ec != http::error::need_more) return refuse(400, "malformed request body: " + ec.message());
+        if (chunked_ && body_bytes_ + in.size() > wire_limit()) return too_long();
+        if (used == 0) {
+            // Beast waits for a whole chunk-size line: bound it.
+            if (chunked_ && in.size() > kChunkFramingSlack)
+                return refuse(400, "a chunk-size line longer than " + std::to_string(kChunkFramingSlack) + " bytes");
+            break;
+        }
     }
     if (!p.is_done()) return Step::kMore;
     req_.body = std::move(p.get().body());
@@ -772,7 +793,7 @@ bool HttpFront::advance(std::unique_ptr<Conn>& c) {
             return false;
         }
         // Step::kHead: the line and headers passed the reader's checks; the body has not been read.
-        const bool announced_body = reader.body_length() > 0;
+        const bool announced_body = reader.has_body();
         const bool close = !reader.keep_alive();
         if (head_check_ && head_check_(req, res)) {
             answer_now(c, res, close || announced_body);
@@ -814,7 +835,8 @@ bool HttpFront::advance(std::unique_ptr<Conn>& c) {
         if (close) req.headers.emplace_back("Connection", "close");
         c->route = route;
         c->pre_headers = std::move(res.headers);
-        if (announced_body && iequal(req.header("Expect"), "100-continue") && c->in.size() < reader.body_length()) {
+        if (announced_body && iequal(req.header("Expect"), "100-continue") &&
+            (c->in.size() < reader.body_length() || (reader.body_length() == 0 && c->in.empty()))) {
             static constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
             [[maybe_unused]] ssize_t w = ::send(c->fd, kContinue, sizeof kContinue - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
         }
@@ -866,7 +888,10 @@ void HttpFront::serve(std::unique_ptr<Conn> c, const Route* route) {
             if (!more || !sink.is_writable()) ok = false;
         }
         if (res.releaser) res.releaser(ok && sink.finished());
-        if (!ok) close = true;
+        if (!ok) {
+            close = true;
+            res.status = 499;  // cut short: the client left or stopped reading (logged so, as nginx does)
+        }
     }
     if (logger_) logger_(req, res);
     if (close) {

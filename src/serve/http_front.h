@@ -73,11 +73,17 @@ struct HttpRequest {
 ///   Content-Length that is not one decimal number or disagrees with another, both Content-Length and
 ///   Transfer-Encoding
 /// - 505: an HTTP version other than 1.0 and 1.1 on a well-formed line
-/// - 411: Transfer-Encoding: chunked (bodies must come with a Content-Length); 501: any other Transfer-Encoding
+/// - 501: a Transfer-Encoding other than `chunked` alone (chunked bodies are decoded as they come, under the same
+///   body limit)
 /// - 415: a Content-Encoding other than identity (nothing is inflated)
-/// - 413: a body over HttpLimits::max_body_bytes, if one arrives past the caller's own check of body_length()
+/// - 413: a body over HttpLimits::max_body_bytes, if one arrives past the caller's own check of body_length(): for a
+///   chunked body, as soon as its decoded bytes pass the limit, or its bytes on the wire (chunk framing included)
+///   pass twice the limit plus kChunkFramingSlack
+/// - 400: a malformed chunk, or a chunk-size line (with its extensions) longer than kChunkFramingSlack
 class HttpRequestReader {
 public:
+    /// Bytes of chunk framing a chunked body may carry beyond twice its limit, and the longest chunk-size line.
+    static constexpr size_t kChunkFramingSlack = 64u << 10;
     enum class Step {
         kMore,     ///< needs more bytes (of the head, or of the body after read_body())
         kHead,     ///< the line and headers are in and passed the checks above: request() has them
@@ -104,17 +110,21 @@ public:
     size_t want(size_t buffered) const;
     /// After kHead: the line and headers (method, target, path, query, version, headers); after kDone the body too.
     HttpRequest& request() { return req_; }
-    /// After kHead: the body's length in bytes (Content-Length; 0 without one).
+    /// After kHead: the body's length in bytes (Content-Length; 0 without one or for a chunked body).
     uint64_t body_length() const { return body_length_; }
+    /// After kHead: whether a body follows the head (a Content-Length above 0, or Transfer-Encoding: chunked).
+    bool has_body() const { return body_length_ > 0 || chunked_; }
     /// After kHead: whether the connection stays open after the answer (HTTP/1.1 without Connection: close, or
     /// HTTP/1.0 with Connection: keep-alive).
     bool keep_alive() const { return keep_alive_; }
-    /// After kRefused: the status to answer (400, 411, 413, 415, 431, 501, 505) and a message naming the problem.
+    /// After kRefused: the status to answer (400, 413, 415, 431, 501, 505) and a message naming the problem.
     int status() const { return status_; }
     const std::string& message() const { return message_; }
 
 private:
     Step refuse(int status, std::string message);
+    /// The most bytes a chunked body may take on the wire: twice the body limit plus kChunkFramingSlack.
+    uint64_t wire_limit() const { return 2 * static_cast<uint64_t>(limits_.max_body_bytes) + kChunkFramingSlack; }
     struct Parser;  ///< Beast's request parser (kept out of this header)
     std::unique_ptr<Parser> parser_;
     HttpLimits limits_;
@@ -123,7 +133,8 @@ private:
     bool started_ = false, head_done_ = false, reading_body_ = false;
     size_t head_bytes_ = 0;     ///< bytes of the line and headers used so far
     uint64_t body_length_ = 0;  ///< Content-Length
-    uint64_t body_bytes_ = 0;   ///< bytes of the body used so far
+    uint64_t body_bytes_ = 0;   ///< bytes of the body used so far (on the wire: chunk framing included)
+    bool chunked_ = false;      ///< Transfer-Encoding: chunked
     bool keep_alive_ = true;
     int status_ = 0;
     std::string message_;

@@ -127,7 +127,8 @@ void HttpServer::routes() {
         if (opts_.keys && opts_.keys->enabled()) {
             const std::string route = match_route_path(req.path);
             const bool open = route == "/health" || route == "/ready" || route == "/openapi.json";
-            const bool body = !req.header("Content-Length").empty() && req.header("Content-Length") != "0";
+            const bool body = (!req.header("Content-Length").empty() && req.header("Content-Length") != "0") ||
+                              req.has_header("Transfer-Encoding");
             if ((body || (!route.empty() && !open)) && !opts_.keys->owner_of(req.header("Authorization"))) {
                 res.set_header("WWW-Authenticate", "Bearer");
                 send_json(res, 401, error_body(401, "a valid API key is required (Authorization: Bearer KEY)"));

@@ -374,6 +374,7 @@ const char* error_code(int status) {
         case 503: return "server_busy";
         case 504: return "timeout";
         case 505: return "http_version_not_supported";
+        case 507: return "insufficient_storage";
         default: return status < 500 ? "invalid_request" : "server_error";
     }
 }

@@ -573,6 +573,9 @@ CacheOpResult Scheduler::save(const SequenceRef& ref, const std::string& path) {
                 std::error_code ec;
                 const auto n = std::filesystem::file_size(path, ec);
                 out.file_bytes = ec ? 0 : static_cast<uint64_t>(n);
+            } catch (const StorageFull& e) {  // the disk, a quota or a size limit: 507 Insufficient Storage
+                throw CacheOpError(
+                    507, std::string("the sequence could not be saved, the server's storage is full: ") + e.what());
             } catch (const std::exception& e) {
                 throw CacheOpError(500, std::string("the sequence could not be saved: ") + e.what());
             }
@@ -614,11 +617,15 @@ CacheOpResult Scheduler::save(const SequenceRef& ref, const std::string& path) {
         out.conversation = s->q->req.conversation;
         out.policy = s->q->req.policy_spec;
         std::string error;
+        int status = 500;
         try {
             write(*s->session, GenerationState{s->logits, s->sampler->state()});
-        } catch (const CacheOpError& e) { error = e.what(); }
+        } catch (const CacheOpError& e) {
+            error = e.what();
+            status = e.status();
+        }
         sample_next(*s);
-        if (!error.empty()) throw CacheOpError(500, error);
+        if (!error.empty()) throw CacheOpError(status, error);
         return out;
     });
 }

@@ -42,7 +42,7 @@ private:
 };
 
 /// A cache operation (save, restore, drop) the scheduler refuses: 404 no such conversation or slot, 409 not in a
-/// state to do it, 503 the KV pool cannot hold it, 500 the file cannot be written.
+/// state to do it, 503 the KV pool cannot hold it, 507 the storage is full, 500 the file cannot be written otherwise.
 using CacheOpError = StatusError;
 
 /// Which sequence a cache operation is about: a conversation id (kept, or the running request that named it) or
@@ -169,7 +169,8 @@ public:
     /// next token's logits and the sampler's state, and the slot goes on from there — so the file continues
     /// exactly as the request itself does. Throws CacheOpError (404 unknown conversation or slot, 409 a slot still
     /// reading its prompt, 503 no pages for the token, 403 over the owner's SchedulerOptions::cache_quota_bytes,
-    /// 500 the file cannot be written), ServerBusy when stopped.
+    /// 507 the storage is full (util/atomic_file.h StorageFull), 500 the file cannot be written otherwise),
+    /// ServerBusy when stopped.
     CacheOpResult save(const SequenceRef& ref, const std::string& path);
     /// Keeps a saved sequence under `conversation` (replacing a kept one), so that a request naming the id goes on
     /// from it, as `owner`'s (the key's owner tag: ConversationStore shares room between owners). Kept

@@ -39,7 +39,9 @@ bool is_temporary(const std::string& n) {
 void write_file_atomic(const std::string& path, std::string_view data, const std::string& shown) {
     const std::string who = shown.empty() ? path : shown;
     auto failed = [&](const char* what, int err) {
-        fail("cannot write '", who, "': ", what, ": ", std::strerror(err));
+        const std::string msg = cat("cannot write '", who, "': ", what, ": ", std::strerror(err));
+        if (err == ENOSPC || err == EDQUOT || err == EFBIG) throw StorageFull(msg);
+        throw Error(msg);
     };
     const std::string dir = folder_of(path);
     std::string tmpl = dir + "/." + name_of(path) + ".XXXXXX.tmp";
@@ -57,7 +59,8 @@ void write_file_atomic(const std::string& path, std::string_view data, const std
     while (done < data.size()) {
         const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
         if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) abandon("write error (disk full?)");
+        if (n == 0) errno = ENOSPC;  // a regular file's write takes no byte only when the device is full
+        if (n <= 0) abandon("write error");
         done += static_cast<size_t>(n);
     }
     if (::fsync(fd) != 0) abandon("cannot flush it to disk");

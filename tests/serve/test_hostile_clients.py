@@ -379,6 +379,8 @@ class ClientDisconnects(SharedServerCase):
 
     def close_during(self, stream, phase):
         before = self.metrics()
+        closed = 'kvsieve_http_requests_total{endpoint="/v1/completions",status="499"}'
+        closed0 = self.metric(before, closed) if closed in before else 0
         cancelled0 = self.metric(before, "kvsieve_requests_cancelled_total")
         generated0 = self.metric(before, "kvsieve_generated_tokens_total")
         data = json.dumps(dict(self.BODY, stream=stream)).encode()
@@ -396,13 +398,14 @@ class ClientDisconnects(SharedServerCase):
             self.assertEqual(self.metric(at_close, "kvsieve_generated_tokens_total"), generated0)
         sock.close()
         after = self.poll(lambda t: self.metric(t, "kvsieve_requests_cancelled_total") > cancelled0
-                          and self.metric(t, "kvsieve_requests_running") == 0)
+                          and self.metric(t, "kvsieve_requests_running") == 0 and closed in t
+                          and self.metric(t, closed) > closed0)
         self.assertEqual(self.metric(after, "kvsieve_requests_cancelled_total"), cancelled0 + 1, after)
         self.assertEqual(self.metric(after, "kvsieve_requests_running"), 0)
         generated = self.metric(after, "kvsieve_generated_tokens_total") - generated0
         self.assertLess(generated, self.MAX_TOKENS / 10, "the request ran on after its client left")
         self.assertEqual(self.metric(after, "kvsieve_kv_pool_pages_in_use"), 0)  # no conversation kept: all freed
-        self.assertIn('status="499"', after)
+        self.assertEqual(self.metric(after, closed), closed0 + 1, "the cancelled request is not logged as 499")
 
     def test_a_non_streamed_request_is_cancelled_during_prefill(self):
         self.close_during(False, "prefill")
@@ -813,16 +816,34 @@ class FrontLimits(SharedServerCase):
                 self.assertIn(b"Content-Encoding", out)
         self.assertBoundedGrowth(before, "gzip and brotli bombs")
 
-    def test_chunked_bodies_are_a_411_and_never_read(self):
+    def test_chunked_bodies_are_read_under_the_body_limit(self):
         before = rss_bytes(self.s.proc.pid)
-        for key in (None, self.A):
-            with self.connect() as c:
-                c.sendall(self.head(key=key, extra=b"Transfer-Encoding: chunked\r\n\r\n"))
-                out = read_answer(c)  # answered on the head, before any chunk
-                self.assertTrue(out.startswith(b"HTTP/1.1 411"), out[:200])
-                sent = send_until_refused(c, 100 << 20)
-            self.assertLess(sent, 60 << 20, "the server kept reading a refused chunked body")
+        with self.connect() as c:  # without a key: 401 on the head, before any chunk
+            c.sendall(self.head(extra=b"Transfer-Encoding: chunked\r\n\r\n"))
+            out = read_answer(c)
+            self.assertTrue(out.startswith(b"HTTP/1.1 401"), out[:200])
+            sent = send_until_refused(c, 100 << 20)
+        self.assertLess(sent, 60 << 20, "the server kept reading a refused chunked body")
+        with self.connect() as c:  # with a key: 100 MB in 1 MB chunks, refused once past the 8 MB limit
+            c.sendall(self.head(key=self.A, extra=b"Transfer-Encoding: chunked\r\n\r\n"))
+            chunk = b"100000\r\n" + bytes(1 << 20) + b"\r\n"
+            sent = 0
+            try:
+                while sent < 100 << 20:
+                    c.sendall(chunk)
+                    sent += len(chunk)
+            except OSError:
+                pass
+            out = read_answer(c)
+            self.assertTrue(out.startswith(b"HTTP/1.1 413"), out[:200])
+        self.assertLess(sent, 60 << 20, "the server kept reading a chunked body past its limit")
         self.assertBoundedGrowth(before, "a 100 MB chunked body")
+        # A chunked completion under the limit is answered as with a Content-Length.
+        body = json.dumps(completion()).encode()
+        out = self.s.raw(self.head(key=self.A, extra=b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n") +
+                         b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
+        self.assertTrue(out.startswith(b"HTTP/1.1 200"), out[:300])
+        self.assertIn(b'"text_completion"', out)
         # Both framings at once are refused as well.
         out = self.s.raw(self.head(key=self.A, extra=b"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\nhello"))
         self.assertTrue(out.startswith(b"HTTP/1.1 400"), out[:200])
