@@ -12,6 +12,7 @@
 #include <sstream>
 #include <sys/wait.h>
 
+#include "test_labels.h"
 #include "io/gguf.h"
 #include "io/gguf_writer.h"
 #include "model/llama_model.h"
@@ -63,7 +64,7 @@ std::vector<long> table_tokens(const std::string& out) {
     return v;
 }
 
-TEST(ChatCli, GenerateChatWithoutATemplateNamesTheOption) {
+KVSIEVE_SLOW_TEST(ChatCli, GenerateChatWithoutATemplateNamesTheOption) {
     // stories260K has no tokenizer.chat_template.
     CmdResult r = run("generate -m " + kModel + " --chat -p hi -n 4");
     EXPECT_EQ(r.status, 1);

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_runner.h"
+#include "test_labels.h"
 #include "test_util.h"
 
 namespace kvsieve {
@@ -55,7 +56,7 @@ TEST(Cli, GenerateSampledIsSeedDeterministic) {
     EXPECT_NE(r1.out, r3.out);
 }
 
-TEST(Cli, SavedSequenceContinuesAsIfNeverSaved) {
+KVSIEVE_SLOW_TEST(Cli, SavedSequenceContinuesAsIfNeverSaved) {
     // 8 sampled tokens, save, 8 more from the file == 16 in one run (same seed: the sampler's state is saved too);
     // then new text after the saved sequence; then errors.
     test::TempFile f(".kvseq");
@@ -85,7 +86,7 @@ TEST(Cli, SavedSequenceContinuesAsIfNeverSaved) {
     EXPECT_NE(bad.err.find("not a kvsieve cache file"), std::string::npos) << bad.err;
 }
 
-TEST(Cli, BadInputGivesOneLineErrors) {
+KVSIEVE_SLOW_TEST(Cli, BadInputGivesOneLineErrors) {
     test::TempFile trunc(".gguf");
     {
         std::ifstream in(kModel, std::ios::binary);
@@ -140,7 +141,7 @@ TEST(Cli, PolicyStatsTableAndJson) {
     EXPECT_NE(r.err.find(want), std::string::npos) << want << "\n" << r.err;
 }
 
-TEST(Cli, GenerateFromAFileAndAQuestion) {
+KVSIEVE_SLOW_TEST(Cli, GenerateFromAFileAndAQuestion) {
     test::TempFile doc(".txt");
     std::ofstream(doc.path()) << "Once upon a time, there was a little girl named Lily.\n\n";
     // -f then -p: the prompt is the document (trailing newlines dropped), a blank line, then the question; the
@@ -175,7 +176,7 @@ TEST(Cli, QuantizeNamesTheTypesItWrites) {
 
 TEST(Cli, PullNamesTheModelsItKnows) { expect_clean_failure("pull nosuch-model", "smollm2-135m"); }
 
-TEST(Cli, BadPolicyOptionsAreReported) {
+KVSIEVE_SLOW_TEST(Cli, BadPolicyOptionsAreReported) {
     expect_clean_failure("generate -m " + kModel + " -p hi --policy nosuch", "unknown policy 'nosuch'");
     expect_clean_failure("generate -m " + kModel + " -p hi --policy snapkv:frob=1", "unknown key 'frob'");
     expect_clean_failure("generate -m " + kModel + " -p hi --policy snapkv:ratio=1.5", "outside [0, 1)");
@@ -304,7 +305,7 @@ TEST(Cli, QuantizedKVTypesRunAndBadOnesAreReported) {
     EXPECT_EQ(a.status, 0) << a.err;
 }
 
-TEST(Cli, EvalTasksPrintsAccuracyLast) {
+KVSIEVE_SLOW_TEST(Cli, EvalTasksPrintsAccuracyLast) {
     const CmdResult r = run("eval-tasks -m " + kModel + " --task niah_single --length 400 -n 2");
     ASSERT_EQ(r.status, 0) << r.err;
     const std::string last = r.out.substr(r.out.rfind("accuracy="));
@@ -361,7 +362,7 @@ TEST(Cli, EvalTasksPrintsAccuracyLast) {
         "--shard applies to --task ruler");
 }
 
-TEST(Cli, EvalFidelityWritesItsReportAndRejectsBadInput) {
+KVSIEVE_SLOW_TEST(Cli, EvalFidelityWritesItsReportAndRejectsBadInput) {
     test::TempFile corpus(".txt"), out(".fidelity");
     {
         std::ofstream f(corpus.path());
@@ -444,7 +445,7 @@ TEST(Cli, BenchHonoursPrefillChunkAndWritesStatsJson) {
     EXPECT_LT(a["kv_bytes_peak"].get<uint64_t>(), b["kv_bytes_peak"].get<uint64_t>());
 }
 
-TEST(Cli, SynthWritesALoadableModelAndBenchRunsIt) {
+KVSIEVE_SLOW_TEST(Cli, SynthWritesALoadableModelAndBenchRunsIt) {
     test::TempFile m(".gguf");
     CmdResult r = run("synth tiny-qwen3 -o " + m.path() + " --type q8_0");
     ASSERT_EQ(r.status, 0) << r.err;
@@ -455,7 +456,7 @@ TEST(Cli, SynthWritesALoadableModelAndBenchRunsIt) {
     EXPECT_NE(r.out.find("streaming read measured in this run"), std::string::npos) << r.out;
 }
 
-TEST(Cli, BenchTakesItsTokensFromATextAndReportsTheCacheAfterThePrefill) {
+KVSIEVE_SLOW_TEST(Cli, BenchTakesItsTokensFromATextAndReportsTheCacheAfterThePrefill) {
     test::TempFile text(".txt");
     std::ofstream(text.path()) << "Once upon a time there was a little girl named Lily. She liked to play in the park.";
     CmdResult r =

