@@ -4,6 +4,7 @@
 #include <chrono>
 #include <filesystem>
 #include <future>
+#include <limits>
 
 #include "cache/kv_cache.h"
 #include "serve/cache_quota.h"
@@ -44,7 +45,8 @@ struct Scheduler::Slot {
     int32_t last = -1;                // the last sampled token, not yet run
     bool last_end = false;            // it ended the answer (end of turn or of text)
     bool done = false;
-    GenerationState restored;  // a resumed conversation's pending logits and sampler state
+    GenerationState restored;             // a resumed conversation's pending logits and sampler state
+    std::vector<TokenLogprob> prompt_lp;  // GenerationRequest::prompt_logprobs: one per prompt token fed so far
 };
 
 Scheduler::Scheduler(const LlamaModel& model, const Tokenizer& tok, std::shared_ptr<KVPool> pool, SchedulerOptions opts)
@@ -83,7 +85,10 @@ std::shared_ptr<RequestHandle> Scheduler::submit(GenerationRequest req) {
     require(held + static_cast<int64_t>(req.prompt.size()) < opts_.n_ctx, "the prompt has ", req.prompt.size(),
             " tokens", held ? " after the " + std::to_string(held) + " of the restored sequence" : std::string(),
             "; the context holds ", opts_.n_ctx, " (prompt and answer together)");
-    require(req.max_tokens >= 1, "max_tokens must be ≥ 1, got ", req.max_tokens);
+    require(req.max_tokens >= 0, "max_tokens must be ≥ 0, got ", req.max_tokens);
+    require(req.logprobs >= -1 && req.logprobs <= 20, "logprobs must be in [-1, 20], got ", req.logprobs);
+    require(!req.prompt_logprobs || (!req.restore && req.conversation.empty()),
+            "prompt log-probabilities need the whole prompt run: not with a restored sequence or a conversation");
     req.sampling.validate();
     check_policy_fits(req.policy, opts_.n_ctx);
     // A request the whole pool could never hold is refused now, before it waits or any kept conversation gives
@@ -251,7 +256,17 @@ void Scheduler::finish(Slot& s, const std::string& reason) {
 }
 
 void Scheduler::sample_next(Slot& s) {
-    const DecodeStep st = s.driver->next(s.logits.data(), model_.config().n_vocab, opts_.n_ctx - s.session->n_tokens());
+    const int n_vocab = model_.config().n_vocab;
+    if (s.driver->rules().max_tokens == 0) {  // the prompt alone was asked for (its log-probabilities)
+        const std::string rest = s.driver->finish(FinishReason::kMaxTokens);
+        if (!rest.empty()) {
+            GenerationEvent ev;
+            ev.text = rest;
+            s.q->handle->push(std::move(ev));
+        }
+        return finish(s, finish_reason_name(s.driver->finish_reason()));
+    }
+    const DecodeStep st = s.driver->next(s.logits.data(), n_vocab, opts_.n_ctx - s.session->n_tokens());
     const Clock::time_point now = Clock::now();
     s.generated = s.driver->generated();
     if (s.generated == 1) s.first_token_s = seconds_since(s.q->submitted);
@@ -263,14 +278,35 @@ void Scheduler::sample_next(Slot& s) {
     s.last_token_at = now;
     s.last = st.token;
     s.last_end = st.end_token;
-    if (!st.text.empty()) {
-        GenerationEvent ev;
-        ev.text = st.text;
-        s.q->handle->push(std::move(ev));
-    }
+    GenerationEvent ev;
+    ev.text = st.text;
+    if (s.q->req.logprobs >= 0 && !st.end_token)
+        ev.logprobs.push_back(token_logprob(s.logits.data(), n_vocab, st.token, s.q->req.logprobs));
+    if (!ev.text.empty() || !ev.logprobs.empty()) s.q->handle->push(std::move(ev));
     if (st.finish != FinishReason::kNone) return finish(s, finish_reason_name(st.finish));
     s.ids = {st.token};
     s.kind = Session::StepKind::kDecode;
+}
+
+void Scheduler::score_prompt_rows(Slot& s) {
+    // Row j of the chunk [prompt_done, prompt_done + rows) holds the logits of the token at prompt_done + j + 1.
+    const int n_vocab = model_.config().n_vocab;
+    const auto& prompt = s.q->req.prompt;
+    const int64_t rows = static_cast<int64_t>(s.ids.size());
+    const int top = std::max(0, s.q->req.logprobs);
+    if (s.prompt_done == 0) {
+        TokenLogprob first;  // nothing predicts the first token
+        first.token = prompt[0];
+        first.logprob = std::numeric_limits<double>::quiet_NaN();
+        s.prompt_lp.push_back(first);
+    }
+    for (int64_t j = 0; j < rows; ++j) {
+        const int64_t next = s.prompt_done + j + 1;
+        if (next >= static_cast<int64_t>(prompt.size())) break;
+        s.prompt_lp.push_back(token_logprob(s.logits.data() + j * n_vocab, n_vocab, prompt[next], top));
+    }
+    // The last row is the next token's: what sampling reads.
+    if (rows > 1) s.logits.erase(s.logits.begin(), s.logits.begin() + (rows - 1) * n_vocab);
 }
 
 void Scheduler::step(std::vector<std::unique_ptr<Slot>>& active) {
@@ -334,7 +370,8 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& active) {
     std::vector<Slot*> run;
     for (Slot* s : batch) {
         try {
-            segs.push_back(s->session->begin_step(s->ids, s->kind, s->logits));
+            const bool rows = s->q->req.prompt_logprobs && s->kind != Session::StepKind::kDecode;
+            segs.push_back(s->session->begin_step(s->ids, s->kind, s->logits, rows));
             run.push_back(s);
         } catch (const std::exception& e) { fail(*s, 500, e.what()); }
     }
@@ -377,8 +414,16 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& active) {
             fail(*s, 500, e.what());
             continue;
         }
-        if (s->kind != Session::StepKind::kDecode) s->prompt_done += static_cast<int64_t>(s->ids.size());
+        if (s->kind != Session::StepKind::kDecode) {
+            if (s->q->req.prompt_logprobs) score_prompt_rows(*s);
+            s->prompt_done += static_cast<int64_t>(s->ids.size());
+        }
         if (s->kind == Session::StepKind::kPrefillChunk) continue;
+        if (s->q->req.prompt_logprobs && s->kind == Session::StepKind::kPrefillLast) {
+            GenerationEvent ev;
+            ev.prompt_logprobs = std::move(s->prompt_lp);
+            s->q->handle->push(std::move(ev));
+        }
         sample_next(*s);
     }
 }

@@ -34,11 +34,15 @@ public:
 /// ApiError (serve/openai_api.h) by the request parsers.
 class StatusError : public Error {
 public:
-    StatusError(int status, const std::string& message) : Error(message), status_(status) {}
+    /// `code`: the error body's `code` when the status's own (error_body) is not precise enough ("" none).
+    StatusError(int status, const std::string& message, std::string code = "")
+        : Error(message), status_(status), code_(std::move(code)) {}
     int status() const { return status_; }
+    const std::string& code() const { return code_; }
 
 private:
     int status_;
+    std::string code_;
 };
 
 /// A cache operation (save, restore, drop) the scheduler refuses: 404 no such conversation or slot, 409 not in a
@@ -213,6 +217,9 @@ private:
     /// Samples the slot's next token from its logits through its decode driver (session/decode_driver.h), sends
     /// the text it releases and finishes the request when the driver says so; else the token is the next step's.
     void sample_next(Slot& s);
+    /// The prompt log-probabilities of the rows the slot's prefill step computed (GenerationRequest::prompt_logprobs);
+    /// leaves the last row, the next token's logits, in the slot's logits.
+    void score_prompt_rows(Slot& s);
     int64_t pages_needed(int64_t rows) const;
 
     const LlamaModel& model_;
