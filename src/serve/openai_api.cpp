@@ -410,7 +410,10 @@ json tokenizer_info(const ApiContext& ctx) {
             {"eos_token", text(v.eot >= 0 ? v.eot : v.eos)},
             {"pad_token", text(v.pad)},
             {"model_max_length", ctx.n_ctx},
-            {"chat_template", ctx.chat_template ? json(ctx.chat_template->name()) : json(nullptr)}};
+            // kvsieve renders its chat formats itself, not from a Jinja text a client could render alike: none is given
+            // (lm-eval's --apply_chat_template then refuses instead of rendering something else; chat goes through
+            // /v1/chat/completions).
+            {"chat_template", nullptr}};
 }
 
 CacheOpRequest parse_cache_op(const json& body, bool restore, const ApiContext& ctx, const std::string& owner) {

@@ -120,7 +120,7 @@ nlohmann::json cache_op_body(const std::string& object, const std::string& name,
 /// {"tokens": [ids], "count", "max_model_len"}; text equal to a special token becomes that token. POST /detokenize
 /// {"tokens": [ids]} → {"prompt": text} (special tokens rendered). GET /tokenizer_info → {"bos_token",
 /// "eos_token", "pad_token" (the token's text or null), "model_max_length" (the server's context), "chat_template"
-/// (its name or null)}. Throws ApiError 400 naming the field for a bad body (an unknown field, a wrong type, an id
+/// (null: the chat formats are kvsieve's own, with no Jinja text to give)}. Throws ApiError 400 naming the field for a bad body (an unknown field, a wrong type, an id
 /// outside the vocabulary).
 nlohmann::json tokenize_answer(const nlohmann::json& body, const ApiContext& ctx);
 nlohmann::json detokenize_answer(const nlohmann::json& body, const ApiContext& ctx);
