@@ -60,11 +60,11 @@ struct ChoiceResult {
 };
 
 /// Parses the body of POST /v1/completions (`chat` false) or /v1/chat/completions (`chat` true).
-/// Fields read: model (any string; the server has one model), prompt (a string, [string] of one, or [int] token
-/// ids) or messages ([{role: system|developer|user|assistant, content: string or [{type: "text", text}]}]),
+/// Fields read: model (one of ctx.model_names, any string when it is empty), prompt (a string, [string] of one,
+/// [int] token ids or [[int]] of one) or messages ([{role: system|developer|user|assistant, content: string or [{type: "text", text}]}]),
 /// max_tokens (max_completion_tokens for chat; default 16 for completions, the rest of the context for chat),
 /// temperature (default 1, 0 greedy), top_p (default 1), seed (default random), stop (string or up to 4
-/// strings), stream, stream_options.include_usage, n (1), and the extensions top_k, min_p, kv_policy (a KV
+/// strings), stream, stream_options.include_usage, and the extensions top_k, min_p, kv_policy (a KV
 /// policy spec for this request's cache), cache_save (NAME: at the end, save the sequence to
 /// ctx.cache_dir/NAME.kvseq) and, for completions, cache_restore (NAME: start from that saved sequence; the prompt
 /// is then the text after it, without BOS, and may be empty; its policy is the saved one; without a seed the saved
