@@ -144,8 +144,8 @@ nlohmann::json completion_body(const ApiRequest& r, const std::string& id, int64
 /// The `logprobs` of a choice. Chat (OpenAI's chat shape): {"content": [{token, logprob, bytes, top_logprobs:
 /// [{token, logprob, bytes}]}], "refusal": null}. Completions (the legacy shape): {tokens, token_logprobs,
 /// top_logprobs ({token: logprob} per token, r.gen.logprobs entries), text_offset (byte offset of each token's
-/// piece in the concatenated pieces, counted from `offset`; the choice's text for sampled tokens)}; `prompt` (echo) come first, the first with logprob and
-/// top_logprobs null. Token strings are Tokenizer::token_to_piece (special tokens rendered); `bytes` their bytes.
+/// piece in the concatenated pieces, counted from `offset`; the choice's text for sampled tokens)}; `prompt` (echo)
+/// come first, the first with logprob and top_logprobs null. Token strings are Tokenizer::token_to_piece (special tokens rendered); `bytes` their bytes.
 nlohmann::json logprobs_json(const ApiRequest& r, const Tokenizer& tok, const std::vector<TokenLogprob>& prompt,
                              const std::vector<TokenLogprob>& sampled, size_t offset = 0);
 /// One streamed chunk (the `data:` payload of a server-sent event): a text piece (finish_reason null), the first
