@@ -203,6 +203,48 @@ TEST(Scheduler, PromptAndSampledLogprobsAreTheLogSoftmaxOfOneForwardOverTheWhole
     }
 }
 
+TEST(Scheduler, ChoicesShareThePromptsPrefillAndEachEqualsARequestWithItsSeed) {
+    for (const std::string policy : {"full", "streaming_llm:window=12,sinks=2"}) {
+        SCOPED_TRACE(policy);
+        auto pool = std::make_shared<KVPool>(model().config().head_dim, KVType::kF16);
+        Scheduler sched(model(), tokenizer(), pool, options(2));
+        GenerationRequest g = greedy("Once upon a time, there was a little girl named Lily.", 12, policy);
+        g.sampling.temp = 1.0f;
+        g.sampling.seed = 40;
+        g.logprobs = 0;
+        g.prompt_logprobs = true;
+        const auto hs = sched.submit_choices(g, 3);
+        ASSERT_EQ(hs.size(), 3u);
+        std::vector<std::string> texts;
+        std::vector<std::vector<TokenLogprob>> prompts(3);
+        for (size_t i = 0; i < hs.size(); ++i) {
+            std::string text;
+            GenerationEvent ev;
+            for (ev = hs[i]->next(); ev.kind == GenerationEvent::Kind::kText; ev = hs[i]->next()) {
+                text += ev.text;
+                prompts[i].insert(prompts[i].end(), ev.prompt_logprobs.begin(), ev.prompt_logprobs.end());
+            }
+            ASSERT_EQ(ev.kind, GenerationEvent::Kind::kDone) << ev.error;
+            texts.push_back(text);
+        }
+        // The prompt ran once: the other choices started from its prefilled sequence.
+        EXPECT_EQ(sched.snapshot().prefill_rows, static_cast<int64_t>(g.prompt.size()));
+        ASSERT_EQ(prompts[0].size(), g.prompt.size());
+        for (size_t i = 1; i < 3; ++i) {
+            ASSERT_EQ(prompts[i].size(), prompts[0].size());
+            for (size_t j = 1; j < prompts[0].size(); ++j) EXPECT_EQ(prompts[i][j].logprob, prompts[0][j].logprob);
+        }
+        // Each choice is the request of one choice with the seed + i, run alone.
+        for (size_t i = 0; i < 3; ++i) {
+            GenerationRequest one = g;
+            one.sampling.seed = 40 + i;
+            one.prompt_logprobs = false;
+            EXPECT_EQ(collect(*sched.submit(one)).text, texts[i]) << i;
+        }
+        EXPECT_NE(texts[0] + texts[1], texts[1] + texts[2]);  // the seeds differ
+    }
+}
+
 TEST(Scheduler, MaxTokensZeroRunsThePromptAndSamplesNothing) {
     auto pool = std::make_shared<KVPool>(model().config().head_dim, KVType::kF16);
     Scheduler sched(model(), tokenizer(), pool, options(1));

@@ -251,12 +251,8 @@ void HttpServer::routes() {
                     res, 429,
                     error_body(429, "this key already has " + std::to_string(opts_.max_requests_per_key) +
                                         " requests running or waiting (the server's --max-requests-per-key)"));
-            // Each choice is its own sequence; choice i samples with the seed + i.
-            for (int i = 0; i < ar.n; ++i) {
-                GenerationRequest g = ar.gen;
-                g.sampling.seed += static_cast<uint64_t>(i);
-                hs.push_back(sched_.submit(std::move(g)));
-            }
+            // The choices share the prompt's prefill; choice i samples with the seed + i.
+            hs = sched_.submit_choices(ar.gen, ar.n);
         } catch (const ApiError& e) {
             cancel_all();
             return send_json(res, e.status(), error_body(e.status(), for_client(owner, e.what()), e.code()));
@@ -325,6 +321,7 @@ void HttpServer::routes() {
             bool finished = false;
             size_t offset = 0;  // bytes of token pieces written in the choice (text_offset)
             int64_t completion_tokens = 0;
+            GenerationUsage usage;  // the first choice's (the others did not run the prompt)
             GenerationEvent pending;
             bool has_pending = true;
         };
@@ -391,12 +388,13 @@ void HttpServer::routes() {
                     if (!write(sse(chunk_body(ar, id, created, model, "", ev.finish_reason, false, index))))
                         return false;
                     st->completion_tokens += ev.usage.completion_tokens;
+                    if (st->cur == 0) st->usage = ev.usage;
                     if (st->cur + 1 < hs.size()) {  // the next choice
                         ++st->cur;
                         st->opened = false;
                         return true;
                     }
-                    GenerationUsage u = ev.usage;
+                    GenerationUsage u = st->usage;
                     u.completion_tokens = st->completion_tokens;
                     if (ar.include_usage && !write(sse(usage_chunk_body(ar, id, created, model, u)))) return false;
                     if (!write("data: [DONE]\n\n")) return false;

@@ -47,9 +47,9 @@ struct ApiRequest {
     bool chat = false;
     bool stream = false;
     bool include_usage = false;  ///< stream_options.include_usage: a last chunk with usage before [DONE]
-    int n = 1;                   ///< choices (1–kMaxChoices), each its own sequence (choice i samples with seed + i)
-    bool echo = false;           ///< completions: the prompt's text comes before each choice's text
-    std::string echo_text;       ///< the prompt as text (echo)
+    int n = 1;  ///< choices (1–kMaxChoices; Scheduler::submit_choices: one prefill, choice i samples with seed + i)
+    bool echo = false;      ///< completions: the prompt's text comes before each choice's text
+    std::string echo_text;  ///< the prompt as text (echo)
 };
 
 /// What one choice of a finished request produced.

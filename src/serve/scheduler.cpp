@@ -14,6 +14,7 @@
 #include "session/session.h"
 #include "text/utf8_stream.h"
 #include "util/atomic_file.h"
+#include "util/binary_io.h"
 
 namespace kvsieve {
 
@@ -26,7 +27,23 @@ struct Scheduler::Queued {
     GenerationRequest req;
     std::shared_ptr<RequestHandle> handle;
     Clock::time_point submitted;
+    /// The other choices of the request (submit_choices): they start from this one's prefilled sequence.
+    std::vector<std::shared_ptr<RequestHandle>> forks;
 };
+
+namespace {
+/// Tells every choice still waiting for `q`'s prefill that it will not come.
+void abandon_forks(std::vector<std::shared_ptr<RequestHandle>>& forks, int status, const std::string& message) {
+    for (auto& h : forks) {
+        GenerationEvent ev;
+        ev.kind = GenerationEvent::Kind::kError;
+        ev.status = status;
+        ev.error = message;
+        h->push(std::move(ev));
+    }
+    forks.clear();
+}
+}  // namespace
 
 struct Scheduler::Slot {
     int index = 0;
@@ -74,7 +91,12 @@ void Scheduler::stop() {
     if (thread_.joinable()) thread_.join();
 }
 
-std::shared_ptr<RequestHandle> Scheduler::submit(GenerationRequest req) {
+std::shared_ptr<RequestHandle> Scheduler::submit(GenerationRequest req) { return submit_choices(std::move(req), 1)[0]; }
+
+std::vector<std::shared_ptr<RequestHandle>> Scheduler::submit_choices(GenerationRequest req, int n) {
+    require(n >= 1, "a request has at least one choice, got ", n);
+    require(n == 1 || (!req.restore && req.conversation.empty() && req.save_path.empty()),
+            "several choices start from one prompt: not with a restored sequence, a conversation or a save");
     const int n_vocab = model_.config().n_vocab;
     require(!req.prompt.empty() || req.restore, "the prompt is empty");
     require(req.conversation.empty() || !req.restore,
@@ -119,7 +141,11 @@ std::shared_ptr<RequestHandle> Scheduler::submit(GenerationRequest req) {
     q->handle = std::make_shared<RequestHandle>();
     q->submitted = Clock::now();
     q->req = std::move(req);
-    auto h = q->handle;
+    std::vector<std::shared_ptr<RequestHandle>> hs = {q->handle};
+    for (int i = 1; i < n; ++i) {
+        q->forks.push_back(std::make_shared<RequestHandle>());
+        hs.push_back(q->forks.back());
+    }
     {
         std::lock_guard<std::mutex> lk(mu_);
         if (stop_ || draining_) throw ServerBusy("the server is shutting down");
@@ -134,7 +160,7 @@ std::shared_ptr<RequestHandle> Scheduler::submit(GenerationRequest req) {
         snap_.queued = static_cast<int>(queue_.size());
     }
     cv_.notify_all();
-    return h;
+    return hs;
 }
 
 void Scheduler::drain() {
@@ -183,7 +209,49 @@ void Scheduler::fail(Slot& s, int status, const std::string& message) {
     ev.status = status;
     ev.error = message;
     s.q->handle->push(std::move(ev));
+    abandon_forks(s.q->forks, status, message);
     s.done = true;
+}
+
+void Scheduler::fork_choices(Slot& s) {
+    // The prefilled sequence, as a saved one that each other choice restores (its own pages, the prompt not run
+    // again) and samples from at once with its own seed.
+    auto saved = std::make_shared<SavedSequence>();
+    try {
+        BinaryWriter w;
+        s.cache->save(w);
+        saved->policy_spec = s.cache->policy().spec;
+        saved->n_ctx = s.session->n_ctx();
+        saved->tokens = s.session->tokens();
+        saved->extra = encode_generation_state(GenerationState{s.logits, ""});
+        saved->cache_record = w.data();
+    } catch (const std::exception&) {
+        saved.reset();  // a cache that cannot be recorded: each choice runs the prompt itself
+    }
+    std::deque<std::unique_ptr<Queued>> forks;
+    for (size_t i = 0; i < s.q->forks.size(); ++i) {
+        auto f = std::make_unique<Queued>();
+        f->req = s.q->req;
+        f->req.sampling.seed += static_cast<uint64_t>(i + 1);
+        f->req.restore_sampler = false;
+        f->req.prompt_logprobs = false;
+        if (saved) {
+            f->req.restore = saved;
+            f->req.prompt.clear();
+        }
+        f->handle = s.q->forks[i];
+        f->submitted = s.q->submitted;
+        if (!s.prompt_lp.empty()) {  // the prompt's log-probabilities are the same for every choice
+            GenerationEvent ev;
+            ev.prompt_logprobs = s.prompt_lp;
+            f->handle->push(std::move(ev));
+        }
+        forks.push_back(std::move(f));
+    }
+    s.q->forks.clear();
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto it = forks.rbegin(); it != forks.rend(); ++it) queue_.push_front(std::move(*it));  // next, in order
+    snap_.queued = static_cast<int>(queue_.size());
 }
 
 void Scheduler::finish(Slot& s, const std::string& reason) {
@@ -313,6 +381,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& active) {
     for (auto& s : active)
         if (s->q->handle->cancelled()) {
             s->done = true;
+            abandon_forks(s->q->forks, 499, "the request was cancelled");
             {
                 std::lock_guard<std::mutex> lk(mu_);
                 ++snap_.requests_cancelled;
@@ -419,6 +488,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& active) {
             s->prompt_done += static_cast<int64_t>(s->ids.size());
         }
         if (s->kind == Session::StepKind::kPrefillChunk) continue;
+        if (!s->q->forks.empty()) fork_choices(*s);
         if (s->q->req.prompt_logprobs && s->kind == Session::StepKind::kPrefillLast) {
             GenerationEvent ev;
             ev.prompt_logprobs = std::move(s->prompt_lp);
@@ -432,6 +502,7 @@ std::unique_ptr<Scheduler::Slot> Scheduler::admit(std::unique_ptr<Queued> q,
                                                   const std::vector<std::unique_ptr<Slot>>& active) {
     const ModelConfig& c = model_.config();
     if (q->handle->cancelled()) {
+        abandon_forks(q->forks, 499, "the request was cancelled");
         std::lock_guard<std::mutex> lk(mu_);
         ++snap_.requests_cancelled;
         return nullptr;
@@ -779,6 +850,7 @@ void Scheduler::loop() {
         ev.status = 503;
         ev.error = "the server is shutting down";
         q->handle->push(std::move(ev));
+        abandon_forks(q->forks, 503, "the server is shutting down");
     }
     queue_.clear();
     snap_.running = false;

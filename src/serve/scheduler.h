@@ -158,6 +158,13 @@ public:
     /// it); ServerBusy when
     /// the queue is full or the scheduler has stopped.
     std::shared_ptr<RequestHandle> submit(GenerationRequest req);
+    /// Queues a request of `n` choices (1–n): the first runs the prompt, and when its prefill ends each other choice
+    /// starts from a copy of that sequence (its own pages, the prompt not run again; a cache whose record cannot be
+    /// taken makes each choice run the prompt itself) and samples with the seed + i; choice i's events arrive on
+    /// handle i. The other choices get the prompt's log-probabilities too (prompt_logprobs), and an error event when
+    /// the first fails or is cancelled before its prefill ends. Throws as submit(), and Error for n < 1 or n > 1
+    /// with a restored sequence, a conversation or a save.
+    std::vector<std::shared_ptr<RequestHandle>> submit_choices(GenerationRequest req, int n);
     /// Stops the thread; requests still queued or running end with a 503 error event.
     void stop();
     /// Refuses new requests from now on (submit throws ServerBusy "shutting down") while queued and running ones go
@@ -220,6 +227,8 @@ private:
     /// The prompt log-probabilities of the rows the slot's prefill step computed (GenerationRequest::prompt_logprobs);
     /// leaves the last row, the next token's logits, in the slot's logits.
     void score_prompt_rows(Slot& s);
+    /// Queues the slot's other choices (Queued::forks) from its sequence, just prefilled, ahead of the queue.
+    void fork_choices(Slot& s);
     int64_t pages_needed(int64_t rows) const;
 
     const LlamaModel& model_;
