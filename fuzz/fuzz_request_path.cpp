@@ -4,12 +4,15 @@
 // on every request (pipelined ones too; agree()), a refusal must carry one of the front's statuses, and a reading
 // may never stall (more wanted, nothing asked for). The body of the first request read whole — or, when the input is not a
 // request, the input itself — then goes on as a request body: the depth-checked JSON parse (serve/json_body),
-// request validation (parse_api_request, which parses the kv_policy spec), the sequence's KV cache built from that
-// policy on a pool, one prefill chunk of the prompt (cut to a few tokens), one sampled decode step, and the response
-// body. Bodies the server refuses must be one StatusError 4xx; a request it takes must run without a crash,
+// request validation (parse_api_request, which parses the kv_policy spec, the model name against the server's names,
+// logprobs, echo, n and the penalties), the sequence's KV cache built from that policy on a pool, one prefill chunk
+// of the prompt (cut to a few tokens; every row's logits when the prompt's log-probabilities are asked for), one
+// sampled decode step, and the response body of every choice with its log-probabilities; the same body also goes to
+// the tokenizer endpoints (tokenize_answer, detokenize_answer). Bodies the server refuses must be one StatusError 4xx; a request it takes must run without a crash,
 // sanitizer report or leak (a clear kvsieve Error from the run, such as a policy refusing the tiny model, is
 // allowed).
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <optional>
 #include <string>
@@ -116,6 +119,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     ctx.tok = tok.get();
     ctx.chat_template = &tmpl;
     ctx.model_id = "fuzz";
+    ctx.model_names = {"fuzz", "m"};
     ctx.n_ctx = kContext;
     ctx.cache_dir = "/nonexistent-kvsieve-fuzz";
     ctx.model = &model;
@@ -139,6 +143,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (e.status() != 400) __builtin_trap();
         return 0;
     }
+    for (bool encode : {true, false}) {
+        try {
+            dump_json(encode ? tokenize_answer(body, ctx) : detokenize_answer(body, ctx));
+        } catch (const StatusError& e) {
+            if (e.status() != 400) __builtin_trap();
+        }
+    }
     for (bool chat : {false, true}) {
         ApiRequest r;
         try {
@@ -154,11 +165,27 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             Session session(model, *tok, cache);
             std::vector<float> logits;
             PrefillPlan plan;  // one chunk: the whole (cut) prompt in one forward
+            plan.all_logits = g.prompt_logprobs;
             session.prefill(g.prompt, plan, logits);
-            Sampler sampler(g.sampling);
             const int n_vocab = static_cast<int>(model.config().n_vocab);
+            const int top = std::max(0, g.logprobs);
+            ChoiceResult c;
+            if (g.prompt_logprobs) {  // as the scheduler scores the rows: row j predicts token j + 1
+                if (logits.size() != g.prompt.size() * static_cast<size_t>(n_vocab)) __builtin_trap();
+                c.prompt_logprobs.push_back({g.prompt[0], std::nan(""), {}});
+                for (size_t j = 0; j + 1 < g.prompt.size(); ++j)
+                    c.prompt_logprobs.push_back(
+                        token_logprob(logits.data() + j * n_vocab, n_vocab, g.prompt[j + 1], top));
+                logits.erase(logits.begin(), logits.end() - n_vocab);
+            }
+            Sampler sampler(g.sampling);
             const int32_t next = sampler.sample(logits.data(), n_vocab);
             if (next < 0 || next >= n_vocab) __builtin_trap();
+            if (g.logprobs >= 0) {
+                c.logprobs.push_back(token_logprob(logits.data(), n_vocab, next, top));
+                if (!(c.logprobs[0].logprob <= 0)) __builtin_trap();
+                if (static_cast<int>(c.logprobs[0].top.size()) != std::min(top, n_vocab)) __builtin_trap();
+            }
             session.decode(next, logits);
             GenerationEvent done;
             done.kind = GenerationEvent::Kind::kDone;
@@ -166,6 +193,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             done.usage.prompt_tokens = static_cast<int64_t>(g.prompt.size());
             done.usage.completion_tokens = 1;
             dump_json(completion_body(r, "id", 0, "fuzz", tok->decode({next}), done));
+            c.text = tok->decode({next});
+            c.done = done;
+            const std::vector<ChoiceResult> choices(static_cast<size_t>(r.n), c);
+            dump_json(completion_body(r, "id", 0, "fuzz", choices, *tok));
+            if (g.logprobs >= 0) dump_json(logprobs_json(r, *tok, c.prompt_logprobs, c.logprobs));
         } catch (const Error&) {
             // A clear refusal from the run (the pool's budget, a policy that needs more than the tiny model has).
         }

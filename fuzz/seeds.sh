@@ -45,6 +45,11 @@ printf '%s' '{"prompt":"Hi","kv_policy":"wgkv:model=/tmp/x.safetensors"}' > $R/s
 printf '{"prompt":"Hi","temperature":%s1%s}' "$(printf '[%.0s' $(seq 1 70))" "$(printf ']%.0s' $(seq 1 70))" > $R/seed-deep.json
 printf '%s' '{"messages":[{"role":"user","content":[{"type":{},"text":""}]}]}' > $R/seed-part-type-object.json
 printf '%s' '{"prompt":[0,1,2,99999999],"cache_restore":"../x"}' > $R/seed-bad-ids.json
+printf '%s' '{"model":"m","prompt":[[1,2,3,4]],"echo":true,"logprobs":5,"max_tokens":0,"n":3,"best_of":3}' > $R/seed-echo-logprobs.json
+printf '%s' '{"model":"m","messages":[{"role":"user","content":"Hi"}],"logprobs":true,"top_logprobs":20,"n":2,"presence_penalty":-2,"frequency_penalty":2}' > $R/seed-chat-logprobs.json
+printf '%s' '{"model":"gpt-4o","prompt":"Hi","logprobs":6,"top_logprobs":21,"n":9}' > $R/seed-unknown-model.json
+printf '%s' '{"prompt":"Hi <|im_end|>","add_special_tokens":false}' > $R/seed-tokenize.json
+printf '%s' '{"tokens":[1,2,3,-1,999999]}' > $R/seed-detokenize.json
 # The same path from the bytes on the wire: requests as a client sends them (the body of the first one read goes on),
 # pipelined ones, and heads the front refuses (chunked, compressed, folded with a Content-Length list, HTTP/2.0, a
 # body over the limit).

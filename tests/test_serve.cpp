@@ -3,6 +3,7 @@
 // pool shared and exhausted, cancellation, stop strings, the OpenAI request parser and the metrics text.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -153,6 +154,129 @@ TEST(Scheduler, ConcurrentRequestsEachEqualTheSequenceRunAlone) {
     EXPECT_EQ(snap.by_policy.at("full").finished, 1);
 }
 
+/// log softmax(row)[id] in long double, written out here (not serve's token_logprob).
+double reference_logprob(const float* row, int n_vocab, int32_t id) {
+    long double m = row[0];
+    for (int i = 1; i < n_vocab; ++i) m = std::max<long double>(m, row[i]);
+    long double z = 0;
+    for (int i = 0; i < n_vocab; ++i) z += std::exp(static_cast<long double>(row[i]) - m);
+    return static_cast<double>(static_cast<long double>(row[id]) - m - std::log(z));
+}
+
+TEST(Scheduler, PromptAndSampledLogprobsAreTheLogSoftmaxOfOneForwardOverTheWholeText) {
+    // The scheduler's chunked prefill (chunks of 5) and its decode steps against one plain forward of the prompt and
+    // the answer together on a fresh full cache, all rows' logits, log-softmax computed here. F32 pages: with F16
+    // ones a chunk reads the earlier chunks' keys rounded and its own exact, and the two runs cut differently.
+    auto pool = std::make_shared<KVPool>(model().config().head_dim, KVType::kF32);
+    SchedulerOptions o = options(2);
+    o.prefill_chunk = 5;
+    Scheduler sched(model(), tokenizer(), pool, o);
+    GenerationRequest g = greedy("Once upon a time, there was a little girl named Lily.", 6);
+    g.logprobs = 3;
+    g.prompt_logprobs = true;
+    const auto h = sched.submit(g);
+    std::vector<TokenLogprob> prompt_lp, sampled;
+    GenerationEvent ev;
+    for (ev = h->next(); ev.kind == GenerationEvent::Kind::kText; ev = h->next()) {
+        prompt_lp.insert(prompt_lp.end(), ev.prompt_logprobs.begin(), ev.prompt_logprobs.end());
+        sampled.insert(sampled.end(), ev.logprobs.begin(), ev.logprobs.end());
+    }
+    ASSERT_EQ(ev.kind, GenerationEvent::Kind::kDone) << ev.error;
+    ASSERT_EQ(prompt_lp.size(), g.prompt.size());
+    ASSERT_GE(sampled.size(), 1u);
+    EXPECT_TRUE(std::isnan(prompt_lp[0].logprob));
+    EXPECT_TRUE(prompt_lp[0].top.empty());
+    std::vector<int32_t> all = g.prompt;
+    for (const TokenLogprob& t : sampled) all.push_back(t.token);
+    KVCache cache(model().config(), 256, parse_policy("full"), pool);
+    std::vector<float> logits;
+    model().forward(StepPhase::kPrefill, all, cache, logits, true);
+    const int V = model().config().n_vocab;
+    for (size_t i = 1; i < all.size(); ++i) {
+        const TokenLogprob& t = i < g.prompt.size() ? prompt_lp[i] : sampled[i - g.prompt.size()];
+        SCOPED_TRACE(i);
+        EXPECT_EQ(t.token, all[i]);
+        EXPECT_NEAR(t.logprob, reference_logprob(logits.data() + (i - 1) * V, V, all[i]), 1e-4);
+        ASSERT_EQ(t.top.size(), 3u);
+        for (size_t k = 0; k < 3; ++k)
+            EXPECT_NEAR(t.top[k].second, reference_logprob(logits.data() + (i - 1) * V, V, t.top[k].first), 1e-4);
+        EXPECT_GE(t.top[0].second, t.top[1].second);
+        EXPECT_GE(t.top[1].second, t.top[2].second);
+        if (i >= g.prompt.size()) EXPECT_EQ(t.top[0].first, t.token);  // greedy: the sampled token is the top one
+    }
+}
+
+TEST(Scheduler, ChoicesShareThePromptsPrefillAndEachEqualsARequestWithItsSeed) {
+    for (const std::string policy : {"full", "streaming_llm:window=12,sinks=2"}) {
+        SCOPED_TRACE(policy);
+        auto pool = std::make_shared<KVPool>(model().config().head_dim, KVType::kF16);
+        Scheduler sched(model(), tokenizer(), pool, options(2));
+        GenerationRequest g = greedy("Once upon a time, there was a little girl named Lily.", 12, policy);
+        g.sampling.temp = 1.0f;
+        g.sampling.seed = 40;
+        g.logprobs = 0;
+        g.prompt_logprobs = true;
+        const auto hs = sched.submit_choices(g, 3);
+        ASSERT_EQ(hs.size(), 3u);
+        std::vector<std::string> texts;
+        std::vector<std::vector<TokenLogprob>> prompts(3);
+        for (size_t i = 0; i < hs.size(); ++i) {
+            std::string text;
+            GenerationEvent ev;
+            for (ev = hs[i]->next(); ev.kind == GenerationEvent::Kind::kText; ev = hs[i]->next()) {
+                text += ev.text;
+                prompts[i].insert(prompts[i].end(), ev.prompt_logprobs.begin(), ev.prompt_logprobs.end());
+            }
+            ASSERT_EQ(ev.kind, GenerationEvent::Kind::kDone) << ev.error;
+            texts.push_back(text);
+        }
+        // The prompt ran once: the other choices started from its prefilled sequence.
+        EXPECT_EQ(sched.snapshot().prefill_rows, static_cast<int64_t>(g.prompt.size()));
+        ASSERT_EQ(prompts[0].size(), g.prompt.size());
+        for (size_t i = 1; i < 3; ++i) {
+            ASSERT_EQ(prompts[i].size(), prompts[0].size());
+            for (size_t j = 1; j < prompts[0].size(); ++j) EXPECT_EQ(prompts[i][j].logprob, prompts[0][j].logprob);
+        }
+        // Each choice is the request of one choice with the seed + i, run alone.
+        for (size_t i = 0; i < 3; ++i) {
+            GenerationRequest one = g;
+            one.sampling.seed = 40 + i;
+            one.prompt_logprobs = false;
+            EXPECT_EQ(collect(*sched.submit(one)).text, texts[i]) << i;
+        }
+        EXPECT_NE(texts[0] + texts[1], texts[1] + texts[2]);  // the seeds differ
+    }
+}
+
+TEST(Scheduler, MaxTokensZeroRunsThePromptAndSamplesNothing) {
+    auto pool = std::make_shared<KVPool>(model().config().head_dim, KVType::kF16);
+    Scheduler sched(model(), tokenizer(), pool, options(1));
+    GenerationRequest g = greedy("The cat sat on the mat and", 0);
+    g.logprobs = 0;
+    g.prompt_logprobs = true;
+    const Result r = collect(*sched.submit(g));
+    ASSERT_EQ(r.last.kind, GenerationEvent::Kind::kDone) << r.last.error;
+    EXPECT_EQ(r.text, "");
+    EXPECT_EQ(r.last.usage.completion_tokens, 0);
+    EXPECT_EQ(r.last.finish_reason, "length");
+}
+
+TEST(Sampler, PresenceAndFrequencyPenaltiesFollowOpenAIsFormula) {
+    // Greedy over logits where token 0 leads by 1.5: drawn once it loses 0.5 + 1·0.6 = 1.1 (still ahead), twice
+    // 0.5 + 2·0.6 = 1.7 (behind token 1, which then pays 1.1 and token 0 wins again: 1.5 − 1.7 vs −1.1).
+    SamplerParams p;
+    p.temp = 0;
+    p.presence_penalty = 0.5f;
+    p.frequency_penalty = 0.6f;
+    Sampler s(p);
+    const std::vector<float> logits = {1.5f, 0.0f, -5.0f};
+    std::vector<int32_t> drawn;
+    for (int i = 0; i < 4; ++i) drawn.push_back(s.sample(logits.data(), 3));
+    EXPECT_EQ(drawn, (std::vector<int32_t>{0, 0, 1, 0}));
+    p.presence_penalty = std::nanf("");
+    EXPECT_THROW(p.validate(), Error);
+}
+
 TEST(Scheduler, AnAfterPrefillPolicyIsFedInOnePieceAsOnTheCommandLine) {
     // The one chunk planner (session/prefill_plan.h): KVzip scores the whole prompt after the prefill, so the server
     // feeds its prompt in one piece however small --prefill-chunk is, and answers as one Session prefilled in one
@@ -274,8 +398,15 @@ TEST(Scheduler, BadRequestsAndAFullQueueAreOneErrorEach) {
     g = greedy("Once", 5);
     g.prompt.assign(64, 5);
     EXPECT_THROW(sched.submit(g), Error);  // no room left for an answer
-    g = greedy("Once", 0);
+    g = greedy("Once", -1);
     EXPECT_THROW(sched.submit(g), Error);
+    g = greedy("Once", 5);
+    g.logprobs = 21;
+    EXPECT_THROW(sched.submit(g), Error);
+    g = greedy("Once", 5);
+    g.prompt_logprobs = true;
+    g.conversation = "c";
+    EXPECT_THROW(sched.submit(g), Error);  // its first tokens may come from a kept sequence
     g = greedy("Once", 5, "tova:budget=100");
     EXPECT_THROW(sched.submit(g), Error);  // budget larger than the context
     auto h1 = sched.submit(greedy("Once upon a time", 50));
@@ -885,6 +1016,90 @@ TEST(OpenAIApi, ParsesCompletionAndChatRequests) {
     EXPECT_EQ(r.gen.max_tokens, 5);
 }
 
+TEST(OpenAIApi, ReadsLogprobsEchoChoicesPenaltiesAndModelNames) {
+    const ChatTemplate chatml = chat_template_by_name("chatml");
+    ApiContext ctx = context(&chatml);
+    ApiRequest r = parse_api_request(json{{"prompt", json::array({json::array({3, 4, 5})})},
+                                          {"echo", true},
+                                          {"logprobs", 2},
+                                          {"max_tokens", 0},
+                                          {"n", 3},
+                                          {"best_of", 3},
+                                          {"presence_penalty", -2},
+                                          {"frequency_penalty", 1.5}},
+                                     false, ctx);
+    EXPECT_EQ(r.gen.prompt, (std::vector<int32_t>{3, 4, 5}));
+    EXPECT_TRUE(r.echo);
+    EXPECT_EQ(r.echo_text, tokenizer().decode({3, 4, 5}, true));
+    EXPECT_TRUE(r.gen.prompt_logprobs);
+    EXPECT_EQ(r.gen.logprobs, 2);
+    EXPECT_EQ(r.gen.max_tokens, 0);
+    EXPECT_EQ(r.n, 3);
+    EXPECT_EQ(r.gen.sampling.presence_penalty, -2.0f);
+    EXPECT_EQ(r.gen.sampling.frequency_penalty, 1.5f);
+    const json chat = {{"messages", json::array({{{"role", "user"}, {"content", "x"}}})}};
+    json c = chat;
+    c["logprobs"] = true;
+    c["top_logprobs"] = 20;
+    EXPECT_EQ(parse_api_request(c, true, ctx).gen.logprobs, 20);
+    c["logprobs"] = false;  // top_logprobs alone changes nothing
+    EXPECT_EQ(parse_api_request(c, true, ctx).gen.logprobs, -1);
+    EXPECT_EQ(parse_api_request(chat, true, ctx).gen.logprobs, -1);
+    // Model names: any without a list, else only the listed ones (404 model_not_found).
+    c = chat;
+    c["model"] = "gpt-4o";
+    EXPECT_NO_THROW(parse_api_request(c, true, ctx));
+    ctx.model_names = {"stories", "alias"};
+    try {
+        parse_api_request(c, true, ctx);
+        ADD_FAILURE() << "an unknown model was taken";
+    } catch (const ApiError& e) {
+        EXPECT_EQ(e.status(), 404);
+        EXPECT_EQ(e.code(), "model_not_found");
+        EXPECT_EQ(error_body(e.status(), e.what(), e.code())["error"]["code"], "model_not_found");
+    }
+    c["model"] = "alias";
+    EXPECT_NO_THROW(parse_api_request(c, true, ctx));
+}
+
+TEST(OpenAIApi, LogprobsBodiesHaveTheChatAndTheLegacyShapes) {
+    ApiRequest r;
+    r.gen.logprobs = 1;
+    const int32_t a = 100, b = 200;
+    TokenLogprob first;
+    first.token = a;
+    first.logprob = std::nan("");
+    TokenLogprob second;
+    second.token = b;
+    second.logprob = -0.5;
+    second.top = {{b, -0.5}};
+    json legacy = logprobs_json(r, tokenizer(), {first}, {second});
+    const std::string pa = tokenizer().token_to_piece(a, true), pb = tokenizer().token_to_piece(b, true);
+    EXPECT_EQ(legacy["tokens"], json::array({pa, pb}));
+    EXPECT_TRUE(legacy["token_logprobs"][0].is_null());
+    EXPECT_EQ(legacy["token_logprobs"][1], -0.5);
+    EXPECT_TRUE(legacy["top_logprobs"][0].is_null());
+    EXPECT_EQ(legacy["top_logprobs"][1][pb], -0.5);
+    EXPECT_EQ(legacy["text_offset"], json::array({0, pa.size()}));
+    r.chat = true;
+    json chat = logprobs_json(r, tokenizer(), {}, {second});
+    ASSERT_EQ(chat["content"].size(), 1u);
+    EXPECT_EQ(chat["content"][0]["token"], pb);
+    EXPECT_EQ(chat["content"][0]["logprob"], -0.5);
+    EXPECT_EQ(chat["content"][0]["bytes"].size(), pb.size());
+    EXPECT_EQ(chat["content"][0]["top_logprobs"][0]["token"], pb);
+    // token_logprob: log-softmax, the top alternatives most likely first.
+    const std::vector<float> logits = {1.0f, 3.0f, 2.0f};
+    const TokenLogprob t = token_logprob(logits.data(), 3, 2, 2);
+    const double z = std::log(std::exp(1.0) + std::exp(3.0) + std::exp(2.0));
+    EXPECT_NEAR(t.logprob, 2.0 - z, 1e-12);
+    ASSERT_EQ(t.top.size(), 2u);
+    EXPECT_EQ(t.top[0].first, 1);
+    EXPECT_NEAR(t.top[0].second, 3.0 - z, 1e-12);
+    EXPECT_EQ(t.top[1].first, 2);
+    EXPECT_THROW(token_logprob(logits.data(), 3, 3, 0), Error);
+}
+
 TEST(OpenAIApi, RefusesWhatItCannotDoWithOneClearError) {
     expect_api_error(json::array(), false, "JSON object");
     expect_api_error(json{{"prompt", "x"}, {"foo", 1}}, false, "unknown field 'foo'");
@@ -896,8 +1111,20 @@ TEST(OpenAIApi, RefusesWhatItCannotDoWithOneClearError) {
     expect_api_error(json{{"prompt", "x"}, {"max_tokens", "ten"}}, false, "'max_tokens' must be an integer");
     expect_api_error(json{{"prompt", "x"}, {"temperature", 3}}, false, "'temperature' must be in [0");
     expect_api_error(json{{"prompt", "x"}, {"top_p", 0}}, false, "top_p");
-    expect_api_error(json{{"prompt", "x"}, {"n", 2}}, false, "'n' = 2 is not supported");
-    expect_api_error(json{{"prompt", "x"}, {"echo", true}}, false, "'echo'");
+    expect_api_error(json{{"prompt", "x"}, {"n", 9}}, false, "'n' must be in [1, 8]");
+    expect_api_error(json{{"prompt", "x"}, {"n", 2}, {"conversation", "c"}}, false, "'n' > 1");
+    expect_api_error(json{{"prompt", "x"}, {"best_of", 2}}, false, "'best_of'");
+    expect_api_error(json{{"prompt", "x"}, {"echo", "yes"}}, false, "'echo' must be true or false");
+    expect_api_error(json{{"prompt", "x"}, {"echo", true}, {"conversation", "c"}}, false, "'echo' is not supported");
+    expect_api_error(json{{"prompt", "x"}, {"max_tokens", 0}}, false, "'max_tokens' must be in [1");
+    expect_api_error(json{{"prompt", "x"}, {"logprobs", 6}}, false, "'logprobs' must be in [0, 5]");
+    expect_api_error(json{{"prompt", "x"}, {"logprobs", true}}, false, "'logprobs' must be an integer");
+    expect_api_error(json{{"prompt", "x"}, {"presence_penalty", 2.5}}, false, "'presence_penalty' must be in [-2");
+    expect_api_error(json{{"prompt", "x"}, {"frequency_penalty", "x"}}, false, "'frequency_penalty' must be a number");
+    expect_api_error(json{{"messages", json::array({{{"role", "user"}, {"content", "x"}}})}, {"top_logprobs", 21}},
+                     true, "'top_logprobs' must be in [0, 20]");
+    expect_api_error(json{{"messages", json::array({{{"role", "user"}, {"content", "x"}}})}, {"logprobs", 2}}, true,
+                     "'logprobs' must be true or false");
     expect_api_error(json{{"prompt", "x"}, {"logit_bias", json::array({1})}}, false, "'logit_bias' must be an object");
     expect_api_error(json{{"prompt", "x"}, {"logit_bias", {{"999999", 1}}}}, false,
                      "logit_bias: '999999' is not a token id");

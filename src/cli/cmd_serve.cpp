@@ -29,8 +29,9 @@ namespace kvsieve::cli {
 
 namespace {
 struct ServeOpts {
-    std::string model, alias, policy = "full", chat_template, cache_dir;
-    KVTypeOptions kv;  // server-wide: the one pool's key and value types and rotation
+    std::string model, policy = "full", chat_template, cache_dir;
+    std::vector<std::string> aliases;  // --alias (repeatable): the first is the id responses carry
+    KVTypeOptions kv;                  // server-wide: the one pool's key and value types and rotation
     std::vector<std::string> predictors, predictor_dirs;  // NAME=PATH; folders of predictors
     double kv_budget_mb = 0;
     HttpOptions http;
@@ -122,7 +123,12 @@ void run(const ServeOpts& o) {
     ApiContext ctx;
     ctx.tok = tok.get();
     ctx.chat_template = tmpl ? &*tmpl : nullptr;
-    ctx.model_id = o.alias.empty() ? std::filesystem::path(o.model).stem().string() : o.alias;
+    const std::string stem = std::filesystem::path(o.model).stem().string();
+    ctx.model_id = o.aliases.empty() ? stem : o.aliases.front();
+    // A request's `model` must be one of these (404 model_not_found otherwise); /v1/models lists them.
+    ctx.model_names = o.aliases;
+    if (std::find(ctx.model_names.begin(), ctx.model_names.end(), stem) == ctx.model_names.end())
+        ctx.model_names.push_back(stem);
     ctx.default_policy = o.policy;
     ctx.n_ctx = so.n_ctx;
     ctx.model = &model;
@@ -213,7 +219,9 @@ void add_serve(CLI::App& app) {
                                    "/v1/models, /health, /metrics with --metrics); sequences share one KV pool");
     auto o = std::make_shared<ServeOpts>();
     cmd->add_option("-m,--model", o->model, "GGUF model file")->required()->check(CLI::ExistingFile);
-    cmd->add_option("--alias", o->alias, "model id reported by /v1/models (default: the file name without .gguf)");
+    cmd->add_option("--alias", o->aliases,
+                    "a name of the model (repeatable): a request's model must be one of these or the file name "
+                    "without .gguf (else 404); the first is the id responses carry (default: the file name)");
     cmd->add_option("--host", o->http.host, "address to listen on")->capture_default_str();
     cmd->add_option("--port", o->http.port, "port (0: any free port, printed at start)")->capture_default_str();
     cmd->add_option("--policy", o->policy,

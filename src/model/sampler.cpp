@@ -16,6 +16,8 @@ void SamplerParams::validate() const {
         require(id >= 0, "logit_bias: token id ", id, " is negative");
         require(std::isfinite(bias), "logit_bias: the bias of token ", id, " is not finite");
     }
+    require(std::isfinite(presence_penalty), "presence_penalty is not finite");
+    require(std::isfinite(frequency_penalty), "frequency_penalty is not finite");
 }
 
 int32_t argmax(const float* logits, int n) {
@@ -42,14 +44,26 @@ void Sampler::set_state(const std::string& s) {
 }
 
 int32_t Sampler::sample(const float* logits, int n_vocab) {
-    if (!p_.logit_bias.empty()) {
+    const bool penalised = p_.presence_penalty != 0 || p_.frequency_penalty != 0;
+    if (!p_.logit_bias.empty() || penalised) {
         biased_.assign(logits, logits + n_vocab);
         for (const auto& [id, bias] : p_.logit_bias) {
             require(id < n_vocab, "logit_bias: token id ", id, " is outside the vocabulary of ", n_vocab);
             biased_[id] += bias;
         }
+        if (penalised) {
+            counts_.resize(static_cast<size_t>(n_vocab), 0);
+            for (int i = 0; i < n_vocab; ++i)
+                if (counts_[i] > 0) biased_[i] -= counts_[i] * p_.frequency_penalty + p_.presence_penalty;
+        }
         logits = biased_.data();
     }
+    const int32_t id = draw(logits, n_vocab);
+    if (penalised) ++counts_[id];
+    return id;
+}
+
+int32_t Sampler::draw(const float* logits, int n_vocab) {
     if (p_.temp <= 0) return argmax(logits, n_vocab);
     if ((p_.top_k <= 0 || p_.top_k >= n_vocab) && p_.top_p >= 1 && p_.min_p <= 0) {
         // Nothing is cut (OpenAI's defaults): draw from softmax(logits / temp) over the vocabulary in id order,

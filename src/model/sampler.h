@@ -18,6 +18,12 @@ struct SamplerParams {
     /// (token id, bias) pairs added to the logits before anything else, in logit units (OpenAI's logit_bias:
     /// −100 in effect bans a token, +100 in effect forces it). Applies to greedy decoding too.
     std::vector<std::pair<int32_t, float>> logit_bias;
+    /// OpenAI's repetition penalties over the tokens this sampler has drawn (not the prompt): each logit l_j becomes
+    /// l_j − c_j·frequency_penalty − [c_j > 0]·presence_penalty, c_j the times token j was drawn (OpenAI API
+    /// reference, "Parameter details": frequency and presence penalties). Applied after logit_bias, before
+    /// temperature; greedy decoding too. In [−2, 2] for the server; 0: off.
+    float presence_penalty = 0.0f;
+    float frequency_penalty = 0.0f;
 
     /// Throws Error naming the first out-of-range value (temp < 0, top_p ∉ (0,1], min_p ∉ [0,1], a negative
     /// logit_bias id or a non-finite bias).
@@ -30,7 +36,8 @@ struct SamplerParams {
 class Sampler {
 public:
     explicit Sampler(const SamplerParams& p);
-    /// logits: [n_vocab] floats. Throws Error if a logit_bias id is not below n_vocab.
+    /// logits: [n_vocab] floats. Throws Error if a logit_bias id is not below n_vocab. Counts the drawn token
+    /// for the penalties.
     int32_t sample(const float* logits, int n_vocab);
     /// The random generator's state as text (std::mt19937_64's stream form), to continue a saved sequence with
     /// the same draws; set_state throws Error for text that is not such a state.
@@ -42,7 +49,9 @@ private:
     std::mt19937_64 rng_;
     std::vector<std::pair<float, int32_t>> cand_;
     std::vector<double> wts_;
-    std::vector<float> biased_;  ///< the logits with logit_bias added (when there is one)
+    std::vector<float> biased_;    ///< the logits with logit_bias and the penalties applied (when there are some)
+    std::vector<int32_t> counts_;  ///< times each token was drawn (only with a penalty; not part of state())
+    int32_t draw(const float* logits, int n_vocab);
 };
 
 /// Index of the largest logit (lowest index on ties).

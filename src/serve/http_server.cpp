@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <functional>
 #include <optional>
+#include <vector>
 
 #include <sys/stat.h>
 
@@ -216,7 +217,15 @@ void HttpServer::routes() {
                    names.push_back(p.name);
            }
            m["kv_predictors"] = ready;
-           send_json(res, 200, {{"object", "list"}, {"data", json::array({m})}});
+           // The model under its id, then under each other name a request may give (--alias).
+           json data = json::array({m});
+           for (const std::string& name : ctx_.model_names)
+               if (name != ctx_.model_id) {
+                   json a = m;
+                   a["id"] = name;
+                   data.push_back(a);
+               }
+           send_json(res, 200, {{"object", "list"}, {"data", data}});
        }));
 
     auto generate = [this](const HttpRequest& req, HttpResponse& res, const std::string& owner, bool chat) {
@@ -229,8 +238,11 @@ void HttpServer::routes() {
                                       dump_json(json(opts_.timeout_s)) + " s; it was cancelled";
         json body;
         ApiRequest ar;
-        std::shared_ptr<RequestHandle> h;
+        std::vector<std::shared_ptr<RequestHandle>> hs;  // one per choice
         std::shared_ptr<void> place;
+        auto cancel_all = [&hs] {
+            for (auto& h : hs) h->cancel();
+        };
         try {
             body = parse_json_body(req.body);
             ar = parse_api_request(body, chat, ctx_, owner);
@@ -240,16 +252,22 @@ void HttpServer::routes() {
                     res, 429,
                     error_body(429, "this key already has " + std::to_string(opts_.max_requests_per_key) +
                                         " requests running or waiting (the server's --max-requests-per-key)"));
-            h = sched_.submit(std::move(ar.gen));
+            // The choices share the prompt's prefill; choice i samples with the seed + i.
+            hs = sched_.submit_choices(ar.gen, ar.n);
         } catch (const ApiError& e) {
-            return send_json(res, e.status(), error_body(e.status(), for_client(owner, e.what())));
+            cancel_all();
+            return send_json(res, e.status(), error_body(e.status(), for_client(owner, e.what()), e.code()));
         } catch (const ServerBusy& e) {
+            cancel_all();
             return send_json(res, 503, error_body(503, e.what()));
-        } catch (const Error& e) { return send_json(res, 400, error_body(400, e.what())); }
+        } catch (const Error& e) {
+            cancel_all();
+            return send_json(res, 400, error_body(400, e.what()));
+        }
         // The client's connection, polled while the request waits for its events: a client that leaves cancels it.
         const int sock = req.socket;
-        auto left = [&h, &res] {
-            h->cancel();
+        auto left = [&cancel_all, &res] {
+            cancel_all();
             send_json(res, 499, error_body(499, "the client closed the connection; the request was cancelled"));
         };
         const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);
@@ -258,45 +276,70 @@ void HttpServer::routes() {
         const std::string& model = ctx_.model_id;
         // The first event decides the status: an error before any text is the response itself.
         GenerationEvent first;
-        if (const Wait w = next_before(*h, deadline, sock, first); w != Wait::kEvent) {
+        if (const Wait w = next_before(*hs[0], deadline, sock, first); w != Wait::kEvent) {
             if (w == Wait::kClientGone) return left();
-            h->cancel();
+            cancel_all();
             return send_json(res, 504, error_body(504, timed_out));
         }
-        if (first.kind == GenerationEvent::Kind::kError)
+        if (first.kind == GenerationEvent::Kind::kError) {
+            cancel_all();
             return send_json(res, first.status, error_body(first.status, for_client(owner, first.error)));
+        }
         if (!ar.stream) {
-            std::string text;
-            GenerationEvent ev = std::move(first);
-            while (ev.kind == GenerationEvent::Kind::kText) {
-                text += ev.text;
-                if (const Wait w = next_before(*h, deadline, sock, ev); w != Wait::kEvent) {
+            std::vector<ChoiceResult> choices(hs.size());
+            for (size_t i = 0; i < hs.size(); ++i) {
+                GenerationEvent ev;
+                if (i == 0) {
+                    ev = std::move(first);
+                } else if (const Wait w = next_before(*hs[i], deadline, sock, ev); w != Wait::kEvent) {
                     if (w == Wait::kClientGone) return left();
-                    h->cancel();
+                    cancel_all();
                     return send_json(res, 504, error_body(504, timed_out));
                 }
+                ChoiceResult& c = choices[i];
+                while (ev.kind == GenerationEvent::Kind::kText) {
+                    c.text += ev.text;
+                    for (auto& t : ev.prompt_logprobs) c.prompt_logprobs.push_back(std::move(t));
+                    for (auto& t : ev.logprobs) c.logprobs.push_back(std::move(t));
+                    if (const Wait w = next_before(*hs[i], deadline, sock, ev); w != Wait::kEvent) {
+                        if (w == Wait::kClientGone) return left();
+                        cancel_all();
+                        return send_json(res, 504, error_body(504, timed_out));
+                    }
+                }
+                if (ev.kind == GenerationEvent::Kind::kError) {
+                    cancel_all();
+                    return send_json(res, ev.status, error_body(ev.status, for_client(owner, ev.error)));
+                }
+                c.done = std::move(ev);
             }
-            if (ev.kind == GenerationEvent::Kind::kError)
-                return send_json(res, ev.status, error_body(ev.status, for_client(owner, ev.error)));
-            return send_json(res, 200, completion_body(ar, id, created, model, text, ev));
+            return send_json(res, 200, completion_body(ar, id, created, model, choices, *ctx_.tok));
         }
+        // Streamed: the choices one after the other (all run at once; the later ones' events wait in their handles).
         struct Stream {
-            bool started = false, finished = false;
+            size_t cur = 0;       // the choice being written
+            bool opened = false;  // its first chunk (chat: the role; echo: the prompt) is written
+            bool finished = false;
+            size_t offset = 0;  // bytes of token pieces written in the choice (text_offset)
+            int64_t completion_tokens = 0;
+            GenerationUsage usage;  // the first choice's (the others did not run the prompt)
             GenerationEvent pending;
             bool has_pending = true;
         };
         auto st = std::make_shared<Stream>();
         st->pending = std::move(first);
         res.set_header("Cache-Control", "no-cache");
+        const Tokenizer* tok = ctx_.tok;
         res.set_chunked_content_provider(
             "text/event-stream",
-            [h, st, ar, id, created, model, owner, deadline, timed_out, place, sock](HttpSink& sink) {
+            [hs, st, ar, id, created, model, owner, deadline, timed_out, place, sock, tok](HttpSink& sink) {
                 if (client_gone(sock)) return false;  // the releaser cancels the request
                 auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
-                if (!st->started) {
-                    st->started = true;
-                    if (ar.chat && !write(sse(chunk_body(ar, id, created, model, "", "", true)))) return false;
-                }
+                auto cancel = [&] {
+                    for (auto& h : hs) h->cancel();
+                };
+                const int index = static_cast<int>(st->cur);
+                RequestHandle& h = *hs[st->cur];
                 GenerationEvent ev;
                 if (st->has_pending) {
                     ev = std::move(st->pending);
@@ -304,32 +347,66 @@ void HttpServer::routes() {
                 } else {
                     for (;;) {
                         if (Clock::now() >= deadline) {  // the stream ends with the error as its last event
-                            h->cancel();
+                            cancel();
                             ev.kind = GenerationEvent::Kind::kError;
                             ev.status = 504;
                             ev.error = timed_out;
                             break;
                         }
-                        if (h->next(ev, kClientPoll)) break;
+                        if (h.next(ev, kClientPoll)) break;
                         if (!sink.is_writable() || client_gone(sock)) return false;
                     }
                 }
-                if (ev.kind == GenerationEvent::Kind::kText)
-                    return write(sse(chunk_body(ar, id, created, model, ev.text, "")));
+                if (!st->opened && ev.kind != GenerationEvent::Kind::kError) {
+                    st->opened = true;
+                    st->offset = 0;
+                    if (ar.chat && !write(sse(chunk_body(ar, id, created, model, "", "", true, index)))) return false;
+                    // The echoed prompt: with the prompt's log-probabilities when they were asked for (they come
+                    // as this choice's first event), else alone.
+                    if (ar.echo && !ar.gen.prompt_logprobs) {
+                        if (!write(sse(chunk_body(ar, id, created, model, ar.echo_text, "", false, index))))
+                            return false;
+                        st->offset = ar.echo_text.size();
+                    }
+                }
+                if (ev.kind == GenerationEvent::Kind::kText) {
+                    json lp = nullptr;
+                    std::string text = ev.text;
+                    if (!ev.prompt_logprobs.empty()) {
+                        text = ar.echo_text + text;
+                        lp = logprobs_json(ar, *tok, ev.prompt_logprobs, ev.logprobs, st->offset);
+                    } else if (ar.gen.logprobs >= 0 && !ev.logprobs.empty()) {
+                        lp = logprobs_json(ar, *tok, {}, ev.logprobs, st->offset);
+                    }
+                    for (const auto* list : {&ev.prompt_logprobs, &ev.logprobs})
+                        for (const TokenLogprob& t : *list) st->offset += tok->token_to_piece(t.token, true).size();
+                    return write(sse(chunk_body(ar, id, created, model, text, "", false, index, lp)));
+                }
                 if (ev.kind == GenerationEvent::Kind::kError) {
+                    cancel();
                     write(sse(error_body(ev.status, for_client(owner, ev.error))));
                 } else {
-                    if (!write(sse(chunk_body(ar, id, created, model, "", ev.finish_reason)))) return false;
-                    if (ar.include_usage && !write(sse(usage_chunk_body(ar, id, created, model, ev.usage))))
+                    if (!write(sse(chunk_body(ar, id, created, model, "", ev.finish_reason, false, index))))
                         return false;
+                    st->completion_tokens += ev.usage.completion_tokens;
+                    if (st->cur == 0) st->usage = ev.usage;
+                    if (st->cur + 1 < hs.size()) {  // the next choice
+                        ++st->cur;
+                        st->opened = false;
+                        return true;
+                    }
+                    GenerationUsage u = st->usage;
+                    u.completion_tokens = st->completion_tokens;
+                    if (ar.include_usage && !write(sse(usage_chunk_body(ar, id, created, model, u)))) return false;
                     if (!write("data: [DONE]\n\n")) return false;
                 }
                 st->finished = true;
                 sink.done();
                 return true;
             },
-            [h, st](bool) {
-                if (!st->finished) h->cancel();  // the client went away before the end
+            [hs, st](bool) {
+                if (!st->finished)
+                    for (auto& h : hs) h->cancel();  // the client went away before the end
             });
     };
     // Saved sequences and kept conversations (docs/serving.md).
@@ -392,6 +469,19 @@ void HttpServer::routes() {
            } catch (const StatusError& e) { send_json(res, e.status(), error_body(e.status(), e.what())); }
        }));
 
+    // The tokenizer (the shapes of vLLM's endpoints; lm-evaluation-harness's remote tokenizer reads them).
+    for (const char* path : {"/tokenize", "/detokenize"}) {
+        const bool encode = std::string(path) == "/tokenize";
+        on("POST", path, guard(true, [this, encode](const HttpRequest& req, HttpResponse& res, const std::string&) {
+               try {
+                   const json body = parse_json_body(req.body);
+                   send_json(res, 200, encode ? tokenize_answer(body, ctx_) : detokenize_answer(body, ctx_));
+               } catch (const StatusError& e) { send_json(res, e.status(), error_body(e.status(), e.what())); }
+           }));
+    }
+    on("GET", "/tokenizer_info", guard(false, [this](const HttpRequest&, HttpResponse& res, const std::string&) {
+           send_json(res, 200, tokenizer_info(ctx_));
+       }));
     for (const char* path : {"/v1/completions", "/completions", "/v1/chat/completions", "/chat/completions"}) {
         const bool chat = std::string(path).find("chat") != std::string::npos;
         on("POST", path, guard(true, [generate, chat](const HttpRequest& q, HttpResponse& r, const std::string& o) {

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
+#include <cmath>
 #include <filesystem>
 #include <random>
 #include <set>
@@ -98,6 +99,16 @@ std::string for_client(const std::string& owner, std::string message) {
 
 namespace {
 
+/// The text a (parsed) completion prompt stands for: the string itself, or its token ids decoded.
+std::string p_text_or_tokens(const json& p, const Tokenizer& tok) {
+    if (p.is_string()) return p.get<std::string>();
+    if (p.is_array() && p.size() == 1 && p[0].is_string()) return p[0].get<std::string>();
+    const json& ids = p.is_array() && p.size() == 1 && p[0].is_array() ? p[0] : p;
+    std::vector<int32_t> v;
+    for (const auto& x : ids) v.push_back(x.get<int32_t>());
+    return tok.decode(v, true);
+}
+
 std::vector<ChatMessage> parse_messages(const json& m) {
     if (!m.is_array() || m.empty()) bad("'messages' must be a non-empty array");
     std::vector<ChatMessage> out;
@@ -160,6 +171,13 @@ ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx,
     g.sampling.seed = std::random_device{}();
 
     if (body.contains("model") && !body["model"].is_string()) bad("'model' must be a string");
+    if (body.contains("model") && !ctx.model_names.empty() &&
+        std::find(ctx.model_names.begin(), ctx.model_names.end(), body["model"].get<std::string>()) ==
+            ctx.model_names.end())
+        throw ApiError(404,
+                       "the model '" + excerpt(body["model"].get<std::string>(), 64) +
+                           "' does not exist on this server (GET /v1/models lists its names)",
+                       "model_not_found");
     // cache_restore: the saved sequence is where this request starts.
     if (body.contains("cache_restore") && !body["cache_restore"].is_null()) {
         const std::string path = cache_path(body["cache_restore"], "cache_restore", ctx, owner);
@@ -202,9 +220,10 @@ ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx,
             try {
                 g.prompt = tok.encode(text->get<std::string>(), !g.restore, false);
             } catch (const Error& e) { bad("prompt: " + excerpt(e.what())); }
-        } else if (p.is_array() && !p.empty() &&
-                   std::all_of(p.begin(), p.end(), [](const json& x) { return x.is_number_integer(); })) {
-            for (const auto& x : p) {
+        } else if (const json* ids = p.is_array() && p.size() == 1 && p[0].is_array() ? &p[0] : &p;
+                   ids->is_array() && !ids->empty() &&
+                   std::all_of(ids->begin(), ids->end(), [](const json& x) { return x.is_number_integer(); })) {
+            for (const auto& x : *ids) {
                 const int64_t id = x.get<int64_t>();
                 if (id < 0 || id >= tok.vocab().size())
                     bad("prompt token id " + std::to_string(id) + " is outside the vocabulary of " +
@@ -212,8 +231,8 @@ ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx,
                 g.prompt.push_back(static_cast<int32_t>(id));
             }
         } else {
-            bad("'prompt' must be a string, an array of one string, or an array of token ids (batched prompts are not "
-                "supported)");
+            bad("'prompt' must be a string, an array of one string, an array of token ids, or an array of one array "
+                "of token ids (batched prompts are not supported)");
         }
     }
     if (g.prompt.empty() && !g.restore) bad("the prompt is empty");
@@ -225,10 +244,41 @@ ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx,
             (held ? " with the " + std::to_string(held) + " of the restored sequence" : std::string()) +
             "; the context holds " + std::to_string(ctx.n_ctx) + " (prompt and answer together; the server's -c)");
 
+    // echo and the log-probabilities (before max_tokens, which may be 0 with echo).
+    if (!chat && body.contains("echo") && !body["echo"].is_null()) {
+        if (!body["echo"].is_boolean()) bad("'echo' must be true or false");
+        r.echo = body["echo"].get<bool>();
+    }
+    if (chat) {
+        bool want = false;
+        if (body.contains("logprobs") && !body["logprobs"].is_null()) {
+            if (!body["logprobs"].is_boolean()) bad("'logprobs' must be true or false for a chat completion");
+            want = body["logprobs"].get<bool>();
+        }
+        int top = 0;
+        if (body.contains("top_logprobs") && !body["top_logprobs"].is_null())
+            top = static_cast<int>(integer_in(body["top_logprobs"], "top_logprobs", 0, 20));
+        g.logprobs = want ? top : -1;
+    } else if (body.contains("logprobs") && !body["logprobs"].is_null()) {
+        g.logprobs = static_cast<int>(integer_in(body["logprobs"], "logprobs", 0, 5));
+    }
+    if (r.echo) {
+        if (g.restore || !g.conversation.empty())
+            bad("'echo' is not supported with cache_restore or conversation (the prompt's first tokens were run "
+                "before)");
+        r.echo_text = p_text_or_tokens(body["prompt"], tok);
+        g.prompt_logprobs = g.logprobs >= 0;
+    }
     g.max_tokens = chat ? ctx.n_ctx - n_prompt : 16;
     const char* max_key = chat && body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
     g.max_tokens_given = body.contains(max_key) && !body[max_key].is_null();
-    if (g.max_tokens_given) g.max_tokens = integer_in(body[max_key], max_key, 1, INT32_MAX);
+    if (g.max_tokens_given) {
+        if (r.echo && body[max_key] == 0) {
+            g.max_tokens = 0;
+        } else {
+            g.max_tokens = integer_in(body[max_key], max_key, 1, INT32_MAX);
+        }
+    }
     if (body.contains("temperature") && !body["temperature"].is_null())
         g.sampling.temp = static_cast<float>(number_in(body["temperature"], "temperature", 0, 2));
     if (body.contains("top_p") && !body["top_p"].is_null()) {
@@ -268,14 +318,18 @@ ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx,
             r.include_usage = v.get<bool>();
         }
     }
-    if (body.contains("n")) neutral(body["n"], "n", {1, nullptr});
-    if (body.contains("best_of")) neutral(body["best_of"], "best_of", {1, nullptr});
-    if (body.contains("echo")) neutral(body["echo"], "echo", {false, nullptr});
+    if (body.contains("n") && !body["n"].is_null()) r.n = static_cast<int>(integer_in(body["n"], "n", 1, kMaxChoices));
+    if (body.contains("best_of")) neutral(body["best_of"], "best_of", {1, r.n, nullptr});
+    if (r.n > 1 &&
+        (g.restore || !g.conversation.empty() || (body.contains("cache_save") && !body["cache_save"].is_null())))
+        bad("'n' > 1 is not supported with cache_restore, cache_save or conversation (one sequence each)");
     if (body.contains("suffix")) neutral(body["suffix"], "suffix", {nullptr, ""});
-    if (body.contains("logprobs")) neutral(body["logprobs"], "logprobs", {nullptr, false});
-    if (body.contains("top_logprobs")) neutral(body["top_logprobs"], "top_logprobs", {nullptr, 0});
-    if (body.contains("presence_penalty")) neutral(body["presence_penalty"], "presence_penalty", {0, 0.0, nullptr});
-    if (body.contains("frequency_penalty")) neutral(body["frequency_penalty"], "frequency_penalty", {0, 0.0, nullptr});
+    if (body.contains("presence_penalty") && !body["presence_penalty"].is_null())
+        g.sampling.presence_penalty =
+            static_cast<float>(number_in(body["presence_penalty"], "presence_penalty", -2, 2));
+    if (body.contains("frequency_penalty") && !body["frequency_penalty"].is_null())
+        g.sampling.frequency_penalty =
+            static_cast<float>(number_in(body["frequency_penalty"], "frequency_penalty", -2, 2));
     if (body.contains("logit_bias") && !body["logit_bias"].is_null()) {
         // OpenAI's form: {"token id": bias in [-100, 100]}, added to the logits before sampling.
         const json& lb = body["logit_bias"];
@@ -314,6 +368,52 @@ ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx,
         check_policy_fits(g.policy, ctx.n_ctx);
     } catch (const Error& e) { bad("kv_policy: " + excerpt(e.what(), 2 * kMaxQuotedBytes)); }
     return r;
+}
+
+json tokenize_answer(const json& body, const ApiContext& ctx) {
+    if (!body.is_object()) bad("the request body must be a JSON object");
+    for (const auto& [k, v] : body.items())
+        if (k != "prompt" && k != "add_special_tokens" && k != "model")
+            bad("unknown field '" + excerpt(k) + "' in a tokenize request (prompt, add_special_tokens)");
+    if (!body.contains("prompt") || !body["prompt"].is_string()) bad("'prompt' must be a string");
+    bool special = true;
+    if (body.contains("add_special_tokens") && !body["add_special_tokens"].is_null()) {
+        if (!body["add_special_tokens"].is_boolean()) bad("'add_special_tokens' must be true or false");
+        special = body["add_special_tokens"].get<bool>();
+    }
+    std::vector<int32_t> ids;
+    try {
+        ids = ctx.tok->encode(body["prompt"].get<std::string>(), special, true);
+    } catch (const Error& e) { bad("prompt: " + excerpt(e.what())); }
+    return {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", ctx.n_ctx}};
+}
+
+json detokenize_answer(const json& body, const ApiContext& ctx) {
+    if (!body.is_object()) bad("the request body must be a JSON object");
+    for (const auto& [k, v] : body.items())
+        if (k != "tokens" && k != "model") bad("unknown field '" + excerpt(k) + "' in a detokenize request (tokens)");
+    if (!body.contains("tokens") || !body["tokens"].is_array()) bad("'tokens' must be an array of token ids");
+    std::vector<int32_t> ids;
+    const int64_t n_vocab = ctx.tok->vocab().size();
+    for (const auto& x : body["tokens"]) {
+        if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() >= n_vocab)
+            bad("'tokens' must hold token ids in [0, " + std::to_string(n_vocab) + "), got " + describe_value(x));
+        ids.push_back(x.get<int32_t>());
+    }
+    return {{"prompt", ctx.tok->decode(ids, true)}};
+}
+
+json tokenizer_info(const ApiContext& ctx) {
+    const Vocab& v = ctx.tok->vocab();
+    auto text = [&](int32_t id) { return id >= 0 ? json(ctx.tok->token_to_piece(id, true)) : json(nullptr); };
+    return {{"bos_token", text(v.bos)},
+            {"eos_token", text(v.eot >= 0 ? v.eot : v.eos)},
+            {"pad_token", text(v.pad)},
+            {"model_max_length", ctx.n_ctx},
+            // kvsieve renders its chat formats itself, not from a Jinja text a client could render alike: none is given
+            // (lm-eval's --apply_chat_template then refuses instead of rendering something else; chat goes through
+            // /v1/chat/completions).
+            {"chat_template", nullptr}};
 }
 
 CacheOpRequest parse_cache_op(const json& body, bool restore, const ApiContext& ctx, const std::string& owner) {
@@ -380,12 +480,12 @@ const char* error_code(int status) {
 }
 }  // namespace
 
-json error_body(int status, const std::string& message) {
+json error_body(int status, const std::string& message, const std::string& code) {
     return {{"error",
              {{"message", excerpt(message, kMaxErrorBytes)},
               {"type", status < 500 ? "invalid_request_error" : "server_error"},
               {"param", nullptr},
-              {"code", error_code(status)},
+              {"code", code.empty() ? std::string(error_code(status)) : code},
               {"status", status}}}};
 }
 
@@ -419,10 +519,78 @@ json completion_body(const ApiRequest& r, const std::string& id, int64_t created
             {"usage", usage_json(done.usage)}};
 }
 
+namespace {
+json piece_bytes(const std::string& piece) {
+    json b = json::array();
+    for (unsigned char c : piece) b.push_back(static_cast<int>(c));
+    return b;
+}
+json logprob_value(double lp) { return std::isnan(lp) ? json(nullptr) : json(lp); }
+}  // namespace
+
+json logprobs_json(const ApiRequest& r, const Tokenizer& tok, const std::vector<TokenLogprob>& prompt,
+                   const std::vector<TokenLogprob>& sampled, size_t offset) {
+    if (r.chat) {
+        json content = json::array();
+        for (const TokenLogprob& t : sampled) {
+            const std::string piece = tok.token_to_piece(t.token, true);
+            json top = json::array();
+            for (const auto& [id, lp] : t.top) {
+                const std::string p = tok.token_to_piece(id, true);
+                top.push_back({{"token", p}, {"logprob", lp}, {"bytes", piece_bytes(p)}});
+            }
+            content.push_back({{"token", piece},
+                               {"logprob", logprob_value(t.logprob)},
+                               {"bytes", piece_bytes(piece)},
+                               {"top_logprobs", top}});
+        }
+        return {{"content", content}, {"refusal", nullptr}};
+    }
+    json tokens = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
+    for (const auto* list : {&prompt, &sampled})
+        for (const TokenLogprob& t : *list) {
+            const std::string piece = tok.token_to_piece(t.token, true);
+            tokens.push_back(piece);
+            lps.push_back(logprob_value(t.logprob));
+            if (std::isnan(t.logprob)) {
+                tops.push_back(nullptr);
+            } else {
+                json top = json::object();
+                for (const auto& [id, lp] : t.top) top[tok.token_to_piece(id, true)] = lp;
+                tops.push_back(top);
+            }
+            offsets.push_back(offset);
+            offset += piece.size();
+        }
+    return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
+json completion_body(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model,
+                     const std::vector<ChoiceResult>& choices, const Tokenizer& tok) {
+    require(!choices.empty(), "a completion has at least one choice");
+    json out = json::array();
+    GenerationUsage usage = choices[0].done.usage;
+    usage.completion_tokens = 0;
+    for (size_t i = 0; i < choices.size(); ++i) {
+        const ChoiceResult& c = choices[i];
+        usage.completion_tokens += c.done.usage.completion_tokens;
+        json choice = {{"index", i}, {"finish_reason", c.done.finish_reason}, {"logprobs", nullptr}};
+        if (r.gen.logprobs >= 0) choice["logprobs"] = logprobs_json(r, tok, c.prompt_logprobs, c.logprobs);
+        if (r.chat)
+            choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+        else
+            choice["text"] = r.echo ? r.echo_text + c.text : c.text;
+        out.push_back(choice);
+    }
+    return {{"id", id},           {"object", r.chat ? "chat.completion" : "text_completion"},
+            {"created", created}, {"model", model},
+            {"choices", out},     {"usage", usage_json(usage)}};
+}
+
 json chunk_body(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model,
-                const std::string& text, const std::string& finish, bool role_only) {
+                const std::string& text, const std::string& finish, bool role_only, int index, const json& logprobs) {
     json choice = {
-        {"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish.empty() ? json(nullptr) : json(finish)}};
+        {"index", index}, {"logprobs", logprobs}, {"finish_reason", finish.empty() ? json(nullptr) : json(finish)}};
     if (r.chat) {
         json delta = json::object();
         if (role_only)

@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/sampler.h"
@@ -20,7 +21,16 @@ namespace kvsieve {
 /// policy of the sequence's cache.
 struct GenerationRequest {
     std::vector<int32_t> prompt;  ///< ≥ 1 ids, within the vocabulary
-    int64_t max_tokens = 16;      ///< most tokens generated (≥ 1); the context's end also stops
+    /// Most tokens generated (≥ 0; 0: the prompt is run and nothing is sampled, e.g. for its log-probabilities);
+    /// the context's end also stops.
+    int64_t max_tokens = 16;
+    /// Log-probabilities of the sampled tokens (GenerationEvent::logprobs) with this many most likely alternatives
+    /// each (0–20); −1: none.
+    int logprobs = -1;
+    /// Log-probabilities of the prompt's tokens too (GenerationEvent::prompt_logprobs, with `logprobs`
+    /// alternatives each, at least 0): the prefill computes the logits of every prompt position. Not with `restore`
+    /// or `conversation` (their first tokens were run before).
+    bool prompt_logprobs = false;
     /// The client asked for max_tokens (false: a default, such as a chat's rest of the context): only then does a
     /// request whose prompt and max_tokens exceed the whole KV pool count as one that can never fit (413).
     bool max_tokens_given = true;
@@ -58,11 +68,29 @@ struct GenerationUsage {
     std::string cache_save_error;
 };
 
+/// The log-probability of one token and of the most likely alternatives at its position: log-softmax of the model's
+/// logits (before logit_bias, the penalties and temperature), computed in double precision.
+struct TokenLogprob {
+    int32_t token = -1;
+    double logprob = 0;                           ///< NaN: none (the prompt's first token, which nothing predicts)
+    std::vector<std::pair<int32_t, double>> top;  ///< (id, log-probability), most likely first (ties: lower id)
+};
+
+/// The TokenLogprob of `token` under `logits` ([n_vocab] floats) with the `top` most likely alternatives (top ≥ 0).
+/// log p_j = l_j − max l − log Σ_i exp(l_i − max l). Throws Error for a token outside the vocabulary.
+TokenLogprob token_logprob(const float* logits, int n_vocab, int32_t token, int top);
+
 /// One message from the scheduler to whoever waits on a request.
 struct GenerationEvent {
     enum class Kind { kText, kDone, kError };
     Kind kind = Kind::kText;
-    std::string text;           ///< kText: the next piece of the answer (whole UTF-8 characters)
+    std::string text;  ///< kText: the next piece of the answer (whole UTF-8 characters)
+    /// kText: the tokens sampled since the last event (GenerationRequest::logprobs ≥ 0; end tokens excluded). Their
+    /// pieces need not match `text` byte for byte: a stop string and its tokens' text are cut, held-back bytes come
+    /// with a later event.
+    std::vector<TokenLogprob> logprobs;
+    /// kText (one event, before any sampled token): one per prompt token (GenerationRequest::prompt_logprobs).
+    std::vector<TokenLogprob> prompt_logprobs;
     std::string finish_reason;  ///< kDone: "stop" (end of turn, end of text or a stop string) or "length"
     GenerationUsage usage;      ///< kDone
     int status = 500;           ///< kError: the HTTP status that fits (503: the KV pool is exhausted)

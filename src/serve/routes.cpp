@@ -26,6 +26,9 @@ const std::vector<Route>& server_routes() {
         {"GET", "/v1/cache/conversations"},
         {"DELETE", "/v1/cache/conversations/{id}"},
         {"DELETE", "/v1/cache/saved/{name}"},
+        {"POST", "/tokenize"},
+        {"POST", "/detokenize"},
+        {"GET", "/tokenizer_info"},
     };
     return routes;
 }

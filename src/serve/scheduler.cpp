@@ -15,6 +15,7 @@
 #include "session/session.h"
 #include "text/utf8_stream.h"
 #include "util/atomic_file.h"
+#include "util/binary_io.h"
 
 namespace kvsieve {
 
@@ -27,7 +28,23 @@ struct Scheduler::Queued {
     GenerationRequest req;
     std::shared_ptr<RequestHandle> handle;
     Clock::time_point submitted;
+    /// The other choices of the request (submit_choices): they start from this one's prefilled sequence.
+    std::vector<std::shared_ptr<RequestHandle>> forks;
 };
+
+namespace {
+/// Tells every choice still waiting for `q`'s prefill that it will not come.
+void abandon_forks(std::vector<std::shared_ptr<RequestHandle>>& forks, int status, const std::string& message) {
+    for (auto& h : forks) {
+        GenerationEvent ev;
+        ev.kind = GenerationEvent::Kind::kError;
+        ev.status = status;
+        ev.error = message;
+        h->push(std::move(ev));
+    }
+    forks.clear();
+}
+}  // namespace
 
 struct Scheduler::Slot {
     int index = 0;
@@ -46,7 +63,8 @@ struct Scheduler::Slot {
     int32_t last = -1;                // the last sampled token, not yet run
     bool last_end = false;            // it ended the answer (end of turn or of text)
     bool done = false;
-    GenerationState restored;  // a resumed conversation's pending logits and sampler state
+    GenerationState restored;             // a resumed conversation's pending logits and sampler state
+    std::vector<TokenLogprob> prompt_lp;  // GenerationRequest::prompt_logprobs: one per prompt token fed so far
 };
 
 Scheduler::Scheduler(const LlamaModel& model, const Tokenizer& tok, std::shared_ptr<KVPool> pool, SchedulerOptions opts)
@@ -74,7 +92,12 @@ void Scheduler::stop() {
     if (thread_.joinable()) thread_.join();
 }
 
-std::shared_ptr<RequestHandle> Scheduler::submit(GenerationRequest req) {
+std::shared_ptr<RequestHandle> Scheduler::submit(GenerationRequest req) { return submit_choices(std::move(req), 1)[0]; }
+
+std::vector<std::shared_ptr<RequestHandle>> Scheduler::submit_choices(GenerationRequest req, int n) {
+    require(n >= 1, "a request has at least one choice, got ", n);
+    require(n == 1 || (!req.restore && req.conversation.empty() && req.save_path.empty()),
+            "several choices start from one prompt: not with a restored sequence, a conversation or a save");
     const int n_vocab = model_.config().n_vocab;
     require(!req.prompt.empty() || req.restore, "the prompt is empty");
     require(req.conversation.empty() || !req.restore,
@@ -85,7 +108,10 @@ std::shared_ptr<RequestHandle> Scheduler::submit(GenerationRequest req) {
     require(held + static_cast<int64_t>(req.prompt.size()) < opts_.n_ctx, "the prompt has ", req.prompt.size(),
             " tokens", held ? " after the " + std::to_string(held) + " of the restored sequence" : std::string(),
             "; the context holds ", opts_.n_ctx, " (prompt and answer together)");
-    require(req.max_tokens >= 1, "max_tokens must be ≥ 1, got ", req.max_tokens);
+    require(req.max_tokens >= 0, "max_tokens must be ≥ 0, got ", req.max_tokens);
+    require(req.logprobs >= -1 && req.logprobs <= 20, "logprobs must be in [-1, 20], got ", req.logprobs);
+    require(!req.prompt_logprobs || (!req.restore && req.conversation.empty()),
+            "prompt log-probabilities need the whole prompt run: not with a restored sequence or a conversation");
     req.sampling.validate();
     check_policy_fits(req.policy, opts_.n_ctx);
     // A request the whole pool could never hold is refused now, before it waits or any kept conversation gives
@@ -116,7 +142,11 @@ std::shared_ptr<RequestHandle> Scheduler::submit(GenerationRequest req) {
     q->handle = std::make_shared<RequestHandle>();
     q->submitted = Clock::now();
     q->req = std::move(req);
-    auto h = q->handle;
+    std::vector<std::shared_ptr<RequestHandle>> hs = {q->handle};
+    for (int i = 1; i < n; ++i) {
+        q->forks.push_back(std::make_shared<RequestHandle>());
+        hs.push_back(q->forks.back());
+    }
     {
         std::lock_guard<std::mutex> lk(mu_);
         if (stop_ || draining_) throw ServerBusy("the server is shutting down");
@@ -131,7 +161,7 @@ std::shared_ptr<RequestHandle> Scheduler::submit(GenerationRequest req) {
         snap_.queued = static_cast<int>(queue_.size());
     }
     cv_.notify_all();
-    return h;
+    return hs;
 }
 
 void Scheduler::drain() {
@@ -180,7 +210,49 @@ void Scheduler::fail(Slot& s, int status, const std::string& message) {
     ev.status = status;
     ev.error = message;
     s.q->handle->push(std::move(ev));
+    abandon_forks(s.q->forks, status, message);
     s.done = true;
+}
+
+void Scheduler::fork_choices(Slot& s) {
+    // The prefilled sequence, as a saved one that each other choice restores (its own pages, the prompt not run
+    // again) and samples from at once with its own seed.
+    auto saved = std::make_shared<SavedSequence>();
+    try {
+        BinaryWriter w;
+        s.cache->save(w);
+        saved->policy_spec = s.cache->policy().spec;
+        saved->n_ctx = s.session->n_ctx();
+        saved->tokens = s.session->tokens();
+        saved->extra = encode_generation_state(GenerationState{s.logits, ""});
+        saved->cache_record = w.data();
+    } catch (const std::exception&) {
+        saved.reset();  // a cache that cannot be recorded: each choice runs the prompt itself
+    }
+    std::deque<std::unique_ptr<Queued>> forks;
+    for (size_t i = 0; i < s.q->forks.size(); ++i) {
+        auto f = std::make_unique<Queued>();
+        f->req = s.q->req;
+        f->req.sampling.seed += static_cast<uint64_t>(i + 1);
+        f->req.restore_sampler = false;
+        f->req.prompt_logprobs = false;
+        if (saved) {
+            f->req.restore = saved;
+            f->req.prompt.clear();
+        }
+        f->handle = s.q->forks[i];
+        f->submitted = s.q->submitted;
+        if (!s.prompt_lp.empty()) {  // the prompt's log-probabilities are the same for every choice
+            GenerationEvent ev;
+            ev.prompt_logprobs = s.prompt_lp;
+            f->handle->push(std::move(ev));
+        }
+        forks.push_back(std::move(f));
+    }
+    s.q->forks.clear();
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto it = forks.rbegin(); it != forks.rend(); ++it) queue_.push_front(std::move(*it));  // next, in order
+    snap_.queued = static_cast<int>(queue_.size());
 }
 
 void Scheduler::finish(Slot& s, const std::string& reason) {
@@ -253,7 +325,17 @@ void Scheduler::finish(Slot& s, const std::string& reason) {
 }
 
 void Scheduler::sample_next(Slot& s) {
-    const DecodeStep st = s.driver->next(s.logits.data(), model_.config().n_vocab, opts_.n_ctx - s.session->n_tokens());
+    const int n_vocab = model_.config().n_vocab;
+    if (s.driver->rules().max_tokens == 0) {  // the prompt alone was asked for (its log-probabilities)
+        const std::string rest = s.driver->finish(FinishReason::kMaxTokens);
+        if (!rest.empty()) {
+            GenerationEvent ev;
+            ev.text = rest;
+            s.q->handle->push(std::move(ev));
+        }
+        return finish(s, finish_reason_name(s.driver->finish_reason()));
+    }
+    const DecodeStep st = s.driver->next(s.logits.data(), n_vocab, opts_.n_ctx - s.session->n_tokens());
     const Clock::time_point now = Clock::now();
     s.generated = s.driver->generated();
     if (s.generated == 1) s.first_token_s = seconds_since(s.q->submitted);
@@ -265,20 +347,42 @@ void Scheduler::sample_next(Slot& s) {
     s.last_token_at = now;
     s.last = st.token;
     s.last_end = st.end_token;
-    if (!st.text.empty()) {
-        GenerationEvent ev;
-        ev.text = st.text;
-        s.q->handle->push(std::move(ev));
-    }
+    GenerationEvent ev;
+    ev.text = st.text;
+    if (s.q->req.logprobs >= 0 && !st.end_token)
+        ev.logprobs.push_back(token_logprob(s.logits.data(), n_vocab, st.token, s.q->req.logprobs));
+    if (!ev.text.empty() || !ev.logprobs.empty()) s.q->handle->push(std::move(ev));
     if (st.finish != FinishReason::kNone) return finish(s, finish_reason_name(st.finish));
     s.ids = {st.token};
     s.kind = Session::StepKind::kDecode;
+}
+
+void Scheduler::score_prompt_rows(Slot& s) {
+    // Row j of the chunk [prompt_done, prompt_done + rows) holds the logits of the token at prompt_done + j + 1.
+    const int n_vocab = model_.config().n_vocab;
+    const auto& prompt = s.q->req.prompt;
+    const int64_t rows = static_cast<int64_t>(s.ids.size());
+    const int top = std::max(0, s.q->req.logprobs);
+    if (s.prompt_done == 0) {
+        TokenLogprob first;  // nothing predicts the first token
+        first.token = prompt[0];
+        first.logprob = std::numeric_limits<double>::quiet_NaN();
+        s.prompt_lp.push_back(first);
+    }
+    for (int64_t j = 0; j < rows; ++j) {
+        const int64_t next = s.prompt_done + j + 1;
+        if (next >= static_cast<int64_t>(prompt.size())) break;
+        s.prompt_lp.push_back(token_logprob(s.logits.data() + j * n_vocab, n_vocab, prompt[next], top));
+    }
+    // The last row is the next token's: what sampling reads.
+    if (rows > 1) s.logits.erase(s.logits.begin(), s.logits.begin() + (rows - 1) * n_vocab);
 }
 
 void Scheduler::step(std::vector<std::unique_ptr<Slot>>& active) {
     for (auto& s : active)
         if (s->q->handle->cancelled()) {
             s->done = true;
+            abandon_forks(s->q->forks, 499, "the request was cancelled");
             {
                 std::lock_guard<std::mutex> lk(mu_);
                 ++snap_.requests_cancelled;
@@ -336,7 +440,8 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& active) {
     std::vector<Slot*> run;
     for (Slot* s : batch) {
         try {
-            segs.push_back(s->session->begin_step(s->ids, s->kind, s->logits));
+            const bool rows = s->q->req.prompt_logprobs && s->kind != Session::StepKind::kDecode;
+            segs.push_back(s->session->begin_step(s->ids, s->kind, s->logits, rows));
             run.push_back(s);
         } catch (const std::exception& e) { fail(*s, 500, e.what()); }
     }
@@ -379,8 +484,17 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& active) {
             fail(*s, 500, e.what());
             continue;
         }
-        if (s->kind != Session::StepKind::kDecode) s->prompt_done += static_cast<int64_t>(s->ids.size());
+        if (s->kind != Session::StepKind::kDecode) {
+            if (s->q->req.prompt_logprobs) score_prompt_rows(*s);
+            s->prompt_done += static_cast<int64_t>(s->ids.size());
+        }
         if (s->kind == Session::StepKind::kPrefillChunk) continue;
+        if (!s->q->forks.empty()) fork_choices(*s);
+        if (s->q->req.prompt_logprobs && s->kind == Session::StepKind::kPrefillLast) {
+            GenerationEvent ev;
+            ev.prompt_logprobs = std::move(s->prompt_lp);
+            s->q->handle->push(std::move(ev));
+        }
         sample_next(*s);
     }
 }
@@ -389,6 +503,7 @@ std::unique_ptr<Scheduler::Slot> Scheduler::admit(std::unique_ptr<Queued> q,
                                                   const std::vector<std::unique_ptr<Slot>>& active) {
     const ModelConfig& c = model_.config();
     if (q->handle->cancelled()) {
+        abandon_forks(q->forks, 499, "the request was cancelled");
         std::lock_guard<std::mutex> lk(mu_);
         ++snap_.requests_cancelled;
         return nullptr;
@@ -771,6 +886,7 @@ void Scheduler::loop() {
         ev.status = 503;
         ev.error = "the server is shutting down";
         q->handle->push(std::move(ev));
+        abandon_forks(q->forks, 503, "the server is shutting down");
     }
     queue_.clear();
     snap_.running = false;

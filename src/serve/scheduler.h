@@ -34,11 +34,15 @@ public:
 /// ApiError (serve/openai_api.h) by the request parsers.
 class StatusError : public Error {
 public:
-    StatusError(int status, const std::string& message) : Error(message), status_(status) {}
+    /// `code`: the error body's `code` when the status's own (error_body) is not precise enough ("" none).
+    StatusError(int status, const std::string& message, std::string code = "")
+        : Error(message), status_(status), code_(std::move(code)) {}
     int status() const { return status_; }
+    const std::string& code() const { return code_; }
 
 private:
     int status_;
+    std::string code_;
 };
 
 /// A cache operation (save, restore, drop) the scheduler refuses: 404 no such conversation or slot, 409 not in a
@@ -155,6 +159,13 @@ public:
     /// it); ServerBusy when
     /// the queue is full or the scheduler has stopped.
     std::shared_ptr<RequestHandle> submit(GenerationRequest req);
+    /// Queues a request of `n` choices (1–n): the first runs the prompt, and when its prefill ends each other choice
+    /// starts from a copy of that sequence (its own pages, the prompt not run again; a cache whose record cannot be
+    /// taken makes each choice run the prompt itself) and samples with the seed + i; choice i's events arrive on
+    /// handle i. The other choices get the prompt's log-probabilities too (prompt_logprobs), and an error event when
+    /// the first fails or is cancelled before its prefill ends. Throws as submit(), and Error for n < 1 or n > 1
+    /// with a restored sequence, a conversation or a save.
+    std::vector<std::shared_ptr<RequestHandle>> submit_choices(GenerationRequest req, int n);
     /// Stops the thread; requests still queued or running end with a 503 error event.
     void stop();
     /// Refuses new requests from now on (submit throws ServerBusy "shutting down") while queued and running ones go
@@ -223,6 +234,11 @@ private:
     /// Samples the slot's next token from its logits through its decode driver (session/decode_driver.h), sends
     /// the text it releases and finishes the request when the driver says so; else the token is the next step's.
     void sample_next(Slot& s);
+    /// The prompt log-probabilities of the rows the slot's prefill step computed (GenerationRequest::prompt_logprobs);
+    /// leaves the last row, the next token's logits, in the slot's logits.
+    void score_prompt_rows(Slot& s);
+    /// Queues the slot's other choices (Queued::forks) from its sequence, just prefilled, ahead of the queue.
+    void fork_choices(Slot& s);
     int64_t pages_needed(int64_t rows) const;
 
     const LlamaModel& model_;

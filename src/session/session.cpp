@@ -35,13 +35,14 @@ void Session::decode(int32_t token, std::vector<float>& logits) {
     tokens_.push_back(token);
 }
 
-LlamaModel::Segment Session::begin_step(const std::vector<int32_t>& ids, StepKind kind, std::vector<float>& logits) {
+LlamaModel::Segment Session::begin_step(const std::vector<int32_t>& ids, StepKind kind, std::vector<float>& logits,
+                                        bool all_logits) {
     require(!ids.empty(), "a step needs at least one token");
     require(kind != StepKind::kDecode || ids.size() == 1, "a decode step is one token, got ", ids.size());
     require(n_tokens() + static_cast<int64_t>(ids.size()) <= n_ctx(), "the sequence needs ", n_tokens() + ids.size(),
             " positions but the context holds ", n_ctx());
     tokens_.insert(tokens_.end(), ids.begin(), ids.end());
-    return {&ids, phase_of(kind), &attention_, &logits, false};
+    return {&ids, phase_of(kind), &attention_, &logits, all_logits};
 }
 
 void Session::end_step(StepKind kind) {

@@ -53,8 +53,10 @@ public:
     /// (logits land in `logits`); after the batch has run, end_step() does what prefill()/decode() do after their
     /// forward; if the batch failed, abort_step() makes the history what the cache holds again. A chunked prompt
     /// is kPrefillChunk … kPrefillChunk, kPrefillLast (one kPrefillLast for a prompt in one piece). Throws Error
-    /// when `ids` is empty, does not fit in the context, or is a decode step of more than one token.
-    LlamaModel::Segment begin_step(const std::vector<int32_t>& ids, StepKind kind, std::vector<float>& logits);
+    /// when `ids` is empty, does not fit in the context, or is a decode step of more than one token. `all_logits`:
+    /// `logits` becomes [ids.size()][n_vocab], every row's next-token logits (else the last row's only).
+    LlamaModel::Segment begin_step(const std::vector<int32_t>& ids, StepKind kind, std::vector<float>& logits,
+                                   bool all_logits = false);
     void end_step(StepKind kind);
     void abort_step();
 

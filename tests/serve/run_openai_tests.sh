@@ -11,5 +11,5 @@ if ! "$VENV/bin/python" -c "import openai" 2>/dev/null; then
 fi
 SAVED=$(mktemp -d)
 trap 'rm -rf "$SAVED"' EXIT
-bash "$HERE/with_server.sh" "$BIN" "$MODEL" "--slots 4 -c 2048 -t 2 --max-body-mb 1 --metrics --cache-dir $SAVED" "$VENV/bin/python" \
+bash "$HERE/with_server.sh" "$BIN" "$MODEL" "--alias m --slots 4 -c 2048 -t 2 --max-body-mb 1 --metrics --cache-dir $SAVED" "$VENV/bin/python" \
   "$HERE/test_openai_client.py"

@@ -46,7 +46,7 @@ def metric(name):
 class OpenAIClient(unittest.TestCase):
     def test_models_and_health(self):
         ids = [m.id for m in client.models.list().data]
-        self.assertEqual(ids, ["SmolLM2-135M-Instruct.Q4_1"])
+        self.assertEqual(ids, ["m", "SmolLM2-135M-Instruct.Q4_1"])  # --alias m, then the file's name
         status, body = get("/health")
         self.assertEqual(status, 200)
         self.assertEqual(json.loads(body)["status"], "ok")
@@ -95,6 +95,20 @@ class OpenAIClient(unittest.TestCase):
             model="m", prompt="The capital of France is", temperature=0, max_tokens=8, stream=True))
         self.assertEqual(text, r.choices[0].text)
 
+    def test_logprobs_parse_in_the_clients_types(self):
+        r = client.chat.completions.create(model="m", messages=QUESTION, temperature=0, max_tokens=4, logprobs=True,
+                                           top_logprobs=2)
+        content = r.choices[0].logprobs.content
+        self.assertEqual("".join(t.token for t in content), r.choices[0].message.content)
+        self.assertTrue(all(t.logprob == t.top_logprobs[0].logprob for t in content))
+        e = client.completions.create(model="m", prompt="The capital of France is", max_tokens=0, echo=True,
+                                      logprobs=1)
+        self.assertEqual(e.choices[0].text, "The capital of France is")
+        self.assertIsNone(e.choices[0].logprobs.token_logprobs[0])
+        self.assertLess(sum(e.choices[0].logprobs.token_logprobs[1:]), 0)
+        with self.assertRaises(openai.NotFoundError):
+            client.completions.create(model="gpt-4o", prompt="x")
+
     def test_stop_string(self):
         r = client.completions.create(model="m", prompt="The capital of France is", temperature=0, max_tokens=8,
                                       stop=["."])
@@ -135,7 +149,7 @@ class OpenAIClient(unittest.TestCase):
             client.completions.create(model="m", prompt="x", extra_body={"kv_policy": "nosuch"})
         self.assertIn("kv_policy", str(e.exception))
         with self.assertRaises(openai.BadRequestError) as e:
-            client.completions.create(model="m", prompt="x", n=2)
+            client.completions.create(model="m", prompt="x", n=9)
         self.assertIn("'n'", str(e.exception))
         with self.assertRaises(openai.BadRequestError) as e:
             client.chat.completions.create(model="m", messages=[{"role": "tool", "content": "x", "tool_call_id": "1"}])
