@@ -19,6 +19,7 @@
 #include "io/safetensors.h"
 #include "model/llama_model.h"
 #include "model/sampler.h"
+#include "predict/learned_methods.h"
 #include "session/cache_file.h"
 #include "session/session.h"
 #include "gguf_edit.h"
@@ -41,31 +42,61 @@ struct CaseSpec {
     bool drops = true;
 };
 
-const std::map<std::string, CaseSpec>& spec_table() {
-    static const std::map<std::string, CaseSpec> t = {
-        {"full", {{}, kTiny2k, false}},
-        {"streaming_llm", {{{"window", "64"}, {"sinks", "4"}}}},
-        {"random", {{{"ratio", "0.5"}, {"seed", "7"}}}},
-        {"knorm", {{{"ratio", "0.5"}}}},
-        {"h2o", {{{"capacity", "128"}}}},
-        {"tova", {{{"ratio", "0.5"}}}},
-        {"snapkv", {{{"ratio", "0.5"}}}},
-        {"pyramidkv", {{{"ratio", "0.5"}}}},
-        {"expected_attention", {{{"ratio", "0.5"}}}},
-        {"adakv_expected_attention_e2", {{{"ratio", "0.5"}}}},
-        {"kvzap", {{{"model", kKvzap + "kvsieve-tiny-2k-linear"}, {"tau", "-3"}, {"window", "32"}}}},
-        {"kvzip", {{{"ratio", "0.5"}}}},
-        {"kvzip_plus", {{{"ratio", "0.5"}}}},
-        {"spkv", {{{"tau", "0.5"}, {"window", "64"}}, kTiny2kSpkv}},
-        {"wgkv", {{{"model", test::model_path("wgkv/tiny2k-lambda0.08")}, {"window", "64"}}}},
+/// The tiny-2k predictor each learned preset (predict/learned_methods.h) runs with: its model= (empty: the gates of
+/// the model's own GGUF), the model and the sizes. spec_table's rows of the learned presets are made from the
+/// registry and these, and LearnedPresetsHaveAFixture fails by name for a learned preset without one.
+struct LearnedFixture {
+    std::string predictor;
+    std::string model;
+    std::map<std::string, std::string> params;
+};
+
+const std::map<std::string, LearnedFixture>& learned_fixtures() {
+    static const std::map<std::string, LearnedFixture> f = {
+        {"kvzap", {kKvzap + "kvsieve-tiny-2k-linear", kTiny2k, {{"tau", "-3"}, {"window", "32"}}}},
+        {"spkv", {"", kTiny2kSpkv, {{"tau", "0.5"}, {"window", "64"}}}},
+        {"wgkv", {test::model_path("wgkv/tiny2k-lambda0.08"), kTiny2k, {{"window", "64"}}}},
         {"kvpop",
-         {{{"model", test::model_path("kvpop/tiny2k-mlstm")}, {"capacity", "128"}, {"window", "32"}, {"sinks", "4"}}}},
+         {test::model_path("kvpop/tiny2k-mlstm"), kTiny2k, {{"capacity", "128"}, {"window", "32"}, {"sinks", "4"}}}},
         {"kvpop_mlp",
-         {{{"model", test::model_path("kvpop/tiny2k-mlp")}, {"capacity", "128"}, {"window", "32"}, {"sinks", "4"}}}},
-        {"hybrid_heads", {{{"global", "0.1/2.0"}, {"window", "64"}}}},
-        {"quest", {{{"read_budget", "64"}}, kTiny2k, false}},
+         {test::model_path("kvpop/tiny2k-mlp"), kTiny2k, {{"capacity", "128"}, {"window", "32"}, {"sinks", "4"}}}},
     };
+    return f;
+}
+
+const std::map<std::string, CaseSpec>& spec_table() {
+    static const std::map<std::string, CaseSpec> t = [] {
+        std::map<std::string, CaseSpec> t = {
+            {"full", {{}, kTiny2k, false}},
+            {"streaming_llm", {{{"window", "64"}, {"sinks", "4"}}}},
+            {"random", {{{"ratio", "0.5"}, {"seed", "7"}}}},
+            {"knorm", {{{"ratio", "0.5"}}}},
+            {"h2o", {{{"capacity", "128"}}}},
+            {"tova", {{{"ratio", "0.5"}}}},
+            {"snapkv", {{{"ratio", "0.5"}}}},
+            {"pyramidkv", {{{"ratio", "0.5"}}}},
+            {"expected_attention", {{{"ratio", "0.5"}}}},
+            {"adakv_expected_attention_e2", {{{"ratio", "0.5"}}}},
+            {"kvzip", {{{"ratio", "0.5"}}}},
+            {"kvzip_plus", {{{"ratio", "0.5"}}}},
+            {"hybrid_heads", {{{"global", "0.1/2.0"}, {"window", "64"}}}},
+            {"quest", {{{"read_budget", "64"}}, kTiny2k, false}},
+        };
+        for (const std::string& preset : learned_presets()) {
+            const auto it = learned_fixtures().find(preset);
+            if (it == learned_fixtures().end()) continue;  // LearnedPresetsHaveAFixture names it
+            CaseSpec cs{it->second.params, it->second.model};
+            if (!it->second.predictor.empty()) cs.params["model"] = it->second.predictor;
+            t[preset] = cs;
+        }
+        return t;
+    }();
     return t;
+}
+
+TEST(PresetContract, LearnedPresetsHaveAFixture) {
+    for (const std::string& preset : learned_presets())
+        EXPECT_TRUE(learned_fixtures().count(preset)) << "learned preset " << preset << " has no tiny-2k predictor";
 }
 
 /// One registered preset or selection.

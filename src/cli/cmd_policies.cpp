@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "policy/catalog.h"
 #include "predict/bundled_predictors.h"
+#include "predict/learned_methods.h"
 
 namespace kvsieve::cli {
 
@@ -33,12 +34,12 @@ void add_policies(CLI::App& app) {
         select_predictor_model(o->model);
         std::printf("\nlearned presets ready for %s (%s):\n", o->model.c_str(), selected_model_digest().c_str());
         const auto ready = ready_predictors();
-        for (const char* preset : {"kvzap", "wgkv", "kvpop", "kvpop_mlp"}) {
+        for (const std::string& preset : learned_presets()) {
             std::string names;
             for (const BundledPredictor& p : ready)
                 if (p.preset == preset)
                     names += (names.empty() ? "" : ", ") + p.name + (p.is_default ? " (default)" : "") + "  " + p.path;
-            std::printf("  %-10s %s\n", preset,
+            std::printf("  %-10s %s\n", preset.c_str(),
                         names.empty() ? "none: give model=<folder> or train one (docs/training.md)" : names.c_str());
         }
     });

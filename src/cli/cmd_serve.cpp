@@ -13,6 +13,7 @@
 
 #include "cli/cache_options.h"
 #include "predict/bundled_predictors.h"
+#include "predict/learned_methods.h"
 #include "cli/commands.h"
 #include "kernels/parallel.h"
 #include "model/llama_model.h"
@@ -230,8 +231,9 @@ void add_serve(CLI::App& app) {
         ->capture_default_str();
     cmd->add_option(
         "--predictor", o->predictors,
-        "NAME=PATH: a learned predictor (kvzap, wgkv or kvpop checkpoint) that policies may name as "
-        "model=NAME (repeatable); loaded and checked against the model at start. Requests never name files");
+        "NAME=PATH: a learned predictor (" + learned_method_names_text() +
+            " checkpoint) that policies may name as "
+            "model=NAME (repeatable); loaded and checked against the model at start. Requests never name files");
     cmd->add_option("--predictor-dir", o->predictor_dirs,
                     "a folder whose subfolders are predictors, each registered under its own name (repeatable)");
     o->kv.add_to(cmd);

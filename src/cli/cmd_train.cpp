@@ -1,4 +1,5 @@
 // kvsieve-train NAME: one subcommand per registered trainer (cli/trainers.h).
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -16,16 +17,22 @@ std::vector<TrainerSpec>& registry() {
     return r;
 }
 
-/// The built-in trainers, one line each.
+std::vector<TrainerSpec (*)()>& builtin() {
+    static std::vector<TrainerSpec (*)()> b;
+    return b;
+}
+
+/// The built-in trainers (KVSIEVE_TRAINER lines), made once, by name.
 void register_builtin_trainers() {
     if (!registry().empty()) return;
-    register_trainer(kvzap_trainer());
-    register_trainer(pretrain_trainer());
-    register_trainer(spkv_trainer());
-    register_trainer(wgkv_trainer());
-    register_trainer(kvpop_trainer());
+    std::vector<TrainerSpec> specs;
+    for (auto make : builtin()) specs.push_back(make());
+    std::sort(specs.begin(), specs.end(), [](const TrainerSpec& a, const TrainerSpec& b) { return a.name < b.name; });
+    for (TrainerSpec& s : specs) register_trainer(std::move(s));
 }
 }  // namespace
+
+void add_builtin_trainer(TrainerSpec (*make)()) { builtin().push_back(make); }
 
 void register_trainer(TrainerSpec spec) {
     for (const auto& t : registry()) require(t.name != spec.name, "trainer '", spec.name, "' is registered twice");

@@ -19,4 +19,6 @@ TrainerSpec kvpop_trainer() {
                           run);
 }
 
+KVSIEVE_TRAINER(kvpop_trainer);
+
 }  // namespace kvsieve::cli

@@ -79,4 +79,6 @@ TrainerSpec kvzap_trainer() {
         run_kvzap);
 }
 
+KVSIEVE_TRAINER(kvzap_trainer);
+
 }  // namespace kvsieve::cli

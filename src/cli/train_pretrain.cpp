@@ -15,4 +15,6 @@ TrainerSpec pretrain_trainer() {
     return config_trainer("pretrain", "pretrain a Llama-family model from a JSON config (docs/training.md)", run);
 }
 
+KVSIEVE_TRAINER(pretrain_trainer);
+
 }  // namespace kvsieve::cli

@@ -16,4 +16,6 @@ TrainerSpec wgkv_trainer() {
         "wgkv", "WG-KV: distil write gates on pre/post-RoPE keys from a frozen model (docs/training.md)", run);
 }
 
+KVSIEVE_TRAINER(wgkv_trainer);
+
 }  // namespace kvsieve::cli

@@ -1,7 +1,8 @@
 #pragma once
-// `kvsieve train NAME`: each trainer is one file (cli/train_NAME.cpp) that fills a TrainerSpec, and one line in
-// register_builtin_trainers() (cli/cmd_train.cpp). A trainer that needs the libtorch training stack still
-// registers in a build without it, and says so when run.
+// `kvsieve train NAME`: each trainer is one file (cli/train_NAME.cpp) that fills a TrainerSpec and registers it with
+// one line, KVSIEVE_TRAINER(its function), at its end; the build compiles every cli/train_*.cpp into kvsieve-train. A
+// trainer that needs the libtorch training stack still registers in a build without it, and says so when run. A
+// learned method's trainer is the subcommand its descriptor names (predict/learned_methods.h).
 #include <functional>
 #include <string>
 #include <vector>
@@ -55,11 +56,12 @@ struct ConfigFlag {
 TrainerSpec config_trainer(std::string name, std::string help, std::vector<ConfigFlag> flags,
                            void (*run)(const nlohmann::json& config, const std::string& base, bool progress));
 
-/// The trainers, one line each.
-TrainerSpec kvzap_trainer();     // cli/train_kvzap.cpp
-TrainerSpec pretrain_trainer();  // cli/train_pretrain.cpp
-TrainerSpec spkv_trainer();      // cli/train_spkv.cpp
-TrainerSpec wgkv_trainer();      // cli/train_wgkv.cpp
-TrainerSpec kvpop_trainer();     // cli/train_kvpop.cpp
+/// Adds a built-in trainer, made by `make` when kvsieve-train builds its subcommands (KVSIEVE_TRAINER).
+void add_builtin_trainer(TrainerSpec (*make)());
+
+/// Registers the trainer that `make` (a function returning TrainerSpec) fills when the program starts: one line at
+/// the end of cli/train_NAME.cpp.
+#define KVSIEVE_TRAINER(make) \
+    static const bool kvsieve_trainer_##make = (::kvsieve::cli::add_builtin_trainer(&make), true)
 
 }  // namespace kvsieve::cli

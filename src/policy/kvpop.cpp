@@ -21,6 +21,7 @@
 #include "policy/learned_rule.h"
 #include "policy/policy.h"
 #include "predict/kvpop_scorer.h"
+#include "predict/learned_methods.h"
 #include "predict/predictor_registry.h"
 #include "util/error.h"
 
@@ -192,7 +193,7 @@ Policy make_kvpop(PolicyParams& p, bool mlstm) {
 }
 
 std::string kvpop_defaults_note() {
-    return trained_defaults_note("sinks, window and delayed", "the scorer's config.json");
+    return trained_defaults_note(find_learned_method("kvpop")->trained_keys, "the scorer's config.json");
 }
 
 std::vector<ParamDecl> kvpop_params() {

@@ -16,6 +16,7 @@
 #include "policy/learned_rule.h"
 #include "policy/policy.h"
 #include "predict/kvzap_model.h"
+#include "predict/learned_methods.h"
 #include "predict/predictor_registry.h"
 #include "util/error.h"
 
@@ -49,6 +50,10 @@ private:
 };
 }  // namespace
 
+/// The paper's defaults for what the spec and the checkpoint's config.json leave out: τ = −4 (§3.3, Qwen3-8B),
+/// w = 128 (Alg. 1), no sinks.
+const ThresholdPreset kKvzapPaper{-4, 128, 0};
+
 void register_kvzap() {
     const double inf = std::numeric_limits<double>::infinity();
     register_preset(
@@ -64,11 +69,11 @@ void register_kvzap() {
                          "threshold: admission at window exit; head|layer: the scores ranked by a "
                          "budget after the prefill (with the budget rule keys)",
                          "KVzap Alg. 1; kvpress kvzap_mlp_head / kvzap_mlp_layer"),
-              real_param("tau", -inf, inf, "-4", "τ: keep an entry iff its predicted log score ≥ τ",
+              real_param("tau", -inf, inf, cat(kKvzapPaper.tau), "τ: keep an entry iff its predicted log score ≥ τ",
                          "KVzap §3.3 (−4 for Qwen3-8B, −7 for Llama-3.1-8B)"),
               with_note(int_param("window", 0, kMaxTokens, "",
                                   "w: recent entries always kept (0: each entry judged at write)", "KVzap Alg. 1"),
-                        "128; 0 with rule=head|layer"),
+                        cat(kKvzapPaper.window, "; 0 with rule=head|layer")),
               flag_param("sparse_prefill", "0", "1: gate the prefill by the admission (0: dense, as kvpress)",
                          "SP-KV eqs. 3–5")}),
          [](PolicyParams& p) {
@@ -88,11 +93,11 @@ void register_kvzap() {
              // Threshold rule: τ, w, s from the spec, else the checkpoint's config.json, else the
              // paper's −4, 128, 0 (policy/learned_rule.h). kvpress prefills densely and evicts after;
              // sparse_prefill=1 gates the prefill instead.
-             apply_threshold_rule("kvzap", read_threshold_spec(p), model->trained_defaults(),
-                                  ThresholdPreset{-4, 128, 0}, pol);
+             apply_threshold_rule("kvzap", read_threshold_spec(p), model->trained_defaults(), kKvzapPaper, pol);
              return pol;
          },
-         trained_defaults_note("tau, window and sinks (rule=threshold)", "the checkpoint's config.json")});
+         trained_defaults_note(find_learned_method("kvzap")->trained_keys + " (rule=threshold)",
+                               "the checkpoint's config.json")});
 }
 
 }  // namespace kvsieve

@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "predict/kvpop_scorer.h"
+#include "predict/learned_methods.h"
 #include "util/error.h"
 #include "util/names.h"
 
@@ -42,26 +42,27 @@ void NamedPredictors::add_assignment(const std::string& text) {
 }
 
 namespace {
-/// The preset whose `model=` a predictor at `path` fills, and the spec that builds it for a check.
+/// The preset whose `model=` a predictor at `path` fills, and the spec that builds it for a check: the method from
+/// config.json's model_type (predict/learned_methods.h), or the method that takes bare weights.
 std::pair<std::string, std::string> method_of(const std::string& path, const ModelConfig& c) {
     const fs::path cfg = fs::path(path) / "config.json";
-    std::string type;
+    const LearnedMethod* method = nullptr;
     if (fs::is_directory(path) && fs::exists(cfg)) {
+        nlohmann::json j;
         try {
-            const nlohmann::json j = nlohmann::json::parse(std::ifstream(cfg));
-            type = j.value("model_type", std::string());
+            j = nlohmann::json::parse(std::ifstream(cfg));
         } catch (const nlohmann::json::exception& e) { fail("'", cfg.string(), "' is not JSON: ", e.what()); }
-        require(type == "kvzap" || type == "wgkv" || type == "kvpop", "'", cfg.string(), "' has model_type '", type,
-                "'; a predictor is a kvzap, wgkv or kvpop checkpoint");
+        const std::string type = j.is_object() ? j.value("model_type", std::string()) : std::string();
+        method = find_learned_method(type);
+        require(method != nullptr, "'", cfg.string(), "' has model_type '", type, "'; a predictor is a ",
+                learned_method_names_text(), " checkpoint");
     } else {
-        type = "wgkv";  // a gates file as tools/convert_wgkv.py writes it, or a folder holding one
+        for (const LearnedMethod& m : learned_methods())
+            if (m.bare_weights && !method) method = &m;  // a gates file as tools/convert_wgkv.py writes it
+        require(method != nullptr, "'", path, "' is no predictor folder (no config.json)");
     }
-    if (type != "kvpop") return {type, type + ":model=" + path};
-    const KvpopConfig k = read_kvpop_config(path);
-    std::string preset = k.kind == "mlp" ? "kvpop_mlp" : "kvpop";
-    if (k.kind.empty())  // the tensors say which scorer it is
-        preset = KvpopScorerNet::load(path, c.n_layer, c.n_head_kv, c.head_dim).stateful() ? "kvpop" : "kvpop_mlp";
-    return {preset, preset + ":model=" + path + ",capacity=" + std::to_string(k.sinks + k.window + 1)};
+    const std::string spec = method->spec_for_check(path, c);
+    return {spec.substr(0, spec.find(':')), spec};
 }
 }  // namespace
 

@@ -28,8 +28,9 @@ public:
     /// Parses "NAME=PATH" (the --predictor option) and adds it. Throws Error for text without '='.
     void add_assignment(const std::string& name_eq_path);
 
-    /// Finds each predictor's method from its files (config.json's model_type: kvzap, wgkv, kvpop with kind mlstm or
-    /// mlp; WG-KV gates for a .safetensors file or a folder without config.json), loads it through the artifact
+    /// Finds each predictor's method from its files (config.json's model_type, a method of predict/learned_methods.h;
+    /// the method taking bare weights, WG-KV, for a .safetensors file or a folder without config.json), loads it
+    /// through the artifact
     /// registry (predict/predictor_registry.h) and checks it against the model's shapes. Throws Error naming the
     /// predictor, its path and the problem (for the operator at start).
     void validate(const ModelConfig& c);

@@ -13,6 +13,7 @@
 
 #include "policy/learned_rule.h"
 #include "policy/policy.h"
+#include "predict/learned_methods.h"
 #include "predict/predictor_registry.h"
 #include "predict/wgkv_gates.h"
 #include "util/error.h"
@@ -20,6 +21,10 @@
 namespace kvsieve {
 
 namespace {
+/// The paper's defaults for what the spec and the gates' config.json leave out: τ = 0.1, w = 256 (§4.3), no sinks;
+/// τ ∈ [0, 1].
+const ThresholdPreset kWgkvPaper{0.1, 256, 0, 0.0, 1.0};
+
 class WgkvScorer : public EntryScorer {
 public:
     /// path: the gates file; gates: its gates loaded for a model (null until for_model).
@@ -55,14 +60,15 @@ void register_wgkv() {
                                "WG-KV §3.2"),
                     "the predictor trained for the loaded model (models/, by model digest)"),
           enum_param("rule", {"threshold"}, "threshold", "the only rule: promote an entry iff g ≥ τ", "WG-KV §4.3"),
-          with_note(real_param("tau", 0, 1, "", "τ: promote an entry leaving the window iff its gate g ≥ τ",
-                               "WG-KV §4.3 (0.1)"),
-                    "the gates' config.json tau, else 0.1"),
-          with_note(
-              int_param("window", 0, kMaxTokens, "", "w: recent entries always kept (0: at write)", "WG-KV §4.3 (256)"),
-              "the gates' config.json window, else 256"),
+          with_note(real_param("tau", kWgkvPaper.tau_min, kWgkvPaper.tau_max, "",
+                               "τ: promote an entry leaving the window iff its gate g ≥ τ",
+                               cat("WG-KV §4.3 (", kWgkvPaper.tau, ")")),
+                    cat("the gates' config.json tau, else ", kWgkvPaper.tau)),
+          with_note(int_param("window", 0, kMaxTokens, "", "w: recent entries always kept (0: at write)",
+                              cat("WG-KV §4.3 (", kWgkvPaper.window, ")")),
+                    cat("the gates' config.json window, else ", kWgkvPaper.window)),
           with_note(int_param("sinks", 0, kMaxTokens, "", "s: first entries always kept", "StreamingLLM §3.2"),
-                    "the gates' config.json sinks, else 0"),
+                    cat("the gates' config.json sinks, else ", kWgkvPaper.sinks)),
           flag_param("sparse_prefill", "1", "1: vertical-slash sparse prefill as the paper's; 0: dense", "WG-KV §4.2")},
          [](PolicyParams& p) {
              const std::string path = p.get_model_path("gates .safetensors or directory");
@@ -71,11 +77,10 @@ void register_wgkv() {
              (void)p.get_string("rule");
              // τ, w, s: the spec's, else the training's (the config.json beside the gates, the block the
              // loaded gates carry), else the paper's 0.1, 256, 0 (policy/learned_rule.h).
-             apply_threshold_rule("wgkv", read_threshold_spec(p), read_trained_defaults(path, "wgkv"),
-                                  ThresholdPreset{0.1, 256, 0, 0.0, 1.0}, pol);
+             apply_threshold_rule("wgkv", read_threshold_spec(p), read_trained_defaults(path, "wgkv"), kWgkvPaper, pol);
              return pol;
          },
-         trained_defaults_note("tau, window and sinks", "the gates' config.json")});
+         trained_defaults_note(find_learned_method("wgkv")->trained_keys, "the gates' config.json")});
 }
 
 }  // namespace kvsieve

@@ -14,6 +14,7 @@
 
 #include "io/gguf.h"
 #include "io/model_digest.h"
+#include "predict/learned_methods.h"
 #include "util/error.h"
 
 #ifndef KVSIEVE_SOURCE_MODELS_DIR
@@ -44,16 +45,12 @@ fs::path exe_dir() {
     return ec ? fs::path() : exe.parent_path();
 }
 
-/// The preset a config.json's method and kind name ("" for a folder that is not a predictor).
-std::string preset_of(const nlohmann::json& j) {
-    const std::string type = j.value("model_type", std::string());
-    if (type == "kvzap" || type == "wgkv") return type;
-    if (type == "kvpop") return j.value("kind", std::string("mlstm")) == "mlp" ? "kvpop_mlp" : "kvpop";
-    return "";
+/// The method folder, trainer and config folder of a preset (predict/learned_methods.h).
+const LearnedMethod& method_of(const std::string& preset) {
+    const LearnedMethod* m = learned_method_of_preset(preset);
+    require(m != nullptr, "policy ", preset, " reads no learned predictor");
+    return *m;
 }
-
-/// The method folder and trainer of a preset.
-std::string method_of(const std::string& preset) { return preset.starts_with("kvpop") ? "kvpop" : preset; }
 }  // namespace
 
 std::vector<std::string> predictor_search_path() {
@@ -86,9 +83,9 @@ std::vector<BundledPredictor> list_predictors() {
     std::vector<BundledPredictor> out;
     std::set<std::pair<std::string, std::string>> seen;  // (method, name)
     for (const std::string& dir : predictor_search_path()) {
-        for (const char* method : {"kvzap", "wgkv", "kvpop"}) {
+        for (const LearnedMethod& method : learned_methods()) {
             std::error_code ec;
-            const fs::path m = fs::path(dir) / method;
+            const fs::path m = fs::path(dir) / method.name;
             if (!fs::is_directory(m, ec)) continue;
             std::vector<fs::path> folders;
             for (const auto& e : fs::directory_iterator(m, ec))
@@ -104,11 +101,11 @@ std::vector<BundledPredictor> list_predictors() {
                     continue;
                 }
                 if (!j.is_object()) continue;
+                if (j.value("model_type", std::string()) != method.name) continue;
                 BundledPredictor p;
-                p.preset = preset_of(j);
-                if (p.preset.empty() || method_of(p.preset) != method) continue;
+                p.preset = method.preset_for(j);
                 p.name = f.filename().string();
-                if (!seen.insert({method, p.name}).second) continue;
+                if (!seen.insert({method.name, p.name}).second) continue;
                 p.path = f.string();
                 p.model_digest = j.value("model_digest", std::string());
                 p.base_model = j.value("base_model", std::string());
@@ -169,8 +166,8 @@ std::string default_predictor_path(const std::string& preset) {
                       ")";
     fail("policy ", preset, ": no ", preset, " predictor was trained for ", label, " (", digest.substr(0, 19),
          "…); predictors found: ", others.empty() ? std::string("none") : others,
-         ". Train one for this model with `kvsieve train ", method_of(preset), " --config configs/", method_of(preset),
-         "/<config>.json` (docs/training.md), or give model=<folder>");
+         ". Train one for this model with `kvsieve train ", method_of(preset).trainer, " --config ",
+         method_of(preset).config_dir, "/<config>.json` (docs/training.md), or give model=<folder>");
 }
 
 std::optional<std::string> predictor_path_by_name(const std::string& preset, const std::string& name) {

@@ -8,7 +8,8 @@
 //   1. each folder of $KVSIEVE_PREDICTOR_PATH (':'-separated)
 //   2. the installed folder: <prefix>/share/kvsieve/models, found from the running binary (<prefix>/bin/kvsieve)
 //   3. the source tree's models/, for the binaries of its build tree only
-// Each holds <method>/<name>/config.json (+ model.safetensors): models/kvzap/smollm2-135m-mlp, models/wgkv/...
+// Each holds <method>/<name>/config.json (+ model.safetensors), <method> a registered learned method
+// (predict/learned_methods.h): models/kvzap/smollm2-135m-mlp, models/spkv/smollm2-135m-frozen, models/wgkv/...
 //
 // The model is selected once per process (select_predictor_model): one model per CLI process, the served model in
 // `kvsieve serve`.
@@ -22,7 +23,7 @@ class GGUFFile;
 
 /// A predictor found on the search path.
 struct BundledPredictor {
-    std::string preset;        ///< the preset whose model= it fills: kvzap, wgkv, kvpop (mLSTM) or kvpop_mlp
+    std::string preset;        ///< the preset whose model= it fills: kvzap, spkv, wgkv, kvpop (mLSTM) or kvpop_mlp
     std::string name;          ///< its folder's name (smollm2-135m-mlp)
     std::string path;          ///< its folder
     std::string model_digest;  ///< the digest of the model it was trained for ("" when not recorded)
@@ -33,7 +34,8 @@ struct BundledPredictor {
 /// The folders searched, in order (see the file comment), those that exist.
 std::vector<std::string> predictor_search_path();
 
-/// Every predictor on the search path whose config.json names a method (model_type kvzap, wgkv, kvpop), in search
+/// Every predictor on the search path whose config.json names its folder's method (model_type kvzap, spkv, wgkv,
+/// kvpop: predict/learned_methods.h), in search
 /// order and by name within a folder; a name found twice is kept from the first folder. Folders whose config.json
 /// is not JSON are skipped with one warning on stderr.
 std::vector<BundledPredictor> list_predictors();

@@ -4,6 +4,7 @@
 
 #include "io/gguf.h"
 #include "kernels/tensor_types.h"
+#include "predict/learned_methods.h"
 #include "util/error.h"
 
 namespace kvsieve {
@@ -23,8 +24,8 @@ bool is_predictor_tensor(const std::string& name) {
     const size_t b = name.find('.', a + 1);
     if (b == std::string::npos) return false;
     const std::string method = name.substr(a + 1, b - a - 1);
-    for (const char* m : kPredictorMethods)
-        if (method == m) return true;
+    for (const LearnedMethod& m : learned_methods())
+        if (method == m.tensor_prefix) return true;
     return false;
 }
 

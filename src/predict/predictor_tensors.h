@@ -16,11 +16,8 @@ class GGUFFile;
 
 /// "blk.<layer>.<method>.<name>". Throws Error if method or name is empty or method contains a dot.
 std::string predictor_tensor_name(const std::string& method, int layer, const std::string& name);
-/// The learned methods whose predictors live in a model's GGUF (the <method> of the schema).
-inline constexpr const char* kPredictorMethods[] = {"spkv", "wgkv", "kvpop"};
-
-/// True for a tensor named blk.<layer>.<method>.<…> with <method> one of kPredictorMethods: the quantizer keeps
-/// such tensors as they are (small, and read as F32).
+/// True for a tensor named blk.<layer>.<method>.<…> with <method> the tensor prefix of a registered learned method
+/// (predict/learned_methods.h): the quantizer keeps such tensors as they are (small, and read as F32).
 bool is_predictor_tensor(const std::string& name);
 
 /// "kvsieve.predictor.<method>.<key>".

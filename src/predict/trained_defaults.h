@@ -2,10 +2,11 @@
 // The trained defaults of a learned predictor: the inference settings its training chose (the window and sinks the
 // targets were computed for, the threshold τ it was trained or calibrated at, the KVpop budget and readout), and
 // where it came from. Every learned method (KVzap, SP-KV, WG-KV, KVpop) stores them in one metadata block:
-//   config.json beside the weights (KVzap, WG-KV, KVpop)       {"tau": −4, "window": 128, "sinks": 0, …}
-//   the model's GGUF (SP-KV, predict/predictor_tensors.h)     kvsieve.predictor.<method>.{tau,window,sinks,…}
+//   config.json beside the weights (a predictor folder)       {"tau": −4, "window": 128, "sinks": 0, …}
+//   the model's GGUF (SP-KV gates trained into the model,     kvsieve.predictor.<method>.{tau,window,sinks,…}
+//   predict/predictor_tensors.h)
 // read by read_trained_defaults() and carried by the loaded predictor. A preset fills the keys its spec left out from
-// them: spec > trained defaults > preset defaults (policy/trained_rule.h, docs/architecture.md "Learned predictors").
+// them: spec > trained defaults > preset defaults (policy/learned_rule.h, docs/architecture.md "Learned predictors").
 #include <cstdint>
 #include <optional>
 #include <string>

@@ -9,6 +9,7 @@
 
 #include "kernels/parallel.h"
 #include "predict/predictor_tensors.h"
+#include "predict/spkv_export.h"
 #include "train/data.h"
 #include "train/lm_eval.h"
 #include "train/lm_run.h"
@@ -250,7 +251,18 @@ bool spkv_main(const std::string& config_path, bool resume, bool progress, bool 
         std::fflush(stdout);
         return true;
     }
-    return loop.run_and_export(micro, eval, save_to, out + "/model.gguf", output);
+    if (!loop.run_and_export(micro, eval, save_to, out + "/model.gguf", output)) return false;
+    if (gates) {
+        // The gates alone as a predictor folder (predict/spkv_export.h). With the model frozen they serve the model
+        // trained from (its digest recorded), so they ship without its weights; otherwise only the output itself.
+        SpkvExportOptions eo;
+        const std::string init = cfg.value("init", std::string());
+        if (so.freeze_lm && init.ends_with(".gguf")) eo.base_model = rc.resolve(init);
+        eo.provenance = "kvsieve train spkv --config " + config_path;
+        export_spkv_gates(output, out + "/predictor", eo);
+        if (progress) std::fprintf(stderr, "wrote %s/predictor (the gates as a predictor folder)\n", out.c_str());
+    }
+    return true;
 }
 }  // namespace
 
