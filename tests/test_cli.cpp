@@ -328,6 +328,11 @@ KVSIEVE_SLOW_TEST(Cli, EvalTasksPrintsAccuracyLast) {
         expect_clean_failure(
             "eval kept -m " + kModel + " --examples " + bad.path() + " --policies knorm:ratio=0.5 --out /tmp/x.jsonl",
             "line 1 is not an exported example");
+        // --query-aware prefills the question after the context: an example without question_ids is refused.
+        std::ofstream(bad.path()) << "{\"index\": 0, \"context_ids\": [1, 2, 3]}\n";
+        expect_clean_failure("eval kept -m " + kModel + " --examples " + bad.path() +
+                                 " --policies knorm:ratio=0.5 --query-aware --out /tmp/x.jsonl",
+                             "line 1 has no question_ids, which --query-aware prefills after the context");
     }
     expect_clean_failure("eval-tasks -m " + kModel + " --task niah_single --length 4096 -n 2",
                          "beyond the model's context");

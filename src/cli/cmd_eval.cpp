@@ -293,6 +293,7 @@ void add_eval(CLI::App& app) {
         std::string model, examples, policies, out;
         KVTypeOptions kv;
         int threads = 0;
+        bool query_aware = false;
     };
     auto ko = std::make_shared<KeptOpts>();
     ko->kv.both = "f32";  // kvpress's float32 runs (tools/kvpress_crosscheck.py)
@@ -301,6 +302,9 @@ void add_eval(CLI::App& app) {
                      "JSON Lines of eval ruler --export-jsonl (its context_ids are prefilled)")
         ->required()
         ->check(CLI::ExistingFile);
+    kept->add_flag("--query-aware", ko->query_aware,
+                   "prefill each example's context_ids followed by its question_ids, as eval ruler --query-aware "
+                   "does, so the question lies inside the prompt that is compressed");
     kept->add_option("--policies", ko->policies,
                      "policy specs separated by ';', e.g. 'snapkv:ratio=0.5;snapkv:ratio=0'")
         ->required();
@@ -332,11 +336,18 @@ void add_eval(CLI::App& app) {
                 require(!j.is_discarded() && j.is_object() && j.contains("context_ids") && j.contains("index"),
                         ko->examples, ": line ", line_no,
                         " is not an exported example (JSON with index and context_ids)");
+                require(!ko->query_aware || j.contains("question_ids"), ko->examples, ": line ", line_no,
+                        " has no question_ids, which --query-aware prefills after the context");
                 try {
-                    contexts.emplace_back(j.at("index").get<int64_t>(),
-                                          j.at("context_ids").get<std::vector<int32_t>>());
+                    auto ids = j.at("context_ids").get<std::vector<int32_t>>();
+                    if (ko->query_aware) {
+                        const auto q = j.at("question_ids").get<std::vector<int32_t>>();
+                        ids.insert(ids.end(), q.begin(), q.end());
+                    }
+                    contexts.emplace_back(j.at("index").get<int64_t>(), std::move(ids));
                 } catch (const nlohmann::json::exception&) {
-                    fail(ko->examples, ": line ", line_no, " has an index or context_ids of the wrong type");
+                    fail(ko->examples, ": line ", line_no,
+                         " has an index, context_ids or question_ids of the wrong type");
                 }
             }
         }

@@ -7,6 +7,8 @@
 #include "cache/kv_pool.h"
 #include "model/llama_model.h"
 #include "policy/policy.h"
+#include "session/session.h"
+#include "text/tokenizer.h"
 #include "util/error.h"
 
 namespace kvsieve {
@@ -22,9 +24,12 @@ std::vector<HeadKept> kept_after_prefill(const LlamaModel& model, const std::vec
     auto pool = make_kv_pool(c.head_dim, parse_kv_types(kv_types), parse_kv_rotate_mode(kv_rotate));
     // Room for a policy that replays the context (KVzip's reconstruction prompt).
     KVCache cache(c, 2 * static_cast<int64_t>(ids.size()) + 64, policy, pool);
+    // The session's prefill in one piece: the forward, then the policy's after-prefill step (KVzip's replay, which
+    // encodes its prompt with the model's tokenizer) and its compression.
+    const auto tok = Tokenizer::from_gguf(model.file());
+    Session session(model, *tok, cache);
     std::vector<float> logits;
-    model.forward(StepPhase::kPrefill, ids, cache, logits);
-    cache.end_prefill();
+    session.prefill(ids, PrefillPlan{}, logits);
     std::vector<HeadKept> out;
     for (int l = 0; l < c.n_layer; ++l)
         for (int h = 0; h < c.n_head_kv; ++h) {
