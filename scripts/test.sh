@@ -18,7 +18,7 @@ bash scripts/get-model.sh smollm2-135m >/dev/null
 # The tests whose numbers depend on the kernels: every unit test of kernels, quantization, attention and the cache,
 # and SmolLM2's parity with llama.cpp (the llama.cpp-vs-kvsieve quantized-cache test with every set; the slower
 # kvsieve-vs-its-own-F16 one with AVX2, most users' set).
-ISA_TESTS='^(([A-Za-z0-9]+/)?(Kernels|Quant|Quantize|Fp16|Bf16|Hadamard|AttendQuant|KVQuant|KVQuantAtAdmission|KVTypeTable|KVRotation|KVCache|KVCacheDirect|ForwardBatch|Rope|GoldenTest|KvpressParity|KVzapParity|KVzipParity|PresetContract[A-Za-z]*|ThreadInvariance)[./]|SmolLM2\.(DequantizedF32|Q4_1Logits|GreedyTokens|Q8_0Cache|QuantizedCacheLogitsMatch))'
+ISA_TESTS='^(([A-Za-z0-9]+/)?(Kernels|Quant|Quantize|Fp16|Bf16|Hadamard|AttendQuant|KVQuant[A-Za-z0-9_]*|KVTypeTable|KVRotation|KVCache|KVCacheDirect|ForwardBatch|Rope|GoldenTest|KvpressParity|KVzapParity|KVzipParity|PresetContract[A-Za-z]*|ThreadInvariance)[./]|SmolLM2\.(DequantizedF32|Q4_1Logits|GreedyTokens|Q8_0Cache|QuantizedCacheLogitsMatch))'
 native=$(grep -qw avx512f /proc/cpuinfo && echo avx512 || (grep -qw avx2 /proc/cpuinfo && echo avx2 || echo scalar))
 for isa in avx2 scalar; do
   [ "${KVSIEVE_ISA:-$native}" = "$isa" ] && continue                      # already run above

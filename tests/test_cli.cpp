@@ -245,7 +245,7 @@ TEST(Cli, KVTypeTakesTheSpecReportsRecord) {
                          "--kv-type q8_0@admission says the entries are quantized at admission but --kv-quant-at says "
                          "write");
     expect_clean_failure(base + " --kv-type q8_0@later", "--kv-type: unknown place of KV quantization 'later'");
-    expect_clean_failure(base + " --kv-type q8_0/iq4_nl", "--kv-type: unknown KV cache type 'iq4_nl'");
+    expect_clean_failure(base + " --kv-type q8_0/iq4_xs", "--kv-type: unknown KV cache type 'iq4_xs'");
 }
 
 TEST(Cli, QuantizedKVTypesRunAndBadOnesAreReported) {
@@ -271,9 +271,21 @@ TEST(Cli, QuantizedKVTypesRunAndBadOnesAreReported) {
     expect_clean_failure(
         "generate -m " + tiny2k + " -q -n 2 --load-cache " + seq.path(),
         "holds keys of type q8_0 and values of type q4_0; this cache stores keys as f16 and values as f16");
-    expect_clean_failure(
-        "generate -m " + kModel + " -p hi --cache-type-k iq4_nl",
-        "--cache-type-k: unknown KV cache type 'iq4_nl' (supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1)");
+    expect_clean_failure("generate -m " + kModel + " -p hi --cache-type-k iq4_xs",
+                         "--cache-type-k: unknown KV cache type 'iq4_xs' (supported: f32, f16, bf16, q8_0, q4_0, q4_1, "
+                         "q5_0, q5_1, iq4_nl)");
+    // iq4_nl (a row of the KV type table): 18 bytes per block of 32 for keys and values.
+    test::TempFile json_nl(".json");
+    const CmdResult rnl = run("generate -m " + tiny2k +
+                              " -p 'Once upon a time' -n 6 --temp 0 --cache-type-k iq4_nl --cache-type-v iq4_nl "
+                              "--stats-json " +
+                              json_nl.path());
+    ASSERT_EQ(rnl.status, 0) << rnl.err;
+    std::ifstream fnl(json_nl.path());
+    const auto jnl = nlohmann::json::parse(fnl);
+    EXPECT_EQ(jnl.at("kv_type"), "iq4_nl");
+    EXPECT_EQ(jnl.at("kv_bytes_final").get<uint64_t>() % (16 * (18 + 18)), 0u);
+    EXPECT_GT(jnl.at("kv_bytes_final").get<uint64_t>(), 0u);
     // q4_1 (a row of the KV type table): 20 bytes per block of 32 for keys and values.
     test::TempFile json41(".json");
     const CmdResult r41 = run("generate -m " + tiny2k +

@@ -52,11 +52,11 @@ TEST(KVQuant, TypesNamesAndRowBytes) {
     EXPECT_EQ(kv_types_spec(t), "q8_0/f16");
     EXPECT_EQ(kv_types_spec(parse_kv_types("q4_0")), "q4_0");
     try {
-        parse_kv_type("iq4_nl");
-        ADD_FAILURE() << "iq4_nl accepted";
+        parse_kv_type("iq4_xs");
+        ADD_FAILURE() << "iq4_xs accepted";
     } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("'iq4_nl'"), std::string::npos) << e.what();
-        EXPECT_NE(std::string(e.what()).find("f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1"), std::string::npos)
+        EXPECT_NE(std::string(e.what()).find("'iq4_xs'"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl"), std::string::npos)
             << e.what();
     }
     // Keys and values of separate types: a page is 16 keys then 16 values, each in its own row size.
@@ -742,6 +742,237 @@ TEST(KVQuantQ5, AttentionOverQ5PagesMatchesFloat64AttentionOnTheDequantizedRows)
                     EXPECT_LE(worst_f, 0.12);
                 }
             }
+}
+
+// ---- IQ4_NL (llama.cpp's --cache-type-k iq4_nl): a row of the KV type table ----
+
+/// IQ4_NL's 16 levels as ggml's block_iq4_nl format defines them (kvalues_iq4nl), written out here.
+constexpr int kIQ4Levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+/// The float64 reading of one stored IQ4_NL row of n elements, from its bytes: per block of 32, binary16 d, then 16
+/// bytes with element j's level index in the low and element j+16's in the high nibble of byte j; x = d·level[i].
+/// d and the indices go to the vectors given.
+std::vector<double> decode_iq4_nl_row(const uint8_t* p, int n, std::vector<double>* d_out = nullptr,
+                                      std::vector<int>* i_out = nullptr) {
+    std::vector<double> y(n);
+    for (int b = 0; b < n / 32; ++b) {
+        const uint8_t* blk = p + b * 18;
+        uint16_t dh;
+        std::memcpy(&dh, blk, 2);
+        const double d = fp16_to_fp32(dh);
+        if (d_out) d_out->push_back(d);
+        for (int j = 0; j < 32; ++j) {
+            const uint8_t byte = blk[2 + j % 16];
+            const int i = j < 16 ? (byte & 0xF) : (byte >> 4);
+            if (i_out) i_out->push_back(i);
+            y[b * 32 + j] = d * kIQ4Levels[i];
+        }
+    }
+    return y;
+}
+
+TEST(KVQuantIQ4_NL, IsARowOfTheTableAndRoundTripsAsTheFloat64FormulaSays) {
+    const KVTypeTraits& r = kv_type_traits(KVType::kIQ4_NL);
+    EXPECT_STREQ(r.name, "iq4_nl");
+    EXPECT_EQ(r.block, 32);
+    EXPECT_EQ(r.block_bytes, 18);
+    EXPECT_EQ(r.query_dot_type, TensorType::Q8_0);
+    EXPECT_EQ(parse_kv_type("iq4_nl"), KVType::kIQ4_NL);
+    EXPECT_EQ(kv_row_bytes(KVType::kIQ4_NL, 64), 36u);
+    EXPECT_EQ(kv_types_spec(parse_kv_types("iq4_nl/q8_0")), "iq4_nl/q8_0");
+    EXPECT_THROW(KVPool(48, KVType::kIQ4_NL), Error);
+    // ggml's reference quantizer (quantize_row_iq4_nl_ref), in float64 here: with a the signed element of largest
+    // magnitude, each element takes the level nearest x·(−127/a) (ties to the upper level), and the scale is the
+    // least-squares fit of those levels weighted by x², d = Σ x²·v·x / Σ x²·v², rounded to binary16.
+    const int n = 128;
+    int exact_index = 0, total = 0;
+    for (uint32_t seed = 1; seed <= 20; ++seed) {
+        SCOPED_TRACE(testing::Message() << "seed " << seed);
+        std::vector<float> x = randn(n, 300 + seed);
+        for (int b = 0; b < n / 32; ++b)
+            for (int j = 0; j < 32; ++j)
+                x[b * 32 + j] = x[b * 32 + j] * std::pow(10.0f, static_cast<float>((seed + b) % 8) - 3.0f) +
+                                static_cast<float>(b % 3) * 0.25f;
+        std::vector<uint8_t> row(kv_row_bytes(KVType::kIQ4_NL, n));
+        store_row(KVType::kIQ4_NL, x.data(), row.data(), n);
+        std::vector<float> back(n);
+        load_row(KVType::kIQ4_NL, row.data(), back.data(), n);
+        std::vector<double> ds;
+        std::vector<int> is;
+        const std::vector<double> ref = decode_iq4_nl_row(row.data(), n, &ds, &is);
+        for (int i = 0; i < n; ++i) ASSERT_EQ(back[i], static_cast<float>(ref[i])) << "element " << i;
+        for (int b = 0; b < n / 32; ++b) {
+            double a = 0;
+            for (int j = 0; j < 32; ++j)
+                if (std::fabs(x[b * 32 + j]) > std::fabs(a)) a = x[b * 32 + j];
+            const double inv = -127.0 / a;
+            double num = 0, den = 0;
+            for (int j = 0; j < 32; ++j) {
+                const double v = x[b * 32 + j] * inv;
+                int best = 0;
+                for (int k = 1; k < 16; ++k)
+                    if (std::fabs(v - kIQ4Levels[k]) <= std::fabs(v - kIQ4Levels[best])) best = k;
+                const int got = is[b * 32 + j];
+                // The chosen level is the nearest (float32 arithmetic may pick the other of two levels only where
+                // v lies within 1e-4 of their midpoint).
+                if (got == best) {
+                    ++exact_index;
+                } else {
+                    EXPECT_NEAR(v, (kIQ4Levels[got] + kIQ4Levels[best]) / 2.0, 1e-4) << "block " << b << " el " << j;
+                }
+                ++total;
+                const double w = double(x[b * 32 + j]) * x[b * 32 + j], lv = kIQ4Levels[got];
+                num += w * lv * x[b * 32 + j];
+                den += w * lv * lv;
+            }
+            // binary16 rounding: half an ulp, 2^-11 relative, 2^-25 absolute among the subnormals (|d| < 2^-14); and
+            // the float32 sums of the quantizer.
+            const double d = num / den;
+            EXPECT_NEAR(
+                ds[b], d,
+                std::max(std::fabs(d) * std::ldexp(1.0, -11), std::ldexp(1.0, -25)) * 1.01 + std::fabs(d) * 1e-5)
+                << "block " << b;
+            // The largest element is level −127 exactly.
+            double amax = 0;
+            int jmax = 0;
+            for (int j = 0; j < 32; ++j)
+                if (std::fabs(x[b * 32 + j]) > amax) amax = std::fabs(x[b * 32 + j]), jmax = j;
+            EXPECT_EQ(is[b * 32 + jmax], 0) << "block " << b;
+        }
+    }
+    EXPECT_GE(exact_index, total - 2);
+    // An all-zero block stores d = 0 and comes back as zeros; huge values are clamped to the row's limit and come back
+    // finite, within 7 times it (the least-squares scale is at most 7·|a|/127, see kv_types.h).
+    std::vector<float> x(64, 0.0f);
+    for (int j = 32; j < 64; ++j) x[j] = (j % 2 ? -1.0f : 1.0f) * (j % 3 ? FLT_MAX : 1e30f);
+    std::vector<uint8_t> row(kv_row_bytes(KVType::kIQ4_NL, 64));
+    store_row(KVType::kIQ4_NL, x.data(), row.data(), 64);
+    std::vector<float> back(64, 1.0f);
+    load_row(KVType::kIQ4_NL, row.data(), back.data(), 64);
+    for (int j = 0; j < 32; ++j) EXPECT_EQ(back[j], 0.0f) << j;
+    for (int j = 32; j < 64; ++j) {
+        ASSERT_TRUE(std::isfinite(back[j])) << j;
+        EXPECT_LE(std::fabs(back[j]), 7 * kv_quant_limit(KVType::kIQ4_NL)) << j;
+        EXPECT_EQ(std::signbit(back[j]), std::signbit(x[j])) << j;
+    }
+}
+
+TEST(KVQuantIQ4_NL, AttentionOverIQ4_NLPagesMatchesFloat64AttentionOnTheDequantizedRows) {
+    // IQ4_NL keys with their own, F16 and Q8_0 values, and Q8_0 keys with IQ4_NL values, on every kernel set; 39
+    // rows. Tight reference in float64 from the stored blocks: IQ4_NL keys score Σ_b d_k·d_q·Σ_i level(k_i)·q_i
+    // against the query as Q8_0 blocks (ggml's vec_dot_iq4_nl_q8_0), Q8_0 keys Σ_b d_k·d_q·Σ_i k_i·q_i; values the
+    // dequantized rows. Loose reference: the unquantized rows and query.
+    const std::pair<KVType, KVType> pairs[] = {{KVType::kIQ4_NL, KVType::kIQ4_NL},
+                                               {KVType::kIQ4_NL, KVType::kF16},
+                                               {KVType::kIQ4_NL, KVType::kQ8_0},
+                                               {KVType::kQ8_0, KVType::kIQ4_NL}};
+    for (auto [kt, vt] : pairs)
+        for (auto [d, G] : std::vector<std::pair<int, int>>{{32, 4}, {64, 3}, {256, 2}}) {
+            SCOPED_TRACE(testing::Message()
+                         << "d=" << d << " G=" << G << " k=" << kv_type_name(kt) << " v=" << kv_type_name(vt));
+            const int n = 39;
+            const auto kf = randn(static_cast<size_t>(n) * d, 71), vf = randn(static_cast<size_t>(n) * d, 72),
+                       q = randn(static_cast<size_t>(G) * d, 73);
+            const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+            const size_t kr = kv_row_bytes(kt, d), vr = kv_row_bytes(vt, d);
+            std::vector<uint8_t> kb(kr * n), vb(vr * n);
+            std::vector<float> V(static_cast<size_t>(n) * d);
+            for (int j = 0; j < n; ++j) {
+                store_row(kt, kf.data() + j * d, kb.data() + j * kr, d);
+                store_row(vt, vf.data() + j * d, vb.data() + j * vr, d);
+                load_row(vt, vb.data() + j * vr, V.data() + j * d, d);
+            }
+            if (vt == KVType::kIQ4_NL)  // the values' dequantization is the block format's
+                for (int j = 0; j < n; ++j) {
+                    const std::vector<double> y = decode_iq4_nl_row(vb.data() + j * vr, d);
+                    for (int c = 0; c < d; ++c) ASSERT_EQ(V[j * d + c], static_cast<float>(y[c]));
+                }
+            std::vector<double> s_t(static_cast<size_t>(G) * n), ref_t(static_cast<size_t>(G) * d, 0.0);
+            std::vector<BlockQ8_0> q8(d / 32);
+            for (int g = 0; g < G; ++g) {
+                quantize_row_q8_0_activations(q.data() + g * d, q8.data(), d);
+                for (int j = 0; j < n; ++j) {
+                    const uint8_t* kj = kb.data() + j * kr;
+                    double dot = 0;
+                    if (kt == KVType::kIQ4_NL) {
+                        std::vector<double> dk;
+                        std::vector<int> ik;
+                        decode_iq4_nl_row(kj, d, &dk, &ik);
+                        for (int b = 0; b < d / 32; ++b) {
+                            int64_t sumi = 0;
+                            for (int i = 0; i < 32; ++i) sumi += kIQ4Levels[ik[b * 32 + i]] * q8[b].qs[i];
+                            dot += dk[b] * fp16_to_fp32(q8[b].d) * double(sumi);
+                        }
+                    } else {
+                        for (int b = 0; b < d / 32; ++b) {
+                            uint16_t dh;
+                            std::memcpy(&dh, kj + b * 34, 2);
+                            int64_t sumi = 0;
+                            for (int i = 0; i < 32; ++i) sumi += static_cast<int8_t>(kj[b * 34 + 2 + i]) * q8[b].qs[i];
+                            dot += double(fp16_to_fp32(dh)) * fp16_to_fp32(q8[b].d) * double(sumi);
+                        }
+                    }
+                    s_t[g * n + j] = dot * scale;
+                }
+                double mx = -INFINITY, sum = 0;
+                for (int j = 0; j < n; ++j) mx = std::max(mx, s_t[g * n + j]);
+                for (int j = 0; j < n; ++j) sum += std::exp(s_t[g * n + j] - mx);
+                for (int j = 0; j < n; ++j)
+                    for (int c = 0; c < d; ++c) ref_t[g * d + c] += std::exp(s_t[g * n + j] - mx) / sum * V[j * d + c];
+            }
+            std::vector<double> ref_f, s_f, Qf(q.begin(), q.end());
+            reference_attention(Qf, kf, vf, n, d, G, scale, ref_f, s_f);
+            for (const DotKernels* ks : kernel_sets()) {
+                SCOPED_TRACE(ks->isa);
+                std::vector<float> m(G, -INFINITY), l(G, 0), o(static_cast<size_t>(G) * d, 0),
+                    s(static_cast<size_t>(G) * n);
+                for (int j0 = 0; j0 < n; j0 += 16)
+                    kv_attend_rows(*ks, kt, kb.data() + j0 * kr, vt, vb.data() + j0 * vr, std::min(16, n - j0), d,
+                                   q.data(), G, static_cast<float>(scale), m.data(), l.data(), o.data(), s.data() + j0,
+                                   n);
+                double worst_t = 0, worst_f = 0, worst_s = 0;
+                for (int g = 0; g < G; ++g) {
+                    for (int c = 0; c < d; ++c) {
+                        const double y = o[g * d + c] / l[g];
+                        worst_t = std::max(worst_t, std::fabs(y - ref_t[g * d + c]));
+                        worst_f = std::max(worst_f, std::fabs(y - ref_f[g * d + c]));
+                    }
+                    for (int j = 0; j < n; ++j) worst_s = std::max(worst_s, std::fabs(s[g * n + j] - s_t[g * n + j]));
+                }
+                EXPECT_LE(worst_s, 1e-5);
+                EXPECT_LE(worst_t, 5e-6);
+                EXPECT_LE(worst_f, 0.12);
+            }
+        }
+}
+
+TEST(KVQuantIQ4_NL, ASavedCacheRecordsItByNameAndLoadsBack) {
+    const LlamaModel& m = tiny2k();
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 20; ++i) prompt.push_back(7 + 2 * i);
+    auto cache = tiny_cache(m, KVType::kIQ4_NL, KVType::kIQ4_NL);
+    std::vector<float> logits;
+    m.forward(StepPhase::kPrefill, prompt, *cache, logits);
+    for (float v : logits) ASSERT_TRUE(std::isfinite(v));
+    BinaryWriter w;
+    cache->save(w);
+    const std::string rec = w.data();
+    BinaryReader names(rec.data() + 16, rec.size() - 16, "the record's types");
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(names.str(), "iq4_nl");
+    auto back = tiny_cache(m, KVType::kIQ4_NL, KVType::kIQ4_NL);
+    BinaryReader r(rec.data(), rec.size(), "the record");
+    ASSERT_NO_THROW(back->load(r));
+    EXPECT_EQ(back->stats().entries, cache->stats().entries);
+    BinaryWriter again;
+    back->save(again);
+    EXPECT_EQ(again.data(), rec);
+    // Into a cache of another type, the record is refused naming both.
+    auto other = tiny_cache(m, KVType::kQ4_0, KVType::kQ4_0);
+    BinaryReader r2(rec.data(), rec.size(), "the record");
+    try {
+        other->load(r2);
+        ADD_FAILURE() << "an iq4_nl record loaded into a q4_0 cache";
+    } catch (const Error& e) { EXPECT_NE(std::string(e.what()).find("iq4_nl"), std::string::npos) << e.what(); }
 }
 
 // ---- Quantization at admission (mode b): sinks and window in F16, the global region quantized ----

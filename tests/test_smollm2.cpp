@@ -332,7 +332,8 @@ TEST(SmolLM2, Q8_0CacheLogitsStayWithinANearTieOfTheF16Cache) {
 /// at each step ("steps") and, teacher-forced on the F16 configuration's tokens, the logits of the F16 run's top-10
 /// ("forced_f16").
 struct KVQuantRun {
-    std::string cache;  ///< "f16", "q8_0", "q8_0_norot", "q4_0", "q4_0_norot"
+    std::string
+        cache;  ///< "f16", then per type ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl") rotated and "_norot"
     KVTypes types;
     bool rotated = false;  ///< llama.cpp's attn_rot_k / attn_rot_v
     std::vector<int32_t> token;
@@ -506,7 +507,8 @@ TEST(SmolLM2, QuantizedCacheLogitsMatchLlamaCppOfTheSameTypes) {
     const KVQuantParity f16 = parity_of("f16");
     std::printf("[ kvquant   ] %-10s vs llama.cpp: max|Δlogit| %.4f mean %.4f; argmax agrees %d/%d\n", "f16", f16.worst,
                 f16.mean, f16.agree, f16.steps);
-    for (const char* name : {"q8_0", "q8_0_norot", "q4_0", "q4_0_norot"}) {
+    for (const char* name : {"q8_0", "q8_0_norot", "q4_0", "q4_0_norot", "q4_1", "q4_1_norot", "q5_0", "q5_0_norot",
+                             "q5_1", "q5_1_norot", "iq4_nl", "iq4_nl_norot"}) {
         const KVQuantParity all = parity_of(name);
         const Movement y = llama_movement(rows, name);
         const float mean_bound = std::sqrt(2.0f) * y.mean + f16.mean, worst_bound = 2 * y.worst + f16.worst;

@@ -10,7 +10,12 @@
 //   q8_0         K Q8_0, V Q8_0, llama.cpp's attention rotation at its default (on for quantized caches)
 //   q8_0_norot   the same with LLAMA_ATTN_ROT_DISABLE=1 while the context is made
 //   q4_0, q4_0_norot  the same with Q4_0
+//   q4_1, q5_0, q5_1, iq4_nl and their _norot  the same with Q4_1, Q5_0, Q5_1, IQ4_NL (llama.cpp rotates every
+//                quantized cache type whose head dimension is a multiple of 64)
 // "attn_rot_k" / "attn_rot_v" record what llama.cpp reported for each context (its "attn_rot_k = N" log lines).
+// KVQUANT_CONFIGS=q4_1,q4_1_norot,... runs only the configurations named (f16, the yardstick, always runs first), to
+// add configurations to an existing file without recomputing the others (each cache is independent of the others
+// but for the F16 run's tokens); each cache then records "threads", the THREADS it ran with.
 //
 // "piece" is informational: each byte ≥ 0x80 is written as the code point of the same value. The loop is
 // llamacpp_reference.h's (beside this file, shared with llamacpp_logits.cpp). Build against a
@@ -37,9 +42,19 @@ struct CacheConfig {
 };
 
 const CacheConfig kConfigs[] = {
-    {"f16", GGML_TYPE_F16, GGML_TYPE_F16, false},         {"q8_0", GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, false},
-    {"q8_0_norot", GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, true}, {"q4_0", GGML_TYPE_Q4_0, GGML_TYPE_Q4_0, false},
+    {"f16", GGML_TYPE_F16, GGML_TYPE_F16, false},
+    {"q8_0", GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, false},
+    {"q8_0_norot", GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, true},
+    {"q4_0", GGML_TYPE_Q4_0, GGML_TYPE_Q4_0, false},
     {"q4_0_norot", GGML_TYPE_Q4_0, GGML_TYPE_Q4_0, true},
+    {"q4_1", GGML_TYPE_Q4_1, GGML_TYPE_Q4_1, false},
+    {"q4_1_norot", GGML_TYPE_Q4_1, GGML_TYPE_Q4_1, true},
+    {"q5_0", GGML_TYPE_Q5_0, GGML_TYPE_Q5_0, false},
+    {"q5_0_norot", GGML_TYPE_Q5_0, GGML_TYPE_Q5_0, true},
+    {"q5_1", GGML_TYPE_Q5_1, GGML_TYPE_Q5_1, false},
+    {"q5_1_norot", GGML_TYPE_Q5_1, GGML_TYPE_Q5_1, true},
+    {"iq4_nl", GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_NL, false},
+    {"iq4_nl_norot", GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_NL, true},
 };
 
 // What llama.cpp's log says about the rotation of the context being made (-1: not reported).
@@ -93,9 +108,18 @@ int main(int argc, char** argv) {
         print_ints(ids);
         std::printf(", \"caches\": [\n");
         std::vector<Step> ref;  // the F16 run's steps
-        const size_t nc = sizeof kConfigs / sizeof kConfigs[0];
+        // Under KVQUANT_CONFIGS each cache also records the thread count (the runs it is added to may have used another).
+        const std::string cache_threads =
+            std::getenv("KVQUANT_CONFIGS") ? "\"threads\": " + std::to_string(threads) + ", " : "";
+        std::vector<CacheConfig> configs;
+        const char* only = std::getenv("KVQUANT_CONFIGS");
+        for (const CacheConfig& c : kConfigs)
+            if (!only || c.k == GGML_TYPE_F16 ||
+                (',' + std::string(only) + ',').find(',' + std::string(c.name) + ',') != std::string::npos)
+                configs.push_back(c);
+        const size_t nc = configs.size();
         for (size_t ci = 0; ci < nc; ++ci) {
-            const CacheConfig& c = kConfigs[ci];
+            const CacheConfig& c = configs[ci];
             // free-running greedy decode
             llama_context* ctx = make_context(model, c, threads);
             const int rot_k = g_rot_k, rot_v = g_rot_v;
@@ -116,9 +140,9 @@ int main(int argc, char** argv) {
             std::string text;
             for (int t : greedy) text += piece(vocab, t);
             std::printf(
-                "    {\"cache\": \"%s\", \"type_k\": \"%s\", \"type_v\": \"%s\", \"attn_rot_k\": %d, "
+                "    {\"cache\": \"%s\", %s\"type_k\": \"%s\", \"type_v\": \"%s\", \"attn_rot_k\": %d, "
                 "\"attn_rot_v\": %d, \"greedy\": ",
-                c.name, ggml_type_name(c.k), ggml_type_name(c.v), rot_k, rot_v);
+                c.name, cache_threads.c_str(), ggml_type_name(c.k), ggml_type_name(c.v), rot_k, rot_v);
             print_ints(greedy);
             std::printf(", \"greedy_text\": \"%s\",\n     \"steps\": [\n", json_escape(text).c_str());
             for (size_t i = 0; i < steps.size(); ++i) {

@@ -162,6 +162,7 @@ static float isa_dot_q8_0(const BlockQ8_0* w, const BlockQ8_0* xq, int64_t nb) {
 static float isa_dot_q4_1(const BlockQ4_1* w, const BlockQ8_1* xq, int64_t nb) { return x86_dot_q4_1(w, xq, nb); }
 static float isa_dot_q5_0(const BlockQ5_0* w, const BlockQ8_0* xq, int64_t nb) { return x86_dot_q5_0(w, xq, nb); }
 static float isa_dot_q5_1(const BlockQ5_1* w, const BlockQ8_1* xq, int64_t nb) { return x86_dot_q5_1(w, xq, nb); }
+static float isa_dot_iq4_nl(const BlockIQ4_NL* w, const BlockQ8_0* xq, int64_t nb) { return x86_dot_iq4_nl(w, xq, nb); }
 #include "kernels/attention_generic.inc"
 // This set's KV attend kernels (kernels/kv_attend.h). F16 pages of F16 values and the common shapes take the
 // specialised binary16 kernel (attend_f16_avx512.h); Q8_0 / Q4_0 keys with Q8_0, Q4_0 or F16 values and the common shapes
@@ -194,6 +195,9 @@ KVSIEVE_DECLARE_KV_ATTEND(kv_attend_q5_0) {
 }
 KVSIEVE_DECLARE_KV_ATTEND(kv_attend_q5_1) {
     attend_rows_q5_1_keys(kt, k, vt, v, n, d, q, G, scale, m, l, o, s_out, s_stride);
+}
+KVSIEVE_DECLARE_KV_ATTEND(kv_attend_iq4_nl) {
+    attend_rows_iq4_nl_keys(kt, k, vt, v, n, d, q, G, scale, m, l, o, s_out, s_stride);
 }
 }  // namespace avx512
 

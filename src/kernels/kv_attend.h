@@ -15,7 +15,8 @@
 //   kv_attend_q4_0  — Q4_0 keys against the query as Q8_0 blocks (ggml's vec_dot_q4_0_q8_0);
 //   kv_attend_q4_1  — Q4_1 keys against the query as Q8_1 blocks (ggml's vec_dot_q4_1_q8_1);
 //   kv_attend_q5_0  — Q5_0 keys against the query as Q8_0 blocks (ggml's vec_dot_q5_0_q8_0);
-//   kv_attend_q5_1  — Q5_1 keys against the query as Q8_1 blocks (ggml's vec_dot_q5_1_q8_1).
+//   kv_attend_q5_1  — Q5_1 keys against the query as Q8_1 blocks (ggml's vec_dot_q5_1_q8_1);
+//   kv_attend_iq4_nl — IQ4_NL keys against the query as Q8_0 blocks (ggml's vec_dot_iq4_nl_q8_0).
 #define KVSIEVE_DECLARE_KV_ATTEND(fn)                                                                        \
     void fn(TensorType kt, const void* k, TensorType vt, const void* v, int n, int d, const float* q, int G, \
             float scale, float* m, float* l, float* o, float* s_out, int64_t s_stride)
@@ -29,6 +30,7 @@ KVSIEVE_DECLARE_KV_ATTEND(kv_attend_q4_0);
 KVSIEVE_DECLARE_KV_ATTEND(kv_attend_q4_1);
 KVSIEVE_DECLARE_KV_ATTEND(kv_attend_q5_0);
 KVSIEVE_DECLARE_KV_ATTEND(kv_attend_q5_1);
+KVSIEVE_DECLARE_KV_ATTEND(kv_attend_iq4_nl);
 }  // namespace scalar
 namespace avx2 {
 KVSIEVE_DECLARE_KV_ATTEND(kv_attend_float);
@@ -38,6 +40,7 @@ KVSIEVE_DECLARE_KV_ATTEND(kv_attend_q4_0);
 KVSIEVE_DECLARE_KV_ATTEND(kv_attend_q4_1);
 KVSIEVE_DECLARE_KV_ATTEND(kv_attend_q5_0);
 KVSIEVE_DECLARE_KV_ATTEND(kv_attend_q5_1);
+KVSIEVE_DECLARE_KV_ATTEND(kv_attend_iq4_nl);
 }  // namespace avx2
 namespace avx512 {
 KVSIEVE_DECLARE_KV_ATTEND(kv_attend_float);
@@ -47,5 +50,6 @@ KVSIEVE_DECLARE_KV_ATTEND(kv_attend_q4_0);
 KVSIEVE_DECLARE_KV_ATTEND(kv_attend_q4_1);
 KVSIEVE_DECLARE_KV_ATTEND(kv_attend_q5_0);
 KVSIEVE_DECLARE_KV_ATTEND(kv_attend_q5_1);
+KVSIEVE_DECLARE_KV_ATTEND(kv_attend_iq4_nl);
 }  // namespace avx512
 }  // namespace kvsieve

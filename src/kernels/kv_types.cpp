@@ -24,6 +24,7 @@ void q4_0_from_float(const float* x, void* y, int64_t n) { quantize_row_q4_0(x, 
 void q4_1_from_float(const float* x, void* y, int64_t n) { quantize_row_q4_1(x, static_cast<BlockQ4_1*>(y), n); }
 void q5_0_from_float(const float* x, void* y, int64_t n) { quantize_row_q5_0(x, static_cast<BlockQ5_0*>(y), n); }
 void q5_1_from_float(const float* x, void* y, int64_t n) { quantize_row_q5_1(x, static_cast<BlockQ5_1*>(y), n); }
+void iq4_nl_from_float(const float* x, void* y, int64_t n) { quantize_row_iq4_nl(x, static_cast<BlockIQ4_NL*>(y), n); }
 
 void f32_to_float(const void* x, float* y, int64_t n) { std::memcpy(y, x, sizeof(float) * n); }
 /// Rows of a type the weights share, dequantized by the active kernel set (kernels/quant.h dequantize_row formulas).
@@ -67,6 +68,11 @@ constexpr KVTypeTraits kTable[] = {
      tensor_to_float<TensorType::Q5_1>,
      {scalar::kv_attend_q5_1, avx2::kv_attend_q5_1, avx512::kv_attend_q5_1},
      "integer Q5_1 x Q8_1 dots (the set's DotKernels::q5_1) in the generic kernel; no specialised page kernel"},
+    {KVType::kIQ4_NL, "iq4_nl", 32, 18, kHalfMax * 16.0f, TensorType::IQ4_NL, TensorType::Q8_0, iq4_nl_from_float,
+     tensor_to_float<TensorType::IQ4_NL>,
+     {scalar::kv_attend_iq4_nl, avx2::kv_attend_iq4_nl, avx512::kv_attend_iq4_nl},
+     "integer IQ4_NL x Q8_0 dots in the generic kernel (scalar: g_dot_iq4_nl; AVX2 / AVX-512: x86_dot_iq4_nl, levels "
+     "by byte shuffle); no specialised page kernel"},
 };
 // clang-format on
 

@@ -24,9 +24,11 @@ struct DotKernels;
 ///   Q4_1: binary16 scale d = (max − min)/15 and binary16 minimum m, 32 nibbles q, x̂ = d·q + m, 20 bytes per block;
 ///   Q5_0: binary16 scale d = m/−16 and 32 five-bit q (low nibbles as Q4_0, fifth bits in a 32-bit word),
 ///         x̂ = (q − 16)·d, 22 bytes per block;
-///   Q5_1: binary16 scale d = (max − min)/31 and binary16 minimum m, 32 five-bit q, x̂ = d·q + m, 24 bytes per block.
+///   Q5_1: binary16 scale d = (max − min)/31 and binary16 minimum m, 32 five-bit q, x̂ = d·q + m, 24 bytes per block;
+///   IQ4_NL: binary16 scale d (a weighted least-squares fit) and 32 four-bit indices i into the non-linear levels
+///         v = kIQ4NLValues (−127 … 113), x̂ = d·v[i], 18 bytes per block.
 /// Block types need a head dimension that is a multiple of 32.
-enum class KVType : uint8_t { kF32, kF16, kBF16, kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1 };
+enum class KVType : uint8_t { kF32, kF16, kBF16, kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kIQ4_NL };
 
 /// The instruction sets a KV type's attend kernels are given for; the index into KVTypeTraits::attend.
 enum class KernelIsa : uint8_t { kScalar, kAvx2, kAvx512 };
@@ -56,15 +58,19 @@ struct KVTypeTraits {
     int block_bytes;
     /// The largest magnitude stored: elements are clamped to ±limit before from_float so that a block's binary16
     /// scale (and minimum) stays finite — 65504 (binary16's largest finite value) times the largest |q| the scale
-    /// multiplies (127 for Q8_0, 8 for Q4_0, 16 for Q5_0), 65504 for Q4_1 and Q5_1 (their minimum is a binary16 itself); +inf for the float types, stored as they are.
+    /// multiplies (127 for Q8_0, 8 for Q4_0, 16 for Q5_0), 65504 for Q4_1 and Q5_1 (their minimum is a binary16 itself),
+    /// 65504 · 16 for IQ4_NL (its least-squares scale is a weighted mean of x_j / v_j, each below 7·|m|/127 since
+    /// x_j/(|m|/127) < 7 where level 1 is chosen, so |d| < 65504); +inf for the float types, stored as they are.
     float limit;
     /// The weights' tensor type of the same layout (kernels/tensor_types.h), which the attend kernels take.
     TensorType tensor;
     /// The type a query row is converted to before its dot product with keys of this type (ggml's vec_dot_type):
-    /// Q8_0 for Q8_0, Q4_0 and Q5_0 keys, Q8_1 for Q4_1 and Q5_1 keys, F32 for the float types (dotted as they are).
+    /// Q8_0 for Q8_0, Q4_0, Q5_0 and IQ4_NL keys, Q8_1 for Q4_1 and Q5_1 keys, F32 for the float types (dotted as
+    /// they are).
     TensorType query_dot_type;
     /// float32 [n] → one row of n elements (n a multiple of block; no clamping, see store_row): binary16 / bfloat16
-    /// round to nearest even; the block types by ggml's reference quantizers (quantize_row_q8_0 / _q4_0 / _q4_1 / _q5_0 / _q5_1).
+    /// round to nearest even; the block types by ggml's reference quantizers (quantize_row_q8_0 / _q4_0 / _q4_1 /
+    /// _q5_0 / _q5_1 / _iq4_nl).
     void (*from_float)(const float* x, void* y, int64_t n);
     /// One row of n elements → float32 [n] (the dequantization formula above), with the active kernel set.
     void (*to_float)(const void* x, float* y, int64_t n);
@@ -91,7 +97,7 @@ inline bool kv_type_quantized(KVType t) { return kv_type_block(t) > 1; }
 /// Throws Error naming the type and the dimension when rows of head_dim elements cannot be stored as t (head_dim not
 /// positive, or not a multiple of t's block).
 void check_kv_head_dim(KVType t, int head_dim);
-/// The row's name: "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1".
+/// The row's name: "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl".
 std::string kv_type_name(KVType t);
 /// Every row's name, comma separated, in table order, for help texts and errors.
 std::string kv_type_names();

@@ -47,6 +47,11 @@ void dequantize_row(TensorType t, const void* src, float* dst, int64_t n) {
             for (int64_t i = 0; i < n / QK8_0; ++i) dequant_block_q5_1(b + i, dst + i * QK8_0);
             return;
         }
+        case TensorType::IQ4_NL: {
+            const auto* b = static_cast<const BlockIQ4_NL*>(src);
+            for (int64_t i = 0; i < n / QK8_0; ++i) dequant_block_iq4_nl(b + i, dst + i * QK8_0);
+            return;
+        }
         case TensorType::Q4_K: {
             const auto* b = static_cast<const BlockQ4K*>(src);
             for (int64_t i = 0; i < n / QK_K; ++i) dequant_block_q4_k(b + i, dst + i * QK_K);
@@ -195,6 +200,39 @@ void quantize_row_q5_0(const float* x, BlockQ5_0* y, int64_t n) {
         int q[QK8_0];
         for (int j = 0; j < QK8_0; ++j) q[j] = std::min(31, static_cast<int>(xb[j] * id + 16.5f));
         pack_q5(q, y[b].qs, y[b].qh);
+    }
+}
+
+namespace {
+/// The index of the IQ4_NL level nearest v (the upper of two equally near; the end levels beyond the grid).
+int iq4_nl_nearest(float v) {
+    if (v <= kIQ4NLValues[0]) return 0;
+    if (v >= kIQ4NLValues[15]) return 15;
+    int hi = 1;
+    while (v >= kIQ4NLValues[hi]) ++hi;  // kIQ4NLValues[hi − 1] ≤ v < kIQ4NLValues[hi]
+    return v - kIQ4NLValues[hi - 1] < kIQ4NLValues[hi] - v ? hi - 1 : hi;
+}
+}  // namespace
+
+void quantize_row_iq4_nl(const float* x, BlockIQ4_NL* y, int64_t n) {
+    for (int64_t b = 0; b < n / QK8_0; ++b) {
+        const float* xb = x + b * QK8_0;
+        const float m = block_signed_absmax(xb);
+        uint8_t idx[QK8_0] = {};
+        float d = 0;
+        if (std::fabs(m) >= 1e-15f) {
+            const float inv = 1.0f / (m / kIQ4NLValues[0]);
+            float num = 0, den = 0;
+            for (int j = 0; j < QK8_0; ++j) {
+                idx[j] = static_cast<uint8_t>(iq4_nl_nearest(inv * xb[j]));
+                const float v = kIQ4NLValues[idx[j]], w = xb[j] * xb[j];
+                num += w * v * xb[j];
+                den += w * v * v;
+            }
+            d = den > 0 ? num / den : 0.0f;
+        }
+        y[b].d = fp32_to_fp16(d);
+        for (int j = 0; j < QK8_0 / 2; ++j) y[b].qs[j] = static_cast<uint8_t>(idx[j] | (idx[j + QK8_0 / 2] << 4));
     }
 }
 

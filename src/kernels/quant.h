@@ -62,6 +62,18 @@ struct BlockQ5_1 {
 };
 static_assert(sizeof(BlockQ5_1) == 24);
 
+/// IQ4_NL's 16 levels (ggml's kvalues_iq4nl, Kawrakow's non-linear 4-bit grid): denser near zero, where most
+/// elements of a block lie.
+inline constexpr int8_t kIQ4NLValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+/// IQ4_NL: x_j = d · kIQ4NLValues[i_j] with i_j a 4-bit index; qs[j] holds the index of element j (low nibble)
+/// and of j+16 (high), as Q4_0 does. 18 bytes per 32 elements (KV cache only here, never a weight type).
+struct BlockIQ4_NL {
+    uint16_t d;
+    uint8_t qs[QK8_0 / 2];
+};
+static_assert(sizeof(BlockIQ4_NL) == 18);
+
 /// Q4_K: 8 sub-blocks of 32 with 6-bit scales and mins packed in `scales`;
 /// x = d·sc_j·q − dmin·m_j, q a 4-bit value. 144 bytes per 256 weights.
 struct BlockQ4K {
@@ -190,6 +202,14 @@ inline void dequant_block_q5_1(const BlockQ5_1* b, float* y) {
     const uint32_t qh = q5_high_bits(b->qh);
     for (int j = 0; j < QK8_0; ++j) y[j] = d * q5_value(b->qs, qh, j) + m;
 }
+/// Scalar reference: 32 floats from one IQ4_NL block.
+inline void dequant_block_iq4_nl(const BlockIQ4_NL* b, float* y) {
+    const float d = fp16_to_fp32(b->d);
+    for (int j = 0; j < QK8_0 / 2; ++j) {
+        y[j] = d * kIQ4NLValues[b->qs[j] & 0xF];
+        y[j + QK8_0 / 2] = d * kIQ4NLValues[b->qs[j] >> 4];
+    }
+}
 /// Scalar reference: 256 floats from one Q4_K block.
 inline void dequant_block_q4_k(const BlockQ4K* b, float* y) {
     const float d = fp16_to_fp32(b->d), dmin = fp16_to_fp32(b->dmin);
@@ -286,6 +306,12 @@ void quantize_row_q5_0(const float* x, BlockQ5_0* y, int64_t n);
 /// Quantizes n floats (multiple of 32) to Q5_1 like ggml's reference: d = (max − min)/31, m = min,
 /// q = trunc((x − min)/d + 0.5).
 void quantize_row_q5_1(const float* x, BlockQ5_1* y, int64_t n);
+/// Quantizes n floats (multiple of 32) to IQ4_NL as ggml's reference (quantize_row_iq4_nl_ref, the one llama.cpp
+/// writes KV caches with) does, per block: with m the signed element of largest magnitude, each x_j takes the
+/// index i_j of the level nearest x_j · (−127/m) (ties to the upper level), then the scale is the weighted
+/// least-squares fit of those levels, d = Σ w_j·v_j·x_j / Σ w_j·v_j² with v_j = kIQ4NLValues[i_j] and w_j = x_j²
+/// (no search over other scales: the reference's ntry is −1). A block with max|x| < 1e-15 gets d = 0.
+void quantize_row_iq4_nl(const float* x, BlockIQ4_NL* y, int64_t n);
 /// Quantizes n floats (multiple of 32) to Q4_0 like ggml's reference: d = max/−8 of the signed value of
 /// largest magnitude, q = clamp(round(x/d) + 8, 0, 15).
 void quantize_row_q4_0(const float* x, BlockQ4_0* y, int64_t n);

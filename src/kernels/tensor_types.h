@@ -22,7 +22,8 @@ enum class TensorType : uint32_t {
     Q4_K = 12,
     Q5_K = 13,
     Q6_K = 14,
-    Q8_K = 15,  ///< activations only (dot products with Q2_K / Q3_K / Q5_K weights), never a weight type here
+    Q8_K = 15,    ///< activations only (dot products with Q2_K / Q3_K / Q5_K weights), never a weight type here
+    IQ4_NL = 20,  ///< KV cache rows only (kernels/kv_types.h), never a weight type here
     BF16 = 30,
 };
 
