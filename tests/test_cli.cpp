@@ -449,11 +449,11 @@ KVSIEVE_SLOW_TEST(Cli, EvalFidelityWritesItsReportAndRejectsBadInput) {
 }
 
 TEST(Cli, BenchHonoursPrefillChunkAndWritesStatsJson) {
-    // Filling the depth in chunks with the rule after each keeps the peak near the budget; without, the whole depth
-    // is held before the first compression.
+    // Filling the depth in chunks with the rule after each (--compress-during-prefill) keeps the peak near the
+    // budget; without, the whole depth is held before the first compression.
     test::TempFile chunked(".json"), whole(".json");
     const std::string base = "bench -m " + kModel + " -p 0 -n 4 -d 240 -r 1 --policy h2o:budget=64 --bandwidth-gbs 10";
-    ASSERT_EQ(run(base + " --prefill-chunk 40 --stats-json " + chunked.path()).status, 0);
+    ASSERT_EQ(run(base + " --prefill-chunk 40 --compress-during-prefill --stats-json " + chunked.path()).status, 0);
     ASSERT_EQ(run(base + " --stats-json " + whole.path()).status, 0);
     const auto a = nlohmann::json::parse(std::ifstream(chunked.path())),
                b = nlohmann::json::parse(std::ifstream(whole.path()));

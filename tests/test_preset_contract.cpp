@@ -6,6 +6,7 @@
 // registry when the tests start, so a preset registered without a valid spec in kSpecs below fails by name.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -21,6 +22,7 @@
 #include "model/sampler.h"
 #include "predict/learned_methods.h"
 #include "session/cache_file.h"
+#include "session/prefill_plan.h"
 #include "session/session.h"
 #include "gguf_edit.h"
 #include "test_util.h"
@@ -368,7 +370,7 @@ void run_contract(const Registered& reg, const CaseSpec* cs, KVTypes type, const
     Session s(m, *tok, *cache);
     std::vector<float> logits;
     PrefillPlan plan;
-    plan.chunk = policy.after_prefill ? 0 : 128;
+    plan.chunk = planned_chunk(policy, 128);
     ASSERT_NO_THROW(s.prefill(prompt, plan, logits));
     ASSERT_EQ(logits.size(), static_cast<size_t>(m.config().n_vocab));
     const int64_t n = static_cast<int64_t>(prompt.size());
@@ -444,6 +446,70 @@ TEST_P(PresetContractRotated, RunsKeepsItsStatisticsAndRestoresBitForBit) {
     run_contract(reg(), &d64, type(), m, KVRotateMode::kOn);
 }
 
+/// What a prefill of `prompt` in pieces of `chunk` tokens (as the planner feeds them; 0: one batch) leaves: the
+/// positions every (layer, KV head) keeps, sorted, then the greedy tokens of kDecodeSteps decode steps.
+struct ChunkedRun {
+    std::vector<std::vector<int32_t>> kept;
+    std::vector<int32_t> tokens;
+};
+ChunkedRun run_in_chunks(const LlamaModel& m, const std::string& spec, KVTypes type, const std::vector<int32_t>& prompt,
+                         int64_t chunk) {
+    const auto tok = Tokenizer::from_gguf(m.file());
+    auto cache = make_cache(m, spec, type, KVRotateMode::kAuto);
+    Session s(m, *tok, *cache);
+    std::vector<float> logits;
+    PrefillPlan plan;
+    plan.chunk = planned_chunk(cache->policy(), chunk);
+    s.prefill(prompt, plan, logits);
+    EXPECT_EQ(cache->n_held(), 0);
+    ChunkedRun r;
+    for (int l = 0; l < m.config().n_layer; ++l)
+        for (int h = 0; h < m.config().n_head_kv; ++h) {
+            std::vector<int32_t> got;
+            for (Region reg : kRegionsInOrder)
+                for (int32_t p : cache->head(l, h).region(reg)->positions()) got.push_back(p);
+            std::sort(got.begin(), got.end());
+            r.kept.push_back(std::move(got));
+        }
+    for (int i = 0; i < kDecodeSteps; ++i) {
+        r.tokens.push_back(greedy(m, logits));
+        s.decode(r.tokens.back(), logits);
+    }
+    return r;
+}
+
+/// The cache types of the chunking contract: quantization at write (the sinks and the window hold what the global
+/// region holds, so an entry pushed out of the window by an earlier chunk is read as one batch reads it).
+const KVTypes kChunkTypes[] = {{KVType::kF16, KVType::kF16}, {KVType::kQ8_0, KVType::kQ4_0}};
+
+class PresetChunking : public PresetContractOnType {};
+
+TEST_P(PresetChunking, KeepsWhatOneBatchKeepsWhateverThePieces) {
+    // docs/architecture.md, "Where compression happens": a prompt of 200 tokens fed in pieces of 7 or 128
+    // tokens keeps the positions one batch keeps, in every (layer, KV head), and the greedy answer is the same.
+    const CaseSpec* cs = table_entry();
+    if (!cs) return;
+    const LlamaModel& m = model(cs->model);
+    const std::string spec = spec_of(reg().name, cs->params);
+    SCOPED_TRACE(spec + " on " + kv_types_spec(type()));
+    std::vector<int32_t> prompt = prompt_for(m);
+    prompt.resize(200);                                     // beyond every window of the table's specs
+    if (planned_chunk(parse_policy(spec), 7) == 0) return;  // fed in one piece whatever is asked (prefill_plan.h)
+    const ChunkedRun one = run_in_chunks(m, spec, type(), prompt, 0);
+    if (cs->drops) {
+        size_t kept = 0;
+        for (const auto& k : one.kept) kept += k.size();
+        EXPECT_LT(kept, one.kept.size() * prompt.size());  // the policy really dropped entries
+    }
+    for (int64_t chunk : {7, 128}) {
+        SCOPED_TRACE("chunks of " + std::to_string(chunk));
+        const ChunkedRun c = run_in_chunks(m, spec, type(), prompt, chunk);
+        ASSERT_EQ(c.kept.size(), one.kept.size());
+        for (size_t i = 0; i < c.kept.size(); ++i) EXPECT_EQ(c.kept[i], one.kept[i]) << "layer·head " << i;
+        EXPECT_EQ(c.tokens, one.tokens);
+    }
+}
+
 /// Texts outside a declaration's range: below its minimum, above its maximum (or past int64), NaN for reals.
 std::vector<std::string> out_of_range(const ParamDecl& d) {
     std::vector<std::string> v;
@@ -513,6 +579,10 @@ std::string case_type_name(const ::testing::TestParamInfo<std::tuple<Registered,
 
 INSTANTIATE_TEST_SUITE_P(Registered, PresetContractOnType,
                          ::testing::Combine(::testing::ValuesIn(registered()), ::testing::ValuesIn(kCacheTypes)),
+                         case_type_name);
+
+INSTANTIATE_TEST_SUITE_P(Registered, PresetChunking,
+                         ::testing::Combine(::testing::ValuesIn(registered()), ::testing::ValuesIn(kChunkTypes)),
                          case_type_name);
 
 /// The quantized types with the rotation on (the last also quantized at admission: its F16 sinks and window are

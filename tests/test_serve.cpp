@@ -280,13 +280,18 @@ TEST(Sampler, PresenceAndFrequencyPenaltiesFollowOpenAIsFormula) {
 TEST(Scheduler, AnAfterPrefillPolicyIsFedInOnePieceAsOnTheCommandLine) {
     // The one chunk planner (session/prefill_plan.h): KVzip scores the whole prompt after the prefill, so the server
     // feeds its prompt in one piece however small --prefill-chunk is, and answers as one Session prefilled in one
-    // batch does; a policy without that step is fed in chunks of the given size.
-    const Policy kvzip = parse_policy("kvzip:ratio=0.5"), h2o = parse_policy("h2o:budget=16");
+    // batch does; H2O scores from each chunk's queries, so it is fed in one
+    // piece unless compressing during the prefill; a per-entry scorer is fed in chunks of the given size.
+    const Policy kvzip = parse_policy("kvzip:ratio=0.5"), h2o = parse_policy("h2o:budget=16"),
+                 stream = parse_policy("streaming_llm:window=12,sinks=2");
+    EXPECT_EQ(planned_chunk(kvzip, 16, true, true), 0);
+    EXPECT_TRUE(chunk_overruled(kvzip, 16, true, true));
     EXPECT_EQ(planned_chunk(kvzip, 16), 0);
-    EXPECT_TRUE(chunk_overruled(kvzip, 16));
-    EXPECT_EQ(planned_chunk(kvzip, 16, false), 16);  // only extending the cache: no step runs, chunks are fine
-    EXPECT_EQ(planned_chunk(h2o, 16), 16);
-    EXPECT_FALSE(chunk_overruled(kvzip, 0));
+    EXPECT_EQ(planned_chunk(kvzip, 16, false, true), 16);  // only extending the cache: no step runs, chunks are fine
+    EXPECT_EQ(planned_chunk(h2o, 16), 0);
+    EXPECT_EQ(planned_chunk(h2o, 16, true, true), 16);
+    EXPECT_EQ(planned_chunk(stream, 16), 16);
+    EXPECT_FALSE(chunk_overruled(kvzip, 0, true, true));
     const PrefillChunk a = next_prefill_chunk(40, 0, 16), b = next_prefill_chunk(40, 32, 16),
                        c = next_prefill_chunk(40, 5, 0);
     EXPECT_EQ(std::make_tuple(a.begin, a.end, a.last), std::make_tuple(int64_t{0}, int64_t{16}, false));

@@ -1,5 +1,5 @@
-// The one prefill driver (session/prefill.h) on the bundled stories260K model: chunking, compression between
-// chunks, the after-prefill step, and its errors.
+// The one prefill driver (session/prefill.h) on the bundled stories260K model: chunking, admission held until the
+// prompt's end, compression between chunks under compress_during_prefill, the after-prefill step, and its errors.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,6 +9,7 @@
 #include "model/llama_model.h"
 #include "policy/policy.h"
 #include "session/prefill.h"
+#include "session/prefill_plan.h"
 #include "session/session.h"
 #include "text/tokenizer.h"
 #include "test_util.h"
@@ -36,17 +37,20 @@ std::unique_ptr<KVCache> make(const std::string& spec) {
 
 using test::expect_error_contains;
 
-TEST(Session, ChunkedPrefillIsForwardAndCompressionPerChunk) {
-    // The same steps written out by hand: forward each chunk, compress after it (the last one too).
+TEST(Session, CompressDuringPrefillIsForwardAndCompressionPerChunk) {
+    // The memory-bounded prefill (KVCache::set_compress_during_prefill) is the same steps written out by hand:
+    // forward each chunk, compress after it (the last one too).
     const auto tok = Tokenizer::from_gguf(model().file());
     const auto ids = prompt_ids();
     ASSERT_GT(ids.size(), 20u);
     for (const char* spec : {"snapkv:ratio=0.5", "streaming_llm:ratio=0.5", "h2o:budget=12"}) {
         SCOPED_TRACE(spec);
         auto a = make(spec), b = make(spec);
+        a->set_compress_during_prefill(true);
         std::vector<float> la, lb;
         PrefillPlan plan;
-        plan.chunk = 8;
+        plan.chunk = planned_chunk(a->policy(), 8, true, true);
+        ASSERT_EQ(plan.chunk, 8);
         std::vector<std::pair<int64_t, int64_t>> ranges;
         prefill(model(), *tok, *a, ids, ids, plan, la, [&](int64_t s, int64_t e, const std::vector<float>& lg) {
             ranges.emplace_back(s, e);
@@ -84,17 +88,51 @@ TEST(Session, OneBatchPrefillRunsTheAfterPrefillStep) {
     EXPECT_LT(a->stats().density, 0.6);
 }
 
-TEST(Session, ChunkingAPolicyThatRescoresTheContextIsAnError) {
+TEST(Session, ChunkingAPolicyThePlannerFeedsInOnePieceIsAnError) {
+    // A step scorer scores from each chunk's queries: chunked, it is refused (the planner feeds it in one piece).
     // Even a chunk longer than the prompt: the reconstruction is never skipped silently.
     const auto tok = Tokenizer::from_gguf(model().file());
     const auto ids = prompt_ids();
-    auto c = make("kvzip:ratio=0.5");
     std::vector<float> l;
     PrefillPlan plan;
     plan.chunk = 4096;
+    auto snap = make("snapkv:ratio=0.5");
+    EXPECT_EQ(planned_chunk(snap->policy(), 8), 0);
+    expect_error_contains([&] { prefill(model(), *tok, *snap, ids, ids, plan, l); },
+                          "scores its entries from each chunk's queries; a chunked prefill cannot be used with it");
+    // KVzip scores the whole context after the prompt, with or without compression during the prefill.
+    auto c = make("kvzip:ratio=0.5");
+    EXPECT_EQ(planned_chunk(c->policy(), 8), 0);
+    EXPECT_EQ(planned_chunk(c->policy(), 8, true, true), 0);
     expect_error_contains([&] { prefill(model(), *tok, *c, ids, ids, plan, l); },
-                          "a chunked prefill cannot be used with it");
+                          "scores the whole prompt after the prefill; a chunked prefill cannot be used with it");
     expect_error_contains([&] { prefill(model(), *tok, *c, {}, {}, PrefillPlan{}, l); }, "the prompt is empty");
+}
+
+TEST(Session, HeldAdmissionIsJudgedAtThePromptsEnd) {
+    // KVzap-style admission at window exit (streaming_llm:window keeps nothing beyond its window): while the first
+    // chunks run, the entries they push out of the window stay (held); after the prompt they are judged, and the
+    // cache holds the sinks and the window, as one batch leaves it.
+    const auto tok = Tokenizer::from_gguf(model().file());
+    const auto ids = prompt_ids();
+    const int64_t n = static_cast<int64_t>(ids.size());
+    ASSERT_GT(n, 16);
+    auto c = make("streaming_llm:window=6,sinks=2");
+    ASSERT_EQ(planned_chunk(c->policy(), 4), 4);
+    std::vector<float> logits;
+    int64_t held_midway = -1;
+    PrefillPlan plan;
+    plan.chunk = 4;
+    prefill(model(), *tok, *c, ids, ids, plan, logits, [&](int64_t, int64_t end, const std::vector<float>&) {
+        if (end == 16) held_midway = c->n_held();
+    });
+    const int64_t heads = static_cast<int64_t>(model().config().n_layer) * model().config().n_head_kv;
+    EXPECT_EQ(held_midway, (16 - 2 - 6) * heads);  // every entry that left the window, still in the cache
+    EXPECT_EQ(c->n_held(), 0);
+    std::vector<int32_t> want{0, 1};
+    for (int64_t p = n - 6; p < n; ++p) want.push_back(static_cast<int32_t>(p));
+    for (int l = 0; l < model().config().n_layer; ++l)
+        for (int h = 0; h < model().config().n_head_kv; ++h) EXPECT_EQ(kept_positions(*c, l, h), want);
 }
 
 TEST(Session, StreamingLlmRatioUnderChunkedPrefillKeepsSinksAndTheMostRecent) {
@@ -104,6 +142,7 @@ TEST(Session, StreamingLlmRatioUnderChunkedPrefillKeepsSinksAndTheMostRecent) {
     const auto ids = prompt_ids();
     const int64_t n = static_cast<int64_t>(ids.size());
     auto c = make("streaming_llm:ratio=0.5");
+    c->set_compress_during_prefill(true);
     std::vector<float> logits;
     PrefillPlan plan;
     plan.chunk = 8;
@@ -122,6 +161,7 @@ TEST(Session, PyramidKvLayerBudgetsDoNotCompoundOverChunks) {
     const auto tok = Tokenizer::from_gguf(model().file());
     const auto ids = prompt_ids();
     auto one = make("pyramidkv:ratio=0.5,obs_window=4"), chunked = make("pyramidkv:ratio=0.5,obs_window=4");
+    chunked->set_compress_during_prefill(true);
     std::vector<float> logits;
     prefill(model(), *tok, *one, ids, ids, PrefillPlan{}, logits);
     PrefillPlan plan;

@@ -25,6 +25,7 @@ KVCache::KVCache(const ModelConfig& c, int64_t n_ctx, Policy policy, std::shared
         entry_ = policy_.scorer->entry();
         step_ = policy_.scorer->step();
     }
+    held_.resize(static_cast<size_t>(n_layer_) * n_head_kv_);
     heads_.reserve(static_cast<size_t>(n_layer_) * n_head_kv_);
     for (int i = 0; i < n_layer_ * n_head_kv_; ++i) heads_.emplace_back(pool_.get(), policy_.sinks, policy_.window);
 }
@@ -52,6 +53,10 @@ bool KVCache::admit(int layer, int head, int32_t pos, float& score, const PageSt
 
 HeadCache::Slot KVCache::append(int layer, int head, const float* k, const float* v, int32_t pos, float score) {
     const auto admit_here = [this, layer, head, pos](int32_t p, float& s, const PageStore* st, int64_t slot) {
+        if (hold_) {  // judged by end_prefill, after the last piece of the prompt
+            held_[static_cast<size_t>(layer) * n_head_kv_ + head].push_back({p, pos, st != nullptr});
+            return true;
+        }
         return admit(layer, head, p, s, st, slot, pos);
     };
     return this->head(layer, head).append(k, v, pos, score, admit_here);
@@ -82,7 +87,38 @@ void KVCache::finish_step(int64_t pos0, int64_t T, StepPhase phase) {
     peak_bytes_ = std::max(peak_bytes_, bytes_in_use());
 }
 
+void KVCache::settle_held() {
+    for (int l = 0; l < n_layer_; ++l)
+        for (int h = 0; h < n_head_kv_; ++h) {
+            std::vector<Held>& held = held_[static_cast<size_t>(l) * n_head_kv_ + h];
+            if (held.empty()) continue;
+            PageStore& g = head(l, h).global();
+            std::vector<char> keep(g.size(), 1);
+            size_t k = 0;  // both in position order: the held entries are a subsequence of the global region
+            for (int64_t i = 0; i < g.size() && k < held.size(); ++i) {
+                if (g.positions()[i] != held[k].pos) continue;
+                const Held& e = held[k++];
+                keep[i] =
+                    admit(l, h, e.pos, g.scores()[i], e.from_window ? &g : nullptr, e.from_window ? i : -1, e.now);
+            }
+            held.clear();
+            g.retain(keep);
+        }
+}
+
+int64_t KVCache::n_held() const {
+    int64_t n = 0;
+    for (const auto& h : held_) n += static_cast<int64_t>(h.size());
+    return n;
+}
+
+void KVCache::end_prefill_chunk() {
+    if (compress_during_prefill_) end_prefill();
+}
+
 void KVCache::end_prefill() {
+    hold_ = false;
+    settle_held();
     if (policy_.timing == Timing::kAfterPrefill || policy_.timing == Timing::kEveryNDecodeSteps) compress();
 }
 
@@ -136,6 +172,8 @@ void KVCache::compress() {
 }
 
 void KVCache::rollback(int64_t n) {
+    for (auto& held : held_)
+        held.erase(std::remove_if(held.begin(), held.end(), [n](const Held& e) { return e.pos >= n; }), held.end());
     for (auto& hc : heads_)
         hc.truncate(static_cast<int32_t>(std::min<int64_t>(n, std::numeric_limits<int32_t>::max())));
     n_tokens_ = std::min(n_tokens_, n);
@@ -143,6 +181,8 @@ void KVCache::rollback(int64_t n) {
 
 void KVCache::clear() {
     for (auto& hc : heads_) hc.clear();
+    for (auto& held : held_) held.clear();
+    hold_ = false;
     if (policy_.scorer) state_ = policy_.scorer->new_state(cfg_);
     n_tokens_ = 0;
     decode_steps_ = 0;

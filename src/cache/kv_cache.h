@@ -23,6 +23,12 @@ namespace kvsieve {
 ///     offered at write;
 ///   compression: the rule runs on the global regions after the prompt (end_prefill) and, for every_n_decode_steps,
 ///     every n decode steps (finish_step).
+/// A prompt fed in several pieces leaves every compression point where one piece puts it: while admission is held
+/// (hold_admission, set by the prefill driver for each piece but the last) the entries leaving the window enter the
+/// global region unjudged, so that the later pieces attend to the whole prompt as one batch would; end_prefill offers
+/// them to the admission rule (in position order, each with the position that pushed it out) before it compresses.
+/// set_compress_during_prefill(true) instead judges and compresses after every piece (memory bounded by the policy
+/// while a long prompt is read, but the result then depends on the piece size).
 class KVCache {
 public:
     /// Throws Error for a context ≤ 0, a pool of another head dimension than the model's, a head dimension the
@@ -58,8 +64,29 @@ public:
         selected_total_ += total;
     }
 
-    /// Marks the end of the prompt: runs the compression rule for after_prefill and every_n policies.
+    /// Marks the end of the prompt: offers the entries held by hold_admission to the admission rule (as they would
+    /// have been when they left the window), then runs the compression rule for after_prefill and every_n policies.
     void end_prefill();
+    /// Marks the end of a piece of the prompt that is not its last: nothing happens (the entries wait for
+    /// end_prefill), except under compress_during_prefill, where this is end_prefill.
+    void end_prefill_chunk();
+    /// Called by the prefill driver before each forward step of a prompt: `hold` for a piece that is not the prompt's
+    /// last. While held, an entry leaving the window (without a window: a written entry) is stored in the global region
+    /// without the admission rule and remembered for end_prefill. Ignored (never held) under compress_during_prefill
+    /// and for a policy with a gated prefill (Policy::gated_prefill: its queries already see only what the admission
+    /// rule keeps, per token, so admitting at window exit does not depend on the pieces).
+    void hold_admission(bool hold) { hold_ = hold && !compress_during_prefill_ && !policy_.gated_prefill; }
+    /// Memory-bounded prefill (off by default): the admission rule and the compression run after each piece of a
+    /// chunked prompt, so the later pieces attend to an already pruned past and the kept entries depend on the piece
+    /// size. Off, a prompt keeps the same entries whatever its pieces (docs/architecture.md, "Where compression
+    /// happens").
+    void set_compress_during_prefill(bool on) {
+        compress_during_prefill_ = on;
+        if (on) hold_ = false;
+    }
+    bool compress_during_prefill() const { return compress_during_prefill_; }
+    /// Entries stored unjudged by hold_admission and not yet offered to the admission rule (all heads).
+    int64_t n_held() const;
     /// Gives every cached entry the score `es` holds for its (layer, KV head, position), es.missing if none
     /// (the result of a policy's after-prefill step). Throws Error if es is not shaped L × H_kv.
     void set_scores(const EntryScores& es);
@@ -104,6 +131,8 @@ private:
     /// when it leaves the window (store = the window, slot its index) pushed out by the entry at `now`. Runs the
     /// scorer's on_window_exit first, which may rewrite `score`.
     bool admit(int layer, int head, int32_t pos, float& score, const PageStore* store, int64_t slot, int64_t now);
+    /// Offers every held entry (hold_admission) to the admission rule and removes those it refuses.
+    void settle_held();
     /// Bytes of the pages this sequence holds now (KVStats::kv_bytes_final without building the per-head
     /// tables: the peak is tracked after every step).
     uint64_t bytes_in_use() const;
@@ -121,6 +150,16 @@ private:
     int64_t decode_steps_ = 0;
     int64_t selected_read_ = 0, selected_total_ = 0;  // entries read / kept at decode steps under a selection
     uint64_t peak_bytes_ = 0;
+    bool compress_during_prefill_ = false;
+    bool hold_ = false;
+    /// An entry stored unjudged while admission was held: its position, the position of the entry that pushed it
+    /// out of the window (`now` of its admission), and whether it left a window (false: written without one).
+    struct Held {
+        int32_t pos;
+        int64_t now;
+        bool from_window;
+    };
+    std::vector<std::vector<Held>> held_;  // [L·H_kv], in position order
 };
 
 }  // namespace kvsieve

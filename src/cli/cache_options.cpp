@@ -90,9 +90,14 @@ void CacheOptions::add_to(CLI::App* cmd) {
         ->capture_default_str();
     kv.add_to(cmd);
     add_kv_pool_option(cmd, kv_pool_mb, "KV pool size in MiB (0: grow on demand)");
-    cmd->add_option("--prefill-chunk", prefill_chunk,
-                    "prefill in chunks of this many tokens, compressing after each (0: one batch)")
-        ->capture_default_str();
+    prefill_chunk_option =
+        cmd->add_option("--prefill-chunk", prefill_chunk,
+                        "prefill in chunks of this many tokens (0: one batch); the cache keeps the same entries "
+                        "whatever the chunk size, the policy compressing once after the prompt")
+            ->capture_default_str();
+    cmd->add_flag("--compress-during-prefill", compress_during_prefill,
+                  "admit and compress after each prefill chunk, bounding the cache while a long prompt is read (what "
+                  "is kept then depends on --prefill-chunk)");
     cmd->add_option("--stats-json", stats_json, "write the KV cache statistics to this JSON file");
 }
 
@@ -101,18 +106,22 @@ std::unique_ptr<KVCache> CacheOptions::make_cache(const LlamaModel& m, int64_t n
     require(kv_pool_mb >= 0, "--kv-pool-mb must be ≥ 0, got ", kv_pool_mb);
     require(prefill_chunk >= 0, "--prefill-chunk must be ≥ 0, got ", prefill_chunk);
     check_policy_fits(p, n_ctx);
-    if (chunk_overruled(p, prefill_chunk))
+    const bool asked = prefill_chunk_option == nullptr || prefill_chunk_option->count() > 0;
+    if (asked && chunk_overruled(p, prefill_chunk, true, compress_during_prefill))
         std::fprintf(stderr,
-                     "note: policy %s scores the whole prompt after the prefill, so its prompt is fed in one "
-                     "piece (--prefill-chunk does not apply to it)\n",
-                     p.name.c_str());
+                     "note: policy %s %s, so its prompt is fed in one piece (--prefill-chunk does not apply to it)\n",
+                     p.name.c_str(),
+                     p.after_prefill ? "scores the whole prompt after the prefill"
+                                     : "scores its entries from the attention of the whole prompt");
     auto pool = kv.make_pool(m.config().head_dim, static_cast<uint64_t>(kv_pool_mb * 1048576.0));
-    return std::make_unique<KVCache>(m.config(), n_ctx, std::move(p), std::move(pool));
+    auto cache = std::make_unique<KVCache>(m.config(), n_ctx, std::move(p), std::move(pool));
+    cache->set_compress_during_prefill(compress_during_prefill);
+    return cache;
 }
 
 void CacheOptions::prefill(Session& session, const std::vector<int32_t>& prompt, std::vector<float>& logits) const {
     PrefillPlan plan;
-    plan.chunk = planned_chunk(session.cache().policy(), prefill_chunk);
+    plan.chunk = planned_chunk(session.cache().policy(), prefill_chunk, true, compress_during_prefill);
     session.prefill(prompt, plan, logits);
 }
 

@@ -1,7 +1,7 @@
 #pragma once
 // Command-line options shared by every command that runs a KV cache: --policy, --kv-type, --cache-type-k,
 // --cache-type-v, --kv-quant-at, --kv-rotate, --kv-pool-mb (deprecated alias --kv-budget-mb), --prefill-chunk,
-// --stats-json.
+// --compress-during-prefill, --stats-json.
 #include <memory>
 #include <string>
 
@@ -46,18 +46,22 @@ struct KVTypeOptions {
 struct CacheOptions {
     std::string policy = "full";
     KVTypeOptions kv;
-    double kv_pool_mb = 0;  ///< size of the KV pool in MiB (0: grows on demand)
-    int64_t prefill_chunk = 0;
+    double kv_pool_mb = 0;      ///< size of the KV pool in MiB (0: grows on demand)
+    int64_t prefill_chunk = 0;  ///< --prefill-chunk (0: one batch; a command may set another default)
+    /// --compress-during-prefill: admit and compress after each prefill chunk (memory-bounded prefill; the kept
+    /// entries then depend on the chunk size: KVCache::set_compress_during_prefill). Off by default.
+    bool compress_during_prefill = false;
     std::string stats_json;
 
     /// Adds the options to a subcommand.
     void add_to(CLI::App* cmd);
+    CLI::Option* prefill_chunk_option = nullptr;  ///< set by add_to: tells a given --prefill-chunk from its default
     /// Parses and validates them (throws Error naming a bad value) and builds the cache. Says on stderr when
-    /// --prefill-chunk does not apply to the policy (session/prefill_plan.h: an after-prefill step).
+    /// --prefill-chunk does not apply to the policy (session/prefill_plan.h: a step scorer, or an after-prefill step
+    /// under --compress-during-prefill) and the user asked for it.
     std::unique_ptr<KVCache> make_cache(const LlamaModel& m, int64_t n_ctx) const;
-    /// Feeds the prompt to the session in one batch or in chunks of prefill_chunk tokens (compressing after
-    /// each chunk) as the chunk planner says (session/prefill_plan.h planned_chunk: one piece for a policy with
-    /// an after-prefill step), then ends the prefill (Session::prefill). logits: the last token's.
+    /// Feeds the prompt to the session in one batch or in chunks of prefill_chunk tokens as the chunk planner says
+    /// (session/prefill_plan.h planned_chunk), then ends the prefill (Session::prefill). logits: the last token's.
     void prefill(Session& session, const std::vector<int32_t>& prompt, std::vector<float>& logits) const;
     /// Writes stats as JSON to stats_json if set; throws Error if the file cannot be written.
     void write_stats(const KVStats& s) const;

@@ -90,14 +90,16 @@ void run(const BenchOpts& o) {
             fill_synthetic(kv, o.depth, o.seed);
         } else if (o.depth > 0) {
             std::fprintf(stderr, "filling context to depth %ld...\n", static_cast<long>(o.depth));
-            // --prefill-chunk as the chunk planner takes it (session/prefill_plan.h): chunks of that size with the
-            // policy's rule after each (as a chunked prefill); else pieces of 512 with no rule between them.
-            const int64_t chunk = planned_chunk(kv.policy(), o.cache.prefill_chunk);
+            // --prefill-chunk as the chunk planner takes it (session/prefill_plan.h), else pieces of 512; the policy
+            // admits and compresses once at the end (after each piece with --compress-during-prefill).
+            const int64_t chunk =
+                planned_chunk(kv.policy(), o.cache.prefill_chunk, true, o.cache.compress_during_prefill);
             for (int64_t done = 0; done < o.depth;) {
                 const PrefillChunk c = next_prefill_chunk(o.depth, done, chunk > 0 ? chunk : 512);
+                kv.hold_admission(!c.last);
                 model.forward(StepPhase::kPrefill, bench_tokens(c.end - c.begin), kv, logits);
                 done = c.end;
-                if (chunk > 0 && !c.last) kv.end_prefill();
+                if (!c.last) kv.end_prefill_chunk();
                 std::fprintf(stderr, "\r  %ld / %ld", static_cast<long>(done), static_cast<long>(o.depth));
             }
             std::fprintf(stderr, "\n");

@@ -242,8 +242,13 @@ void add_serve(CLI::App& app) {
     cmd->add_option("-c,--ctx-size", o->sched.n_ctx,
                     "positions per sequence, prompt and answer (0: the model's, at most 4096)")
         ->capture_default_str();
-    cmd->add_option("--prefill-chunk", o->sched.prefill_chunk, "prompt tokens per step, interleaved with decoding")
+    cmd->add_option(
+           "--prefill-chunk", o->sched.prefill_chunk,
+           "prompt tokens per step, interleaved with decoding (the cache keeps the same entries whatever it is)")
         ->capture_default_str();
+    cmd->add_flag("--compress-during-prefill", o->sched.compress_during_prefill,
+                  "admit and compress after each prompt chunk, bounding a long prompt's cache (what is kept, and so "
+                  "the answer, then depends on --prefill-chunk)");
     cmd->add_option("--max-conversations", o->sched.max_conversations,
                     "sequences kept between requests under a 'conversation' id (their next turn feeds only new tokens; "
                     "least recently used dropped first, or when running requests need the pages); 0: none")

@@ -73,7 +73,10 @@ NllResult evaluate_nll(const LlamaModel& model, const Tokenizer& tok, const std:
         double nll = 0;
         int64_t n = 0;
         if (o.protocol == NllProtocol::kChunked) {
-            // The whole window is the prompt, fed in chunks; each chunk's logits score its next tokens.
+            // The whole window is the prompt, fed in chunks; each chunk's logits score its next tokens. The policy
+            // admits and compresses after each chunk (SP-KV App. A.2: what the protocol measures is each chunk
+            // reading a past already compressed), the memory-bounded prefill of KVCache::set_compress_during_prefill.
+            cache.set_compress_during_prefill(true);
             PrefillPlan plan;
             plan.chunk = o.chunk;
             plan.all_logits = true;

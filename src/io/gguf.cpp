@@ -177,6 +177,17 @@ private:
 
 }  // namespace
 
+void GGUFFile::release(const void* p, uint64_t n) const {
+    const uint8_t* b = static_cast<const uint8_t*>(p);
+    require(b >= map_ && n <= size_ && static_cast<uint64_t>(b - map_) <= size_ - n, path_,
+            ": release of bytes outside the mapping");
+    const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    const uintptr_t lo = (reinterpret_cast<uintptr_t>(b) + page - 1) & ~(page - 1);
+    const uintptr_t hi = (reinterpret_cast<uintptr_t>(b) + n) & ~(page - 1);
+    if (hi > lo)
+        madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);  // advice only: a failure changes nothing
+}
+
 GGUFFile::GGUFFile(const std::string& path) : path_(path) {
     fd_ = ::open(path.c_str(), O_RDONLY);
     if (fd_ < 0) fail("cannot open '", path, "': ", std::strerror(errno));

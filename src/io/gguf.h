@@ -85,6 +85,10 @@ public:
     uint32_t version() const { return version_; }
     uint64_t alignment() const { return alignment_; }
     uint64_t file_size() const { return size_; }
+    /// Drops the resident pages of the mapped bytes [p, p + n) that lie wholly inside the range (madvise
+    /// MADV_DONTNEED on its page-aligned interior), for data a caller has copied elsewhere; read again, the pages
+    /// fault back in from the file unchanged. Throws Error when the range is not inside the mapping.
+    void release(const void* p, uint64_t n) const;
 
     /// Metadata in file order.
     const std::vector<std::pair<std::string, GGUFValue>>& metadata() const { return kv_; }

@@ -43,6 +43,8 @@ WeightMatrix matrix(const GGUFFile& f, const std::string& name, int64_t rows, in
         auto buf = std::make_shared<AlignedBuffer>();
         m = repack_q8_0_split(m, *buf);
         w.owned.push_back(std::move(buf));
+        // The copy is what the kernels read: the mapped original need not stay resident beside it.
+        f.release(t.data, static_cast<uint64_t>(rows) * row_bytes(TensorType::Q8_0, cols));
     }
     return m;
 }

@@ -119,7 +119,8 @@ std::vector<std::shared_ptr<RequestHandle>> Scheduler::submit_choices(Generation
     {
         const ModelConfig& c = model_.config();
         const int64_t n_new = std::max<int64_t>(1, static_cast<int64_t>(req.prompt.size()));
-        const PrefillChunk first = next_prefill_chunk(n_new, 0, planned_chunk(req.policy, opts_.prefill_chunk));
+        const PrefillChunk first = next_prefill_chunk(
+            n_new, 0, planned_chunk(req.policy, opts_.prefill_chunk, true, opts_.compress_during_prefill));
         int64_t need = pages_needed(first.end);
         if (req.policy.is_full()) {
             const int64_t answer = req.max_tokens_given ? req.max_tokens : 1;  // a default may stop long before
@@ -397,8 +398,9 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& active) {
         const auto& prompt = s->q->req.prompt;
         const int64_t n = static_cast<int64_t>(prompt.size());
         if (s->prompt_done < n) {
-            const PrefillChunk c =
-                next_prefill_chunk(n, s->prompt_done, planned_chunk(s->cache->policy(), opts_.prefill_chunk));
+            const PrefillChunk c = next_prefill_chunk(
+                n, s->prompt_done,
+                planned_chunk(s->cache->policy(), opts_.prefill_chunk, true, s->cache->compress_during_prefill()));
             s->ids.assign(prompt.begin() + c.begin, prompt.begin() + c.end);
             s->kind = c.last ? Session::StepKind::kPrefillLast : Session::StepKind::kPrefillChunk;
         }
@@ -617,6 +619,7 @@ void Scheduler::open_sequence(const Policy& policy, const SavedSequence* saved, 
     for (;;) {
         try {
             cache = std::make_unique<KVCache>(model_.config(), opts_.n_ctx, policy, pool_);
+            cache->set_compress_during_prefill(opts_.compress_during_prefill);
             session = std::make_unique<Session>(model_, tok_, *cache);
             if (saved) restore_sequence(*session, *saved);
             return;

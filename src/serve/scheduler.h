@@ -70,8 +70,12 @@ struct CacheOpResult {
 struct SchedulerOptions {
     int slots = 4;         ///< sequences run at once; more requests wait in the queue
     int64_t n_ctx = 4096;  ///< positions per sequence (prompt + answer)
-    int64_t prefill_chunk =
-        256;             ///< prompt tokens a sequence feeds per step (policies that rescore the whole prompt: all)
+    /// Prompt tokens a sequence feeds per step (session/prefill_plan.h: a policy it feeds in one piece, all); the
+    /// cache keeps what one batch keeps whatever this is.
+    int64_t prefill_chunk = 256;
+    /// Admit and compress after each step's chunk of a prompt (KVCache::set_compress_during_prefill): the memory of
+    /// a long prompt stays bounded, but the kept entries, and so the answers, then depend on prefill_chunk.
+    bool compress_during_prefill = false;
     int max_queue = 64;  ///< requests waiting for a slot; one more is refused with ServerBusy
     /// When the KV pool cannot hold a step: false, the request that does not fit fails with status 503 at once;
     /// true, it waits until others finish (and fails only when nothing else is running).

@@ -36,15 +36,19 @@ void prefill(const LlamaModel& model, const Tokenizer& tok, KVCache& cache, cons
     require(!prompt.empty(), "prefill: the prompt is empty");
     require(plan.chunk >= 0, "prefill: chunk must be ≥ 0, got ", plan.chunk);
     // A plan the planner (session/prefill_plan.h) never makes: it feeds such a prompt in one piece.
-    require(!chunk_overruled(cache.policy(), plan.chunk, plan.compress), "policy ", cache.policy().name,
-            " scores the whole prompt after the prefill; a chunked prefill cannot be used with it (planned_chunk "
-            "feeds its prompt in one piece)");
+    require(!chunk_overruled(cache.policy(), plan.chunk, plan.compress, cache.compress_during_prefill()), "policy ",
+            cache.policy().name,
+            cache.policy().after_prefill
+                ? " scores the whole prompt after the prefill; a chunked prefill cannot be used with it"
+                : " scores its entries from each chunk's queries; a chunked prefill cannot be used with it",
+            " (planned_chunk feeds its prompt in one piece)");
     const int64_t n = static_cast<int64_t>(prompt.size());
     PagedAttention attention(cache);
     LayerTap tap(attention, plan.on_layer);
     SequenceCache& target = plan.on_layer ? static_cast<SequenceCache&>(tap) : attention;
     for (int64_t done = 0; done < n;) {
         const PrefillChunk c = next_prefill_chunk(n, done, plan.chunk);
+        cache.hold_admission(plan.compress && !c.last);  // judged at the prompt's end, as one batch would be
         if (c.begin == 0 && c.last) {
             model.forward(StepPhase::kPrefill, prompt, target, logits, plan.all_logits);
         } else {
@@ -52,7 +56,7 @@ void prefill(const LlamaModel& model, const Tokenizer& tok, KVCache& cache, cons
                           target, logits, plan.all_logits);
         }
         if (on_chunk) on_chunk(c.begin, c.end, logits);
-        if (!c.last && plan.compress) cache.end_prefill();
+        if (!c.last && plan.compress) cache.end_prefill_chunk();
         done = c.end;
     }
     if (plan.compress) finish_prefill(model, tok, cache, context);

@@ -7,13 +7,15 @@
 
 namespace kvsieve {
 
-int64_t planned_chunk(const Policy& policy, int64_t chunk, bool compress) {
+int64_t planned_chunk(const Policy& policy, int64_t chunk, bool compress, bool during) {
     require(chunk >= 0, "the prefill chunk must be ≥ 0, got ", chunk);
-    return chunk_overruled(policy, chunk, compress) ? 0 : chunk;
+    return chunk_overruled(policy, chunk, compress, during) ? 0 : chunk;
 }
 
-bool chunk_overruled(const Policy& policy, int64_t chunk, bool compress) {
-    return chunk > 0 && compress && static_cast<bool>(policy.after_prefill);
+bool chunk_overruled(const Policy& policy, int64_t chunk, bool compress, bool during) {
+    if (chunk <= 0 || !compress) return false;
+    if (policy.after_prefill) return true;
+    return !during && policy.scorer != nullptr && policy.scorer->step() != nullptr;
 }
 
 PrefillChunk next_prefill_chunk(int64_t n_prompt, int64_t done, int64_t chunk) {

@@ -2,12 +2,22 @@
 // The one prefill chunk planner: how a prompt of n tokens is cut into the pieces a prefill feeds, for every caller
 // (the CLI's --prefill-chunk, the evaluations and the server's batched steps, which feed one piece per step).
 //
-// The rule for a policy with an after-prefill step (Policy::after_prefill, e.g. KVzip's context reconstruction):
-// its prompt is fed in one piece whatever chunk size is asked, everywhere. The step scores every cached entry
-// against the whole context, so no compression may run before the prompt is complete; feeding it in one piece is
-// the policy's own protocol (prefill, then score, then compress), and it is what the server has always done for
-// such requests, whose chunk size is the operator's scheduling setting rather than the client's choice, so an
-// error there would refuse requests for a setting the client cannot change. The after-prefill step is never skipped.
+//
+// A prompt keeps the same entries whatever its pieces (docs/architecture.md, "Where compression happens"): the
+// policy's compression points are the prompt's end, not the pieces' (KVCache::hold_admission, end_prefill), and a
+// piece attends to every earlier piece of the prompt as one batch would. Two kinds of policy are fed in one piece
+// whatever chunk size is asked, everywhere:
+//   - a step scorer (policy/scorer.h StepScorer: SnapKV, H2O, TOVA, expected attention, …) rescores every entry from
+//     the attention of the piece's own queries, so scores computed piece by piece are not one batch's (SnapKV's
+//     observation window would be the last piece's queries); one piece is its own protocol (kvpress: prefill, score,
+//     compress);
+//   - a policy with an after-prefill step (Policy::after_prefill, KVzip's context reconstruction), which scores the
+//     whole context once it is in the cache: its scores (a replay over the cache) are those of one batch only up to
+//     rounding, and it cannot compress before the prompt is complete.
+// Under compress_during_prefill (memory-bounded prefill, off by default) a step scorer is fed in chunks again,
+// rescoring and compressing after each.
+// The server's chunk size is the operator's scheduling setting rather than the client's choice, so a prompt is fed
+// in one piece there too rather than refused.
 #include <cstdint>
 
 namespace kvsieve {
@@ -22,12 +32,13 @@ struct PrefillChunk {
 };
 
 /// The chunk size a prompt is really fed in under `policy` when `chunk` tokens per forward are asked (0: one
-/// batch) and the policy compresses after each piece (`compress`, PrefillPlan::compress): 0 (one piece) for a
-/// policy with an after-prefill step that compresses, else `chunk`. Throws Error for chunk < 0.
-int64_t planned_chunk(const Policy& policy, int64_t chunk, bool compress = true);
+/// batch), the prefill compresses (`compress`, PrefillPlan::compress) and, with `during`, compresses after each
+/// piece (KVCache::set_compress_during_prefill): 0 (one piece) for the policies of the rule above, else `chunk`.
+/// Throws Error for chunk < 0.
+int64_t planned_chunk(const Policy& policy, int64_t chunk, bool compress = true, bool during = false);
 
 /// Whether asking `chunk` under `policy` is overruled by the rule above (the caller may say so to its user).
-bool chunk_overruled(const Policy& policy, int64_t chunk, bool compress = true);
+bool chunk_overruled(const Policy& policy, int64_t chunk, bool compress = true, bool during = false);
 
 /// The next piece of a prompt of n_prompt tokens of which `done` are fed, in chunks of `chunk` tokens (0: the rest
 /// in one piece). Throws Error unless 0 ≤ done < n_prompt and chunk ≥ 0.

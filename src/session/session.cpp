@@ -31,6 +31,7 @@ void Session::prefill(const std::vector<int32_t>& prompt, const PrefillPlan& pla
 
 void Session::decode(int32_t token, std::vector<float>& logits) {
     require(n_tokens() < n_ctx(), "the context of ", n_ctx(), " positions is full");
+    cache_.hold_admission(false);
     model_.forward(StepPhase::kDecode, {token}, attention_, logits);
     tokens_.push_back(token);
 }
@@ -42,11 +43,12 @@ LlamaModel::Segment Session::begin_step(const std::vector<int32_t>& ids, StepKin
     require(n_tokens() + static_cast<int64_t>(ids.size()) <= n_ctx(), "the sequence needs ", n_tokens() + ids.size(),
             " positions but the context holds ", n_ctx());
     tokens_.insert(tokens_.end(), ids.begin(), ids.end());
+    cache_.hold_admission(kind == StepKind::kPrefillChunk);  // judged at the prompt's end (KVCache::end_prefill)
     return {&ids, phase_of(kind), &attention_, &logits, all_logits};
 }
 
 void Session::end_step(StepKind kind) {
-    if (kind == StepKind::kPrefillChunk) cache_.end_prefill();
+    if (kind == StepKind::kPrefillChunk) cache_.end_prefill_chunk();
     if (kind == StepKind::kPrefillLast) finish_prefill(model_, tok_, cache_, tokens_);
 }
 

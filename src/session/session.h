@@ -22,7 +22,7 @@ public:
 
     /// Feeds `prompt` after what the sequence holds, through prefill() (session/prefill.h) with the whole token
     /// history as the policy's context; logits as plan.all_logits says. Throws Error for an empty prompt, a prompt
-    /// that does not fit, or a chunked plan for a policy that rescores the whole context (session/prefill_plan.h).
+    /// that does not fit, or a chunked plan for a policy the planner feeds in one piece (session/prefill_plan.h).
     void prefill(const std::vector<int32_t>& prompt, const PrefillPlan& plan, std::vector<float>& logits,
                  const ChunkFn& on_chunk = {});
     /// Feeds one token as a decode step; logits becomes the next token's [V]. Throws Error when the context is
@@ -39,7 +39,8 @@ public:
     /// Error unless the cache holds exactly tokens.size() positions.
     void restore_tokens(const std::vector<int32_t>& tokens);
 
-    /// What a batched step does for this sequence: a chunk of its prompt (the policy compresses after it), the
+    /// What a batched step does for this sequence: a chunk of its prompt (its admissions held until the prompt ends,
+    /// KVCache::hold_admission; compressed after it only under KVCache::compress_during_prefill), the
     /// prompt's last chunk (then the prefill ends: after-prefill step and compression), tokens that only extend the
     /// cache (a prefill with PrefillPlan::compress false: no compression, no after-prefill step; e.g. a question fed
     /// after a compressed context), or one decode token.

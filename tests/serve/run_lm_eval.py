@@ -25,8 +25,10 @@ POLICIES = ("full", "streaming_llm:window=8,sinks=2")
 def run(policy, out):
     """lm_eval's results and log-likelihood samples against a server running `policy`; checks them against the
     server's own echo answers. Returns {(context, continuation): log-likelihood}."""
-    s = harness.Server(BIN, MODEL, "--alias", "stories", "--policy", policy, "--prefill-chunk", "4", ctx=512,
-                       timeout=60)
+    # A compressing policy compresses the prompt after each 4-token chunk, so that its log-likelihoods differ.
+    during = () if policy == "full" else ("--compress-during-prefill",)
+    s = harness.Server(BIN, MODEL, "--alias", "stories", "--policy", policy, "--prefill-chunk", "4", *during,
+                       ctx=512, timeout=60)
     try:
         env = dict(os.environ, HF_HOME=os.path.join(out, "hf"), HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1",
                    TOKENIZERS_PARALLELISM="false")
