@@ -486,8 +486,7 @@ int allowed_flips(int expected) {
 ///    at most allowed_flips(2·(steps − y.kept)) steps pick another token than llama.cpp's, and each of them only where
 ///    llama.cpp's own margin between the two tokens is below y.worst (a flip needs noise as large as the margin).
 /// Measured with the scalar, AVX2 and AVX-512 kernels, with the margins, in docs/kv_quant_reference.md.
-TEST(SmolLM2, QuantizedCacheLogitsMatchLlamaCppOfTheSameTypes) {
-    REQUIRE_MODEL();
+void expect_kvquant_parity(std::initializer_list<const char*> names) {
     const LlamaModel& m = *model_f32();
     const auto rows = kvquant_reference();
     ASSERT_EQ(rows.size(), 3u);
@@ -507,8 +506,7 @@ TEST(SmolLM2, QuantizedCacheLogitsMatchLlamaCppOfTheSameTypes) {
     const KVQuantParity f16 = parity_of("f16");
     std::printf("[ kvquant   ] %-10s vs llama.cpp: max|Δlogit| %.4f mean %.4f; argmax agrees %d/%d\n", "f16", f16.worst,
                 f16.mean, f16.agree, f16.steps);
-    for (const char* name : {"q8_0", "q8_0_norot", "q4_0", "q4_0_norot", "q4_1", "q4_1_norot", "q5_0", "q5_0_norot",
-                             "q5_1", "q5_1_norot", "iq4_nl", "iq4_nl_norot"}) {
+    for (const char* name : names) {
         const KVQuantParity all = parity_of(name);
         const Movement y = llama_movement(rows, name);
         const float mean_bound = std::sqrt(2.0f) * y.mean + f16.mean, worst_bound = 2 * y.worst + f16.worst;
@@ -525,6 +523,19 @@ TEST(SmolLM2, QuantizedCacheLogitsMatchLlamaCppOfTheSameTypes) {
         EXPECT_LT(all.worst_tie, y.worst)
             << name << ": kvsieve's token differs where llama.cpp's margin exceeds the noise";
     }
+}
+
+/// llama.cpp's default for every quantized cache type (its attention rotation on; scripts/test.sh reruns this one with
+/// every kernel set).
+TEST(SmolLM2, QuantizedCacheLogitsMatchLlamaCppOfTheSameTypes) {
+    REQUIRE_MODEL();
+    expect_kvquant_parity({"q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"});
+}
+
+/// The same with llama.cpp's rotation off (LLAMA_ATTN_ROT_DISABLE=1) and kvsieve's --kv-rotate off.
+TEST(SmolLM2, UnrotatedQuantizedCacheLogitsMatchLlamaCppOfTheSameTypes) {
+    REQUIRE_MODEL();
+    expect_kvquant_parity({"q8_0_norot", "q4_0_norot", "q4_1_norot", "q5_0_norot", "q5_1_norot", "iq4_nl_norot"});
 }
 
 /// The measure of llama.cpp's README figures: each quantized cache against the F16 cache, both kvsieve, teacher-
