@@ -9,6 +9,7 @@
 #include "model/llama_model.h"
 #include "model/sampler.h"
 #include "session/cache_file.h"
+#include "session/prefill_plan.h"
 #include "session/session.h"
 #include "test_util.h"
 #include "util/binary_io.h"
@@ -65,7 +66,7 @@ void check_continuation(const LlamaModel& m, const std::string& spec) {
     Session a(m, *tok, *ca);
     std::vector<float> la;
     PrefillPlan plan;
-    plan.chunk = ca->policy().after_prefill ? 0 : 48;
+    plan.chunk = planned_chunk(ca->policy(), 48);  // in one piece where the policy needs it (prefill_plan.h)
     a.prefill(prompt_for(m), plan, la);
     decode(a, la, 10);
     BinaryWriter extra;

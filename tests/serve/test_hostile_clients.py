@@ -299,12 +299,12 @@ class FairSharing(SharedServerCase):
     """Two keys share the server: one key's new conversations evict only its own, and by default one key cannot take
     every slot and the whole queue (--max-requests-per-key: --slots 2 plus half of --max-queue 2 = 3)."""
     A, B = "key-fair-a-0123456789", "key-fair-b-9876543210"
-    LONG = {"prompt": "Hello there", "max_tokens": 1900, "temperature": 0, "stream": True}
+    LONG = {"prompt": "Hello there", "max_tokens": 8000, "temperature": 0, "stream": True}
 
     @classmethod
     def setUpClass(cls):
         cls.s = Server("--api-key", cls.A, "--api-key", cls.B, "--max-conversations", "4", "--max-queue", "2",
-                       ctx=2048)
+                       ctx=8192)
 
     def as_(self, key, method, path, body=None):
         return self.s.json(method, path, body, headers={"Authorization": "Bearer " + key})
@@ -330,6 +330,7 @@ class FairSharing(SharedServerCase):
                 conns.append(conn)
             for conn in conns[:2]:
                 self.assertEqual(conn.getresponse().status, 200)  # their first events came: both slots run
+            time.sleep(0.2)  # the third, sent before them, has taken its place too (each runs for seconds)
             status, body = self.as_(self.A, "POST", "/v1/completions", completion())
             self.assertEqual(status, 429, body)
             self.assertIn("--max-requests-per-key", body["error"]["message"])
