@@ -602,8 +602,9 @@ TEST(SmolLM2, QuantizedCacheMovesTheF16LogitsAsLlamaCppsDoes) {
 
 /// The learned methods run on SmolLM2 after a clone, with no training: a preset without model= finds the predictor
 /// shipped for this model by the digest of its tensors (the digest the predictors' config.json records, computed
-/// independently by tools/model_digest.py). Each one prefills a 1000-token story (KVpop's shipped operating point
-/// keeps 768 entries per KV head), compresses (compression ratio above 0) and decodes finite logits.
+/// independently by tools/model_digest.py; SP-KV's are gates trained on the frozen model, shipped as a predictor folder
+/// beside it). Each one prefills a 1000-token story (KVpop's shipped operating point keeps 768 entries per KV head),
+/// compresses (compression ratio above 0) and decodes finite logits.
 TEST(SmolLM2, LearnedPresetsWithoutModelFindTheShippedPredictors) {
     REQUIRE_MODEL();
     const LlamaModel& m = *model();
@@ -614,7 +615,7 @@ TEST(SmolLM2, LearnedPresetsWithoutModelFindTheShippedPredictors) {
     while (tok->encode(text, true, false).size() < 1000)
         text += "Lily found a red ball in the garden. She gave it to her brother Tom, who smiled and ran to the park. ";
     const std::vector<int32_t> ids = tok->encode(text, true, false);
-    for (const char* spec : {"kvzap", "kvzap:model=smollm2-135m-linear", "wgkv", "kvpop"}) {
+    for (const char* spec : {"kvzap", "kvzap:model=smollm2-135m-linear", "spkv", "wgkv", "kvpop"}) {
         SCOPED_TRACE(spec);
         KVCache cache(m.config(), static_cast<int64_t>(ids.size()) + 16, parse_policy(spec),
                       make_kv_pool(m.config().head_dim, KVTypes{KVType::kF16, KVType::kF16}, KVRotateMode::kOff));
