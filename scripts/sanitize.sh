@@ -18,9 +18,10 @@ bash scripts/get-model.sh smollm2-135m >/dev/null  # the server's tests run Smol
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_stack_use_after_return=1}
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/lsan.supp}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-# The SmolLM2 parity tests run the same kernels as the small models' golden tests on a 135M model (minutes under
-# ASan); they run in the optimised build only, as does the .deb's test (it packages the binary it tests).
-(cd build-san && OMP_WAIT_POLICY=passive ctest --output-on-failure -j 2 -E '^(SmolLM2|Package)\.')
+# The SmolLM2 parity tests and the serve-vs-generate comparison run the same kernels as the small models' tests on
+# a 135M model (minutes under ASan); they run in the optimised build only, as does the .deb's test (it packages the
+# binary it tests).
+(cd build-san && OMP_WAIT_POLICY=passive ctest --output-on-failure -j 2 -E '^(SmolLM2|Package)\.|^Serve\.SameAnswerAsGenerate$')
 [ "$SECONDS_PER_TARGET" -gt 0 ] || exit 0
 bash scripts/fuzz-corpus.sh unpack build-san/fuzz-corpus
 for src in fuzz/fuzz_*.cpp; do
