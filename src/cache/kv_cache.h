@@ -121,6 +121,10 @@ private:
     int64_t decode_steps_ = 0;
     int64_t selected_read_ = 0, selected_total_ = 0;  // entries read / kept at decode steps under a selection
     uint64_t peak_bytes_ = 0;
+    // compress()'s candidates and effective scores, reused from call to call (sized by the first, grown with the
+    // context).
+    std::vector<HeadCandidates> compress_candidates_;
+    std::vector<std::vector<float>> compress_effective_;
 };
 
 }  // namespace kvsieve
