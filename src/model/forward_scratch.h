@@ -26,10 +26,10 @@ struct ShortFirst {
 /// here. Holds no state between steps.
 struct ForwardScratch {
     std::vector<float> x, xn, q, k, v, att, g, u, tmp, q_pre, k_pre;
-    std::vector<float> last, all;          ///< the rows whose logits are wanted [rows][D], their logits [rows][V]
-    std::vector<int64_t> len, pos0, n_out;  ///< per segment: tokens, first position, rows of logits
-    ShortFirst rows, outs;                  ///< the layout of the step's rows and of the output head's rows
-    Rope::Table rope;                       ///< every row's RoPE angles
+    std::vector<float> last, all;             ///< the rows whose logits are wanted [rows][D], their logits [rows][V]
+    std::vector<int64_t> len, pos0, n_out;    ///< per segment: tokens, first position, rows of logits
+    ShortFirst rows, outs;                    ///< the layout of the step's rows and of the output head's rows
+    Rope::Table rope;                         ///< every row's RoPE angles
     std::vector<MatmulTarget> targets, part;  ///< the matrices of one shared-input product (all rows, one segment)
 };
 
