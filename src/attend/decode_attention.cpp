@@ -22,22 +22,14 @@ int64_t attention_index(const HeadCache& hc, HeadCache::Slot slot) {
     return at;
 }
 
-/// One entry of a head's regions.
-struct RegionIndex {
-    Region region;
-    int64_t i;
-};
-/// Every entry of a head in attention order (sinks, global, window).
-std::vector<RegionIndex> flat_index(const HeadCache& hc) {
-    std::vector<RegionIndex> idx;
-    idx.reserve(hc.size());
-    for (Region r : kRegionsInOrder)
-        for (int64_t i = 0; i < hc.region(r)->size(); ++i) idx.push_back({r, i});
-    return idx;
+/// `v` holding n buffers (the inner ones keep their capacity from earlier steps).
+template <class T>
+void ensure_count(std::vector<std::vector<T>>& v, size_t n) {
+    if (v.size() < n) v.resize(n);
 }
 }  // namespace
 
-void attend_decode(KVCache& cache, const LayerInputs& in, const float* write_scores, float* out) {
+void attend_decode(KVCache& cache, const LayerInputs& in, const float* write_scores, float* out, DecodeScratch& sc) {
     const Policy& policy = cache.policy();
     const KVPool& pool = cache.pool();
     const StepScorer* step = cache.step_scorer();
@@ -45,7 +37,8 @@ void attend_decode(KVCache& cache, const LayerInputs& in, const float* write_sco
     const auto pos = static_cast<int32_t>(in.pos0);
     // 1. Append the new entry to every head (serial: the pool is not thread-safe). At w = 0 the admission rule
     //    runs after scoring, below.
-    std::vector<HeadCache::Slot> slots(in.n_head_kv);
+    std::vector<HeadCache::Slot>& slots = sc.slots;
+    slots.resize(in.n_head_kv);
     for (int h = 0; h < in.n_head_kv; ++h) {
         const float score = write_scores ? write_scores[h] : 0.0f;
         slots[h] = policy.window > 0 ? cache.append(in.layer, h, in.k + h * d, in.v + h * d, pos, score)
@@ -58,13 +51,16 @@ void attend_decode(KVCache& cache, const LayerInputs& in, const float* write_sco
     // binary16 (pool.local()) and the global region Q8_0 / Q4_0, so each page is attended with its own types and
     // the spans' partial softmax states merge as before.
     const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-    std::vector<std::vector<float>> probs(stat != KeyStat::kNone ? in.n_head_kv : 0);
-    std::vector<std::vector<PageRef>> pages(in.n_head_kv);
+    const bool with_probs = stat != KeyStat::kNone;
+    ensure_count(sc.probs, in.n_head_kv);
+    ensure_count(sc.pages, in.n_head_kv);
+    std::vector<std::vector<float>>& probs = sc.probs;
+    std::vector<std::vector<PageRef>>& pages = sc.pages;
     // A rotated pool stores R_K·k and R_V·v (cache/kv_rotation.h): the pages are read as stored, so the query is
     // rotated once per head and step ((R_K q)·(R_K k) = q·k, also against Quest's bounds, which are kept in the
     // stored space) and the output rotated back once per head below (Σ p_j R_V v_j = R_V Σ p_j v_j).
     const KVRotation& rot = pool.rotation();
-    std::vector<float> q_rot;
+    std::vector<float>& q_rot = sc.q_rot;
     const float* q_all = in.q;
     if (rot.keys()) {
         q_rot.assign(in.q, in.q + static_cast<int64_t>(in.n_head) * d);
@@ -74,8 +70,8 @@ void attend_decode(KVCache& cache, const LayerInputs& in, const float* write_sco
     const bool select = policy.selection.active() && in.layer >= policy.selection.skip_layers;
     for (int h = 0; h < in.n_head_kv; ++h) {
         int64_t entries = 0;
-        pages[h] = head_pages(cache.head(in.layer, h), pool.page_tokens(), policy.window, entries);
-        if (stat != KeyStat::kNone) probs[h].assign(static_cast<size_t>(G) * entries, 0.0f);
+        head_pages(cache.head(in.layer, h), pool.page_tokens(), policy.window, pages[h], entries);
+        if (with_probs) probs[h].assign(static_cast<size_t>(G) * entries, 0.0f);
     }
     if (select) {
         // One KV head's ranking per thread (each head's page stores keep their own bounds).
@@ -91,11 +87,14 @@ void attend_decode(KVCache& cache, const LayerInputs& in, const float* write_sco
     // states (m, l, o) are merged afterwards in span order. The spans depend only on how many pages each head holds,
     // never on the thread count, so the order of every sum (within a span, then across spans) is the same at any -t
     // and the output is bit-identical; dynamic scheduling of the items still balances heads of unequal lengths.
-    std::vector<int> span0(in.n_head_kv + 1, 0);  // head h's spans are items span0[h] … span0[h+1) − 1
+    std::vector<int>& span0 = sc.span0;  // head h's spans are items span0[h] … span0[h+1) − 1
+    span0.assign(in.n_head_kv + 1, 0);
     for (int h = 0; h < in.n_head_kv; ++h) span0[h + 1] = span0[h] + decode_span_count(pages[h].size());
-    const int items = span0.back();
-    std::vector<float> part_m(static_cast<size_t>(items) * G, -INFINITY), part_l(static_cast<size_t>(items) * G, 0.0f),
-        part_o(static_cast<size_t>(items) * G * d, 0.0f);
+    const int items = span0[in.n_head_kv];
+    std::vector<float>&part_m = sc.part_m, &part_l = sc.part_l, &part_o = sc.part_o;
+    part_m.assign(static_cast<size_t>(items) * G, -INFINITY);
+    part_l.assign(static_cast<size_t>(items) * G, 0.0f);
+    part_o.assign(static_cast<size_t>(items) * G * d, 0.0f);
 #pragma omp parallel for schedule(dynamic)
     for (int it = 0; it < items; ++it) {
         const int h = static_cast<int>(std::upper_bound(span0.begin(), span0.end(), it) - span0.begin()) - 1;
@@ -105,7 +104,7 @@ void attend_decode(KVCache& cache, const LayerInputs& in, const float* write_sco
         float* pm = part_m.data() + static_cast<size_t>(it) * G;
         float* plsum = part_l.data() + static_cast<size_t>(it) * G;
         float* po = part_o.data() + static_cast<size_t>(it) * G * d;
-        const int64_t n = static_cast<int64_t>(probs.empty() ? 0 : probs[h].size() / G);
+        const int64_t n = static_cast<int64_t>(with_probs ? probs[h].size() / G : 0);
         const float* q = q_all + static_cast<int64_t>(h) * G * d;
         for (size_t i = b; i < e; ++i) {
             // Pages are not contiguous: touch the first lines of the keys and values of the page two ahead so
@@ -122,7 +121,7 @@ void attend_decode(KVCache& cache, const LayerInputs& in, const float* write_sco
             }
             const KVPool& pp = *pl[i].pool;
             kv_attend_rows(dk, pp.key_type(), pp.keys(pl[i].page), pp.value_type(), pp.values(pl[i].page), pl[i].cnt, d,
-                           q, G, scale, pm, plsum, po, probs.empty() ? nullptr : probs[h].data() + pl[i].off, n);
+                           q, G, scale, pm, plsum, po, with_probs ? probs[h].data() + pl[i].off : nullptr, n);
         }
     }
     for (int h = 0; h < in.n_head_kv; ++h)
@@ -141,7 +140,7 @@ void attend_decode(KVCache& cache, const LayerInputs& in, const float* write_sco
             }
             for (int c = 0; c < d; ++c) dst[c] /= l;
             rot.rotate_values(dst, 1, d);
-            if (!probs.empty()) {
+            if (with_probs) {
                 const int64_t n = static_cast<int64_t>(probs[h].size() / G);
                 for (int64_t j = 0; j < n; ++j) probs[h][g * n + j] = std::exp(probs[h][g * n + j] - m) / l;
             }
@@ -149,67 +148,55 @@ void attend_decode(KVCache& cache, const LayerInputs& in, const float* write_sco
     // 3. Scores from the step's statistics, and at-write decisions on the new entry (a per-entry scorer scored it
     //    at write).
     const int n_layer = cache.config().n_layer;
-    if (step && step->decode_scope() == DecodeScope::kNewEntry) {
-        // Only the new entry is scored: no pass over the cache.
-        StepEvent ev(in, n_layer, false, cache.scorer_state());
-        std::vector<std::vector<float>> a(in.n_head_kv);
-        std::vector<float> sc(in.n_head_kv);
-        std::vector<float*> outs(in.n_head_kv);
-        for (int h = 0; h < in.n_head_kv; ++h) {
-            const HeadCache::Slot sl = slots[h];
-            HeadCache& hc = cache.head(in.layer, h);
-            if (!probs.empty()) {  // the new entry's weights
-                const int64_t at = attention_index(hc, sl), n = hc.size();
-                for (int g = 0; g < G; ++g) a[h].push_back(probs[h][g * n + at]);
-            }
-            ev.heads.push_back({1, nullptr, nullptr, &pos, a[h].empty() ? nullptr : a[h].data(), nullptr});
-            sc[h] = hc.region(*sl.region)->scores()[sl.index];
-            outs[h] = &sc[h];
-        }
-        step->score_decode(ev, outs);
-        for (int h = 0; h < in.n_head_kv; ++h) {
-            const HeadCache::Slot sl = slots[h];
-            cache.head(in.layer, h).region(*sl.region)->scores()[sl.index] = sc[h];
-        }
-    } else if (step) {
-        // Every head's entries in attention order with the new entry moved last (the scorer's convention), then one
-        // call for the layer (a scorer may choose per layer, as TOVA).
+    if (step) {
         const int Hkv = in.n_head_kv;
-        std::vector<std::vector<RegionIndex>> idx(Hkv);
-        std::vector<std::vector<size_t>> order(Hkv);
-        std::vector<std::vector<float>> s2(Hkv), a2(Hkv);
-        std::vector<std::vector<int32_t>> p2(Hkv);
+        const bool new_only = step->decode_scope() == DecodeScope::kNewEntry;
+        ensure_count(sc.positions, Hkv);
+        ensure_count(sc.stat, Hkv);
+        ensure_count(sc.scores, Hkv);
+        ensure_count(sc.from, Hkv);
+        sc.outs.resize(Hkv);
         StepEvent ev(in, n_layer, false, cache.scorer_state());
-        std::vector<float*> outs;
+        ev.heads = std::move(sc.views);  // the scratch's capacity, handed back after the call
+        ev.heads.clear();
         for (int h = 0; h < Hkv; ++h) {
             HeadCache& hc = cache.head(in.layer, h);
-            idx[h] = flat_index(hc);
-            const size_t n = idx[h].size(), new_at = static_cast<size_t>(attention_index(hc, slots[h]));
-            order[h].reserve(n);
-            for (size_t j = 0; j < n; ++j)
-                if (j != new_at) order[h].push_back(j);
-            order[h].push_back(new_at);
-            s2[h].resize(n);
-            p2[h].resize(n);
-            a2[h].resize(stat != KeyStat::kNone ? G * n : 0);
-            for (size_t j = 0; j < n; ++j) {
-                const RegionIndex ri = idx[h][order[h][j]];
-                const PageStore* ps = hc.region(ri.region);
-                s2[h][j] = ps->scores()[ri.i];
-                p2[h][j] = ps->positions()[ri.i];
-                for (int g = 0; g < G && !a2[h].empty(); ++g) a2[h][g * n + j] = probs[h][g * n + order[h][j]];
+            std::vector<int32_t>& p2 = sc.positions[h];
+            std::vector<float>&s2 = sc.scores[h], &a2 = sc.stat[h];
+            std::vector<HeadCache::Slot>& from = sc.from[h];
+            const int64_t n = hc.size(), new_at = attention_index(hc, slots[h]);
+            // kNewEntry: only the new entry is scored (no pass over the cache). kAllEntries: every entry in
+            // attention order with the new entry moved last (the scorer's convention).
+            const int64_t m = new_only ? 1 : n;
+            p2.resize(m);
+            s2.resize(m);
+            from.resize(m);
+            a2.resize(with_probs ? static_cast<size_t>(G) * m : 0);
+            auto put = [&](int64_t j, Region r, int64_t i, int64_t at) {
+                const PageStore* ps = hc.region(r);
+                s2[j] = ps->scores()[i];
+                p2[j] = ps->positions()[i];
+                from[j] = {r, i};
+                for (int g = 0; g < G && with_probs; ++g) a2[g * m + j] = probs[h][g * n + at];
+            };
+            if (!new_only) {
+                int64_t j = 0, at = 0;
+                for (Region r : kRegionsInOrder)
+                    for (int64_t i = 0; i < hc.region(r)->size(); ++i, ++at)
+                        if (at != new_at) put(j++, r, i, at);
             }
-            ev.heads.push_back({static_cast<int64_t>(n), nullptr, nullptr, p2[h].data(),
-                                a2[h].empty() ? nullptr : a2[h].data(), nullptr});
-            outs.push_back(s2[h].data());
+            put(m - 1, *slots[h].region, slots[h].index, new_at);
+            ev.heads.push_back(
+                {m, nullptr, nullptr, new_only ? &pos : p2.data(), with_probs ? a2.data() : nullptr, nullptr});
+            sc.outs[h] = s2.data();
         }
-        step->score_decode(ev, outs);
+        step->score_decode(ev, sc.outs);
+        sc.views = std::move(ev.heads);
         for (int h = 0; h < Hkv; ++h) {
             HeadCache& hc = cache.head(in.layer, h);
-            for (size_t j = 0; j < idx[h].size(); ++j) {
-                const RegionIndex ri = idx[h][order[h][j]];
-                hc.region(ri.region)->scores()[ri.i] = s2[h][j];
-            }
+            const std::vector<HeadCache::Slot>& from = sc.from[h];
+            for (size_t j = 0; j < from.size(); ++j)
+                hc.region(*from[j].region)->scores()[from[j].index] = sc.scores[h][j];
         }
     }
     if (policy.window == 0) cache.admit_decoded(in.layer, pos);

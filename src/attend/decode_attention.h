@@ -1,6 +1,7 @@
 #pragma once
 // A decode step's attention over a paged KV cache: the new entry stored, every kept page read once per GQA group,
 // and the step scorer's update from the step's attention weights.
+#include "attend/decode_scratch.h"
 #include "cache/kv_cache.h"
 #include "policy/layer_inputs.h"
 
@@ -17,7 +18,10 @@ namespace kvsieve {
 ///      a rotated pool's query is rotated once per head and the output rotated back (cache/kv_rotation.h);
 ///   3. a step scorer (StepScorer::score_decode) updates the scores from the step's attention weights
 ///      (only the new entry's under DecodeScope::kNewEntry).
-/// Writes out [Hq·d] (float32, head-major). Throws KVBudgetExhausted if a page is needed and none is left.
-void attend_decode(KVCache& cache, const LayerInputs& in, const float* write_scores, float* out);
+/// Writes out [Hq·d] (float32, head-major). Works in `scratch` (reused by every layer and step: it allocates only
+/// when the step needs more room than any step before). Throws KVBudgetExhausted if a page is needed and none is
+/// left.
+void attend_decode(KVCache& cache, const LayerInputs& in, const float* write_scores, float* out,
+                   DecodeScratch& scratch);
 
 }  // namespace kvsieve

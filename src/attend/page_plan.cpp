@@ -8,8 +8,8 @@ int decode_span_count(size_t pages) {
     return static_cast<int>(std::max<size_t>(1, (pages + kDecodeSpanPages - 1) / kDecodeSpanPages));
 }
 
-std::vector<PageRef> head_pages(const HeadCache& hc, int page_tokens, int window, int64_t& entries) {
-    std::vector<PageRef> pages;
+void head_pages(const HeadCache& hc, int page_tokens, int window, std::vector<PageRef>& pages, int64_t& entries) {
+    pages.clear();
     int64_t off = 0;
     for (Region r : kRegionsInOrder) {
         const PageStore* ps = hc.region(r);
@@ -23,7 +23,6 @@ std::vector<PageRef> head_pages(const HeadCache& hc, int page_tokens, int window
         if (r == Region::kGlobal && window == 0 && !ps->pages().empty()) pages.back().always = true;
     }
     entries = off;
-    return pages;
 }
 
 void select_quest_pages(std::vector<PageRef>& pl, int page_tokens, const Selection& sel, const float* q, int G, int d,

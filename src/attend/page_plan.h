@@ -35,9 +35,9 @@ int decode_span_count(size_t pages);
 
 /// Every page of one KV head in attention order (sinks, global, window), each with the index of its first entry in
 /// that order; all but the global region's pages are marked `always`, and so is the global region's last page when
-/// the policy has no window (`window` = 0: the newest entry is the last of the global region). Returns the pages;
-/// `entries` becomes the number of entries they hold.
-std::vector<PageRef> head_pages(const HeadCache& hc, int page_tokens, int window, int64_t& entries);
+/// the policy has no window (`window` = 0: the newest entry is the last of the global region). `pages` becomes the
+/// pages (its capacity is kept: a decode step reuses it) and `entries` the number of entries they hold.
+void head_pages(const HeadCache& hc, int page_tokens, int window, std::vector<PageRef>& pages, int64_t& entries);
 
 /// Quest's read-time selection over one KV head's pages (Tang et al. 2024, Quest, §3: each page's upper bound of
 /// q·k over its keys' per-channel minimum and maximum, policy/selection.h): the pages not marked `always` are ranked

@@ -18,15 +18,17 @@ void PagedAttention::attend(const LayerInputs& in, float* out) {
     const bool decode = in.phase == StepPhase::kDecode;
     require(!decode || in.T == 1, "a decode step takes one token, got ", in.T);
     require(!decode || !sharing_.shadow, "a shadow cache takes prefill steps only");
-    std::vector<float> ws;  // write-time scores [T][Hkv]
-    if (const EntryScorer* entry = cache_.entry_scorer()) {
+    const EntryScorer* entry = cache_.entry_scorer();
+    std::vector<float>& ws = scratch_.write_scores;  // write-time scores [T][Hkv]
+    if (entry) {
         ws.resize(static_cast<size_t>(in.T) * in.n_head_kv);
         entry->on_write(StepEvent(in, cache_.config().n_layer, !decode, cache_.scorer_state()), ws.data());
     }
+    const float* scores = entry ? ws.data() : nullptr;
     if (decode)
-        attend_decode(cache_, in, ws.empty() ? nullptr : ws.data(), out);
+        attend_decode(cache_, in, scores, out, scratch_);
     else
-        attend_prefill(cache_, in, ws.empty() ? nullptr : ws.data(), out, sharing_);
+        attend_prefill(cache_, in, scores, out, sharing_);
 }
 
 }  // namespace kvsieve

@@ -3,6 +3,7 @@
 // the step says.
 #include <cstdint>
 
+#include "attend/decode_scratch.h"
 #include "attend/prefill_attention.h"
 #include "cache/kv_cache.h"
 #include "cache/sequence_cache.h"
@@ -13,7 +14,8 @@ namespace kvsieve {
 /// (LlamaModel::forward). Per layer of a step: a per-entry scorer scores the step's new entries first
 /// (EntryScorer::on_write), then the step runs as its LayerInputs::phase says: a decode step (one token,
 /// attend/decode_attention.h) or a prefill chunk (attend/prefill_attention.h). Holds no entries itself: any number
-/// of views of one cache may exist, one at a time in a step. Not thread-safe.
+/// of views of one cache may exist, one at a time in a step. Keeps a decode step's buffers (attend/decode_scratch.h)
+/// from step to step, so a long-lived view (a Session's) decodes without allocating. Not thread-safe.
 class PagedAttention : public SequenceCache {
 public:
     /// A view of `cache`; `sharing` says how its prefill steps relate to other caches of a shared prefill (default:
@@ -34,6 +36,7 @@ public:
 private:
     KVCache& cache_;
     PrefillSharing sharing_;
+    DecodeScratch scratch_;  // a decode step's buffers, reused across layers and steps
 };
 
 }  // namespace kvsieve

@@ -39,7 +39,8 @@ bool KVCache::admit(int layer, int head, int32_t pos, float& score, const PageSt
         e.pos = pos;
         e.now = now;
         e.score = score;
-        const std::function<void(float*, float*)> read = [store, slot](float* k, float* v) { store->read(slot, k, v); };
+        const auto read_entry = [store, slot](float* k, float* v) { store->read(slot, k, v); };
+        const FunctionRef<void(float*, float*)> read = read_entry;
         e.read = &read;
         e.state = state_.get();
         score = entry_->on_window_exit(e);
@@ -144,13 +145,15 @@ void KVCache::set_scores(const EntryScores& es) {
 
 void KVCache::compress() {
     if (policy_.compression.kind == Rule::Kind::kKeepAll) return;
-    std::vector<HeadCandidates> cands;
-    cands.reserve(heads_.size());
-    std::vector<std::vector<float>> effective(heads_.size());
+    // Reused from call to call (a budget runs this after every decode step): they keep their capacity.
+    std::vector<HeadCandidates>& cands = compress_candidates_;
+    std::vector<std::vector<float>>& effective = compress_effective_;
+    cands.resize(heads_.size());
+    effective.resize(heads_.size());
     for (int l = 0; l < n_layer_; ++l)
         for (int h = 0; h < n_head_kv_; ++h) {
             HeadCache& hc = head(l, h);
-            HeadCandidates c;
+            HeadCandidates& c = cands[static_cast<size_t>(l) * n_head_kv_ + h];
             c.layer = l;
             c.head = h;
             c.scores = hc.global().scores().data();
@@ -163,7 +166,6 @@ void KVCache::compress() {
                 c.scores = e;
             }
             c.n_reference = std::max<int64_t>(c.n, n_tokens_ - hc.sinks().size() - hc.window().size());
-            cands.push_back(std::move(c));
         }
     apply_rule(policy_.compression, cands, RuleContext{n_layer_, n_tokens_});
     size_t i = 0;

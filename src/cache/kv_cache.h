@@ -160,6 +160,10 @@ private:
         bool from_window;
     };
     std::vector<std::vector<Held>> held_;  // [L·H_kv], in position order
+    // compress()'s candidates and effective scores, reused from call to call (sized by the first, grown with the
+    // context).
+    std::vector<HeadCandidates> compress_candidates_;
+    std::vector<std::vector<float>> compress_effective_;
 };
 
 }  // namespace kvsieve

@@ -98,9 +98,23 @@ void PageStore::key_bounds(size_t p, const uint16_t** kmin, const uint16_t** kma
     *kmax = hi;
 }
 
+namespace {
+/// Room for n elements in v, doubling its capacity when it grows (as push_back would).
+template <class T>
+void room_for(std::vector<T>& v, size_t n) {
+    if (v.capacity() < n) v.reserve(std::max(n, 2 * v.capacity()));
+}
+}  // namespace
+
 int64_t PageStore::open_slot(int32_t pos, float score) {
     const int64_t i = size();
-    if (i % pool_->page_tokens() == 0) pages_.push_back(pool_->alloc());  // may throw: nothing changed yet
+    if (i % pool_->page_tokens() == 0) {
+        pages_.push_back(pool_->alloc());  // may throw: nothing changed yet
+        // The positions and scores grow with the pages, so an entry that finds room in its page allocates nothing.
+        const size_t rows = pages_.size() * static_cast<size_t>(pool_->page_tokens());
+        room_for(pos_, rows);
+        room_for(score_, rows);
+    }
     pos_.push_back(pos);
     score_.push_back(score);
     touch(i);

@@ -160,7 +160,7 @@ void run(const BenchOpts& o) {
             const double t0 = now_s();
             for (int i = 0; i < o.n_gen; ++i) {
                 if (o.batch == 1)
-                    model.forward(StepPhase::kDecode, next[0], cache, logits);
+                    model.forward(StepPhase::kDecode, next[0], *views[0], logits);  // the view keeps its scratch
                 else
                     model.forward_batch(segs);
                 for (auto& t : next) t[0] = bench_tokens(1)[0];

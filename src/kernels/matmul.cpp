@@ -26,9 +26,17 @@ struct PreparedX {
     std::vector<float> xd, xsum;  // [T][blocks] float32 scales (and Q8_1 sums) of q8 / q81 for the multi-row kernels
 };
 
-PreparedX prepare(const DotKernels& k, const WeightMatrix& W, const float* X, int64_t T) {
-    PreparedX p;
+/// Makes `p` X [T][cols] in the form W's dot kernel expects. `p`'s buffers keep their capacity (a warm scratch
+/// prepares without allocating); those W does not use are left empty.
+void prepare(const DotKernels& k, const WeightMatrix& W, const float* X, int64_t T, PreparedX& p) {
     p.f32 = X;
+    p.q8_stride = 0;
+    p.q8.clear();
+    p.q81.clear();
+    p.q8k.clear();
+    p.split_d.clear();
+    p.xd.clear();
+    p.xsum.clear();
     const TensorType act = activation_type(W.type);
     if (act == TensorType::Q8_1) {
         p.q8_stride = W.cols / QK8_0;
@@ -45,7 +53,7 @@ PreparedX prepare(const DotKernels& k, const WeightMatrix& W, const float* X, in
         p.q8.resize(static_cast<size_t>(T * p.q8_stride));
         for (int64_t t = 0; t < T; ++t) k.quantize_q8_0(X + t * W.cols, p.q8.data() + t * p.q8_stride, W.cols);
         if (W.layout == RowLayout::kSplitQ8) {
-            p.split_q = AlignedBuffer(static_cast<size_t>(T * W.cols));
+            if (p.split_q.size() < static_cast<size_t>(T * W.cols)) p.split_q = AlignedBuffer(T * W.cols);
             p.split_d.resize(p.q8.size());
             for (size_t b = 0; b < p.q8.size(); ++b) {
                 std::memcpy(p.split_q.data() + b * QK8_0, p.q8[b].qs, QK8_0);
@@ -63,7 +71,19 @@ PreparedX prepare(const DotKernels& k, const WeightMatrix& W, const float* X, in
             for (size_t j = 0; j < n; ++j) p.xsum[j] = fp16_to_fp32(p.q81[j].s);
         }
     }
-    return p;
+}
+
+/// The prepared activations of this thread's products, reused from call to call: they grow to the largest product
+/// seen (rows × columns, distinct activation formats), after which a product allocates nothing.
+struct MatmulScratch {
+    PreparedX single;                // gemv's
+    std::vector<PreparedX> shared;   // matmul_shared_input's, one per distinct (activation format, row layout)
+    std::vector<size_t> prep_of;     // [targets] which of `shared` a target reads
+    std::vector<int64_t> first_row;  // [targets + 1] each target's first row among all targets' rows
+};
+MatmulScratch& matmul_scratch() {
+    thread_local MatmulScratch s;
+    return s;
 }
 
 inline float dot_row(const DotKernels& k, const WeightMatrix& W, int64_t r, const PreparedX& p, int64_t t) {
@@ -127,7 +147,8 @@ inline void dot_all_rows(const DotKernels& k, const WeightMatrix& W, int64_t r, 
 }
 
 void gemv(const DotKernels& k, const WeightMatrix& W, const float* X, int64_t T, float* Y, int64_t ldy) {
-    const PreparedX p = prepare(k, W, X, T);
+    PreparedX& p = matmul_scratch().single;
+    prepare(k, W, X, T, p);
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < W.rows; ++r) dot_all_rows(k, W, r, p, T, Y, ldy);
 }
@@ -216,9 +237,13 @@ void matmul_shared_input(const std::vector<MatmulTarget>& targets, const float* 
     }
     const DotKernels& k = dot_kernels();
     // One prepared copy of X per distinct (activation format, row layout); targets that agree share it.
-    std::vector<PreparedX> preps;
-    std::vector<size_t> prep_of(targets.size());
-    std::vector<int64_t> first_row(targets.size() + 1, 0);
+    MatmulScratch& sc = matmul_scratch();
+    std::vector<PreparedX>& preps = sc.shared;
+    std::vector<size_t>& prep_of = sc.prep_of;
+    std::vector<int64_t>& first_row = sc.first_row;
+    prep_of.resize(targets.size());
+    first_row.assign(targets.size() + 1, 0);
+    size_t n_preps = 0;
     for (size_t i = 0; i < targets.size(); ++i) {
         const WeightMatrix& W = *targets[i].W;
         size_t j = 0;
@@ -228,8 +253,9 @@ void matmul_shared_input(const std::vector<MatmulTarget>& targets, const float* 
         if (j < i) {
             prep_of[i] = prep_of[j];
         } else {
-            prep_of[i] = preps.size();
-            preps.push_back(prepare(k, W, X, T));
+            prep_of[i] = n_preps++;
+            if (preps.size() < n_preps) preps.resize(n_preps);
+            prepare(k, W, X, T, preps[prep_of[i]]);
         }
         first_row[i + 1] = first_row[i] + W.rows;
     }

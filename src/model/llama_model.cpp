@@ -20,7 +20,8 @@ void rms_norm(const float* x, const float* w, float* y, int64_t T, int64_t n, fl
     }
 }
 
-LlamaModel::LlamaModel(const std::string& path) : file_(std::make_unique<GGUFFile>(path)) {
+LlamaModel::LlamaModel(const std::string& path)
+    : file_(std::make_unique<GGUFFile>(path)), scratch_(std::make_unique<ForwardScratchSlot>()) {
     cfg_ = ModelConfig::from_gguf(*file_);
     w_ = ModelWeights::from_gguf(*file_, cfg_);
     rope_ = std::make_unique<Rope>(cfg_, w_.rope_freqs);
@@ -44,33 +45,27 @@ void add_bias(float* x, const std::vector<float>& b, int64_t T) {
     for (int64_t t = 0; t < T; ++t)
         for (int64_t i = 0; i < n; ++i) x[t * n + i] += b[i];
 }
-/// Blocks of rows laid out one after another, the short ones (fewer than kGemmMinTokens rows) first, each group in
-/// the given order: `order` lists the blocks in row order, offset[b] is block b's first row, n_short the rows of the
-/// short blocks (the first n_short rows), total all rows.
-struct ShortFirst {
-    std::vector<size_t> order;
-    std::vector<int64_t> offset;
-    int64_t n_short = 0, total = 0;
-};
 bool is_short(int64_t rows) { return rows < kGemmMinTokens; }
-ShortFirst short_first(const std::vector<int64_t>& sizes) {
-    ShortFirst l;
-    l.offset.resize(sizes.size());
+/// Lays out blocks of `sizes[0 … n)` rows short ones first (ShortFirst, model/forward_scratch.h) into `l`.
+void short_first(const int64_t* sizes, size_t n, ShortFirst& l) {
+    l.order.clear();
+    l.offset.resize(n);
+    l.n_short = l.total = 0;
     for (int pass = 0; pass < 2; ++pass)
-        for (size_t b = 0; b < sizes.size(); ++b)
+        for (size_t b = 0; b < n; ++b)
             if (is_short(sizes[b]) == (pass == 0)) {
                 l.order.push_back(b);
                 l.offset[b] = l.total;
                 l.total += sizes[b];
                 if (pass == 0) l.n_short += sizes[b];
             }
-    return l;
 }
 }  // namespace
 
 void LlamaModel::forward(StepPhase phase, const std::vector<int32_t>& tokens, SequenceCache& cache,
                          std::vector<float>& logits, bool all_logits) const {
-    forward_batch({Segment{&tokens, phase, &cache, &logits, all_logits}});
+    const Segment seg{&tokens, phase, &cache, &logits, all_logits};
+    forward_segments(&seg, 1);
 }
 
 void LlamaModel::forward(StepPhase phase, const std::vector<int32_t>& tokens, KVCache& cache,
@@ -80,10 +75,24 @@ void LlamaModel::forward(StepPhase phase, const std::vector<int32_t>& tokens, KV
 }
 
 void LlamaModel::forward_batch(const std::vector<Segment>& segs) const {
-    const ModelConfig& c = cfg_;
     require(!segs.empty(), "forward: no sequences");
+    forward_segments(segs.data(), segs.size());
+}
+
+void LlamaModel::forward_segments(const Segment* segs, size_t S) const {
+    // The model's scratch, or one of this step's own while another thread runs the model.
+    ForwardScratch* lent = scratch_->borrow();
+    struct Return {
+        ForwardScratchSlot& slot;
+        bool lent;
+        ~Return() {
+            if (lent) slot.release();
+        }
+    } give_back{*scratch_, lent != nullptr};
+    ForwardScratch own;
+    ForwardScratch& sc = lent ? *lent : own;
+    const ModelConfig& c = cfg_;
     const int64_t D = c.n_embd, d = c.head_dim, q_dim = int64_t(c.n_head) * d, kv_dim = int64_t(c.n_head_kv) * d;
-    const size_t S = segs.size();
     for (size_t s = 0; s < S; ++s) {
         const Segment& g = segs[s];
         require(g.tokens && g.cache && g.logits, "forward: segment ", s, " lacks its tokens, cache or logits");
@@ -100,44 +109,49 @@ void LlamaModel::forward_batch(const std::vector<Segment>& segs) const {
     // Rows are laid out segment after segment, short segments (decode steps, small chunks) first: their rows take
     // the row-exact GEMV path together, so each gets the numbers it would get alone; long prefill chunks follow
     // and take the path their length picks, as alone. A single segment is exactly forward() of it.
-    std::vector<int64_t> len(S), pos0(S);
+    std::vector<int64_t>&len = sc.len, &pos0 = sc.pos0;
+    len.resize(S);
+    pos0.resize(S);
     for (size_t s = 0; s < S; ++s) {
         len[s] = static_cast<int64_t>(segs[s].tokens->size());
         pos0[s] = segs[s].cache->n_tokens();
     }
-    const ShortFirst rows = short_first(len);
+    short_first(len.data(), S, sc.rows);
+    const ShortFirst& rows = sc.rows;
     const std::vector<size_t>& order = rows.order;
     const std::vector<int64_t>& row0 = rows.offset;
     const int64_t N = rows.total, n_small = rows.n_short;
     const MatmulPath small_path = S == 1 ? MatmulPath::kAuto : MatmulPath::kRowExact;
     // Y = X·Wᵀ over all rows: the short rows in one row-exact product, each long segment in a product of its own
     // (SGEMM's rounding depends on the number of rows, so a long chunk gets exactly the numbers it gets alone).
-    auto mm = [&](const std::vector<MatmulTarget>& targets, const float* X, int64_t cols) {
+    auto mm = [&](std::initializer_list<MatmulTarget> list, const float* X, int64_t cols) {
+        const std::vector<MatmulTarget>& targets = sc.targets;
+        sc.targets.assign(list);
         if (n_small > 0) matmul_shared_input(targets, X, n_small, small_path);
         for (size_t s : order) {
             if (is_short(len[s])) continue;
-            std::vector<MatmulTarget> part = targets;
+            std::vector<MatmulTarget>& part = sc.part;
+            part.assign(targets.begin(), targets.end());
             for (auto& t : part) t.Y += row0[s] * t.W->rows;
             matmul_shared_input(part, X + row0[s] * cols, len[s]);
         }
     };
 
-    std::vector<float> x(N * D), xn(N * D), q(N * q_dim), k(N * kv_dim), v(N * kv_dim), att(N * q_dim);
-    std::vector<float> g(N * c.n_ff), u(N * c.n_ff), tmp(N * D), q_pre(N * q_dim), k_pre(N * kv_dim);
+    // Every buffer is fully written before it is read, so resize (which keeps the capacity) is enough.
+    std::vector<float>&x = sc.x, &xn = sc.xn, &q = sc.q, &k = sc.k, &v = sc.v, &att = sc.att, &g = sc.g, &u = sc.u,
+    &tmp = sc.tmp, &q_pre = sc.q_pre, &k_pre = sc.k_pre;
+    for (std::vector<float>* b : {&x, &xn, &att, &tmp}) b->resize(N * D);
+    for (std::vector<float>* b : {&q, &q_pre}) b->resize(N * q_dim);
+    for (std::vector<float>* b : {&k, &k_pre, &v}) b->resize(N * kv_dim);
+    for (std::vector<float>* b : {&g, &u}) b->resize(N * c.n_ff);
 
     // One RoPE table for all rows: each segment's rows at its own positions.
-    Rope::Table rt;
+    Rope::Table& rt = sc.rope;
+    rt.T = 0;
     for (size_t s : order) {
         for (int64_t t = 0; t < len[s]; ++t)
             dequantize_weight_row(w_.tok_embd, (*segs[s].tokens)[t], x.data() + (row0[s] + t) * D);
-        Rope::Table part = rope_->table(pos0[s], len[s]);
-        if (S == 1) {
-            rt = std::move(part);
-        } else {
-            rt.T += part.T;
-            rt.cos.insert(rt.cos.end(), part.cos.begin(), part.cos.end());
-            rt.sin.insert(rt.sin.end(), part.sin.begin(), part.sin.end());
-        }
+        rope_->append_table(pos0[s], len[s], rt);
     }
     const RopeAngles angles = rope_->angles();
 
@@ -154,8 +168,8 @@ void LlamaModel::forward_batch(const std::vector<Segment>& segs) const {
             rms_norm(q.data(), L.q_norm.data(), q.data(), N * c.n_head, d, c.rms_eps);
             rms_norm(k.data(), L.k_norm.data(), k.data(), N * c.n_head_kv, d, c.rms_eps);
         }
-        q_pre = q;
-        k_pre = k;
+        std::copy(q.begin(), q.end(), q_pre.begin());
+        std::copy(k.begin(), k.end(), k_pre.begin());
         rope_->apply(rt, q.data(), c.n_head);
         rope_->apply(rt, k.data(), c.n_head_kv);
         for (size_t s = 0; s < S; ++s) {
@@ -191,12 +205,15 @@ void LlamaModel::forward_batch(const std::vector<Segment>& segs) const {
 
     // The output head on the rows whose logits are wanted: segments with few such rows first (row-exact), then
     // each that wants every row of a long chunk, on its own.
-    std::vector<int64_t> n_out(S);
+    std::vector<int64_t>& n_out = sc.n_out;
+    n_out.resize(S);
     for (size_t s = 0; s < S; ++s) n_out[s] = segs[s].all_logits ? len[s] : 1;
-    const ShortFirst outs = short_first(n_out);
+    short_first(n_out.data(), S, sc.outs);
+    const ShortFirst& outs = sc.outs;
     const std::vector<int64_t>& out0 = outs.offset;
     const int64_t n_rows = outs.total, n_out_small = outs.n_short;
-    std::vector<float> last(n_rows * D);
+    std::vector<float>& last = sc.last;
+    last.resize(n_rows * D);
     for (size_t s = 0; s < S; ++s)
         std::copy_n(x.data() + (row0[s] + len[s] - n_out[s]) * D, n_out[s] * D, last.data() + out0[s] * D);
     rms_norm(last.data(), w_.output_norm.data(), last.data(), n_rows, D, c.rms_eps);
@@ -205,7 +222,8 @@ void LlamaModel::forward_batch(const std::vector<Segment>& segs) const {
         matmul(w_.output, last.data(), n_rows, segs[0].logits->data());
         return;
     }
-    std::vector<float> all(n_rows * c.n_vocab);
+    std::vector<float>& all = sc.all;
+    all.resize(n_rows * c.n_vocab);
     if (n_out_small > 0) matmul(w_.output, last.data(), n_out_small, all.data(), -1, MatmulPath::kRowExact);
     for (size_t s = 0; s < S; ++s)
         if (!is_short(n_out[s]))

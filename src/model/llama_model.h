@@ -9,6 +9,7 @@
 #include "cache/kv_cache.h"
 #include "io/gguf.h"
 #include "io/model_config.h"
+#include "model/forward_scratch.h"
 #include "model/rope.h"
 #include "model/weights.h"
 
@@ -69,10 +70,15 @@ public:
     uint64_t weight_bytes_per_token() const;
 
 private:
+    /// forward_batch over segs[0 … S), S ≥ 1, in the model's scratch (model/forward_scratch.h).
+    void forward_segments(const Segment* segs, size_t S) const;
+
     std::unique_ptr<GGUFFile> file_;
     ModelConfig cfg_;
     ModelWeights w_;
     std::unique_ptr<Rope> rope_;
+    /// The forward steps' buffers, reused from step to step (lent to one step at a time).
+    std::unique_ptr<ForwardScratchSlot> scratch_;
 };
 
 /// y[t] = x[t] / √(mean(x[t]²) + eps) ⊙ w for T rows of n values (in place allowed).

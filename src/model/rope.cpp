@@ -21,19 +21,24 @@ Rope::Rope(const ModelConfig& c, const std::vector<float>& freq_factors)
 
 Rope::Table Rope::table(int64_t pos0, int64_t T) const {
     Table t;
-    t.T = T;
+    append_table(pos0, T, t);
+    return t;
+}
+
+void Rope::append_table(int64_t pos0, int64_t T, Table& t) const {
     const int half = n_rot_ / 2;
-    t.cos.resize(static_cast<size_t>(T * half));
-    t.sin.resize(static_cast<size_t>(T * half));
+    const int64_t r0 = t.T;
+    t.T += T;
+    t.cos.resize(static_cast<size_t>(t.T * half));
+    t.sin.resize(static_cast<size_t>(t.T * half));
     for (int64_t p = 0; p < T; ++p) {
         const double pos = static_cast<double>(pos0 + p) * pos_scale_;
         for (int i = 0; i < half; ++i) {
             const double th = pos * inv_freq_[i];
-            t.cos[p * half + i] = static_cast<float>(std::cos(th));
-            t.sin[p * half + i] = static_cast<float>(std::sin(th));
+            t.cos[(r0 + p) * half + i] = static_cast<float>(std::cos(th));
+            t.sin[(r0 + p) * half + i] = static_cast<float>(std::sin(th));
         }
     }
-    return t;
 }
 
 void Rope::apply(const Table& tab, float* x, int n_heads) const {

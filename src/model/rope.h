@@ -23,6 +23,8 @@ public:
         std::vector<float> cos, sin;
     };
     Table table(int64_t pos0, int64_t T) const;
+    /// Appends the rows of positions pos0 … pos0 + T − 1 to `t` (t.T grows by T; its vectors keep their capacity).
+    void append_table(int64_t pos0, int64_t T, Table& t) const;
 
     /// Rotates x [T][n_heads][head_dim] in place with the table's angles, pairing dimensions as the
     /// model's layout says (adjacent pairs or halves).

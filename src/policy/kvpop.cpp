@@ -16,10 +16,10 @@
 // one); the config's sinks, window and delayed are the defaults (what the scorer was trained for), else 4, 256, 1.
 #include <cmath>
 #include <memory>
-#include <unordered_map>
 
 #include "policy/learned_rule.h"
 #include "policy/policy.h"
+#include "policy/position_scores.h"
 #include "predict/kvpop_scorer.h"
 #include "predict/learned_methods.h"
 #include "predict/predictor_registry.h"
@@ -39,10 +39,11 @@ public:
         ring.assign(n_heads, std::vector<float>(ring_floats));
         pending.resize(n_heads);
     }
-    std::vector<MlstmState> mem;                              // [L·Hkv]
-    std::vector<std::vector<float>> ring;                     // [L·Hkv][w][f]: q̃ of the last w tokens
-    std::vector<std::unordered_map<int32_t, float>> pending;  // delayed scores computed, not yet read at exit
-    /// C and n of every head, the queries awaiting their readout, and the pending scores (as a hash map holds them).
+    std::vector<MlstmState> mem;           // [L·Hkv]
+    std::vector<std::vector<float>> ring;  // [L·Hkv][w][f]: q̃ of the last w tokens
+    std::vector<PositionScores> pending;   // delayed scores computed, not yet read at exit
+    /// C and n of every head, the queries awaiting their readout, and the pending scores (as a hash map held them:
+    /// the figure reported before they became a flat list, kept comparable).
     uint64_t bytes() const override {
         uint64_t b = 0;
         for (const auto& m : mem) b += (m.C.size() + m.n.size() + 1) * sizeof(float);
@@ -57,7 +58,7 @@ public:
             w.vec(mem[h].n);
             w.pod(mem[h].m);
             w.vec(ring[h]);
-            save_position_scores(w, pending[h]);
+            pending[h].save(w);
         }
     }
     void load(BinaryReader& r) override {
@@ -72,7 +73,7 @@ public:
             auto q = r.vec<float>(ring[h].size());
             if (q.size() != ring[h].size()) fail(r.what(), " holds a KVpop state of another window");
             ring[h] = std::move(q);
-            load_position_scores(r, pending[h]);
+            pending[h].load(r);
         }
     }
 };
@@ -110,8 +111,9 @@ public:
         auto& st = *static_cast<KvpopState*>(ev.state);
         const int d = e.head_dim, kvd = e.n_head_kv * d, f = net_->feature_dim();
         const int64_t w = window_;
-        MlstmInputs in;
-        std::vector<float> phi(2 * f);
+        thread_local MlstmInputs in;  // working space, reused by this thread's calls
+        thread_local std::vector<float> phi;
+        phi.resize(2 * f);
         for (int h = 0; h < e.n_head_kv; ++h) {
             const int hi = e.layer * e.n_head_kv + h;
             MlstmState& mem = st.mem[hi];
@@ -129,7 +131,7 @@ public:
                 // The entry u = q − w leaves the window at this step: its query against the state at q (eqs. 41–42).
                 if (q >= w) {
                     net_->features(slot, phi.data());
-                    st.pending[hi][static_cast<int32_t>(q - w)] = net_->readout(e.layer, h, phi.data(), mem);
+                    st.pending[hi].set(static_cast<int32_t>(q - w), net_->readout(e.layer, h, phi.data(), mem));
                 }
                 std::copy(in.q_raw.begin(), in.q_raw.end(), slot);
             }
@@ -138,10 +140,8 @@ public:
     float on_window_exit(const WindowExitEvent& e) const override {
         if (!e.state || !delayed_) return e.score;
         auto& pend = static_cast<KvpopState*>(e.state)->pending[e.layer * hkv_ + e.head];
-        auto it = pend.find(e.pos);
-        if (it == pend.end()) return e.score;
-        const float r = it->second;
-        pend.erase(it);
+        float r = e.score;
+        pend.take(e.pos, r);
         return r;
     }
     /// r + ⌊(q − t)/n⌋ · log γ_h with q = now − 1, the newest position (eq. 5).

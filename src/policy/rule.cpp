@@ -54,7 +54,8 @@ void keep_top(HeadCandidates& h, int64_t k) {
         return;
     }
     if (k <= 0) return;
-    std::vector<int64_t> idx(h.n);
+    std::vector<int64_t>& idx = h.order;
+    idx.resize(h.n);
     std::iota(idx.begin(), idx.end(), 0);
     const float* s = h.scores;
     std::nth_element(idx.begin(), idx.begin() + (k - 1), idx.end(), [s](int64_t a, int64_t b) {

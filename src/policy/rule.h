@@ -41,6 +41,8 @@ struct HeadCandidates {
     int64_t n = 0;
     int64_t n_reference = -1;  ///< entries a ratio refers to (tokens seen beyond sinks and window); −1: n
     std::vector<char> keep;    ///< out: [n]
+    /// apply_rule's working space (an index per entry); reused when the caller reuses the candidates.
+    std::vector<int64_t> order;
 };
 
 /// What the heads' cache has seen, for rules whose budgets depend on it.

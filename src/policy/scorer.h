@@ -23,6 +23,7 @@
 
 #include "io/model_config.h"
 #include "policy/layer_inputs.h"
+#include "util/function_ref.h"
 
 namespace kvsieve {
 
@@ -90,8 +91,8 @@ struct WindowExitEvent {
     int64_t now = 0;  ///< position of the entry that pushes it out
     float score = 0;  ///< its stored score
     /// Reads its key after RoPE and its value, [d] each, as float32 into k and v (converted from the page's type
-    /// only when a scorer asks); valid during the on_window_exit call only.
-    const std::function<void(float* k, float* v)>* read = nullptr;
+    /// only when a scorer asks); valid during the on_window_exit call only (a non-owning reference: no allocation).
+    const FunctionRef<void(float* k, float* v)>* read = nullptr;
     ScorerState* state = nullptr;  ///< the sequence's state (null if the scorer keeps none)
 };
 

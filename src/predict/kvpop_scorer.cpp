@@ -163,7 +163,8 @@ void KvpopScorerNet::score_mlp(int layer, const float* k, const float* v, int64_
     require(!stateful(), "KVpop scorer: score_mlp on an mLSTM scorer");
     const Layer& L = layers_.at(layer);
     const int d = d_, xd = 2 * d_, kvd = hkv_ * d_;
-    std::vector<float> x(xd);
+    thread_local std::vector<float> x;  // working space, reused by this thread's calls
+    x.resize(xd);
     for (int64_t t = 0; t < T; ++t)
         for (int h = 0; h < hkv_; ++h) {
             scorer_input(k + t * kvd + h * d, v + t * kvd + h * d, d, x.data());
@@ -227,7 +228,8 @@ float KvpopScorerNet::readout(int layer, int head, const float* phi_q, const Mls
     if (!std::isfinite(s.m)) return 0.0f;
     const Layer& L = layers_.at(layer);
     const int F = 2 * f_;
-    std::vector<double> num(dv_, 0.0);
+    thread_local std::vector<double> num;  // working space, reused by this thread's calls
+    num.assign(dv_, 0.0);
     double den = 0;
     for (int a = 0; a < F; ++a) {
         den += static_cast<double>(s.n[a]) * phi_q[a];

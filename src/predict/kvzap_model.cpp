@@ -69,7 +69,8 @@ KVzapModel KVzapModel::load(const std::string& dir) {
 void KVzapModel::predict(int layer, const float* x, int64_t T, float* out) const {
     const Layer& L = layers_.at(static_cast<size_t>(layer));
     const int D = input_dim_, H = output_dim_, Hd = hidden_dim_;
-    std::vector<float> hid(Hd);
+    thread_local std::vector<float> hid;  // working space, reused by this thread's calls (grows to the widest model)
+    hid.resize(Hd);
     for (int64_t t = 0; t < T; ++t) {
         const float* xt = x + t * D;
         float* yt = out + t * H;

@@ -74,7 +74,10 @@ void WgkvGates::predict(int layer, const float* k_pre, const float* k_post, int6
     // on the thread count (a multi-threaded SGEMM's last bits may; docs/benchmarks.md).
 #pragma omp parallel for schedule(dynamic)
     for (int h = 0; h < hkv_; ++h) {
-        std::vector<float> x(static_cast<size_t>(T) * in), a(static_cast<size_t>(T) * inner_);
+        // Working space of this thread, reused by its later calls (grows to the longest chunk).
+        thread_local std::vector<float> x, a;
+        x.resize(static_cast<size_t>(T) * in);
+        a.resize(static_cast<size_t>(T) * inner_);
         for (int64_t t = 0; t < T; ++t) {
             const size_t off = (static_cast<size_t>(t) * hkv_ + h) * d;
             rms_norm(k_pre + off, L.w_pre.data(), d, x.data() + t * in);

@@ -11,6 +11,7 @@ namespace kvsieve {
 Session::Session(const LlamaModel& model, const Tokenizer& tok, KVCache& cache)
     : model_(model), tok_(tok), cache_(cache), attention_(cache) {
     require(cache.n_tokens() == 0, "a session starts from an empty cache (it holds ", cache.n_tokens(), " tokens)");
+    tokens_.reserve(static_cast<size_t>(cache.n_ctx()));  // a decode step appends without reallocating
 }
 
 int64_t Session::n_tokens() const { return cache_.n_tokens(); }
@@ -32,7 +33,8 @@ void Session::prefill(const std::vector<int32_t>& prompt, const PrefillPlan& pla
 void Session::decode(int32_t token, std::vector<float>& logits) {
     require(n_tokens() < n_ctx(), "the context of ", n_ctx(), " positions is full");
     cache_.hold_admission(false);
-    model_.forward(StepPhase::kDecode, {token}, attention_, logits);
+    step_token_.assign(1, token);
+    model_.forward(StepPhase::kDecode, step_token_, attention_, logits);
     tokens_.push_back(token);
 }
 

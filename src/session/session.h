@@ -74,8 +74,9 @@ private:
     const LlamaModel& model_;
     const Tokenizer& tok_;
     KVCache& cache_;
-    PagedAttention attention_;  // the forward pass's view of cache_ (the segments of begin_step)
-    std::vector<int32_t> tokens_;
+    PagedAttention attention_;         // the forward pass's view of cache_ (the segments of begin_step)
+    std::vector<int32_t> tokens_;      // reserved for the whole context: a decode step does not reallocate it
+    std::vector<int32_t> step_token_;  // a decode step's token, as forward takes it
 };
 
 }  // namespace kvsieve
