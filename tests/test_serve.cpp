@@ -1587,6 +1587,40 @@ TEST(HttpRequestReader, ReadsARequestByteByByteAndLeavesTheNextOneInTheBuffer) {
     EXPECT_TRUE(in.empty());
 }
 
+TEST(HttpRequestReader, AChunkedBodyIsDecodedAsItComesNotBufferedWhole) {
+    // The connection may buffer at most kChunkReadAhead undecoded bytes of a chunked body: the body limit and the
+    // read-ahead bound what a client can make the server hold, not twice the limit on the wire.
+    using Step = HttpRequestReader::Step;
+    using R = HttpRequestReader;
+    HttpLimits l;
+    l.max_body_bytes = 8u << 20;
+    R r(l);
+    std::string in = "POST /a HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
+    ASSERT_EQ(r.feed(in), Step::kHead);
+    r.read_body();
+    EXPECT_EQ(r.want(0), R::kChunkReadAhead);
+    EXPECT_EQ(r.want(R::kChunkReadAhead - 10), 10u);
+    EXPECT_EQ(r.want(R::kChunkReadAhead), 0u);
+    EXPECT_GT(R::kChunkReadAhead, R::kChunkFramingSlack);  // a too long chunk-size line is seen before the bound
+    // 1 MiB chunks fed a read-ahead at a time: decoded until the body passes its limit, then a 413.
+    const std::string chunk = "100000\r\n" + std::string(1u << 20, 'x') + "\r\n";
+    std::string wire;
+    for (int i = 0; i < 10; ++i) wire += chunk;
+    Step step = Step::kMore;
+    size_t at = 0;
+    while (step == Step::kMore && at < wire.size()) {
+        const size_t n = std::min(r.want(in.size()), wire.size() - at);
+        ASSERT_GT(n, 0u);
+        in.append(wire, at, n);
+        at += n;
+        EXPECT_LE(in.size(), R::kChunkReadAhead);
+        step = r.feed(in);
+    }
+    ASSERT_EQ(step, Step::kRefused);
+    EXPECT_EQ(r.status(), 413);
+    EXPECT_LT(at, 9 * chunk.size());  // refused once past 8 MiB, not at the wire limit
+}
+
 TEST(HttpRequestReader, RefusesOnTheHeadWithTheStatusOfEachProblem) {
     HttpLimits l;
     l.max_headers = 10;

@@ -309,7 +309,12 @@ size_t HttpRequestReader::want(size_t buffered) const {
     // A chunked body's end is known only from its last chunk: read on, up to the most its framing may take (and one
     // byte more, to see it passed).
     const uint64_t end = chunked_ ? wire_limit() + 1 : body_length_;
-    return have >= end ? 0 : static_cast<size_t>(std::min<uint64_t>(end - have, SIZE_MAX));
+    if (have >= end) return 0;
+    uint64_t n = end - have;
+    // A chunked body is decoded as it comes: the connection holds at most kChunkReadAhead undecoded bytes (more than
+    // the longest chunk-size line, so that one too long is seen), not the whole wire limit on top of the body.
+    if (chunked_) n = std::min<uint64_t>(n, buffered >= kChunkReadAhead ? 0 : kChunkReadAhead - buffered);
+    return static_cast<size_t>(std::min<uint64_t>(n, SIZE_MAX));
 }
 
 void HttpRequestReader::read_body() {

@@ -84,6 +84,8 @@ class HttpRequestReader {
 public:
     /// Bytes of chunk framing a chunked body may carry beyond twice its limit, and the longest chunk-size line.
     static constexpr size_t kChunkFramingSlack = 64u << 10;
+    /// The most undecoded bytes of a chunked body a connection buffers before they are fed to the parser.
+    static constexpr size_t kChunkReadAhead = 4 * kChunkFramingSlack;
     enum class Step {
         kMore,     ///< needs more bytes (of the head, or of the body after read_body())
         kHead,     ///< the line and headers are in and passed the checks above: request() has them
