@@ -29,8 +29,8 @@ else
   root="$scratch/root"
 fi
 bin="$root/usr/bin/kvsieve"
-# Only the installed folder may provide the predictor: no search path from the environment.
-out=$(env -u KVSIEVE_PREDICTOR_PATH "$bin" generate -m "$model" --policy wgkv --chat -p "What is the capital of France?" \
+# Only the installed folder may provide the predictor: no search path from the environment, no user's folder.
+out=$(env -u KVSIEVE_PREDICTOR_PATH XDG_DATA_HOME="$scratch/no-user-predictors" "$bin" generate -m "$model" --policy wgkv --chat -p "What is the capital of France?" \
   -n 8 --temp 0 2>&1) || { echo "$out"; echo "FAIL: the installed kvsieve did not run"; [ $system = 1 ] && dpkg -r kvsieve >/dev/null; exit 1; }
 echo "$out" | tail -n 3
 if [ $system = 1 ]; then

@@ -10,6 +10,7 @@
 
 #include "cache/kv_cache.h"
 #include "cli_runner.h"
+#include "io/model_digest.h"
 #include "io/safetensors.h"
 #include "model/llama_model.h"
 #include "policy/policy.h"
@@ -24,6 +25,7 @@ namespace kvsieve {
 namespace {
 
 using test::run_cli;
+namespace fs = std::filesystem;
 namespace F = torch::nn::functional;
 
 TEST(WgkvTraining, TheGateIsTheReferencesGroupedConvolutionAndTheEngineLoadsWhatItSaves) {
@@ -180,6 +182,47 @@ TEST_F(WgkvCli, TrainsResumesAndWritesGatesThatWgkvRuns) {
                              (dir_ / "gates").string() + ",window=16 -n 8 --temp 0 -p 'Once upon a time'");
     EXPECT_EQ(gen.status, 0) << gen.err;
     EXPECT_FALSE(gen.out.empty());
+}
+
+TEST_F(WgkvCli, OneCommandTrainsAPredictorThatThePresetFindsAndRunsAgainAsAResume) {
+    // `kvsieve train wgkv -m MODEL`: the shipped SmolLM2 config's settings with this model, a small corpus and short
+    // rows; the predictor lands in the user's folder, where `--policy wgkv` (no model=) finds it by the digest.
+    const std::string home = (dir_ / "home").string();
+    ::setenv("XDG_DATA_HOME", (home + "/data").c_str(), 1);
+    ::setenv("XDG_CACHE_HOME", (home + "/cache").c_str(), 1);
+    const std::string model = test::model_path("stories260K.gguf");
+    const auto cmd = [&](int steps) {
+        return "train wgkv -m " + model + " --corpus " + (dir_ / "text.txt").string() + " --steps " +
+               std::to_string(steps) +
+               " --set data.lengths=[96] --set data.tokens_per_batch=192 --set eval.window=64 "
+               "--set data.holdout_fraction=0.3 --set wgkv.window=16 --set checkpoint_every=1";
+    };
+    const auto r = run_cli(cmd(2));
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.err.find("a new run in " + home + "/cache/kvsieve/train/wgkv/stories260K"), std::string::npos) << r.err;
+    const fs::path predictor = home + "/data/kvsieve/models/wgkv/stories260K";
+    EXPECT_NE(r.err.find("predictor: " + predictor.string()), std::string::npos) << r.err;
+    const auto card = nlohmann::json::parse(std::ifstream(predictor / "config.json"));
+    EXPECT_EQ(card["model_type"], "wgkv");
+    EXPECT_EQ(card["model_digest"], model_digest(test::stories260k().file()));
+    EXPECT_EQ(card["window"], 16);
+    EXPECT_EQ(card["lambda"], 0.16);  // the shipped config's, not changed by the command
+    // Found for this model without model=, and listed as ready.
+    const auto gen = run_cli("generate -m " + model + " --policy wgkv -n 8 --temp 0 -p 'Once upon a time'");
+    EXPECT_EQ(gen.status, 0) << gen.err;
+    EXPECT_FALSE(gen.out.empty());
+    const auto pol = run_cli("policies -m " + model);
+    EXPECT_NE(pol.out.find("  wgkv       stories260K  " + predictor.string()), std::string::npos) << pol.out;
+    EXPECT_NE(pol.out.find("kvpop      none: give model=<folder> or train one: kvsieve train kvpop -m " + model),
+              std::string::npos)
+        << pol.out;
+    // The same command again with more steps resumes the run from its checkpoint.
+    const auto again = run_cli(cmd(3));
+    ASSERT_EQ(again.status, 0) << again.err;
+    EXPECT_NE(again.err.find("resuming the run"), std::string::npos) << again.err;
+    EXPECT_EQ(test::read_run_log(home + "/cache/kvsieve/train/wgkv/stories260K").steps.size(), 3u);
+    ::setenv("XDG_DATA_HOME", "/nonexistent/kvsieve-tests", 1);  // as test_main.cpp leaves it
+    ::unsetenv("XDG_CACHE_HOME");
 }
 
 TEST_F(WgkvCli, BadOptionsAreClearErrorsBeforeTraining) {

@@ -123,7 +123,7 @@ TEST(Wgkv, GatesOfTheWrongShapeOrNoneAreOneClearError) {
     // so and how to train one.
     EXPECT_NE(r.err.find("policy wgkv: no wgkv predictor was trained for stories260K.gguf"), std::string::npos)
         << r.err;
-    EXPECT_NE(r.err.find("kvsieve train wgkv"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("kvsieve train wgkv -m MODEL.gguf"), std::string::npos) << r.err;
 }
 
 TEST(Wgkv, TheGatesTrainingWindowAndTauAreThePresetsDefaults) {

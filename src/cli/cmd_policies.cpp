@@ -39,8 +39,10 @@ void add_policies(CLI::App& app) {
             for (const BundledPredictor& p : ready)
                 if (p.preset == preset)
                     names += (names.empty() ? "" : ", ") + p.name + (p.is_default ? " (default)" : "") + "  " + p.path;
-            std::printf("  %-10s %s\n", preset.c_str(),
-                        names.empty() ? "none: give model=<folder> or train one (docs/training.md)" : names.c_str());
+            if (names.empty())
+                names = "none: give model=<folder> or train one: kvsieve train " +
+                        learned_method_of_preset(preset)->trainer + " -m " + o->model;
+            std::printf("  %-10s %s\n", preset.c_str(), names.c_str());
         }
     });
 }

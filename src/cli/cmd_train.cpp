@@ -6,12 +6,33 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/quick_train.h"
 #include "cli/trainers.h"
+#include "predict/learned_methods.h"
 #include "util/error.h"
+#include "util/file.h"
 
 namespace kvsieve::cli {
 
 namespace {
+/// `kvsieve train METHOD -m MODEL`: the plan's config written into its run folder, the run resumed when that folder
+/// has a checkpoint, and where the predictor went said at the end.
+void run_quick(const LearnedMethod& method, const std::string& config, const QuickTrainOptions& quick, bool resume,
+               bool progress, bool (*run)(const std::string&, bool, bool)) {
+    const QuickTrainPlan plan = plan_quick_train(method, config, quick);
+    std::filesystem::create_directories(plan.run_dir);
+    const std::string path = plan.run_dir + "/train-config.json";
+    write_text(path, plan.config.dump(2) + "\n");
+    const bool again = resume || std::filesystem::exists(plan.run_dir + "/checkpoint.pt");
+    if (progress)
+        std::fprintf(stderr, "train %s for %s: %s run in %s (its config: %s)\n", method.name.c_str(),
+                     quick.model.c_str(), again ? "resuming the" : "a new", plan.run_dir.c_str(), path.c_str());
+    if (!run(path, again, progress)) throw CLI::RuntimeError(130);
+    if (progress)
+        std::fprintf(stderr, "predictor: %s\n  kvsieve generate -m %s --policy %s   finds it for this model\n",
+                     plan.predictor_dir.c_str(), quick.model.c_str(), method.presets.front().c_str());
+}
+
 std::vector<TrainerSpec>& registry() {
     static std::vector<TrainerSpec> r;
     return r;
@@ -50,18 +71,42 @@ TrainerSpec config_trainer(std::string name, std::string help, bool (*run)(const
         auto config = std::make_shared<std::string>();
         auto resume = std::make_shared<bool>(false), quiet = std::make_shared<bool>(false);
         auto eval_only = std::make_shared<bool>(false);
-        cmd.add_option("--config", *config, "JSON config (docs/training.md)")->required()->check(CLI::ExistingFile);
+        // A learned method's trainer also trains in one command (-m MODEL.gguf, cli/quick_train.h).
+        const LearnedMethod* method = find_learned_method(name);
+        if (method && method->trainer != name) method = nullptr;
+        auto quick = std::make_shared<QuickTrainOptions>();
+        auto* config_opt = cmd.add_option("--config", *config,
+                                          method ? "JSON config (docs/training.md); with -m, the base the flags change "
+                                                   "(default: the method's shipped config)"
+                                                 : "JSON config (docs/training.md)");
+        config_opt->check(CLI::ExistingFile);
+        if (method)
+            add_quick_train_options(cmd, *quick);
+        else
+            config_opt->required();
         cmd.add_flag("--resume", *resume, "continue from the run directory's checkpoint");
         cmd.add_flag("-q,--quiet", *quiet, "no progress output");
         if (offers_eval_only)
             cmd.add_flag("--eval-only", *eval_only,
                          "evaluate the run directory's checkpoint as the config's \"eval\" says, print it as JSON on "
                          "stdout and write nothing");
-        cmd.callback([name, run, evaluate, config, resume, quiet, eval_only] {
+        cmd.callback([name, run, evaluate, config, resume, quiet, eval_only, method, quick] {
             if (!run)
                 fail("train ", name,
                      " needs the libtorch training stack, which this build does not include (install "
                      "libtorch-dev and rebuild)");
+            if (method && !quick->model.empty()) {
+                require(!*eval_only, "--eval-only takes --config, not -m");
+                run_quick(*method, *config, *quick, *resume, !*quiet, run);
+                return;
+            }
+            if (method) {
+                require(!config->empty(), "train ", name,
+                        ": give -m MODEL.gguf (the model to train a predictor for) or --config FILE");
+                require(quick->corpus.empty() && quick->steps == 0 && quick->sets.empty() && quick->run_dir.empty() &&
+                            quick->predictor_dir.empty(),
+                        "--corpus, --steps, --set, --run-dir and --predictor-dir go with -m MODEL.gguf");
+            }
             if (*eval_only) {
                 require(!*resume, "--eval-only and --resume exclude each other (--eval-only trains nothing)");
                 evaluate(*config, !*quiet);
@@ -144,6 +189,8 @@ TrainerSpec config_trainer(std::string name, std::string help, std::vector<Confi
                     case ConfigFlag::Kind::kSwitch: break;
                 }
             }
+            if (const LearnedMethod* m = find_learned_method(name); m && m->trainer == name && config->empty())
+                fill_flag_trainer_defaults(*m, j);
             run(j, base, !*quiet);
         });
     };

@@ -58,7 +58,8 @@ TrainerSpec kvzap_trainer() {
     const KVzapFitOptions d;
     return config_trainer(
         "kvzap", "fit KVzap (linear by ridge regression, or --mlp) on KVzip+ scores of corpus prompts",
-        {{"--model", "model", K::kPath, "GGUF model"},
+        {{"-m,--model", "model", K::kPath,
+          "GGUF model (without --config and --out, the fit goes where --policy kvzap finds it for this model)"},
          {"--corpus", "corpus", K::kPaths, "text files to cut prompts from"},
          {"--out", "out", K::kPath, "checkpoint directory (config.json + model.safetensors)"},
          {"--mlp", "mlp", K::kSwitch,

@@ -14,15 +14,9 @@
 
 #include "io/gguf.h"
 #include "io/model_digest.h"
+#include "predict/data_dirs.h"
 #include "predict/learned_methods.h"
 #include "util/error.h"
-
-#ifndef KVSIEVE_SOURCE_MODELS_DIR
-#define KVSIEVE_SOURCE_MODELS_DIR ""
-#endif
-#ifndef KVSIEVE_BUILD_DIR
-#define KVSIEVE_BUILD_DIR ""
-#endif
 
 namespace kvsieve {
 
@@ -36,13 +30,6 @@ struct Selected {
 Selected& selected() {
     static Selected s;
     return s;
-}
-
-/// The running binary's folder ("" when /proc/self/exe cannot be read).
-fs::path exe_dir() {
-    std::error_code ec;
-    const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-    return ec ? fs::path() : exe.parent_path();
 }
 
 /// The method folder, trainer and config folder of a preset (predict/learned_methods.h).
@@ -64,17 +51,13 @@ std::vector<std::string> predictor_search_path() {
             a = b + 1;
         }
     }
-    const fs::path exe = exe_dir();
-    if (!exe.empty()) dirs.push_back((exe.parent_path() / "share" / "kvsieve" / "models").string());
-    // The source tree's models/ only for binaries of its build tree: an installed binary never reads the tree it was
-    // built from.
-    const std::string build = KVSIEVE_BUILD_DIR;
-    if (*KVSIEVE_SOURCE_MODELS_DIR && !build.empty() && exe.string().starts_with(build + "/"))
-        dirs.push_back(KVSIEVE_SOURCE_MODELS_DIR);
+    dirs.push_back(user_predictor_dir());
+    for (const std::string& d : shipped_dirs()) dirs.push_back((fs::path(d) / "models").string());
     std::vector<std::string> out;
     for (const std::string& d : dirs) {
         std::error_code ec;
-        if (fs::is_directory(d, ec) && std::find(out.begin(), out.end(), d) == out.end()) out.push_back(d);
+        if (!d.empty() && fs::is_directory(d, ec) && std::find(out.begin(), out.end(), d) == out.end())
+            out.push_back(d);
     }
     return out;
 }
@@ -166,8 +149,8 @@ std::string default_predictor_path(const std::string& preset) {
                       ")";
     fail("policy ", preset, ": no ", preset, " predictor was trained for ", label, " (", digest.substr(0, 19),
          "…); predictors found: ", others.empty() ? std::string("none") : others,
-         ". Train one for this model with `kvsieve train ", method_of(preset).trainer, " --config ",
-         method_of(preset).config_dir, "/<config>.json` (docs/training.md), or give model=<folder>");
+         ". Train one for this model with `kvsieve train ", method_of(preset).trainer,
+         " -m MODEL.gguf` (docs/training.md), or give model=<folder>");
 }
 
 std::optional<std::string> predictor_path_by_name(const std::string& preset, const std::string& name) {

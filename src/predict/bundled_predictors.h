@@ -6,8 +6,10 @@
 //
 // Where predictors are looked for, in order (a folder that does not exist is skipped):
 //   1. each folder of $KVSIEVE_PREDICTOR_PATH (':'-separated)
-//   2. the installed folder: <prefix>/share/kvsieve/models, found from the running binary (<prefix>/bin/kvsieve)
-//   3. the source tree's models/, for the binaries of its build tree only
+//   2. the user's folder, where `kvsieve train METHOD -m MODEL.gguf` writes: $XDG_DATA_HOME/kvsieve/models (default
+//      ~/.local/share/kvsieve/models; predict/data_dirs.h)
+//   3. the installed folder: <prefix>/share/kvsieve/models, found from the running binary (<prefix>/bin/kvsieve)
+//   4. the source tree's models/, for the binaries of its build tree only
 // Each holds <method>/<name>/config.json (+ model.safetensors), <method> a registered learned method
 // (predict/learned_methods.h): models/kvzap/smollm2-135m-mlp, models/spkv/smollm2-135m-frozen, models/wgkv/...
 //

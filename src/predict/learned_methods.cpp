@@ -22,67 +22,41 @@ std::string kvpop_check_spec(const std::string& path, const ModelConfig& c) {
         preset = KvpopScorerNet::load(path, c.n_layer, c.n_head_kv, c.head_dim).stateful() ? "kvpop" : "kvpop_mlp";
     return preset + ":model=" + path + ",capacity=" + std::to_string(k.sinks + k.window + 1);
 }
+
+/// A method whose folder, trainer, tensor prefix and config folder are its name (models/<name>/, `kvsieve train
+/// <name>`, blk.<l>.<name>.*, configs/<name>/), its weights in model.safetensors.
+LearnedMethod method(std::string name, std::string title, std::vector<std::string> presets, std::string trained_keys,
+                     std::string smollm2_config, std::string predictor_key) {
+    LearnedMethod m;
+    m.name = name;
+    m.title = std::move(title);
+    m.presets = std::move(presets);
+    m.weights_file = "model.safetensors";
+    m.tensor_prefix = name;
+    m.trained_keys = std::move(trained_keys);
+    m.trainer = name;
+    m.config_dir = "configs/" + name;
+    m.smollm2_config = std::move(smollm2_config);
+    m.predictor_key = std::move(predictor_key);
+    return m;
+}
 }  // namespace
 
 /// The registrations: one per learned method (CONTRIBUTING.md, "adding a learned method").
 const std::vector<LearnedMethod>& learned_methods() {
     static const std::vector<LearnedMethod> methods = [] {
         std::vector<LearnedMethod> v;
-        {
-            LearnedMethod m;
-            m.name = "kvzap";
-            m.title = "KVzap";
-            m.presets = {"kvzap"};
-            m.weights_file = "model.safetensors";
-            m.tensor_prefix = "kvzap";
-            m.trained_keys = "tau, window and sinks";
-            m.trainer = "kvzap";
-            m.config_dir = "configs/kvzap";
-            m.smollm2_config = "smollm2-kvzap-mlp.json";
-            v.push_back(m);
-        }
-        {
-            LearnedMethod m;
-            m.name = "spkv";
-            m.title = "SP-KV";
-            m.presets = {"spkv"};
-            m.weights_file = "model.safetensors";
-            m.tensor_prefix = "spkv";
-            m.trained_keys = "tau, window and sinks";
-            m.trainer = "spkv";
-            m.config_dir = "configs/spkv";
-            m.smollm2_config = "smollm2-spkv-frozen.json";
-            v.push_back(m);
-        }
-        {
-            LearnedMethod m;
-            m.name = "wgkv";
-            m.title = "WG-KV";
-            m.presets = {"wgkv"};
-            m.weights_file = "model.safetensors";
-            m.tensor_prefix = "wgkv";
-            m.trained_keys = "tau, window and sinks";
-            m.trainer = "wgkv";
-            m.config_dir = "configs/wgkv";
-            m.smollm2_config = "smollm2-wgkv.json";
-            m.bare_weights = true;
-            v.push_back(m);
-        }
-        {
-            LearnedMethod m;
-            m.name = "kvpop";
-            m.title = "KVpop";
-            m.presets = {"kvpop", "kvpop_mlp"};
-            m.weights_file = "model.safetensors";
-            m.tensor_prefix = "kvpop";
-            m.trained_keys = "sinks, window and delayed";
-            m.trainer = "kvpop";
-            m.config_dir = "configs/kvpop";
-            m.smollm2_config = "smollm2-kvpop-mlstm.json";
-            m.preset_of = &kvpop_preset_of;
-            m.check_spec = &kvpop_check_spec;
-            v.push_back(m);
-        }
+        v.push_back(method("kvzap", "KVzap", {"kvzap"}, "tau, window and sinks", "smollm2-kvzap-mlp.json", "out"));
+        v.push_back(
+            method("spkv", "SP-KV", {"spkv"}, "tau, window and sinks", "smollm2-spkv-frozen.json", "predictor"));
+        LearnedMethod wgkv = method("wgkv", "WG-KV", {"wgkv"}, "tau, window and sinks", "smollm2-wgkv.json", "output");
+        wgkv.bare_weights = true;
+        v.push_back(wgkv);
+        LearnedMethod kvpop = method("kvpop", "KVpop", {"kvpop", "kvpop_mlp"}, "sinks, window and delayed",
+                                     "smollm2-kvpop-mlstm.json", "output");
+        kvpop.preset_of = &kvpop_preset_of;
+        kvpop.check_spec = &kvpop_check_spec;
+        v.push_back(kvpop);
         return v;
     }();
     return methods;

@@ -29,6 +29,9 @@ struct LearnedMethod {
     std::string trainer;               ///< the kvsieve-train subcommand that trains one
     std::string config_dir;            ///< the folder of its training configs, relative to the repository root
     std::string smollm2_config;        ///< the config in config_dir that trained the shipped SmolLM2 predictor
+    /// The config key naming the folder its trainer writes the predictor to (`kvsieve train <name> -m MODEL` sets it
+    /// to the user's predictor folder): "output" (WG-KV, KVpop), "predictor" (SP-KV), "out" (KVzap).
+    std::string predictor_key;
     /// True when a bare weights file, or a folder without config.json, is taken as this method's (WG-KV gates as
     /// tools/convert_wgkv.py writes them).
     bool bare_weights = false;

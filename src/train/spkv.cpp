@@ -97,7 +97,8 @@ namespace {
 bool spkv_main(const std::string& config_path, bool resume, bool progress, bool eval_only) {
     const RunConfig rc = RunConfig::read(config_path);
     const json& cfg = rc.root;
-    const RunBasics rb = read_run_basics(rc, {"model", "init", "tokenizer", "data", "eval", "spkv"}, resume, progress);
+    const RunBasics rb =
+        read_run_basics(rc, {"model", "init", "tokenizer", "data", "eval", "spkv", "predictor"}, resume, progress);
     const std::string &out = rb.out, &output = rb.output;
     const uint64_t seed = rb.seed;
     const SpkvOptions so = read_spkv(cfg.value("spkv", json::object()));
@@ -259,8 +260,11 @@ bool spkv_main(const std::string& config_path, bool resume, bool progress, bool 
         const std::string init = cfg.value("init", std::string());
         if (so.freeze_lm && init.ends_with(".gguf")) eo.base_model = rc.resolve(init);
         eo.provenance = "kvsieve train spkv --config " + config_path;
-        export_spkv_gates(output, out + "/predictor", eo);
-        if (progress) std::fprintf(stderr, "wrote %s/predictor (the gates as a predictor folder)\n", out.c_str());
+        // "predictor": where the folder goes (default <out>/predictor; `kvsieve train spkv -m` sets the user's).
+        const std::string predictor =
+            cfg.contains("predictor") ? rc.resolve(cfg["predictor"].get<std::string>()) : out + "/predictor";
+        export_spkv_gates(output, predictor, eo);
+        if (progress) std::fprintf(stderr, "wrote %s (the gates as a predictor folder)\n", predictor.c_str());
     }
     return true;
 }
