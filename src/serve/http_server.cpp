@@ -266,9 +266,17 @@ void HttpServer::routes() {
         }
         // The client's connection, polled while the request waits for its events: a client that leaves cancels it.
         const int sock = req.socket;
-        auto left = [&cancel_all, &res] {
+        // The next event of handle `h` into `ev`; false when the request ended without one: the client left (499)
+        // or the deadline passed (504), the request cancelled and the answer set.
+        auto next = [&](RequestHandle& h, GenerationEvent& ev) {
+            const Wait w = next_before(h, deadline, sock, ev);
+            if (w == Wait::kEvent) return true;
             cancel_all();
-            send_json(res, 499, error_body(499, "the client closed the connection; the request was cancelled"));
+            if (w == Wait::kClientGone)
+                send_json(res, 499, error_body(499, "the client closed the connection; the request was cancelled"));
+            else
+                send_json(res, 504, error_body(504, timed_out));
+            return false;
         };
         const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);
         const int64_t created = static_cast<int64_t>(std::time(nullptr));
@@ -276,11 +284,7 @@ void HttpServer::routes() {
         const std::string& model = ctx_.model_id;
         // The first event decides the status: an error before any text is the response itself.
         GenerationEvent first;
-        if (const Wait w = next_before(*hs[0], deadline, sock, first); w != Wait::kEvent) {
-            if (w == Wait::kClientGone) return left();
-            cancel_all();
-            return send_json(res, 504, error_body(504, timed_out));
-        }
+        if (!next(*hs[0], first)) return;
         if (first.kind == GenerationEvent::Kind::kError) {
             cancel_all();
             return send_json(res, first.status, error_body(first.status, for_client(owner, first.error)));
@@ -291,21 +295,15 @@ void HttpServer::routes() {
                 GenerationEvent ev;
                 if (i == 0) {
                     ev = std::move(first);
-                } else if (const Wait w = next_before(*hs[i], deadline, sock, ev); w != Wait::kEvent) {
-                    if (w == Wait::kClientGone) return left();
-                    cancel_all();
-                    return send_json(res, 504, error_body(504, timed_out));
+                } else if (!next(*hs[i], ev)) {
+                    return;
                 }
                 ChoiceResult& c = choices[i];
                 while (ev.kind == GenerationEvent::Kind::kText) {
                     c.text += ev.text;
                     for (auto& t : ev.prompt_logprobs) c.prompt_logprobs.push_back(std::move(t));
                     for (auto& t : ev.logprobs) c.logprobs.push_back(std::move(t));
-                    if (const Wait w = next_before(*hs[i], deadline, sock, ev); w != Wait::kEvent) {
-                        if (w == Wait::kClientGone) return left();
-                        cancel_all();
-                        return send_json(res, 504, error_body(504, timed_out));
-                    }
+                    if (!next(*hs[i], ev)) return;
                 }
                 if (ev.kind == GenerationEvent::Kind::kError) {
                     cancel_all();
