@@ -261,6 +261,36 @@ SweepOptions knorm_h2o_ruler_sweep(std::vector<std::string> tasks) {
     return o;
 }
 
+TEST(EvalRuler, CompressingDuringPrefillIsItsOwnProtocolAndChunksAloneChangeNothing) {
+    LlamaModel m(test::model_path("stories260K.gguf"));
+    const auto tok = Tokenizer::from_gguf(m.file());
+    RulerOptions o;
+    o.tasks = {"niah_single_1"};
+    o.lengths = {300};
+    o.samples = 2;
+    o.progress = false;
+    const std::string spec = "snapkv:ratio=0.5,window=8";
+    const RulerResult one = run_ruler(m, *tok, kText, spec, o);
+    o.prefill_chunk = 32;
+    const RulerResult chunked = run_ruler(m, *tok, kText, spec, o);
+    o.compress_during_prefill = true;
+    const RulerResult during = run_ruler(m, *tok, kText, spec, o);
+    ASSERT_EQ(one.samples.size(), 2u);
+    ASSERT_EQ(during.samples.size(), 2u);
+    for (size_t i = 0; i < one.samples.size(); ++i) {
+        // The compression points are the context's end, whatever its chunks (session/prefill_plan.h).
+        EXPECT_EQ(chunked.samples[i].prediction, one.samples[i].prediction);
+        EXPECT_EQ(chunked.samples[i].density, one.samples[i].density);
+        // After every chunk SnapKV keeps its ratio of what the cache holds, so the context ends at the same size
+        // (which entries differ: the observation window is each chunk's last queries; docs/results/ruler-prefill).
+        EXPECT_NEAR(during.samples[i].density, one.samples[i].density, 1e-9);
+    }
+    // Recorded in the cell's settings only when set, so that earlier cells keep their settings.
+    EXPECT_EQ(ruler_cell_settings(spec, o, "m", "c").value("compress_during_prefill", false), true);
+    o.compress_during_prefill = false;
+    EXPECT_FALSE(ruler_cell_settings(spec, o, "m", "c").contains("compress_during_prefill"));
+}
+
 TEST(EvalSweep, RulerCellsRunTogetherAndResumeFromTheirPartialFiles) {
     LlamaModel m(test::model_path("stories260K.gguf"));
     const auto tok = Tokenizer::from_gguf(m.file());

@@ -194,13 +194,24 @@ void add_eval(CLI::App& app) {
                      "decode-time variant: after the context the model generates this many tokens of its own (decode "
                      "steps, where fixed-budget policies evict) before the question comes")
         ->capture_default_str();
+    auto rchunk = std::make_shared<int64_t>(0);
+    auto rduring = std::make_shared<bool>(false);
+    ruler
+        ->add_option("--prefill-chunk", *rchunk,
+                     "feed the context in chunks of this many tokens (0: one piece; a step scorer is still fed in one "
+                     "piece unless --compress-during-prefill)")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber);
+    ruler->add_flag("--compress-during-prefill", *rduring,
+                    "judge and compress after every --prefill-chunk chunk (the server's memory-bounded prefill) "
+                    "instead of once at the context's end");
     auto rformat = std::make_shared<std::string>();
     add_format_option(ruler, *rformat);
     auto rexport = std::make_shared<std::string>();
     ruler->add_option("--export-jsonl", *rexport,
                       "write the examples (context, question, answer prefix, answers and the prompt ids in --format) "
                       "to this JSON Lines file and stop, running no policy");
-    ruler->callback([c3, rpolicy, rtasks, rlengths, rqa, rpre, rformat, rexport] {
+    ruler->callback([c3, rpolicy, rtasks, rlengths, rqa, rpre, rchunk, rduring, rformat, rexport] {
         set_num_threads(c3->threads);
         RulerOptions o;
         o.tasks = split_names(*rtasks);
@@ -213,6 +224,9 @@ void add_eval(CLI::App& app) {
         o.progress = !c3->quiet;
         o.query_aware = *rqa;
         o.decode_preamble = *rpre;
+        o.prefill_chunk = *rchunk;
+        o.compress_during_prefill = *rduring;
+        require(!*rduring || *rchunk > 0, "--compress-during-prefill needs --prefill-chunk N (N > 0)");
         for (auto& t : o.tasks) check_task_name(canonical_task(t));
         select_predictor_model(c3->model);  // learned presets without model=
         parse_policy(*rpolicy);

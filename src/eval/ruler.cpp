@@ -161,6 +161,7 @@ std::vector<RulerSample> run_example(const LlamaModel& model, const Tokenizer& t
     std::vector<std::vector<float>*> all_logits;
     for (size_t i = 0; i < N; ++i) {
         caches.push_back(std::make_unique<KVCache>(c, n_ctx, *policies[i], pool));
+        caches.back()->set_compress_during_prefill(o.compress_during_prefill);
         sessions.push_back(std::make_unique<Session>(model, tok, *caches.back()));
         all.push_back(sessions.back().get());
         all_logits.push_back(&logits[i]);
@@ -168,7 +169,7 @@ std::vector<RulerSample> run_example(const LlamaModel& model, const Tokenizer& t
             shared.push_back(all.back());
         } else {
             PrefillPlan plan;
-            plan.chunk = planned_chunk(*policies[i], o.prefill_chunk);
+            plan.chunk = planned_chunk(*policies[i], o.prefill_chunk, true, o.compress_during_prefill);
             all.back()->prefill(ids, plan, logits[i]);
         }
     }
@@ -390,6 +391,7 @@ nlohmann::json ruler_cell_settings(const std::string& spec, const RulerOptions& 
                          {"kv_type", o.kv_type},
                          {"prefill_chunk", o.prefill_chunk}};
     if (kv_rotate_matters(parse_kv_rotate_mode(o.kv_rotate), parse_kv_types(o.kv_type))) js["kv_rotate"] = o.kv_rotate;
+    if (o.compress_during_prefill) js["compress_during_prefill"] = true;
     return js;
 }
 

@@ -25,6 +25,10 @@ struct RulerOptions {
     std::string kv_rotate =
         "auto";                 ///< rotation of the stored entries: auto, on, off (cache/kv_rotation.h KVRotateMode)
     int64_t prefill_chunk = 0;  ///< 0: one batch (as session/prefill_plan.h plans it)
+    /// Judge and compress after every prefill chunk (KVCache::set_compress_during_prefill: the memory-bounded
+    /// prefill, as the server's --compress-during-prefill) instead of once at the context's end. Recorded in the
+    /// cell only when set.
+    bool compress_during_prefill = false;
     /// false (default, kvpress and the KVzap paper's protocol): the context is prefilled and compressed, then the
     /// question is fed uncompressed and the answer generated; true: context and question are one prompt, compressed
     /// after the question was seen (query-aware).
