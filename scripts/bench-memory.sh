@@ -4,6 +4,8 @@
 #   - one generation (-n 16, greedy) from a prompt of 512 and of 8192 tokens, each with the full cache (F16 keys
 #     and values) and with the learned cache (kvsieve: KVzap policy, Q8_0 keys, Q4_0 values; llama.cpp: its full
 #     cache with -ctk q8_0 -ctv q4_0), llama.cpp with flash attention on; both engines get the same -c per row;
+#     kvsieve also with --prefill-chunk 512 (llama.cpp's micro-batch) and, for the learned cache, with
+#     --compress-during-prefill as well (the cache bounded while the prompt is read);
 #   - an idle server (`kvsieve serve`, `llama-server`), read once GET /health answers.
 # A generation's figure is the peak resident set of the process (`/usr/bin/time -f %M`, KiB); a server's is VmHWM
 # (and VmRSS) from /proc/PID/status. The mapped model's pages count as resident once touched, in both engines.
@@ -112,9 +114,16 @@ for n in $PROMPTS; do
   k=$(peak "$tmp/k-full-$n.log" "$KS" generate "${common[@]}")
   l=$(peak "$tmp/l-full-$n.log" "$LC" "${common[@]}" -no-cnv -fa on)
   row "generate, $n-token prompt, -c $ctx, full cache (F16 K/V)" "$k" "$l"
+  k=$(peak "$tmp/k-full-c-$n.log" "$KS" generate "${common[@]}" --prefill-chunk 512)
+  row "generate, $n-token prompt, -c $ctx, full cache, kvsieve --prefill-chunk 512 (llama.cpp's micro-batch)" "$k" "$l"
   k=$(peak "$tmp/k-learned-$n.log" "$KS" generate "${common[@]}" "${LEARNED[@]}")
   l=$(peak "$tmp/l-q-$n.log" "$LC" "${common[@]}" -no-cnv -fa on -ctk q8_0 -ctv q4_0)
   row "generate, $n-token prompt, -c $ctx, kvsieve KVzap τ=-3 + Q8_0/Q4_0 vs llama.cpp -ctk q8_0 -ctv q4_0" "$k" "$l"
+  k=$(peak "$tmp/k-learned-c-$n.log" "$KS" generate "${common[@]}" "${LEARNED[@]}" --prefill-chunk 512)
+  row "the same, kvsieve --prefill-chunk 512" "$k" "$l"
+  k=$(peak "$tmp/k-learned-d-$n.log" "$KS" generate "${common[@]}" "${LEARNED[@]}" --prefill-chunk 512 \
+    --compress-during-prefill)
+  row "the same, kvsieve --prefill-chunk 512 --compress-during-prefill" "$k" "$l"
 done
 p=$(free_port); idle_server "$p" "$tmp/k-serve.log" "$tmp/k-serve" "$KS" serve -m "$MODEL" --port "$p" -t "$THREADS" -c "$SERVE_CTX"
 p=$(free_port); idle_server "$p" "$tmp/l-serve.log" "$tmp/l-serve" "$LS" -m "$MODEL" --port "$p" -t "$THREADS" -c "$SERVE_CTX"

@@ -287,6 +287,10 @@ TEST(EvalRuler, CompressingDuringPrefillIsItsOwnProtocolAndChunksAloneChangeNoth
     }
     // Recorded in the cell's settings only when set, so that earlier cells keep their settings.
     EXPECT_EQ(ruler_cell_settings(spec, o, "m", "c").value("compress_during_prefill", false), true);
+    test::TempDir dir;
+    write_ruler_cell(dir.path(), during, o, "m", "c");
+    const std::string yaml = read_whole_file(dir.path() + "/config.yaml", "cell");
+    EXPECT_NE(yaml.find("\nprefill_chunk: 32\ncompress_during_prefill: true\n"), std::string::npos) << yaml;
     o.compress_during_prefill = false;
     EXPECT_FALSE(ruler_cell_settings(spec, o, "m", "c").contains("compress_during_prefill"));
 }

@@ -548,6 +548,8 @@ void write_ruler_cell(const std::string& dir, const RulerResult& r, const RulerO
     y << "]\n";
     const auto settings = ruler_cell_settings(r.policy, o, model_path, corpus_path);
     if (settings.contains("kv_rotate")) y << "kv_rotate: " << settings["kv_rotate"].get<std::string>() << "\n";
+    if (o.prefill_chunk > 0) y << "prefill_chunk: " << o.prefill_chunk << "\n";
+    if (o.compress_during_prefill) y << "compress_during_prefill: true\n";
     y.close();
     const std::string m = (fs::path(dir) / "metrics.json").string();
     std::ofstream(m + ".tmp") << r.metrics().dump(2) << "\n";
