@@ -17,13 +17,15 @@ models/SmolLM2-
 "models/m\.gguf
 kvzap:model=models/kvzap/m-(linear|mlp)[,/]
 \$\{CMAKE_SOURCE_DIR\}/models/kvzap/smollm2-135m-linear,
-share/kvsieve/models'
+share/kvsieve/models
+/kvsieve/models/'
 # What each allows: the fixtures and the build's copy of them (test::data_dir(), KVSIEVE_TEST_DATA); the downloaded
 # SmolLM2 (scripts/get-model.sh; test_smollm2.cpp names it by kModelName); the made-up model paths that
 # test_leaderboard.cpp writes into made-up config.yaml files (models/m.gguf, models/kvzap/m-{linear,mlp}); and the
 # SmolLM2 KVzap surrogate that README's first command runs, read by one test only: README's demo
 # (SmolLM2.DemoLearnedQuantizedCacheAnswers in tests/CMakeLists.txt); and an installed package's predictor folder
-# (share/kvsieve/models, tests/package_test.sh). Every other KVzap surrogate a test reads lives
+# (share/kvsieve/models, tests/package_test.sh), and a user's predictor folder under a test's own temporary
+# $XDG_DATA_HOME (<home>/kvsieve/models/, the one-command training tests). Every other KVzap surrogate a test reads lives
 # in tests/data/models/kvzap/.
 dirs=$(for d in tests fuzz; do [ -d "$d" ] && echo "$d"; done || true)
 files=$([ -z "$dirs" ] ||
