@@ -29,6 +29,29 @@ void absolutize(json& j, const std::string& key, const fs::path& base) {
             if (e.is_string()) e = absolute_from(base, e.get<std::string>());
 }
 
+/// The config at `path` (a JSON object) with its path keys made absolute from its folder. Throws Error naming
+/// `who` and the file when it is not JSON or not an object.
+json read_absolute_config(const std::string& path, const std::string& who) {
+    json c;
+    try {
+        c = json::parse(std::ifstream(path));
+    } catch (const json::exception& e) { fail(who, ": '", path, "' is not JSON: ", e.what()); }
+    require(c.is_object(), who, ": '", path, "' must hold a JSON object");
+    const fs::path base = fs::absolute(fs::path(path)).parent_path();
+    for (const char* k : {"init", "model", "out", "output", "predictor", "corpus"}) absolutize(c, k, base);
+    if (c.contains("data")) absolutize(c["data"], "text", base);
+    if (c.contains("tokenizer")) absolutize(c["tokenizer"], "from_gguf", base);
+    return c;
+}
+
+/// `given` made absolute, else <user>/<method>/<model stem>; Error naming `flag` when there is no user folder.
+std::string method_folder(const std::string& given, const std::string& user, const LearnedMethod& method,
+                          const std::string& model, const char* flag) {
+    if (!given.empty()) return fs::absolute(given).lexically_normal().string();
+    require(!user.empty(), "train ", method.name, ": no home folder ($HOME unset): give ", flag);
+    return (fs::path(user) / method.name / fs::path(model).stem()).string();
+}
+
 std::string need_file(const std::string& p, const char* what) {
     std::error_code ec;
     require(fs::is_regular_file(p, ec), what, " '", p, "' does not exist or is not a file");
@@ -83,15 +106,7 @@ QuickTrainPlan plan_quick_train(const LearnedMethod& method, const std::string& 
         require(!path.empty(), "train ", method.name, ": the method's config ", rel,
                 " is not installed beside this binary (share/kvsieve) nor in its source tree; give --config FILE");
     }
-    json c;
-    try {
-        c = json::parse(std::ifstream(path));
-    } catch (const json::exception& e) { fail("train ", method.name, ": '", path, "' is not JSON: ", e.what()); }
-    require(c.is_object(), "train ", method.name, ": '", path, "' must hold a JSON object");
-    const fs::path base = fs::absolute(fs::path(path)).parent_path();
-    for (const char* k : {"init", "model", "out", "output", "predictor", "corpus"}) absolutize(c, k, base);
-    if (c.contains("data")) absolutize(c["data"], "text", base);
-    if (c.contains("tokenizer")) absolutize(c["tokenizer"], "from_gguf", base);
+    json c = read_absolute_config(path, "train " + method.name);
 
     // The model and the corpus under the names this config uses.
     const bool names_model = c.contains("model") && c["model"].is_string();
@@ -116,13 +131,9 @@ QuickTrainPlan plan_quick_train(const LearnedMethod& method, const std::string& 
 
     QuickTrainPlan p;
     const std::string stem = fs::path(model).stem().string();
-    auto folder = [&](const std::string& given, const std::string& user, const char* flag) {
-        if (!given.empty()) return fs::absolute(given).lexically_normal().string();
-        require(!user.empty(), "train ", method.name, ": no home folder ($HOME unset): give ", flag);
-        return (fs::path(user) / method.name / stem).string();
-    };
-    p.predictor_dir = folder(o.predictor_dir, user_predictor_dir(), "--predictor-dir");
-    p.run_dir = method.predictor_key == "out" ? p.predictor_dir : folder(o.run_dir, user_train_dir(), "--run-dir");
+    p.predictor_dir = method_folder(o.predictor_dir, user_predictor_dir(), method, model, "--predictor-dir");
+    p.run_dir = method.predictor_key == "out" ? p.predictor_dir
+                                              : method_folder(o.run_dir, user_train_dir(), method, model, "--run-dir");
     if (c.contains("name")) c["name"] = stem + "-" + method.name;
     c["out"] = p.run_dir;
     if (c.contains("output") && method.predictor_key != "output") c["output"] = p.run_dir + "/model.gguf";
@@ -140,18 +151,12 @@ void fill_flag_trainer_defaults(const LearnedMethod& method, json& j) {
     if (!j.contains("corpus")) {
         const std::string path = find_shipped(method.config_dir + "/" + method.smollm2_config);
         if (!path.empty()) {
-            json c = json::parse(std::ifstream(path), nullptr, false);
-            if (c.is_object() && c.contains("corpus")) {
-                absolutize(c, "corpus", fs::absolute(fs::path(path)).parent_path());
-                j["corpus"] = c["corpus"];
-            }
+            const json c = read_absolute_config(path, "train " + method.name);
+            if (c.contains("corpus")) j["corpus"] = c["corpus"];
         }
     }
-    if (!j.contains("out")) {
-        const std::string user = user_predictor_dir();
-        require(!user.empty(), "train ", method.name, ": no home folder ($HOME unset): give --out");
-        j["out"] = (fs::path(user) / method.name / fs::path(j["model"].get<std::string>()).stem()).string();
-    }
+    if (!j.contains("out"))
+        j["out"] = method_folder("", user_predictor_dir(), method, j["model"].get<std::string>(), "--out");
 }
 
 }  // namespace kvsieve::cli
