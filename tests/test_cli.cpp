@@ -185,7 +185,7 @@ KVSIEVE_SLOW_TEST(Cli, BadPolicyOptionsAreReported) {
     expect_clean_failure("generate -m " + kModel + " -p hi --kv-type f8", "unknown KV cache type 'f8'");
     expect_clean_failure("generate -m " + kModel + " -p hi --policy spkv", "has no SP-KV gates");
     expect_clean_failure("generate -m " + kModel + " -p 'Once upon a time there was' -n 400 --kv-budget-mb 0.01",
-                         "KV cache budget exhausted");
+                         "KV pool exhausted");
 }
 
 TEST(Cli, QuantizationAtAdmissionRunsKeepsTheWindowInF16AndIsRecordedInTheCache) {

@@ -242,7 +242,7 @@ TEST(KVCache, MemoryReallyFalls) {
     EXPECT_EQ(pool->pages_in_use(), 0);  // every cache returned its pages
 }
 
-TEST(KVCache, ExhaustedBudgetFailsOneSequenceOnly) {
+TEST(KVCache, ExhaustedPoolFailsOneSequenceOnly) {
     LlamaModel m(test::model_path("stories260K.gguf"));
     const auto small = story_tokens(m, 40), big = story_tokens(m, 400);
     // 5 layers × 4 heads × ⌈40/16⌉ pages for the small prompt (+ decode) fit; the big one does not.
@@ -252,7 +252,7 @@ TEST(KVCache, ExhaustedBudgetFailsOneSequenceOnly) {
     std::vector<float> la, lref;
     m.forward(StepPhase::kPrefill, small, a, la);
     m.forward(StepPhase::kPrefill, small, ref, lref);
-    EXPECT_THROW(m.forward(StepPhase::kPrefill, big, b, la), KVBudgetExhausted);
+    EXPECT_THROW(m.forward(StepPhase::kPrefill, big, b, la), KVPoolExhausted);
     b.clear();
     m.forward(StepPhase::kDecode, {5}, a, la);
     m.forward(StepPhase::kDecode, {5}, ref, lref);
@@ -339,7 +339,7 @@ TEST(KVPool, ResidentMemoryFollowsPagesInUse) {
     tiny.alloc();
     tiny.alloc();
     tiny.alloc();
-    EXPECT_THROW(tiny.alloc(), KVBudgetExhausted);
+    EXPECT_THROW(tiny.alloc(), KVPoolExhausted);
 }
 
 TEST(Policy, ParseErrorsNameTheProblem) {

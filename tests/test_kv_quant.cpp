@@ -1135,7 +1135,7 @@ TEST(KVQuantAtAdmission, BytesArePerRegionAndTheBudgetCoversBothLayouts) {
                   admission_pool(d, KVType::kQ8_0, KVType::kQ4_0, budget));
     EXPECT_NO_THROW(fill_synthetic(tight, 4 + 16 + 16, 3));  // sinks, window and one global page per head
     EXPECT_EQ(tight.pool().bytes_in_use(), budget);
-    EXPECT_THROW(fill_synthetic(tight, 1, 4), KVBudgetExhausted);
+    EXPECT_THROW(fill_synthetic(tight, 1, 4), KVPoolExhausted);
 }
 
 TEST(KVQuantAtAdmission, DecodeOverMixedRegionsEqualsAFloatReferenceOnTheStoredValues) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
 
 #include "cache/kv_cache.h"
@@ -13,6 +14,7 @@
 #include "session/session.h"
 #include "text/tokenizer.h"
 #include "test_util.h"
+#include "util/binary_io.h"
 #include "util/error.h"
 
 namespace kvsieve {
@@ -133,6 +135,46 @@ TEST(Session, HeldAdmissionIsJudgedAtThePromptsEnd) {
     for (int64_t p = n - 6; p < n; ++p) want.push_back(static_cast<int32_t>(p));
     for (int l = 0; l < model().config().n_layer; ++l)
         for (int h = 0; h < model().config().n_head_kv; ++h) EXPECT_EQ(kept_positions(*c, l, h), want);
+}
+
+TEST(Session, PiecesOfWhole256TokenBlocksAreOneBatchBitForBit) {
+    // A prompt cut in pieces of a multiple of 256 tokens (the server's default) takes every product with one batch's
+    // shape (prefill_plan.h): the window's ring is read oldest first, attention's query blocks sit at fixed key
+    // indices and a rest under 32 tokens joins the last piece, so the logits, the cache and the decode steps after it
+    // are one batch's bit for bit, for a window that wraps (StreamingLLM) and for the full cache, on F32 and F16 pages.
+    const auto tok = Tokenizer::from_gguf(model().file());
+    const auto story = prompt_ids();
+    std::vector<int32_t> ids;
+    while (ids.size() < 500) ids.insert(ids.end(), story.begin() + (ids.empty() ? 0 : 1), story.end());
+    ids.resize(500);
+    EXPECT_EQ(next_prefill_chunk(500, 256, 256).end, 500);  // the 244 after the first piece: one piece
+    EXPECT_EQ(next_prefill_chunk(270, 0, 256).end, 270);    // a rest of 14 joins the first
+    EXPECT_EQ(next_prefill_chunk(40, 0, 16).end, 16);       // pieces under 32 tokens stay as asked
+    for (KVType type : {KVType::kF32, KVType::kF16})
+        for (const char* spec : {"full", "streaming_llm:window=64,sinks=4"}) {
+            SCOPED_TRACE(std::string(spec) + (type == KVType::kF32 ? " f32" : " f16"));
+            auto run = [&](int64_t chunk, std::vector<float>& logits) {
+                auto c = std::make_unique<KVCache>(model().config(), 512, parse_policy(spec),
+                                                   std::make_shared<KVPool>(model().config().head_dim, type));
+                PrefillPlan plan;
+                plan.chunk = planned_chunk(c->policy(), chunk);
+                prefill(model(), *tok, *c, ids, ids, plan, logits);
+                std::vector<float> step;
+                for (int32_t t : {5, 17, 300}) {
+                    model().forward(StepPhase::kDecode, {t}, *c, step);
+                    logits.insert(logits.end(), step.begin(), step.end());
+                }
+                BinaryWriter w;
+                c->save(w);
+                return w.data();
+            };
+            std::vector<float> one, pieces;
+            const std::string cache_one = run(0, one), cache_pieces = run(256, pieces);
+            ASSERT_EQ(one.size(), pieces.size());
+            EXPECT_EQ(std::memcmp(one.data(), pieces.data(), one.size() * sizeof(float)), 0)
+                << "max |Δlogit| " << test::max_abs_diff(one, pieces);
+            EXPECT_TRUE(cache_one == cache_pieces);
+        }
 }
 
 TEST(Session, StreamingLlmRatioUnderChunkedPrefillKeepsSinksAndTheMostRecent) {

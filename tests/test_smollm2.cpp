@@ -221,8 +221,10 @@ TEST(SmolLM2, Q4_1LogitsWithinLlamaCppsOwnCacheNoise) {
 
 /// Free-running greedy decoding with an F16 cache (llama-cli's default) reproduces llama.cpp's tokens. Where
 /// they part, the step must be a near-tie for llama.cpp itself: its margin between its token and kvsieve's is
-/// smaller than its own logits move at that step when only its cache type changes (self_noise), so llama.cpp
-/// with an F32 cache could take either. The test then stops that prompt and says so.
+/// smaller than that margin can move under a perturbation of the size llama.cpp's own logits move at that step when
+/// only its cache type changes (self_noise, max over its top-10 of |Δlogit|): each of the two logits moves by at most
+/// self_noise, so the margin by at most 2·self_noise, and llama.cpp with an F32 cache could take either. The test then
+/// stops that prompt and says so.
 TEST(SmolLM2, GreedyTokensMatchLlamaCppUpToItsNearTies) {
     REQUIRE_MODEL();
     const LlamaModel& m = *model();
@@ -248,11 +250,11 @@ TEST(SmolLM2, GreedyTokensMatchLlamaCppUpToItsNearTies) {
                 ASSERT_NE(it, s.top.end())
                     << "step " << i << ": kvsieve's token " << best << " is not in llama.cpp's top-10";
                 const float margin = s.f16kv[0] - s.f16kv[it - s.top.begin()];
-                ASSERT_LT(margin, s.self_noise())
+                ASSERT_LT(margin, 2 * s.self_noise())
                     << "step " << i << ": kvsieve chose " << best << " where llama.cpp chose " << s.token
-                    << " by a margin of " << margin << ", more than its own cache-type noise " << s.self_noise();
+                    << " by a margin of " << margin << ", more than twice its own cache-type noise " << s.self_noise();
                 std::printf(
-                    "[ near-tie  ] %s: step %zu, kvsieve %d vs llama.cpp %d; llama.cpp's margin %.3f < its "
+                    "[ near-tie  ] %s: step %zu, kvsieve %d vs llama.cpp %d; llama.cpp's margin %.3f < twice its "
                     "F16/F32-cache noise %.3f\n",
                     row.prompt.c_str(), i, best, s.token, margin, s.self_noise());
                 break;

@@ -19,7 +19,7 @@ namespace kvsieve {
 ///   3. a step scorer (StepScorer::score_decode) updates the scores from the step's attention weights
 ///      (only the new entry's under DecodeScope::kNewEntry).
 /// Writes out [Hq·d] (float32, head-major). Works in `scratch` (reused by every layer and step: it allocates only
-/// when the step needs more room than any step before). Throws KVBudgetExhausted if a page is needed and none is
+/// when the step needs more room than any step before). Throws KVPoolExhausted if a page is needed and none is
 /// left.
 void attend_decode(KVCache& cache, const LayerInputs& in, const float* write_scores, float* out,
                    DecodeScratch& scratch);

@@ -25,7 +25,7 @@ public:
     int64_t n_tokens() const override { return cache_.n_tokens(); }
     int64_t n_ctx() const override { return cache_.n_ctx(); }
     /// Throws Error for a step beyond the context, a decode step of T ≠ 1 tokens, or a decode step of a shadow;
-    /// KVBudgetExhausted if the pool runs out of pages.
+    /// KVPoolExhausted if the pool runs out of pages.
     void attend(const LayerInputs& in, float* out) override;
     void finish_step(int64_t pos0, int64_t T, StepPhase phase) override { cache_.finish_step(pos0, T, phase); }
 

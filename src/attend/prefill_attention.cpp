@@ -64,20 +64,23 @@ void attend_prefill(KVCache& cache, const LayerInputs& in, const float* write_sc
         P[h].resize(n);
         int64_t j = 0;
         std::vector<char> open(gated ? n : 0);
+        // Oldest first (the window's ring unwound), so that the keys are laid out, and every sum over them taken,
+        // in the order one batch of the whole prompt takes them: a chunked prefill is that batch bit for bit.
         for (Region r : kRegionsInOrder) {
             const PageStore* ps = hc.region(r);
             for (int64_t i = 0; i < ps->size(); ++i, ++j) {
-                ps->read(i, K[h].data() + j * d, V[h].data() + j * d);
-                P[h][j] = ps->positions()[i];
-                if (scored) S_old[h].push_back(ps->scores()[i]);
+                const int64_t at = hc.in_order(r, i);
+                ps->read(at, K[h].data() + j * d, V[h].data() + j * d);
+                P[h][j] = ps->positions()[at];
+                if (scored) S_old[h].push_back(ps->scores()[at]);
                 if (gated)
-                    open[j] = r != Region::kWindow || will_keep(ps->scores()[i]);  // sinks and global are kept already
+                    open[j] = r != Region::kWindow || will_keep(ps->scores()[at]);  // sinks and global are kept already
             }
         }
         for (int64_t t = 0; t < T; ++t, ++j) {
             std::copy_n(in.k + t * kvd + h * d, d, K[h].data() + j * d);
             std::copy_n(in.v + t * kvd + h * d, d, V[h].data() + j * d);
-            // Quantized pages: the chunk's own keys and values are seen as they will be stored (as llama.cpp, which
+            // Pages not in float32: the chunk's own keys and values are seen as they will be stored (as llama.cpp, which
             // writes the batch into its cache before attending), so a chunked and a one-batch prefill, the decode
             // steps and every prefill statistic read the same dequantized entries. An entry is written to the sinks
             // or the window (their layout), or without a window straight to the global region. (At admission, a
@@ -132,7 +135,7 @@ void attend_prefill(KVCache& cache, const LayerInputs& in, const float* write_sc
             int64_t j = 0;
             for (Region r : kRegionsInOrder) {
                 PageStore* ps = hc.region(r);
-                for (int64_t i = 0; i < ps->size(); ++i) ps->scores()[i] = scores[h][j++];
+                for (int64_t i = 0; i < ps->size(); ++i) ps->scores()[hc.in_order(r, i)] = scores[h][j++];
             }
         }
         for (int64_t t = 0; t < T; ++t)

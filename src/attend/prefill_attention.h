@@ -30,7 +30,7 @@ struct PrefillSharing {
 ///   3. the kept entries take their new scores and the chunk's entries are appended through the admission path,
 ///      each with its write-time score (write_scores [T][Hkv] from a per-entry scorer; null: the step scorer's
 ///      score, or 0).
-/// Writes out [T][Hq·d] (float32), except as a shadow (`sharing`). Throws KVBudgetExhausted if a page is needed and
+/// Writes out [T][Hq·d] (float32), except as a shadow (`sharing`). Throws KVPoolExhausted if a page is needed and
 /// none is left.
 void attend_prefill(KVCache& cache, const LayerInputs& in, const float* write_scores, float* out,
                     const PrefillSharing& sharing = {});

@@ -38,7 +38,7 @@ public:
         int64_t index = 0;
     };
     /// Adds an entry (float32 k, v [d]) at position pos with a score and returns where it went. Throws
-    /// KVBudgetExhausted if a page is needed and none is left.
+    /// KVPoolExhausted if a page is needed and none is left.
     Slot append(const float* k, const float* v, int32_t pos, float score, const Admit& admit);
 
     PageStore& sinks() { return sinks_; }
@@ -56,13 +56,20 @@ public:
     /// Removes every entry at a position ≥ n (the window ring is rebuilt in position order).
     void truncate(int32_t n);
 
+    /// Index in region r's store of the region's i-th entry in position order: the window is a ring whose oldest
+    /// entry sits at the ring's head once it is full; the sinks and the global region are stored in position order.
+    /// A pass that reads a head's entries oldest first (as one batch lays them out) reads them in this order.
+    int64_t in_order(Region r, int64_t i) const {
+        return r == Region::kWindow && window_.size() > 0 ? (ring_head_ + i) % window_.size() : i;
+    }
+
     int64_t size() const { return sinks_.size() + window_.size() + global_.size(); }
     int window_capacity() const { return w_; }
     void clear();
     /// The three regions and the ring's position (PageStore::save each).
     void save(BinaryWriter& w) const;
     /// Restores what save() wrote for a head of the same sinks and window; at most max_entries per region.
-    /// Throws Error for a record that does not fit these sizes, KVBudgetExhausted if the pool runs out.
+    /// Throws Error for a record that does not fit these sizes, KVPoolExhausted if the pool runs out.
     void load(BinaryReader& r, int64_t max_entries);
 
 private:

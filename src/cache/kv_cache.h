@@ -45,7 +45,7 @@ public:
     /// Stores the entry (float32 k, v [d]) of (layer, KV head) at position pos with a score, through the admission
     /// path (HeadCache::append: a full window pushes its oldest entry out, offered to the admission rule; without a
     /// window this entry is offered at write). Returns where it went (Slot::region empty: dropped). Throws
-    /// KVBudgetExhausted if a page is needed and none is left.
+    /// KVPoolExhausted if a page is needed and none is left.
     HeadCache::Slot append(int layer, int head, const float* k, const float* v, int32_t pos, float score);
     /// As append, but without a window the entry is stored in the global region unconditionally: a decode step
     /// scores it first and then calls admit_decoded.
@@ -105,7 +105,7 @@ public:
     /// and policy spec (this one must be built with them); version-1 records (one element type for keys and values)
     /// and version-2 records (no types of the sinks and the window: quantization at write; no rotation) are read too.
     /// Throws Error naming what differs (for the types: the record's key and value types per region and this cache's;
-    /// for the rotation: both rotations), or for a truncated or corrupted record; KVBudgetExhausted if the pool runs
+    /// for the rotation: both rotations), or for a truncated or corrupted record; KVPoolExhausted if the pool runs
     /// out (the cache is then cleared).
     void load(BinaryReader& r);
 

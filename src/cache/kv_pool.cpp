@@ -37,13 +37,13 @@ KVType kv_local_type(KVType t, KVQuantAt at) {
     return at == KVQuantAt::kAdmission && kv_type_quantized(t) ? KVType::kF16 : t;
 }
 
-KVPool::KVPool(int head_dim, KVType type, int page_tokens, uint64_t budget_bytes)
-    : KVPool(head_dim, type, type, page_tokens, budget_bytes) {}
+KVPool::KVPool(int head_dim, KVType type, int page_tokens, uint64_t pool_bytes)
+    : KVPool(head_dim, type, type, page_tokens, pool_bytes) {}
 
-KVPool::KVPool(int head_dim, KVType key_type, KVType value_type, int page_tokens, uint64_t budget_bytes,
+KVPool::KVPool(int head_dim, KVType key_type, KVType value_type, int page_tokens, uint64_t pool_bytes,
                KVQuantAt quant_at)
     : head_dim_(head_dim), key_type_(key_type), value_type_(value_type), page_tokens_(page_tokens), quant_at_(quant_at),
-      budget_(std::make_shared<Budget>()) {
+      account_(std::make_shared<Account>()) {
     require(head_dim > 0 && page_tokens > 0, "KV pool: head_dim and page_tokens must be positive");
     key_row_bytes_ = kv_row_bytes(key_type, head_dim);
     value_row_bytes_ = kv_row_bytes(value_type, head_dim);
@@ -51,24 +51,24 @@ KVPool::KVPool(int head_dim, KVType key_type, KVType value_type, int page_tokens
     size_t unit = (key_row_bytes_ + value_row_bytes_) * page_tokens;
     if (lk != key_type || lv != value_type)
         unit = std::max(unit, (kv_row_bytes(lk, head_dim) + kv_row_bytes(lv, head_dim)) * page_tokens);
-    uint64_t limit = budget_bytes;
+    uint64_t limit = pool_bytes;
     if (limit == 0) {
         const uint64_t phys =
             static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE));
         limit = std::max<uint64_t>(phys / 2, unit);
     }
-    require(limit >= unit, "KV pool of ", budget_bytes, " bytes (--kv-pool-mb) is smaller than one page (", unit,
+    require(limit >= unit, "KV pool of ", pool_bytes, " bytes (--kv-pool-mb) is smaller than one page (", unit,
             " bytes)");
-    budget_->limit = limit;
-    budget_->unit = unit;
+    account_->limit = limit;
+    account_->unit = unit;
     reserve();
-    if (lk != key_type || lv != value_type) local_.reset(new KVPool(head_dim, lk, lv, page_tokens, quant_at, budget_));
+    if (lk != key_type || lv != value_type) local_.reset(new KVPool(head_dim, lk, lv, page_tokens, quant_at, account_));
 }
 
 KVPool::KVPool(int head_dim, KVType key_type, KVType value_type, int page_tokens, KVQuantAt quant_at,
-               std::shared_ptr<Budget> budget)
+               std::shared_ptr<Account> account)
     : head_dim_(head_dim), key_type_(key_type), value_type_(value_type), page_tokens_(page_tokens), quant_at_(quant_at),
-      budget_(std::move(budget)) {
+      account_(std::move(account)) {
     key_row_bytes_ = kv_row_bytes(key_type, head_dim);
     value_row_bytes_ = kv_row_bytes(value_type, head_dim);
     reserve();
@@ -77,7 +77,7 @@ KVPool::KVPool(int head_dim, KVType key_type, KVType value_type, int page_tokens
 void KVPool::reserve() {
     key_bytes_ = key_row_bytes_ * page_tokens_;
     page_bytes_ = key_bytes_ + value_row_bytes_ * page_tokens_;
-    capacity_ = static_cast<int64_t>(budget_->limit / page_bytes_);
+    capacity_ = static_cast<int64_t>(account_->limit / page_bytes_);
     reserved_ = static_cast<size_t>(capacity_) * page_bytes_;
     void* p = mmap(nullptr, reserved_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) fail("cannot reserve ", reserved_ >> 20, " MiB of address space for the KV pool");
@@ -89,10 +89,10 @@ KVPool::~KVPool() {
 }
 
 int32_t KVPool::alloc() {
-    if (budget_->used + page_bytes_ > budget_->limit || (free_.empty() && high_ >= capacity_))
-        throw KVBudgetExhausted(cat("KV cache budget exhausted: ", budget_->used, " of ", budget_->limit, " bytes (",
-                                    (budget_->limit >> 20),
-                                    " MiB) are in pages in use; raise --kv-pool-mb or compress more"));
+    if (account_->used + page_bytes_ > account_->limit || (free_.empty() && high_ >= capacity_))
+        throw KVPoolExhausted(cat("KV pool exhausted: ", account_->used, " of ", account_->limit, " bytes (",
+                                  (account_->limit >> 20),
+                                  " MiB) are in pages in use; raise --kv-pool-mb or compress more"));
     int32_t p;
     if (!free_.empty()) {
         p = free_.back();
@@ -101,8 +101,8 @@ int32_t KVPool::alloc() {
         p = high_++;
     }
     ++in_use_;
-    budget_->used += page_bytes_;
-    budget_->peak = std::max(budget_->peak, budget_->used);
+    account_->used += page_bytes_;
+    account_->peak = std::max(account_->peak, account_->used);
     return p;
 }
 
@@ -116,11 +116,11 @@ void KVPool::release(int32_t p) {
     if (b > a) madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
     free_.push_back(p);
     --in_use_;
-    budget_->used -= page_bytes_;
+    account_->used -= page_bytes_;
 }
 
 void KVPool::set_rotation(const KVRotation& r) {
-    require(budget_->used == 0, "KV pool: the rotation cannot change while ", budget_->used,
+    require(account_->used == 0, "KV pool: the rotation cannot change while ", account_->used,
             " bytes of pages are in use");
     require(!r.any() || r.head_dim() == head_dim_, "KV pool: a rotation for head dimension ", r.head_dim(),
             " given to a pool of head dimension ", head_dim_);
@@ -130,10 +130,10 @@ void KVPool::set_rotation(const KVRotation& r) {
     if (local_) local_->rotation_ = r;
 }
 
-std::shared_ptr<KVPool> make_kv_pool(int head_dim, KVTypes types, KVRotateMode rotate, uint64_t budget_bytes,
+std::shared_ptr<KVPool> make_kv_pool(int head_dim, KVTypes types, KVRotateMode rotate, uint64_t pool_bytes,
                                      int page_tokens) {
     const KVRotation r = KVRotation::choose(rotate, types, head_dim);
-    auto pool = std::make_shared<KVPool>(head_dim, types, page_tokens, budget_bytes);
+    auto pool = std::make_shared<KVPool>(head_dim, types, page_tokens, pool_bytes);
     pool->set_rotation(r);
     return pool;
 }

@@ -49,9 +49,9 @@ inline bool kv_quantized(KVTypes t) { return kv_type_quantized(t.key) || kv_type
 /// nothing and is left out).
 std::string kv_types_spec(KVTypes t);
 
-/// Thrown when a page is requested from a pool whose budget is used up. The request that needed the page
+/// Thrown when a page is requested from a pool whose capacity is used up. The request that needed the page
 /// fails; the pool and every other sequence using it stay valid.
-class KVBudgetExhausted : public Error {
+class KVPoolExhausted : public Error {
 public:
     using Error::Error;
 };
@@ -63,7 +63,7 @@ public:
 /// blocks.
 /// Two page layouts (quantization at admission, KVQuantAt::kAdmission, with a block type): this pool's pages hold the
 /// global region in key_type() / value_type(), and local() is a second pool of the same head dimension and page size
-/// whose pages hold the sinks and the window in kv_local_type() of each (binary16). Both draw on one byte budget:
+/// whose pages hold the sinks and the window in kv_local_type() of each (binary16). Both draw on one account of bytes:
 /// bytes_in_use(), peak_bytes(), pages_in_use() and capacity_pages() count the two layouts together; a layout's own
 /// pages are layout_pages_in_use(). Otherwise local() is this pool itself.
 /// Memory: an address range of `capacity_pages` pages is reserved up front (no memory committed); a page's
@@ -72,22 +72,22 @@ public:
 /// thread (the one running a sequence's cache maintenance).
 class KVPool {
 public:
-    /// Keys and values of one type. budget_bytes = 0: grow on demand up to 1/2 of physical memory (reserved, not
-    /// committed). Throws Error if the budget is smaller than one page or the type cannot hold rows of head_dim
+    /// Keys and values of one type. pool_bytes = 0: grow on demand up to 1/2 of physical memory (reserved, not
+    /// committed). Throws Error if the capacity is smaller than one page or the type cannot hold rows of head_dim
     /// (check_kv_head_dim).
-    KVPool(int head_dim, KVType type, int page_tokens = 16, uint64_t budget_bytes = 0);
-    /// Keys of key_type and values of value_type, quantized at `quant_at`; otherwise as above. The budget covers
+    KVPool(int head_dim, KVType type, int page_tokens = 16, uint64_t pool_bytes = 0);
+    /// Keys of key_type and values of value_type, quantized at `quant_at`; otherwise as above. The capacity covers
     /// both layouts (it must hold one page of the larger).
-    KVPool(int head_dim, KVType key_type, KVType value_type, int page_tokens = 16, uint64_t budget_bytes = 0,
+    KVPool(int head_dim, KVType key_type, KVType value_type, int page_tokens = 16, uint64_t pool_bytes = 0,
            KVQuantAt quant_at = KVQuantAt::kWrite);
     /// The types and place of quantization of `types`; otherwise as above.
-    KVPool(int head_dim, KVTypes types, int page_tokens = 16, uint64_t budget_bytes = 0)
-        : KVPool(head_dim, types.key, types.value, page_tokens, budget_bytes, types.quant_at) {}
+    KVPool(int head_dim, KVTypes types, int page_tokens = 16, uint64_t pool_bytes = 0)
+        : KVPool(head_dim, types.key, types.value, page_tokens, pool_bytes, types.quant_at) {}
     ~KVPool();
     KVPool(const KVPool&) = delete;
     KVPool& operator=(const KVPool&) = delete;
 
-    /// Index of a free page of this layout; throws KVBudgetExhausted when the shared budget has no room for it.
+    /// Index of a free page of this layout; throws KVPoolExhausted when the shared account has no room for it.
     int32_t alloc();
     /// Returns page p to the pool (its memory is released to the OS where the page spans whole OS pages).
     void release(int32_t p);
@@ -118,20 +118,22 @@ public:
     size_t key_page_bytes() const { return key_bytes_; }
     /// Pages of this layout in use.
     int64_t layout_pages_in_use() const { return in_use_; }
-    /// Bytes of the largest page of the layouts sharing the budget: the unit of pages_in_use() and capacity_pages().
-    size_t unit_page_bytes() const { return budget_->unit; }
+    /// Bytes of the largest page of the layouts sharing the account: the unit of pages_in_use() and capacity_pages().
+    size_t unit_page_bytes() const { return account_->unit; }
     /// Pages in use over both layouts, in units of unit_page_bytes() (rounded up; with one layout, its pages).
-    int64_t pages_in_use() const { return static_cast<int64_t>((budget_->used + budget_->unit - 1) / budget_->unit); }
+    int64_t pages_in_use() const {
+        return static_cast<int64_t>((account_->used + account_->unit - 1) / account_->unit);
+    }
     /// Largest pages_in_use() so far, likewise in units of unit_page_bytes().
-    int64_t peak_pages() const { return static_cast<int64_t>((budget_->peak + budget_->unit - 1) / budget_->unit); }
-    /// Pages of unit_page_bytes() the budget holds (with one layout: its pages).
-    int64_t capacity_pages() const { return static_cast<int64_t>(budget_->limit / budget_->unit); }
+    int64_t peak_pages() const { return static_cast<int64_t>((account_->peak + account_->unit - 1) / account_->unit); }
+    /// Pages of unit_page_bytes() the pool holds (with one layout: its pages).
+    int64_t capacity_pages() const { return static_cast<int64_t>(account_->limit / account_->unit); }
     /// Bytes of the pages in use, both layouts.
-    uint64_t bytes_in_use() const { return budget_->used; }
-    uint64_t peak_bytes() const { return budget_->peak; }
-    /// Bytes the budget holds (--kv-pool-mb, or half the physical memory).
-    uint64_t budget_bytes() const { return budget_->limit; }
-    void reset_peak() { budget_->peak = budget_->used; }
+    uint64_t bytes_in_use() const { return account_->used; }
+    uint64_t peak_bytes() const { return account_->peak; }
+    /// Bytes the pool holds (--kv-pool-mb, or half the physical memory).
+    uint64_t capacity_bytes() const { return account_->limit; }
+    void reset_peak() { account_->peak = account_->used; }
 
     /// How entries are stored (cache/kv_rotation.h): keys as R_K·k and values as R_V·v before conversion to their
     /// types, read back through R again (PageStore). Default: no rotation.
@@ -141,15 +143,15 @@ public:
     void set_rotation(const KVRotation& r);
 
 private:
-    /// The byte budget the layouts share: its limit, the bytes in use and their peak, and the largest page.
-    struct Budget {
+    /// The account of bytes the layouts share: its limit, the bytes in use and their peak, and the largest page.
+    struct Account {
         uint64_t limit = 0, used = 0, peak = 0;
         size_t unit = 1;
     };
-    /// A second layout drawing on `budget` (the local pages of quantization at admission).
+    /// A second layout drawing on `account` (the local pages of quantization at admission).
     KVPool(int head_dim, KVType key_type, KVType value_type, int page_tokens, KVQuantAt quant_at,
-           std::shared_ptr<Budget> budget);
-    /// Lays out the pages and reserves the address range for budget_->limit bytes of them.
+           std::shared_ptr<Account> account);
+    /// Lays out the pages and reserves the address range for account_->limit bytes of them.
     void reserve();
 
     int head_dim_;
@@ -163,7 +165,7 @@ private:
     std::vector<int32_t> free_;  // LIFO of returned pages
     int32_t high_ = 0;           // pages below this index have been handed out at least once
     int64_t in_use_ = 0;
-    std::shared_ptr<Budget> budget_;
+    std::shared_ptr<Account> account_;
     std::unique_ptr<KVPool> local_;  // the sinks' and window's layout, when it differs from this one
     KVRotation rotation_;            // shared with local_ (set_rotation sets both)
 };
@@ -171,7 +173,7 @@ private:
 /// A pool of rows of head_dim elements of `types`, stored with the rotation `rotate` chooses for them
 /// (KVRotation::choose: auto, on or off). Throws Error as the KVPool constructor, or naming the head dimension for
 /// KVRotateMode::kOn when it is not a multiple of 64.
-std::shared_ptr<KVPool> make_kv_pool(int head_dim, KVTypes types, KVRotateMode rotate, uint64_t budget_bytes = 0,
+std::shared_ptr<KVPool> make_kv_pool(int head_dim, KVTypes types, KVRotateMode rotate, uint64_t pool_bytes = 0,
                                      int page_tokens = 16);
 
 }  // namespace kvsieve

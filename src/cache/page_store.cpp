@@ -255,12 +255,12 @@ void PageStore::read(int64_t i, float* k, float* v) const {
 void stored_view(const KVPool& pool, float* k, float* v) {
     const KVRotation& rot = pool.rotation();
     const int d = pool.head_dim();
-    if (kv_type_quantized(pool.key_type())) {
+    if (pool.key_type() != KVType::kF32) {
         rot.rotate_keys(k, 1, d);
         round_trip_row(pool.key_type(), k, k, d);
         rot.rotate_keys(k, 1, d);
     }
-    if (kv_type_quantized(pool.value_type())) {
+    if (pool.value_type() != KVType::kF32) {
         rot.rotate_values(v, 1, d);
         round_trip_row(pool.value_type(), v, v, d);
         rot.rotate_values(v, 1, d);

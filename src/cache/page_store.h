@@ -24,14 +24,14 @@ public:
     int64_t size() const { return static_cast<int64_t>(pos_.size()); }
     bool empty() const { return pos_.empty(); }
 
-    /// Appends an entry from float32 k, v [d]; throws KVBudgetExhausted if a page is needed and none is left
+    /// Appends an entry from float32 k, v [d]; throws KVPoolExhausted if a page is needed and none is left
     /// (the store is unchanged then).
     void push(const float* k, const float* v, int32_t pos, float score);
     /// Appends a copy of entry j of `src`: its bytes when `src` has this store's key and value types, else its
     /// row converted to float32 and stored through store_row in this store's types (quantization at admission: a
     /// window entry in F16 becomes a Q8_0 / Q4_0 global entry here). With the same rotation as this store's (a pool
     /// and its local layout) the row is converted as stored, in the rotated space; with another, through the
-    /// model's space (read, then push). Throws KVBudgetExhausted like push (the store is unchanged then).
+    /// model's space (read, then push). Throws KVPoolExhausted like push (the store is unchanged then).
     void push_copy(const PageStore& src, int64_t j);
     /// Overwrites entry i.
     void set(int64_t i, const float* k, const float* v, int32_t pos, float score);
@@ -44,7 +44,7 @@ public:
     /// Appends the entries to `w`: count, positions, scores, then each entry's key and value bytes as stored.
     void save(BinaryWriter& w) const;
     /// Replaces the contents with entries saved by save() from a store of the same page layout (at most
-    /// max_entries). Throws Error for a truncated or corrupted record, KVBudgetExhausted if the pool runs out.
+    /// max_entries). Throws Error for a truncated or corrupted record, KVPoolExhausted if the pool runs out.
     void load(BinaryReader& r, int64_t max_entries);
 
     /// Entry i converted to float32 (dequantized for Q8_0 / Q4_0) in the model's space: with a rotated pool
@@ -85,7 +85,7 @@ private:
     /// Writes k, v [d] into slot i: rotated by the pool's rotation, then converted (store_row).
     void store_entry(const float* k, const float* v, int64_t i);
     /// Appends a slot for an entry at `pos` with `score` (a new page when the last is full) and returns its index;
-    /// the caller writes its key and value. Throws KVBudgetExhausted before changing anything.
+    /// the caller writes its key and value. Throws KVPoolExhausted before changing anything.
     int64_t open_slot(int32_t pos, float score);
     /// Entry i was written in place: its page's bounds, if they cover it, are recomputed when next asked.
     void touch(int64_t i);
@@ -113,10 +113,11 @@ void store_row(KVType t, const float* src, uint8_t* dst, int n);
 void load_row(KVType t, const uint8_t* src, float* dst, int n);
 /// dst ← the row a reader sees after src [n] is stored as type t: load_row(t, store_row(t, src)). dst may be src.
 void round_trip_row(KVType t, const float* src, float* dst, int n);
-/// k, v [pool.head_dim()] ← what PageStore::read returns after the entry is stored in `pool`, for the halves whose
-/// type is block-quantized: R·dequant(quant(R·x)) with the pool's rotation R (Q8_0 / Q4_0 error, in the rotated
-/// space); halves of other types are left as given. A prefill chunk attends to its own entries through this, as
-/// llama.cpp writes the batch into its cache before attending.
+/// k, v [pool.head_dim()] ← what PageStore::read returns after the entry is stored in `pool`: R·load(store(R·x)) with
+/// the pool's rotation R for every half not stored in float32 (the Q8_0 / Q4_0 error in the rotated space, F16 /
+/// BF16 rounding); float32 halves are left as given. A prefill chunk attends to its own entries through this, as
+/// llama.cpp writes the batch into its cache before attending, so one batch and a prompt fed in pieces (which read
+/// the earlier pieces from their pages) see the same keys and values.
 void stored_view(const KVPool& pool, float* k, float* v);
 /// Largest magnitude store_row keeps: the row's limit (kernels/kv_types.h; 65504·127 for Q8_0, 65504·8 for Q4_0,
 /// +inf for the float types).

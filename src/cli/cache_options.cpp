@@ -54,8 +54,8 @@ KVRotation KVTypeOptions::rotation(int head_dim) const {
     return KVRotation::choose(parse_kv_rotate_mode(rotate), types(), head_dim);
 }
 
-std::shared_ptr<KVPool> KVTypeOptions::make_pool(int head_dim, uint64_t budget_bytes) const {
-    return make_kv_pool(head_dim, types(), parse_kv_rotate_mode(rotate), budget_bytes);
+std::shared_ptr<KVPool> KVTypeOptions::make_pool(int head_dim, uint64_t pool_bytes) const {
+    return make_kv_pool(head_dim, types(), parse_kv_rotate_mode(rotate), pool_bytes);
 }
 
 KVTypes KVTypeOptions::types() const {
@@ -91,9 +91,11 @@ void CacheOptions::add_to(CLI::App* cmd) {
     kv.add_to(cmd);
     add_kv_pool_option(cmd, kv_pool_mb, "KV pool size in MiB (0: grow on demand)");
     prefill_chunk_option =
-        cmd->add_option("--prefill-chunk", prefill_chunk,
-                        "prefill in chunks of this many tokens (0: one batch); the cache keeps the same entries "
-                        "whatever the chunk size, the policy compressing once after the prompt")
+        cmd->add_option(
+               "--prefill-chunk", prefill_chunk,
+               "prefill in chunks of this many tokens (0: one batch); the cache keeps the same entries "
+               "whatever the chunk size, the policy compressing once after the prompt; a multiple of 256 computes "
+               "one batch's numbers bit for bit")
             ->capture_default_str();
     cmd->add_flag("--compress-during-prefill", compress_during_prefill,
                   "admit and compress after each prefill chunk, bounding the cache while a long prompt is read (what "

@@ -39,8 +39,8 @@ struct KVTypeOptions {
     /// (KVRotation::choose). Throws Error naming a bad value, or the head dimension for "on" when it is not a
     /// multiple of 64.
     KVRotation rotation(int head_dim) const;
-    /// A pool of these types and rotation (KVPool; budget_bytes 0: grows on demand).
-    std::shared_ptr<KVPool> make_pool(int head_dim, uint64_t budget_bytes) const;
+    /// A pool of these types and rotation (KVPool; pool_bytes 0: grows on demand).
+    std::shared_ptr<KVPool> make_pool(int head_dim, uint64_t pool_bytes) const;
 };
 
 struct CacheOptions {

@@ -41,7 +41,7 @@ public:
 
     /// Adds a user message and generates the answer; on_text receives its text as it comes (whole UTF-8
     /// characters). When the context cannot hold the turn's prompt and one more token, returns with
-    /// context_full and changes nothing. Throws Error from the model or the cache (e.g. a KV budget exhausted).
+    /// context_full and changes nothing. Throws Error from the model or the cache (e.g. the KV pool exhausted).
     ChatTurn turn(const std::string& user, int64_t n_predict, const std::function<void(const std::string&)>& on_text);
     /// Forgets the conversation (the system message stays) and empties the cache.
     void reset();

@@ -34,7 +34,7 @@ struct ServeOpts {
     std::vector<std::string> aliases;  // --alias (repeatable): the first is the id responses carry
     KVTypeOptions kv;                  // server-wide: the one pool's key and value types and rotation
     std::vector<std::string> predictors, predictor_dirs;  // NAME=PATH; folders of predictors
-    double kv_budget_mb = 0;
+    double kv_pool_mb = 0;
     HttpOptions http;
     SchedulerOptions sched;
     int threads = 0;
@@ -58,7 +58,7 @@ int default_requests_per_key(const SchedulerOptions& s, bool keys) {
 }
 
 void run(const ServeOpts& o) {
-    require(o.kv_budget_mb >= 0, "--kv-pool-mb must be ≥ 0, got ", o.kv_budget_mb);
+    require(o.kv_pool_mb >= 0, "--kv-pool-mb must be ≥ 0, got ", o.kv_pool_mb);
     require(std::isfinite(o.max_body_mb) && o.max_body_mb > 0 && o.max_body_mb <= 4096,
             "--max-body-mb must be in (0, 4096] MiB, got ", o.max_body_mb);
     require(std::isfinite(o.max_header_kb) && o.max_header_kb >= 1 && o.max_header_kb <= 16384,
@@ -119,7 +119,7 @@ void run(const ServeOpts& o) {
     // A bad default policy is an error at start, not per request; it names registered predictors as requests do.
     const Policy check = parse_policy(o.policy, policy_options);
     check_policy_fits(check, so.n_ctx);
-    auto pool = o.kv.make_pool(model.config().head_dim, static_cast<uint64_t>(o.kv_budget_mb * 1048576.0));
+    auto pool = o.kv.make_pool(model.config().head_dim, static_cast<uint64_t>(o.kv_pool_mb * 1048576.0));
     Scheduler sched(model, *tok, pool, so);
     ApiContext ctx;
     ctx.tok = tok.get();
@@ -156,7 +156,7 @@ void run(const ServeOpts& o) {
         "kvsieve serve: listening on http://%s:%d (model id '%s', policy %s, %d slots of %ld tokens, "
         "KV pool %s, chat template %s)\n",
         ho.host.c_str(), port, ctx.model_id.c_str(), o.policy.c_str(), so.slots, static_cast<long>(so.n_ctx),
-        o.kv_budget_mb > 0 ? (std::to_string(static_cast<long>(o.kv_budget_mb)) + " MiB").c_str() : "grows on demand",
+        o.kv_pool_mb > 0 ? (std::to_string(static_cast<long>(o.kv_pool_mb)) + " MiB").c_str() : "grows on demand",
         tmpl ? tmpl->name().c_str() : "none");
     if (keys->enabled())
         std::fprintf(stderr, "kvsieve serve: %zu API key(s); requests need Authorization: Bearer KEY\n", keys->size());
@@ -237,14 +237,15 @@ void add_serve(CLI::App& app) {
     cmd->add_option("--predictor-dir", o->predictor_dirs,
                     "a folder whose subfolders are predictors, each registered under its own name (repeatable)");
     o->kv.add_to(cmd);
-    add_kv_pool_option(cmd, o->kv_budget_mb, "size of the KV pool all sequences share, in MiB (0: grow on demand)");
+    add_kv_pool_option(cmd, o->kv_pool_mb, "size of the KV pool all sequences share, in MiB (0: grow on demand)");
     cmd->add_option("--slots", o->sched.slots, "sequences decoded together")->capture_default_str();
     cmd->add_option("-c,--ctx-size", o->sched.n_ctx,
                     "positions per sequence, prompt and answer (0: the model's, at most 4096)")
         ->capture_default_str();
     cmd->add_option(
            "--prefill-chunk", o->sched.prefill_chunk,
-           "prompt tokens per step, interleaved with decoding (the cache keeps the same entries whatever it is)")
+           "prompt tokens per step, interleaved with decoding (the cache keeps the same entries whatever it is; a "
+           "multiple of 256 computes one batch's numbers bit for bit)")
         ->capture_default_str();
     cmd->add_flag("--compress-during-prefill", o->sched.compress_during_prefill,
                   "admit and compress after each prompt chunk, bounding a long prompt's cache (what is kept, and so "

@@ -88,30 +88,45 @@ void attention_prefill_group(const float* q, int64_t ldq, int G, int d, int64_t 
                              int64_t n_prefix, float* out, int64_t ldo, KeyStat stat, float* stat_out) {
     const float scale = 1.0f / std::sqrt(static_cast<float>(d));
     const int64_t n = n_prefix + T;
-    constexpr int64_t kBlock = 128;
+    constexpr int64_t kBlock = kPrefillQueryBlock;
     if (stat != KeyStat::kNone) std::fill(stat_out, stat_out + G * n, 0.0f);
-    std::vector<float> S;
+    // Blocks of queries at fixed key indices [b·128, (b+1)·128), whose products read keys up to the block's end (the
+    // scores past the visible ones zero, the values past n zero): each product, and so each output, has the same
+    // shape whether the keys before the chunk were cached by earlier chunks or come in the same batch.
+    const int64_t n_pad = (n + kBlock - 1) / kBlock * kBlock;
+    thread_local std::vector<float> S, v_pad;
+    const float* vp = v;
+    if (out != nullptr && n_pad > n) {
+        v_pad.resize(static_cast<size_t>(n_pad * d));
+        std::copy_n(v, n * d, v_pad.begin());
+        std::fill(v_pad.begin() + n * d, v_pad.end(), 0.0f);
+        vp = v_pad.data();
+    }
+    auto block_end = [&](int64_t t0) { return std::min(T, (n_prefix + t0) / kBlock * kBlock + kBlock - n_prefix); };
     // Statistics only, of the last query: its block alone.
-    const int64_t first_block = out == nullptr && stat == KeyStat::kLast ? (T - 1) / kBlock * kBlock : 0;
+    int64_t first = 0;
+    if (out == nullptr && stat == KeyStat::kLast)
+        first = std::max<int64_t>(0, (n_prefix + T - 1) / kBlock * kBlock - n_prefix);
     for (int g = 0; g < G; ++g)
-        for (int64_t t0 = first_block; t0 < T; t0 += kBlock) {
-            const int64_t nt = std::min(kBlock, T - t0), nk = n_prefix + t0 + nt;
-            S.resize(static_cast<size_t>(nt * nk));
+        for (int64_t t0 = first; t0 < T; t0 = block_end(t0)) {
+            const int64_t nt = block_end(t0) - t0, nk = n_prefix + t0 + nt;
+            const int64_t ld = (nk + kBlock - 1) / kBlock * kBlock;  // the block's end in keys
+            S.resize(static_cast<size_t>(nt * ld));
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(nt), static_cast<int>(nk), d, scale,
-                        q + t0 * ldq + g * d, static_cast<int>(ldq), k, d, 0.0f, S.data(), static_cast<int>(nk));
+                        q + t0 * ldq + g * d, static_cast<int>(ldq), k, d, 0.0f, S.data(), static_cast<int>(ld));
             for (int64_t i = 0; i < nt; ++i) {
-                float* row = S.data() + i * nk;
+                float* row = S.data() + i * ld;
                 const int64_t visible = n_prefix + t0 + i + 1;
                 dot_kernels().softmax(row, visible);
-                std::fill(row + visible, row + nk, 0.0f);
+                std::fill(row + visible, row + ld, 0.0f);
                 if (stat == KeyStat::kSum)
                     for (int64_t j = 0; j < visible; ++j) stat_out[g * n + j] += row[j];
                 else if (stat == KeyStat::kLast && t0 + i == T - 1)
                     for (int64_t j = 0; j < visible; ++j) stat_out[g * n + j] = row[j];
             }
             if (out != nullptr)
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(nt), d, static_cast<int>(nk),
-                            1.0f, S.data(), static_cast<int>(nk), v, d, 0.0f, out + t0 * ldo + g * d,
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(nt), d, static_cast<int>(ld),
+                            1.0f, S.data(), static_cast<int>(ld), vp, d, 0.0f, out + t0 * ldo + g * d,
                             static_cast<int>(ldo));
         }
 }

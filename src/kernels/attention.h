@@ -22,6 +22,9 @@ struct AttnShape {
 void attention_dense_causal(const float* q, int64_t T, int64_t pos0, const float* k, const float* v, int64_t ld_kv,
                             const AttnShape& s, float* out);
 
+/// Query block of attention_prefill_group and attention_prefill_gated, in tokens.
+constexpr int64_t kPrefillQueryBlock = 128;
+
 /// What attention_prefill_group reports per key besides the output.
 enum class KeyStat { kNone, kSum, kLast };
 
@@ -30,8 +33,11 @@ enum class KeyStat { kNone, kSum, kLast };
 /// t' ≥ t. q: query t of group head g at q + t·ldq + g·d; k, v: [n][d] float32; out likewise with ldo.
 /// stat_out [G][n] (if stat ≠ kNone): per key, Σ over the T queries of its softmax weight (kSum), or the last
 /// query's weight (kLast). out = nullptr: only the statistics are wanted (the output's product is skipped, and with
-/// kLast only the last query's block is computed). Blocked SGEMMs of 128 queries, single-threaded (callers run heads
-/// in parallel).
+/// kLast only the last query's block is computed). Blocked SGEMMs over the queries whose key indices n_prefix + t
+/// fall in one block [b·kPrefillQueryBlock, (b+1)·kPrefillQueryBlock), each product reading keys up to its block's
+/// end (zero weights past the visible keys), so a query's output does not depend on how the keys before it were
+/// split between the cache and the batch: a prompt fed in chunks gets one batch's outputs bit for bit.
+/// Single-threaded (callers run heads in parallel).
 void attention_prefill_group(const float* q, int64_t ldq, int G, int d, int64_t T, const float* k, const float* v,
                              int64_t n_prefix, float* out, int64_t ldo, KeyStat stat, float* stat_out);
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "cache/dense_kv_cache.h"
+#include "attend/dense_kv_cache.h"
 #include "cache/kv_cache.h"
 #include "io/gguf.h"
 #include "io/model_config.h"
@@ -62,7 +62,7 @@ public:
     /// on the row count); the one difference is a short multi-token segment of an F32-weight model, which alone
     /// would take SGEMM (float rounding only). Throws Error for an
     /// empty batch or segment, a cache given twice, an out-of-vocabulary id or a full cache (checked before any
-    /// cache changes), or a decode segment of T_s ≠ 1 tokens; a KVBudgetExhausted from a cache leaves the step
+    /// cache changes), or a decode segment of T_s ≠ 1 tokens; a KVPoolExhausted from a cache leaves the step
     /// half-done for every segment.
     void forward_batch(const std::vector<Segment>& segments) const;
 

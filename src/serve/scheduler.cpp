@@ -185,7 +185,7 @@ SchedulerSnapshot Scheduler::snapshot() const {
     s.pool_pages_capacity = pool_->capacity_pages();
     s.pool_page_bytes = static_cast<int64_t>(pool_->unit_page_bytes());
     s.pool_bytes_in_use = static_cast<int64_t>(pool_->bytes_in_use());
-    s.pool_bytes_capacity = static_cast<int64_t>(pool_->budget_bytes());
+    s.pool_bytes_capacity = static_cast<int64_t>(pool_->capacity_bytes());
     return s;
 }
 
@@ -281,7 +281,7 @@ void Scheduler::finish(Slot& s, const std::string& reason) {
             } catch (const std::exception& e) {
                 save_error = std::string("the sequence could not be saved: ") + e.what();
             }
-        } catch (const KVBudgetExhausted& e) {
+        } catch (const KVPoolExhausted& e) {
             keep = false;
             save_error = std::string("the sequence could not be saved: the KV pool is exhausted: ") + e.what();
         } catch (const std::exception& e) {
@@ -453,7 +453,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& active) {
     const auto t0 = Clock::now();
     try {
         model_.forward_batch(segs);
-    } catch (const KVBudgetExhausted& e) {
+    } catch (const KVPoolExhausted& e) {
         for (Slot* s : run) {
             s->session->abort_step();
             fail(*s, 503, std::string("the KV pool is exhausted: ") + e.what());
@@ -479,7 +479,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& active) {
     for (Slot* s : run) {
         try {
             s->session->end_step(s->kind);
-        } catch (const KVBudgetExhausted& e) {
+        } catch (const KVPoolExhausted& e) {
             fail(*s, 503, std::string("the KV pool is exhausted: ") + e.what());
             continue;
         } catch (const std::exception& e) {
@@ -536,7 +536,7 @@ std::unique_ptr<Scheduler::Slot> Scheduler::admit(std::unique_ptr<Queued> q,
             if (r.restore) restored = decode_generation_state(r.restore->extra, c.n_vocab);
         }
         if (r.restore_sampler && !restored.sampler_state.empty()) s->sampler->set_state(restored.sampler_state);
-    } catch (const KVBudgetExhausted& e) {
+    } catch (const KVPoolExhausted& e) {
         fail(*s, 503, std::string("the KV pool is exhausted: the restored sequence does not fit: ") + e.what());
         return nullptr;
     } catch (const CacheOpError& e) {
@@ -623,7 +623,7 @@ void Scheduler::open_sequence(const Policy& policy, const SavedSequence* saved, 
             session = std::make_unique<Session>(model_, tok_, *cache);
             if (saved) restore_sequence(*session, *saved);
             return;
-        } catch (const KVBudgetExhausted&) {
+        } catch (const KVPoolExhausted&) {
             session.reset();
             cache.reset();
             if (!conversations_.drop_for_pages()) throw;
@@ -724,7 +724,7 @@ CacheOpResult Scheduler::save(const SequenceRef& ref, const std::string& path) {
             throw CacheOpError(503, "the KV pool has no page for the slot's next token; try again");
         try {
             s->session->decode(s->last, s->logits);
-        } catch (const KVBudgetExhausted& e) {  // the step is half done: the slot cannot go on
+        } catch (const KVPoolExhausted& e) {  // the step is half done: the slot cannot go on
             fail(*s, 503, std::string("the KV pool is exhausted: ") + e.what());
             throw CacheOpError(503, std::string("the slot's next token did not fit in the KV pool: ") + e.what());
         } catch (const std::exception& e) {
@@ -774,7 +774,7 @@ CacheOpResult Scheduler::restore(std::shared_ptr<const SavedSequence> saved, con
         ConversationStore::Entry e;
         try {
             open_sequence(policy, saved.get(), e.cache, e.session);
-        } catch (const KVBudgetExhausted& ex) {
+        } catch (const KVPoolExhausted& ex) {
             throw CacheOpError(503, std::string("the KV pool cannot hold the saved sequence: ") + ex.what());
         } catch (const Error& ex) { throw CacheOpError(400, ex.what()); }
         CacheOpResult out;

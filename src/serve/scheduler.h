@@ -113,7 +113,7 @@ struct SchedulerSnapshot {
     /// Pool pages in use and in all, in units of pool_page_bytes (KVPool::unit_page_bytes: the larger page when the
     /// sinks and windows are binary16 and the global regions quantized, --kv-quant-at admission).
     int64_t pool_pages_in_use = 0, pool_pages_capacity = 0, pool_page_bytes = 0;
-    int64_t pool_bytes_in_use = 0, pool_bytes_capacity = 0;  ///< real bytes of the pages in use; the pool's budget
+    int64_t pool_bytes_in_use = 0, pool_bytes_capacity = 0;  ///< real bytes of the pages in use; the pool's capacity
     int64_t requests_finished = 0, requests_failed = 0, requests_cancelled = 0, requests_refused = 0;
     int64_t prompt_tokens = 0, generated_tokens = 0;  ///< of requests admitted / tokens sampled
     int64_t prefill_rows = 0, decode_rows = 0, steps = 0;
@@ -216,7 +216,7 @@ private:
     T on_loop(std::function<T()> fn);
     Slot* find_slot(const SequenceRef& ref);
     /// A new cache under `policy` and its session, restoring `saved` when given; kept conversations are dropped,
-    /// least recently used first, while the pool cannot hold it. On an error both stay null: KVBudgetExhausted
+    /// least recently used first, while the pool cannot hold it. On an error both stay null: KVPoolExhausted
     /// when it does not fit even then, Error as restore_sequence.
     void open_sequence(const Policy& policy, const SavedSequence* saved, std::unique_ptr<KVCache>& cache,
                        std::unique_ptr<Session>& session);

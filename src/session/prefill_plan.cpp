@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "kernels/matmul.h"
 #include "policy/policy.h"
 #include "util/error.h"
 
@@ -24,6 +25,9 @@ PrefillChunk next_prefill_chunk(int64_t n_prompt, int64_t done, int64_t chunk) {
     PrefillChunk c;
     c.begin = done;
     c.end = chunk > 0 ? std::min(n_prompt, done + chunk) : n_prompt;
+    // A short rest joins this piece: rows of a product under kGemmMinTokens take the GEMV path, whose activations are
+    // quantized (Q8_0 / Q8_1 for quantized weights), where one batch computes the same rows through SGEMM in float32.
+    if (chunk >= kGemmMinTokens && n_prompt - c.end < kGemmMinTokens) c.end = n_prompt;
     c.last = c.end == n_prompt;
     return c;
 }

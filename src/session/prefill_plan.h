@@ -41,7 +41,12 @@ int64_t planned_chunk(const Policy& policy, int64_t chunk, bool compress = true,
 bool chunk_overruled(const Policy& policy, int64_t chunk, bool compress = true, bool during = false);
 
 /// The next piece of a prompt of n_prompt tokens of which `done` are fed, in chunks of `chunk` tokens (0: the rest
-/// in one piece). Throws Error unless 0 ≤ done < n_prompt and chunk ≥ 0.
+/// in one piece). For chunk ≥ kGemmMinTokens (32) a rest of fewer than 32 tokens after the piece joins it, so that
+/// every row of the prompt takes the product path one batch takes (kernels/matmul.h: rows of a shorter product go
+/// through GEMV with quantized activations). With a chunk that is a multiple of 256 tokens (kGemmTokenBlock, a
+/// multiple of attention's kPrefillQueryBlock) every product then has one batch's shape and the prefill is one
+/// batch's bit for bit; other sizes change the order of some sums (docs/architecture.md, "Where compression
+/// happens"). Throws Error unless 0 ≤ done < n_prompt and chunk ≥ 0.
 PrefillChunk next_prefill_chunk(int64_t n_prompt, int64_t done, int64_t chunk);
 
 }  // namespace kvsieve

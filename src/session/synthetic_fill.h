@@ -10,7 +10,7 @@ namespace kvsieve {
 /// n tokens had been processed: keys and values uniform in [−√3, √3) (unit variance) from a splitmix64 stream seeded
 /// by `seed`, drawn token by token, layer by layer, head by head, keys and values interleaved per channel; each
 /// entry with score 0 through the cache's admission path (KVCache::append), each token closed as a prefill step
-/// (KVCache::finish_step). Throws Error if the context cannot hold n more positions; KVBudgetExhausted like append
+/// (KVCache::finish_step). Throws Error if the context cannot hold n more positions; KVPoolExhausted like append
 /// (the tokens before the failing one stay).
 void fill_synthetic(KVCache& cache, int64_t n, uint64_t seed);
 

@@ -1,4 +1,4 @@
-#include "cache/dense_kv_cache.h"
+#include "attend/dense_kv_cache.h"
 
 #include <cstring>
 
