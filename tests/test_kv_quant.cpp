@@ -490,102 +490,6 @@ TEST(KVQuantQ4_1, RowsRoundTripAsTheFloat64FormulaSays) {
     EXPECT_EQ(back[0], -65504.0f);
 }
 
-TEST(KVQuantQ4_1, AttentionOverQ4_1PagesMatchesFloat64AttentionOnTheDequantizedRows) {
-    // Q4_1 keys with Q4_1, F16 and Q8_0 values, and F16 / Q8_0 keys with Q4_1 values, on every kernel set; 39 rows
-    // as two full pages and a partial one. Tight reference, float64 from the stored blocks: with Q4_1 keys each score
-    // is ggml's vec_dot_q4_1_q8_1 on the query as Q8_1 blocks (d_q, s_q = d_q·Σ q_i as binary16):
-    // Σ_b d_k·d_q·Σ_i k_i·q_i + m_k·s_q (so the binary16 rounding of s_q is the kernel's, not an error); values are
-    // the dequantized rows. Loose reference: float64 attention on the unquantized rows and query (4-bit error).
-    struct Pair {
-        KVType k, v;
-    };
-    const Pair pairs[] = {{KVType::kQ4_1, KVType::kQ4_1},
-                          {KVType::kQ4_1, KVType::kF16},
-                          {KVType::kQ4_1, KVType::kQ8_0},
-                          {KVType::kF16, KVType::kQ4_1},
-                          {KVType::kQ8_0, KVType::kQ4_1}};
-    for (auto [d, G] : std::vector<std::pair<int, int>>{{32, 4}, {64, 3}, {128, 1}, {256, 2}}) {
-        const int n = 39;
-        const auto kf = randn(static_cast<size_t>(n) * d, 51), vf = randn(static_cast<size_t>(n) * d, 52),
-                   q = randn(static_cast<size_t>(G) * d, 53);
-        const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-        for (const Pair& pr : pairs) {
-            SCOPED_TRACE(testing::Message()
-                         << "d=" << d << " G=" << G << " k=" << kv_type_name(pr.k) << " v=" << kv_type_name(pr.v));
-            const size_t kr = kv_row_bytes(pr.k, d), vr = kv_row_bytes(pr.v, d);
-            std::vector<uint8_t> kb(kr * n), vb(vr * n);
-            std::vector<float> K(static_cast<size_t>(n) * d), V(static_cast<size_t>(n) * d);
-            for (int j = 0; j < n; ++j) {
-                store_row(pr.k, kf.data() + j * d, kb.data() + j * kr, d);
-                store_row(pr.v, vf.data() + j * d, vb.data() + j * vr, d);
-                load_row(pr.k, kb.data() + j * kr, K.data() + j * d, d);
-                load_row(pr.v, vb.data() + j * vr, V.data() + j * d, d);
-            }
-            // Tight scores s_t [G][n] in float64.
-            std::vector<double> s_t(static_cast<size_t>(G) * n);
-            std::vector<BlockQ8_0> q8(d / 32);
-            std::vector<BlockQ8_1> q81(d / 32);
-            std::vector<float> qd(d);
-            for (int g = 0; g < G; ++g) {
-                const float* qg = q.data() + g * d;
-                if (pr.k == KVType::kQ4_1) quantize_row_q8_1_activations(qg, q81.data(), d);
-                if (pr.k == KVType::kQ8_0) {
-                    quantize_row_q8_0_activations(qg, q8.data(), d);
-                    dequantize_row(TensorType::Q8_0, q8.data(), qd.data(), d);
-                }
-                for (int j = 0; j < n; ++j) {
-                    double dot = 0;
-                    if (pr.k == KVType::kQ4_1) {
-                        std::vector<double> dk, mk;
-                        std::vector<int> qk;
-                        decode_q4_1_row(kb.data() + j * kr, d, &dk, &mk, &qk);
-                        for (int b = 0; b < d / 32; ++b) {
-                            int64_t sumi = 0;
-                            for (int i = 0; i < 32; ++i) sumi += qk[b * 32 + i] * q81[b].qs[i];
-                            dot += dk[b] * fp16_to_fp32(q81[b].d) * double(sumi) + mk[b] * fp16_to_fp32(q81[b].s);
-                        }
-                    } else {
-                        for (int c = 0; c < d; ++c) dot += double(pr.k == KVType::kQ8_0 ? qd[c] : qg[c]) * K[j * d + c];
-                    }
-                    s_t[g * n + j] = dot * scale;
-                }
-            }
-            // Tight outputs from s_t and the dequantized values; loose ones from the unquantized rows.
-            std::vector<double> ref_t(static_cast<size_t>(G) * d, 0.0), ref_f, s_f;
-            for (int g = 0; g < G; ++g) {
-                double mx = -INFINITY, sum = 0;
-                for (int j = 0; j < n; ++j) mx = std::max(mx, s_t[g * n + j]);
-                for (int j = 0; j < n; ++j) sum += std::exp(s_t[g * n + j] - mx);
-                for (int j = 0; j < n; ++j)
-                    for (int c = 0; c < d; ++c) ref_t[g * d + c] += std::exp(s_t[g * n + j] - mx) / sum * V[j * d + c];
-            }
-            std::vector<double> Qf(q.begin(), q.end());
-            reference_attention(Qf, kf, vf, n, d, G, scale, ref_f, s_f);
-            for (const DotKernels* ks : kernel_sets()) {
-                SCOPED_TRACE(ks->isa);
-                std::vector<float> m(G, -INFINITY), l(G, 0), o(static_cast<size_t>(G) * d, 0),
-                    s(static_cast<size_t>(G) * n);
-                for (int j0 = 0; j0 < n; j0 += 16)
-                    kv_attend_rows(*ks, pr.k, kb.data() + j0 * kr, pr.v, vb.data() + j0 * vr, std::min(16, n - j0), d,
-                                   q.data(), G, static_cast<float>(scale), m.data(), l.data(), o.data(), s.data() + j0,
-                                   n);
-                double worst_t = 0, worst_f = 0, worst_s = 0;
-                for (int g = 0; g < G; ++g) {
-                    for (int c = 0; c < d; ++c) {
-                        const double y = o[g * d + c] / l[g];
-                        worst_t = std::max(worst_t, std::fabs(y - ref_t[g * d + c]));
-                        worst_f = std::max(worst_f, std::fabs(y - ref_f[g * d + c]));
-                    }
-                    for (int j = 0; j < n; ++j) worst_s = std::max(worst_s, std::fabs(s[g * n + j] - s_t[g * n + j]));
-                }
-                EXPECT_LE(worst_s, 1e-5);
-                EXPECT_LE(worst_t, 5e-6);
-                EXPECT_LE(worst_f, 0.25);
-            }
-        }
-    }
-}
-
 // ---- Q5_0 and Q5_1 (llama.cpp's --cache-type-k q5_0 / q5_1): rows of the KV type table ----
 
 /// The float64 reading of one stored Q5_0 (t = kQ5_0) or Q5_1 row of n elements, from its bytes: per block of 32,
@@ -662,86 +566,6 @@ TEST(KVQuantQ5, AreRowsOfTheTableAndRoundTripWithinTheirFormulasBounds) {
             }
         }
     }
-}
-
-TEST(KVQuantQ5, AttentionOverQ5PagesMatchesFloat64AttentionOnTheDequantizedRows) {
-    // Q5_0 and Q5_1 keys with their own, F16 and Q8_0 values, on every kernel set; 39 rows. Tight reference in
-    // float64 from the stored blocks: Q5_0 keys score Σ_b d_k·d_q·Σ_i (k_i − 16)·q_i against the query as Q8_0 blocks
-    // (ggml's vec_dot_q5_0_q8_0), Q5_1 keys Σ_b d_k·d_q·Σ_i k_i·q_i + m_k·s_q against it as Q8_1 blocks
-    // (vec_dot_q5_1_q8_1); values the dequantized rows. Loose reference: the unquantized rows and query.
-    for (KVType kt : {KVType::kQ5_0, KVType::kQ5_1})
-        for (KVType vt : {kt, KVType::kF16, KVType::kQ8_0})
-            for (auto [d, G] : std::vector<std::pair<int, int>>{{32, 4}, {64, 3}, {256, 2}}) {
-                SCOPED_TRACE(testing::Message()
-                             << "d=" << d << " G=" << G << " k=" << kv_type_name(kt) << " v=" << kv_type_name(vt));
-                const int n = 39;
-                const auto kf = randn(static_cast<size_t>(n) * d, 61), vf = randn(static_cast<size_t>(n) * d, 62),
-                           q = randn(static_cast<size_t>(G) * d, 63);
-                const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-                const size_t kr = kv_row_bytes(kt, d), vr = kv_row_bytes(vt, d);
-                std::vector<uint8_t> kb(kr * n), vb(vr * n);
-                std::vector<float> V(static_cast<size_t>(n) * d);
-                for (int j = 0; j < n; ++j) {
-                    store_row(kt, kf.data() + j * d, kb.data() + j * kr, d);
-                    store_row(vt, vf.data() + j * d, vb.data() + j * vr, d);
-                    load_row(vt, vb.data() + j * vr, V.data() + j * d, d);
-                }
-                std::vector<double> s_t(static_cast<size_t>(G) * n), ref_t(static_cast<size_t>(G) * d, 0.0);
-                std::vector<BlockQ8_0> q8(d / 32);
-                std::vector<BlockQ8_1> q81(d / 32);
-                for (int g = 0; g < G; ++g) {
-                    if (kt == KVType::kQ5_0)
-                        quantize_row_q8_0_activations(q.data() + g * d, q8.data(), d);
-                    else
-                        quantize_row_q8_1_activations(q.data() + g * d, q81.data(), d);
-                    for (int j = 0; j < n; ++j) {
-                        std::vector<double> dk, mk;
-                        std::vector<int> qk;
-                        decode_q5_row(kt, kb.data() + j * kr, d, &dk, &mk, &qk);
-                        double dot = 0;
-                        for (int b = 0; b < d / 32; ++b) {
-                            int64_t sumi = 0;
-                            for (int i = 0; i < 32; ++i)
-                                sumi += kt == KVType::kQ5_0 ? (qk[b * 32 + i] - 16) * q8[b].qs[i]
-                                                            : qk[b * 32 + i] * q81[b].qs[i];
-                            dot += kt == KVType::kQ5_0
-                                       ? dk[b] * fp16_to_fp32(q8[b].d) * double(sumi)
-                                       : dk[b] * fp16_to_fp32(q81[b].d) * double(sumi) + mk[b] * fp16_to_fp32(q81[b].s);
-                        }
-                        s_t[g * n + j] = dot * scale;
-                    }
-                    double mx = -INFINITY, sum = 0;
-                    for (int j = 0; j < n; ++j) mx = std::max(mx, s_t[g * n + j]);
-                    for (int j = 0; j < n; ++j) sum += std::exp(s_t[g * n + j] - mx);
-                    for (int j = 0; j < n; ++j)
-                        for (int c = 0; c < d; ++c)
-                            ref_t[g * d + c] += std::exp(s_t[g * n + j] - mx) / sum * V[j * d + c];
-                }
-                std::vector<double> ref_f, s_f, Qf(q.begin(), q.end());
-                reference_attention(Qf, kf, vf, n, d, G, scale, ref_f, s_f);
-                for (const DotKernels* ks : kernel_sets()) {
-                    SCOPED_TRACE(ks->isa);
-                    std::vector<float> m(G, -INFINITY), l(G, 0), o(static_cast<size_t>(G) * d, 0),
-                        s(static_cast<size_t>(G) * n);
-                    for (int j0 = 0; j0 < n; j0 += 16)
-                        kv_attend_rows(*ks, kt, kb.data() + j0 * kr, vt, vb.data() + j0 * vr, std::min(16, n - j0), d,
-                                       q.data(), G, static_cast<float>(scale), m.data(), l.data(), o.data(),
-                                       s.data() + j0, n);
-                    double worst_t = 0, worst_f = 0, worst_s = 0;
-                    for (int g = 0; g < G; ++g) {
-                        for (int c = 0; c < d; ++c) {
-                            const double y = o[g * d + c] / l[g];
-                            worst_t = std::max(worst_t, std::fabs(y - ref_t[g * d + c]));
-                            worst_f = std::max(worst_f, std::fabs(y - ref_f[g * d + c]));
-                        }
-                        for (int j = 0; j < n; ++j)
-                            worst_s = std::max(worst_s, std::fabs(s[g * n + j] - s_t[g * n + j]));
-                    }
-                    EXPECT_LE(worst_s, 1e-5);
-                    EXPECT_LE(worst_t, 5e-6);
-                    EXPECT_LE(worst_f, 0.12);
-                }
-            }
 }
 
 // ---- IQ4_NL (llama.cpp's --cache-type-k iq4_nl): a row of the KV type table ----
@@ -857,63 +681,104 @@ TEST(KVQuantIQ4_NL, IsARowOfTheTableAndRoundTripsAsTheFloat64FormulaSays) {
     }
 }
 
-TEST(KVQuantIQ4_NL, AttentionOverIQ4_NLPagesMatchesFloat64AttentionOnTheDequantizedRows) {
-    // IQ4_NL keys with their own, F16 and Q8_0 values, and Q8_0 keys with IQ4_NL values, on every kernel set; 39
-    // rows. Tight reference in float64 from the stored blocks: IQ4_NL keys score Σ_b d_k·d_q·Σ_i level(k_i)·q_i
-    // against the query as Q8_0 blocks (ggml's vec_dot_iq4_nl_q8_0), Q8_0 keys Σ_b d_k·d_q·Σ_i k_i·q_i; values the
-    // dequantized rows. Loose reference: the unquantized rows and query.
-    const std::pair<KVType, KVType> pairs[] = {{KVType::kIQ4_NL, KVType::kIQ4_NL},
-                                               {KVType::kIQ4_NL, KVType::kF16},
-                                               {KVType::kIQ4_NL, KVType::kQ8_0},
-                                               {KVType::kQ8_0, KVType::kIQ4_NL}};
-    for (auto [kt, vt] : pairs)
-        for (auto [d, G] : std::vector<std::pair<int, int>>{{32, 4}, {64, 3}, {256, 2}}) {
+// ---- Attention over pages of every type pair: one table ----
+
+/// The float64 score q·k of key row `k` (stored as kt, d elements) as the kernels compute it, from the stored blocks
+/// (ggml's vec_dot of the key type against the query's activation type): Q4_1 and Q5_1 keys against the query as Q8_1
+/// blocks (d_q, s_q = d_q·Σ q_i as binary16), Σ_b d_k·d_q·Σ_i k_i·q_i + m_k·s_q; Q5_0 keys Σ_b d_k·d_q·Σ_i (k_i − 16)·q_i,
+/// IQ4_NL keys Σ_b d_k·d_q·Σ_i level(k_i)·q_i and Q8_0 keys Σ_b d_k·d_q·Σ_i k_i·q_i against it as Q8_0 blocks; F16
+/// keys the float query against the stored row. (The binary16 rounding of s_q and d_q is the kernels', not an error.)
+double tight_key_score(KVType kt, const uint8_t* k, const float* q, int d) {
+    std::vector<BlockQ8_0> q8(d / 32);
+    std::vector<BlockQ8_1> q81(d / 32);
+    const bool q81_query = kt == KVType::kQ4_1 || kt == KVType::kQ5_1;
+    if (q81_query)
+        quantize_row_q8_1_activations(q, q81.data(), d);
+    else
+        quantize_row_q8_0_activations(q, q8.data(), d);
+    std::vector<double> dk, mk;
+    std::vector<int> qk;
+    if (kt == KVType::kQ4_1) decode_q4_1_row(k, d, &dk, &mk, &qk);
+    if (kt == KVType::kQ5_0 || kt == KVType::kQ5_1) decode_q5_row(kt, k, d, &dk, &mk, &qk);
+    if (kt == KVType::kIQ4_NL) {
+        decode_iq4_nl_row(k, d, &dk, &qk);
+        for (int& i : qk) i = kIQ4Levels[i];
+    }
+    if (kt == KVType::kQ8_0)
+        for (int b = 0; b < d / 32; ++b) {
+            uint16_t dh;
+            std::memcpy(&dh, k + b * 34, 2);
+            dk.push_back(fp16_to_fp32(dh));
+            for (int i = 0; i < 32; ++i) qk.push_back(static_cast<int8_t>(k[b * 34 + 2 + i]));
+        }
+    if (kt == KVType::kQ5_0)
+        for (int& i : qk) i -= 16;
+    double dot = 0;
+    if (kt == KVType::kF16) {
+        std::vector<float> K(d);
+        load_row(kt, k, K.data(), d);
+        for (int c = 0; c < d; ++c) dot += double(q[c]) * K[c];
+        return dot;
+    }
+    for (int b = 0; b < d / 32; ++b) {
+        int64_t sumi = 0;
+        for (int i = 0; i < 32; ++i) sumi += int64_t{qk[b * 32 + i]} * (q81_query ? q81[b].qs[i] : q8[b].qs[i]);
+        dot += q81_query ? dk[b] * fp16_to_fp32(q81[b].d) * double(sumi) + mk[b] * fp16_to_fp32(q81[b].s)
+                         : dk[b] * fp16_to_fp32(q8[b].d) * double(sumi);
+    }
+    return dot;
+}
+
+/// One row of the table: a key and a value type, the head shapes (d, G), the seed of its random rows, and the bound
+/// of the loose reference (float64 attention on the unquantized rows and query: the types' own quantization error).
+struct AttendCase {
+    KVType k, v;
+    std::vector<std::pair<int, int>> shapes;
+    unsigned seed;
+    double loose;
+};
+
+TEST(KVQuantTypes, AttentionOverEveryPairOfPagesMatchesFloat64AttentionOnTheStoredRows) {
+    // Q4_1, Q5_0, Q5_1 and IQ4_NL keys with their own, F16 and Q8_0 values, and F16 / Q8_0 keys with Q4_1 or IQ4_NL
+    // values, on every kernel set; 39 rows as two full pages and a partial one. Tight reference in float64 from the
+    // stored blocks (tight_key_score; values the dequantized rows), within float32 rounding; loose reference on the
+    // unquantized rows within the types' quantization error.
+    const std::vector<std::pair<int, int>> wide = {{32, 4}, {64, 3}, {128, 1}, {256, 2}},
+                                           base = {{32, 4}, {64, 3}, {256, 2}};
+    std::vector<AttendCase> cases = {
+        {KVType::kQ4_1, KVType::kQ4_1, wide, 51, 0.25},  {KVType::kQ4_1, KVType::kF16, wide, 51, 0.25},
+        {KVType::kQ4_1, KVType::kQ8_0, wide, 51, 0.25},  {KVType::kF16, KVType::kQ4_1, wide, 51, 0.25},
+        {KVType::kQ8_0, KVType::kQ4_1, wide, 51, 0.25},  {KVType::kIQ4_NL, KVType::kIQ4_NL, base, 71, 0.12},
+        {KVType::kIQ4_NL, KVType::kF16, base, 71, 0.12}, {KVType::kIQ4_NL, KVType::kQ8_0, base, 71, 0.12},
+        {KVType::kQ8_0, KVType::kIQ4_NL, base, 71, 0.12}};
+    for (KVType kt : {KVType::kQ5_0, KVType::kQ5_1})
+        for (KVType vt : {kt, KVType::kF16, KVType::kQ8_0}) cases.push_back({kt, vt, base, 61, 0.12});
+    for (const AttendCase& tc : cases)
+        for (auto [d, G] : tc.shapes) {
             SCOPED_TRACE(testing::Message()
-                         << "d=" << d << " G=" << G << " k=" << kv_type_name(kt) << " v=" << kv_type_name(vt));
+                         << "d=" << d << " G=" << G << " k=" << kv_type_name(tc.k) << " v=" << kv_type_name(tc.v));
             const int n = 39;
-            const auto kf = randn(static_cast<size_t>(n) * d, 71), vf = randn(static_cast<size_t>(n) * d, 72),
-                       q = randn(static_cast<size_t>(G) * d, 73);
+            const auto kf = randn(static_cast<size_t>(n) * d, tc.seed),
+                       vf = randn(static_cast<size_t>(n) * d, tc.seed + 1),
+                       q = randn(static_cast<size_t>(G) * d, tc.seed + 2);
             const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-            const size_t kr = kv_row_bytes(kt, d), vr = kv_row_bytes(vt, d);
+            const size_t kr = kv_row_bytes(tc.k, d), vr = kv_row_bytes(tc.v, d);
             std::vector<uint8_t> kb(kr * n), vb(vr * n);
             std::vector<float> V(static_cast<size_t>(n) * d);
             for (int j = 0; j < n; ++j) {
-                store_row(kt, kf.data() + j * d, kb.data() + j * kr, d);
-                store_row(vt, vf.data() + j * d, vb.data() + j * vr, d);
-                load_row(vt, vb.data() + j * vr, V.data() + j * d, d);
+                store_row(tc.k, kf.data() + j * d, kb.data() + j * kr, d);
+                store_row(tc.v, vf.data() + j * d, vb.data() + j * vr, d);
+                load_row(tc.v, vb.data() + j * vr, V.data() + j * d, d);
             }
-            if (vt == KVType::kIQ4_NL)  // the values' dequantization is the block format's
+            if (tc.v == KVType::kIQ4_NL)  // the values' dequantization is the block format's
                 for (int j = 0; j < n; ++j) {
                     const std::vector<double> y = decode_iq4_nl_row(vb.data() + j * vr, d);
                     for (int c = 0; c < d; ++c) ASSERT_EQ(V[j * d + c], static_cast<float>(y[c]));
                 }
             std::vector<double> s_t(static_cast<size_t>(G) * n), ref_t(static_cast<size_t>(G) * d, 0.0);
-            std::vector<BlockQ8_0> q8(d / 32);
             for (int g = 0; g < G; ++g) {
-                quantize_row_q8_0_activations(q.data() + g * d, q8.data(), d);
-                for (int j = 0; j < n; ++j) {
-                    const uint8_t* kj = kb.data() + j * kr;
-                    double dot = 0;
-                    if (kt == KVType::kIQ4_NL) {
-                        std::vector<double> dk;
-                        std::vector<int> ik;
-                        decode_iq4_nl_row(kj, d, &dk, &ik);
-                        for (int b = 0; b < d / 32; ++b) {
-                            int64_t sumi = 0;
-                            for (int i = 0; i < 32; ++i) sumi += kIQ4Levels[ik[b * 32 + i]] * q8[b].qs[i];
-                            dot += dk[b] * fp16_to_fp32(q8[b].d) * double(sumi);
-                        }
-                    } else {
-                        for (int b = 0; b < d / 32; ++b) {
-                            uint16_t dh;
-                            std::memcpy(&dh, kj + b * 34, 2);
-                            int64_t sumi = 0;
-                            for (int i = 0; i < 32; ++i) sumi += static_cast<int8_t>(kj[b * 34 + 2 + i]) * q8[b].qs[i];
-                            dot += double(fp16_to_fp32(dh)) * fp16_to_fp32(q8[b].d) * double(sumi);
-                        }
-                    }
-                    s_t[g * n + j] = dot * scale;
-                }
+                for (int j = 0; j < n; ++j)
+                    s_t[g * n + j] = tight_key_score(tc.k, kb.data() + j * kr, q.data() + g * d, d) * scale;
                 double mx = -INFINITY, sum = 0;
                 for (int j = 0; j < n; ++j) mx = std::max(mx, s_t[g * n + j]);
                 for (int j = 0; j < n; ++j) sum += std::exp(s_t[g * n + j] - mx);
@@ -927,7 +792,7 @@ TEST(KVQuantIQ4_NL, AttentionOverIQ4_NLPagesMatchesFloat64AttentionOnTheDequanti
                 std::vector<float> m(G, -INFINITY), l(G, 0), o(static_cast<size_t>(G) * d, 0),
                     s(static_cast<size_t>(G) * n);
                 for (int j0 = 0; j0 < n; j0 += 16)
-                    kv_attend_rows(*ks, kt, kb.data() + j0 * kr, vt, vb.data() + j0 * vr, std::min(16, n - j0), d,
+                    kv_attend_rows(*ks, tc.k, kb.data() + j0 * kr, tc.v, vb.data() + j0 * vr, std::min(16, n - j0), d,
                                    q.data(), G, static_cast<float>(scale), m.data(), l.data(), o.data(), s.data() + j0,
                                    n);
                 double worst_t = 0, worst_f = 0, worst_s = 0;
@@ -941,7 +806,7 @@ TEST(KVQuantIQ4_NL, AttentionOverIQ4_NLPagesMatchesFloat64AttentionOnTheDequanti
                 }
                 EXPECT_LE(worst_s, 1e-5);
                 EXPECT_LE(worst_t, 5e-6);
-                EXPECT_LE(worst_f, 0.12);
+                EXPECT_LE(worst_f, tc.loose);
             }
         }
 }
@@ -1092,7 +957,7 @@ ModelConfig small_config() {
     return c;
 }
 
-TEST(KVQuantAtAdmission, BytesArePerRegionAndTheBudgetCoversBothLayouts) {
+TEST(KVQuantAtAdmission, BytesArePerRegionAndThePoolCoversBothLayouts) {
     const ModelConfig c = small_config();
     const int d = c.head_dim, heads = c.n_head_kv;
     // 4 sinks, a window of 16, 60 synthetic tokens: per head 1 sink page and 1 window page of F16 rows and 40 global

@@ -254,7 +254,7 @@ TEST(SmolLM2, GreedyTokensMatchLlamaCppUpToItsNearTies) {
                     << "step " << i << ": kvsieve chose " << best << " where llama.cpp chose " << s.token
                     << " by a margin of " << margin << ", more than twice its own cache-type noise " << s.self_noise();
                 std::printf(
-                    "[ near-tie  ] %s: step %zu, kvsieve %d vs llama.cpp %d; llama.cpp's margin %.3f < twice its "
+                    "[ near-tie  ] %s: step %zu, kvsieve %d vs llama.cpp %d; llama.cpp's margin %.3f < 2 × its "
                     "F16/F32-cache noise %.3f\n",
                     row.prompt.c_str(), i, best, s.token, margin, s.self_noise());
                 break;
