@@ -439,8 +439,8 @@ TEST(ExpectedAttention, RotatesQueriesWithTheModelsOwnRope) {
     StepEvent ev(in, 1, true, nullptr);
     ev.heads.push_back({n, k.data(), v.data(), pos.data(), nullptr, nullptr});
     ASSERT_NE(p.scorer->step(), nullptr);
-    std::vector<std::vector<float>> scores(1);
-    p.scorer->step()->score_prefill(ev, scores);
+    std::vector<std::vector<float>> scores(1, std::vector<float>(n));
+    p.scorer->step()->score_prefill(ev, {scores[0].data()});
 
     std::vector<double> mu(d, 0.0), mur(d, 0.0);
     for (int t = 0; t < T; ++t)
@@ -464,8 +464,8 @@ TEST(ExpectedAttention, RotatesQueriesWithTheModelsOwnRope) {
     full.n_rot = 8;
     const Rope rope8(full, {});
     in.rope = rope8.angles();
-    std::vector<std::vector<float>> other(1);
-    p.scorer->step()->score_prefill(ev, other);
+    std::vector<std::vector<float>> other(1, std::vector<float>(n));
+    p.scorer->step()->score_prefill(ev, {other[0].data()});
     double diff = 0;
     for (int i = 0; i < n; ++i) diff = std::max(diff, double(std::fabs(other[0][i] - scores[0][i])));
     EXPECT_GT(diff, 1e-3);

@@ -123,10 +123,14 @@ void attend_prefill(KVCache& cache, const LayerInputs& in, const float* write_sc
     std::vector<std::vector<float>> scores(Hkv);
     if (scored) {
         StepEvent si(in, cache.config().n_layer, true, cache.scorer_state());
-        for (int h = 0; h < Hkv; ++h)
+        std::vector<float*> out(Hkv);
+        for (int h = 0; h < Hkv; ++h) {
             si.heads.push_back({n_old[h] + T, K[h].data(), V[h].data(), P[h].data(),
                                 A[h].empty() ? nullptr : A[h].data(), S_old[h].data()});
-        step->score_prefill(si, scores);
+            scores[h].resize(static_cast<size_t>(n_old[h] + T));
+            out[h] = scores[h].data();
+        }
+        step->score_prefill(si, out);
     }
     // 3. Write back the scores of kept entries, append the chunk (serial: the pool is not thread-safe).
     for (int h = 0; h < Hkv; ++h) {

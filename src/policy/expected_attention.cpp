@@ -24,7 +24,7 @@ public:
         : n_future_(n_future), n_sink_(n_sink), cov_(cov), vnorm_(vnorm), eps_(eps) {}
     std::string name() const override { return "expected_attention"; }
 
-    void score_prefill(const StepEvent& ev, std::vector<std::vector<float>>& scores) const override {
+    void score_prefill(const StepEvent& ev, const std::vector<float*>& scores) const override {
         const LayerInputs& in = ev.step;
         const int d = in.head_dim, G = in.n_head / in.n_head_kv;
         const int64_t ldq = static_cast<int64_t>(in.n_head) * d;
@@ -105,7 +105,7 @@ public:
                 for (auto& x : s) sum += (x = std::exp(x - smax));
                 for (int64_t i = 0; i < m; ++i) acc[i] += s[i] / sum;
             }
-            scores[h].assign(v.n, 0.0f);
+            std::fill(scores[h], scores[h] + v.n, 0.0f);
             for (int64_t i = 0; i < m; ++i) {
                 double sc = acc[i] / G;
                 if (vnorm_) {

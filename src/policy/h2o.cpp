@@ -15,13 +15,12 @@ class H2OScorer : public StepScorer {
 public:
     H2OScorer() : StepScorer(AttnStat::kMassSum, DecodeScope::kAllEntries) {}
     std::string name() const override { return "h2o"; }
-    void score_prefill(const StepEvent& ev, std::vector<std::vector<float>>& scores) const override {
+    void score_prefill(const StepEvent& ev, const std::vector<float*>& scores) const override {
         const LayerInputs& in = ev.step;
         const int G = in.n_head / in.n_head_kv;
         for (size_t h = 0; h < ev.heads.size(); ++h) {
             const HeadView& v = ev.heads[h];
             const int64_t n_old = v.n - in.T;
-            scores[h].resize(v.n);
             for (int64_t i = 0; i < v.n; ++i) {
                 double s = 0;
                 for (int g = 0; g < G; ++g) s += v.attn[g * v.n + i];

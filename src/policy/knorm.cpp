@@ -10,27 +10,23 @@ namespace {
 class KnormScorer : public StepScorer {
 public:
     std::string name() const override { return "knorm"; }
-    void score_prefill(const StepEvent& ev, std::vector<std::vector<float>>& scores) const override {
-        const LayerInputs& in = ev.step;
-        for (size_t h = 0; h < ev.heads.size(); ++h) {
-            const HeadView& v = ev.heads[h];
-            scores[h].resize(v.n);
-            for (int64_t i = 0; i < v.n; ++i) {
-                double s = 0;
-                for (int c = 0; c < in.head_dim; ++c) s += double(v.k[i * in.head_dim + c]) * v.k[i * in.head_dim + c];
-                scores[h][i] = -static_cast<float>(std::sqrt(s));
-            }
-        }
+    void score_prefill(const StepEvent& ev, const std::vector<float*>& scores) const override {
+        const int d = ev.step.head_dim;
+        for (size_t h = 0; h < ev.heads.size(); ++h)
+            for (int64_t i = 0; i < ev.heads[h].n; ++i) scores[h][i] = neg_norm(ev.heads[h].k + i * d, d);
     }
     /// The new entry of each head gets −‖k‖ of its key.
     void score_decode(const StepEvent& ev, const std::vector<float*>& scores) const override {
         const int d = ev.step.head_dim;
-        for (size_t h = 0; h < ev.heads.size(); ++h) {
-            const float* k = ev.step.k + h * d;
-            double s = 0;
-            for (int c = 0; c < d; ++c) s += double(k[c]) * k[c];
-            scores[h][ev.heads[h].n - 1] = -static_cast<float>(std::sqrt(s));
-        }
+        for (size_t h = 0; h < ev.heads.size(); ++h) scores[h][ev.heads[h].n - 1] = neg_norm(ev.step.k + h * d, d);
+    }
+
+private:
+    /// −‖k‖₂ of a key of d elements (float64 sum).
+    static float neg_norm(const float* k, int d) {
+        double s = 0;
+        for (int c = 0; c < d; ++c) s += double(k[c]) * k[c];
+        return -static_cast<float>(std::sqrt(s));
     }
 };
 }  // namespace

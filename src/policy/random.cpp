@@ -11,13 +11,12 @@ class RandomScorer : public StepScorer {
 public:
     explicit RandomScorer(uint64_t seed) : seed_(seed) {}
     std::string name() const override { return "random"; }
-    void score_prefill(const StepEvent& ev, std::vector<std::vector<float>>& scores) const override {
+    void score_prefill(const StepEvent& ev, const std::vector<float*>& scores) const override {
         const LayerInputs& in = ev.step;
         for (size_t h = 0; h < ev.heads.size(); ++h) {
             std::mt19937_64 rng(seed_ * 1000003ull + static_cast<uint64_t>(in.layer) * 1009 + h + 31 * in.pos0);
             std::uniform_real_distribution<float> u(0.0f, 1.0f);
-            scores[h].resize(ev.heads[h].n);
-            for (auto& s : scores[h]) s = u(rng);
+            for (int64_t i = 0; i < ev.heads[h].n; ++i) scores[h][i] = u(rng);
         }
     }
 

@@ -164,9 +164,9 @@ public:
     const StepScorer* step() const final { return this; }
     AttnStat stat() const { return stat_; }
     DecodeScope decode_scope() const { return scope_; }
-    /// Writes scores[h][i] for every entry i of every KV head h after a prefill chunk. scores has Hkv vectors, each
-    /// to be sized like e.heads[h].
-    virtual void score_prefill(const StepEvent& e, std::vector<std::vector<float>>& scores) const = 0;
+    /// Writes scores[h][i] for every entry i < e.heads[h].n of every KV head h after a prefill chunk. scores: Hkv
+    /// pointers, each to e.heads[h].n floats the caller owns (the same shape score_decode updates).
+    virtual void score_prefill(const StepEvent& e, const std::vector<float*>& scores) const = 0;
     /// Updates the scores of a layer's KV heads at a decode step: scores[h] [e.heads[h].n] holds the entries' old
     /// values (the new entry's last), updated in place; one call per layer, so a scorer can make one choice per layer
     /// (TOVA). The default gives the new entry +∞ (kept until a later prefill rescoring) and leaves the others.

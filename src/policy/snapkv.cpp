@@ -11,7 +11,7 @@
 
 namespace kvsieve {
 
-void snapkv_scores(const StepEvent& ev, int window, int kernel, std::vector<std::vector<float>>& scores) {
+void snapkv_scores(const StepEvent& ev, int window, int kernel, const std::vector<float*>& scores) {
     const LayerInputs& in = ev.step;
     // A chunk no longer than the observation window (chunked prefill) observes with its own queries but the
     // last, which kvpress would refuse.
@@ -27,7 +27,7 @@ void snapkv_scores(const StepEvent& ev, int window, int kernel, std::vector<std:
 #pragma omp parallel for schedule(dynamic) reduction(max : mx)
     for (int h = 0; h < n_heads; ++h) {
         const HeadView& v = ev.heads[h];
-        scores[h].assign(v.n, 1.0f);
+        std::fill(scores[h], scores[h] + v.n, 1.0f);
         if (in.T <= window || v.n <= window) continue;
         const int64_t n_old = v.n - in.T, m = v.n - window;  // keys scored: 0 … m − 1
         std::vector<double> mean(m, 0.0);
@@ -78,7 +78,7 @@ class SnapKVScorer : public StepScorer {
 public:
     SnapKVScorer(int window, int kernel) : window_(window), kernel_(kernel) {}
     std::string name() const override { return "snapkv"; }
-    void score_prefill(const StepEvent& ev, std::vector<std::vector<float>>& scores) const override {
+    void score_prefill(const StepEvent& ev, const std::vector<float*>& scores) const override {
         snapkv_scores(ev, window_, kernel_, scores);
     }
 

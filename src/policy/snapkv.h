@@ -13,7 +13,7 @@ namespace kvsieve {
 /// (zero-padded, divided by `kernel`), averaged over the G query heads of each KV head; the window's own keys
 /// get (max over the layer) + 1. A chunk of T ≤ window tokens (chunked prefill) observes with its last T − 1
 /// queries; a single token leaves every score at 1.
-void snapkv_scores(const StepEvent& ev, int window, int kernel, std::vector<std::vector<float>>& scores);
+void snapkv_scores(const StepEvent& ev, int window, int kernel, const std::vector<float*>& scores);
 
 /// The keys of SnapKV's scores, shared by snapkv and pyramidkv: obs_window (observation window, 64; deprecated alias
 /// window_size) and kernel (pooling width, odd, 5).

@@ -22,14 +22,13 @@ class RecencyScorer : public StepScorer {
 public:
     explicit RecencyScorer(int sinks) : sinks_(sinks) {}
     std::string name() const override { return "recency"; }
-    void score_prefill(const StepEvent& ev, std::vector<std::vector<float>>& scores) const override {
+    void score_prefill(const StepEvent& ev, const std::vector<float*>& scores) const override {
         for (size_t h = 0; h < ev.heads.size(); ++h) {
             const HeadView& v = ev.heads[h];
             std::vector<int64_t> idx(v.n);
             std::iota(idx.begin(), idx.end(), 0);
             std::stable_sort(idx.begin(), idx.end(), [&](int64_t a, int64_t b) { return v.pos[a] < v.pos[b]; });
             const float top = v.n > 0 ? static_cast<float>(v.pos[idx.back()]) + 1.0f : 0.0f;
-            scores[h].resize(v.n);
             for (int64_t j = 0; j < v.n; ++j) scores[h][idx[j]] = j < sinks_ ? top : static_cast<float>(v.pos[idx[j]]);
         }
     }

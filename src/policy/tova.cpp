@@ -17,7 +17,7 @@ class TovaScorer : public StepScorer {
 public:
     TovaScorer() : StepScorer(AttnStat::kMassLast, DecodeScope::kAllEntries) {}
     std::string name() const override { return "tova"; }
-    void score_prefill(const StepEvent& ev, std::vector<std::vector<float>>& scores) const override {
+    void score_prefill(const StepEvent& ev, const std::vector<float*>& scores) const override {
         const LayerInputs& in = ev.step;
         const int G = in.n_head / in.n_head_kv;
         bool same = true;
@@ -33,7 +33,6 @@ public:
         float mx = -INFINITY;
         for (size_t h = 0; h < ev.heads.size(); ++h) {
             const HeadView& v = ev.heads[h];
-            scores[h].resize(v.n);
             for (int64_t i = 0; i + 1 < v.n; ++i) {
                 double s = 0;
                 if (same) {
