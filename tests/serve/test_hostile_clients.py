@@ -323,14 +323,19 @@ class FairSharing(SharedServerCase):
     def test_by_default_one_key_cannot_take_every_place(self):
         conns = []
         try:
-            for _ in range(3):  # two run, one waits: the key's three places
+            def send_long():
                 conn = http.client.HTTPConnection("127.0.0.1", self.s.port, timeout=TIMEOUT)
                 conn.request("POST", "/v1/completions", json.dumps(self.LONG),
                              {"Content-Type": "application/json", "Authorization": "Bearer " + self.A})
                 conns.append(conn)
+            # Two run, one waits: the key's three places. The third is sent once both slots run (its first events
+            # came), so that it cannot overtake one of the first two on its way through the connection threads.
+            send_long()
+            send_long()
             for conn in conns[:2]:
-                self.assertEqual(conn.getresponse().status, 200)  # their first events came: both slots run
-            time.sleep(0.2)  # the third, sent before them, has taken its place too (each runs for seconds)
+                self.assertEqual(conn.getresponse().status, 200)
+            send_long()
+            time.sleep(0.2)  # the third has taken its place in the queue (the first two run for seconds)
             status, body = self.as_(self.A, "POST", "/v1/completions", completion())
             self.assertEqual(status, 429, body)
             self.assertIn("--max-requests-per-key", body["error"]["message"])
