@@ -137,7 +137,7 @@ void attention_prefill_gated(const float* q, int64_t ldq, int G, int d, int64_t 
     const float scale = 1.0f / std::sqrt(static_cast<float>(d));
     // Positions are int32, so a window of 2^32 already holds every key; the clamp keeps pos + w in range.
     const int64_t w = std::clamp<int64_t>(window, 1, int64_t{1} << 32);
-    constexpr int64_t kBlock = 128;
+    constexpr int64_t kBlock = kPrefillQueryBlock;
     constexpr int64_t kNever = std::numeric_limits<int32_t>::max();
     constexpr int64_t kScoreFloats = int64_t{1} << 22;  // score scratch per SGEMM (16 MiB): caps the heads batched
     std::vector<int64_t> idx;
