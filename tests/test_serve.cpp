@@ -671,19 +671,28 @@ TEST(Scheduler, FreeSlotsGoToTheOwnerRunningTheFewest) {
         g.owner = name.substr(0, name.find('-'));
         reqs.emplace_back(name, std::move(g));
     }
+    // The order is read from when each one started (its submission plus its queue time), not from when a client
+    // thread got to record it: with one slot they run one after another, so their starts are whole runs apart.
     std::mutex mu;
-    std::vector<std::string> finished;
+    std::vector<std::pair<double, std::string>> started;
     std::vector<std::thread> clients;
+    const auto t0 = std::chrono::steady_clock::now();
     for (auto& [name, g] : reqs) {
+        const double submitted = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         auto h = sched.submit(g);
-        clients.emplace_back([h, name = name, &mu, &finished] {
+        clients.emplace_back([h, name = name, submitted, &mu, &started] {
             const Result r = collect(*h);
             std::lock_guard<std::mutex> lk(mu);
-            finished.push_back(r.last.kind == GenerationEvent::Kind::kDone ? name : name + " failed: " + r.last.error);
+            started.emplace_back(submitted + r.last.usage.queue_s, r.last.kind == GenerationEvent::Kind::kDone
+                                                                       ? name
+                                                                       : name + " failed: " + r.last.error);
         });
     }
     holder->cancel();  // as a client that goes away: its request ends without a last event
     for (auto& t : clients) t.join();
+    std::sort(started.begin(), started.end());
+    std::vector<std::string> finished;
+    for (const auto& s : started) finished.push_back(s.second);
     EXPECT_EQ(finished, (std::vector<std::string>{"bob-1", "alice-2", "alice-3"}));
 }
 
