@@ -1,26 +1,34 @@
 #!/usr/bin/env bash
 # kvsieve serve against llama-server on the same machine, the same model file and the same memory for the KV cache:
 # the conversations of scripts/bench_conversations.py (C conversations, each a ~2.5k-token document with three hidden
-# facts and a question, then two follow-ups per conversation in round-robin order, 4 requests in flight) against
+# facts and a question, then two follow-ups per conversation in round-robin or Poisson order, 4 requests in flight)
+# against
 #   - kvsieve serve --kv-pool-mb $POOL_MB, conversations kept by id (`conversation`), with the full F16 cache, the
 #     demo's learned cache (KVzap τ=-3 on Q8_0-key / Q4_0-value pages) and a heuristic (SnapKV, ratio 0.5, F16);
 #   - llama-server with as many KV cells as the same bytes hold (-c), F16 and its smallest cache (-ctk q8_0
 #     -ctv q4_0), flash attention on, its prompt cache on (cache_prompt, slot reuse) as its users run it, as many
 #     slots (-np) as fit a whole conversation (3,584 cells each), and no host-memory prompt cache (--cache-ram 0: it
 #     would keep evicted prompts outside the KV bytes compared here).
-# Same threads for both. For each server and C, writes $OUT/<server>-C<C>.json (bench_conversations.py's summary
-# and every turn, plus the server's peak resident memory, VmHWM) and prints a markdown table; a result already
-# there is kept (delete it to run again).
+# Same threads for both. For each server and C, writes $OUT/<server>-C<C>.json (-poisson.json for Poisson arrivals:
+# bench_conversations.py's summary and every turn, plus the server's peak resident memory, VmHWM), then prints the
+# markdown table and draws $OUT/conversations-held.png (scripts/vs_llama_server_report.py); a result already there
+# is kept (delete it to run again), so an interrupted run resumes where it stopped.
 #
 #   LLAMACPP_BIN=/tmp/llamacpp/build/bin bash scripts/bench-vs-llama-server.sh
 #
 # Env: LLAMACPP_BIN (folder of llama-server, built from the llama.cpp vendored in the newest llama-cpp-python sdist:
-# docs/benchmarks.md), POOL_MB (256), CONVERSATIONS ("8 32"), THREADS (2), OUT (docs/results/serving/vs-llama-server),
+# docs/benchmarks.md), POOL_MB (256), CONVERSATIONS ("4 8 16 32 64"), ARRIVALS (round-robin, or poisson),
+# RATE (Poisson arrivals per second, 0.5), SERVERS (which of kvsieve-full kvsieve-kvzap-q8q4 kvsieve-snapkv
+# llama-f16 llama-q8q4 to run; all), THREADS (2), OUT (docs/results/serving/vs-llama-server),
 # CORPUS (data/corpora/wiki.test.raw).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${LLAMACPP_BIN:?set LLAMACPP_BIN to the folder holding llama-server}"
-POOL_MB=${POOL_MB:-256}; CONVERSATIONS=${CONVERSATIONS:-"8 32"}; THREADS=${THREADS:-2}
+POOL_MB=${POOL_MB:-256}; CONVERSATIONS=${CONVERSATIONS:-"4 8 16 32 64"}; THREADS=${THREADS:-2}
+ARRIVALS=${ARRIVALS:-round-robin}; RATE=${RATE:-0.5}
+SERVERS=${SERVERS:-"kvsieve-full kvsieve-kvzap-q8q4 kvsieve-snapkv llama-f16 llama-q8q4"}
+case $ARRIVALS in round-robin) SUFFIX="" ;; poisson) SUFFIX="-poisson" ;;
+  *) echo "error: ARRIVALS must be round-robin or poisson, not '$ARRIVALS'" >&2; exit 1 ;; esac
 OUT=${OUT:-docs/results/serving/vs-llama-server}; CORPUS=${CORPUS:-data/corpora/wiki.test.raw}
 MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf
 KS=build/bin/kvsieve
@@ -45,7 +53,8 @@ trap cleanup EXIT
 # run NAME KIND C -- server command...: starts it on $port, waits for /health, runs the conversations, adds VmHWM
 run() {
   local name=$1 kind=$2 c=$3; shift 4
-  local out="$OUT/$name-C$c.json"
+  case " $SERVERS " in *" $name "*) ;; *) return 0 ;; esac
+  local out="$OUT/$name-C$c$SUFFIX.json"
   [ -f "$out" ] && { echo "kept: $out" >&2; return 0; }
   local log; log=$(mktemp)
   "$@" >"$log" 2>&1 </dev/null &
@@ -57,15 +66,16 @@ run() {
   done
   echo "== $name, $c conversations: $*" >&2
   python3 scripts/bench_conversations.py --url "http://127.0.0.1:$port" --server "$kind" --conversations "$c" \
-    --corpus "$CORPUS" --concurrency 4 --label "$name" --out "$out.tmp" >/dev/null
+    --corpus "$CORPUS" --concurrency 4 --arrivals "$ARRIVALS" --rate "$RATE" --label "$name" --out "$out.tmp" >/dev/null
   local hwm; hwm=$(awk '/^VmHWM:/ { printf "%.1f", $2 / 1024 }' "/proc/$pid/status")
   kill "$pid"; wait "$pid" 2>/dev/null || true; pid=""
-  python3 - "$out.tmp" "$out" "$hwm" "$*" <<'PY'
+  python3 - "$out.tmp" "$out" "$hwm" "$*" "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" <<'PY'
 import json, sys
-tmp, out, hwm, cmd = sys.argv[1:5]
+tmp, out, hwm, cmd, commit = sys.argv[1:6]
 r = json.load(open(tmp))
 r["summary"]["server_vmhwm_mib"] = float(hwm)
 r["summary"]["command"] = cmd
+r["summary"]["kvsieve_commit"] = commit
 json.dump(r, open(out, "w"), indent=1)
 PY
   rm -f "$out.tmp" "$log"
@@ -92,17 +102,4 @@ for c in $CONVERSATIONS; do
     -ctk q8_0 -ctv q4_0 --cache-ram 0
 done
 
-echo "| server | C | first right % | follow-ups right % | follow-ups held | TTFT follow-up p50 / p99 s | TTFT first p50 s | wall s | VmHWM MiB |"
-echo "|---|---|---|---|---|---|---|---|---|"
-for f in "$OUT"/*-C*.json; do
-  python3 - "$f" <<'PY'
-import json, sys
-s = json.load(open(sys.argv[1]))["summary"]
-f, u = s["first"], s["followup"]
-fmt = lambda x: "-" if x is None else "%.2f" % x
-print("| %s | %d | %.1f [%s, %s] | %.1f [%s, %s] | %d / %d | %s / %s | %s | %.0f | %.1f |" % (
-    s["label"], s["conversations"], f["accuracy"], *f["accuracy_ci95"], u["accuracy"], *u["accuracy_ci95"],
-    u["held"], u["n"], fmt(u["ttft_p50_s"]), fmt(u["ttft_p99_s"]), fmt(f["ttft_p50_s"]), s["wall_s"],
-    s["server_vmhwm_mib"]))
-PY
-done
+python3 scripts/vs_llama_server_report.py "$OUT"
