@@ -2,7 +2,7 @@
 // activations, the attention plan and its partial softmax states, the scorers' inputs and the compression rule's
 // candidates live in buffers that are sized on first use and grow only with the context. Counted with the test
 // program's replacement operator new (tests/counting_allocator.h) over 64 decode steps of kvsieve-tiny-2k under
-// each kind of policy, on binary16 and Q8_0 pages; a step that takes a new page from the pool may allocate.
+// each kind of policy (a read-time selection and an admission stacked on an eviction included), on binary16 and Q8_0 pages; a step that takes a new page from the pool may allocate.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -28,6 +28,10 @@ const LlamaModel& tiny2k() {
 struct Case {
     const char* name;
     std::string spec;
+    /// Prompt tokens, and decode steps before counting: enough for the buffers to reach the size they keep. A policy
+    /// whose budget fills slowly (an admission in front of a budget) gets a prompt that fills it and a longer warm-up,
+    /// so that what is counted is the steady state, not growth.
+    int prompt = 100, warmup = 4;
 };
 
 std::vector<Case> cases() {
@@ -38,6 +42,12 @@ std::vector<Case> cases() {
         {"kvpop", "kvpop:model=" + test::model_path("kvpop/tiny2k-mlstm") + ",capacity=96,window=32,sinks=4"},
         {"kvzap", "kvzap:model=" + test::model_path("kvzap/kvsieve-tiny-2k-mlp") + ",tau=-4,window=32"},
         {"wgkv", "wgkv:model=" + test::model_path("wgkv/tiny2k-lambda0.08") + ",window=16"},
+        {"adakv", "adakv_expected_attention_e2:budget=64"},
+        {"quest", "full:sinks=4+quest:read_budget=64"},
+        {"kvzap>kvpop",
+         "kvzap:model=" + test::model_path("kvzap/kvsieve-tiny-2k-mlp") +
+             ",tau=-4>kvpop:model=" + test::model_path("kvpop/tiny2k-mlstm") + ",capacity=96,window=32,sinks=4",
+         300, 40},
     };
 }
 
@@ -48,26 +58,26 @@ struct Counts {
     std::string where;  // the first steps that allocated
 };
 
-Counts count_decode_allocations(const std::string& spec, KVType type) {
+Counts count_decode_allocations(const Case& k, KVType type) {
     const LlamaModel& m = tiny2k();
     const auto tok = Tokenizer::from_gguf(m.file());
     auto pool = std::make_shared<KVPool>(m.config().head_dim, type);
-    KVCache cache(m.config(), 512, parse_policy(spec), pool);
+    KVCache cache(m.config(), 512, parse_policy(k.spec), pool);
     Session s(m, *tok, cache);
     const int32_t V = m.config().n_vocab;
-    std::vector<int32_t> prompt(100);
+    std::vector<int32_t> prompt(k.prompt);
     for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(1 + (i * 37) % (V - 1));
     std::vector<float> logits;
     s.prefill(prompt, PrefillPlan{}, logits);
     auto token = [V](int i) { return static_cast<int32_t>(1 + (i * 101 + 7) % (V - 1)); };
-    for (int i = 0; i < 4; ++i) s.decode(token(i), logits);  // warm-up: buffers sized on first use
+    for (int i = 0; i < k.warmup; ++i) s.decode(token(i), logits);  // warm-up: buffers sized on first use
     Counts c;
     for (int i = 0; i < 64; ++i) {
         const uint64_t bytes = pool->bytes_in_use();
         int64_t n = 0;
         {
             test::AllocationCount count;
-            s.decode(token(4 + i), logits);
+            s.decode(token(k.warmup + i), logits);
             n = count.count();
         }
         if (pool->bytes_in_use() > bytes) continue;  // a page was taken: growth may allocate
@@ -85,7 +95,7 @@ TEST_P(DecodeAllocations, NoneInAStepThatTakesNoPage) {
         GTEST_SKIP() << "AddressSanitizer build: the allocation counter needs the test's own operator new";
     for (const Case& k : cases()) {
         SCOPED_TRACE(k.name);
-        const Counts c = count_decode_allocations(k.spec, GetParam());
+        const Counts c = count_decode_allocations(k, GetParam());
         std::printf("%s %s: %lld allocations in %d steps without a new page\n", kv_type_name(GetParam()).c_str(),
                     k.name, static_cast<long long>(c.allocations), c.checked);
         EXPECT_GE(c.checked, 32) << "most steps take no new page";

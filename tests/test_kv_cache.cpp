@@ -436,7 +436,7 @@ TEST(ExpectedAttention, RotatesQueriesWithTheModelsOwnRope) {
     in.pos0 = pos0;
     in.q_pre = q_pre.data();
     in.rope = rope.angles();
-    StepEvent ev(in, 1, true, nullptr);
+    StepEvent ev(in, 1, nullptr);
     ev.heads.push_back({n, k.data(), v.data(), pos.data(), nullptr, nullptr});
     ASSERT_NE(p.scorer->step(), nullptr);
     std::vector<std::vector<float>> scores(1, std::vector<float>(n));

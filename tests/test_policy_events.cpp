@@ -8,11 +8,14 @@
 #include <functional>
 #include <memory>
 #include <numeric>
+#include <map>
 #include <random>
 
 #include "cache/kv_cache.h"
 #include "model/llama_model.h"
+#include "counting_allocator.h"
 #include "policy/policy.h"
+#include "policy/position_scores.h"
 #include "session/model_access.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
@@ -70,6 +73,83 @@ Policy window_exit_policy(int window) {
     p.admission.tau = 0;
     p.timing = Timing::kAtWindowExit;
     return p;
+}
+
+TEST(PositionScores, AgreesWithAnOrderedMapUnderWindowAndRandomUse) {
+    // The reference is std::map; the operations are those of a window (newer positions set, the oldest taken) mixed
+    // with out-of-order sets, replacements, takes in the middle and takes of absent positions.
+    PositionScores ps;
+    std::map<int32_t, float> ref;
+    std::mt19937 rng(7);
+    int32_t next = 0;
+    for (int i = 0; i < 20000; ++i) {
+        const int op = static_cast<int>(rng() % 10);
+        const float x = static_cast<float>(rng() % 1000) / 8.0f;
+        if (op < 4) {  // a newer position
+            ps.set(next, x);
+            ref[next++] = x;
+        } else if (op < 7 && !ref.empty()) {  // the oldest leaves
+            float got = -1;
+            ASSERT_TRUE(ps.take(ref.begin()->first, got));
+            EXPECT_EQ(got, ref.begin()->second);
+            ref.erase(ref.begin());
+        } else if (op == 7) {  // any position up to the newest: a replacement or an insertion in the middle
+            const int32_t p = static_cast<int32_t>(rng() % (next + 1));
+            ps.set(p, x);
+            ref[p] = x;
+            next = std::max(next, p + 1);
+        } else {  // a take anywhere, present or not
+            const int32_t p = static_cast<int32_t>(rng() % (next + 2));
+            float got = -7;
+            const bool had = ref.count(p) > 0;
+            ASSERT_EQ(ps.take(p, got), had) << p;
+            if (had) {
+                EXPECT_EQ(got, ref[p]);
+                ref.erase(p);
+            } else {
+                EXPECT_EQ(got, -7);
+            }
+        }
+        ASSERT_EQ(ps.size(), ref.size());
+    }
+    // The record lists the live scores sorted by position, and reads back into the same list.
+    BinaryWriter w;
+    ps.save(w);
+    BinaryReader r(w.data().data(), w.data().size(), "scores");
+    EXPECT_EQ(r.pod<uint64_t>(), ref.size());
+    for (const auto& [p, x] : ref) {
+        EXPECT_EQ(r.pod<int32_t>(), p);
+        EXPECT_EQ(r.pod<float>(), x);
+    }
+    BinaryReader r2(w.data().data(), w.data().size(), "scores");
+    PositionScores back;
+    back.load(r2);
+    ASSERT_EQ(back.size(), ref.size());
+    for (const auto& [p, x] : ref) {
+        float got = 0;
+        ASSERT_TRUE(back.take(p, got));
+        EXPECT_EQ(got, x);
+    }
+}
+
+TEST(PositionScores, AWindowsWorthAllocatesNothingOnceHeld) {
+    if (!test::allocations_countable()) GTEST_SKIP() << "AddressSanitizer build: no allocation counter";
+    PositionScores ps;
+    const int w = 32;
+    for (int32_t p = 0; p < w; ++p) ps.set(p, 1.0f);
+    for (int32_t p = w; p < 3 * w; ++p) {  // warm-up: the buffer reaches its size
+        float x = 0;
+        ASSERT_TRUE(ps.take(p - w, x));
+        ps.set(p, 1.0f);
+    }
+    test::AllocationCount count;
+    for (int32_t p = 3 * w; p < 1000; ++p) {
+        float x = 0;
+        ASSERT_TRUE(ps.take(p - w, x));
+        ps.set(p, static_cast<float>(p));
+    }
+    EXPECT_EQ(count.count(), 0);
+    EXPECT_EQ(ps.size(), static_cast<size_t>(w));
 }
 
 TEST(PolicyEvents, EachSequenceKeepsItsOwnStateAndSeesEventsInOrder) {

@@ -93,7 +93,9 @@ TEST(Quest, RankingOnStoredBoundsMatchesTheBoundWrittenOut) {
     std::vector<const uint16_t*> plo(n_pages), phi(n_pages);
     for (int i = 0; i < n_pages; ++i) plo[i] = hlo.data() + i * d, phi[i] = hhi.data() + i * d;
     {
-        const auto got = quest_rank_pages(q.data(), G, d, plo.data(), phi.data(), n_pages, keep);
+        QuestRanking r;
+        quest_rank_pages(q.data(), G, d, plo.data(), phi.data(), n_pages, keep, false, r);
+        const std::vector<int>& got = r.chosen;
         ASSERT_EQ(got.size(), static_cast<size_t>(keep));
         EXPECT_TRUE(std::is_sorted(got.begin(), got.end()));
         const std::set<int> in(got.begin(), got.end());

@@ -245,7 +245,7 @@ class PhaseScorer : public EntryScorer {
 public:
     std::string name() const override { return "phase"; }
     void on_write(const StepEvent& e, float* scores) const override {
-        if (e.step.layer == 0) seen.push_back({e.prefill, e.step.T});
+        if (e.step.layer == 0) seen.push_back({e.prefill(), e.step.T});
         std::fill(scores, scores + e.step.T * e.step.n_head_kv, 0.0f);
     }
     mutable std::vector<std::pair<bool, int64_t>> seen;

@@ -77,10 +77,11 @@ void attend_decode(KVCache& cache, const LayerInputs& in, const float* write_sco
         // One KV head's ranking per thread (each head's page stores keep their own bounds).
         int64_t read = 0, total = 0;
         const int page_tokens = pool.page_tokens();
+        if (sc.quest.size() < static_cast<size_t>(in.n_head_kv)) sc.quest.resize(in.n_head_kv);
 #pragma omp parallel for schedule(dynamic) reduction(+ : read, total)
         for (int h = 0; h < in.n_head_kv; ++h)
             select_quest_pages(pages[h], page_tokens, policy.selection, q_all + static_cast<int64_t>(h) * G * d, G, d,
-                               read, total);
+                               sc.quest[h], read, total);
         cache.count_selection(read, total);
     }
     // Flash-decoding work items: spans of kDecodeSpanPages consecutive pages of one head, whose partial softmax
@@ -156,7 +157,7 @@ void attend_decode(KVCache& cache, const LayerInputs& in, const float* write_sco
         ensure_count(sc.scores, Hkv);
         ensure_count(sc.from, Hkv);
         sc.outs.resize(Hkv);
-        StepEvent ev(in, n_layer, false, cache.scorer_state());
+        StepEvent ev(in, n_layer, cache.scorer_state());
         ev.heads = std::move(sc.views);  // the scratch's capacity, handed back after the call
         ev.heads.clear();
         for (int h = 0; h < Hkv; ++h) {

@@ -38,6 +38,8 @@ struct DecodeScratch {
     std::vector<float*> outs;
     /// The per-head views handed to the scorer (moved into the StepEvent for the call and back after it).
     std::vector<HeadView> views;
+    /// Quest's read-time selection, per KV head [Hkv] (select_quest_pages; unused without a selection).
+    std::vector<QuestSelectScratch> quest;
 };
 
 }  // namespace kvsieve

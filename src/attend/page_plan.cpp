@@ -26,25 +26,28 @@ void head_pages(const HeadCache& hc, int page_tokens, int window, std::vector<Pa
 }
 
 void select_quest_pages(std::vector<PageRef>& pl, int page_tokens, const Selection& sel, const float* q, int G, int d,
-                        int64_t& read, int64_t& total) {
-    std::vector<int> cand;
+                        QuestSelectScratch& s, int64_t& read, int64_t& total) {
+    std::vector<int>& cand = s.candidates;
+    cand.clear();
     for (size_t i = 0; i < pl.size(); ++i) {
         total += pl[i].cnt;
         if (!pl[i].always) cand.push_back(static_cast<int>(i));
     }
     const int keep = static_cast<int>((sel.budget + page_tokens - 1) / page_tokens);
     if (static_cast<int>(cand.size()) > keep) {
-        std::vector<const uint16_t*> kmin(cand.size()), kmax(cand.size());
-        for (size_t c = 0; c < cand.size(); ++c) pl[cand[c]].store->key_bounds(pl[cand[c]].index, &kmin[c], &kmax[c]);
-        const std::vector<int> chosen =
-            quest_rank_pages(q, G, d, kmin.data(), kmax.data(), static_cast<int>(cand.size()), keep, sel.group_max);
-        std::vector<char> keep_page(pl.size(), 0);
-        for (size_t i = 0; i < pl.size(); ++i) keep_page[i] = pl[i].always;
-        for (int c : chosen) keep_page[cand[c]] = 1;
-        std::vector<PageRef> out;
+        s.kmin.resize(cand.size());
+        s.kmax.resize(cand.size());
+        for (size_t c = 0; c < cand.size(); ++c)
+            pl[cand[c]].store->key_bounds(pl[cand[c]].index, &s.kmin[c], &s.kmax[c]);
+        quest_rank_pages(q, G, d, s.kmin.data(), s.kmax.data(), static_cast<int>(cand.size()), keep, sel.group_max,
+                         s.ranking);
+        s.keep.resize(pl.size());
+        for (size_t i = 0; i < pl.size(); ++i) s.keep[i] = pl[i].always;
+        for (int c : s.ranking.chosen) s.keep[cand[c]] = 1;
+        size_t n = 0;  // the kept pages, in their order, compacted in place
         for (size_t i = 0; i < pl.size(); ++i)
-            if (keep_page[i]) out.push_back(pl[i]);
-        pl.swap(out);
+            if (s.keep[i]) pl[n++] = pl[i];
+        pl.resize(n);
     }
     for (const auto& p : pl) read += p.cnt;
 }

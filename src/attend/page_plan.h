@@ -39,12 +39,20 @@ int decode_span_count(size_t pages);
 /// pages (its capacity is kept: a decode step reuses it) and `entries` the number of entries they hold.
 void head_pages(const HeadCache& hc, int page_tokens, int window, std::vector<PageRef>& pages, int64_t& entries);
 
+/// The working space of select_quest_pages for one KV head, kept from step to step (nothing allocated once warm).
+struct QuestSelectScratch {
+    std::vector<int> candidates;              ///< indices into pl of the pages not marked `always`
+    std::vector<const uint16_t*> kmin, kmax;  ///< their bounds, [candidates]
+    std::vector<char> keep;                   ///< [pages]: 1 for a page kept
+    QuestRanking ranking;                     ///< quest_rank_pages' result and working space
+};
+
 /// Quest's read-time selection over one KV head's pages (Tang et al. 2024, Quest, §3: each page's upper bound of
 /// q·k over its keys' per-channel minimum and maximum, policy/selection.h): the pages not marked `always` are ranked
 /// by that bound for the group's queries q [G][d] and the best ⌈sel.budget / page_tokens⌉ kept, in their order; the
 /// bounds are the ones each page store keeps beside its pages (PageStore::key_bounds). Adds the entries of every
-/// page before the selection to `total` and of the pages kept to `read`.
+/// page before the selection to `total` and of the pages kept to `read`. `scratch`: this head's QuestSelectScratch.
 void select_quest_pages(std::vector<PageRef>& pl, int page_tokens, const Selection& sel, const float* q, int G, int d,
-                        int64_t& read, int64_t& total);
+                        QuestSelectScratch& scratch, int64_t& read, int64_t& total);
 
 }  // namespace kvsieve

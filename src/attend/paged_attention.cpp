@@ -22,7 +22,7 @@ void PagedAttention::attend(const LayerInputs& in, float* out) {
     std::vector<float>& ws = scratch_.write_scores;  // write-time scores [T][Hkv]
     if (entry) {
         ws.resize(static_cast<size_t>(in.T) * in.n_head_kv);
-        entry->on_write(StepEvent(in, cache_.config().n_layer, !decode, cache_.scorer_state()), ws.data());
+        entry->on_write(StepEvent(in, cache_.config().n_layer, cache_.scorer_state()), ws.data());
     }
     const float* scores = entry ? ws.data() : nullptr;
     if (decode)

@@ -122,7 +122,7 @@ void attend_prefill(KVCache& cache, const LayerInputs& in, const float* write_sc
     // 2. Scores of every entry.
     std::vector<std::vector<float>> scores(Hkv);
     if (scored) {
-        StepEvent si(in, cache.config().n_layer, true, cache.scorer_state());
+        StepEvent si(in, cache.config().n_layer, cache.scorer_state());
         std::vector<float*> out(Hkv);
         for (int h = 0; h < Hkv; ++h) {
             si.heads.push_back({n_old[h] + T, K[h].data(), V[h].data(), P[h].data(),

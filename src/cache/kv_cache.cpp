@@ -167,7 +167,7 @@ void KVCache::compress() {
             }
             c.n_reference = std::max<int64_t>(c.n, n_tokens_ - hc.sinks().size() - hc.window().size());
         }
-    apply_rule(policy_.compression, cands, RuleContext{n_layer_, n_tokens_});
+    apply_rule(policy_.compression, cands, RuleContext{n_layer_, n_tokens_}, &compress_rule_);
     size_t i = 0;
     for (int l = 0; l < n_layer_; ++l)
         for (int h = 0; h < n_head_kv_; ++h) head(l, h).global().retain(cands[i++].keep);

@@ -164,6 +164,7 @@ private:
     // context).
     std::vector<HeadCandidates> compress_candidates_;
     std::vector<std::vector<float>> compress_effective_;
+    RuleScratch compress_rule_;  // the layer and global budgets' ranking across heads
 };
 
 }  // namespace kvsieve

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <limits>
 #include <numeric>
+#include <utility>
 
 #include "kernels/dot.h"
 #include "policy/policy.h"
@@ -26,16 +27,19 @@ std::string Selection::describe() const {
            ",skip_layers=" + std::to_string(skip_layers) + (group_max ? ",group=max" : "") + ")";
 }
 
-std::vector<int> quest_rank_pages(const float* q, int G, int d, const uint16_t* const* kmin,
-                                  const uint16_t* const* kmax, int n_pages, int keep, bool group_max) {
-    std::vector<int> all(n_pages);
+void quest_rank_pages(const float* q, int G, int d, const uint16_t* const* kmin, const uint16_t* const* kmax,
+                      int n_pages, int keep, bool group_max, QuestRanking& rk) {
+    std::vector<int>& all = rk.chosen;
+    all.resize(n_pages);
     std::iota(all.begin(), all.end(), 0);
-    if (n_pages <= keep || n_pages == 0) return all;
+    if (n_pages <= keep || n_pages == 0) return;
     // max(q_c·lo_c, q_c·hi_c) = max(q_c, 0)·hi_c + min(q_c, 0)·lo_c (hi_c ≥ lo_c), so a query head's bound is two dot
     // products of length d; summed over the group, pos_c = Σ_g max(q_gc, 0) and neg_c = Σ_g min(q_gc, 0) make the
     // group's sum two dot products whatever G. group_max keeps one (pos, neg) pair per query head.
     const int R = group_max ? G : 1;
-    std::vector<float> pos(static_cast<size_t>(R) * d, 0.0f), neg(static_cast<size_t>(R) * d, 0.0f);
+    std::vector<float>&pos = rk.pos, &neg = rk.neg;
+    pos.assign(static_cast<size_t>(R) * d, 0.0f);
+    neg.assign(static_cast<size_t>(R) * d, 0.0f);
     for (int g = 0; g < G; ++g)
         for (int c = 0; c < d; ++c) {
             const float x = q[static_cast<size_t>(g) * d + c];
@@ -43,7 +47,8 @@ std::vector<int> quest_rank_pages(const float* q, int G, int d, const uint16_t* 
             (x > 0 ? pos[r] : neg[r]) += x;
         }
     const auto dot = dot_kernels().f16;
-    std::vector<float> u(n_pages);
+    std::vector<float>& u = rk.u;
+    u.resize(n_pages);
     for (int i = 0; i < n_pages; ++i) {
         float best = -std::numeric_limits<float>::infinity();
         for (int r = 0; r < R; ++r)
@@ -56,7 +61,6 @@ std::vector<int> quest_rank_pages(const float* q, int G, int d, const uint16_t* 
     std::nth_element(all.begin(), all.begin() + k, all.end(), better);
     all.resize(k);
     std::sort(all.begin(), all.end());
-    return all;
 }
 
 std::vector<int> quest_choose_pages(const float* q, int G, int d, const uint16_t* kmin, const uint16_t* kmax,
@@ -66,7 +70,9 @@ std::vector<int> quest_choose_pages(const float* q, int G, int d, const uint16_t
         lo[i] = kmin + static_cast<size_t>(i) * d;
         hi[i] = kmax + static_cast<size_t>(i) * d;
     }
-    return quest_rank_pages(q, G, d, lo.data(), hi.data(), n_pages, keep, group_max);
+    QuestRanking r;
+    quest_rank_pages(q, G, d, lo.data(), hi.data(), n_pages, keep, group_max, r);
+    return std::move(r.chosen);
 }
 
 void register_quest() {

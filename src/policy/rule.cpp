@@ -1,7 +1,6 @@
 #include "policy/rule.h"
 
 #include <algorithm>
-#include <map>
 #include <cmath>
 #include <numeric>
 
@@ -34,15 +33,28 @@ std::string Rule::describe() const {
 }
 
 namespace {
-/// Indices of s[0..n) ordered by score descending, lower index first on ties (NaN last).
-std::vector<int64_t> order_desc(const float* s, int64_t n) {
-    std::vector<int64_t> idx(n);
+/// A score as the rules compare it: NaN ranks last.
+float rank_score(float s) { return std::isnan(s) ? -INFINITY : s; }
+
+/// h.order becomes the indices of h.scores ordered by score descending, lower index first on ties (NaN last): a
+/// total order, so std::sort gives what a stable sort gives, without its buffer.
+void order_desc(HeadCandidates& h) {
+    std::vector<int64_t>& idx = h.order;
+    idx.resize(h.n);
     std::iota(idx.begin(), idx.end(), 0);
-    std::stable_sort(idx.begin(), idx.end(), [s](int64_t a, int64_t b) {
-        const float x = std::isnan(s[a]) ? -INFINITY : s[a], y = std::isnan(s[b]) ? -INFINITY : s[b];
-        return x > y;
+    const float* s = h.scores;
+    std::sort(idx.begin(), idx.end(), [s](int64_t a, int64_t b) {
+        const float x = rank_score(s[a]), y = rank_score(s[b]);
+        return x > y || (x == y && a < b);
     });
-    return idx;
+}
+
+/// Sorts entries by score descending, earlier seq first on ties (NaN last).
+void sort_ranked(std::vector<RankedEntry>& v) {
+    std::sort(v.begin(), v.end(), [](const RankedEntry& a, const RankedEntry& b) {
+        const float x = rank_score(a.score), y = rank_score(b.score);
+        return x > y || (x == y && a.seq < b.seq);
+    });
 }
 
 /// Keeps the k best of one head: the first k of order_desc, found by selection in O(n) rather than a sort (the
@@ -64,12 +76,6 @@ void keep_top(HeadCandidates& h, int64_t k) {
     });
     for (int64_t i = 0; i < k; ++i) h.keep[idx[i]] = 1;
 }
-
-struct Flat {
-    float score;
-    size_t head;
-    int64_t i;
-};
 }  // namespace
 
 int64_t pyramid_keep(const Rule& r, int layer, int n_layer, int64_t n) {
@@ -87,8 +93,15 @@ int64_t pyramid_keep(const Rule& r, int layer, int n_layer, int64_t n) {
     return static_cast<int64_t>(std::nearbyint(max_num - layer * steps));
 }
 
-void apply_rule(const Rule& r, std::vector<HeadCandidates>& heads, const RuleContext& ctx) {
-    for (auto& h : heads) h.keep.assign(h.n, r.kind == Rule::Kind::kKeepAll ? 1 : 0);
+void apply_rule(const Rule& r, std::vector<HeadCandidates>& heads, const RuleContext& ctx, RuleScratch* scratch) {
+    RuleScratch own;
+    RuleScratch& sc = scratch ? *scratch : own;
+    for (auto& h : heads) {
+        // Geometric growth: a head whose entries wander upwards (a global budget, an admission before a budget)
+        // reallocates a logarithmic number of times, not at every new maximum.
+        if (h.keep.capacity() < static_cast<size_t>(h.n)) h.keep.reserve(std::max<size_t>(h.n, 2 * h.keep.capacity()));
+        h.keep.assign(h.n, r.kind == Rule::Kind::kKeepAll ? 1 : 0);
+    }
     switch (r.kind) {
         case Rule::Kind::kKeepAll:
         case Rule::Kind::kDropAll: return;
@@ -106,46 +119,52 @@ void apply_rule(const Rule& r, std::vector<HeadCandidates>& heads, const RuleCon
         case Rule::Kind::kLayerBudget: {
             // AdaKV (Feng et al. 2024, Alg. 1): per layer, the H·k best entries over all its heads, after each
             // head receives its own best ⌊safeguard·k⌋.
-            std::map<int, std::vector<size_t>> by_layer;
-            for (size_t i = 0; i < heads.size(); ++i) by_layer[heads[i].layer].push_back(i);
-            for (auto& [layer, ids] : by_layer) {
+            // Layers in increasing order, each layer's heads in the order given.
+            if (heads.empty()) return;
+            int lo = heads[0].layer, hi_layer = heads[0].layer;
+            for (const auto& h : heads) lo = std::min(lo, h.layer), hi_layer = std::max(hi_layer, h.layer);
+            for (int layer = lo; layer <= hi_layer; ++layer) {
                 int64_t total = 0;
-                std::vector<Flat> rest;
-                for (size_t hi : ids) {
+                std::vector<RankedEntry>& rest = sc.entries;
+                rest.clear();
+                for (size_t hi = 0; hi < heads.size(); ++hi) {
                     HeadCandidates& h = heads[hi];
+                    if (h.layer != layer) continue;
                     const int64_t k = r.head_keep(h.n, h.n_reference);
                     total += k;
                     const int64_t guard = static_cast<int64_t>(std::floor(r.safeguard * k));
-                    const auto idx = order_desc(h.scores, h.n);
+                    order_desc(h);
+                    const std::vector<int64_t>& idx = h.order;
                     for (int64_t j = 0; j < h.n; ++j) {
                         if (j < guard) {
                             h.keep[idx[j]] = 1;
                             --total;
                         } else {
-                            rest.push_back({h.scores[idx[j]], hi, idx[j]});
+                            rest.push_back({h.scores[idx[j]], hi, idx[j], static_cast<int64_t>(rest.size())});
                         }
                     }
                 }
-                std::stable_sort(rest.begin(), rest.end(),
-                                 [](const Flat& a, const Flat& b) { return a.score > b.score; });
+                sort_ranked(rest);
                 for (int64_t j = 0; j < std::min<int64_t>(total, static_cast<int64_t>(rest.size())); ++j)
                     heads[rest[j].head].keep[rest[j].i] = 1;
             }
             return;
         }
         case Rule::Kind::kGlobalBudget: {
-            std::vector<Flat> all;
+            std::vector<RankedEntry>& all = sc.entries;
+            all.clear();
             int64_t n = 0, n_ref = 0;
             for (size_t hi = 0; hi < heads.size(); ++hi) {
                 n += heads[hi].n;
                 n_ref += heads[hi].n_reference >= 0 ? heads[hi].n_reference : heads[hi].n;
-                for (int64_t i = 0; i < heads[hi].n; ++i) all.push_back({heads[hi].scores[i], hi, i});
+                for (int64_t i = 0; i < heads[hi].n; ++i)
+                    all.push_back({heads[hi].scores[i], hi, i, static_cast<int64_t>(all.size())});
             }
             const int64_t k =
                 r.budget >= 0 ? std::min(r.budget, n)
                               : std::min<int64_t>(
                                     n, std::max<int64_t>(1, static_cast<int64_t>(std::floor(n_ref * (1.0 - r.ratio)))));
-            std::stable_sort(all.begin(), all.end(), [](const Flat& a, const Flat& b) { return a.score > b.score; });
+            sort_ranked(all);
             for (int64_t j = 0; j < std::min<int64_t>(k, n); ++j) heads[all[j].head].keep[all[j].i] = 1;
             return;
         }

@@ -57,8 +57,25 @@ struct RuleContext {
 /// pyramid does not fit, every layer keeps max(1, round(n(1 − R))).
 int64_t pyramid_keep(const Rule& r, int layer, int n_layer, int64_t n);
 
+/// One entry of a rule that ranks across heads (layer and global budgets): its score, its head's index in the
+/// candidates and its own, and its rank before the sort (ties keep that order, as a stable sort would).
+struct RankedEntry {
+    float score;
+    size_t head;
+    int64_t i;
+    int64_t seq;
+};
+
+/// apply_rule's working space across heads, kept by a caller that applies a rule at every decode step (a budget) so
+/// that it allocates nothing once it has held the most entries it will hold.
+struct RuleScratch {
+    std::vector<RankedEntry> entries;
+};
+
 /// Applies a budget or threshold rule jointly to a set of heads (all heads of the cache, so layer and global
-/// rules see what they need). Ties are broken toward the lower index, as a stable top-k.
-void apply_rule(const Rule& r, std::vector<HeadCandidates>& heads, const RuleContext& ctx = {});
+/// rules see what they need). Ties are broken toward the lower index, as a stable top-k. `scratch`: the caller's
+/// working space (null: one made for the call).
+void apply_rule(const Rule& r, std::vector<HeadCandidates>& heads, const RuleContext& ctx = {},
+                RuleScratch* scratch = nullptr);
 
 }  // namespace kvsieve

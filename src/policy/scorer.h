@@ -16,7 +16,6 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "util/binary_io.h"
@@ -37,10 +36,6 @@ enum class AttnStat {
     kMassSum,   ///< per key: Σ over the step's queries of the softmax weight, per query head of the group
     kMassLast,  ///< per key: the softmax weight of the step's last query, per query head of the group
 };
-
-/// A map of position → score as a saved record (sorted by position), and back.
-void save_position_scores(BinaryWriter& w, const std::unordered_map<int32_t, float>& m);
-void load_position_scores(BinaryReader& r, std::unordered_map<int32_t, float>& m);
 
 /// A scorer's memory for one sequence (e.g. a recurrent state per layer and KV head). Scorer::new_state makes
 /// one for each cache; the cache owns it and hands it to every event of that sequence, so one Scorer (shared,
@@ -75,11 +70,11 @@ struct HeadView {
 ///     entry of the head for a scorer with DecodeScope::kAllEntries, else the new entry alone, n = 1); k and v are
 ///     null (the new entry's are step.k, step.v at head h).
 struct StepEvent {
-    StepEvent(const LayerInputs& s, int n_layer_, bool prefill_, ScorerState* state_)
-        : step(s), n_layer(n_layer_), prefill(prefill_), state(state_) {}
+    StepEvent(const LayerInputs& s, int n_layer_, ScorerState* state_) : step(s), n_layer(n_layer_), state(state_) {}
     const LayerInputs& step;  ///< the layer's tensors (query head q reads KV head q / (Hq/Hkv))
     int n_layer = 0;
-    bool prefill = true;           ///< false at a decode step
+    /// False at a decode step: the step's kind is the one LayerInputs::phase carries, never a second copy.
+    bool prefill() const { return step.phase == StepPhase::kPrefill; }
     ScorerState* state = nullptr;  ///< the sequence's state (null if the scorer keeps none)
     std::vector<HeadView> heads;   ///< [Hkv] (step scorers only)
 };

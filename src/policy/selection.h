@@ -35,9 +35,17 @@ struct Selection {
 std::vector<int> quest_choose_pages(const float* q, int G, int d, const uint16_t* kmin, const uint16_t* kmax,
                                     int n_pages, int keep, bool group_max = false);
 
+/// The result and working space of quest_rank_pages, kept by the caller from step to step: each vector is sized on
+/// first use and keeps its capacity, so a decode step's ranking allocates nothing once the page count stops growing.
+struct QuestRanking {
+    std::vector<int> chosen;         ///< the kept pages' indices, increasing
+    std::vector<float> pos, neg, u;  ///< P and N [R][d] (R = G with group_max, else 1), the pages' bounds [n_pages]
+};
+
 /// quest_choose_pages with each page's bounds where they lie: kmin[i], kmax[i] point at page i's d binary16 values
-/// (the rows PageStore::key_bounds keeps), so the decode step ranks pages without gathering them.
-std::vector<int> quest_rank_pages(const float* q, int G, int d, const uint16_t* const* kmin,
-                                  const uint16_t* const* kmax, int n_pages, int keep, bool group_max = false);
+/// (the rows PageStore::key_bounds keeps), so the decode step ranks pages without gathering them. The chosen pages
+/// go to r.chosen.
+void quest_rank_pages(const float* q, int G, int d, const uint16_t* const* kmin, const uint16_t* const* kmax,
+                      int n_pages, int keep, bool group_max, QuestRanking& r);
 
 }  // namespace kvsieve

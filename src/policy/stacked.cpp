@@ -8,9 +8,9 @@
 #include <cmath>
 #include <limits>
 #include <memory>
-#include <unordered_map>
 
 #include "policy/policy.h"
+#include "policy/position_scores.h"
 #include "util/error.h"
 
 namespace kvsieve {
@@ -19,23 +19,24 @@ namespace {
 class StackedState : public ScorerState {
 public:
     std::unique_ptr<ScorerState> admit, evict;
-    std::vector<std::unordered_map<int32_t, float>> pending;  // [L·Hkv]: admission scores of entries in the window
+    std::vector<PositionScores> pending;  // [L·Hkv]: admission scores of the entries in the window
+    std::vector<float> admit_scores;      // [T][Hkv] scratch of on_write, sized by the longest step
     uint64_t bytes() const override {
         uint64_t b = (admit ? admit->bytes() : 0) + (evict ? evict->bytes() : 0);
-        for (const auto& p : pending) b += p.size() * (sizeof(int32_t) + sizeof(float) + 2 * sizeof(void*));
+        for (const auto& p : pending) b += p.size() * (sizeof(int32_t) + sizeof(float));
         return b;
     }
     void save(BinaryWriter& w) const override {
         if (admit) admit->save(w);
         if (evict) evict->save(w);
         w.pod<uint64_t>(pending.size());
-        for (const auto& p : pending) save_position_scores(w, p);
+        for (const auto& p : pending) p.save(w);
     }
     void load(BinaryReader& r) override {
         if (admit) admit->load(r);
         if (evict) evict->load(r);
         if (r.pod<uint64_t>() != pending.size()) fail(r.what(), " does not hold a stacked state of this model");
-        for (auto& p : pending) load_position_scores(r, p);
+        for (auto& p : pending) p.load(r);
     }
 };
 
@@ -61,14 +62,15 @@ public:
     void on_write(const StepEvent& e, float* scores) const override {
         auto& st = *static_cast<StackedState*>(e.state);
         const int Hkv = e.step.n_head_kv;
-        std::vector<float> a(static_cast<size_t>(e.step.T) * Hkv);
-        StepEvent ea(e.step, e.n_layer, e.prefill, st.admit.get()), ee(e.step, e.n_layer, e.prefill, st.evict.get());
+        std::vector<float>& a = st.admit_scores;
+        if (a.size() < static_cast<size_t>(e.step.T) * Hkv) a.resize(static_cast<size_t>(e.step.T) * Hkv);
+        StepEvent ea(e.step, e.n_layer, st.admit.get()), ee(e.step, e.n_layer, st.evict.get());
         admit_->on_write(ea, a.data());
         evict_->on_write(ee, scores);
         for (int64_t t = 0; t < e.step.T; ++t)
             for (int h = 0; h < Hkv; ++h)
-                st.pending[static_cast<size_t>(e.step.layer) * Hkv + h][static_cast<int32_t>(e.step.pos0 + t)] =
-                    a[t * Hkv + h];
+                st.pending[static_cast<size_t>(e.step.layer) * Hkv + h].set(static_cast<int32_t>(e.step.pos0 + t),
+                                                                            a[t * Hkv + h]);
     }
     float on_window_exit(const WindowExitEvent& e) const override {
         auto& st = *static_cast<StackedState*>(e.state);
@@ -76,11 +78,7 @@ public:
         WindowExitEvent ea = e, ee = e;
         ea.state = st.admit.get();
         ee.state = st.evict.get();
-        auto it = pend.find(e.pos);
-        if (it != pend.end()) {
-            ea.score = it->second;
-            pend.erase(it);
-        }
+        pend.take(e.pos, ea.score);  // its admission score, if the window still holds it
         const float a = admit_->on_window_exit(ea);
         const float r = evict_->on_window_exit(ee);  // always: it may hold a delayed score to release
         return a >= tau_ ? r : -INFINITY;

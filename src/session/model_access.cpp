@@ -47,7 +47,7 @@ public:
                 P[h].push_back(static_cast<int32_t>(in.pos0 + t));
             }
         }
-        StepEvent si(in, n_layer_, true, nullptr);
+        StepEvent si(in, n_layer_, nullptr);
         for (int h = 0; h < Hkv; ++h)
             si.heads.push_back(
                 {static_cast<int64_t>(P[h].size()), K[h].data(), V[h].data(), P[h].data(), nullptr, nullptr});
