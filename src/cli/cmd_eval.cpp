@@ -129,12 +129,9 @@ std::vector<double> parse_list(const std::string& s, const char* what) {
     }
     return v;
 }
-}  // namespace
 
-void add_eval(CLI::App& app) {
-    auto* eval = app.add_subcommand("eval", "evaluate KV cache policies");
-    eval->require_subcommand(1);
-
+/// `kvsieve eval nll`: NLL and perplexity of a text under a policy, and its ΔNLL against the full cache.
+void add_eval_nll(CLI::App* eval) {
     auto* nll = eval->add_subcommand("nll", "NLL and perplexity of a text under a policy, with ΔNLL vs full");
     auto c1 = std::make_shared<EvalCommon>();
     auto policy = std::make_shared<std::string>("full");
@@ -164,7 +161,10 @@ void add_eval(CLI::App& app) {
                     policy->c_str(), static_cast<long>(r.tokens), r.mean_nll, r.ppl, j["delta_nll_pct"].get<double>(),
                     r.mean_density, r.mean_compression);
     });
+}
 
+/// `kvsieve eval ruler`: RULER-style tasks under a policy (or --export-jsonl: the examples alone).
+void add_eval_ruler(CLI::App* eval) {
     auto* ruler = eval->add_subcommand("ruler", "RULER-style long-context tasks under a policy (greedy, string match)");
     auto c3 = std::make_shared<EvalCommon>();
     auto rpolicy = std::make_shared<std::string>("full");
@@ -247,7 +247,10 @@ void add_eval(CLI::App& app) {
                     ruler_format_name(o.format).c_str(), r.score(), j["density"].get<double>(),
                     j["compression_ratio"].get<double>());
     });
+}
 
+/// `kvsieve eval density`: a policy's per-head density map and the hybrid layouts it suggests.
+void add_eval_density(CLI::App* eval) {
     auto* dens = eval->add_subcommand(
         "density", "per-head density map of a policy (heatmap) and the hybrid local/global layouts it suggests");
     auto c4 = std::make_shared<EvalCommon>();
@@ -275,7 +278,10 @@ void add_eval(CLI::App& app) {
         std::fprintf(stderr, "wrote %s/head_density.{md,json,png} and %s/hybrid.md\n", c4->out.c_str(),
                      c4->out.c_str());
     });
+}
 
+/// `kvsieve eval retrieval-heads`: long-range attention mass per head and the layout it suggests.
+void add_eval_retrieval_heads(CLI::App* eval) {
     auto* rh = eval->add_subcommand("retrieval-heads",
                                     "long-range attention mass per head on a calibration text, and the "
                                     "static hybrid layout whose global heads have the most (DuoAttention-style)");
@@ -299,7 +305,10 @@ void add_eval(CLI::App& app) {
         std::fprintf(stderr, "wrote %s/retrieval_heads.{md,json,png} and %s/policy.txt\n", c5->out.c_str(),
                      c5->out.c_str());
     });
+}
 
+/// `kvsieve eval kept`: the positions and scores each policy keeps per (layer, KV head) after prefilling exported examples.
+void add_eval_kept(CLI::App* eval) {
     auto* kept = eval->add_subcommand("kept",
                                       "per (layer, KV head): the positions and scores a policy keeps after "
                                       "prefilling each exported RULER context (eval ruler --export-jsonl)");
@@ -388,7 +397,10 @@ void add_eval(CLI::App& app) {
             }
         write_text(ko->out, out.str());
     });
+}
 
+/// `kvsieve eval leaderboard`: sweep folders into one table per model and a score-vs-compression plot.
+void add_eval_leaderboard(CLI::App* eval) {
     auto* board =
         eval->add_subcommand("leaderboard", "sweep directories → one table per model and a score-vs-compression plot");
     auto board_dirs = std::make_shared<std::vector<std::string>>();
@@ -406,7 +418,10 @@ void add_eval(CLI::App& app) {
         std::fputs(write_leaderboard(rows, *board_out, skip).c_str(), stdout);
         std::fprintf(stderr, "wrote %s/leaderboard.md\n", board_out->c_str());
     });
+}
 
+/// `kvsieve eval fidelity`: decode-heavy fidelity of policies against the full cache's own generations.
+void add_eval_fidelity(CLI::App* eval) {
     auto* fid = eval->add_subcommand("fidelity",
                                      "decode-heavy fidelity: long greedy generations of the full cache, fed to "
                                      "each policy; greedy prefix, token accuracy, KL and KV memory along the way");
@@ -537,7 +552,10 @@ void add_eval(CLI::App& app) {
         }
         report();
     });
+}
 
+/// `kvsieve eval sweep`: policies × ratios (or thresholds), NLL or RULER, in kvpress's result layout.
+void add_eval_sweep(CLI::App* eval) {
     auto* sweep = eval->add_subcommand("sweep", "policies × ratios (or thresholds): NLL vs density, kvpress layout");
     auto c2 = std::make_shared<EvalCommon>();
     auto policies = std::make_shared<std::string>();
@@ -648,6 +666,21 @@ void add_eval(CLI::App& app) {
         else
             run_ruler_sweep(m, *tok, text, o);
     });
+}
+
+}  // namespace
+
+void add_eval(CLI::App& app) {
+    auto* eval = app.add_subcommand("eval", "evaluate KV cache policies");
+    eval->require_subcommand(1);
+    add_eval_nll(eval);
+    add_eval_ruler(eval);
+    add_eval_density(eval);
+    add_eval_retrieval_heads(eval);
+    add_eval_kept(eval);
+    add_eval_leaderboard(eval);
+    add_eval_fidelity(eval);
+    add_eval_sweep(eval);
 }
 
 void add_eval_tasks(CLI::App& app) {
