@@ -307,7 +307,8 @@ void add_eval_retrieval_heads(CLI::App* eval) {
     });
 }
 
-/// `kvsieve eval kept`: the positions and scores each policy keeps per (layer, KV head) after prefilling exported examples.
+/// `kvsieve eval kept`: the positions and scores each policy keeps per (layer, KV head) after prefilling exported
+/// examples.
 void add_eval_kept(CLI::App* eval) {
     auto* kept = eval->add_subcommand("kept",
                                       "per (layer, KV head): the positions and scores a policy keeps after "
