@@ -98,46 +98,8 @@ void HttpServer::routes() {
     // Checks of every request when its head is in, before its body is read: where it claims to go (Host), which
     // page sent it (Origin), and, with keys, who sends it: a request with a body, or to a route that needs a key,
     // without a valid key is refused here, so that no byte of an unauthenticated body is ever read.
-    s.set_head_check([this, loopback](const HttpRequest& req, HttpResponse& res) {
-        if (loopback && !is_loopback_host_header(req.header("Host"))) {
-            send_json(res, 403,
-                      error_body(403,
-                                 "the Host header must name the loopback address (127.0.0.1, localhost or [::1]) "
-                                 "on a server bound to it"));
-            return true;
-        }
-        if (req.has_header("Origin")) {
-            const std::string origin = req.header("Origin");
-            if (std::find(opts_.allowed_origins.begin(), opts_.allowed_origins.end(), origin) ==
-                opts_.allowed_origins.end()) {
-                send_json(res, 403,
-                          error_body(403, "requests from the origin '" + excerpt(origin, 100) +
-                                              "' are not allowed (the server's --allowed-origins)"));
-                return true;
-            }
-            res.set_header("Access-Control-Allow-Origin", origin);
-            res.set_header("Vary", "Origin");
-            if (req.method == "OPTIONS") {  // a browser's preflight
-                res.set_header("Access-Control-Allow-Methods", "GET, POST, DELETE");
-                res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
-                res.set_header("Access-Control-Max-Age", "600");
-                res.status = 204;
-                return true;
-            }
-        }
-        if (opts_.keys && opts_.keys->enabled()) {
-            const std::string route = match_route_path(req.path);
-            const bool open = route == "/health" || route == "/ready" || route == "/openapi.json";
-            const bool body = (!req.header("Content-Length").empty() && req.header("Content-Length") != "0") ||
-                              req.has_header("Transfer-Encoding");
-            if ((body || (!route.empty() && !open)) && !opts_.keys->owner_of(req.header("Authorization"))) {
-                res.set_header("WWW-Authenticate", "Bearer");
-                send_json(res, 401, error_body(401, "a valid API key is required (Authorization: Bearer KEY)"));
-                return true;
-            }
-        }
-        return false;
-    });
+    s.set_head_check(
+        [this, loopback](const HttpRequest& req, HttpResponse& res) { return check_head(req, res, loopback); });
     // Every error the front answers itself, and a handler's error without a body, gets a JSON body.
     s.set_error_body([](const HttpRequest&, HttpResponse& res, const std::string& message) {
         send_json(res, res.status, error_body(res.status, message));
@@ -228,212 +190,11 @@ void HttpServer::routes() {
            send_json(res, 200, {{"object", "list"}, {"data", data}});
        }));
 
-    auto generate = [this](const HttpRequest& req, HttpResponse& res, const std::string& owner, bool chat) {
-        // The deadline counts from the request's arrival: time in the queue is part of it.
-        const Clock::time_point deadline = opts_.timeout_s > 0
-                                               ? Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                                                    std::chrono::duration<double>(opts_.timeout_s))
-                                               : Clock::time_point::max();
-        const std::string timed_out = "the request did not finish within the server's --timeout of " +
-                                      dump_json(json(opts_.timeout_s)) + " s; it was cancelled";
-        json body;
-        ApiRequest ar;
-        std::vector<std::shared_ptr<RequestHandle>> hs;  // one per choice
-        std::shared_ptr<void> place;
-        auto cancel_all = [&hs] {
-            for (auto& h : hs) h->cancel();
-        };
-        try {
-            body = parse_json_body(req.body);
-            ar = parse_api_request(body, chat, ctx_, owner);
-            place = take_place(owner);
-            if (!place)
-                return send_json(
-                    res, 429,
-                    error_body(429, "this key already has " + std::to_string(opts_.max_requests_per_key) +
-                                        " requests running or waiting (the server's --max-requests-per-key)"));
-            // The choices share the prompt's prefill; choice i samples with the seed + i.
-            hs = sched_.submit_choices(ar.gen, ar.n);
-        } catch (const ApiError& e) {
-            cancel_all();
-            return send_json(res, e.status(), error_body(e.status(), for_client(owner, e.what()), e.code()));
-        } catch (const ServerBusy& e) {
-            cancel_all();
-            return send_json(res, 503, error_body(503, e.what()));
-        } catch (const Error& e) {
-            cancel_all();
-            return send_json(res, 400, error_body(400, e.what()));
-        }
-        // The client's connection, polled while the request waits for its events: a client that leaves cancels it.
-        const int sock = req.socket;
-        // The next event of handle `h` into `ev`; false when the request ended without one: the client left (499)
-        // or the deadline passed (504), the request cancelled and the answer set.
-        auto next = [&](RequestHandle& h, GenerationEvent& ev) {
-            const Wait w = next_before(h, deadline, sock, ev);
-            if (w == Wait::kEvent) return true;
-            cancel_all();
-            if (w == Wait::kClientGone)
-                send_json(res, 499, error_body(499, "the client closed the connection; the request was cancelled"));
-            else
-                send_json(res, 504, error_body(504, timed_out));
-            return false;
-        };
-        const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);
-        const int64_t created = static_cast<int64_t>(std::time(nullptr));
-        // The server's own model name, never the client's `model` value: a stream repeats it in every chunk.
-        const std::string& model = ctx_.model_id;
-        // The first event decides the status: an error before any text is the response itself.
-        GenerationEvent first;
-        if (!next(*hs[0], first)) return;
-        if (first.kind == GenerationEvent::Kind::kError) {
-            cancel_all();
-            return send_json(res, first.status, error_body(first.status, for_client(owner, first.error)));
-        }
-        if (!ar.stream) {
-            std::vector<ChoiceResult> choices(hs.size());
-            for (size_t i = 0; i < hs.size(); ++i) {
-                GenerationEvent ev;
-                if (i == 0) {
-                    ev = std::move(first);
-                } else if (!next(*hs[i], ev)) {
-                    return;
-                }
-                ChoiceResult& c = choices[i];
-                while (ev.kind == GenerationEvent::Kind::kText) {
-                    c.text += ev.text;
-                    for (auto& t : ev.prompt_logprobs) c.prompt_logprobs.push_back(std::move(t));
-                    for (auto& t : ev.logprobs) c.logprobs.push_back(std::move(t));
-                    if (!next(*hs[i], ev)) return;
-                }
-                if (ev.kind == GenerationEvent::Kind::kError) {
-                    cancel_all();
-                    return send_json(res, ev.status, error_body(ev.status, for_client(owner, ev.error)));
-                }
-                c.done = std::move(ev);
-            }
-            return send_json(res, 200, completion_body(ar, id, created, model, choices, *ctx_.tok));
-        }
-        // Streamed: the choices one after the other (all run at once; the later ones' events wait in their handles).
-        struct Stream {
-            size_t cur = 0;       // the choice being written
-            bool opened = false;  // its first chunk (chat: the role; echo: the prompt) is written
-            bool finished = false;
-            size_t offset = 0;  // bytes of token pieces written in the choice (text_offset)
-            int64_t completion_tokens = 0;
-            GenerationUsage usage;  // the first choice's (the others did not run the prompt)
-            GenerationEvent pending;
-            bool has_pending = true;
-        };
-        auto st = std::make_shared<Stream>();
-        st->pending = std::move(first);
-        res.set_header("Cache-Control", "no-cache");
-        const Tokenizer* tok = ctx_.tok;
-        res.set_chunked_content_provider(
-            "text/event-stream",
-            [hs, st, ar, id, created, model, owner, deadline, timed_out, place, sock, tok](HttpSink& sink) {
-                if (client_gone(sock)) return false;  // the releaser cancels the request
-                auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
-                auto cancel = [&] {
-                    for (auto& h : hs) h->cancel();
-                };
-                const int index = static_cast<int>(st->cur);
-                RequestHandle& h = *hs[st->cur];
-                GenerationEvent ev;
-                if (st->has_pending) {
-                    ev = std::move(st->pending);
-                    st->has_pending = false;
-                } else {
-                    for (;;) {
-                        if (Clock::now() >= deadline) {  // the stream ends with the error as its last event
-                            cancel();
-                            ev.kind = GenerationEvent::Kind::kError;
-                            ev.status = 504;
-                            ev.error = timed_out;
-                            break;
-                        }
-                        if (h.next(ev, kClientPoll)) break;
-                        if (!sink.is_writable() || client_gone(sock)) return false;
-                    }
-                }
-                if (!st->opened && ev.kind != GenerationEvent::Kind::kError) {
-                    st->opened = true;
-                    st->offset = 0;
-                    if (ar.chat && !write(sse(chunk_body(ar, id, created, model, "", "", true, index)))) return false;
-                    // The echoed prompt: with the prompt's log-probabilities when they were asked for (they come
-                    // as this choice's first event), else alone.
-                    if (ar.echo && !ar.gen.prompt_logprobs) {
-                        if (!write(sse(chunk_body(ar, id, created, model, ar.echo_text, "", false, index))))
-                            return false;
-                        st->offset = ar.echo_text.size();
-                    }
-                }
-                if (ev.kind == GenerationEvent::Kind::kText) {
-                    json lp = nullptr;
-                    std::string text = ev.text;
-                    if (!ev.prompt_logprobs.empty()) {
-                        text = ar.echo_text + text;
-                        lp = logprobs_json(ar, *tok, ev.prompt_logprobs, ev.logprobs, st->offset);
-                    } else if (ar.gen.logprobs >= 0 && !ev.logprobs.empty()) {
-                        lp = logprobs_json(ar, *tok, {}, ev.logprobs, st->offset);
-                    }
-                    for (const auto* list : {&ev.prompt_logprobs, &ev.logprobs})
-                        for (const TokenLogprob& t : *list) st->offset += tok->token_to_piece(t.token, true).size();
-                    return write(sse(chunk_body(ar, id, created, model, text, "", false, index, lp)));
-                }
-                if (ev.kind == GenerationEvent::Kind::kError) {
-                    cancel();
-                    write(sse(error_body(ev.status, for_client(owner, ev.error))));
-                } else {
-                    if (!write(sse(chunk_body(ar, id, created, model, "", ev.finish_reason, false, index))))
-                        return false;
-                    st->completion_tokens += ev.usage.completion_tokens;
-                    if (st->cur == 0) st->usage = ev.usage;
-                    if (st->cur + 1 < hs.size()) {  // the next choice
-                        ++st->cur;
-                        st->opened = false;
-                        return true;
-                    }
-                    GenerationUsage u = st->usage;
-                    u.completion_tokens = st->completion_tokens;
-                    if (ar.include_usage && !write(sse(usage_chunk_body(ar, id, created, model, u)))) return false;
-                    if (!write("data: [DONE]\n\n")) return false;
-                }
-                st->finished = true;
-                sink.done();
-                return true;
-            },
-            [hs, st](bool) {
-                if (!st->finished)
-                    for (auto& h : hs) h->cancel();  // the client went away before the end
-            });
-    };
     // Saved sequences and kept conversations (docs/serving.md).
-    auto cache_op = [this](const HttpRequest& req, HttpResponse& res, const std::string& owner, bool restore) {
-        try {
-            const json body = parse_json_body(req.body);
-            const CacheOpRequest op = parse_cache_op(body, restore, ctx_, owner);
-            auto answer = [&](const char* object, CacheOpResult r) {
-                if (!r.conversation.empty()) r.conversation = client_id(owner, r.conversation).value_or("");
-                send_json(res, 200, cache_op_body(object, op.name, r));
-            };
-            if (!restore) return answer("kv_cache.saved", sched_.save(op.ref, op.path));
-            if (!std::filesystem::exists(op.path))
-                throw ApiError(404, "no saved sequence '" + op.name + "' in the server's --cache-dir");
-            std::shared_ptr<const SavedSequence> saved;
-            try {
-                saved = std::make_shared<const SavedSequence>(read_sequence(op.path, *ctx_.model, op.name + ".kvseq"));
-            } catch (const Error& e) { throw ApiError(400, "'" + op.name + "': " + e.what()); }
-            answer("kv_cache.restored", sched_.restore(saved, op.ref.conversation, owner));
-        } catch (const StatusError& e) {  // ApiError from the body, CacheOpError from the scheduler
-            send_json(res, e.status(), error_body(e.status(), for_client(owner, e.what())));
-        } catch (const ServerBusy& e) { send_json(res, 503, error_body(503, e.what())); }
-    };
-    on("POST", "/v1/cache/save", guard(true, [cache_op](const HttpRequest& q, HttpResponse& r, const std::string& o) {
-           cache_op(q, r, o, false);
-       }));
+    on("POST", "/v1/cache/save",
+       guard(true, [this](const HttpRequest& q, HttpResponse& r, const std::string& o) { cache_op(q, r, o, false); }));
     on("POST", "/v1/cache/restore",
-       guard(true,
-             [cache_op](const HttpRequest& q, HttpResponse& r, const std::string& o) { cache_op(q, r, o, true); }));
+       guard(true, [this](const HttpRequest& q, HttpResponse& r, const std::string& o) { cache_op(q, r, o, true); }));
     on("GET", "/v1/cache/conversations",
        guard(false, [this](const HttpRequest&, HttpResponse& res, const std::string& owner) {
            json data = json::array();
@@ -482,10 +243,249 @@ void HttpServer::routes() {
        }));
     for (const char* path : {"/v1/completions", "/completions", "/v1/chat/completions", "/chat/completions"}) {
         const bool chat = std::string(path).find("chat") != std::string::npos;
-        on("POST", path, guard(true, [generate, chat](const HttpRequest& q, HttpResponse& r, const std::string& o) {
+        on("POST", path, guard(true, [this, chat](const HttpRequest& q, HttpResponse& r, const std::string& o) {
                generate(q, r, o, chat);
            }));
     }
+}
+
+bool HttpServer::check_head(const HttpRequest& req, HttpResponse& res, bool loopback) const {
+    if (loopback && !is_loopback_host_header(req.header("Host"))) {
+        send_json(res, 403,
+                  error_body(403,
+                             "the Host header must name the loopback address (127.0.0.1, localhost or [::1]) "
+                             "on a server bound to it"));
+        return true;
+    }
+    if (req.has_header("Origin")) {
+        const std::string origin = req.header("Origin");
+        if (std::find(opts_.allowed_origins.begin(), opts_.allowed_origins.end(), origin) ==
+            opts_.allowed_origins.end()) {
+            send_json(res, 403,
+                      error_body(403, "requests from the origin '" + excerpt(origin, 100) +
+                                          "' are not allowed (the server's --allowed-origins)"));
+            return true;
+        }
+        res.set_header("Access-Control-Allow-Origin", origin);
+        res.set_header("Vary", "Origin");
+        if (req.method == "OPTIONS") {  // a browser's preflight
+            res.set_header("Access-Control-Allow-Methods", "GET, POST, DELETE");
+            res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+            res.set_header("Access-Control-Max-Age", "600");
+            res.status = 204;
+            return true;
+        }
+    }
+    if (opts_.keys && opts_.keys->enabled()) {
+        const std::string route = match_route_path(req.path);
+        const bool open = route == "/health" || route == "/ready" || route == "/openapi.json";
+        const bool body = (!req.header("Content-Length").empty() && req.header("Content-Length") != "0") ||
+                          req.has_header("Transfer-Encoding");
+        if ((body || (!route.empty() && !open)) && !opts_.keys->owner_of(req.header("Authorization"))) {
+            res.set_header("WWW-Authenticate", "Bearer");
+            send_json(res, 401, error_body(401, "a valid API key is required (Authorization: Bearer KEY)"));
+            return true;
+        }
+    }
+    return false;
+}
+
+void HttpServer::generate(const HttpRequest& req, HttpResponse& res, const std::string& owner, bool chat) {
+    // The deadline counts from the request's arrival: time in the queue is part of it.
+    const Clock::time_point deadline =
+        opts_.timeout_s > 0
+            ? Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opts_.timeout_s))
+            : Clock::time_point::max();
+    const std::string timed_out = "the request did not finish within the server's --timeout of " +
+                                  dump_json(json(opts_.timeout_s)) + " s; it was cancelled";
+    json body;
+    ApiRequest ar;
+    std::vector<std::shared_ptr<RequestHandle>> hs;  // one per choice
+    std::shared_ptr<void> place;
+    auto cancel_all = [&hs] {
+        for (auto& h : hs) h->cancel();
+    };
+    try {
+        body = parse_json_body(req.body);
+        ar = parse_api_request(body, chat, ctx_, owner);
+        place = take_place(owner);
+        if (!place)
+            return send_json(res, 429,
+                             error_body(429, "this key already has " + std::to_string(opts_.max_requests_per_key) +
+                                                 " requests running or waiting (the server's --max-requests-per-key)"));
+        // The choices share the prompt's prefill; choice i samples with the seed + i.
+        hs = sched_.submit_choices(ar.gen, ar.n);
+    } catch (const ApiError& e) {
+        cancel_all();
+        return send_json(res, e.status(), error_body(e.status(), for_client(owner, e.what()), e.code()));
+    } catch (const ServerBusy& e) {
+        cancel_all();
+        return send_json(res, 503, error_body(503, e.what()));
+    } catch (const Error& e) {
+        cancel_all();
+        return send_json(res, 400, error_body(400, e.what()));
+    }
+    // The client's connection, polled while the request waits for its events: a client that leaves cancels it.
+    const int sock = req.socket;
+    // The next event of handle `h` into `ev`; false when the request ended without one: the client left (499)
+    // or the deadline passed (504), the request cancelled and the answer set.
+    auto next = [&](RequestHandle& h, GenerationEvent& ev) {
+        const Wait w = next_before(h, deadline, sock, ev);
+        if (w == Wait::kEvent) return true;
+        cancel_all();
+        if (w == Wait::kClientGone)
+            send_json(res, 499, error_body(499, "the client closed the connection; the request was cancelled"));
+        else
+            send_json(res, 504, error_body(504, timed_out));
+        return false;
+    };
+    const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);
+    const int64_t created = static_cast<int64_t>(std::time(nullptr));
+    // The server's own model name, never the client's `model` value: a stream repeats it in every chunk.
+    const std::string& model = ctx_.model_id;
+    // The first event decides the status: an error before any text is the response itself.
+    GenerationEvent first;
+    if (!next(*hs[0], first)) return;
+    if (first.kind == GenerationEvent::Kind::kError) {
+        cancel_all();
+        return send_json(res, first.status, error_body(first.status, for_client(owner, first.error)));
+    }
+    if (!ar.stream) {
+        std::vector<ChoiceResult> choices(hs.size());
+        for (size_t i = 0; i < hs.size(); ++i) {
+            GenerationEvent ev;
+            if (i == 0) {
+                ev = std::move(first);
+            } else if (!next(*hs[i], ev)) {
+                return;
+            }
+            ChoiceResult& c = choices[i];
+            while (ev.kind == GenerationEvent::Kind::kText) {
+                c.text += ev.text;
+                for (auto& t : ev.prompt_logprobs) c.prompt_logprobs.push_back(std::move(t));
+                for (auto& t : ev.logprobs) c.logprobs.push_back(std::move(t));
+                if (!next(*hs[i], ev)) return;
+            }
+            if (ev.kind == GenerationEvent::Kind::kError) {
+                cancel_all();
+                return send_json(res, ev.status, error_body(ev.status, for_client(owner, ev.error)));
+            }
+            c.done = std::move(ev);
+        }
+        return send_json(res, 200, completion_body(ar, id, created, model, choices, *ctx_.tok));
+    }
+    // Streamed: the choices one after the other (all run at once; the later ones' events wait in their handles).
+    struct Stream {
+        size_t cur = 0;       // the choice being written
+        bool opened = false;  // its first chunk (chat: the role; echo: the prompt) is written
+        bool finished = false;
+        size_t offset = 0;  // bytes of token pieces written in the choice (text_offset)
+        int64_t completion_tokens = 0;
+        GenerationUsage usage;  // the first choice's (the others did not run the prompt)
+        GenerationEvent pending;
+        bool has_pending = true;
+    };
+    auto st = std::make_shared<Stream>();
+    st->pending = std::move(first);
+    res.set_header("Cache-Control", "no-cache");
+    const Tokenizer* tok = ctx_.tok;
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [hs, st, ar, id, created, model, owner, deadline, timed_out, place, sock, tok](HttpSink& sink) {
+            if (client_gone(sock)) return false;  // the releaser cancels the request
+            auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
+            auto cancel = [&] {
+                for (auto& h : hs) h->cancel();
+            };
+            const int index = static_cast<int>(st->cur);
+            RequestHandle& h = *hs[st->cur];
+            GenerationEvent ev;
+            if (st->has_pending) {
+                ev = std::move(st->pending);
+                st->has_pending = false;
+            } else {
+                for (;;) {
+                    if (Clock::now() >= deadline) {  // the stream ends with the error as its last event
+                        cancel();
+                        ev.kind = GenerationEvent::Kind::kError;
+                        ev.status = 504;
+                        ev.error = timed_out;
+                        break;
+                    }
+                    if (h.next(ev, kClientPoll)) break;
+                    if (!sink.is_writable() || client_gone(sock)) return false;
+                }
+            }
+            if (!st->opened && ev.kind != GenerationEvent::Kind::kError) {
+                st->opened = true;
+                st->offset = 0;
+                if (ar.chat && !write(sse(chunk_body(ar, id, created, model, "", "", true, index)))) return false;
+                // The echoed prompt: with the prompt's log-probabilities when they were asked for (they come
+                // as this choice's first event), else alone.
+                if (ar.echo && !ar.gen.prompt_logprobs) {
+                    if (!write(sse(chunk_body(ar, id, created, model, ar.echo_text, "", false, index)))) return false;
+                    st->offset = ar.echo_text.size();
+                }
+            }
+            if (ev.kind == GenerationEvent::Kind::kText) {
+                json lp = nullptr;
+                std::string text = ev.text;
+                if (!ev.prompt_logprobs.empty()) {
+                    text = ar.echo_text + text;
+                    lp = logprobs_json(ar, *tok, ev.prompt_logprobs, ev.logprobs, st->offset);
+                } else if (ar.gen.logprobs >= 0 && !ev.logprobs.empty()) {
+                    lp = logprobs_json(ar, *tok, {}, ev.logprobs, st->offset);
+                }
+                for (const auto* list : {&ev.prompt_logprobs, &ev.logprobs})
+                    for (const TokenLogprob& t : *list) st->offset += tok->token_to_piece(t.token, true).size();
+                return write(sse(chunk_body(ar, id, created, model, text, "", false, index, lp)));
+            }
+            if (ev.kind == GenerationEvent::Kind::kError) {
+                cancel();
+                write(sse(error_body(ev.status, for_client(owner, ev.error))));
+            } else {
+                if (!write(sse(chunk_body(ar, id, created, model, "", ev.finish_reason, false, index)))) return false;
+                st->completion_tokens += ev.usage.completion_tokens;
+                if (st->cur == 0) st->usage = ev.usage;
+                if (st->cur + 1 < hs.size()) {  // the next choice
+                    ++st->cur;
+                    st->opened = false;
+                    return true;
+                }
+                GenerationUsage u = st->usage;
+                u.completion_tokens = st->completion_tokens;
+                if (ar.include_usage && !write(sse(usage_chunk_body(ar, id, created, model, u)))) return false;
+                if (!write("data: [DONE]\n\n")) return false;
+            }
+            st->finished = true;
+            sink.done();
+            return true;
+        },
+        [hs, st](bool) {
+            if (!st->finished)
+                for (auto& h : hs) h->cancel();  // the client went away before the end
+        });
+}
+
+void HttpServer::cache_op(const HttpRequest& req, HttpResponse& res, const std::string& owner, bool restore) {
+    try {
+        const json body = parse_json_body(req.body);
+        const CacheOpRequest op = parse_cache_op(body, restore, ctx_, owner);
+        auto answer = [&](const char* object, CacheOpResult r) {
+            if (!r.conversation.empty()) r.conversation = client_id(owner, r.conversation).value_or("");
+            send_json(res, 200, cache_op_body(object, op.name, r));
+        };
+        if (!restore) return answer("kv_cache.saved", sched_.save(op.ref, op.path));
+        if (!std::filesystem::exists(op.path))
+            throw ApiError(404, "no saved sequence '" + op.name + "' in the server's --cache-dir");
+        std::shared_ptr<const SavedSequence> saved;
+        try {
+            saved = std::make_shared<const SavedSequence>(read_sequence(op.path, *ctx_.model, op.name + ".kvseq"));
+        } catch (const Error& e) { throw ApiError(400, "'" + op.name + "': " + e.what()); }
+        answer("kv_cache.restored", sched_.restore(saved, op.ref.conversation, owner));
+    } catch (const StatusError& e) {  // ApiError from the body, CacheOpError from the scheduler
+        send_json(res, e.status(), error_body(e.status(), for_client(owner, e.what())));
+    } catch (const ServerBusy& e) { send_json(res, 503, error_body(503, e.what())); }
 }
 
 }  // namespace kvsieve

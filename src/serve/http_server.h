@@ -88,7 +88,17 @@ public:
     int responses_in_flight();
 
 private:
+    /// Registers every route of serve/routes.h with its handler, and the checks every request passes first.
     void routes();
+    /// The checks of a request whose head is in, before any byte of its body is read: the Host header on a loopback
+    /// server, the Origin against allowed_origins (and a browser's preflight), and with keys a valid key for a
+    /// request with a body or to a route that needs one. True when it answered the request (res is the answer).
+    bool check_head(const HttpRequest& req, HttpResponse& res, bool loopback) const;
+    /// POST /v1/completions and /v1/chat/completions (`chat`) for `owner`: parses the body, submits the request(s)
+    /// to the scheduler and answers them, streamed or whole, under the server's --timeout and the owner's share.
+    void generate(const HttpRequest& req, HttpResponse& res, const std::string& owner, bool chat);
+    /// POST /v1/cache/save (`restore` false) and /v1/cache/restore for `owner`.
+    void cache_op(const HttpRequest& req, HttpResponse& res, const std::string& owner, bool restore);
 
     Scheduler& sched_;
     ApiContext ctx_;
