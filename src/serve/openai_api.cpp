@@ -133,8 +133,9 @@ std::vector<ChatMessage> parse_messages(const json& m) {
 }
 }  // namespace
 
-ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx, const std::string& owner) {
-    if (!body.is_object()) bad("the request body must be a JSON object");
+namespace {
+/// Refuses a field the request's kind does not know (400 naming it).
+void check_fields(const json& body, bool chat) {
     static const std::set<std::string> common = {"model",
                                                  "max_tokens",
                                                  "temperature",
@@ -161,15 +162,10 @@ ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx,
         if (common.count(k) || (chat ? chat_only : completion_only).count(k)) continue;
         bad("unknown field '" + excerpt(k) + "' in a " + (chat ? "chat completion" : "completion") + " request");
     }
-    ApiRequest r;
-    r.chat = chat;
-    GenerationRequest& g = r.gen;
-    g.sampling.temp = 1.0f;
-    g.sampling.top_k = 0;
-    g.sampling.top_p = 1.0f;
-    g.sampling.min_p = 0.0f;
-    g.sampling.seed = std::random_device{}();
+}
 
+/// The request's `model`, when given, must be one of the server's names (404 model_not_found otherwise).
+void check_model_name(const json& body, const ApiContext& ctx) {
     if (body.contains("model") && !body["model"].is_string()) bad("'model' must be a string");
     if (body.contains("model") && !ctx.model_names.empty() &&
         std::find(ctx.model_names.begin(), ctx.model_names.end(), body["model"].get<std::string>()) ==
@@ -178,6 +174,10 @@ ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx,
                        "the model '" + excerpt(body["model"].get<std::string>(), 64) +
                            "' does not exist on this server (GET /v1/models lists its names)",
                        "model_not_found");
+}
+
+/// cache_restore (the saved sequence this request starts from) and conversation (a kept one, by the owner's id).
+void read_saved_state(const json& body, const ApiContext& ctx, const std::string& owner, GenerationRequest& g) {
     // cache_restore: the saved sequence is where this request starts.
     if (body.contains("cache_restore") && !body["cache_restore"].is_null()) {
         const std::string path = cache_path(body["cache_restore"], "cache_restore", ctx, owner);
@@ -198,6 +198,12 @@ ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx,
             bad("'conversation' and 'cache_restore' exclude each other (restore into a conversation with POST "
                 "/v1/cache/restore)");
     }
+}
+
+/// The prompt: a chat's messages through the model's template, or a completion's text or token ids; with what a
+/// restored sequence holds it must leave room in the context. Returns the prompt's tokens, restored ones included.
+int64_t read_prompt(const json& body, bool chat, const ApiContext& ctx, const std::string& owner,
+                    GenerationRequest& g) {
     // The prompt.
     const Tokenizer& tok = *ctx.tok;
     if (chat) {
@@ -244,6 +250,13 @@ ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx,
             (held ? " with the " + std::to_string(held) + " of the restored sequence" : std::string()) +
             "; the context holds " + std::to_string(ctx.n_ctx) + " (prompt and answer together; the server's -c)");
 
+    return n_prompt;
+}
+
+/// echo, logprobs / top_logprobs, and max_tokens (which may be 0 with echo).
+void read_logprobs_and_length(const json& body, bool chat, const ApiContext& ctx, int64_t n_prompt, ApiRequest& r) {
+    GenerationRequest& g = r.gen;
+    const Tokenizer& tok = *ctx.tok;
     // echo and the log-probabilities (before max_tokens, which may be 0 with echo).
     if (!chat && body.contains("echo") && !body["echo"].is_null()) {
         if (!body["echo"].is_boolean()) bad("'echo' must be true or false");
@@ -279,6 +292,10 @@ ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx,
             g.max_tokens = integer_in(body[max_key], max_key, 1, INT32_MAX);
         }
     }
+}
+
+/// temperature, top_p, top_k, min_p and seed.
+void read_sampling(const json& body, GenerationRequest& g) {
     if (body.contains("temperature") && !body["temperature"].is_null())
         g.sampling.temp = static_cast<float>(number_in(body["temperature"], "temperature", 0, 2));
     if (body.contains("top_p") && !body["top_p"].is_null()) {
@@ -305,6 +322,12 @@ ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx,
             bad("'stop' must be a string or an array of at most 4 strings");
         }
     }
+}
+
+/// stream, stream_options, n and the fields accepted only at their neutral values, the penalties and logit_bias.
+void read_choices_and_penalties(const json& body, const ApiContext& ctx, ApiRequest& r) {
+    GenerationRequest& g = r.gen;
+    const Tokenizer& tok = *ctx.tok;
     if (body.contains("stream") && !body["stream"].is_null()) {
         if (!body["stream"].is_boolean()) bad("'stream' must be true or false");
         r.stream = body["stream"].get<bool>();
@@ -350,7 +373,11 @@ ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx,
     if (body.contains("response_format"))
         neutral(body["response_format"], "response_format", {nullptr, json{{"type", "text"}}});
     if (body.contains("user") && !body["user"].is_string() && !body["user"].is_null()) bad("'user' must be a string");
+}
 
+/// kv_policy (the server's default, or the restored sequence's), cache_save, and the policy parsed and checked
+/// against the context.
+void read_policy(const json& body, const ApiContext& ctx, const std::string& owner, GenerationRequest& g) {
     g.policy_spec = g.restore ? g.restore->policy_spec : ctx.default_policy;
     if (body.contains("kv_policy") && !body["kv_policy"].is_null()) {
         if (!body["kv_policy"].is_string()) bad("'kv_policy' must be a string such as \"snapkv:ratio=0.5\"");
@@ -367,6 +394,28 @@ ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx,
         g.policy = parse_policy(g.policy_spec, ctx.policy_options);
         check_policy_fits(g.policy, ctx.n_ctx);
     } catch (const Error& e) { bad("kv_policy: " + excerpt(e.what(), 2 * kMaxQuotedBytes)); }
+}
+}  // namespace
+
+ApiRequest parse_api_request(const json& body, bool chat, const ApiContext& ctx, const std::string& owner) {
+    if (!body.is_object()) bad("the request body must be a JSON object");
+    check_fields(body, chat);
+    ApiRequest r;
+    r.chat = chat;
+    GenerationRequest& g = r.gen;
+    g.sampling.temp = 1.0f;
+    g.sampling.top_k = 0;
+    g.sampling.top_p = 1.0f;
+    g.sampling.min_p = 0.0f;
+    g.sampling.seed = std::random_device{}();
+
+    check_model_name(body, ctx);
+    read_saved_state(body, ctx, owner, g);
+    const int64_t n_prompt = read_prompt(body, chat, ctx, owner, g);
+    read_logprobs_and_length(body, chat, ctx, n_prompt, r);
+    read_sampling(body, g);
+    read_choices_and_penalties(body, ctx, r);
+    read_policy(body, ctx, owner, g);
     return r;
 }
 
