@@ -95,7 +95,9 @@ struct SweepKind {
     std::string kv_type, kv_rotate;  ///< the sweep's cache settings, which every finished cell must share
 };
 
-void run_sweep(const SweepOptions& o, const SweepKind& kind) {
+/// Every cell of the sweep, "full" first, each once, after checking that no two share a directory and that every
+/// spec parses (Error otherwise), before any work.
+std::vector<std::string> sweep_cells(const SweepOptions& o) {
     require(!o.policies.empty(), "sweep: --policies is empty");
     for (double r : o.ratios) require(r >= 0 && r < 1, "sweep: ratio ", r, " is outside [0, 1)");
     // The cells of one policy: one per ratio and threshold, or the spec as written when neither is given.
@@ -129,9 +131,13 @@ void run_sweep(const SweepOptions& o, const SweepKind& kind) {
         require(fresh, "sweep: cells '", it->second, "' and '", s, "' would share the directory ", it->first);
     }
     for (const auto& s : specs) parse_policy(s);
-    fs::create_directories(o.out_dir);
+    return specs;
+}
 
-    std::map<std::string, nlohmann::json> results;
+/// Runs the cells of `specs` that have no metrics.json yet (one at a time, or together with kind.run_cells) and
+/// reads the others' into `results`. False when some cells wait for other shards' examples (no summary yet).
+bool run_pending_cells(const SweepOptions& o, const SweepKind& kind, const std::vector<std::string>& specs,
+                       std::map<std::string, nlohmann::json>& results) {
     std::vector<std::string> todo;
     std::vector<fs::path> todo_dirs;
     for (size_t i = 0; i < specs.size(); ++i) {
@@ -173,9 +179,16 @@ void run_sweep(const SweepOptions& o, const SweepKind& kind) {
                      "%zu of the %zu cells wait for the other shards' examples; run the sweep again (any shard, or "
                      "without --shard) once they are done to write the cells and the summary\n",
                      waiting, specs.size());
-        return;
+        return false;
     }
+    return true;
+}
 
+/// The summary's rows: `specs`, then the cells earlier sweeps into the same folder finished under the same settings
+/// (added to `results`).
+std::vector<std::string> summary_rows(const SweepOptions& o, const SweepKind& kind,
+                                      const std::vector<std::string>& specs,
+                                      std::map<std::string, nlohmann::json>& results) {
     // Cells that earlier sweeps into this directory finished under the same settings (other policies) are listed
     // and plotted too, so that adding a policy to a results directory does not drop the others from its summary.
     std::vector<std::string> earlier;
@@ -199,7 +212,13 @@ void run_sweep(const SweepOptions& o, const SweepKind& kind) {
     std::sort(earlier.begin(), earlier.end());
     std::vector<std::string> rows = specs;
     rows.insert(rows.end(), earlier.begin(), earlier.end());
+    return rows;
+}
 
+/// summary.md: one row per cell with its compression ratio, density, metric and Δ against the full cache (and the
+/// RULER tasks' scores); returns its text.
+std::string write_summary(const SweepOptions& o, const SweepKind& kind, const std::vector<std::string>& rows,
+                          std::map<std::string, nlohmann::json>& results) {
     const double base = results["full"][kind.metric].get<double>();
     std::ostringstream md;
     md << "| policy | compression ratio | density | " << kind.metric_label << " | Δ vs full |";
@@ -226,9 +245,15 @@ void run_sweep(const SweepOptions& o, const SweepKind& kind) {
         md << "\n";
     }
     write_text((fs::path(o.out_dir) / "summary.md").string(), md.str());
+    return md.str();
+}
 
+/// The metric against the x axis, one curve per preset and settings, into PLOT_STEM.{dat,png}.
+void plot_sweep(const SweepOptions& o, const SweepKind& kind, const std::vector<std::string>& rows,
+                std::map<std::string, nlohmann::json>& results) {
     // One curve per preset and settings over the swept value (sweep_curves), each through the full cache's point;
     // points in the order of the x axis.
+    const double base = results.at("full")[kind.metric].get<double>();
     const std::vector<SweepCurve> curves = sweep_curves(rows);
     std::ostringstream dat;
     std::vector<std::string> names;
@@ -253,7 +278,17 @@ void run_sweep(const SweepOptions& o, const SweepKind& kind) {
            << series_style(i) << " title '" << names[i] << "'";
     gp << "\n";
     render_gnuplot(o.out_dir, kind.plot_stem, gp.str());
-    std::fputs(md.str().c_str(), stdout);
+}
+
+void run_sweep(const SweepOptions& o, const SweepKind& kind) {
+    const std::vector<std::string> specs = sweep_cells(o);
+    fs::create_directories(o.out_dir);
+    std::map<std::string, nlohmann::json> results;
+    if (!run_pending_cells(o, kind, specs, results)) return;
+    const std::vector<std::string> rows = summary_rows(o, kind, specs, results);
+    const std::string md = write_summary(o, kind, rows, results);
+    plot_sweep(o, kind, rows, results);
+    std::fputs(md.c_str(), stdout);
 }
 
 }  // namespace
