@@ -5,6 +5,8 @@
 # against
 #   - kvsieve serve --kv-pool-mb $POOL_MB, conversations kept by id (`conversation`), with the full F16 cache, the
 #     demo's learned cache (KVzap τ=-3 on Q8_0-key / Q4_0-value pages) and a heuristic (SnapKV, ratio 0.5, F16);
+#     --queue, so that a request the pool cannot hold yet waits for others to finish, as llama-server's do (without
+#     it the request fails with 503 at once);
 #   - llama-server with as many KV cells as the same bytes hold (-c), F16 and its smallest cache (-ctk q8_0
 #     -ctv q4_0), flash attention on, its prompt cache on (cache_prompt, slot reuse) as its users run it, as many
 #     slots (-np) as fit a whole conversation (3,584 cells each), and no host-memory prompt cache (--cache-ram 0: it
@@ -85,13 +87,13 @@ for c in $CONVERSATIONS; do
   common=(-m "$MODEL" -t "$THREADS")
   port=$(free_port)
   run kvsieve-full kvsieve "$c" -- "$KS" serve "${common[@]}" --port "$port" --slots 4 --kv-pool-mb "$POOL_MB" \
-    --max-conversations 1024 -c 8192 --policy full
+    --max-conversations 1024 --queue -c 8192 --policy full
   port=$(free_port)
   run kvsieve-kvzap-q8q4 kvsieve "$c" -- "$KS" serve "${common[@]}" --port "$port" --slots 4 --kv-pool-mb "$POOL_MB" \
-    --max-conversations 1024 -c 8192 --policy kvzap:model=smollm2-135m-linear,tau=-3,sinks=4 --cache-type-k q8_0 --cache-type-v q4_0
+    --max-conversations 1024 --queue -c 8192 --policy kvzap:model=smollm2-135m-linear,tau=-3,sinks=4 --cache-type-k q8_0 --cache-type-v q4_0
   port=$(free_port)
   run kvsieve-snapkv kvsieve "$c" -- "$KS" serve "${common[@]}" --port "$port" --slots 4 --kv-pool-mb "$POOL_MB" \
-    --max-conversations 1024 -c 8192 --policy snapkv:ratio=0.5
+    --max-conversations 1024 --queue -c 8192 --policy snapkv:ratio=0.5
   n=$(cells f16); np=$(( n / PER_CONV )); [ "$np" -ge 1 ] || np=1
   port=$(free_port)
   run llama-f16 llama "$c" -- "$LLAMACPP_BIN/llama-server" "${common[@]}" --port "$port" -c "$n" -np "$np" -fa on \

@@ -48,14 +48,14 @@ def fmt(x, spec="%.2f"):
 def table(rows):
     words = dict(LABELS)
     out = ["| server and cache | arrivals | C | first right % [95% CI] | follow-ups right % [95% CI] | follow-ups held | "
-           "follow-up TTFT p50 / p99 s | first TTFT p50 s | generated tok/s | wall s | VmHWM MiB |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+           "follow-up TTFT p50 / p99 s | first TTFT p50 s | generated tok/s | errors | wall s | VmHWM MiB |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, c, arrivals, s in rows:
         f, u = s["first"], s["followup"]
-        out.append("| %s | %s | %d | %.1f [%s, %s] | %.1f [%s, %s] | %d / %d | %s / %s | %s | %s | %.0f | %.0f |" % (
+        out.append("| %s | %s | %d | %.1f [%s, %s] | %.1f [%s, %s] | %d / %d | %s / %s | %s | %s | %d | %.0f | %.0f |" % (
             words.get(name, name), arrivals, c, f["accuracy"], *f["accuracy_ci95"], u["accuracy"],
             *u["accuracy_ci95"], u["held"], u["n"], fmt(u["ttft_p50_s"]), fmt(u["ttft_p99_s"]), fmt(f["ttft_p50_s"]),
-            fmt(s.get("generated_tok_per_s"), "%.1f"), s["wall_s"], s["server_vmhwm_mib"]))
+            fmt(s.get("generated_tok_per_s"), "%.1f"), s["errors"], s["wall_s"], s["server_vmhwm_mib"]))
     return "\n".join(out)
 
 

@@ -134,6 +134,7 @@ class BenchConversations(unittest.TestCase):
         cells = [c.strip() for c in row[0].strip("|").split("|")]
         self.assertEqual(cells[1:3], ["round-robin", str(C)])
         self.assertEqual(cells[5], "%d / %d" % (2 * C, 2 * C))
+        self.assertEqual(cells[-3], "0")  # errors
         self.assertEqual(cells[-1], "123")
 
     def test_round_robin_over_one_kept_conversation_holds_none(self):
