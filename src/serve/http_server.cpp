@@ -47,6 +47,108 @@ Wait next_before(RequestHandle& h, Clock::time_point deadline, int sock, Generat
             return Wait::kEvent;
     }
 }
+
+/// A streamed answer: its choices one after the other as server-sent events (all run at once; the later ones'
+/// events wait in their handles), the first event already taken (it decided the status). write_next() writes the
+/// next event's chunks and returns false when the client cannot be written to or has gone (the request is then
+/// cancelled by release()); the last event of the last choice ends the stream with the usage chunk (if asked) and
+/// `data: [DONE]`, an error ends it with an error event.
+struct ChoiceStream {
+    std::vector<std::shared_ptr<RequestHandle>> hs;  // one per choice
+    ApiRequest ar;
+    std::string id, model, owner, timed_out;
+    int64_t created = 0;
+    Clock::time_point deadline;
+    std::shared_ptr<void> place;  // the owner's place, held to the end of the stream
+    int sock = -1;
+    const Tokenizer* tok = nullptr;
+
+    size_t cur = 0;       // the choice being written
+    bool opened = false;  // its first chunk (chat: the role; echo: the prompt) is written
+    bool finished = false;
+    size_t offset = 0;  // bytes of token pieces written in the choice (text_offset)
+    int64_t completion_tokens = 0;
+    GenerationUsage usage;  // the first choice's (the others did not run the prompt)
+    GenerationEvent pending;
+    bool has_pending = true;
+
+    bool write_next(HttpSink& sink) {
+        if (client_gone(sock)) return false;  // the releaser cancels the request
+        auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
+        auto cancel = [&] {
+            for (auto& h : hs) h->cancel();
+        };
+        const int index = static_cast<int>(cur);
+        RequestHandle& h = *hs[cur];
+        GenerationEvent ev;
+        if (has_pending) {
+            ev = std::move(pending);
+            has_pending = false;
+        } else {
+            for (;;) {
+                if (Clock::now() >= deadline) {  // the stream ends with the error as its last event
+                    cancel();
+                    ev.kind = GenerationEvent::Kind::kError;
+                    ev.status = 504;
+                    ev.error = timed_out;
+                    break;
+                }
+                if (h.next(ev, kClientPoll)) break;
+                if (!sink.is_writable() || client_gone(sock)) return false;
+            }
+        }
+        if (!opened && ev.kind != GenerationEvent::Kind::kError) {
+            opened = true;
+            offset = 0;
+            if (ar.chat && !write(sse(chunk_body(ar, id, created, model, "", "", true, index)))) return false;
+            // The echoed prompt: with the prompt's log-probabilities when they were asked for (they come
+            // as this choice's first event), else alone.
+            if (ar.echo && !ar.gen.prompt_logprobs) {
+                if (!write(sse(chunk_body(ar, id, created, model, ar.echo_text, "", false, index)))) return false;
+                offset = ar.echo_text.size();
+            }
+        }
+        if (ev.kind == GenerationEvent::Kind::kText) {
+            json lp = nullptr;
+            std::string text = ev.text;
+            if (!ev.prompt_logprobs.empty()) {
+                text = ar.echo_text + text;
+                lp = logprobs_json(ar, *tok, ev.prompt_logprobs, ev.logprobs, offset);
+            } else if (ar.gen.logprobs >= 0 && !ev.logprobs.empty()) {
+                lp = logprobs_json(ar, *tok, {}, ev.logprobs, offset);
+            }
+            for (const auto* list : {&ev.prompt_logprobs, &ev.logprobs})
+                for (const TokenLogprob& t : *list) offset += tok->token_to_piece(t.token, true).size();
+            return write(sse(chunk_body(ar, id, created, model, text, "", false, index, lp)));
+        }
+        if (ev.kind == GenerationEvent::Kind::kError) {
+            cancel();
+            write(sse(error_body(ev.status, for_client(owner, ev.error))));
+        } else {
+            if (!write(sse(chunk_body(ar, id, created, model, "", ev.finish_reason, false, index)))) return false;
+            completion_tokens += ev.usage.completion_tokens;
+            if (cur == 0) usage = ev.usage;
+            if (cur + 1 < hs.size()) {  // the next choice
+                ++cur;
+                opened = false;
+                return true;
+            }
+            GenerationUsage u = usage;
+            u.completion_tokens = completion_tokens;
+            if (ar.include_usage && !write(sse(usage_chunk_body(ar, id, created, model, u)))) return false;
+            if (!write("data: [DONE]\n\n")) return false;
+        }
+        finished = true;
+        sink.done();
+        return true;
+    }
+
+    /// The stream's end, written or not: a client that went away before the last event cancels every choice.
+    void release() {
+        if (!finished)
+            for (auto& h : hs) h->cancel();
+    }
+};
 }  // namespace
 
 std::shared_ptr<void> HttpServer::take_place(const std::string& owner) {
@@ -374,97 +476,22 @@ void HttpServer::generate(const HttpRequest& req, HttpResponse& res, const std::
         }
         return send_json(res, 200, completion_body(ar, id, created, model, choices, *ctx_.tok));
     }
-    // Streamed: the choices one after the other (all run at once; the later ones' events wait in their handles).
-    struct Stream {
-        size_t cur = 0;       // the choice being written
-        bool opened = false;  // its first chunk (chat: the role; echo: the prompt) is written
-        bool finished = false;
-        size_t offset = 0;  // bytes of token pieces written in the choice (text_offset)
-        int64_t completion_tokens = 0;
-        GenerationUsage usage;  // the first choice's (the others did not run the prompt)
-        GenerationEvent pending;
-        bool has_pending = true;
-    };
-    auto st = std::make_shared<Stream>();
+    auto st = std::make_shared<ChoiceStream>();
+    st->hs = hs;
+    st->ar = ar;
+    st->id = id;
+    st->model = model;
+    st->owner = owner;
+    st->timed_out = timed_out;
+    st->created = created;
+    st->deadline = deadline;
+    st->place = place;
+    st->sock = sock;
+    st->tok = ctx_.tok;
     st->pending = std::move(first);
     res.set_header("Cache-Control", "no-cache");
-    const Tokenizer* tok = ctx_.tok;
     res.set_chunked_content_provider(
-        "text/event-stream",
-        [hs, st, ar, id, created, model, owner, deadline, timed_out, place, sock, tok](HttpSink& sink) {
-            if (client_gone(sock)) return false;  // the releaser cancels the request
-            auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
-            auto cancel = [&] {
-                for (auto& h : hs) h->cancel();
-            };
-            const int index = static_cast<int>(st->cur);
-            RequestHandle& h = *hs[st->cur];
-            GenerationEvent ev;
-            if (st->has_pending) {
-                ev = std::move(st->pending);
-                st->has_pending = false;
-            } else {
-                for (;;) {
-                    if (Clock::now() >= deadline) {  // the stream ends with the error as its last event
-                        cancel();
-                        ev.kind = GenerationEvent::Kind::kError;
-                        ev.status = 504;
-                        ev.error = timed_out;
-                        break;
-                    }
-                    if (h.next(ev, kClientPoll)) break;
-                    if (!sink.is_writable() || client_gone(sock)) return false;
-                }
-            }
-            if (!st->opened && ev.kind != GenerationEvent::Kind::kError) {
-                st->opened = true;
-                st->offset = 0;
-                if (ar.chat && !write(sse(chunk_body(ar, id, created, model, "", "", true, index)))) return false;
-                // The echoed prompt: with the prompt's log-probabilities when they were asked for (they come
-                // as this choice's first event), else alone.
-                if (ar.echo && !ar.gen.prompt_logprobs) {
-                    if (!write(sse(chunk_body(ar, id, created, model, ar.echo_text, "", false, index)))) return false;
-                    st->offset = ar.echo_text.size();
-                }
-            }
-            if (ev.kind == GenerationEvent::Kind::kText) {
-                json lp = nullptr;
-                std::string text = ev.text;
-                if (!ev.prompt_logprobs.empty()) {
-                    text = ar.echo_text + text;
-                    lp = logprobs_json(ar, *tok, ev.prompt_logprobs, ev.logprobs, st->offset);
-                } else if (ar.gen.logprobs >= 0 && !ev.logprobs.empty()) {
-                    lp = logprobs_json(ar, *tok, {}, ev.logprobs, st->offset);
-                }
-                for (const auto* list : {&ev.prompt_logprobs, &ev.logprobs})
-                    for (const TokenLogprob& t : *list) st->offset += tok->token_to_piece(t.token, true).size();
-                return write(sse(chunk_body(ar, id, created, model, text, "", false, index, lp)));
-            }
-            if (ev.kind == GenerationEvent::Kind::kError) {
-                cancel();
-                write(sse(error_body(ev.status, for_client(owner, ev.error))));
-            } else {
-                if (!write(sse(chunk_body(ar, id, created, model, "", ev.finish_reason, false, index)))) return false;
-                st->completion_tokens += ev.usage.completion_tokens;
-                if (st->cur == 0) st->usage = ev.usage;
-                if (st->cur + 1 < hs.size()) {  // the next choice
-                    ++st->cur;
-                    st->opened = false;
-                    return true;
-                }
-                GenerationUsage u = st->usage;
-                u.completion_tokens = st->completion_tokens;
-                if (ar.include_usage && !write(sse(usage_chunk_body(ar, id, created, model, u)))) return false;
-                if (!write("data: [DONE]\n\n")) return false;
-            }
-            st->finished = true;
-            sink.done();
-            return true;
-        },
-        [hs, st](bool) {
-            if (!st->finished)
-                for (auto& h : hs) h->cancel();  // the client went away before the end
-        });
+        "text/event-stream", [st](HttpSink& sink) { return st->write_next(sink); }, [st](bool) { st->release(); });
 }
 
 void HttpServer::cache_op(const HttpRequest& req, HttpResponse& res, const std::string& owner, bool restore) {
