@@ -57,7 +57,8 @@ int default_requests_per_key(const SchedulerOptions& s, bool keys) {
     return keys ? s.slots + std::max(1, s.max_queue / 2) : 0;
 }
 
-void run(const ServeOpts& o) {
+/// The options' ranges and combinations, checked before anything loads (Error naming the option).
+void check_options(const ServeOpts& o) {
     require(o.kv_pool_mb >= 0, "--kv-pool-mb must be ≥ 0, got ", o.kv_pool_mb);
     require(std::isfinite(o.max_body_mb) && o.max_body_mb > 0 && o.max_body_mb <= 4096,
             "--max-body-mb must be in (0, 4096] MiB, got ", o.max_body_mb);
@@ -79,6 +80,94 @@ void run(const ServeOpts& o) {
         require(*o.cache_dir_quota_mb >= 0, "--cache-dir-quota-mb must be ≥ 0, got ", *o.cache_dir_quota_mb);
         require(*o.cache_dir_quota_mb == 0 || !o.cache_dir.empty(), "--cache-dir-quota-mb needs --cache-dir DIR");
     }
+}
+
+/// The predictors requests may name (model=NAME): the operator's, then the ones trained for this model under their
+/// folder names (an operator's registration of the same name wins; a learned preset without model= takes its default
+/// one, predict/bundled_predictors.h); each loaded once and checked against the model here.
+NamedPredictors register_predictors(const ServeOpts& o, const LlamaModel& model) {
+    NamedPredictors preds;
+    for (const auto& d : o.predictor_dirs) preds.add_dir(d);
+    for (const auto& a : o.predictors) preds.add_assignment(a);
+    const std::vector<std::string> registered = preds.names();
+    for (const BundledPredictor& b : ready_predictors())
+        if (std::find(registered.begin(), registered.end(), b.name) == registered.end()) preds.add(b.name, b.path);
+    preds.validate(model.config());
+    return preds;
+}
+
+/// What the request parser needs: the tokenizer, the chat template (null: none), the model's names (its file stem
+/// and --alias; a request's `model` must be one of them), the default policy, the context and the cache folder
+/// (created, its stale temporaries removed).
+ApiContext api_context(const ServeOpts& o, const LlamaModel& model, const Tokenizer& tok, const ChatTemplate* tmpl,
+                       int64_t n_ctx, const PolicyParseOptions& policy_options) {
+    ApiContext ctx;
+    ctx.tok = &tok;
+    ctx.chat_template = tmpl;
+    const std::string stem = std::filesystem::path(o.model).stem().string();
+    ctx.model_id = o.aliases.empty() ? stem : o.aliases.front();
+    ctx.model_names = o.aliases;
+    if (std::find(ctx.model_names.begin(), ctx.model_names.end(), stem) == ctx.model_names.end())
+        ctx.model_names.push_back(stem);
+    ctx.default_policy = o.policy;
+    ctx.n_ctx = n_ctx;
+    ctx.model = &model;
+    ctx.policy_options = policy_options;
+    if (!o.cache_dir.empty()) {
+        std::filesystem::create_directories(o.cache_dir);
+        ctx.cache_dir = o.cache_dir;
+        // A save interrupted by a crash leaves its temporary behind; none is in use before the server runs.
+        if (const int n = remove_stale_temporaries(o.cache_dir); n > 0)
+            std::fprintf(stderr, "kvsieve serve: removed %d unfinished temporary file(s) from --cache-dir\n", n);
+    }
+    return ctx;
+}
+
+/// Waits for SIGINT / SIGTERM (SIGHUP re-reads the key file), then stops: with a grace period, new requests are
+/// refused while the running ones finish (a second signal cuts it short); then the scheduler and the HTTP front.
+void wait_for_signals(const ServeOpts& o, sigset_t& sigs, KeyRing& keys, Scheduler& sched, HttpServer& http) {
+    int sig = 0;
+    for (;;) {
+        sigwait(&sigs, &sig);
+        if (sig != SIGHUP) break;
+        if (o.api_key_file.empty()) continue;
+        try {  // a bad file keeps the keys in force
+            std::fprintf(stderr, "kvsieve serve: key file re-read: %zu API key(s)\n", keys.reload());
+        } catch (const Error& e) {
+            std::fprintf(stderr, "kvsieve serve: key file not re-read (%s); the previous keys stay\n", e.what());
+        }
+        std::fflush(stderr);
+    }
+    if (o.shutdown_grace_s > 0) {
+        // Graceful: new requests get 503 (and /ready 503) while the running and queued ones finish, for at most
+        // the grace period or until a second signal; whatever is left then ends with a 503 error.
+        std::fprintf(stderr, "kvsieve serve: stopping (signal %d): letting running requests finish, at most %g s\n",
+                     sig, o.shutdown_grace_s);
+        std::fflush(stderr);
+        sched.drain();
+        const auto end =
+            std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                   std::chrono::duration<double>(o.shutdown_grace_s));
+        const timespec tick{0, 50 * 1000 * 1000};
+        bool again = false;
+        while (!sched.idle() && std::chrono::steady_clock::now() < end && !again) {
+            const int s2 = sigtimedwait(&sigs, nullptr, &tick);
+            again = s2 == SIGINT || s2 == SIGTERM;
+        }
+        if (!sched.idle()) std::fprintf(stderr, "kvsieve serve: cancelling the requests still running\n");
+    } else {
+        std::fprintf(stderr, "kvsieve serve: stopping (signal %d)\n", sig);
+    }
+    std::fflush(stderr);
+    sched.stop();
+    // Every request has its last event now; give the responses a moment to send it before the sockets close.
+    for (int i = 0; i < 200 && http.responses_in_flight() > 0; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    http.stop();
+}
+
+void run(const ServeOpts& o) {
+    check_options(o);
     // Signals go to one waiting thread only (blocked here, before any thread starts, so every thread inherits it).
     sigset_t sigs;
     sigemptyset(&sigs);
@@ -104,16 +193,7 @@ void run(const ServeOpts& o) {
     SchedulerOptions so = o.sched;
     so.cache_quota_bytes = static_cast<uint64_t>(o.cache_dir_quota_mb.value_or(kDefaultCacheQuotaMb) * 1048576.0);
     if (so.n_ctx == 0) so.n_ctx = std::min<int64_t>(model.config().n_ctx_train, 4096);
-    // The predictors requests may name (model=NAME), each loaded once and checked against the model here.
-    NamedPredictors preds;
-    for (const auto& d : o.predictor_dirs) preds.add_dir(d);
-    for (const auto& a : o.predictors) preds.add_assignment(a);
-    // The predictors trained for this model register themselves under their folder names (an operator's registration
-    // of the same name wins); a learned preset without model= takes its default one (predict/bundled_predictors.h).
-    const std::vector<std::string> registered = preds.names();
-    for (const BundledPredictor& b : ready_predictors())
-        if (std::find(registered.begin(), registered.end(), b.name) == registered.end()) preds.add(b.name, b.path);
-    preds.validate(model.config());
+    const NamedPredictors preds = register_predictors(o, model);
     const PolicyParseOptions policy_options = preds.parse_options();
     so.policy_options = policy_options;
     // A bad default policy is an error at start, not per request; it names registered predictors as requests do.
@@ -121,26 +201,7 @@ void run(const ServeOpts& o) {
     check_policy_fits(check, so.n_ctx);
     auto pool = o.kv.make_pool(model.config().head_dim, static_cast<uint64_t>(o.kv_pool_mb * 1048576.0));
     Scheduler sched(model, *tok, pool, so);
-    ApiContext ctx;
-    ctx.tok = tok.get();
-    ctx.chat_template = tmpl ? &*tmpl : nullptr;
-    const std::string stem = std::filesystem::path(o.model).stem().string();
-    ctx.model_id = o.aliases.empty() ? stem : o.aliases.front();
-    // A request's `model` must be one of these (404 model_not_found otherwise); /v1/models lists them.
-    ctx.model_names = o.aliases;
-    if (std::find(ctx.model_names.begin(), ctx.model_names.end(), stem) == ctx.model_names.end())
-        ctx.model_names.push_back(stem);
-    ctx.default_policy = o.policy;
-    ctx.n_ctx = so.n_ctx;
-    ctx.model = &model;
-    ctx.policy_options = policy_options;
-    if (!o.cache_dir.empty()) {
-        std::filesystem::create_directories(o.cache_dir);
-        ctx.cache_dir = o.cache_dir;
-        // A save interrupted by a crash leaves its temporary behind; none is in use before the server runs.
-        if (const int n = remove_stale_temporaries(o.cache_dir); n > 0)
-            std::fprintf(stderr, "kvsieve serve: removed %d unfinished temporary file(s) from --cache-dir\n", n);
-    }
+    const ApiContext ctx = api_context(o, model, *tok, tmpl ? &*tmpl : nullptr, so.n_ctx, policy_options);
     HttpOptions ho = o.http;
     ho.max_body_bytes = static_cast<size_t>(o.max_body_mb * 1048576.0);
     ho.max_header_bytes = static_cast<size_t>(o.max_header_kb * 1024.0);
@@ -166,46 +227,7 @@ void run(const ServeOpts& o) {
                      "and see every conversation (give --api-key or --api-key-file)\n",
                      ho.host.c_str());
     std::fflush(stderr);
-    std::thread waiter([&] {
-        int sig = 0;
-        for (;;) {
-            sigwait(&sigs, &sig);
-            if (sig != SIGHUP) break;
-            if (o.api_key_file.empty()) continue;
-            try {  // a bad file keeps the keys in force
-                std::fprintf(stderr, "kvsieve serve: key file re-read: %zu API key(s)\n", keys->reload());
-            } catch (const Error& e) {
-                std::fprintf(stderr, "kvsieve serve: key file not re-read (%s); the previous keys stay\n", e.what());
-            }
-            std::fflush(stderr);
-        }
-        if (o.shutdown_grace_s > 0) {
-            // Graceful: new requests get 503 (and /ready 503) while the running and queued ones finish, for at most
-            // the grace period or until a second signal; whatever is left then ends with a 503 error.
-            std::fprintf(stderr, "kvsieve serve: stopping (signal %d): letting running requests finish, at most %g s\n",
-                         sig, o.shutdown_grace_s);
-            std::fflush(stderr);
-            sched.drain();
-            const auto end =
-                std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                                       std::chrono::duration<double>(o.shutdown_grace_s));
-            const timespec tick{0, 50 * 1000 * 1000};
-            bool again = false;
-            while (!sched.idle() && std::chrono::steady_clock::now() < end && !again) {
-                const int s2 = sigtimedwait(&sigs, nullptr, &tick);
-                again = s2 == SIGINT || s2 == SIGTERM;
-            }
-            if (!sched.idle()) std::fprintf(stderr, "kvsieve serve: cancelling the requests still running\n");
-        } else {
-            std::fprintf(stderr, "kvsieve serve: stopping (signal %d)\n", sig);
-        }
-        std::fflush(stderr);
-        sched.stop();
-        // Every request has its last event now; give the responses a moment to send it before the sockets close.
-        for (int i = 0; i < 200 && http.responses_in_flight() > 0; ++i)
-            std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        http.stop();
-    });
+    std::thread waiter([&] { wait_for_signals(o, sigs, *keys, sched, http); });
     http.listen();
     sched.stop();
     // listen() only returns after stop(); wake the waiter if it is still waiting (stop from elsewhere).
