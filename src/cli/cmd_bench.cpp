@@ -49,11 +49,148 @@ Stat stats(const std::vector<double>& v) {
     return s;
 }
 
+/// The tokens a benchmark feeds: random ids in [3, n_vocab), or consecutive ones of a text (wrapping around), so
+/// that learned policies see text.
+class BenchTokens {
+public:
+    BenchTokens(const LlamaModel& model, const BenchOpts& o)
+        : rng_(static_cast<uint32_t>(o.seed)), tok_(3, model.config().n_vocab - 1) {
+        if (o.text.empty()) return;
+        text_ids_ = Tokenizer::from_gguf(model.file())->encode(read_whole_file(o.text, "bench text"), false, false);
+        require(text_ids_.size() >= 16, "--text '", o.text, "' holds ", text_ids_.size(),
+                " tokens; give a longer text");
+    }
+    std::vector<int32_t> next(int64_t n) {
+        std::vector<int32_t> t(n);
+        for (auto& x : t) {
+            if (text_ids_.empty()) {
+                x = tok_(rng_);
+            } else {
+                x = text_ids_[at_];
+                at_ = (at_ + 1) % text_ids_.size();
+            }
+        }
+        return t;
+    }
+
+private:
+    std::mt19937 rng_;
+    std::uniform_int_distribution<int32_t> tok_;
+    std::vector<int32_t> text_ids_;
+    size_t at_ = 0;
+};
+
+/// Fills `kv` to o.depth tokens (synthetic entries with --fill random, else a prefill in the chunk planner's pieces)
+/// and ends its prefill; each repetition rolls back to it.
+void fill_to_depth(const LlamaModel& model, const BenchOpts& o, KVCache& kv, BenchTokens& tokens) {
+    std::vector<float> logits;
+    if (o.depth > 0 && o.fill == "random") {
+        fill_synthetic(kv, o.depth, o.seed);
+    } else if (o.depth > 0) {
+        std::fprintf(stderr, "filling context to depth %ld...\n", static_cast<long>(o.depth));
+        // --prefill-chunk as the chunk planner takes it (session/prefill_plan.h), else pieces of 512; the policy
+        // admits and compresses once at the end (after each piece with --compress-during-prefill).
+        const int64_t chunk = planned_chunk(kv.policy(), o.cache.prefill_chunk, true, o.cache.compress_during_prefill);
+        for (int64_t done = 0; done < o.depth;) {
+            const PrefillChunk c = next_prefill_chunk(o.depth, done, chunk > 0 ? chunk : 512);
+            kv.hold_admission(!c.last);
+            model.forward(StepPhase::kPrefill, tokens.next(c.end - c.begin), kv, logits);
+            done = c.end;
+            if (!c.last) kv.end_prefill_chunk();
+            std::fprintf(stderr, "\r  %ld / %ld", static_cast<long>(done), static_cast<long>(o.depth));
+        }
+        std::fprintf(stderr, "\n");
+    }
+    kv.end_prefill();
+}
+
+/// One row of the table: mean ± standard deviation of the repetitions' tokens per second.
+Stat report(const std::string& name, const std::vector<double>& tps) {
+    const Stat s = stats(tps);
+    std::printf("| %s | %.2f ± %.2f | %.2f |\n", name.c_str(), s.mean, s.sd, 1e3 / s.mean);
+    std::fflush(stdout);
+    return s;
+}
+
+/// ppN: a prefill of o.n_prompt tokens at the depth, o.reps times after a warm-up.
+void bench_prefill(const LlamaModel& model, const BenchOpts& o, KVCache& cache, BenchTokens& tokens,
+                   const std::string& at) {
+    std::vector<float> logits;
+    std::vector<double> tps;
+    for (int r = 0; r <= o.reps; ++r) {  // repetition 0 is a warm-up
+        cache.rollback(o.depth);
+        const auto toks = tokens.next(o.n_prompt);
+        const double t0 = now_s();
+        model.forward(StepPhase::kPrefill, toks, cache, logits);
+        if (r > 0) tps.push_back(o.n_prompt / (now_s() - t0));
+    }
+    report("pp" + std::to_string(o.n_prompt) + at, tps);
+    const KVStats after = cache.stats();
+    std::fprintf(stderr, "after the prefill test: density %.3f, %.1f MiB kept (full F16: %.1f MiB)\n", after.density,
+                 after.kv_bytes_final / 1048576.0, after.kv_bytes_full / 1048576.0);
+}
+
+/// tgN: o.n_gen decode steps at the depth, o.reps times after a warm-up; -b N: N sequences (each its own cache at the
+/// same depth) decode together, one forward_batch per step, and t/s counts the tokens of all of them. Then the bytes
+/// a decoded token reads against the memory bandwidth.
+void bench_decode(const LlamaModel& model, const BenchOpts& o, KVCache& cache, BenchTokens& tokens,
+                  const std::string& at, int64_t n_ctx) {
+    std::vector<float> logits;
+    std::vector<std::unique_ptr<KVCache>> others;
+    for (int i = 1; i < o.batch; ++i) {
+        others.push_back(o.cache.make_cache(model, n_ctx));
+        fill_to_depth(model, o, *others.back(), tokens);
+    }
+    std::vector<std::vector<int32_t>> next(o.batch, std::vector<int32_t>(1));
+    std::vector<std::vector<float>> batch_logits(o.batch);
+    std::vector<std::unique_ptr<PagedAttention>> views;
+    for (int i = 0; i < o.batch; ++i)
+        views.push_back(std::make_unique<PagedAttention>(i == 0 ? cache : *others[i - 1]));
+    std::vector<LlamaModel::Segment> segs(o.batch);
+    for (int i = 0; i < o.batch; ++i) segs[i] = {&next[i], StepPhase::kDecode, views[i].get(), &batch_logits[i], false};
+    std::vector<double> tps;
+    for (int r = 0; r <= o.reps; ++r) {
+        cache.rollback(o.depth);
+        for (auto& kv : others) kv->rollback(o.depth);
+        for (auto& t : next) t[0] = tokens.next(1)[0];
+        const double t0 = now_s();
+        for (int i = 0; i < o.n_gen; ++i) {
+            if (o.batch == 1)
+                model.forward(StepPhase::kDecode, next[0], *views[0], logits);  // the view keeps its scratch
+            else
+                model.forward_batch(segs);
+            for (auto& t : next) t[0] = tokens.next(1)[0];
+        }
+        if (r > 0) tps.push_back(static_cast<double>(o.n_gen) * o.batch / (now_s() - t0));
+    }
+    const Stat s =
+        report("tg" + std::to_string(o.n_gen) + at + (o.batch > 1 ? " x" + std::to_string(o.batch) : ""), tps);
+    // Bytes a decoded token reads: every weight matrix once per step (shared by the batch's tokens) + the KV
+    // pages of its sequence (at the end of the test); under a read-time selection only the pages it chose in
+    // the selected layers (its measured read fraction), plus the key bounds it ranks them by.
+    const KVStats st = cache.stats();
+    double kv_bytes = static_cast<double>(st.kv_bytes_final);
+    const Selection& sel = cache.policy().selection;
+    if (sel.active()) {
+        const int L = model.config().n_layer, skip = std::min(sel.skip_layers, L);
+        kv_bytes = kv_bytes * (skip + (L - skip) * st.read_fraction) / L + static_cast<double>(st.selection_bytes);
+    }
+    const double w_bytes = static_cast<double>(model.weight_bytes_per_token()) / o.batch;
+    const double bytes = w_bytes + kv_bytes;
+    const double gbs = bytes * s.mean / 1e9;
+    const bool measured = o.bandwidth_gbs <= 0;
+    const double ref = measured ? measure_read_bandwidth_gbs() : o.bandwidth_gbs;
+    std::printf("decode reads %.1f MB/token (weights %.1f MB, KV %.1f MB) = %.1f GB/s, %.0f%% of %.1f GB/s (%s)\n",
+                bytes / 1e6, w_bytes / 1e6, kv_bytes / 1e6, gbs, 100.0 * gbs / ref, ref,
+                measured ? "streaming read measured in this run" : "given");
+}
+
 void run(const BenchOpts& o) {
     require(o.n_prompt >= 0 && o.n_gen >= 0 && o.depth >= 0, "-p, -n and -d must be ≥ 0");
     require(o.reps >= 1, "-r must be ≥ 1, got ", o.reps);
     require(o.batch >= 1 && o.batch <= 256, "-b/--batch must be in 1..256, got ", o.batch);
     require(o.bandwidth_gbs >= 0, "--bandwidth-gbs must be ≥ 0 (0 measures it), got ", o.bandwidth_gbs);
+    require(o.fill == "prefill" || o.fill == "random", "--fill must be prefill or random, got '", o.fill, "'");
     set_num_threads(o.threads);
     LlamaModel model(o.model);
     select_predictor_model(model.file());  // a learned preset without model= takes its predictor
@@ -61,52 +198,8 @@ void run(const BenchOpts& o) {
     const int64_t n_ctx = o.depth + std::max(o.n_prompt, o.n_gen) + 1;
     std::unique_ptr<KVCache> cache_ptr = o.cache.make_cache(model, n_ctx);
     KVCache& cache = *cache_ptr;
-    std::mt19937 rng(static_cast<uint32_t>(o.seed));
-    std::uniform_int_distribution<int32_t> tok(3, c.n_vocab - 1);
-    // Token ids: random, or consecutive ones of a text file (wrapping around), so that learned policies see text.
-    std::vector<int32_t> text_ids;
-    size_t text_at = 0;
-    if (!o.text.empty()) {
-        text_ids = Tokenizer::from_gguf(model.file())->encode(read_whole_file(o.text, "bench text"), false, false);
-        require(text_ids.size() >= 16, "--text '", o.text, "' holds ", text_ids.size(), " tokens; give a longer text");
-    }
-    auto bench_tokens = [&](int64_t n) {
-        std::vector<int32_t> t(n);
-        for (auto& x : t) {
-            if (text_ids.empty()) {
-                x = tok(rng);
-            } else {
-                x = text_ids[text_at];
-                text_at = (text_at + 1) % text_ids.size();
-            }
-        }
-        return t;
-    };
-    std::vector<float> logits;
-    // Fill the context to the requested depth once; each repetition rolls back to it.
-    require(o.fill == "prefill" || o.fill == "random", "--fill must be prefill or random, got '", o.fill, "'");
-    auto fill_to_depth = [&](KVCache& kv) {
-        if (o.depth > 0 && o.fill == "random") {
-            fill_synthetic(kv, o.depth, o.seed);
-        } else if (o.depth > 0) {
-            std::fprintf(stderr, "filling context to depth %ld...\n", static_cast<long>(o.depth));
-            // --prefill-chunk as the chunk planner takes it (session/prefill_plan.h), else pieces of 512; the policy
-            // admits and compresses once at the end (after each piece with --compress-during-prefill).
-            const int64_t chunk =
-                planned_chunk(kv.policy(), o.cache.prefill_chunk, true, o.cache.compress_during_prefill);
-            for (int64_t done = 0; done < o.depth;) {
-                const PrefillChunk c = next_prefill_chunk(o.depth, done, chunk > 0 ? chunk : 512);
-                kv.hold_admission(!c.last);
-                model.forward(StepPhase::kPrefill, bench_tokens(c.end - c.begin), kv, logits);
-                done = c.end;
-                if (!c.last) kv.end_prefill_chunk();
-                std::fprintf(stderr, "\r  %ld / %ld", static_cast<long>(done), static_cast<long>(o.depth));
-            }
-            std::fprintf(stderr, "\n");
-        }
-        kv.end_prefill();
-    };
-    fill_to_depth(cache);
+    BenchTokens tokens(model, o);
+    fill_to_depth(model, o, cache, tokens);
     const KVStats filled = cache.stats();
     const double gib = static_cast<double>(model.file().file_size()) / (1 << 30);
     std::printf("model: %s | %s | %.2f GiB | threads %d | kernels %s | BLAS %s\n", o.model.c_str(), c.summary().c_str(),
@@ -115,79 +208,9 @@ void run(const BenchOpts& o) {
                 cache.policy().describe().c_str(), o.cache.kv.spec().c_str(), static_cast<long>(o.depth),
                 filled.kv_bytes_final / 1048576.0, filled.kv_bytes_full / 1048576.0, filled.compression_ratio);
     std::printf("| test | t/s | ms/token |\n|---|---|---|\n");
-    auto report = [&](const std::string& name, const std::vector<double>& tps) {
-        const Stat s = stats(tps);
-        std::printf("| %s | %.2f ± %.2f | %.2f |\n", name.c_str(), s.mean, s.sd, 1e3 / s.mean);
-        std::fflush(stdout);
-        return s;
-    };
     const std::string at = o.depth > 0 ? " @ d" + std::to_string(o.depth) : "";
-    if (o.n_prompt > 0) {
-        std::vector<double> tps;
-        for (int r = 0; r <= o.reps; ++r) {  // repetition 0 is a warm-up
-            cache.rollback(o.depth);
-            const auto toks = bench_tokens(o.n_prompt);
-            const double t0 = now_s();
-            model.forward(StepPhase::kPrefill, toks, cache, logits);
-            if (r > 0) tps.push_back(o.n_prompt / (now_s() - t0));
-        }
-        report("pp" + std::to_string(o.n_prompt) + at, tps);
-        const KVStats after = cache.stats();
-        std::fprintf(stderr, "after the prefill test: density %.3f, %.1f MiB kept (full F16: %.1f MiB)\n",
-                     after.density, after.kv_bytes_final / 1048576.0, after.kv_bytes_full / 1048576.0);
-    }
-    if (o.n_gen > 0) {
-        // -b N: N sequences (each its own cache at the same depth) decode together, one forward_batch per step;
-        // t/s counts the tokens of all of them.
-        std::vector<std::unique_ptr<KVCache>> others;
-        for (int i = 1; i < o.batch; ++i) {
-            others.push_back(o.cache.make_cache(model, n_ctx));
-            fill_to_depth(*others.back());
-        }
-        std::vector<std::vector<int32_t>> next(o.batch, std::vector<int32_t>(1));
-        std::vector<std::vector<float>> batch_logits(o.batch);
-        std::vector<std::unique_ptr<PagedAttention>> views;
-        for (int i = 0; i < o.batch; ++i)
-            views.push_back(std::make_unique<PagedAttention>(i == 0 ? cache : *others[i - 1]));
-        std::vector<LlamaModel::Segment> segs(o.batch);
-        for (int i = 0; i < o.batch; ++i)
-            segs[i] = {&next[i], StepPhase::kDecode, views[i].get(), &batch_logits[i], false};
-        std::vector<double> tps;
-        for (int r = 0; r <= o.reps; ++r) {
-            cache.rollback(o.depth);
-            for (auto& kv : others) kv->rollback(o.depth);
-            for (auto& t : next) t[0] = bench_tokens(1)[0];
-            const double t0 = now_s();
-            for (int i = 0; i < o.n_gen; ++i) {
-                if (o.batch == 1)
-                    model.forward(StepPhase::kDecode, next[0], *views[0], logits);  // the view keeps its scratch
-                else
-                    model.forward_batch(segs);
-                for (auto& t : next) t[0] = bench_tokens(1)[0];
-            }
-            if (r > 0) tps.push_back(static_cast<double>(o.n_gen) * o.batch / (now_s() - t0));
-        }
-        const Stat s =
-            report("tg" + std::to_string(o.n_gen) + at + (o.batch > 1 ? " x" + std::to_string(o.batch) : ""), tps);
-        // Bytes a decoded token reads: every weight matrix once per step (shared by the batch's tokens) + the KV
-        // pages of its sequence (at the end of the test); under a read-time selection only the pages it chose in
-        // the selected layers (its measured read fraction), plus the key bounds it ranks them by.
-        const KVStats st = cache.stats();
-        double kv_bytes = static_cast<double>(st.kv_bytes_final);
-        const Selection& sel = cache.policy().selection;
-        if (sel.active()) {
-            const int L = model.config().n_layer, skip = std::min(sel.skip_layers, L);
-            kv_bytes = kv_bytes * (skip + (L - skip) * st.read_fraction) / L + static_cast<double>(st.selection_bytes);
-        }
-        const double w_bytes = static_cast<double>(model.weight_bytes_per_token()) / o.batch;
-        const double bytes = w_bytes + kv_bytes;
-        const double gbs = bytes * s.mean / 1e9;
-        const bool measured = o.bandwidth_gbs <= 0;
-        const double ref = measured ? measure_read_bandwidth_gbs() : o.bandwidth_gbs;
-        std::printf("decode reads %.1f MB/token (weights %.1f MB, KV %.1f MB) = %.1f GB/s, %.0f%% of %.1f GB/s (%s)\n",
-                    bytes / 1e6, w_bytes / 1e6, kv_bytes / 1e6, gbs, 100.0 * gbs / ref, ref,
-                    measured ? "streaming read measured in this run" : "given");
-    }
+    if (o.n_prompt > 0) bench_prefill(model, o, cache, tokens, at);
+    if (o.n_gen > 0) bench_decode(model, o, cache, tokens, at, n_ctx);
     o.cache.write_stats(cache.stats());
 }
 }  // namespace
