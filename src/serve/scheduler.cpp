@@ -379,7 +379,7 @@ void Scheduler::score_prompt_rows(Slot& s) {
     if (rows > 1) s.logits.erase(s.logits.begin(), s.logits.begin() + (rows - 1) * n_vocab);
 }
 
-void Scheduler::step(std::vector<std::unique_ptr<Slot>>& active) {
+void Scheduler::drop_cancelled(std::vector<std::unique_ptr<Slot>>& active) {
     for (auto& s : active)
         if (s->q->handle->cancelled()) {
             s->done = true;
@@ -391,8 +391,9 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& active) {
             keep_conversation(*s);  // between steps the sequence is whole: a client that stops keeps its history
         }
     active.erase(std::remove_if(active.begin(), active.end(), [](const auto& s) { return s->done; }), active.end());
-    if (active.empty()) return;
+}
 
+void Scheduler::plan_feeds(std::vector<std::unique_ptr<Slot>>& active) {
     // What each sequence feeds now: its next prompt chunk, or the token it sampled last.
     for (auto& s : active) {
         const auto& prompt = s->q->req.prompt;
@@ -405,6 +406,9 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& active) {
             s->kind = c.last ? Session::StepKind::kPrefillLast : Session::StepKind::kPrefillChunk;
         }
     }
+}
+
+std::vector<Scheduler::Slot*> Scheduler::fit_in_pool(std::vector<std::unique_ptr<Slot>>& active) {
     // The oldest sequences go first, as long as the pool can give the pages their rows may need; a sequence that
     // does not fit gets the pages of kept conversations (least recently used first) before it is left out.
     int64_t reserved = 0;
@@ -436,8 +440,10 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& active) {
                       static_cast<long long>(pool_->capacity_pages()));
         fail(*s, 503, msg);
     }
-    if (batch.empty()) return;
+    return batch;
+}
 
+std::vector<Scheduler::Slot*> Scheduler::run_batch(const std::vector<Slot*>& batch) {
     std::vector<LlamaModel::Segment> segs;
     std::vector<Slot*> run;
     for (Slot* s : batch) {
@@ -447,7 +453,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& active) {
             run.push_back(s);
         } catch (const std::exception& e) { fail(*s, 500, e.what()); }
     }
-    if (run.empty()) return;
+    if (run.empty()) return run;
     int64_t prefill_rows = 0, decode_rows = 0;
     for (Slot* s : run) (s->kind == Session::StepKind::kDecode ? decode_rows : prefill_rows) += s->ids.size();
     const auto t0 = Clock::now();
@@ -458,13 +464,13 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& active) {
             s->session->abort_step();
             fail(*s, 503, std::string("the KV pool is exhausted: ") + e.what());
         }
-        return;
+        return {};
     } catch (const std::exception& e) {
         for (Slot* s : run) {
             s->session->abort_step();
             fail(*s, 500, e.what());
         }
-        return;
+        return {};
     }
     const double dt = seconds_since(t0);
     {
@@ -476,6 +482,10 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& active) {
         snap_.decode_s += dt * decode_rows / rows;
         ++snap_.steps;
     }
+    return run;
+}
+
+void Scheduler::finish_batch(const std::vector<Slot*>& run) {
     for (Slot* s : run) {
         try {
             s->session->end_step(s->kind);
@@ -499,6 +509,16 @@ void Scheduler::step(std::vector<std::unique_ptr<Slot>>& active) {
         }
         sample_next(*s);
     }
+}
+
+void Scheduler::step(std::vector<std::unique_ptr<Slot>>& active) {
+    drop_cancelled(active);
+    if (active.empty()) return;
+    plan_feeds(active);
+    const std::vector<Slot*> batch = fit_in_pool(active);
+    if (batch.empty()) return;
+    const std::vector<Slot*> run = run_batch(batch);
+    finish_batch(run);
 }
 
 std::unique_ptr<Scheduler::Slot> Scheduler::admit(std::unique_ptr<Queued> q,

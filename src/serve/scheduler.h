@@ -232,7 +232,20 @@ private:
     /// A slot for a queued request (its cache, and the saved sequence it restores), or null when it was cancelled
     /// or failed (its client told).
     std::unique_ptr<Slot> admit(std::unique_ptr<Queued> q, const std::vector<std::unique_ptr<Slot>>& active);
+    /// One step of every active sequence: the cancelled ones dropped, each one's next feed planned, those the pool
+    /// can hold run as one batched forward, then each one's step finished (its token sampled).
     void step(std::vector<std::unique_ptr<Slot>>& active);
+    /// Drops the sequences whose client cancelled (their conversation kept: between steps a sequence is whole).
+    void drop_cancelled(std::vector<std::unique_ptr<Slot>>& active);
+    /// Sets each sequence's feed: its next prompt chunk (the chunk planner's) or the token it sampled last.
+    void plan_feeds(std::vector<std::unique_ptr<Slot>>& active);
+    /// The sequences whose rows the pool can hold this step, oldest first (kept conversations give their pages
+    /// first); the others wait (wait_for_memory) or fail with 503.
+    std::vector<Slot*> fit_in_pool(std::vector<std::unique_ptr<Slot>>& active);
+    /// Runs `batch` as one forward; returns the sequences that ran (a failed forward fails them all: none).
+    std::vector<Slot*> run_batch(const std::vector<Slot*>& batch);
+    /// Ends the step of each sequence that ran: its prompt progress, prompt log-probabilities, forks and next token.
+    void finish_batch(const std::vector<Slot*>& run);
     void finish(Slot& s, const std::string& reason);
     void fail(Slot& s, int status, const std::string& message);
     /// Samples the slot's next token from its logits through its decode driver (session/decode_driver.h), sends

@@ -409,7 +409,9 @@ class ClientDisconnects(SharedServerCase):
         self.assertEqual(self.metric(after, "kvsieve_requests_cancelled_total"), cancelled0 + 1, after)
         self.assertEqual(self.metric(after, "kvsieve_requests_running"), 0)
         generated = self.metric(after, "kvsieve_generated_tokens_total") - generated0
-        self.assertLess(generated, self.MAX_TOKENS / 10, "the request ran on after its client left")
+        # The server polls the client's socket every 100 ms and the tiny model decodes thousands of tokens a second,
+        # so some tokens follow the close, more on a loaded machine; a request that ran on would reach MAX_TOKENS.
+        self.assertLess(generated, self.MAX_TOKENS / 2, "the request ran on after its client left")
         self.assertEqual(self.metric(after, "kvsieve_kv_pool_pages_in_use"), 0)  # no conversation kept: all freed
         self.assertEqual(self.metric(after, closed), closed0 + 1, "the cancelled request is not logged as 499")
 
