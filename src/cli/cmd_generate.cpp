@@ -96,7 +96,20 @@ std::string read_prompt_file(const std::string& path, const std::string& prompt)
     return prompt.empty() ? text : text + "\n\n" + prompt;
 }
 
-void run(GenerateOpts o) {
+/// --load-cache: the saved sequence (its policy, context and history) is where this run starts; its policy and
+/// context become the run's (a different --policy is an error). None without --load-cache.
+std::optional<SavedSequence> load_saved(GenerateOpts& o, const LlamaModel& model) {
+    if (o.load_cache.empty()) return std::nullopt;
+    SavedSequence saved = read_sequence(o.load_cache, model);
+    require(o.cache.policy == "full" || o.cache.policy == saved.policy_spec, "--load-cache ", o.load_cache,
+            " was saved under policy '", saved.policy_spec, "'; drop --policy or give the same one");
+    o.cache.policy = saved.policy_spec;
+    if (o.n_ctx == 0) o.n_ctx = saved.n_ctx;
+    return saved;
+}
+
+/// The options' combinations, checked before the model loads; reads --file into the prompt.
+void check_options(GenerateOpts& o) {
     require(!o.prompt.empty() || !o.file.empty() || !o.load_cache.empty(),
             "give a prompt with -p, a document with -f, or both (or --load-cache to continue a saved sequence)");
     require(o.load_cache.empty() || !o.chat, "--load-cache does not apply to --chat");
@@ -107,6 +120,10 @@ void run(GenerateOpts o) {
     require(o.n_ctx >= 0, "-c must be ≥ 0, got ", o.n_ctx);
     require(o.chat || (!o.has_system && o.chat_template.empty()), "--system and --chat-template apply to --chat");
     require(!(o.chat && o.no_bos), "--no-bos does not apply to --chat (the chat template decides the BOS)");
+}
+
+void run(GenerateOpts o) {
+    check_options(o);
     set_num_threads(o.threads);
     LlamaModel model(o.model);
     select_predictor_model(model.file());  // a learned preset without model= takes its predictor
@@ -114,15 +131,7 @@ void run(GenerateOpts o) {
     const ModelConfig& c = model.config();
     if (o.chat) return run_chat(o, model, *tok, o.n_ctx > 0 ? o.n_ctx : std::min<int64_t>(c.n_ctx_train, 4096));
 
-    // --load-cache: the saved sequence (its policy, context and history) is where this run starts.
-    std::optional<SavedSequence> saved;
-    if (!o.load_cache.empty()) {
-        saved = read_sequence(o.load_cache, model);
-        require(o.cache.policy == "full" || o.cache.policy == saved->policy_spec, "--load-cache ", o.load_cache,
-                " was saved under policy '", saved->policy_spec, "'; drop --policy or give the same one");
-        o.cache.policy = saved->policy_spec;
-        if (o.n_ctx == 0) o.n_ctx = saved->n_ctx;
-    }
+    const std::optional<SavedSequence> saved = load_saved(o, model);
     const int64_t n_ctx = o.n_ctx > 0 ? o.n_ctx : std::min<int64_t>(c.n_ctx_train, 4096);
     std::unique_ptr<KVCache> cache = o.cache.make_cache(model, n_ctx);
     Session session(model, *tok, *cache);
