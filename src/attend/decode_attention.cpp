@@ -22,9 +22,9 @@ int64_t attention_index(const HeadCache& hc, HeadCache::Slot slot) {
     return at;
 }
 
-/// `v` holding n buffers (the inner ones keep their capacity from earlier steps).
+/// `v` holding at least n buffers (those it holds keep their capacity from earlier steps).
 template <class T>
-void ensure_count(std::vector<std::vector<T>>& v, size_t n) {
+void ensure_count(std::vector<T>& v, size_t n) {
     if (v.size() < n) v.resize(n);
 }
 }  // namespace
@@ -77,7 +77,7 @@ void attend_decode(KVCache& cache, const LayerInputs& in, const float* write_sco
         // One KV head's ranking per thread (each head's page stores keep their own bounds).
         int64_t read = 0, total = 0;
         const int page_tokens = pool.page_tokens();
-        if (sc.quest.size() < static_cast<size_t>(in.n_head_kv)) sc.quest.resize(in.n_head_kv);
+        ensure_count(sc.quest, in.n_head_kv);
 #pragma omp parallel for schedule(dynamic) reduction(+ : read, total)
         for (int h = 0; h < in.n_head_kv; ++h)
             select_quest_pages(pages[h], page_tokens, policy.selection, q_all + static_cast<int64_t>(h) * G * d, G, d,

@@ -71,7 +71,7 @@ void keep_top(HeadCandidates& h, int64_t k) {
     std::iota(idx.begin(), idx.end(), 0);
     const float* s = h.scores;
     std::nth_element(idx.begin(), idx.begin() + (k - 1), idx.end(), [s](int64_t a, int64_t b) {
-        const float x = std::isnan(s[a]) ? -INFINITY : s[a], y = std::isnan(s[b]) ? -INFINITY : s[b];
+        const float x = rank_score(s[a]), y = rank_score(s[b]);
         return x > y || (x == y && a < b);
     });
     for (int64_t i = 0; i < k; ++i) h.keep[idx[i]] = 1;
