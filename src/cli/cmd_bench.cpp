@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <random>
 
-#include "attend/paged_attention.h"
 #include "predict/bundled_predictors.h"
 #include "cli/cache_options.h"
 #include "cli/commands.h"
@@ -14,7 +13,10 @@
 #include "kernels/dot.h"
 #include "kernels/parallel.h"
 #include "model/llama_model.h"
+#include "policy/policy.h"
+#include "session/batch_step.h"
 #include "session/prefill_plan.h"
+#include "session/session.h"
 #include "session/synthetic_fill.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
@@ -80,28 +82,39 @@ private:
     size_t at_ = 0;
 };
 
-/// Fills `kv` to o.depth tokens (synthetic entries with --fill random, else a prefill in the chunk planner's pieces)
-/// and ends its prefill; each repetition rolls back to it.
-void fill_to_depth(const LlamaModel& model, const BenchOpts& o, KVCache& kv, BenchTokens& tokens) {
-    std::vector<float> logits;
+/// Fills `session` to o.depth tokens (synthetic entries with --fill random, else a prefill in the chunk planner's
+/// pieces, its prefill ended as every prompt's is: after-prefill step and compression); returns the history at the
+/// depth, which each repetition rolls back to (rewind()).
+std::vector<int32_t> fill_to_depth(const BenchOpts& o, Session& session, BenchTokens& tokens) {
+    KVCache& kv = session.cache();
     if (o.depth > 0 && o.fill == "random") {
         fill_synthetic(kv, o.depth, o.seed);
+        session.restore_tokens(tokens.next(o.depth));  // the history synthetic entries stand for
+        kv.end_prefill();
     } else if (o.depth > 0) {
         std::fprintf(stderr, "filling context to depth %ld...\n", static_cast<long>(o.depth));
         // --prefill-chunk as the chunk planner takes it (session/prefill_plan.h), else pieces of 512; the policy
         // admits and compresses once at the end (after each piece with --compress-during-prefill).
-        const int64_t chunk = planned_chunk(kv.policy(), o.cache.prefill_chunk, true, o.cache.compress_during_prefill);
-        for (int64_t done = 0; done < o.depth;) {
-            const PrefillChunk c = next_prefill_chunk(o.depth, done, chunk > 0 ? chunk : 512);
-            kv.hold_admission(!c.last);
-            model.forward(StepPhase::kPrefill, tokens.next(c.end - c.begin), kv, logits);
-            done = c.end;
-            if (!c.last) kv.end_prefill_chunk();
-            std::fprintf(stderr, "\r  %ld / %ld", static_cast<long>(done), static_cast<long>(o.depth));
-        }
+        PrefillPlan plan;
+        plan.chunk = planned_chunk(kv.policy(), o.cache.prefill_chunk > 0 ? o.cache.prefill_chunk : 512, true,
+                                   o.cache.compress_during_prefill);
+        std::vector<float> logits;
+        session.prefill(tokens.next(o.depth), plan, logits, [&](int64_t, int64_t end, const std::vector<float>&) {
+            std::fprintf(stderr, "\r  %ld / %ld", static_cast<long>(end), static_cast<long>(o.depth));
+        });
         std::fprintf(stderr, "\n");
+    } else {
+        kv.end_prefill();
     }
-    kv.end_prefill();
+    return session.tokens();
+}
+
+/// Rolls `session` back to the depth it was filled to (`history`: fill_to_depth's). Rolls the cache back directly,
+/// so that a policy with a per-sequence scorer state (KVpop) can repeat a test; its state is not rewound, which
+/// changes what it keeps, not what a step costs.
+void rewind(Session& session, const std::vector<int32_t>& history) {
+    session.cache().rollback(static_cast<int64_t>(history.size()));
+    session.restore_tokens(history);
 }
 
 /// One row of the table: mean ± standard deviation of the repetitions' tokens per second.
@@ -112,20 +125,25 @@ Stat report(const std::string& name, const std::vector<double>& tps) {
     return s;
 }
 
-/// ppN: a prefill of o.n_prompt tokens at the depth, o.reps times after a warm-up.
-void bench_prefill(const LlamaModel& model, const BenchOpts& o, KVCache& cache, BenchTokens& tokens,
+/// ppN: a prefill of o.n_prompt tokens at the depth, o.reps times after a warm-up: one batched step that extends
+/// the sequence (Session::StepKind::kExtend: the forward and the cache writes, no compression after it).
+void bench_prefill(const BenchOpts& o, Session& session, const std::vector<int32_t>& history, BenchTokens& tokens,
                    const std::string& at) {
     std::vector<float> logits;
     std::vector<double> tps;
+    BatchStep step;
     for (int r = 0; r <= o.reps; ++r) {  // repetition 0 is a warm-up
-        cache.rollback(o.depth);
+        rewind(session, history);
         const auto toks = tokens.next(o.n_prompt);
         const double t0 = now_s();
-        model.forward(StepPhase::kPrefill, toks, cache, logits);
+        step.clear();
+        step.add(session, toks, Session::StepKind::kExtend, logits);
+        step.forward();
+        step.end_all();
         if (r > 0) tps.push_back(o.n_prompt / (now_s() - t0));
     }
     report("pp" + std::to_string(o.n_prompt) + at, tps);
-    const KVStats after = cache.stats();
+    const KVStats after = session.cache().stats();
     std::fprintf(stderr, "after the prefill test: density %.3f, %.1f MiB kept (full F16: %.1f MiB)\n", after.density,
                  after.kv_bytes_final / 1048576.0, after.kv_bytes_full / 1048576.0);
 }
@@ -133,33 +151,35 @@ void bench_prefill(const LlamaModel& model, const BenchOpts& o, KVCache& cache, 
 /// tgN: o.n_gen decode steps at the depth, o.reps times after a warm-up; -b N: N sequences (each its own cache at the
 /// same depth) decode together, one forward_batch per step, and t/s counts the tokens of all of them. Then the bytes
 /// a decoded token reads against the memory bandwidth.
-void bench_decode(const LlamaModel& model, const BenchOpts& o, KVCache& cache, BenchTokens& tokens,
+void bench_decode(const BenchOpts& o, Session& first, const std::vector<int32_t>& history, BenchTokens& tokens,
                   const std::string& at, int64_t n_ctx) {
-    std::vector<float> logits;
-    std::vector<std::unique_ptr<KVCache>> others;
+    const LlamaModel& model = first.model();
+    std::vector<std::unique_ptr<KVCache>> caches;
+    std::vector<std::unique_ptr<Session>> others;
+    std::vector<Session*> seqs{&first};
+    std::vector<std::vector<int32_t>> histories{history};
     for (int i = 1; i < o.batch; ++i) {
-        others.push_back(o.cache.make_cache(model, n_ctx));
-        fill_to_depth(model, o, *others.back(), tokens);
+        caches.push_back(o.cache.make_cache(model, n_ctx));
+        others.push_back(std::make_unique<Session>(model, first.tokenizer(), *caches.back()));
+        histories.push_back(fill_to_depth(o, *others.back(), tokens));
+        seqs.push_back(others.back().get());
     }
     std::vector<std::vector<int32_t>> next(o.batch, std::vector<int32_t>(1));
-    std::vector<std::vector<float>> batch_logits(o.batch);
-    std::vector<std::unique_ptr<PagedAttention>> views;
-    for (int i = 0; i < o.batch; ++i)
-        views.push_back(std::make_unique<PagedAttention>(i == 0 ? cache : *others[i - 1]));
-    std::vector<LlamaModel::Segment> segs(o.batch);
-    for (int i = 0; i < o.batch; ++i) segs[i] = {&next[i], StepPhase::kDecode, views[i].get(), &batch_logits[i], false};
+    std::vector<std::vector<float>> logits(o.batch);
+    BatchStep step;
     std::vector<double> tps;
-    for (int r = 0; r <= o.reps; ++r) {
-        cache.rollback(o.depth);
-        for (auto& kv : others) kv->rollback(o.depth);
-        for (auto& t : next) t[0] = tokens.next(1)[0];
+    for (int r = 0; r <= o.reps; ++r) {  // repetition 0 is a warm-up
+        for (int b = 0; b < o.batch; ++b) rewind(*seqs[b], histories[b]);
+        const std::vector<int32_t> feed = tokens.next(static_cast<int64_t>(o.n_gen) * o.batch);
         const double t0 = now_s();
         for (int i = 0; i < o.n_gen; ++i) {
-            if (o.batch == 1)
-                model.forward(StepPhase::kDecode, next[0], *views[0], logits);  // the view keeps its scratch
-            else
-                model.forward_batch(segs);
-            for (auto& t : next) t[0] = tokens.next(1)[0];
+            step.clear();
+            for (int b = 0; b < o.batch; ++b) {
+                next[b][0] = feed[static_cast<size_t>(i) * o.batch + b];
+                step.add(*seqs[b], next[b], Session::StepKind::kDecode, logits[b]);
+            }
+            step.forward();
+            step.end_all();
         }
         if (r > 0) tps.push_back(static_cast<double>(o.n_gen) * o.batch / (now_s() - t0));
     }
@@ -168,9 +188,9 @@ void bench_decode(const LlamaModel& model, const BenchOpts& o, KVCache& cache, B
     // Bytes a decoded token reads: every weight matrix once per step (shared by the batch's tokens) + the KV
     // pages of its sequence (at the end of the test); under a read-time selection only the pages it chose in
     // the selected layers (its measured read fraction), plus the key bounds it ranks them by.
-    const KVStats st = cache.stats();
+    const KVStats st = first.cache().stats();
     double kv_bytes = static_cast<double>(st.kv_bytes_final);
-    const Selection& sel = cache.policy().selection;
+    const Selection& sel = first.cache().policy().selection;
     if (sel.active()) {
         const int L = model.config().n_layer, skip = std::min(sel.skip_layers, L);
         kv_bytes = kv_bytes * (skip + (L - skip) * st.read_fraction) / L + static_cast<double>(st.selection_bytes);
@@ -195,11 +215,15 @@ void run(const BenchOpts& o) {
     LlamaModel model(o.model);
     select_predictor_model(model.file());  // a learned preset without model= takes its predictor
     const ModelConfig& c = model.config();
-    const int64_t n_ctx = o.depth + std::max(o.n_prompt, o.n_gen) + 1;
+    // Room for an after-prefill step's replay of the context (KVzip: an instruction, then the context again).
+    const bool replays = static_cast<bool>(parse_policy(o.cache.policy).after_prefill);
+    const int64_t n_ctx = o.depth + std::max(o.n_prompt, o.n_gen) + 1 + (replays ? o.depth + 64 : 0);
     std::unique_ptr<KVCache> cache_ptr = o.cache.make_cache(model, n_ctx);
     KVCache& cache = *cache_ptr;
     BenchTokens tokens(model, o);
-    fill_to_depth(model, o, cache, tokens);
+    const auto tok = Tokenizer::from_gguf(model.file());
+    Session session(model, *tok, cache);
+    const std::vector<int32_t> history = fill_to_depth(o, session, tokens);
     const KVStats filled = cache.stats();
     const double gib = static_cast<double>(model.file().file_size()) / (1 << 30);
     std::printf("model: %s | %s | %.2f GiB | threads %d | kernels %s | BLAS %s\n", o.model.c_str(), c.summary().c_str(),
@@ -209,8 +233,8 @@ void run(const BenchOpts& o) {
                 filled.kv_bytes_final / 1048576.0, filled.kv_bytes_full / 1048576.0, filled.compression_ratio);
     std::printf("| test | t/s | ms/token |\n|---|---|---|\n");
     const std::string at = o.depth > 0 ? " @ d" + std::to_string(o.depth) : "";
-    if (o.n_prompt > 0) bench_prefill(model, o, cache, tokens, at);
-    if (o.n_gen > 0) bench_decode(model, o, cache, tokens, at, n_ctx);
+    if (o.n_prompt > 0) bench_prefill(o, session, history, tokens, at);
+    if (o.n_gen > 0) bench_decode(o, session, history, tokens, at, n_ctx);
     o.cache.write_stats(cache.stats());
 }
 }  // namespace

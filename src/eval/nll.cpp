@@ -5,6 +5,7 @@
 
 #include "cache/kv_cache.h"
 #include "model/llama_model.h"
+#include "session/prefill_plan.h"
 #include "session/session.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
@@ -78,7 +79,7 @@ NllResult evaluate_nll(const LlamaModel& model, const Tokenizer& tok, const std:
             // reading a past already compressed), the memory-bounded prefill of KVCache::set_compress_during_prefill.
             cache.set_compress_during_prefill(true);
             PrefillPlan plan;
-            plan.chunk = o.chunk;
+            plan.chunk = planned_chunk(p, o.chunk, true, true);  // o.chunk: no policy here is fed in one piece
             plan.all_logits = true;
             Session session(model, tok, cache);
             session.prefill(w, plan, logits, [&](int64_t b, int64_t e, const std::vector<float>& lg) {

@@ -12,6 +12,8 @@
 #include "eval/tasks.h"
 #include "model/llama_model.h"
 #include "model/sampler.h"
+#include "session/batch_step.h"
+#include "session/decode_driver.h"
 #include "session/prefill_plan.h"
 #include "session/session.h"
 #include "session/shared_prefill.h"
@@ -111,19 +113,19 @@ std::vector<RunExample> make_examples(const ModelConfig& c, const Tokenizer& tok
     return examples;
 }
 
-/// One batched step: sessions[i] takes ids[i] (a kind step); every session's logits land in logits[i].
-void step_together(const LlamaModel& model, const std::vector<Session*>& sessions,
-                   const std::vector<std::vector<int32_t>>& ids, Session::StepKind kind,
-                   const std::vector<std::vector<float>*>& logits) {
-    std::vector<LlamaModel::Segment> segs;
+/// One batched step (session/batch_step.h): sessions[i] takes ids[i] (a kind step); every session's logits land in
+/// logits[i].
+void step_together(BatchStep& step, const std::vector<Session*>& sessions, const std::vector<std::vector<int32_t>>& ids,
+                   Session::StepKind kind, const std::vector<std::vector<float>*>& logits) {
+    step.clear();
     try {
-        for (size_t i = 0; i < sessions.size(); ++i) segs.push_back(sessions[i]->begin_step(ids[i], kind, *logits[i]));
-        model.forward_batch(segs);
+        for (size_t i = 0; i < sessions.size(); ++i) step.add(*sessions[i], ids[i], kind, *logits[i]);
     } catch (...) {
-        for (size_t i = 0; i < segs.size(); ++i) sessions[i]->abort_step();
+        step.abort();
         throw;
     }
-    for (Session* s : sessions) s->end_step(kind);
+    step.forward();
+    step.end_all();
 }
 
 /// The greedy next token that is not an end-of-generation token (the decode preamble never stops).
@@ -159,6 +161,7 @@ std::vector<RulerSample> run_example(const LlamaModel& model, const Tokenizer& t
     std::vector<std::vector<float>> logits(N);
     std::vector<Session*> all, shared;
     std::vector<std::vector<float>*> all_logits;
+    BatchStep batch;
     for (size_t i = 0; i < N; ++i) {
         caches.push_back(std::make_unique<KVCache>(c, n_ctx, *policies[i], pool));
         caches.back()->set_compress_during_prefill(o.compress_during_prefill);
@@ -183,34 +186,43 @@ std::vector<RulerSample> run_example(const LlamaModel& model, const Tokenizer& t
     std::vector<std::vector<int32_t>> step(N);
     for (int64_t t = 0; t < o.decode_preamble; ++t) {
         for (size_t i = 0; i < N; ++i) step[i] = {argmax_not_eog(logits[i], tok)};
-        step_together(model, all, step, Session::StepKind::kDecode, all_logits);
+        step_together(batch, all, step, Session::StepKind::kDecode, all_logits);
     }
     if (!question.empty())
-        step_together(model, all, std::vector<std::vector<int32_t>>(N, question), Session::StepKind::kExtend,
+        step_together(batch, all, std::vector<std::vector<int32_t>>(N, question), Session::StepKind::kExtend,
                       all_logits);
-    // The answers, greedy, each until an end-of-generation token or max_new_tokens.
-    std::vector<std::vector<int32_t>> out(N);
-    std::vector<char> live(N, 1);
-    for (int64_t t = 0; t < ex.max_new_tokens; ++t) {
+    // The answers, greedy, through the decode driver (session/decode_driver.h): each until an end-of-generation
+    // token or max_new_tokens.
+    SamplerParams greedy;
+    greedy.temp = 0;
+    StopRules rules;
+    rules.max_tokens = ex.max_new_tokens;
+    std::vector<std::unique_ptr<Sampler>> samplers;
+    std::vector<std::unique_ptr<DecodeDriver>> drivers;
+    for (size_t i = 0; i < N; ++i) {
+        samplers.push_back(std::make_unique<Sampler>(greedy));
+        drivers.push_back(std::make_unique<DecodeDriver>(tok, *samplers.back(), rules));
+        if (rules.max_tokens == 0) drivers.back()->finish(FinishReason::kMaxTokens);
+    }
+    for (;;) {
         std::vector<Session*> go;
         std::vector<std::vector<int32_t>> go_ids;
         std::vector<std::vector<float>*> go_logits;
         for (size_t i = 0; i < N; ++i) {
-            if (!live[i]) continue;
-            const int32_t next = argmax(logits[i].data(), c.n_vocab);
-            if (tok.is_eog(next)) {
-                live[i] = 0;
-                continue;
-            }
-            out[i].push_back(next);
-            if (t + 1 < ex.max_new_tokens) {
-                go.push_back(all[i]);
-                go_ids.push_back({next});
-                go_logits.push_back(&logits[i]);
-            }
+            if (drivers[i]->finished()) continue;
+            const DecodeStep st = drivers[i]->next(logits[i].data(), c.n_vocab, all[i]->n_ctx() - all[i]->n_tokens());
+            if (drivers[i]->finished()) continue;
+            go.push_back(all[i]);
+            go_ids.push_back({st.token});
+            go_logits.push_back(&logits[i]);
         }
         if (go.empty()) break;
-        step_together(model, go, go_ids, Session::StepKind::kDecode, go_logits);
+        step_together(batch, go, go_ids, Session::StepKind::kDecode, go_logits);
+    }
+    std::vector<std::vector<int32_t>> out(N);
+    for (size_t i = 0; i < N; ++i) {
+        out[i] = drivers[i]->tokens();
+        if (drivers[i]->finish_reason() == FinishReason::kEndToken) out[i].pop_back();  // the end token has no text
     }
     std::vector<RulerSample> r(N);
     for (size_t i = 0; i < N; ++i) {

@@ -444,32 +444,25 @@ std::vector<Scheduler::Slot*> Scheduler::fit_in_pool(std::vector<std::unique_ptr
 }
 
 std::vector<Scheduler::Slot*> Scheduler::run_batch(const std::vector<Slot*>& batch) {
-    std::vector<LlamaModel::Segment> segs;
     std::vector<Slot*> run;
+    step_.clear();
     for (Slot* s : batch) {
         try {
             const bool rows = s->q->req.prompt_logprobs && s->kind != Session::StepKind::kDecode;
-            segs.push_back(s->session->begin_step(s->ids, s->kind, s->logits, rows));
+            step_.add(*s->session, s->ids, s->kind, s->logits, rows);
             run.push_back(s);
         } catch (const std::exception& e) { fail(*s, 500, e.what()); }
     }
     if (run.empty()) return run;
-    int64_t prefill_rows = 0, decode_rows = 0;
-    for (Slot* s : run) (s->kind == Session::StepKind::kDecode ? decode_rows : prefill_rows) += s->ids.size();
+    const int64_t prefill_rows = step_.prefill_rows(), decode_rows = step_.decode_rows();
     const auto t0 = Clock::now();
     try {
-        model_.forward_batch(segs);
+        step_.forward();  // on a failure every step is aborted
     } catch (const KVPoolExhausted& e) {
-        for (Slot* s : run) {
-            s->session->abort_step();
-            fail(*s, 503, std::string("the KV pool is exhausted: ") + e.what());
-        }
+        for (Slot* s : run) fail(*s, 503, std::string("the KV pool is exhausted: ") + e.what());
         return {};
     } catch (const std::exception& e) {
-        for (Slot* s : run) {
-            s->session->abort_step();
-            fail(*s, 500, e.what());
-        }
+        for (Slot* s : run) fail(*s, 500, e.what());
         return {};
     }
     const double dt = seconds_since(t0);
@@ -486,9 +479,10 @@ std::vector<Scheduler::Slot*> Scheduler::run_batch(const std::vector<Slot*>& bat
 }
 
 void Scheduler::finish_batch(const std::vector<Slot*>& run) {
-    for (Slot* s : run) {
+    for (size_t i = 0; i < run.size(); ++i) {
+        Slot* s = run[i];
         try {
-            s->session->end_step(s->kind);
+            step_.end(i);  // run[i] is the batch's step i
         } catch (const KVPoolExhausted& e) {
             fail(*s, 503, std::string("the KV pool is exhausted: ") + e.what());
             continue;

@@ -18,6 +18,7 @@
 #include "serve/conversations.h"
 #include "serve/histogram.h"
 #include "serve/request.h"
+#include "session/batch_step.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
 
@@ -275,6 +276,7 @@ private:
     std::chrono::steady_clock::time_point last_progress_;  // guarded by mu_: end of the last step, or when work arrived
     // The scheduler thread's own state.
     std::vector<std::unique_ptr<Slot>> active_;
+    BatchStep step_;  // the step being run (the scheduler thread's; its buffers reused from step to step)
     ConversationStore conversations_;
     SchedulerSnapshot snap_;  // guarded by mu_
     std::thread thread_;
