@@ -421,20 +421,129 @@ void add_eval_leaderboard(CLI::App* eval) {
     });
 }
 
+/// `kvsieve eval fidelity`'s options.
+struct FidOpts {
+    std::string model, corpus, policies, out = "results";
+    KVTypeOptions kv;
+    int64_t prompt = 512, gen = 1024, samples = 2, top = 256, chunk = 0, every = 64;
+    double temp = 0;
+    uint64_t seed = 1;
+    int threads = 0;
+    bool quiet = false;
+};
+
+/// SPEC@FILE.gguf: the policy and the other model it runs on (its path after the last '@'); "" for the loaded one.
+std::pair<std::string, std::string> split_model_suffix(const std::string& entry) {
+    const size_t at = entry.rfind('@');
+    if (at == std::string::npos || !entry.ends_with(".gguf")) return {entry, ""};
+    return {entry.substr(0, at), entry.substr(at + 1)};
+}
+
+/// The entries of --policies, each spec parsed (bad specs fail before the model loads) and each other model present.
+std::vector<std::string> fidelity_specs(const std::string& policies) {
+    std::vector<std::string> specs;
+    std::stringstream ss(policies);
+    for (std::string p; std::getline(ss, p, ';');)
+        if (!p.empty()) specs.push_back(p);
+    require(!specs.empty(), "--policies names no policy");
+    for (const auto& p : specs) {
+        const auto [spec, path] = split_model_suffix(p);
+        parse_policy(spec);
+        require(path.empty() || std::filesystem::exists(path), "--policies: model file '", path, "' of '", p,
+                "' does not exist");
+    }
+    return specs;
+}
+
+/// The other models of `specs`, each loaded once and checked before the teachers run: the same vocabulary size and
+/// the same token ids for the start of the corpus `text` as `m` (whose file is `model_path`).
+std::map<std::string, std::unique_ptr<LlamaModel>> other_models(const std::vector<std::string>& specs,
+                                                                const LlamaModel& m, const Tokenizer& tok,
+                                                                const std::string& text,
+                                                                const std::string& model_path) {
+    std::map<std::string, std::unique_ptr<LlamaModel>> others;
+    const std::string probe = text.substr(0, 65536);
+    const auto probe_ids = tok.encode(probe, true, false);
+    for (const auto& p : specs) {
+        const auto [spec, path] = split_model_suffix(p);
+        if (path.empty() || others.count(path)) continue;
+        auto other = std::make_unique<LlamaModel>(path);
+        require(other->config().n_vocab == m.config().n_vocab &&
+                    Tokenizer::from_gguf(other->file())->encode(probe, true, false) == probe_ids,
+                "--policies: ", path, " does not share the tokenizer of ", model_path,
+                " (the teachers' tokens would mean other words)");
+        others[path] = std::move(other);
+    }
+    return others;
+}
+
+FidelityOptions fidelity_options(const FidOpts& fo) {
+    require(fo.temp >= 0, "--temp must be ≥ 0");
+    require(fo.chunk >= 0 && fo.every >= 1, "--prefill-chunk must be ≥ 0 and --every ≥ 1");
+    FidelityOptions o;
+    o.prompt_tokens = fo.prompt;
+    o.gen_tokens = fo.gen;
+    o.samples = fo.samples;
+    o.top = fo.top;
+    o.prefill_chunk = fo.chunk;
+    o.memory_every = fo.every;
+    o.kv_type = fo.kv.spec();
+    o.kv_rotate = fo.kv.rotate;
+    o.temp = fo.temp;
+    o.seed = fo.seed;
+    o.corpus = fo.corpus;
+    o.progress = !fo.quiet;
+    return o;
+}
+
+/// Runs `kvsieve eval fidelity`: the teachers once, then each policy not already in --out's table, the table
+/// rewritten after each (the earlier run's policies this run does not name are kept after the others).
+void run_fidelity(const FidOpts& fo) {
+    set_num_threads(fo.threads);
+    const std::vector<std::string> specs = fidelity_specs(fo.policies);
+    const FidelityOptions o = fidelity_options(fo);
+    const std::string text = read_whole_file(fo.corpus, "corpus");
+    LlamaModel m(fo.model);
+    select_predictor_model(m.file());  // learned presets without model=
+    const auto tok = Tokenizer::from_gguf(m.file());
+    const auto others = other_models(specs, m, *tok, text, fo.model);
+    const std::string name = m.file().get_string("general.name", std::filesystem::path(fo.model).stem().string());
+    const std::vector<FidelityResult> earlier = read_fidelity_results(fo.out, name, o);
+    std::vector<FidelityResult> results;
+    auto report = [&] {
+        std::vector<FidelityResult> all = results;
+        for (const auto& r : earlier)
+            if (std::none_of(all.begin(), all.end(), [&r](const FidelityResult& x) { return x.policy == r.policy; }))
+                all.push_back(r);
+        write_fidelity_report(fo.out, name, o, all);
+    };
+    std::vector<FidelityTeacher> teachers;
+    for (const auto& p : specs) {
+        const auto done = std::find_if(earlier.begin(), earlier.end(), [&p](const auto& r) { return r.policy == p; });
+        if (done != earlier.end()) {
+            results.push_back(*done);
+        } else {
+            if (teachers.empty()) teachers = fidelity_teachers(m, *tok, text, o);
+            const auto [spec, path] = split_model_suffix(p);
+            const LlamaModel* student = path.empty() ? &m : others.at(path).get();
+            results.push_back(evaluate_fidelity(*student, *tok, teachers, spec, o));
+            results.back().policy = p;
+            report();  // each finished policy is on disk at once
+        }
+        const auto& r = results.back();
+        std::printf("policy=%s greedy_prefix=%.0f token_accuracy=%.4f kl=%.5f compression_ratio=%.3f kv_mib=%.2f%s\n",
+                    p.c_str(), r.mean_prefix, r.mean_accuracy, r.mean_kl, r.compression, r.kv_bytes_final / 1048576.0,
+                    done != earlier.end() ? " (from the earlier run in --out)" : "");
+        std::fflush(stdout);
+    }
+    report();
+}
+
 /// `kvsieve eval fidelity`: decode-heavy fidelity of policies against the full cache's own generations.
 void add_eval_fidelity(CLI::App* eval) {
     auto* fid = eval->add_subcommand("fidelity",
                                      "decode-heavy fidelity: long greedy generations of the full cache, fed to "
                                      "each policy; greedy prefix, token accuracy, KL and KV memory along the way");
-    struct FidOpts {
-        std::string model, corpus, policies, out = "results";
-        KVTypeOptions kv;
-        int64_t prompt = 512, gen = 1024, samples = 2, top = 256, chunk = 0, every = 64;
-        double temp = 0;
-        uint64_t seed = 1;
-        int threads = 0;
-        bool quiet = false;
-    };
     auto fo = std::make_shared<FidOpts>();
     fid->add_option("-m,--model", fo->model, "GGUF model")->required()->check(CLI::ExistingFile);
     fid->add_option("--corpus", fo->corpus, "text file the prompts are taken from")->required();
@@ -460,99 +569,7 @@ void add_eval_fidelity(CLI::App* eval) {
         ->capture_default_str();
     fid->add_option("-t,--threads", fo->threads, "threads (0: all cores)");
     fid->add_flag("-q,--quiet", fo->quiet, "no progress bar");
-    fid->callback([fo] {
-        set_num_threads(fo->threads);
-        std::vector<std::string> specs;
-        std::stringstream ss(fo->policies);
-        for (std::string p; std::getline(ss, p, ';');)
-            if (!p.empty()) specs.push_back(p);
-        require(!specs.empty(), "--policies names no policy");
-        // SPEC@FILE.gguf: the policy on another model (its path after the last '@').
-        auto split = [](const std::string& entry) -> std::pair<std::string, std::string> {
-            const size_t at = entry.rfind('@');
-            if (at == std::string::npos || !entry.ends_with(".gguf")) return {entry, ""};
-            return {entry.substr(0, at), entry.substr(at + 1)};
-        };
-        for (const auto& p : specs) {
-            const auto [spec, path] = split(p);
-            parse_policy(spec);  // bad specs fail before the model loads
-            require(path.empty() || std::filesystem::exists(path), "--policies: model file '", path, "' of '", p,
-                    "' does not exist");
-        }
-        FidelityOptions o;
-        o.prompt_tokens = fo->prompt;
-        o.gen_tokens = fo->gen;
-        o.samples = fo->samples;
-        o.top = fo->top;
-        o.prefill_chunk = fo->chunk;
-        o.memory_every = fo->every;
-        o.kv_type = fo->kv.spec();
-        o.kv_rotate = fo->kv.rotate;
-        o.temp = fo->temp;
-        o.seed = fo->seed;
-        o.corpus = fo->corpus;
-        o.progress = !fo->quiet;
-        require(fo->temp >= 0, "--temp must be ≥ 0");
-        require(fo->chunk >= 0 && fo->every >= 1, "--prefill-chunk must be ≥ 0 and --every ≥ 1");
-        const std::string text = read_whole_file(fo->corpus, "corpus");
-        LlamaModel m(fo->model);
-        select_predictor_model(m.file());  // learned presets without model=
-        const auto tok = Tokenizer::from_gguf(m.file());
-        // The other models, each loaded once and checked before the teachers run: the same vocabulary size and the
-        // same token ids for the start of the corpus.
-        std::map<std::string, std::unique_ptr<LlamaModel>> others;
-        const std::string probe = text.substr(0, 65536);
-        const auto probe_ids = tok->encode(probe, true, false);
-        for (const auto& p : specs) {
-            const auto [spec, path] = split(p);
-            if (path.empty() || others.count(path)) continue;
-            auto other = std::make_unique<LlamaModel>(path);
-            require(other->config().n_vocab == m.config().n_vocab &&
-                        Tokenizer::from_gguf(other->file())->encode(probe, true, false) == probe_ids,
-                    "--policies: ", path, " does not share the tokenizer of ", fo->model,
-                    " (the teachers' tokens would mean other words)");
-            others[path] = std::move(other);
-        }
-        const std::string name = m.file().get_string("general.name", std::filesystem::path(fo->model).stem().string());
-        // A table already in --out with the same settings is resumed: its policies are not run again, and the ones
-        // it has that this run does not name are kept after the others.
-        const std::vector<FidelityResult> earlier = read_fidelity_results(fo->out, name, o);
-        auto earlier_of = [&earlier](const std::string& p) -> const FidelityResult* {
-            for (const auto& r : earlier)
-                if (r.policy == p) return &r;
-            return nullptr;
-        };
-        std::vector<FidelityResult> results;
-        auto report = [&] {
-            std::vector<FidelityResult> all = results;
-            for (const auto& r : earlier)
-                if (std::none_of(all.begin(), all.end(),
-                                 [&r](const FidelityResult& x) { return x.policy == r.policy; }))
-                    all.push_back(r);
-            write_fidelity_report(fo->out, name, o, all);
-        };
-        std::vector<FidelityTeacher> teachers;
-        for (const auto& p : specs) {
-            const FidelityResult* done = earlier_of(p);
-            if (done) {
-                results.push_back(*done);
-            } else {
-                if (teachers.empty()) teachers = fidelity_teachers(m, *tok, text, o);
-                const auto [spec, path] = split(p);
-                const LlamaModel* student = path.empty() ? &m : others.at(path).get();
-                results.push_back(evaluate_fidelity(*student, *tok, teachers, spec, o));
-                results.back().policy = p;
-                report();  // each finished policy is on disk at once
-            }
-            const auto& r = results.back();
-            std::printf(
-                "policy=%s greedy_prefix=%.0f token_accuracy=%.4f kl=%.5f compression_ratio=%.3f kv_mib=%.2f%s\n",
-                p.c_str(), r.mean_prefix, r.mean_accuracy, r.mean_kl, r.compression, r.kv_bytes_final / 1048576.0,
-                done ? " (from the earlier run in --out)" : "");
-            std::fflush(stdout);
-        }
-        report();
-    });
+    fid->callback([fo] { run_fidelity(*fo); });
 }
 
 /// `kvsieve eval sweep`: policies × ratios (or thresholds), NLL or RULER, in kvpress's result layout.

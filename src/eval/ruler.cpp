@@ -136,11 +136,106 @@ int32_t argmax_not_eog(const std::vector<float>& logits, const Tokenizer& tok) {
     return next;
 }
 
+/// The example's sequences, one per policy: their caches and sessions, and each one's next-token logits.
+struct ExampleRun {
+    std::vector<std::unique_ptr<KVCache>> caches;
+    std::vector<std::unique_ptr<Session>> sessions;
+    std::vector<Session*> all;
+    std::vector<std::vector<float>> logits;
+    std::vector<std::vector<float>*> all_logits;
+    BatchStep batch;
+};
+
+/// Makes one sequence per policy and prefills `ids` into each: the policies that share a dense prefill in one
+/// forward (session/shared_prefill.h), the others alone in the chunk planner's pieces.
+void prefill_all(const LlamaModel& model, const Tokenizer& tok, const std::vector<const Policy*>& policies,
+                 const std::vector<int32_t>& ids, int64_t n_ctx, const RulerOptions& o,
+                 const std::shared_ptr<KVPool>& pool, ExampleRun& x) {
+    const size_t N = policies.size();
+    x.logits.resize(N);
+    std::vector<Session*> shared;
+    for (size_t i = 0; i < N; ++i) {
+        x.caches.push_back(std::make_unique<KVCache>(model.config(), n_ctx, *policies[i], pool));
+        x.caches.back()->set_compress_during_prefill(o.compress_during_prefill);
+        x.sessions.push_back(std::make_unique<Session>(model, tok, *x.caches.back()));
+        x.all.push_back(x.sessions.back().get());
+        x.all_logits.push_back(&x.logits[i]);
+        if (o.prefill_chunk == 0 && shares_dense_prefill(*policies[i])) {
+            shared.push_back(x.all.back());
+        } else {
+            PrefillPlan plan;
+            plan.chunk = planned_chunk(*policies[i], o.prefill_chunk, true, o.compress_during_prefill);
+            x.all.back()->prefill(ids, plan, x.logits[i]);
+        }
+    }
+    if (shared.empty()) return;
+    std::vector<float> lg;
+    prefill_shared(shared, ids, lg);
+    for (size_t i = 0; i < N; ++i)
+        if (std::find(shared.begin(), shared.end(), x.all[i]) != shared.end()) x.logits[i] = lg;
+}
+
+/// Every sequence's answer, greedy, through the decode driver (session/decode_driver.h), the live ones stepping
+/// together: each until an end-of-generation token or max_new_tokens. The answers' tokens, the end token left out.
+std::vector<std::vector<int32_t>> answer_all(const Tokenizer& tok, int64_t max_new_tokens, ExampleRun& x) {
+    const size_t N = x.all.size();
+    SamplerParams greedy;
+    greedy.temp = 0;
+    StopRules rules;
+    rules.max_tokens = max_new_tokens;
+    std::vector<std::unique_ptr<Sampler>> samplers;
+    std::vector<std::unique_ptr<DecodeDriver>> drivers;
+    for (size_t i = 0; i < N; ++i) {
+        samplers.push_back(std::make_unique<Sampler>(greedy));
+        drivers.push_back(std::make_unique<DecodeDriver>(tok, *samplers.back(), rules));
+        if (rules.max_tokens == 0) drivers.back()->finish(FinishReason::kMaxTokens);
+    }
+    for (;;) {
+        std::vector<Session*> go;
+        std::vector<std::vector<int32_t>> go_ids;
+        std::vector<std::vector<float>*> go_logits;
+        for (size_t i = 0; i < N; ++i) {
+            if (drivers[i]->finished()) continue;
+            const int64_t left = x.all[i]->n_ctx() - x.all[i]->n_tokens();
+            const DecodeStep st = drivers[i]->next(x.logits[i].data(), static_cast<int>(x.logits[i].size()), left);
+            if (drivers[i]->finished()) continue;
+            go.push_back(x.all[i]);
+            go_ids.push_back({st.token});
+            go_logits.push_back(&x.logits[i]);
+        }
+        if (go.empty()) break;
+        step_together(x.batch, go, go_ids, Session::StepKind::kDecode, go_logits);
+    }
+    std::vector<std::vector<int32_t>> out(N);
+    for (size_t i = 0; i < N; ++i) {
+        out[i] = drivers[i]->tokens();
+        if (drivers[i]->finish_reason() == FinishReason::kEndToken) out[i].pop_back();  // the end token has no text
+    }
+    return out;
+}
+
+/// The sample of one answer: its prediction and score, and its cache's density and bytes.
+RulerSample score_sample(const Tokenizer& tok, const TaskExample& ex, const std::vector<int32_t>& answer,
+                         const KVCache& cache) {
+    RulerSample r;
+    r.task = ex.task;
+    r.prediction = tok.decode(answer);
+    r.answers = ex.answers;
+    r.score = task_score(ex.task, r.prediction, ex.answers);
+    const KVStats st = cache.stats();
+    r.density = st.density;
+    r.compression_ratio = st.compression_ratio;
+    if (st.tokens > 0 && st.kv_bytes_full > 0) {
+        r.kv_bytes_per_token = static_cast<double>(st.kv_bytes_final) / static_cast<double>(st.tokens);
+        r.kv_bytes_vs_full_f16 = static_cast<double>(st.kv_bytes_final) / static_cast<double>(st.kv_bytes_full);
+    }
+    return r;
+}
+
 /// Runs one example under every policy in `policies` together; one sample per policy.
 std::vector<RulerSample> run_example(const LlamaModel& model, const Tokenizer& tok,
                                      const std::vector<const Policy*>& policies, const RunExample& run,
                                      const RulerOptions& o, const std::shared_ptr<KVPool>& pool) {
-    const ModelConfig& c = model.config();
     const size_t N = policies.size();
     const TaskExample& ex = run.ex;
     // Query-aware: one prompt. Query-agnostic: the context, compressed, then the question.
@@ -156,88 +251,20 @@ std::vector<RulerSample> run_example(const LlamaModel& model, const Tokenizer& t
     const int64_t n_in = static_cast<int64_t>(ids.size() + question.size());
     // Room for the answer, and for KVzip's reconstruction prompt if the policy replays the context.
     const int64_t n_ctx = 2 * n_in + o.decode_preamble + ex.max_new_tokens + 64;
-    std::vector<std::unique_ptr<KVCache>> caches;
-    std::vector<std::unique_ptr<Session>> sessions;
-    std::vector<std::vector<float>> logits(N);
-    std::vector<Session*> all, shared;
-    std::vector<std::vector<float>*> all_logits;
-    BatchStep batch;
-    for (size_t i = 0; i < N; ++i) {
-        caches.push_back(std::make_unique<KVCache>(c, n_ctx, *policies[i], pool));
-        caches.back()->set_compress_during_prefill(o.compress_during_prefill);
-        sessions.push_back(std::make_unique<Session>(model, tok, *caches.back()));
-        all.push_back(sessions.back().get());
-        all_logits.push_back(&logits[i]);
-        if (o.prefill_chunk == 0 && shares_dense_prefill(*policies[i])) {
-            shared.push_back(all.back());
-        } else {
-            PrefillPlan plan;
-            plan.chunk = planned_chunk(*policies[i], o.prefill_chunk, true, o.compress_during_prefill);
-            all.back()->prefill(ids, plan, logits[i]);
-        }
-    }
-    if (!shared.empty()) {
-        std::vector<float> lg;
-        prefill_shared(shared, ids, lg);
-        for (size_t i = 0; i < N; ++i)
-            if (std::find(shared.begin(), shared.end(), all[i]) != shared.end()) logits[i] = lg;
-    }
+    ExampleRun x;
+    prefill_all(model, tok, policies, ids, n_ctx, o, pool, x);
     // Decode-time variant: the model goes on from the context by itself before the question comes.
     std::vector<std::vector<int32_t>> step(N);
     for (int64_t t = 0; t < o.decode_preamble; ++t) {
-        for (size_t i = 0; i < N; ++i) step[i] = {argmax_not_eog(logits[i], tok)};
-        step_together(batch, all, step, Session::StepKind::kDecode, all_logits);
+        for (size_t i = 0; i < N; ++i) step[i] = {argmax_not_eog(x.logits[i], tok)};
+        step_together(x.batch, x.all, step, Session::StepKind::kDecode, x.all_logits);
     }
     if (!question.empty())
-        step_together(batch, all, std::vector<std::vector<int32_t>>(N, question), Session::StepKind::kExtend,
-                      all_logits);
-    // The answers, greedy, through the decode driver (session/decode_driver.h): each until an end-of-generation
-    // token or max_new_tokens.
-    SamplerParams greedy;
-    greedy.temp = 0;
-    StopRules rules;
-    rules.max_tokens = ex.max_new_tokens;
-    std::vector<std::unique_ptr<Sampler>> samplers;
-    std::vector<std::unique_ptr<DecodeDriver>> drivers;
-    for (size_t i = 0; i < N; ++i) {
-        samplers.push_back(std::make_unique<Sampler>(greedy));
-        drivers.push_back(std::make_unique<DecodeDriver>(tok, *samplers.back(), rules));
-        if (rules.max_tokens == 0) drivers.back()->finish(FinishReason::kMaxTokens);
-    }
-    for (;;) {
-        std::vector<Session*> go;
-        std::vector<std::vector<int32_t>> go_ids;
-        std::vector<std::vector<float>*> go_logits;
-        for (size_t i = 0; i < N; ++i) {
-            if (drivers[i]->finished()) continue;
-            const DecodeStep st = drivers[i]->next(logits[i].data(), c.n_vocab, all[i]->n_ctx() - all[i]->n_tokens());
-            if (drivers[i]->finished()) continue;
-            go.push_back(all[i]);
-            go_ids.push_back({st.token});
-            go_logits.push_back(&logits[i]);
-        }
-        if (go.empty()) break;
-        step_together(batch, go, go_ids, Session::StepKind::kDecode, go_logits);
-    }
-    std::vector<std::vector<int32_t>> out(N);
-    for (size_t i = 0; i < N; ++i) {
-        out[i] = drivers[i]->tokens();
-        if (drivers[i]->finish_reason() == FinishReason::kEndToken) out[i].pop_back();  // the end token has no text
-    }
-    std::vector<RulerSample> r(N);
-    for (size_t i = 0; i < N; ++i) {
-        r[i].task = ex.task;
-        r[i].prediction = tok.decode(out[i]);
-        r[i].answers = ex.answers;
-        r[i].score = task_score(ex.task, r[i].prediction, ex.answers);
-        const KVStats st = caches[i]->stats();
-        r[i].density = st.density;
-        r[i].compression_ratio = st.compression_ratio;
-        if (st.tokens > 0 && st.kv_bytes_full > 0) {
-            r[i].kv_bytes_per_token = static_cast<double>(st.kv_bytes_final) / static_cast<double>(st.tokens);
-            r[i].kv_bytes_vs_full_f16 = static_cast<double>(st.kv_bytes_final) / static_cast<double>(st.kv_bytes_full);
-        }
-    }
+        step_together(x.batch, x.all, std::vector<std::vector<int32_t>>(N, question), Session::StepKind::kExtend,
+                      x.all_logits);
+    const std::vector<std::vector<int32_t>> out = answer_all(tok, ex.max_new_tokens, x);
+    std::vector<RulerSample> r;
+    for (size_t i = 0; i < N; ++i) r.push_back(score_sample(tok, ex, out[i], *x.caches[i]));
     return r;
 }
 

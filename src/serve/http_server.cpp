@@ -195,160 +195,161 @@ void HttpServer::listen() { svr_->listen(); }
 void HttpServer::stop() { svr_->stop(); }
 
 void HttpServer::routes() {
-    HttpFront& s = *svr_;
-    const bool loopback = is_loopback_address(opts_.host);
-    // Checks of every request when its head is in, before its body is read: where it claims to go (Host), which
-    // page sent it (Origin), and, with keys, who sends it: a request with a body, or to a route that needs a key,
-    // without a valid key is refused here, so that no byte of an unauthenticated body is ever read.
-    s.set_head_check(
-        [this, loopback](const HttpRequest& req, HttpResponse& res) { return check_head(req, res, loopback); });
-    // Every error the front answers itself, and a handler's error without a body, gets a JSON body.
-    s.set_error_body([](const HttpRequest&, HttpResponse& res, const std::string& message) {
-        send_json(res, res.status, error_body(res.status, message));
-    });
-    s.set_logger([this](const HttpRequest& req, const HttpResponse& res) {
-        counters_.count(route_label(req.path), res.status);
-    });
+    front_hooks();
     // Every route comes from the table of serve/routes.h (which docs/openapi.json describes); another one fails here.
-    auto on = [&s](const char* method, const char* path, HttpFront::Handler h) {
-        s.on(method, find_route(method, path).path, std::move(h));
+    auto on = [this](const char* method, const char* path, HttpFront::Handler h) {
+        svr_->on(method, find_route(method, path).path, std::move(h));
     };
-
-    // Routes that need a key (when the server has keys) and, for POST, a JSON body; the handler gets the owner.
-    using Owned = std::function<void(const HttpRequest&, HttpResponse&, const std::string& owner)>;
-    auto guard = [this](bool post, Owned h) {
-        return [this, post, h = std::move(h)](const HttpRequest& req, HttpResponse& res) {
-            std::string owner;
-            if (opts_.keys && opts_.keys->enabled()) {
-                std::optional<std::string> o = opts_.keys->owner_of(req.header("Authorization"));
-                if (!o) {
-                    res.set_header("WWW-Authenticate", "Bearer");
-                    return send_json(res, 401,
-                                     error_body(401, "a valid API key is required (Authorization: Bearer KEY)"));
-                }
-                owner = std::move(*o);  // from here on the request is this owner's, whatever happens to the key
-            }
-            if (post && !is_json_content_type(req.header("Content-Type")))
-                return send_json(
-                    res, 415,
-                    error_body(415, "the request body must be JSON, sent with Content-Type: application/json"));
-            if (post && !owner.empty() && !ctx_.cache_dir.empty())
-                ::mkdir((ctx_.cache_dir + "/" + owner).c_str(), 0700);  // the owner's saved files (exists: fine)
-            h(req, res, owner);
-        };
-    };
-
-    on("GET", "/health", [this](const HttpRequest&, HttpResponse& res) {
-        const SchedulerSnapshot snap = sched_.snapshot();
-        // Liveness only, for anyone: the pool's figures (which tell how long others' conversations are) are in
-        // /metrics, behind the key.
-        send_json(res, snap.running ? 200 : 503, {{"status", snap.running ? "ok" : "stopped"}});
-    });
+    using Req = const HttpRequest&;
+    using Res = HttpResponse&;
+    using Owner = const std::string&;
+    on("GET", "/health", [this](Req, Res res) { health(res); });
     if (opts_.metrics)
-        on("GET", "/metrics", guard(false, [this](const HttpRequest&, HttpResponse& res, const std::string&) {
+        on("GET", "/metrics", guarded(false, [this](Req, Res res, Owner) {
                res.set_content(prometheus_text(sched_.snapshot(), counters_, ctx_.model_id),
                                "text/plain; version=0.0.4");
            }));
-    // For load balancers: whether a new request would be taken now (no key needed, like /health).
-    on("GET", "/ready", [this](const HttpRequest&, HttpResponse& res) {
-        const SchedulerSnapshot snap = sched_.snapshot();
-        std::string why;
-        if (!snap.running || snap.draining)
-            why = "the server is shutting down";
-        else if (snap.queued >= snap.max_queue && static_cast<int>(snap.active.size()) >= snap.slots)
-            why = "all slots are busy and the queue is full";
-        else if (snap.stalled_s > opts_.ready_stall_s)
-            why = "the scheduler has made no progress for " + std::to_string(static_cast<int64_t>(snap.stalled_s)) +
-                  " s while requests wait";
-        if (why.empty()) return send_json(res, 200, {{"status", "ready"}});
-        send_json(res, 503, {{"status", "not ready"}, {"reason", why}});
-    });
+    on("GET", "/ready", [this](Req, Res res) { ready(res); });
     // The OpenAPI document of these routes (no key needed: it describes, it does not serve).
-    on("GET", "/openapi.json", [](const HttpRequest&, HttpResponse& res) {
+    on("GET", "/openapi.json", [](Req, Res res) {
         res.status = 200;
         res.set_content(std::string(openapi_document()), "application/json");
     });
-    on("GET", "/v1/models", guard(false, [this](const HttpRequest&, HttpResponse& res, const std::string&) {
-           json m = {{"id", ctx_.model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "kvsieve"}};
-           // The learned presets ready for this model: the names of its predictors (never their paths), default first.
-           json ready = json::object();
-           for (const BundledPredictor& p : ready_predictors()) {
-               json& names = ready[p.preset];
-               if (!names.is_array()) names = json::array();
-               if (p.is_default)
-                   names.insert(names.begin(), p.name);
-               else
-                   names.push_back(p.name);
-           }
-           m["kv_predictors"] = ready;
-           // The model under its id, then under each other name a request may give (--alias).
-           json data = json::array({m});
-           for (const std::string& name : ctx_.model_names)
-               if (name != ctx_.model_id) {
-                   json a = m;
-                   a["id"] = name;
-                   data.push_back(a);
-               }
-           send_json(res, 200, {{"object", "list"}, {"data", data}});
-       }));
-
+    on("GET", "/v1/models", guarded(false, [this](Req, Res res, Owner) { models(res); }));
     // Saved sequences and kept conversations (docs/serving.md).
-    on("POST", "/v1/cache/save",
-       guard(true, [this](const HttpRequest& q, HttpResponse& r, const std::string& o) { cache_op(q, r, o, false); }));
-    on("POST", "/v1/cache/restore",
-       guard(true, [this](const HttpRequest& q, HttpResponse& r, const std::string& o) { cache_op(q, r, o, true); }));
-    on("GET", "/v1/cache/conversations",
-       guard(false, [this](const HttpRequest&, HttpResponse& res, const std::string& owner) {
-           json data = json::array();
-           for (const auto& c : sched_.snapshot().conversations)
-               if (std::optional<std::string> id = client_id(owner, c.id))
-                   data.push_back({{"id", *id}, {"tokens", c.tokens}, {"kv_bytes", c.kv_bytes}, {"policy", c.policy}});
-           send_json(res, 200, {{"object", "list"}, {"data", data}});
-       }));
+    on("POST", "/v1/cache/save", guarded(true, [this](Req q, Res r, Owner o) { cache_op(q, r, o, false); }));
+    on("POST", "/v1/cache/restore", guarded(true, [this](Req q, Res r, Owner o) { cache_op(q, r, o, true); }));
+    on("GET", "/v1/cache/conversations", guarded(false, [this](Req, Res r, Owner o) { list_conversations(r, o); }));
     on("DELETE", "/v1/cache/conversations/{id}",
-       guard(false, [this](const HttpRequest& req, HttpResponse& res, const std::string& owner) {
-           const std::string id = req.matches[1];
-           try {
-               if (!sched_.drop(scoped_id(owner, id)))
-                   return send_json(res, 404, error_body(404, "no conversation '" + excerpt(id, 64) + "' is kept"));
-               send_json(res, 200, {{"id", id}, {"object", "kv_cache.conversation"}, {"deleted", true}});
-           } catch (const ServerBusy& e) { send_json(res, 503, error_body(503, e.what())); }
-       }));
-
-    // A saved sequence of the owner's folder removed (its bytes no longer count against --cache-dir-quota-mb).
-    on("DELETE", "/v1/cache/saved/{name}",
-       guard(false, [this](const HttpRequest& req, HttpResponse& res, const std::string& owner) {
-           const std::string name = req.matches[1];
-           try {
-               const std::string path = cache_path(json(name), "name", ctx_, owner);
-               std::error_code ec;
-               if (!std::filesystem::is_regular_file(std::filesystem::symlink_status(path, ec)) ||
-                   !std::filesystem::remove(path, ec))
-                   return send_json(res, 404,
-                                    error_body(404, "no saved sequence '" + name + "' in the server's --cache-dir"));
-               send_json(res, 200, {{"name", name}, {"object", "kv_cache.saved"}, {"deleted", true}});
-           } catch (const StatusError& e) { send_json(res, e.status(), error_body(e.status(), e.what())); }
-       }));
-
+       guarded(false, [this](Req q, Res r, Owner o) { drop_conversation(q, r, o); }));
+    on("DELETE", "/v1/cache/saved/{name}", guarded(false, [this](Req q, Res r, Owner o) { delete_saved(q, r, o); }));
     // The tokenizer (the shapes of vLLM's endpoints; lm-evaluation-harness's remote tokenizer reads them).
     for (const char* path : {"/tokenize", "/detokenize"}) {
         const bool encode = std::string(path) == "/tokenize";
-        on("POST", path, guard(true, [this, encode](const HttpRequest& req, HttpResponse& res, const std::string&) {
+        on("POST", path, guarded(true, [this, encode](Req req, Res res, Owner) {
                try {
                    const json body = parse_json_body(req.body);
                    send_json(res, 200, encode ? tokenize_answer(body, ctx_) : detokenize_answer(body, ctx_));
                } catch (const StatusError& e) { send_json(res, e.status(), error_body(e.status(), e.what())); }
            }));
     }
-    on("GET", "/tokenizer_info", guard(false, [this](const HttpRequest&, HttpResponse& res, const std::string&) {
-           send_json(res, 200, tokenizer_info(ctx_));
-       }));
+    on("GET", "/tokenizer_info",
+       guarded(false, [this](Req, Res res, Owner) { send_json(res, 200, tokenizer_info(ctx_)); }));
     for (const char* path : {"/v1/completions", "/completions", "/v1/chat/completions", "/chat/completions"}) {
         const bool chat = std::string(path).find("chat") != std::string::npos;
-        on("POST", path, guard(true, [this, chat](const HttpRequest& q, HttpResponse& r, const std::string& o) {
-               generate(q, r, o, chat);
-           }));
+        on("POST", path, guarded(true, [this, chat](Req q, Res r, Owner o) { generate(q, r, o, chat); }));
     }
+}
+
+void HttpServer::front_hooks() {
+    const bool loopback = is_loopback_address(opts_.host);
+    // Checks of every request when its head is in, before its body is read: where it claims to go (Host), which
+    // page sent it (Origin), and, with keys, who sends it: a request with a body, or to a route that needs a key,
+    // without a valid key is refused here, so that no byte of an unauthenticated body is ever read.
+    svr_->set_head_check(
+        [this, loopback](const HttpRequest& req, HttpResponse& res) { return check_head(req, res, loopback); });
+    // Every error the front answers itself, and a handler's error without a body, gets a JSON body.
+    svr_->set_error_body([](const HttpRequest&, HttpResponse& res, const std::string& message) {
+        send_json(res, res.status, error_body(res.status, message));
+    });
+    svr_->set_logger([this](const HttpRequest& req, const HttpResponse& res) {
+        counters_.count(route_label(req.path), res.status);
+    });
+}
+
+HttpFront::Handler HttpServer::guarded(bool post, OwnedHandler h) {
+    return [this, post, h = std::move(h)](const HttpRequest& req, HttpResponse& res) {
+        std::string owner;
+        if (opts_.keys && opts_.keys->enabled()) {
+            std::optional<std::string> o = opts_.keys->owner_of(req.header("Authorization"));
+            if (!o) {
+                res.set_header("WWW-Authenticate", "Bearer");
+                return send_json(res, 401, error_body(401, "a valid API key is required (Authorization: Bearer KEY)"));
+            }
+            owner = std::move(*o);  // from here on the request is this owner's, whatever happens to the key
+        }
+        if (post && !is_json_content_type(req.header("Content-Type")))
+            return send_json(
+                res, 415, error_body(415, "the request body must be JSON, sent with Content-Type: application/json"));
+        if (post && !owner.empty() && !ctx_.cache_dir.empty())
+            ::mkdir((ctx_.cache_dir + "/" + owner).c_str(), 0700);  // the owner's saved files (exists: fine)
+        h(req, res, owner);
+    };
+}
+
+void HttpServer::health(HttpResponse& res) const {
+    const SchedulerSnapshot snap = sched_.snapshot();
+    // Liveness only, for anyone: the pool's figures (which tell how long others' conversations are) are in
+    // /metrics, behind the key.
+    send_json(res, snap.running ? 200 : 503, {{"status", snap.running ? "ok" : "stopped"}});
+}
+
+void HttpServer::ready(HttpResponse& res) const {
+    const SchedulerSnapshot snap = sched_.snapshot();
+    std::string why;
+    if (!snap.running || snap.draining)
+        why = "the server is shutting down";
+    else if (snap.queued >= snap.max_queue && static_cast<int>(snap.active.size()) >= snap.slots)
+        why = "all slots are busy and the queue is full";
+    else if (snap.stalled_s > opts_.ready_stall_s)
+        why = "the scheduler has made no progress for " + std::to_string(static_cast<int64_t>(snap.stalled_s)) +
+              " s while requests wait";
+    if (why.empty()) return send_json(res, 200, {{"status", "ready"}});
+    send_json(res, 503, {{"status", "not ready"}, {"reason", why}});
+}
+
+void HttpServer::models(HttpResponse& res) const {
+    json m = {{"id", ctx_.model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "kvsieve"}};
+    // The learned presets ready for this model: the names of its predictors (never their paths), default first.
+    json ready = json::object();
+    for (const BundledPredictor& p : ready_predictors()) {
+        json& names = ready[p.preset];
+        if (!names.is_array()) names = json::array();
+        if (p.is_default)
+            names.insert(names.begin(), p.name);
+        else
+            names.push_back(p.name);
+    }
+    m["kv_predictors"] = ready;
+    // The model under its id, then under each other name a request may give (--alias).
+    json data = json::array({m});
+    for (const std::string& name : ctx_.model_names)
+        if (name != ctx_.model_id) {
+            json a = m;
+            a["id"] = name;
+            data.push_back(a);
+        }
+    send_json(res, 200, {{"object", "list"}, {"data", data}});
+}
+
+void HttpServer::list_conversations(HttpResponse& res, const std::string& owner) const {
+    json data = json::array();
+    for (const auto& c : sched_.snapshot().conversations)
+        if (std::optional<std::string> id = client_id(owner, c.id))
+            data.push_back({{"id", *id}, {"tokens", c.tokens}, {"kv_bytes", c.kv_bytes}, {"policy", c.policy}});
+    send_json(res, 200, {{"object", "list"}, {"data", data}});
+}
+
+void HttpServer::drop_conversation(const HttpRequest& req, HttpResponse& res, const std::string& owner) {
+    const std::string id = req.matches[1];
+    try {
+        if (!sched_.drop(scoped_id(owner, id)))
+            return send_json(res, 404, error_body(404, "no conversation '" + excerpt(id, 64) + "' is kept"));
+        send_json(res, 200, {{"id", id}, {"object", "kv_cache.conversation"}, {"deleted", true}});
+    } catch (const ServerBusy& e) { send_json(res, 503, error_body(503, e.what())); }
+}
+
+void HttpServer::delete_saved(const HttpRequest& req, HttpResponse& res, const std::string& owner) const {
+    // A saved sequence of the owner's folder removed (its bytes no longer count against --cache-dir-quota-mb).
+    const std::string name = req.matches[1];
+    try {
+        const std::string path = cache_path(json(name), "name", ctx_, owner);
+        std::error_code ec;
+        if (!std::filesystem::is_regular_file(std::filesystem::symlink_status(path, ec)) ||
+            !std::filesystem::remove(path, ec))
+            return send_json(res, 404, error_body(404, "no saved sequence '" + name + "' in the server's --cache-dir"));
+        send_json(res, 200, {{"name", name}, {"object", "kv_cache.saved"}, {"deleted", true}});
+    } catch (const StatusError& e) { send_json(res, e.status(), error_body(e.status(), e.what())); }
 }
 
 bool HttpServer::check_head(const HttpRequest& req, HttpResponse& res, bool loopback) const {

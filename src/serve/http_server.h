@@ -3,6 +3,7 @@
 // /v1/models, /health and (with HttpOptions::metrics) /metrics; and kvsieve's /v1/cache/save, /v1/cache/restore and /v1/cache/conversations.
 #include <atomic>
 #include <cstddef>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -90,6 +91,26 @@ public:
 private:
     /// Registers every route of serve/routes.h with its handler, and the checks every request passes first.
     void routes();
+    /// The front's hooks: check_head before any body byte, JSON error bodies, the per-route counters.
+    void front_hooks();
+    /// A handler that runs for the request's owner ("" without keys).
+    using OwnedHandler = std::function<void(const HttpRequest&, HttpResponse&, const std::string& owner)>;
+    /// `h` behind the key (with keys: 401 and WWW-Authenticate without a valid one) and, for a POST (`post`), a
+    /// JSON body (415 else); a POST with keys and --cache-dir makes the owner's folder for saved sequences.
+    HttpFront::Handler guarded(bool post, OwnedHandler h);
+    /// GET /health: 200 {"status": "ok"} while the scheduler runs, else 503 "stopped"; liveness only, no figures.
+    void health(HttpResponse& res) const;
+    /// GET /ready (the class comment above).
+    void ready(HttpResponse& res) const;
+    /// GET /v1/models: the model under its id and each alias, with the learned presets ready for it
+    /// (`kv_predictors`: preset → predictor names, the default first; never a path).
+    void models(HttpResponse& res) const;
+    /// GET /v1/cache/conversations: `owner`'s kept conversations (id, tokens, KV bytes, policy), no one else's.
+    void list_conversations(HttpResponse& res, const std::string& owner) const;
+    /// DELETE /v1/cache/conversations/ID: drops `owner`'s conversation ID (404 when none is kept, 503 when busy).
+    void drop_conversation(const HttpRequest& req, HttpResponse& res, const std::string& owner);
+    /// DELETE /v1/cache/saved/NAME: removes a saved sequence of `owner`'s folder (404 when there is none).
+    void delete_saved(const HttpRequest& req, HttpResponse& res, const std::string& owner) const;
     /// The checks of a request whose head is in, before any byte of its body is read: the Host header on a loopback
     /// server, the Origin against allowed_origins (and a browser's preflight), and with keys a valid key for a
     /// request with a body or to a route that needs one. True when it answered the request (res is the answer).

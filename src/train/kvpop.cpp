@@ -202,274 +202,342 @@ std::vector<AttnTensors> detached(std::vector<AttnTensors> cap) {
 
 }  // namespace
 
-bool run_kvpop(const std::string& config_path, bool resume, bool progress) {
-    KvpopOptions ko;
-    FrozenModelRun run = open_frozen_run(config_path, "kvpop", "scorer", "scorer", resume, progress,
-                                         [&](const json& j) { ko = read_kvpop(j); });
-    auto& [rc, rb, output, data, lo, ev, tok, lm] = run;
-    const json& cfg = rc.root;
-    const std::string& out = rb.out;
-    const ModelConfig& c = lm->config();
-    const bool tunes_lm = ko.mode != "scorer", has_scorer = ko.mode != "streaming_plus";
-    for (int64_t L : data.mix.lengths) {
-        require(L > ko.sinks + ko.window + ko.budget, "data.lengths holds ", L,
-                ": no eviction happens within s + w + k = ", ko.sinks + ko.window + ko.budget,
-                " tokens, so there is nothing to learn");
-    }
-    require(ev.window > ko.sinks + ko.window + ko.budget, "eval.window = ", ev.window,
-            " must exceed s + w + k = ", ko.sinks + ko.window + ko.budget);
-    require(!tunes_lm || ko.kl_top <= c.n_vocab, "kvpop.kl_top = ", ko.kl_top, " exceeds the vocabulary (", c.n_vocab,
-            ")");
-    torch::manual_seed(rb.seed ^ 0x7A11);
+namespace {
+
+/// One KVpop training run (the modes of train/kvpop.h): the frozen model, the scorer and, in the fine-tuning modes,
+/// the student; the passes a step and an evaluation need, and the predictor folder it exports.
+class KvpopRun {
+public:
+    /// Reads the config and the model (open_frozen_run), checks the lengths, builds the scorer (seeded) and the
+    /// student, writes the held-out texts and announces the run. Throws Error naming the first problem.
+    KvpopRun(const std::string& config_path, bool resume, bool progress);
+    /// Trains and exports (TrainLoop::run_and_export); false when interrupted.
+    bool run();
+
+private:
+    void check_lengths() const;
+    void announce() const;
+    std::vector<ParamGroup> param_groups() const;
+    /// Eviction steps [B, Hkv, T] of layer l for keys and values k, v [B, Hkv, T, d]: the running top-k of the
+    /// scorer's static priorities r − ⌊t/n⌋ log γ_h, or StreamingLLM's at the same budget.
+    torch::Tensor evictions(int l, const torch::Tensor& k, const torch::Tensor& v);
+    /// Hooks that run a forward under the eviction mask; kv_out (if set) receives each layer's keys and values.
+    MirrorHooks masked(std::vector<std::pair<torch::Tensor, torch::Tensor>>* kv_out);
+    /// Every forward a step (training, `grad`) or an evaluation (no gradient) needs for tokens [B, T].
+    Pass make_pass(const torch::Tensor& toks, bool grad);
+    /// One micro-batch: the KL of the fine-tuning modes and each layer's pair loss, back-propagated.
+    MicroResult micro(int64_t step, int64_t m);
+    /// The held-out evaluation: NLL of the fine-tuning modes, then the scorer's pair loss, accuracy and recall.
+    json eval();
+    /// The scorer's part of eval() into `e`.
+    void eval_scorer(json& e);
+    /// Writes the predictor folder: config.json, the scorer's model.safetensors, the fine-tuned model.gguf.
+    void save_to(const std::string& dir);
+
+    KvpopOptions ko_;  // read by open_frozen_run's section reader, so declared before run_
+    FrozenModelRun run_;
+    ModelConfig c_;
+    bool tunes_lm_ = false, has_scorer_ = false;
+    KvpopPredictor scorer_{nullptr};
+    LlamaMirror student_{nullptr};
+    int64_t delay_ = 0;
+    double scale_ = 1;
+    std::unique_ptr<TextStream> stream_;
+    bool progress_ = false;
+    std::mt19937_64 rng_;
+    json dense_nll_;  // the frozen model's held-out NLL with the full cache: computed once
+    // The frozen model's digest: what lets kvsieve find this scorer for it (predict/bundled_predictors.h).
+    std::string base_digest_;
+};
+
+KvpopRun::KvpopRun(const std::string& config_path, bool resume, bool progress)
+    : run_(open_frozen_run(config_path, "kvpop", "scorer", "scorer", resume, progress,
+                           [this](const json& j) { ko_ = read_kvpop(j); })),
+      c_(run_.lm->config()), progress_(progress), rng_(run_.rb.seed ^ 0x51CE) {
+    tunes_lm_ = ko_.mode != "scorer";
+    has_scorer_ = ko_.mode != "streaming_plus";
+    check_lengths();
+    torch::manual_seed(run_.rb.seed ^ 0x7A11);
     KvpopScorerShape shape;
-    shape.kind = ko.kind;
-    shape.hidden = ko.hidden, shape.feature = ko.feature, shape.value = ko.value;
-    shape.softcap = ko.softcap, shape.forget_bias = ko.forget_bias;
-    KvpopPredictor scorer = has_scorer ? KvpopPredictor(c, shape) : KvpopPredictor(nullptr);
+    shape.kind = ko_.kind;
+    shape.hidden = ko_.hidden, shape.feature = ko_.feature, shape.value = ko_.value;
+    shape.softcap = ko_.softcap, shape.forget_bias = ko_.forget_bias;
+    if (has_scorer_) scorer_ = KvpopPredictor(c_, shape);
     // The model being fine-tuned starts as a copy of the frozen teacher.
-    LlamaMirror student = tunes_lm ? load_mirror(rc.resolve(cfg["init"].get<std::string>())) : LlamaMirror(nullptr);
-    const int64_t delay = ko.kind == "mlstm" && ko.delayed ? ko.window : 0;
-    const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+    if (tunes_lm_) student_ = load_mirror(run_.rc.resolve(run_.rc.root["init"].get<std::string>()));
+    delay_ = ko_.kind == "mlstm" && ko_.delayed ? ko_.window : 0;
+    scale_ = 1.0 / std::sqrt(static_cast<double>(c_.head_dim));
+    std::filesystem::create_directories(run_.rb.out);
+    stream_ = std::make_unique<TextStream>(run_.data.texts, *run_.tok, run_.data.holdout);
+    write_heldout_texts(run_.rb.out, run_.data, *stream_);
+    announce();
+    base_digest_ = model_digest(GGUFFile(run_.rc.resolve(run_.rc.root["init"].get<std::string>())));
+}
 
-    std::filesystem::create_directories(out);
-    const TextStream stream(data.texts, *tok, data.holdout);
-    write_heldout_texts(out, data, stream);
-    if (progress)
-        std::fprintf(
-            stderr, "KVpop (%s): model %s; %s; s %lld, w %lld, k %lld (B = %lld); %lld training text tokens\n",
-            ko.mode.c_str(), c.summary().c_str(),
-            has_scorer
-                ? ("scorer " + ko.kind + (ko.kind == "mlstm" ? (ko.delayed ? " (delayed)" : " (immediate)") : ""))
-                      .c_str()
-                : "StreamingLLM mask",
-            static_cast<long long>(ko.sinks), static_cast<long long>(ko.window), static_cast<long long>(ko.budget),
-            static_cast<long long>(ko.sinks + ko.window + ko.budget), static_cast<long long>(stream.train_tokens()));
+void KvpopRun::check_lengths() const {
+    const int64_t B = ko_.sinks + ko_.window + ko_.budget;
+    for (int64_t L : run_.data.mix.lengths)
+        require(L > B, "data.lengths holds ", L, ": no eviction happens within s + w + k = ", B,
+                " tokens, so there is nothing to learn");
+    require(run_.eval.window > B, "eval.window = ", run_.eval.window, " must exceed s + w + k = ", B);
+    require(!tunes_lm_ || ko_.kl_top <= c_.n_vocab, "kvpop.kl_top = ", ko_.kl_top, " exceeds the vocabulary (",
+            c_.n_vocab, ")");
+}
 
-    const OptimConfig& oc = rb.optim;
+void KvpopRun::announce() const {
+    if (!progress_) return;
+    const std::string what =
+        has_scorer_ ? "scorer " + ko_.kind + (ko_.kind == "mlstm" ? (ko_.delayed ? " (delayed)" : " (immediate)") : "")
+                    : "StreamingLLM mask";
+    std::fprintf(stderr, "KVpop (%s): model %s; %s; s %lld, w %lld, k %lld (B = %lld); %lld training text tokens\n",
+                 ko_.mode.c_str(), c_.summary().c_str(), what.c_str(), static_cast<long long>(ko_.sinks),
+                 static_cast<long long>(ko_.window), static_cast<long long>(ko_.budget),
+                 static_cast<long long>(ko_.sinks + ko_.window + ko_.budget),
+                 static_cast<long long>(stream_->train_tokens()));
+}
+
+std::vector<ParamGroup> KvpopRun::param_groups() const {
+    const OptimConfig& oc = run_.rb.optim;
     std::vector<ParamGroup> groups;
-    if (has_scorer) groups.push_back(ParamGroup{"kvpop_scorer", scorer->parameters(), oc.lr, oc.weight_decay});
-    if (tunes_lm) {
-        ParamGroup g{"model", student->parameters(), ko.base_lr, oc.weight_decay};
-        g.schedule = Schedule{"constant", 0, lo.steps};
+    if (has_scorer_) groups.push_back(ParamGroup{"kvpop_scorer", scorer_->parameters(), oc.lr, oc.weight_decay});
+    if (tunes_lm_) {
+        ParamGroup g{"model", student_->parameters(), ko_.base_lr, oc.weight_decay};
+        g.schedule = Schedule{"constant", 0, run_.loop.steps};
         groups.push_back(std::move(g));
     }
+    return groups;
+}
+
+torch::Tensor KvpopRun::evictions(int l, const torch::Tensor& k, const torch::Tensor& v) {
+    torch::NoGradGuard ng;
+    const int64_t B = k.size(0), H = k.size(1), T = k.size(2);
+    std::vector<int64_t> all;
+    all.reserve(static_cast<size_t>(B * H * T));
+    if (!has_scorer_) {
+        const auto e = streaming_eviction_steps(T, ko_.sinks, ko_.window, ko_.budget);
+        for (int64_t bh = 0; bh < B * H; ++bh) all.insert(all.end(), e.begin(), e.end());
+    } else {
+        const auto r = scorer_->scores(l, k, v, delay_).contiguous();
+        const auto lg = scorer_->log_gamma(l).contiguous();
+        const float* rp = r.data_ptr<float>();
+        const float* gp = lg.data_ptr<float>();
+        for (int64_t bh = 0; bh < B * H; ++bh) {
+            const auto p = student_priorities(rp + bh * T, T, gp[bh % H], ko_.decay_every);
+            const auto e = eviction_steps(boundary_pairs(p, ko_.sinks, ko_.window, ko_.budget), T);
+            all.insert(all.end(), e.begin(), e.end());
+        }
+    }
+    return torch::tensor(all, torch::kInt64).view({B, H, T});
+}
+
+MirrorHooks KvpopRun::masked(std::vector<std::pair<torch::Tensor, torch::Tensor>>* kv_out) {
+    MirrorHooks h;
+    h.key_until = [this, kv_out](int l, const AttnTensors& a) {
+        const auto k = a.k_post.detach(), v = a.v.detach();
+        if (kv_out) kv_out->emplace_back(k, v);
+        return evictions(l, k, v);
+    };
+    return h;
+}
+
+Pass KvpopRun::make_pass(const torch::Tensor& toks, bool grad) {
+    Pass p;
+    std::vector<AttnTensors> cap;
+    if (!tunes_lm_) {
+        torch::NoGradGuard ng;
+        MirrorHooks h = ko_.target == "sparse" ? masked(&p.kv) : MirrorHooks{};
+        h.capture = &cap;
+        run_.lm->forward(toks, h);
+        p.target = detached(std::move(cap));
+        if (ko_.target == "dense")
+            for (const auto& a : p.target) p.kv.emplace_back(a.k_post, a.v);
+        return p;
+    }
+    {
+        torch::NoGradGuard ng;
+        MirrorHooks th;
+        if (has_scorer_ && ko_.target == "dense") th.capture = &cap;
+        p.teacher = topk_teacher(run_.lm->forward(toks, th), ko_.kl_top);
+        p.target = detached(std::move(cap));
+    }
+    std::vector<AttnTensors> scap;
+    MirrorHooks sh = masked(has_scorer_ ? &p.kv : nullptr);
+    if (has_scorer_ && ko_.target == "sparse") sh.capture = &scap;
+    {
+        torch::AutoGradMode ag(grad);
+        p.student_logits = student_->forward(toks, sh);
+    }
+    if (!scap.empty()) p.target = detached(std::move(scap));
+    return p;
+}
+
+MicroResult KvpopRun::micro(int64_t step, int64_t m) {
+    const LoopOptions& lo = run_.loop;
+    const auto t0 = std::chrono::steady_clock::now();
+    const Batch b =
+        make_batch(run_.data.mix, *stream_, *run_.tok, run_.data.haystack, run_.rb.seed, step * lo.grad_accum + m);
+    const double data_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    auto toks = torch::from_blob(const_cast<int64_t*>(b.tokens.data()), {b.B, b.T}, torch::kInt64);
+    Pass pass = make_pass(toks, true);
+    MicroResult res;
+    double kl = 0;
+    if (tunes_lm_) {
+        const auto l = topk_kl(pass.student_logits, pass.teacher);
+        (l / static_cast<double>(lo.grad_accum)).backward();
+        kl = l.item<double>();
+        pass.student_logits = torch::Tensor();
+        res.metrics["kl"] = kl;
+    }
+    double loss_sum = 0;
+    int64_t n = 0, agree = 0, keep = 0;
+    // The pair loss's weight: 1 when it is the only loss, boundary_weight beside the KL.
+    const double bw = tunes_lm_ ? ko_.boundary_weight : 1.0;
+    for (int l = 0; has_scorer_ && l < c_.n_layer; ++l) {
+        const LayerTeacher lt = teach(pass.target[l], ko_, scale_);
+        std::vector<std::vector<BoundaryPair>> chosen(lt.pairs.size());
+        for (size_t bh = 0; bh < lt.pairs.size(); ++bh) {
+            chosen[bh] = lt.pairs[bh];
+            if (ko_.queries > 0 && static_cast<int64_t>(chosen[bh].size()) > ko_.queries) {
+                std::shuffle(chosen[bh].begin(), chosen[bh].end(), rng_);
+                chosen[bh].resize(ko_.queries);
+            }
+            for (const auto& p : chosen[bh]) keep += p.keep;
+        }
+        const auto r = scorer_->scores(l, pass.kv[l].first, pass.kv[l].second, delay_);
+        const PairLoss pl = pair_loss(r, scorer_->log_gamma(l), chosen, ko_);
+        (pl.loss * (bw / static_cast<double>(c_.n_layer * lo.grad_accum))).backward();
+        loss_sum += pl.loss.item<double>();
+        n += pl.n;
+        agree += pl.agree;
+    }
+    if (has_scorer_) {
+        res.metrics["pair_loss"] = loss_sum / c_.n_layer;
+        res.metrics["pair_acc"] = n ? static_cast<double>(agree) / n : 0.0;
+        res.metrics["keep_frac"] = n ? static_cast<double>(keep) / n : 0.0;
+    }
+    res.loss = torch::tensor(kl + bw * loss_sum / c_.n_layer);
+    res.backward_done = true;
+    res.tokens = b.B * b.T;
+    res.data_seconds = data_s;
+    return res;
+}
+
+json KvpopRun::eval() {
+    json e = json::object();
+    torch::NoGradGuard ng;
+    const LmEvalSpec& ev = run_.eval;
+    if (tunes_lm_) {
+        // Held-out NLL: the frozen model with the full cache and under the mask, and the fine-tuned model under it.
+        const auto names = run_.data.names();
+        if (dense_nll_.empty()) dense_nll_ = heldout_nll(run_.lm, *stream_, names, ev.window, ev.text_windows);
+        const json base = heldout_nll(run_.lm, *stream_, names, ev.window, ev.text_windows, masked(nullptr));
+        const json tuned = heldout_nll(student_, *stream_, names, ev.window, ev.text_windows, masked(nullptr));
+        for (const auto& [prefix, nll] :
+             {std::pair<const char*, const json*>{"dense_", &dense_nll_}, {"base_masked_", &base}, {"masked_", &tuned}})
+            for (auto it = nll->begin(); it != nll->end(); ++it) e[prefix + it.key()] = it.value();
+    }
+    if (has_scorer_) eval_scorer(e);
+    return e;
+}
+
+void KvpopRun::eval_scorer(json& e) {
+    const LmEvalSpec& ev = run_.eval;
+    double loss = 0;
+    int64_t n = 0, agree = 0, windows = 0;
+    std::vector<std::vector<double>> rec(c_.n_layer, std::vector<double>(c_.n_head_kv, 0.0)), recent = rec;
+    for (size_t f = 0; f < stream_->files(); ++f)
+        for (const auto& seq : stream_->heldout_windows(f, ev.window, ev.text_windows)) {
+            auto t = torch::tensor(std::vector<int64_t>(seq.tokens.begin(), seq.tokens.end())).unsqueeze(0);
+            const Pass pass = make_pass(t, false);
+            for (int l = 0; l < c_.n_layer; ++l) {
+                const LayerTeacher lt = teach(pass.target[l], ko_, scale_);
+                const auto r = scorer_->scores(l, pass.kv[l].first, pass.kv[l].second, delay_).contiguous();
+                const PairLoss pl = pair_loss(r, scorer_->log_gamma(l), lt.pairs, ko_);
+                loss += pl.loss.item<double>() * pl.n;
+                n += pl.n;
+                agree += pl.agree;
+                const auto lg = scorer_->log_gamma(l).contiguous();
+                const int64_t T = r.size(2);
+                const float* rp = r.data_ptr<float>();
+                for (int h = 0; h < c_.n_head_kv; ++h) {
+                    const auto sp = student_priorities(rp + h * T, T, lg[h].item<float>(), ko_.decay_every);
+                    const auto [a, b] = recall_at_end(lt.prio[h], sp, ko_);
+                    rec[l][h] += a;
+                    recent[l][h] += b;
+                }
+            }
+            ++windows;
+        }
+    if (n) {
+        e["pair_loss"] = loss / n;
+        e["pair_acc"] = static_cast<double>(agree) / n;
+    }
+    if (!windows) return;
+    double ra = 0, rb = 0;
+    for (auto* m : {&rec, &recent})
+        for (auto& row : *m)
+            for (auto& x : row) x /= windows;
+    for (int l = 0; l < c_.n_layer; ++l)
+        for (int h = 0; h < c_.n_head_kv; ++h) ra += rec[l][h], rb += recent[l][h];
+    e["recall"] = ra / (c_.n_layer * c_.n_head_kv);
+    e["recall_recent"] = rb / (c_.n_layer * c_.n_head_kv);
+    e["recall_heads"] = rec;
+    e["recall_recent_heads"] = recent;
+}
+
+void KvpopRun::save_to(const std::string& dir) {
+    const json& cfg = run_.rc.root;
+    const std::string init = run_.rc.resolve(cfg["init"].get<std::string>());
+    std::filesystem::create_directories(dir);
+    json card = {{"model_type", has_scorer_ ? "kvpop" : "streaming_plus"},
+                 {"mode", ko_.mode},
+                 {"base_model", init},
+                 {"model_digest", base_digest_},
+                 {"n_layer", c_.n_layer},
+                 {"n_head_kv", c_.n_head_kv},
+                 {"head_dim", c_.head_dim},
+                 {"window", ko_.window},
+                 {"sinks", ko_.sinks},
+                 {"budget_k", ko_.budget}};
+    if (has_scorer_) {
+        scorer_->save_safetensors((std::filesystem::path(dir) / "model.safetensors").string());
+        card.update({{"kind", ko_.kind},
+                     {"delayed", ko_.delayed},
+                     {"decay_every", ko_.decay_every},
+                     {"softcap", ko_.softcap},
+                     {"teacher_gamma", ko_.teacher_gamma},
+                     {"target", ko_.target},
+                     {"hidden", scorer_->shape().hidden},
+                     {"feature", scorer_->shape().feature},
+                     {"value", scorer_->shape().value}});
+    }
+    if (tunes_lm_) {
+        GGUFMetadata meta = tokenizer_metadata(init);
+        meta.insert(meta.begin(),
+                    {"general.name", GGUFValue::make_string(cfg.value("name", "kvsieve-kvpop-" + ko_.mode))});
+        save_mirror(student_, (std::filesystem::path(dir) / "model.gguf").string(), meta);
+        card["model_gguf"] = "model.gguf";
+        card["kl_top"] = ko_.kl_top;
+        card["base_lr"] = ko_.base_lr;
+    }
+    write_text((std::filesystem::path(dir) / "config.json").string(), card.dump(2) + "\n");
+}
+
+bool KvpopRun::run() {
     // The checkpoint holds the scorer alone in scorer mode (as before the fine-tuning modes existed, so such runs
     // resume), the model and its scorer otherwise.
-    KvpopRunModule holder(scorer, student);
-    TrainLoop loop(tunes_lm ? static_cast<torch::nn::Module&>(holder) : *scorer, groups, lo);
-
-    // Eviction steps [B, Hkv, T] of one layer for keys and values k, v [B, Hkv, T, d]: the running top-k of the
-    // scorer's static priorities r − ⌊t/n⌋ log γ_h, or StreamingLLM's at the same budget.
-    auto evictions = [&](int l, const torch::Tensor& k, const torch::Tensor& v) {
-        torch::NoGradGuard ng;
-        const int64_t B = k.size(0), H = k.size(1), T = k.size(2);
-        std::vector<int64_t> all;
-        all.reserve(static_cast<size_t>(B * H * T));
-        if (!has_scorer) {
-            const auto e = streaming_eviction_steps(T, ko.sinks, ko.window, ko.budget);
-            for (int64_t bh = 0; bh < B * H; ++bh) all.insert(all.end(), e.begin(), e.end());
-        } else {
-            const auto r = scorer->scores(l, k, v, delay).contiguous();
-            const auto lg = scorer->log_gamma(l).contiguous();
-            const float* rp = r.data_ptr<float>();
-            const float* gp = lg.data_ptr<float>();
-            for (int64_t bh = 0; bh < B * H; ++bh) {
-                const auto p = student_priorities(rp + bh * T, T, gp[bh % H], ko.decay_every);
-                const auto e = eviction_steps(boundary_pairs(p, ko.sinks, ko.window, ko.budget), T);
-                all.insert(all.end(), e.begin(), e.end());
-            }
-        }
-        return torch::tensor(all, torch::kInt64).view({B, H, T});
-    };
-    // Hooks that run a forward under the eviction mask; kv_out (if set) receives each layer's keys and values.
-    auto masked = [&](std::vector<std::pair<torch::Tensor, torch::Tensor>>* kv_out) {
-        MirrorHooks h;
-        h.key_until = [&evictions, kv_out](int l, const AttnTensors& a) {
-            const auto k = a.k_post.detach(), v = a.v.detach();
-            if (kv_out) kv_out->emplace_back(k, v);
-            return evictions(l, k, v);
-        };
-        return h;
-    };
-    // Every forward a step (training) or an evaluation (no gradient) needs.
-    auto make_pass = [&](const torch::Tensor& toks, bool grad) {
-        Pass p;
-        std::vector<AttnTensors> cap;
-        if (!tunes_lm) {
-            torch::NoGradGuard ng;
-            MirrorHooks h = ko.target == "sparse" ? masked(&p.kv) : MirrorHooks{};
-            h.capture = &cap;
-            lm->forward(toks, h);
-            p.target = detached(std::move(cap));
-            if (ko.target == "dense")
-                for (const auto& a : p.target) p.kv.emplace_back(a.k_post, a.v);
-            return p;
-        }
-        {
-            torch::NoGradGuard ng;
-            MirrorHooks th;
-            if (has_scorer && ko.target == "dense") th.capture = &cap;
-            p.teacher = topk_teacher(lm->forward(toks, th), ko.kl_top);
-            p.target = detached(std::move(cap));
-        }
-        std::vector<AttnTensors> scap;
-        MirrorHooks sh = masked(has_scorer ? &p.kv : nullptr);
-        if (has_scorer && ko.target == "sparse") sh.capture = &scap;
-        {
-            torch::AutoGradMode ag(grad);
-            p.student_logits = student->forward(toks, sh);
-        }
-        if (!scap.empty()) p.target = detached(std::move(scap));
-        return p;
-    };
-    std::mt19937_64 rng(rb.seed ^ 0x51CE);
-
-    auto micro = [&](int64_t step, int64_t m) {
-        const auto t0 = std::chrono::steady_clock::now();
-        const Batch b = make_batch(data.mix, stream, *tok, data.haystack, rb.seed, step * lo.grad_accum + m);
-        const double data_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        auto toks = torch::from_blob(const_cast<int64_t*>(b.tokens.data()), {b.B, b.T}, torch::kInt64);
-        Pass pass = make_pass(toks, true);
-        MicroResult res;
-        double kl = 0;
-        if (tunes_lm) {
-            const auto l = topk_kl(pass.student_logits, pass.teacher);
-            (l / static_cast<double>(lo.grad_accum)).backward();
-            kl = l.item<double>();
-            pass.student_logits = torch::Tensor();
-            res.metrics["kl"] = kl;
-        }
-        double loss_sum = 0;
-        int64_t n = 0, agree = 0, keep = 0;
-        // The pair loss's weight: 1 when it is the only loss, boundary_weight beside the KL.
-        const double bw = tunes_lm ? ko.boundary_weight : 1.0;
-        for (int l = 0; has_scorer && l < c.n_layer; ++l) {
-            const LayerTeacher lt = teach(pass.target[l], ko, scale);
-            std::vector<std::vector<BoundaryPair>> chosen(lt.pairs.size());
-            for (size_t bh = 0; bh < lt.pairs.size(); ++bh) {
-                chosen[bh] = lt.pairs[bh];
-                if (ko.queries > 0 && static_cast<int64_t>(chosen[bh].size()) > ko.queries) {
-                    std::shuffle(chosen[bh].begin(), chosen[bh].end(), rng);
-                    chosen[bh].resize(ko.queries);
-                }
-                for (const auto& p : chosen[bh]) keep += p.keep;
-            }
-            const auto r = scorer->scores(l, pass.kv[l].first, pass.kv[l].second, delay);
-            const PairLoss pl = pair_loss(r, scorer->log_gamma(l), chosen, ko);
-            (pl.loss * (bw / static_cast<double>(c.n_layer * lo.grad_accum))).backward();
-            loss_sum += pl.loss.item<double>();
-            n += pl.n;
-            agree += pl.agree;
-        }
-        if (has_scorer) {
-            res.metrics["pair_loss"] = loss_sum / c.n_layer;
-            res.metrics["pair_acc"] = n ? static_cast<double>(agree) / n : 0.0;
-            res.metrics["keep_frac"] = n ? static_cast<double>(keep) / n : 0.0;
-        }
-        res.loss = torch::tensor(kl + bw * loss_sum / c.n_layer);
-        res.backward_done = true;
-        res.tokens = b.B * b.T;
-        res.data_seconds = data_s;
-        return res;
-    };
-    json dense_nll;  // the frozen model's held-out NLL with the full cache: computed once
-    auto eval = [&](int64_t) {
-        json e = json::object();
-        torch::NoGradGuard ng;
-        if (tunes_lm) {
-            // Held-out NLL: the frozen model with the full cache and under the mask, and the fine-tuned model under it.
-            const auto names = data.names();
-            if (dense_nll.empty()) dense_nll = heldout_nll(lm, stream, names, ev.window, ev.text_windows);
-            const json base = heldout_nll(lm, stream, names, ev.window, ev.text_windows, masked(nullptr));
-            const json tuned = heldout_nll(student, stream, names, ev.window, ev.text_windows, masked(nullptr));
-            for (const auto& [prefix, nll] : {std::pair<const char*, const json*>{"dense_", &dense_nll},
-                                              {"base_masked_", &base},
-                                              {"masked_", &tuned}})
-                for (auto it = nll->begin(); it != nll->end(); ++it) e[prefix + it.key()] = it.value();
-        }
-        if (!has_scorer) return e;
-        double loss = 0;
-        int64_t n = 0, agree = 0, windows = 0;
-        std::vector<std::vector<double>> rec(c.n_layer, std::vector<double>(c.n_head_kv, 0.0)), recent = rec;
-        for (size_t f = 0; f < stream.files(); ++f)
-            for (const auto& seq : stream.heldout_windows(f, ev.window, ev.text_windows)) {
-                auto t = torch::tensor(std::vector<int64_t>(seq.tokens.begin(), seq.tokens.end())).unsqueeze(0);
-                const Pass pass = make_pass(t, false);
-                for (int l = 0; l < c.n_layer; ++l) {
-                    const LayerTeacher lt = teach(pass.target[l], ko, scale);
-                    const auto r = scorer->scores(l, pass.kv[l].first, pass.kv[l].second, delay).contiguous();
-                    const PairLoss pl = pair_loss(r, scorer->log_gamma(l), lt.pairs, ko);
-                    loss += pl.loss.item<double>() * pl.n;
-                    n += pl.n;
-                    agree += pl.agree;
-                    const auto lg = scorer->log_gamma(l).contiguous();
-                    const int64_t T = r.size(2);
-                    const float* rp = r.data_ptr<float>();
-                    for (int h = 0; h < c.n_head_kv; ++h) {
-                        const auto sp = student_priorities(rp + h * T, T, lg[h].item<float>(), ko.decay_every);
-                        const auto [a, b] = recall_at_end(lt.prio[h], sp, ko);
-                        rec[l][h] += a;
-                        recent[l][h] += b;
-                    }
-                }
-                ++windows;
-            }
-        if (n) {
-            e["pair_loss"] = loss / n;
-            e["pair_acc"] = static_cast<double>(agree) / n;
-        }
-        if (windows) {
-            double ra = 0, rb2 = 0;
-            for (auto* m : {&rec, &recent})
-                for (auto& row : *m)
-                    for (auto& x : row) x /= windows;
-            for (int l = 0; l < c.n_layer; ++l)
-                for (int h = 0; h < c.n_head_kv; ++h) ra += rec[l][h], rb2 += recent[l][h];
-            e["recall"] = ra / (c.n_layer * c.n_head_kv);
-            e["recall_recent"] = rb2 / (c.n_layer * c.n_head_kv);
-            e["recall_heads"] = rec;
-            e["recall_recent_heads"] = recent;
-        }
-        return e;
-    };
-    GGUFMetadata meta = tokenizer_metadata(rc.resolve(cfg["init"].get<std::string>()));
-    meta.insert(meta.begin(), {"general.name", GGUFValue::make_string(cfg.value("name", "kvsieve-kvpop-" + ko.mode))});
-    // The frozen model's digest: what lets kvsieve find this scorer for it (predict/bundled_predictors.h).
-    const std::string base_digest = model_digest(GGUFFile(rc.resolve(cfg["init"].get<std::string>())));
-    auto save_to = [&](const std::string& dir) {
-        std::filesystem::create_directories(dir);
-        json card = {{"model_type", has_scorer ? "kvpop" : "streaming_plus"},
-                     {"mode", ko.mode},
-                     {"base_model", rc.resolve(cfg["init"].get<std::string>())},
-                     {"model_digest", base_digest},
-                     {"n_layer", c.n_layer},
-                     {"n_head_kv", c.n_head_kv},
-                     {"head_dim", c.head_dim},
-                     {"window", ko.window},
-                     {"sinks", ko.sinks},
-                     {"budget_k", ko.budget}};
-        if (has_scorer) {
-            scorer->save_safetensors((std::filesystem::path(dir) / "model.safetensors").string());
-            card.update({{"kind", ko.kind},
-                         {"delayed", ko.delayed},
-                         {"decay_every", ko.decay_every},
-                         {"softcap", ko.softcap},
-                         {"teacher_gamma", ko.teacher_gamma},
-                         {"target", ko.target},
-                         {"hidden", scorer->shape().hidden},
-                         {"feature", scorer->shape().feature},
-                         {"value", scorer->shape().value}});
-        }
-        if (tunes_lm) {
-            save_mirror(student, (std::filesystem::path(dir) / "model.gguf").string(), meta);
-            card["model_gguf"] = "model.gguf";
-            card["kl_top"] = ko.kl_top;
-            card["base_lr"] = ko.base_lr;
-        }
-        write_text((std::filesystem::path(dir) / "config.json").string(), card.dump(2) + "\n");
-    };
+    KvpopRunModule holder(scorer_, student_);
+    TrainLoop loop(tunes_lm_ ? static_cast<torch::nn::Module&>(holder) : *scorer_, param_groups(), run_.loop);
     return loop.run_and_export(
-        micro, eval, [&](const std::string& dir, bool) { save_to(dir); }, out + "/scorer", output);
+        [this](int64_t step, int64_t m) { return micro(step, m); }, [this](int64_t) { return eval(); },
+        [this](const std::string& dir, bool) { save_to(dir); }, run_.rb.out + "/scorer", run_.output);
+}
+
+}  // namespace
+
+bool run_kvpop(const std::string& config_path, bool resume, bool progress) {
+    KvpopRun run(config_path, resume, progress);
+    return run.run();
 }
 
 }  // namespace kvsieve::train

@@ -55,130 +55,166 @@ struct GateStats {
 
 }  // namespace
 
-bool run_wgkv(const std::string& config_path, bool resume, bool progress) {
-    WgkvOptions wo;
-    FrozenModelRun run = open_frozen_run(config_path, "wgkv", "gates", "gates", resume, progress,
-                                         [&](const json& j) { wo = read_wgkv(j); });
-    auto& [rc, rb, output, data, lo, ev, tok, lm] = run;  // lm is frozen: only gate gradients are kept
-    const json& cfg = rc.root;
-    const std::string& out = rb.out;
-    const ModelConfig& c = lm->config();
-    torch::manual_seed(rb.seed ^ 0x3C6B);
-    WgkvPredictor gates(c, wo.g_expand, wo.bias_init);
+namespace {
+/// One WG-KV run: the frozen model and its write gates, the student's and the teacher's hooks, a step, the
+/// evaluation and the predictor folder.
+class WgkvRun {
+public:
+    /// Reads the config and the model (open_frozen_run), makes the gates (seeded) and the run directory with its
+    /// held-out texts. Throws Error naming the first problem.
+    WgkvRun(const std::string& config_path, bool resume, bool progress);
+    /// Trains and exports (TrainLoop::run_and_export); false when interrupted.
+    bool run();
 
-    std::filesystem::create_directories(out);
-    const TextStream stream(data.texts, *tok, data.holdout);
-    write_heldout_texts(out, data, stream);
-    const LmEval lm_eval(ev, data, stream, *tok, rb.seed);
+private:
+    /// The student's hooks: every layer's gate from its keys; `hard`: the inference decision 1[g ≥ τ]; the gates'
+    /// statistics into `st`.
+    MirrorHooks student_hooks(bool hard, GateStats* st);
+    /// The frozen model's hidden states for tokens [B, T] (no gradient): the distillation target.
+    torch::Tensor teacher(const torch::Tensor& toks);
+    MicroResult micro(int64_t step, int64_t m);
+    /// Held-out distillation loss under the inference decision and under the soft gates, the density and the
+    /// per-head density of the decision, and the held-out NLL of the gated model (the frozen model's beside it).
+    json eval();
+    void save_to(const std::string& dir, bool f16);
+
+    WgkvOptions wo_;      // read by open_frozen_run's section reader, so declared before run_
+    FrozenModelRun run_;  // its lm is frozen: only gate gradients are kept
+    ModelConfig c_;
+    WgkvPredictor gates_{nullptr};
+    std::unique_ptr<TextStream> stream_;
+    std::unique_ptr<LmEval> lm_eval_;
+    MirrorHooks teacher_hooks_;
+    json full_nll_;  // held-out NLL of the frozen model (without gates): computed at the first evaluation only
+    // The frozen model's digest: what lets kvsieve find these gates for it (predict/bundled_predictors.h).
+    std::string base_digest_;
+};
+
+WgkvRun::WgkvRun(const std::string& config_path, bool resume, bool progress)
+    : run_(open_frozen_run(config_path, "wgkv", "gates", "gates", resume, progress,
+                           [this](const json& j) { wo_ = read_wgkv(j); })),
+      c_(run_.lm->config()) {
+    torch::manual_seed(run_.rb.seed ^ 0x3C6B);
+    gates_ = WgkvPredictor(c_, wo_.g_expand, wo_.bias_init);
+    std::filesystem::create_directories(run_.rb.out);
+    stream_ = std::make_unique<TextStream>(run_.data.texts, *run_.tok, run_.data.holdout);
+    write_heldout_texts(run_.rb.out, run_.data, *stream_);
+    lm_eval_ = std::make_unique<LmEval>(run_.eval, run_.data, *stream_, *run_.tok, run_.rb.seed);
     if (progress)
         std::fprintf(stderr,
                      "WG-KV: frozen model %s; gates: %d hidden units per KV head; window %lld, λ %g, τ %.2f; "
                      "%lld training text tokens\n",
-                     c.summary().c_str(), gates->inner(), static_cast<long long>(wo.window), wo.lambda, wo.tau,
-                     static_cast<long long>(stream.train_tokens()));
+                     c_.summary().c_str(), gates_->inner(), static_cast<long long>(wo_.window), wo_.lambda, wo_.tau,
+                     static_cast<long long>(stream_->train_tokens()));
+    teacher_hooks_.blocked = true;
+    teacher_hooks_.attn_block = wo_.attn_block;
+    base_digest_ = model_digest(GGUFFile(run_.rc.resolve(run_.rc.root["init"].get<std::string>())));
+}
 
-    const OptimConfig& oc = rb.optim;
-    TrainLoop loop(*gates, {ParamGroup{"wgkv_gates", gates->parameters(), oc.lr, oc.weight_decay}}, lo);
-
-    // The student's hooks: every layer's gate from its keys; `hard`: the inference decision 1[g ≥ τ].
-    auto student_hooks = [&](bool hard, GateStats* st) {
-        MirrorHooks h;
-        h.gate_window = {wo.window, wo.sinks};
-        h.attn_block = wo.attn_block;
-        h.key_gate = [&, hard, st](int l, const AttnTensors& a) {
-            auto g = gates->gate(l, a.k_pre, a.k_post);  // [B, Hkv, T]
-            const int64_t T = g.size(2), w = std::max<int64_t>(wo.window, 1);
-            const int64_t j0 = std::min(wo.sinks, T), j1 = std::max<int64_t>(j0, T - w);  // gated keys: [j0, j1)
-            if (st && j1 > j0) {
-                auto ge = g.narrow(2, j0, j1 - j0);
-                st->density.push_back((ge.detach() >= wo.tau).to(torch::kFloat32).mean(std::vector<int64_t>{0, 2}));
-                st->reg.push_back((ge + ge * (1 - ge)).mean());
-            }
-            if (hard) return (g >= wo.tau).to(g.scalar_type());
-            return g.clamp_min(wo.g_min);
-        };
-        return h;
-    };
-    MirrorHooks teacher_hooks;
-    teacher_hooks.blocked = true;
-    teacher_hooks.attn_block = wo.attn_block;
-    auto teacher = [&](const torch::Tensor& toks) {
-        torch::NoGradGuard ng;
-        return lm->hidden(toks, teacher_hooks);
-    };
-
-    auto micro = [&](int64_t step, int64_t m) {
-        const auto t0 = std::chrono::steady_clock::now();
-        const Batch b = make_batch(data.mix, stream, *tok, data.haystack, rb.seed, step * lo.grad_accum + m);
-        const double data_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        auto toks = torch::from_blob(const_cast<int64_t*>(b.tokens.data()), {b.B, b.T}, torch::kInt64);
-        const auto target = teacher(toks);
-        GateStats st;
-        auto distill = torch::mse_loss(lm->hidden(toks, student_hooks(false, &st)), target);
-        MicroResult r;
-        r.loss = distill;
-        r.metrics["distill"] = distill.item<double>();
-        if (!st.reg.empty()) {
-            auto reg = torch::stack(st.reg).mean();
-            r.metrics["gate_reg"] = reg.item<double>();
-            r.metrics["density"] = torch::stack(st.density).mean().item<double>();
-            r.loss = r.loss + wo.lambda * reg;
+MirrorHooks WgkvRun::student_hooks(bool hard, GateStats* st) {
+    MirrorHooks h;
+    h.gate_window = {wo_.window, wo_.sinks};
+    h.attn_block = wo_.attn_block;
+    h.key_gate = [this, hard, st](int l, const AttnTensors& a) {
+        auto g = gates_->gate(l, a.k_pre, a.k_post);  // [B, Hkv, T]
+        const int64_t T = g.size(2), w = std::max<int64_t>(wo_.window, 1);
+        const int64_t j0 = std::min(wo_.sinks, T), j1 = std::max<int64_t>(j0, T - w);  // gated keys: [j0, j1)
+        if (st && j1 > j0) {
+            auto ge = g.narrow(2, j0, j1 - j0);
+            st->density.push_back((ge.detach() >= wo_.tau).to(torch::kFloat32).mean(std::vector<int64_t>{0, 2}));
+            st->reg.push_back((ge + ge * (1 - ge)).mean());
         }
-        r.tokens = b.B * b.T;
-        r.data_seconds = data_s;
-        return r;
+        if (hard) return (g >= wo_.tau).to(g.scalar_type());
+        return g.clamp_min(wo_.g_min);
     };
-    json full_nll;  // held-out NLL of the frozen model (without gates)
-    auto eval = [&](int64_t) {
-        // Held-out distillation loss under the inference decision and under the soft gates, the density and the
-        // per-head density of the decision, and the held-out NLL of the gated model (the frozen model's beside it).
-        json e = json::object();
-        double hard_mse = 0, soft_mse = 0;
-        int64_t n = 0;
-        GateStats st;
-        torch::NoGradGuard ng;
-        for (size_t f = 0; f < stream.files(); ++f)
-            for (const auto& seq : stream.heldout_windows(f, ev.window, ev.text_windows)) {
-                auto t = torch::tensor(std::vector<int64_t>(seq.tokens.begin(), seq.tokens.end())).unsqueeze(0);
-                const auto target = teacher(t);
-                hard_mse += torch::mse_loss(lm->hidden(t, student_hooks(true, &st)), target).item<double>();
-                soft_mse += torch::mse_loss(lm->hidden(t, student_hooks(false, nullptr)), target).item<double>();
-                ++n;
-            }
-        if (n) {
-            e["distill"] = hard_mse / n;
-            e["soft_distill"] = soft_mse / n;
+    return h;
+}
+
+torch::Tensor WgkvRun::teacher(const torch::Tensor& toks) {
+    torch::NoGradGuard ng;
+    return run_.lm->hidden(toks, teacher_hooks_);
+}
+
+MicroResult WgkvRun::micro(int64_t step, int64_t m) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const Batch b = make_batch(run_.data.mix, *stream_, *run_.tok, run_.data.haystack, run_.rb.seed,
+                               step * run_.loop.grad_accum + m);
+    const double data_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    auto toks = torch::from_blob(const_cast<int64_t*>(b.tokens.data()), {b.B, b.T}, torch::kInt64);
+    const auto target = teacher(toks);
+    GateStats st;
+    auto distill = torch::mse_loss(run_.lm->hidden(toks, student_hooks(false, &st)), target);
+    MicroResult r;
+    r.loss = distill;
+    r.metrics["distill"] = distill.item<double>();
+    if (!st.reg.empty()) {
+        auto reg = torch::stack(st.reg).mean();
+        r.metrics["gate_reg"] = reg.item<double>();
+        r.metrics["density"] = torch::stack(st.density).mean().item<double>();
+        r.loss = r.loss + wo_.lambda * reg;
+    }
+    r.tokens = b.B * b.T;
+    r.data_seconds = data_s;
+    return r;
+}
+
+json WgkvRun::eval() {
+    json e = json::object();
+    double hard_mse = 0, soft_mse = 0;
+    int64_t n = 0;
+    GateStats st;
+    torch::NoGradGuard ng;
+    for (size_t f = 0; f < stream_->files(); ++f)
+        for (const auto& seq : stream_->heldout_windows(f, run_.eval.window, run_.eval.text_windows)) {
+            auto t = torch::tensor(std::vector<int64_t>(seq.tokens.begin(), seq.tokens.end())).unsqueeze(0);
+            const auto target = teacher(t);
+            hard_mse += torch::mse_loss(run_.lm->hidden(t, student_hooks(true, &st)), target).item<double>();
+            soft_mse += torch::mse_loss(run_.lm->hidden(t, student_hooks(false, nullptr)), target).item<double>();
+            ++n;
         }
-        if (!st.density.empty()) e.update(gate_density_json(st.density, c.n_layer, c.n_head_kv));
-        e.update(lm_eval(lm, student_hooks(true, nullptr)));
-        // The frozen model's own held-out NLL never changes: computed at the first evaluation only.
-        if (full_nll.empty()) full_nll = lm_eval.heldout(lm, teacher_hooks, "full_");
-        e.update(full_nll);
-        return e;
-    };
-    // The frozen model's digest: what lets kvsieve find these gates for it (predict/bundled_predictors.h).
-    const std::string base_digest = model_digest(GGUFFile(rc.resolve(cfg["init"].get<std::string>())));
-    auto save_to = [&](const std::string& dir, bool f16) {
-        std::filesystem::create_directories(dir);
-        gates->save_safetensors((std::filesystem::path(dir) / "model.safetensors").string(), f16);
-        const json card = {{"model_type", "wgkv"},
-                           {"base_model", rc.resolve(cfg["init"].get<std::string>())},
-                           {"model_digest", base_digest},
-                           {"n_layer", c.n_layer},
-                           {"n_head_kv", c.n_head_kv},
-                           {"head_dim", c.head_dim},
-                           {"g_expand", wo.g_expand},
-                           {"inner", gates->inner()},
-                           {"window", wo.window},
-                           {"sinks", wo.sinks},
-                           {"tau", wo.tau},
-                           {"lambda", wo.lambda},
-                           {"dtype", f16 ? "F16" : "F32"}};
-        write_text((std::filesystem::path(dir) / "config.json").string(), card.dump(2) + "\n");
-    };
-    return loop.run_and_export(
-        micro, eval, [&](const std::string& dir, bool final) { save_to(dir, final && wo.save_f16); }, out + "/gates",
-        output);
+    if (n) {
+        e["distill"] = hard_mse / n;
+        e["soft_distill"] = soft_mse / n;
+    }
+    if (!st.density.empty()) e.update(gate_density_json(st.density, c_.n_layer, c_.n_head_kv));
+    e.update((*lm_eval_)(run_.lm, student_hooks(true, nullptr)));
+    if (full_nll_.empty()) full_nll_ = lm_eval_->heldout(run_.lm, teacher_hooks_, "full_");
+    e.update(full_nll_);
+    return e;
+}
+
+void WgkvRun::save_to(const std::string& dir, bool f16) {
+    std::filesystem::create_directories(dir);
+    gates_->save_safetensors((std::filesystem::path(dir) / "model.safetensors").string(), f16);
+    const json card = {{"model_type", "wgkv"},
+                       {"base_model", run_.rc.resolve(run_.rc.root["init"].get<std::string>())},
+                       {"model_digest", base_digest_},
+                       {"n_layer", c_.n_layer},
+                       {"n_head_kv", c_.n_head_kv},
+                       {"head_dim", c_.head_dim},
+                       {"g_expand", wo_.g_expand},
+                       {"inner", gates_->inner()},
+                       {"window", wo_.window},
+                       {"sinks", wo_.sinks},
+                       {"tau", wo_.tau},
+                       {"lambda", wo_.lambda},
+                       {"dtype", f16 ? "F16" : "F32"}};
+    write_text((std::filesystem::path(dir) / "config.json").string(), card.dump(2) + "\n");
+}
+
+bool WgkvRun::run() {
+    const OptimConfig& oc = run_.rb.optim;
+    TrainLoop loop(*gates_, {ParamGroup{"wgkv_gates", gates_->parameters(), oc.lr, oc.weight_decay}}, run_.loop);
+    return loop.run_and_export([this](int64_t step, int64_t m) { return micro(step, m); },
+                               [this](int64_t) { return eval(); },
+                               [this](const std::string& dir, bool final) { save_to(dir, final && wo_.save_f16); },
+                               run_.rb.out + "/gates", run_.output);
+}
+}  // namespace
+
+bool run_wgkv(const std::string& config_path, bool resume, bool progress) {
+    WgkvRun run(config_path, resume, progress);
+    return run.run();
 }
 
 }  // namespace kvsieve::train
