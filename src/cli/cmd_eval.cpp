@@ -6,6 +6,8 @@
 #include <map>
 #include <fstream>
 #include <sstream>
+#include <tuple>
+#include <utility>
 
 #include "cache/kv_pool.h"
 #include "cli/cache_options.h"
@@ -307,18 +309,86 @@ void add_eval_retrieval_heads(CLI::App* eval) {
     });
 }
 
+/// `kvsieve eval kept`'s options.
+struct KeptOpts {
+    std::string model, examples, policies, out;
+    KVTypeOptions kv;
+    int threads = 0;
+    bool query_aware = false;
+};
+
+/// The exported examples of `path` (eval ruler --export-jsonl) as (index, ids to prefill): context_ids, then
+/// question_ids with `query_aware`. Throws Error naming the file and line of a malformed one, or for none.
+std::vector<std::pair<int64_t, std::vector<int32_t>>> read_exported_contexts(const std::string& path,
+                                                                             bool query_aware) {
+    std::vector<std::pair<int64_t, std::vector<int32_t>>> contexts;
+    std::istringstream in(read_whole_file(path, "examples"));
+    int64_t line_no = 0;
+    for (std::string line; std::getline(in, line);) {
+        ++line_no;
+        if (line.empty()) continue;
+        const auto j = nlohmann::json::parse(line, nullptr, false);
+        require(!j.is_discarded() && j.is_object() && j.contains("context_ids") && j.contains("index"), path, ": line ",
+                line_no, " is not an exported example (JSON with index and context_ids)");
+        require(!query_aware || j.contains("question_ids"), path, ": line ", line_no,
+                " has no question_ids, which --query-aware prefills after the context");
+        try {
+            auto ids = j.at("context_ids").get<std::vector<int32_t>>();
+            if (query_aware) {
+                const auto q = j.at("question_ids").get<std::vector<int32_t>>();
+                ids.insert(ids.end(), q.begin(), q.end());
+            }
+            contexts.emplace_back(j.at("index").get<int64_t>(), std::move(ids));
+        } catch (const nlohmann::json::exception&) {
+            fail(path, ": line ", line_no, " has an index, context_ids or question_ids of the wrong type");
+        }
+    }
+    require(!contexts.empty(), path, " holds no examples");
+    return contexts;
+}
+
+/// Runs `kvsieve eval kept`: every policy after prefilling every example, one JSON line per pair.
+void run_kept(const KeptOpts& ko) {
+    set_num_threads(ko.threads);
+    std::vector<std::string> specs;
+    std::stringstream ss(ko.policies);
+    for (std::string p; std::getline(ss, p, ';');)
+        if (!p.empty()) specs.push_back(p);
+    require(!specs.empty(), "--policies names no policy");
+    select_predictor_model(ko.model);               // learned presets without model=
+    for (const auto& sp : specs) parse_policy(sp);  // bad specs fail before the model loads
+    const std::string kv_types = ko.kv.spec();      // a bad type or place fails before the model loads
+    parse_kv_rotate_mode(ko.kv.rotate);
+    const auto contexts = read_exported_contexts(ko.examples, ko.query_aware);
+    LlamaModel m(ko.model);
+    for (const auto& ctx : contexts)
+        for (int32_t id : ctx.second)
+            require(id >= 0 && id < m.config().n_vocab, ko.examples, ": example ", ctx.first, " has token id ", id,
+                    " outside the vocabulary of ", m.config().n_vocab);
+    std::ostringstream out;
+    for (const auto& ctx : contexts)
+        for (const auto& spec : specs) {
+            nlohmann::json heads = nlohmann::json::array();
+            for (const auto& h : kept_after_prefill(m, ctx.second, spec, kv_types, ko.kv.rotate))
+                heads.push_back(
+                    {{"layer", h.layer}, {"head", h.head}, {"positions", h.positions}, {"scores", h.scores}});
+            out << nlohmann::json{{"index", ctx.first},
+                                  {"policy", spec},
+                                  {"n_tokens", ctx.second.size()},
+                                  {"heads", heads}}
+                       .dump()
+                << "\n";
+            std::fprintf(stderr, "example %ld, %s: done\n", static_cast<long>(ctx.first), spec.c_str());
+        }
+    write_text(ko.out, out.str());
+}
+
 /// `kvsieve eval kept`: the positions and scores each policy keeps per (layer, KV head) after prefilling exported
 /// examples.
 void add_eval_kept(CLI::App* eval) {
     auto* kept = eval->add_subcommand("kept",
                                       "per (layer, KV head): the positions and scores a policy keeps after "
                                       "prefilling each exported RULER context (eval ruler --export-jsonl)");
-    struct KeptOpts {
-        std::string model, examples, policies, out;
-        KVTypeOptions kv;
-        int threads = 0;
-        bool query_aware = false;
-    };
     auto ko = std::make_shared<KeptOpts>();
     ko->kv.both = "f32";  // kvpress's float32 runs (tools/kvpress_crosscheck.py)
     kept->add_option("-m,--model", ko->model, "GGUF model")->required()->check(CLI::ExistingFile);
@@ -338,66 +408,7 @@ void add_eval_kept(CLI::App* eval) {
         ->required();
     ko->kv.add_to(kept);
     kept->add_option("-t,--threads", ko->threads, "threads (0: all cores)");
-    kept->callback([ko] {
-        set_num_threads(ko->threads);
-        std::vector<std::string> specs;
-        std::stringstream ss(ko->policies);
-        for (std::string p; std::getline(ss, p, ';');)
-            if (!p.empty()) specs.push_back(p);
-        require(!specs.empty(), "--policies names no policy");
-        select_predictor_model(ko->model);              // learned presets without model=
-        for (const auto& sp : specs) parse_policy(sp);  // bad specs fail before the model loads
-        const std::string kv_types = ko->kv.spec();     // a bad type or place fails before the model loads
-        parse_kv_rotate_mode(ko->kv.rotate);
-        std::vector<std::pair<int64_t, std::vector<int32_t>>> contexts;  // (index, context ids)
-        {
-            std::istringstream in(read_whole_file(ko->examples, "examples"));
-            int64_t line_no = 0;
-            for (std::string line; std::getline(in, line);) {
-                ++line_no;
-                if (line.empty()) continue;
-                const auto j = nlohmann::json::parse(line, nullptr, false);
-                require(!j.is_discarded() && j.is_object() && j.contains("context_ids") && j.contains("index"),
-                        ko->examples, ": line ", line_no,
-                        " is not an exported example (JSON with index and context_ids)");
-                require(!ko->query_aware || j.contains("question_ids"), ko->examples, ": line ", line_no,
-                        " has no question_ids, which --query-aware prefills after the context");
-                try {
-                    auto ids = j.at("context_ids").get<std::vector<int32_t>>();
-                    if (ko->query_aware) {
-                        const auto q = j.at("question_ids").get<std::vector<int32_t>>();
-                        ids.insert(ids.end(), q.begin(), q.end());
-                    }
-                    contexts.emplace_back(j.at("index").get<int64_t>(), std::move(ids));
-                } catch (const nlohmann::json::exception&) {
-                    fail(ko->examples, ": line ", line_no,
-                         " has an index, context_ids or question_ids of the wrong type");
-                }
-            }
-        }
-        require(!contexts.empty(), ko->examples, " holds no examples");
-        LlamaModel m(ko->model);
-        for (const auto& ctx : contexts)
-            for (int32_t id : ctx.second)
-                require(id >= 0 && id < m.config().n_vocab, ko->examples, ": example ", ctx.first, " has token id ", id,
-                        " outside the vocabulary of ", m.config().n_vocab);
-        std::ostringstream out;
-        for (const auto& ctx : contexts)
-            for (const auto& spec : specs) {
-                nlohmann::json heads = nlohmann::json::array();
-                for (const auto& h : kept_after_prefill(m, ctx.second, spec, kv_types, ko->kv.rotate))
-                    heads.push_back(
-                        {{"layer", h.layer}, {"head", h.head}, {"positions", h.positions}, {"scores", h.scores}});
-                out << nlohmann::json{{"index", ctx.first},
-                                      {"policy", spec},
-                                      {"n_tokens", ctx.second.size()},
-                                      {"heads", heads}}
-                           .dump()
-                    << "\n";
-                std::fprintf(stderr, "example %ld, %s: done\n", static_cast<long>(ctx.first), spec.c_str());
-            }
-        write_text(ko->out, out.str());
-    });
+    kept->callback([ko] { run_kept(*ko); });
 }
 
 /// `kvsieve eval leaderboard`: sweep folders into one table per model and a score-vs-compression plot.
@@ -573,117 +584,135 @@ void add_eval_fidelity(CLI::App* eval) {
 }
 
 /// `kvsieve eval sweep`: policies × ratios (or thresholds), NLL or RULER, in kvpress's result layout.
+/// `kvsieve eval sweep`'s options.
+struct SweepArgs {
+    EvalCommon common;
+    std::string policies, ratios, thresholds, tau_policies, task = "nll", tasks = "niah_single_1", lengths = "1024";
+    std::string format, shard;
+    bool query_aware = false;
+    int64_t decode_preamble = 0, cells_per_pass = 0;
+    CLI::Option* cells_per_pass_opt = nullptr;
+};
+
+/// --policies: ';' separates specs that contain ','; a ';'-entry without ':' is a ','-separated list of presets.
+std::vector<std::string> sweep_policies(const std::string& policies) {
+    std::vector<std::string> out;
+    std::stringstream ss(policies);
+    for (std::string p; std::getline(ss, p, ';');) {
+        if (p.empty()) continue;
+        if (p.find(':') != std::string::npos) {
+            out.push_back(p);
+            continue;
+        }
+        std::stringstream s2(p);
+        for (std::string q; std::getline(s2, q, ',');)
+            if (!q.empty()) out.push_back(q);
+    }
+    return out;
+}
+
+/// --shard K/N as (K, N); throws Error unless 0 ≤ K < N.
+std::pair<int, int> parse_shard(const std::string& shard) {
+    const size_t slash = shard.find('/');
+    int k = -1, n = 0;
+    try {
+        size_t used_k = 0, used_n = 0;
+        require(slash != std::string::npos, "");
+        k = std::stoi(shard.substr(0, slash), &used_k);
+        n = std::stoi(shard.substr(slash + 1), &used_n);
+        require(used_k == slash && used_n == shard.size() - slash - 1, "");
+    } catch (const std::exception&) { k = -1; }
+    require(k >= 0 && n >= 1 && k < n, "--shard '", shard, "' is not K/N with 0 ≤ K < N, e.g. 0/2");
+    return {k, n};
+}
+
+/// The sweep's options from its command line; throws Error for an option of the other task or a bad value.
+SweepOptions sweep_options(const SweepArgs& a) {
+    const bool ruler = a.task == "ruler";
+    require(a.task == "nll" || ruler, "sweep task '", a.task, "' is not nll or ruler");
+    require(ruler || !a.query_aware, "--query-aware applies to --task ruler");
+    require(ruler || a.decode_preamble == 0, "--decode-preamble applies to --task ruler");
+    require(ruler || a.format.empty(), "--format applies to --task ruler");
+    require(a.cells_per_pass >= 0, "--cells-per-pass must be ≥ 0, got ", a.cells_per_pass);
+    require(ruler || a.cells_per_pass_opt->count() == 0, "--cells-per-pass applies to --task ruler");
+    require(ruler || a.shard.empty(), "--shard applies to --task ruler");
+    const EvalCommon& c = a.common;
+    SweepOptions o;
+    o.policies = sweep_policies(a.policies);
+    std::stringstream ts(a.tau_policies);
+    for (std::string p; std::getline(ts, p, ';');)
+        if (!p.empty()) o.threshold_policies.push_back(p);
+    o.ratios = parse_list(a.ratios, "--ratios");
+    o.thresholds = parse_list(a.thresholds, "--thresholds");
+    o.out_dir = c.out;
+    o.model_path = c.model;
+    o.corpus_path = c.corpus;
+    o.nll = c.nll_options();
+    o.ruler.tasks = split_names(a.tasks);
+    for (auto& t : o.ruler.tasks) check_task_name(canonical_task(t));
+    o.ruler.lengths.clear();
+    for (double l : parse_list(a.lengths, "--lengths")) o.ruler.lengths.push_back(static_cast<int64_t>(l));
+    o.ruler.samples = c.samples;
+    o.ruler.seed = c.seed;
+    o.ruler.kv_type = c.kv.spec();
+    o.ruler.kv_rotate = c.kv.rotate;
+    o.ruler.progress = !c.quiet;
+    o.ruler.query_aware = a.query_aware;
+    o.ruler.decode_preamble = a.decode_preamble;
+    o.cells_per_pass = a.cells_per_pass;
+    if (!a.shard.empty()) std::tie(o.ruler.shard, o.ruler.shards) = parse_shard(a.shard);
+    return o;
+}
+
+void run_sweep_command(const SweepArgs& a) {
+    require(a.task == "nll" || a.task == "ruler", "sweep task '", a.task, "' is not nll or ruler");
+    set_num_threads(a.common.threads);
+    SweepOptions o = sweep_options(a);
+    const std::string text = a.common.read_corpus();
+    LlamaModel m(a.common.model);
+    select_predictor_model(m.file());  // learned presets without model=
+    const auto tok = Tokenizer::from_gguf(m.file());
+    if (a.task == "ruler") apply_format(a.format, m, *tok, a.common.model, o.ruler);
+    if (a.task == "nll")
+        run_nll_sweep(m, *tok, text, o);
+    else
+        run_ruler_sweep(m, *tok, text, o);
+}
+
 void add_eval_sweep(CLI::App* eval) {
     auto* sweep = eval->add_subcommand("sweep", "policies × ratios (or thresholds): NLL vs density, kvpress layout");
-    auto c2 = std::make_shared<EvalCommon>();
-    auto policies = std::make_shared<std::string>();
-    auto ratios = std::make_shared<std::string>();
-    auto thresholds = std::make_shared<std::string>();
-    auto tau_policies = std::make_shared<std::string>();
-    auto task = std::make_shared<std::string>("nll");
-    c2->add_to(sweep);
-    sweep->add_option("--policies", *policies, "comma-separated presets, e.g. streaming_llm,h2o,snapkv")->required();
-    sweep->add_option("--ratios", *ratios, "comma-separated compression ratios, e.g. 0.25,0.5,0.75");
+    auto a = std::make_shared<SweepArgs>();
+    a->common.add_to(sweep);
+    sweep->add_option("--policies", a->policies, "comma-separated presets, e.g. streaming_llm,h2o,snapkv")->required();
+    sweep->add_option("--ratios", a->ratios, "comma-separated compression ratios, e.g. 0.25,0.5,0.75");
     sweep->add_option(
-        "--thresholds", *thresholds,
+        "--thresholds", a->thresholds,
         "comma-separated thresholds τ (rule=threshold); with neither, each policy spec is one cell as written");
     sweep->add_option(
-        "--threshold-policies", *tau_policies,
+        "--threshold-policies", a->tau_policies,
         "';'-separated presets swept over --thresholds alone, in the same pass as --policies over --ratios "
         "(e.g. the baselines over ratios and KVzap over τ, one prefill per example for both)");
-    auto stasks = std::make_shared<std::string>("niah_single_1");
-    auto slengths = std::make_shared<std::string>("1024");
-    sweep->add_option("--task", *task, "nll or ruler")->capture_default_str();
-    sweep->add_option("--tasks", *stasks, "ruler: comma-separated tasks")->capture_default_str();
-    sweep->add_option("--lengths", *slengths, "ruler: comma-separated lengths in tokens")->capture_default_str();
-    auto sqa = std::make_shared<bool>(false);
-    sweep->add_flag("--query-aware", *sqa, "ruler: compress after the question too (default: query-agnostic)");
-    auto spre = std::make_shared<int64_t>(0);
+    sweep->add_option("--task", a->task, "nll or ruler")->capture_default_str();
+    sweep->add_option("--tasks", a->tasks, "ruler: comma-separated tasks")->capture_default_str();
+    sweep->add_option("--lengths", a->lengths, "ruler: comma-separated lengths in tokens")->capture_default_str();
+    sweep->add_flag("--query-aware", a->query_aware,
+                    "ruler: compress after the question too (default: query-agnostic)");
     sweep
-        ->add_option("--decode-preamble", *spre,
+        ->add_option("--decode-preamble", a->decode_preamble,
                      "ruler: tokens the model generates between the context and the question")
         ->capture_default_str();
-    auto spass = std::make_shared<int64_t>(0);
-    CLI::Option* spass_opt =
+    a->cells_per_pass_opt =
         sweep
             ->add_option(
-                "--cells-per-pass", *spass,
+                "--cells-per-pass", a->cells_per_pass,
                 "ruler: unfinished cells run together, sharing each example's prefill (0: all; 1: one at a time)")
             ->capture_default_str();
-    auto sformat = std::make_shared<std::string>();
-    add_format_option(sweep, *sformat);
-    auto sshard = std::make_shared<std::string>();
+    add_format_option(sweep, a->format);
     sweep->add_option(
-        "--shard", *sshard,
+        "--shard", a->shard,
         "ruler: K/N runs only the examples e with e mod N = K, so N processes (one per core) share a sweep; "
         "each keeps its own partial files, and the last to finish writes the cells");
-    sweep->callback([c2, policies, ratios, thresholds, tau_policies, task, stasks, slengths, sqa, spre, spass,
-                     spass_opt, sshard, sformat] {
-        require(*task == "nll" || *task == "ruler", "sweep task '", *task, "' is not nll or ruler");
-        set_num_threads(c2->threads);
-        SweepOptions o;
-        std::stringstream ss(*policies);
-        for (std::string p; std::getline(ss, p, ';');)  // ';' separates specs that contain ','
-            if (!p.empty()) {
-                if (p.find(':') == std::string::npos) {
-                    std::stringstream s2(p);
-                    for (std::string q; std::getline(s2, q, ',');)
-                        if (!q.empty()) o.policies.push_back(q);
-                } else {
-                    o.policies.push_back(p);
-                }
-            }
-        std::stringstream ts(*tau_policies);
-        for (std::string p; std::getline(ts, p, ';');)
-            if (!p.empty()) o.threshold_policies.push_back(p);
-        o.ratios = parse_list(*ratios, "--ratios");
-        o.thresholds = parse_list(*thresholds, "--thresholds");
-        o.out_dir = c2->out;
-        o.model_path = c2->model;
-        o.corpus_path = c2->corpus;
-        o.nll = c2->nll_options();
-        o.ruler.tasks = split_names(*stasks);
-        for (auto& t : o.ruler.tasks) check_task_name(canonical_task(t));
-        o.ruler.lengths.clear();
-        for (double l : parse_list(*slengths, "--lengths")) o.ruler.lengths.push_back(static_cast<int64_t>(l));
-        o.ruler.samples = c2->samples;
-        o.ruler.seed = c2->seed;
-        o.ruler.kv_type = c2->kv.spec();
-        o.ruler.kv_rotate = c2->kv.rotate;
-        o.ruler.progress = !c2->quiet;
-        o.ruler.query_aware = *sqa;
-        o.ruler.decode_preamble = *spre;
-        require(*task == "ruler" || !*sqa, "--query-aware applies to --task ruler");
-        require(*task == "ruler" || *spre == 0, "--decode-preamble applies to --task ruler");
-        require(*task == "ruler" || sformat->empty(), "--format applies to --task ruler");
-        require(*spass >= 0, "--cells-per-pass must be ≥ 0, got ", *spass);
-        require(*task == "ruler" || spass_opt->count() == 0, "--cells-per-pass applies to --task ruler");
-        o.cells_per_pass = *spass;
-        if (!sshard->empty()) {
-            require(*task == "ruler", "--shard applies to --task ruler");
-            const size_t slash = sshard->find('/');
-            int k = -1, n = 0;
-            try {
-                size_t used_k = 0, used_n = 0;
-                require(slash != std::string::npos, "");
-                k = std::stoi(sshard->substr(0, slash), &used_k);
-                n = std::stoi(sshard->substr(slash + 1), &used_n);
-                require(used_k == slash && used_n == sshard->size() - slash - 1, "");
-            } catch (const std::exception&) { k = -1; }
-            require(k >= 0 && n >= 1 && k < n, "--shard '", *sshard, "' is not K/N with 0 ≤ K < N, e.g. 0/2");
-            o.ruler.shard = k;
-            o.ruler.shards = n;
-        }
-        const std::string text = c2->read_corpus();
-        LlamaModel m(c2->model);
-        select_predictor_model(m.file());  // learned presets without model=
-        const auto tok = Tokenizer::from_gguf(m.file());
-        if (*task == "ruler") apply_format(*sformat, m, *tok, c2->model, o.ruler);
-        if (*task == "nll")
-            run_nll_sweep(m, *tok, text, o);
-        else
-            run_ruler_sweep(m, *tok, text, o);
-    });
+    sweep->callback([a] { run_sweep_command(*a); });
 }
 
 }  // namespace

@@ -236,11 +236,9 @@ void run(const ServeOpts& o) {
 }
 }  // namespace
 
-void add_serve(CLI::App& app) {
-    auto* cmd = app.add_subcommand("serve",
-                                   "OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, "
-                                   "/v1/models, /health, /metrics with --metrics); sequences share one KV pool");
-    auto o = std::make_shared<ServeOpts>();
+namespace {
+/// serve's options of the model, the KV cache, the scheduler and saved sequences, in the order --help lists them.
+void add_engine_options(CLI::App* cmd, ServeOpts* o) {
     cmd->add_option("-m,--model", o->model, "GGUF model file")->required()->check(CLI::ExistingFile);
     cmd->add_option("--alias", o->aliases,
                     "a name of the model (repeatable): a request's model must be one of these or the file name "
@@ -291,6 +289,10 @@ void add_serve(CLI::App& app) {
         "itself); a save past it is refused (cache_save: usage.cache_save_error; POST /v1/cache/save: 403), "
         "deleting saved sequences frees space (0: no limit; default 1024)");
     cmd->add_option("-t,--threads", o->threads, "compute threads (0: all cores)")->capture_default_str();
+}
+
+/// serve's options of the HTTP front: connections, time limits, sizes, keys and origins.
+void add_http_options(CLI::App* cmd, ServeOpts* o) {
     cmd->add_option("--max-connections,--http-threads", o->http.max_connections,
                     "connections open at once, idle, reading or answering (one more: 503 and closed at once); a "
                     "request runs on a thread of its own once it has arrived whole")
@@ -338,6 +340,17 @@ void add_serve(CLI::App& app) {
                     "request with another Origin header gets 403 (default: none)");
     cmd->add_option("--max-body-mb", o->max_body_mb, "largest request body in MiB (larger: 413)")
         ->capture_default_str();
+}
+
+}  // namespace
+
+void add_serve(CLI::App& app) {
+    auto* cmd = app.add_subcommand("serve",
+                                   "OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, "
+                                   "/v1/models, /health, /metrics with --metrics); sequences share one KV pool");
+    auto o = std::make_shared<ServeOpts>();
+    add_engine_options(cmd, o.get());
+    add_http_options(cmd, o.get());
     cmd->callback([o] { run(*o); });
 }
 

@@ -79,6 +79,44 @@ void LlamaModel::forward_batch(const std::vector<Segment>& segs) const {
     forward_segments(segs.data(), segs.size());
 }
 
+namespace {
+/// Checks every segment before any cache changes: tokens, cache and logits given, T ≥ 1 (T = 1 for a decode step),
+/// no cache twice, room in the context, ids in the vocabulary. Throws Error naming the first problem.
+void check_segments(const LlamaModel::Segment* segs, size_t S, int n_vocab) {
+    for (size_t s = 0; s < S; ++s) {
+        const LlamaModel::Segment& g = segs[s];
+        require(g.tokens && g.cache && g.logits, "forward: segment ", s, " lacks its tokens, cache or logits");
+        const int64_t T = static_cast<int64_t>(g.tokens->size());
+        require(T > 0, "forward: no tokens");
+        require(g.phase != StepPhase::kDecode || T == 1, "a decode step takes one token, got ", T);
+        for (size_t r = 0; r < s; ++r)
+            require(segs[r].cache != g.cache, "forward: one cache is given twice in a batch");
+        require(g.cache->n_tokens() + T <= g.cache->n_ctx(), "the sequence needs ", g.cache->n_tokens() + T,
+                " positions but the context holds ", g.cache->n_ctx());
+        for (int32_t id : *g.tokens)
+            require(id >= 0 && id < n_vocab, "token id ", id, " is outside the vocabulary of ", n_vocab);
+    }
+}
+
+/// Y = X·Wᵀ over all rows of a step laid out by sc.rows: the short rows in one row-exact product (one segment alone:
+/// the path its length picks), each long segment in a product of its own (SGEMM's rounding depends on the number of
+/// rows, so a long chunk gets exactly the numbers it gets alone). X: [N][cols].
+void step_matmul(ForwardScratch& sc, size_t S, std::initializer_list<MatmulTarget> list, const float* X, int64_t cols) {
+    const ShortFirst& rows = sc.rows;
+    const std::vector<MatmulTarget>& targets = sc.targets;
+    sc.targets.assign(list);
+    if (rows.n_short > 0)
+        matmul_shared_input(targets, X, rows.n_short, S == 1 ? MatmulPath::kAuto : MatmulPath::kRowExact);
+    for (size_t s : rows.order) {
+        if (is_short(sc.len[s])) continue;
+        std::vector<MatmulTarget>& part = sc.part;
+        part.assign(targets.begin(), targets.end());
+        for (auto& t : part) t.Y += rows.offset[s] * t.W->rows;
+        matmul_shared_input(part, X + rows.offset[s] * cols, sc.len[s]);
+    }
+}
+}  // namespace
+
 void LlamaModel::forward_segments(const Segment* segs, size_t S) const {
     // The model's scratch, or one of this step's own while another thread runs the model.
     ForwardScratch* lent = scratch_->borrow();
@@ -91,123 +129,104 @@ void LlamaModel::forward_segments(const Segment* segs, size_t S) const {
     } give_back{*scratch_, lent != nullptr};
     ForwardScratch own;
     ForwardScratch& sc = lent ? *lent : own;
+    check_segments(segs, S, cfg_.n_vocab);
+    embed_rows(segs, S, sc);
+    const RopeAngles angles = rope_->angles();
+    for (int l = 0; l < cfg_.n_layer; ++l) forward_layer(l, segs, S, angles, sc);
+    for (size_t s = 0; s < S; ++s) segs[s].cache->finish_step(sc.pos0[s], sc.len[s], segs[s].phase);
+    output_head(segs, S, sc);
+}
+
+void LlamaModel::embed_rows(const Segment* segs, size_t S, ForwardScratch& sc) const {
     const ModelConfig& c = cfg_;
-    const int64_t D = c.n_embd, d = c.head_dim, q_dim = int64_t(c.n_head) * d, kv_dim = int64_t(c.n_head_kv) * d;
-    for (size_t s = 0; s < S; ++s) {
-        const Segment& g = segs[s];
-        require(g.tokens && g.cache && g.logits, "forward: segment ", s, " lacks its tokens, cache or logits");
-        const int64_t T = static_cast<int64_t>(g.tokens->size());
-        require(T > 0, "forward: no tokens");
-        require(g.phase != StepPhase::kDecode || T == 1, "a decode step takes one token, got ", T);
-        for (size_t r = 0; r < s; ++r)
-            require(segs[r].cache != g.cache, "forward: one cache is given twice in a batch");
-        require(g.cache->n_tokens() + T <= g.cache->n_ctx(), "the sequence needs ", g.cache->n_tokens() + T,
-                " positions but the context holds ", g.cache->n_ctx());
-        for (int32_t id : *g.tokens)
-            require(id >= 0 && id < c.n_vocab, "token id ", id, " is outside the vocabulary of ", c.n_vocab);
-    }
+    const int64_t D = c.n_embd, q_dim = int64_t(c.n_head) * c.head_dim, kv_dim = int64_t(c.n_head_kv) * c.head_dim;
     // Rows are laid out segment after segment, short segments (decode steps, small chunks) first: their rows take
     // the row-exact GEMV path together, so each gets the numbers it would get alone; long prefill chunks follow
     // and take the path their length picks, as alone. A single segment is exactly forward() of it.
-    std::vector<int64_t>&len = sc.len, &pos0 = sc.pos0;
-    len.resize(S);
-    pos0.resize(S);
+    sc.len.resize(S);
+    sc.pos0.resize(S);
     for (size_t s = 0; s < S; ++s) {
-        len[s] = static_cast<int64_t>(segs[s].tokens->size());
-        pos0[s] = segs[s].cache->n_tokens();
+        sc.len[s] = static_cast<int64_t>(segs[s].tokens->size());
+        sc.pos0[s] = segs[s].cache->n_tokens();
     }
-    short_first(len.data(), S, sc.rows);
-    const ShortFirst& rows = sc.rows;
-    const std::vector<size_t>& order = rows.order;
-    const std::vector<int64_t>& row0 = rows.offset;
-    const int64_t N = rows.total, n_small = rows.n_short;
-    const MatmulPath small_path = S == 1 ? MatmulPath::kAuto : MatmulPath::kRowExact;
-    // Y = X·Wᵀ over all rows: the short rows in one row-exact product, each long segment in a product of its own
-    // (SGEMM's rounding depends on the number of rows, so a long chunk gets exactly the numbers it gets alone).
-    auto mm = [&](std::initializer_list<MatmulTarget> list, const float* X, int64_t cols) {
-        const std::vector<MatmulTarget>& targets = sc.targets;
-        sc.targets.assign(list);
-        if (n_small > 0) matmul_shared_input(targets, X, n_small, small_path);
-        for (size_t s : order) {
-            if (is_short(len[s])) continue;
-            std::vector<MatmulTarget>& part = sc.part;
-            part.assign(targets.begin(), targets.end());
-            for (auto& t : part) t.Y += row0[s] * t.W->rows;
-            matmul_shared_input(part, X + row0[s] * cols, len[s]);
-        }
-    };
-
+    short_first(sc.len.data(), S, sc.rows);
+    const int64_t N = sc.rows.total;
     // Every buffer is fully written before it is read, so resize (which keeps the capacity) is enough.
-    std::vector<float>&x = sc.x, &xn = sc.xn, &q = sc.q, &k = sc.k, &v = sc.v, &att = sc.att, &g = sc.g, &u = sc.u,
-    &tmp = sc.tmp, &q_pre = sc.q_pre, &k_pre = sc.k_pre;
-    for (std::vector<float>* b : {&x, &xn, &att, &tmp}) b->resize(N * D);
-    for (std::vector<float>* b : {&q, &q_pre}) b->resize(N * q_dim);
-    for (std::vector<float>* b : {&k, &k_pre, &v}) b->resize(N * kv_dim);
-    for (std::vector<float>* b : {&g, &u}) b->resize(N * c.n_ff);
-
+    for (std::vector<float>* b : {&sc.x, &sc.xn, &sc.att, &sc.tmp}) b->resize(N * D);
+    for (std::vector<float>* b : {&sc.q, &sc.q_pre}) b->resize(N * q_dim);
+    for (std::vector<float>* b : {&sc.k, &sc.k_pre, &sc.v}) b->resize(N * kv_dim);
+    for (std::vector<float>* b : {&sc.g, &sc.u}) b->resize(N * c.n_ff);
     // One RoPE table for all rows: each segment's rows at its own positions.
     Rope::Table& rt = sc.rope;
     rt.T = 0;
-    for (size_t s : order) {
-        for (int64_t t = 0; t < len[s]; ++t)
-            dequantize_weight_row(w_.tok_embd, (*segs[s].tokens)[t], x.data() + (row0[s] + t) * D);
-        rope_->append_table(pos0[s], len[s], rt);
+    for (size_t s : sc.rows.order) {
+        for (int64_t t = 0; t < sc.len[s]; ++t)
+            dequantize_weight_row(w_.tok_embd, (*segs[s].tokens)[t], sc.x.data() + (sc.rows.offset[s] + t) * D);
+        rope_->append_table(sc.pos0[s], sc.len[s], rt);
     }
-    const RopeAngles angles = rope_->angles();
+}
 
-    for (int l = 0; l < c.n_layer; ++l) {
-        const LayerWeights& L = w_.layers[l];
-        rms_norm(x.data(), L.attn_norm.data(), xn.data(), N, D, c.rms_eps);
-        mm({{&L.wq, q.data()}, {&L.wk, k.data()}, {&L.wv, v.data()}}, xn.data(), D);
-        if (c.qkv_bias) {
-            add_bias(q.data(), L.bq, N);
-            add_bias(k.data(), L.bk, N);
-            add_bias(v.data(), L.bv, N);
-        }
-        if (c.qk_norm) {
-            rms_norm(q.data(), L.q_norm.data(), q.data(), N * c.n_head, d, c.rms_eps);
-            rms_norm(k.data(), L.k_norm.data(), k.data(), N * c.n_head_kv, d, c.rms_eps);
-        }
-        std::copy(q.begin(), q.end(), q_pre.begin());
-        std::copy(k.begin(), k.end(), k_pre.begin());
-        rope_->apply(rt, q.data(), c.n_head);
-        rope_->apply(rt, k.data(), c.n_head_kv);
-        for (size_t s = 0; s < S; ++s) {
-            const int64_t r = row0[s];
-            LayerInputs in;
-            in.layer = l;
-            in.pos0 = pos0[s];
-            in.T = len[s];
-            in.phase = segs[s].phase;
-            in.n_head = c.n_head;
-            in.n_head_kv = c.n_head_kv;
-            in.head_dim = c.head_dim;
-            in.n_embd = c.n_embd;
-            in.hidden = xn.data() + r * D;
-            in.q_pre = q_pre.data() + r * q_dim;
-            in.k_pre = k_pre.data() + r * kv_dim;
-            in.q = q.data() + r * q_dim;
-            in.k = k.data() + r * kv_dim;
-            in.v = v.data() + r * kv_dim;
-            in.rope = angles;
-            segs[s].cache->attend(in, att.data() + r * q_dim);
-        }
-        mm({{&L.wo, tmp.data()}}, att.data(), q_dim);
-        for (int64_t i = 0; i < N * D; ++i) x[i] += tmp[i];
-
-        rms_norm(x.data(), L.ffn_norm.data(), xn.data(), N, D, c.rms_eps);
-        mm({{&L.w_gate, g.data()}, {&L.w_up, u.data()}}, xn.data(), D);
-        for (int64_t i = 0; i < N * c.n_ff; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
-        mm({{&L.w_down, tmp.data()}}, g.data(), c.n_ff);
-        for (int64_t i = 0; i < N * D; ++i) x[i] += tmp[i];
+void LlamaModel::forward_layer(int l, const Segment* segs, size_t S, const RopeAngles& angles,
+                               ForwardScratch& sc) const {
+    const ModelConfig& c = cfg_;
+    const LayerWeights& L = w_.layers[l];
+    const int64_t D = c.n_embd, d = c.head_dim, q_dim = int64_t(c.n_head) * d, kv_dim = int64_t(c.n_head_kv) * d;
+    const int64_t N = sc.rows.total;
+    std::vector<float>&x = sc.x, &xn = sc.xn, &q = sc.q, &k = sc.k, &v = sc.v, &att = sc.att, &g = sc.g, &u = sc.u,
+    &tmp = sc.tmp;
+    rms_norm(x.data(), L.attn_norm.data(), xn.data(), N, D, c.rms_eps);
+    step_matmul(sc, S, {{&L.wq, q.data()}, {&L.wk, k.data()}, {&L.wv, v.data()}}, xn.data(), D);
+    if (c.qkv_bias) {
+        add_bias(q.data(), L.bq, N);
+        add_bias(k.data(), L.bk, N);
+        add_bias(v.data(), L.bv, N);
     }
-    for (size_t s = 0; s < S; ++s) segs[s].cache->finish_step(pos0[s], len[s], segs[s].phase);
+    if (c.qk_norm) {
+        rms_norm(q.data(), L.q_norm.data(), q.data(), N * c.n_head, d, c.rms_eps);
+        rms_norm(k.data(), L.k_norm.data(), k.data(), N * c.n_head_kv, d, c.rms_eps);
+    }
+    std::copy(q.begin(), q.end(), sc.q_pre.begin());
+    std::copy(k.begin(), k.end(), sc.k_pre.begin());
+    rope_->apply(sc.rope, q.data(), c.n_head);
+    rope_->apply(sc.rope, k.data(), c.n_head_kv);
+    for (size_t s = 0; s < S; ++s) {
+        const int64_t r = sc.rows.offset[s];
+        LayerInputs in;
+        in.layer = l;
+        in.pos0 = sc.pos0[s];
+        in.T = sc.len[s];
+        in.phase = segs[s].phase;
+        in.n_head = c.n_head;
+        in.n_head_kv = c.n_head_kv;
+        in.head_dim = c.head_dim;
+        in.n_embd = c.n_embd;
+        in.hidden = xn.data() + r * D;
+        in.q_pre = sc.q_pre.data() + r * q_dim;
+        in.k_pre = sc.k_pre.data() + r * kv_dim;
+        in.q = q.data() + r * q_dim;
+        in.k = k.data() + r * kv_dim;
+        in.v = v.data() + r * kv_dim;
+        in.rope = angles;
+        segs[s].cache->attend(in, att.data() + r * q_dim);
+    }
+    step_matmul(sc, S, {{&L.wo, tmp.data()}}, att.data(), q_dim);
+    for (int64_t i = 0; i < N * D; ++i) x[i] += tmp[i];
 
+    rms_norm(x.data(), L.ffn_norm.data(), xn.data(), N, D, c.rms_eps);
+    step_matmul(sc, S, {{&L.w_gate, g.data()}, {&L.w_up, u.data()}}, xn.data(), D);
+    for (int64_t i = 0; i < N * c.n_ff; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+    step_matmul(sc, S, {{&L.w_down, tmp.data()}}, g.data(), c.n_ff);
+    for (int64_t i = 0; i < N * D; ++i) x[i] += tmp[i];
+}
+
+void LlamaModel::output_head(const Segment* segs, size_t S, ForwardScratch& sc) const {
+    const ModelConfig& c = cfg_;
+    const int64_t D = c.n_embd;
     // The output head on the rows whose logits are wanted: segments with few such rows first (row-exact), then
     // each that wants every row of a long chunk, on its own.
     std::vector<int64_t>& n_out = sc.n_out;
     n_out.resize(S);
-    for (size_t s = 0; s < S; ++s) n_out[s] = segs[s].all_logits ? len[s] : 1;
+    for (size_t s = 0; s < S; ++s) n_out[s] = segs[s].all_logits ? sc.len[s] : 1;
     short_first(n_out.data(), S, sc.outs);
     const ShortFirst& outs = sc.outs;
     const std::vector<int64_t>& out0 = outs.offset;
@@ -215,7 +234,8 @@ void LlamaModel::forward_segments(const Segment* segs, size_t S) const {
     std::vector<float>& last = sc.last;
     last.resize(n_rows * D);
     for (size_t s = 0; s < S; ++s)
-        std::copy_n(x.data() + (row0[s] + len[s] - n_out[s]) * D, n_out[s] * D, last.data() + out0[s] * D);
+        std::copy_n(sc.x.data() + (sc.rows.offset[s] + sc.len[s] - n_out[s]) * D, n_out[s] * D,
+                    last.data() + out0[s] * D);
     rms_norm(last.data(), w_.output_norm.data(), last.data(), n_rows, D, c.rms_eps);
     if (S == 1) {
         segs[0].logits->resize(static_cast<size_t>(n_rows * c.n_vocab));

@@ -72,6 +72,14 @@ public:
 private:
     /// forward_batch over segs[0 … S), S ≥ 1, in the model's scratch (model/forward_scratch.h).
     void forward_segments(const Segment* segs, size_t S) const;
+    /// The step's row layout (sc.rows, sc.len, sc.pos0), its activations sized, the token embeddings in sc.x and
+    /// every row's RoPE angles.
+    void embed_rows(const Segment* segs, size_t S, ForwardScratch& sc) const;
+    /// Layer l over every row: attention (each segment over its own cache) and the feed-forward block, in place in
+    /// sc.x.
+    void forward_layer(int l, const Segment* segs, size_t S, const RopeAngles& angles, ForwardScratch& sc) const;
+    /// The output norm and head on the rows whose logits each segment wants, into its logits.
+    void output_head(const Segment* segs, size_t S, ForwardScratch& sc) const;
 
     std::unique_ptr<GGUFFile> file_;
     ModelConfig cfg_;
