@@ -10,6 +10,7 @@
 #include "cache/kv_cache.h"
 #include "kernels/matmul.h"
 #include "model/llama_model.h"
+#include "model/synth.h"
 #include "policy/policy.h"
 #include "test_util.h"
 #include "util/error.h"
@@ -99,6 +100,19 @@ TEST(ForwardBatch, EqualsEachSequenceAloneQuantized) {
         const LlamaModel m(test::model_path(f));
         check_batch_equals_alone(m, 0.0f);  // quantized weights: bit for bit
     }
+}
+
+TEST(ForwardBatch, QueriesWiderThanTheModelEqualEachSequenceAlone) {
+    // Qwen3's shapes give the queries more width than the residual stream (Qwen3-0.6B: 16 heads of 128 = 2048
+    // against D = 1024), so the attention output [N][Hq·d] is wider than the activations [N][D]; a step whose buffer
+    // took [N][D] wrote past it (heap corruption on every Qwen3 model; the sanitizer build reports the overflow).
+    // A 2-layer model of that kind: D 64, 4 query heads of 32 (Hq·d = 128), 2 KV heads.
+    const SynthShape wide{"wide-queries", "qwen3", 2, 64, 4, 2, 32, 96, 300, 256, 1e6f, true};
+    test::TempFile f(".gguf");
+    write_synth_model(f.path(), wide, TensorType::F32, 7);
+    const LlamaModel m(f.path());
+    ASSERT_GT(m.config().n_head * m.config().head_dim, m.config().n_embd);
+    check_batch_equals_alone(m, 1e-4f);
 }
 
 TEST(ForwardBatch, BadBatchIsOneErrorAndChangesNoCache) {

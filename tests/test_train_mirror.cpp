@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "model/llama_model.h"
+#include "model/synth.h"
 #include "predict/predictor_tensors.h"
 #include "test_util.h"
 #include "train/mirror.h"
@@ -50,6 +51,27 @@ TEST_P(MirrorParity, LogitsEqualEngine) {
 INSTANTIATE_TEST_SUITE_P(F32Models, MirrorParity,
                          ::testing::Values("stories260K.gguf", "tiny-llama-f32.gguf", "tiny-qwen2-f32.gguf",
                                            "tiny-qwen3-f32.gguf"));
+
+TEST(Mirror, QueriesWiderThanTheModelGiveTheEnginesLogits) {
+    // Qwen3's query width Hq·d exceeds D (Qwen3-0.6B: 2048 against 1024); the tiny test models have Hq·d = D.
+    // The libtorch mirror is the independent reference for the engine's forward on such a shape.
+    const SynthShape wide{"wide-queries", "qwen3", 2, 64, 4, 2, 32, 96, 300, 256, 1e6f, true};
+    test::TempFile f(".gguf");
+    write_synth_model(f.path(), wide, TensorType::F32, 7);
+    auto m = train::load_mirror(f.path());
+    const auto toks = some_tokens(m->config().n_vocab, 40);
+    const auto ref = engine_logits(f.path(), toks);
+    torch::NoGradGuard ng;
+    auto got = m->forward(as_tensor(toks)).contiguous();
+    ASSERT_EQ(static_cast<size_t>(got.numel()), ref.size());
+    double maxd = 0, scale = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+        maxd = std::max(maxd, static_cast<double>(std::abs(got.data_ptr<float>()[i] - ref[i])));
+        scale = std::max(scale, static_cast<double>(std::abs(ref[i])));
+    }
+    EXPECT_GT(scale, 0.0);  // the logits are not all zero
+    EXPECT_LT(maxd, 1e-4);
+}
 
 TEST(Mirror, SavedGGUFRunsInTheEngineWithTheSameLogits) {
     const std::string src = test::model_path("tiny-qwen3-f32.gguf");

@@ -19,8 +19,8 @@ struct ShortFirst {
     int64_t n_short = 0, total = 0;
 };
 
-/// Scratch of LlamaModel::forward_batch: the step's activations (N rows in all: x, xn, att, tmp [N][D]; q, q_pre
-/// [N][Hq·d]; k, k_pre, v [N][Hkv·d]; g, u [N][n_ff]), the output head's rows and logits, the row layout, the RoPE
+/// Scratch of LlamaModel::forward_batch: the step's activations (N rows in all: x, xn, tmp [N][D]; q, q_pre,
+/// att [N][Hq·d]; k, k_pre, v [N][Hkv·d]; g, u [N][n_ff]), the output head's rows and logits, the row layout, the RoPE
 /// table and the matmul targets. Every buffer is resized before use and keeps its capacity, so it grows only when a
 /// step has more rows (tokens) or segments than any step before it; a decode step after the first allocates nothing
 /// here. Holds no state between steps.

@@ -152,8 +152,9 @@ void LlamaModel::embed_rows(const Segment* segs, size_t S, ForwardScratch& sc) c
     short_first(sc.len.data(), S, sc.rows);
     const int64_t N = sc.rows.total;
     // Every buffer is fully written before it is read, so resize (which keeps the capacity) is enough.
-    for (std::vector<float>* b : {&sc.x, &sc.xn, &sc.att, &sc.tmp}) b->resize(N * D);
-    for (std::vector<float>* b : {&sc.q, &sc.q_pre}) b->resize(N * q_dim);
+    for (std::vector<float>* b : {&sc.x, &sc.xn, &sc.tmp}) b->resize(N * D);
+    // The attention output is [N][Hq·d], wider than [N][D] where Hq·d > D (Qwen3-0.6B: 2048 against 1024).
+    for (std::vector<float>* b : {&sc.q, &sc.q_pre, &sc.att}) b->resize(N * q_dim);
     for (std::vector<float>* b : {&sc.k, &sc.k_pre, &sc.v}) b->resize(N * kv_dim);
     for (std::vector<float>* b : {&sc.g, &sc.u}) b->resize(N * c.n_ff);
     // One RoPE table for all rows: each segment's rows at its own positions.
