@@ -144,8 +144,7 @@ TEST(Scheduler, ConcurrentRequestsEachEqualTheSequenceRunAlone) {
         }
     }
     // Every sequence's pages went back to the shared pool.
-    for (int i = 0; i < 100 && sched.snapshot().pool_pages_in_use > 0; ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    sched.wait_for([](const SchedulerSnapshot& s) { return s.pool_pages_in_use == 0; }, 2.0);
     const SchedulerSnapshot snap = sched.snapshot();
     EXPECT_EQ(snap.pool_pages_in_use, 0);
     EXPECT_EQ(snap.requests_finished, 5);
@@ -161,6 +160,23 @@ double reference_logprob(const float* row, int n_vocab, int32_t id) {
     long double z = 0;
     for (int i = 0; i < n_vocab; ++i) z += std::exp(static_cast<long double>(row[i]) - m);
     return static_cast<double>(static_cast<long double>(row[id]) - m - std::log(z));
+}
+
+TEST(Scheduler, WaitForReturnsOnceTheStateHoldsAndFalseWhenItNeverDoes) {
+    auto pool = std::make_shared<KVPool>(model().config().head_dim, KVType::kF16);
+    Scheduler sched(model(), tokenizer(), pool, options(2));
+    // Holds at the call: true without a round.
+    EXPECT_TRUE(sched.wait_for([](const SchedulerSnapshot& s) { return s.pool_pages_in_use == 0; }, 0.0));
+    // Never holds: false once the time is up (or the scheduler stops), whatever the rounds did.
+    EXPECT_FALSE(sched.wait_for([](const SchedulerSnapshot& s) { return s.requests_finished > 0; }, 0.05));
+    // A state reached by the scheduler's rounds: the request's pages back in the pool after its last event.
+    const auto h = sched.submit(greedy("Once upon a time, there was a little girl named Lily.", 12));
+    EXPECT_TRUE(sched.wait_for([](const SchedulerSnapshot& s) { return s.requests_finished == 1; }, 60.0));
+    EXPECT_TRUE(sched.wait_for([](const SchedulerSnapshot& s) { return s.pool_pages_in_use == 0; }, 60.0));
+    EXPECT_EQ(collect(*h).last.kind, GenerationEvent::Kind::kDone);
+    // A stopped scheduler wakes its waiters: the state is checked once more and the answer given.
+    sched.stop();
+    EXPECT_FALSE(sched.wait_for([](const SchedulerSnapshot& s) { return s.requests_finished > 1; }, 60.0));
 }
 
 TEST(Scheduler, PromptAndSampledLogprobsAreTheLogSoftmaxOfOneForwardOverTheWholeText) {
@@ -371,8 +387,7 @@ TEST(Scheduler, CancelFreesThePagesAndOthersGoOn) {
     const Result rb = collect(*hb);
     ASSERT_EQ(rb.last.kind, GenerationEvent::Kind::kDone);
     EXPECT_EQ(rb.text, alone(b, 512));
-    for (int i = 0; i < 200 && sched.snapshot().pool_pages_in_use > 0; ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    sched.wait_for([](const SchedulerSnapshot& s) { return s.pool_pages_in_use == 0; }, 2.0);
     EXPECT_EQ(sched.snapshot().pool_pages_in_use, 0);
     EXPECT_EQ(sched.snapshot().requests_cancelled, 1);
 }
@@ -447,8 +462,7 @@ TEST(Scheduler, SavedSequenceContinuesAsIfNeverSaved) {
                   alone(greedy("Once upon a time, there was a little girl named Lily.", 25, policy), 256));
     }
     // The slot is dropped, and its pages returned, just after its last event.
-    for (int i = 0; i < 200 && sched.snapshot().pool_pages_in_use > 0; ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    sched.wait_for([](const SchedulerSnapshot& s) { return s.pool_pages_in_use == 0; }, 2.0);
     EXPECT_EQ(sched.snapshot().pool_pages_in_use, 0);
 }
 
@@ -486,8 +500,7 @@ std::vector<int32_t> greedy_ids(const std::vector<int32_t>& prompt, int64_t n) {
 }
 
 void wait_for_pages(const Scheduler& sched, int64_t pages) {
-    for (int i = 0; i < 200 && sched.snapshot().pool_pages_in_use != pages; ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    sched.wait_for([pages](const SchedulerSnapshot& s) { return s.pool_pages_in_use == pages; }, 2.0);
 }
 
 TEST(Scheduler, AConversationsNextTurnFeedsOnlyItsNewTokens) {
@@ -745,7 +758,7 @@ TEST(Scheduler, DrainRefusesNewRequestsAndLetsRunningOnesFinish) {
     ASSERT_EQ(r.last.kind, GenerationEvent::Kind::kDone) << r.last.error;
     EXPECT_EQ(r.text, alone(a, 256));                                     // untouched by the drain
     EXPECT_EQ(collect(*queued).last.kind, GenerationEvent::Kind::kDone);  // the queued one runs too
-    for (int i = 0; i < 200 && !sched.idle(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    sched.wait_for([&sched](const SchedulerSnapshot&) { return sched.idle(); }, 2.0);
     EXPECT_TRUE(sched.idle());
 }
 
@@ -775,8 +788,7 @@ TEST(Scheduler, ACancelledTurnKeepsItsConversation) {
     auto h = sched.submit(a);
     ASSERT_EQ(h->next().kind, GenerationEvent::Kind::kText);
     h->cancel();
-    for (int i = 0; i < 200 && sched.snapshot().conversations.empty(); ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    sched.wait_for([](const SchedulerSnapshot& s) { return !s.conversations.empty(); }, 2.0);
     const SchedulerSnapshot snap = sched.snapshot();
     ASSERT_EQ(snap.conversations.size(), 1u);
     EXPECT_EQ(snap.conversations[0].id, "stopped");

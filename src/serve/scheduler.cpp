@@ -90,6 +90,7 @@ void Scheduler::stop() {
     }
     cv_.notify_all();
     if (thread_.joinable()) thread_.join();
+    round_done_.notify_all();
 }
 
 std::shared_ptr<RequestHandle> Scheduler::submit(GenerationRequest req) { return submit_choices(std::move(req), 1)[0]; }
@@ -187,6 +188,23 @@ SchedulerSnapshot Scheduler::snapshot() const {
     s.pool_bytes_in_use = static_cast<int64_t>(pool_->bytes_in_use());
     s.pool_bytes_capacity = static_cast<int64_t>(pool_->capacity_bytes());
     return s;
+}
+
+bool Scheduler::wait_for(const std::function<bool(const SchedulerSnapshot&)>& pred, double timeout_s) const {
+    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                             std::chrono::duration<double>(std::max(timeout_s, 0.0)));
+    for (;;) {
+        uint64_t seen = 0;
+        {
+            std::lock_guard<std::mutex> lk(mu_);
+            seen = rounds_;  // read before the check, so that a round ending after it is not missed
+        }
+        if (pred(snapshot())) return true;
+        std::unique_lock<std::mutex> lk(mu_);
+        if (!round_done_.wait_until(lk, deadline, [&] { return rounds_ != seen || stop_; })) break;
+        if (stop_) break;
+    }
+    return pred(snapshot());
 }
 
 int64_t Scheduler::pages_needed(int64_t rows) const {
@@ -881,10 +899,14 @@ void Scheduler::loop() {
             i.compression_ratio = st.compression_ratio;
             info.push_back(i);
         }
-        std::lock_guard<std::mutex> lk(mu_);
-        snap_.active = std::move(info);
-        working_ = !active.empty();
-        last_progress_ = Clock::now();
+        {
+            std::lock_guard<std::mutex> lk(mu_);
+            snap_.active = std::move(info);
+            working_ = !active.empty();
+            last_progress_ = Clock::now();
+            ++rounds_;
+        }
+        round_done_.notify_all();
     }
     // Stopping: everything still running or waiting ends with an error its client can read; cache operations
     // asked before the stop still run (and find no running slot).

@@ -199,6 +199,11 @@ public:
     /// ServerBusy when stopped.
     bool drop(const std::string& conversation);
     SchedulerSnapshot snapshot() const;
+    /// Waits until `pred(snapshot())` holds, checking it now and after each round of the scheduler's thread (its
+    /// cache operations, admissions and one batched step: where requests finish, pages return to the pool and
+    /// conversations are kept), or until `timeout_s` seconds have passed or the scheduler stops. Returns whether it
+    /// holds. For callers that wait for the scheduler's state (tests, a drain) without polling.
+    bool wait_for(const std::function<bool(const SchedulerSnapshot&)>& pred, double timeout_s) const;
     const SchedulerOptions& options() const { return opts_; }
     const KVPool& pool() const { return *pool_; }
 
@@ -274,6 +279,8 @@ private:
     bool draining_ = false;
     bool working_ = false;                                 // guarded by mu_: requests are being admitted or run
     std::chrono::steady_clock::time_point last_progress_;  // guarded by mu_: end of the last step, or when work arrived
+    uint64_t rounds_ = 0;                                  // guarded by mu_: rounds of the thread's loop ended
+    mutable std::condition_variable round_done_;           // notified at the end of each round and at the stop
     // The scheduler thread's own state.
     std::vector<std::unique_ptr<Slot>> active_;
     BatchStep step_;  // the step being run (the scheduler thread's; its buffers reused from step to step)
