@@ -1448,16 +1448,14 @@ TEST(ClientSocket, SeesItsClientLeave) {
     EXPECT_FALSE(client_gone(c.server));
     // Bytes waiting (a pipelined next request) are not a departure, and are not consumed.
     ASSERT_EQ(::write(c.client, "GET", 3), 3);
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    pollfd in{c.server, POLLIN, 0};
+    ASSERT_EQ(::poll(&in, 1, 5000), 1);  // the bytes have arrived
     EXPECT_FALSE(client_gone(c.server));
     ::close(c.client);
     c.client = -1;
-    bool gone = false;
-    for (int i = 0; i < 200 && !gone; ++i) {  // the FIN arrives at once on loopback; bounded anyway
-        gone = client_gone(c.server);
-        if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    EXPECT_TRUE(gone);
+    pollfd hup{c.server, POLLRDHUP, 0};
+    ASSERT_EQ(::poll(&hup, 1, 5000), 1);  // the FIN has arrived
+    EXPECT_TRUE(client_gone(c.server));
     char buf[8];
     EXPECT_EQ(::recv(c.server, buf, sizeof buf, MSG_DONTWAIT), 3);  // still there after the polls
     EXPECT_FALSE(client_gone(-1));
@@ -1469,14 +1467,19 @@ TEST(ConnectionThreads, OneThreadPerConnectionUpToTheLimitThenTheyWait) {
     std::condition_variable cv;
     bool release = false;
     std::atomic<int> started{0}, finished{0};
+    std::condition_variable started_cv;
     for (int i = 0; i < 10; ++i)
         q.enqueue([&] {
-            ++started;
             std::unique_lock<std::mutex> lk(mu);
+            ++started;
+            started_cv.notify_all();
             cv.wait(lk, [&] { return release; });
             ++finished;
         });
-    for (int i = 0; i < 500 && started < 4; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    {
+        std::unique_lock<std::mutex> lk(mu);
+        started_cv.wait_for(lk, std::chrono::seconds(10), [&] { return started >= 4; });
+    }
     EXPECT_EQ(started.load(), 4);
     EXPECT_EQ(q.threads(), 4u);
     EXPECT_EQ(q.waiting(), 6u);
@@ -1493,12 +1496,19 @@ TEST(ConnectionThreads, OneThreadPerConnectionUpToTheLimitThenTheyWait) {
 
 TEST(ConnectionThreads, IdleThreadsAreReusedBeforeNewOnesStart) {
     ConnectionThreads q(8);
-    std::atomic<int> done{0};
+    std::mutex mu;
+    std::condition_variable cv;
+    int done = 0;
     for (int i = 0; i < 20; ++i) {
-        q.enqueue([&] { ++done; });
-        for (int k = 0; k < 500 && done < i + 1; ++k) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        q.enqueue([&] {
+            std::lock_guard<std::mutex> lk(mu);
+            ++done;
+            cv.notify_all();
+        });
+        std::unique_lock<std::mutex> lk(mu);
+        cv.wait_for(lk, std::chrono::seconds(10), [&] { return done >= i + 1; });
     }
-    EXPECT_EQ(done.load(), 20);
+    EXPECT_EQ(done, 20);
     // One connection at a time: a thread is idle whenever the next one arrives (the first may still be parking).
     EXPECT_LE(q.threads(), 2u);
 }
@@ -1745,8 +1755,13 @@ TEST(HttpFront, ARequestHasOneDeadlineAndConnectionsOverTheLimitAreRefused) {
     l.max_connections = 2;
     FrontFixture f(l);
     const int a = f.connect(), b = f.connect();
-    for (int i = 0; i < 200 && f.front.open_connections() < 2; ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    // b's answer shows both taken (the front accepts in arrival order); b then stays open, kept alive.
+    const std::string get = "GET /a HTTP/1.1\r\n\r\n";
+    ASSERT_EQ(::send(b, get.data(), get.size(), MSG_NOSIGNAL), static_cast<ssize_t>(get.size()));
+    char head[12];
+    ASSERT_EQ(::recv(b, head, sizeof head, MSG_WAITALL), static_cast<ssize_t>(sizeof head));
+    EXPECT_EQ(std::string(head, sizeof head), "HTTP/1.1 200");
+    EXPECT_EQ(f.front.open_connections(), 2);
     // A third connection is refused at once.
     EXPECT_EQ(f.exchange("GET /a HTTP/1.1\r\n\r\n").substr(0, 12), "HTTP/1.1 503");
     // A byte every 100 ms does not extend the deadline: the request is cut off after 0.5 s.

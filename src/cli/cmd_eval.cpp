@@ -165,90 +165,86 @@ void add_eval_nll(CLI::App* eval) {
     });
 }
 
+/// `kvsieve eval ruler`'s options.
+struct RulerArgs {
+    EvalCommon common;
+    std::string policy = "full", tasks = "niah_single_1", lengths = "1024", format, export_jsonl;
+    bool query_aware = false, during = false;
+    int64_t decode_preamble = 0, chunk = 0;
+};
+
+/// Runs `kvsieve eval ruler`: the policy's cell (or, with --export-jsonl, the examples alone).
+void run_ruler_command(const RulerArgs& a) {
+    const EvalCommon& c = a.common;
+    set_num_threads(c.threads);
+    RulerOptions o;
+    o.tasks = split_names(a.tasks);
+    o.lengths.clear();
+    for (double l : parse_list(a.lengths, "--lengths")) o.lengths.push_back(static_cast<int64_t>(l));
+    o.samples = c.samples;
+    o.seed = c.seed;
+    o.kv_type = c.kv.spec();
+    o.kv_rotate = c.kv.rotate;
+    o.progress = !c.quiet;
+    o.query_aware = a.query_aware;
+    o.decode_preamble = a.decode_preamble;
+    o.prefill_chunk = a.chunk;
+    o.compress_during_prefill = a.during;
+    require(!a.during || a.chunk > 0, "--compress-during-prefill needs --prefill-chunk N (N > 0)");
+    for (auto& t : o.tasks) check_task_name(canonical_task(t));
+    select_predictor_model(c.model);  // learned presets without model=
+    parse_policy(a.policy);
+    const std::string text = c.read_corpus();
+    LlamaModel m(c.model);
+    const auto tok = Tokenizer::from_gguf(m.file());
+    apply_format(a.format, m, *tok, c.model, o);
+    if (!a.export_jsonl.empty()) {
+        export_ruler_examples(a.export_jsonl, m, *tok, text, o);
+        std::fprintf(stderr, "wrote %s (%s format)\n", a.export_jsonl.c_str(), ruler_format_name(o.format).c_str());
+        return;
+    }
+    const RulerResult r = run_ruler(m, *tok, text, a.policy, o);
+    write_ruler_cell(c.out, r, o, c.model, c.corpus);
+    const auto j = r.metrics();
+    for (const auto& [k, v] : j["tasks"].items()) std::printf("%-24s %6.1f\n", k.c_str(), v.get<double>());
+    std::printf("policy=%s format=%s score=%.2f density=%.4f compression_ratio=%.4f\n", a.policy.c_str(),
+                ruler_format_name(o.format).c_str(), r.score(), j["density"].get<double>(),
+                j["compression_ratio"].get<double>());
+}
+
 /// `kvsieve eval ruler`: RULER-style tasks under a policy (or --export-jsonl: the examples alone).
 void add_eval_ruler(CLI::App* eval) {
     auto* ruler = eval->add_subcommand("ruler", "RULER-style long-context tasks under a policy (greedy, string match)");
-    auto c3 = std::make_shared<EvalCommon>();
-    auto rpolicy = std::make_shared<std::string>("full");
-    auto rtasks = std::make_shared<std::string>("niah_single_1");
-    auto rlengths = std::make_shared<std::string>("1024");
-    c3->add_to(ruler);
-    ruler->add_option("--policy", *rpolicy, "policy spec")->capture_default_str();
-    ruler
-        ->add_option(
-            "--tasks", *rtasks,
-            "comma-separated tasks: " +
-                [] {
-                    std::string n;
-                    for (const auto& t : task_names()) n += (n.empty() ? "" : ", ") + t;
-                    return n;
-                }())
+    auto a = std::make_shared<RulerArgs>();
+    a->common.add_to(ruler);
+    ruler->add_option("--policy", a->policy, "policy spec")->capture_default_str();
+    std::string names;
+    for (const auto& t : task_names()) names += (names.empty() ? "" : ", ") + t;
+    ruler->add_option("--tasks", a->tasks, "comma-separated tasks: " + names)->capture_default_str();
+    ruler->add_option("--lengths", a->lengths, "comma-separated input lengths in the model's tokens")
         ->capture_default_str();
-    ruler->add_option("--lengths", *rlengths, "comma-separated input lengths in the model's tokens")
-        ->capture_default_str();
-    auto rqa = std::make_shared<bool>(false);
-    ruler->add_flag("--query-aware", *rqa,
+    ruler->add_flag("--query-aware", a->query_aware,
                     "compress after the question too (default: query-agnostic, the context is compressed before the "
                     "question is fed, as kvpress)");
-    auto rpre = std::make_shared<int64_t>(0);
     ruler
-        ->add_option("--decode-preamble", *rpre,
+        ->add_option("--decode-preamble", a->decode_preamble,
                      "decode-time variant: after the context the model generates this many tokens of its own (decode "
                      "steps, where fixed-budget policies evict) before the question comes")
         ->capture_default_str();
-    auto rchunk = std::make_shared<int64_t>(0);
-    auto rduring = std::make_shared<bool>(false);
     ruler
-        ->add_option("--prefill-chunk", *rchunk,
+        ->add_option("--prefill-chunk", a->chunk,
                      "feed the context in chunks of this many tokens (0: one piece; a step scorer is still fed in one "
                      "piece unless --compress-during-prefill)")
         ->capture_default_str()
         ->check(CLI::NonNegativeNumber);
-    ruler->add_flag("--compress-during-prefill", *rduring,
+    ruler->add_flag("--compress-during-prefill", a->during,
                     "judge and compress after every --prefill-chunk chunk (the server's memory-bounded prefill) "
                     "instead of once at the context's end");
-    auto rformat = std::make_shared<std::string>();
-    add_format_option(ruler, *rformat);
-    auto rexport = std::make_shared<std::string>();
-    ruler->add_option("--export-jsonl", *rexport,
+    add_format_option(ruler, a->format);
+    ruler->add_option("--export-jsonl", a->export_jsonl,
                       "write the examples (context, question, answer prefix, answers and the prompt ids in --format) "
                       "to this JSON Lines file and stop, running no policy");
-    ruler->callback([c3, rpolicy, rtasks, rlengths, rqa, rpre, rchunk, rduring, rformat, rexport] {
-        set_num_threads(c3->threads);
-        RulerOptions o;
-        o.tasks = split_names(*rtasks);
-        o.lengths.clear();
-        for (double l : parse_list(*rlengths, "--lengths")) o.lengths.push_back(static_cast<int64_t>(l));
-        o.samples = c3->samples;
-        o.seed = c3->seed;
-        o.kv_type = c3->kv.spec();
-        o.kv_rotate = c3->kv.rotate;
-        o.progress = !c3->quiet;
-        o.query_aware = *rqa;
-        o.decode_preamble = *rpre;
-        o.prefill_chunk = *rchunk;
-        o.compress_during_prefill = *rduring;
-        require(!*rduring || *rchunk > 0, "--compress-during-prefill needs --prefill-chunk N (N > 0)");
-        for (auto& t : o.tasks) check_task_name(canonical_task(t));
-        select_predictor_model(c3->model);  // learned presets without model=
-        parse_policy(*rpolicy);
-        const std::string text = c3->read_corpus();
-        LlamaModel m(c3->model);
-        const auto tok = Tokenizer::from_gguf(m.file());
-        apply_format(*rformat, m, *tok, c3->model, o);
-        if (!rexport->empty()) {
-            export_ruler_examples(*rexport, m, *tok, text, o);
-            std::fprintf(stderr, "wrote %s (%s format)\n", rexport->c_str(), ruler_format_name(o.format).c_str());
-            return;
-        }
-        const RulerResult r = run_ruler(m, *tok, text, *rpolicy, o);
-        write_ruler_cell(c3->out, r, o, c3->model, c3->corpus);
-        const auto j = r.metrics();
-        for (const auto& [k, v] : j["tasks"].items()) std::printf("%-24s %6.1f\n", k.c_str(), v.get<double>());
-        std::printf("policy=%s format=%s score=%.2f density=%.4f compression_ratio=%.4f\n", rpolicy->c_str(),
-                    ruler_format_name(o.format).c_str(), r.score(), j["density"].get<double>(),
-                    j["compression_ratio"].get<double>());
-    });
+    ruler->callback([a] { run_ruler_command(*a); });
 }
 
 /// `kvsieve eval density`: a policy's per-head density map and the hybrid layouts it suggests.

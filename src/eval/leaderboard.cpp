@@ -235,127 +235,145 @@ std::vector<LeaderboardRow> collect_leaderboard(const std::vector<std::string>& 
     return rows;
 }
 
-std::string write_leaderboard(const std::vector<LeaderboardRow>& rows, const std::string& out_dir,
-                              const std::vector<std::string>& exclude_tasks) {
-    fs::create_directories(out_dir);
-    std::map<std::pair<std::string, std::string>, std::vector<LeaderboardRow>> groups;  // (model, task)
-    // RULER cells are grouped by protocol and prompt format too: scores of raw and chat-format prompts are not
-    // comparable, so each format gets tables (and plots) of its own.
+namespace {
+using LeaderboardGroups = std::map<std::pair<std::string, std::string>, std::vector<LeaderboardRow>>;  // (model, task)
+
+/// The rows by (model, task). RULER cells are grouped by protocol and prompt format too: scores of raw and
+/// chat-format prompts are not comparable, so each format gets tables (and plots) of its own.
+LeaderboardGroups group_rows(const std::vector<LeaderboardRow>& rows) {
+    LeaderboardGroups groups;
     for (const auto& r : rows)
         groups[{r.model,
                 r.task + (r.task == "ruler" ? std::string(r.query_aware ? ", query-aware" : ", query-agnostic") + ", " +
                                                   r.format + " prompts"
                                             : "")}]
             .push_back(r);
+    return groups;
+}
+
+/// Full rows first (equal ones together), then by method and compression; the full cache once where sweeps of the
+/// same model and task each carry the same one.
+void order_group(std::vector<LeaderboardRow>& g) {
+    std::sort(g.begin(), g.end(), [](const LeaderboardRow& a, const LeaderboardRow& b) {
+        if (a.policy == "full" || b.policy == "full")
+            return a.policy == "full" && b.policy == "full" ? a.value < b.value : a.policy == "full";
+        return a.method != b.method ? a.method < b.method : a.compression < b.compression;
+    });
+    g.erase(std::unique(g.begin(), g.end(),
+                        [](const LeaderboardRow& a, const LeaderboardRow& b) {
+                            return a.policy == "full" && b.policy == "full" && a.value == b.value && a.ci95 == b.ci95 &&
+                                   a.samples == b.samples;
+                        }),
+            g.end());
+}
+
+/// The group's table. Sweeps whose full caches differ (made on other machines: the float rounding can change an
+/// answer) each name theirs; every Δ is against its own sweep's.
+void write_group_table(std::ostringstream& md, const std::vector<LeaderboardRow>& g, bool ruler, bool several_full) {
+    md << "| method | spec | compression ratio | density | " << (ruler ? "score (0–100) ± 95% CI" : "NLL ± 95% CI")
+       << " | Δ vs full ± 95% CI (paired) |\n|---|---|---|---|---|---|\n";
+    char buf[512];
+    for (const auto& r : g) {
+        char interval[64] = "";
+        if (r.policy != "full")
+            std::snprintf(interval, sizeof interval, std::isnan(r.delta_ci95) ? " (unpaired)" : " ± %.2f%s",
+                          r.delta_ci95, ruler ? "" : "%");
+        const std::string method = r.policy == "full" && several_full ? "full (" + r.sweep + ")" : r.method;
+        std::snprintf(buf, sizeof buf, "| %s | `%s` | %.3f | %.3f | %.2f ± %.2f | %+.2f%s%s |\n", method.c_str(),
+                      r.policy.c_str(), r.compression, r.density, r.value, r.ci95, r.delta, ruler ? "" : "%", interval);
+        md << buf;
+    }
+}
+
+/// RULER's lines under the table: the highest compression at which a method keeps ≥ 95% of the full score, by the
+/// point estimate and by the lower end of the paired interval on Δ (full + Δ − half-width ≥ 0.95 · full), and the
+/// tasks left out.
+void write_keeps_lines(std::ostringstream& md, const std::vector<LeaderboardRow>& g, const std::vector<double>& fulls,
+                       const std::vector<std::string>& exclude_tasks) {
+    auto line = [&](const std::string& what, auto keeps) {
+        std::map<std::string, double> best;
+        for (const auto& r : g)
+            if (r.policy != "full" && keeps(r)) best[r.method] = std::max(best[r.method], r.compression);
+        md << what;
+        bool first = true;
+        for (const auto& r : g) {
+            if (r.policy == "full" || best.count(r.method) == 0) continue;
+            char item[320];
+            std::snprintf(item, sizeof item, "%s%s %.2f", first ? "" : ", ", r.method.c_str(), best[r.method]);
+            md << item;
+            best.erase(r.method);
+            first = false;
+        }
+        md << (first ? "none" : "") << ".\n";
+    };
+    std::string fs_text;
+    for (double f : fulls) {
+        char one[32];
+        std::snprintf(one, sizeof one, "%s%.2f", fs_text.empty() ? "" : " / ", f);
+        fs_text += one;
+    }
+    line("\nKeeps ≥ 95% of the full score (" + fs_text +
+             (fulls.size() > 1 ? ", each method against its own sweep's" : "") + ") up to compression ratio: ",
+         [](const LeaderboardRow& r) { return r.value >= 0.95 * r.full; });
+    line("\nKeeps ≥ 95% of it at the lower end of the paired 95% interval up to compression ratio: ",
+         [](const LeaderboardRow& r) {
+             return !std::isnan(r.delta_ci95) && r.full + r.delta - r.delta_ci95 >= 0.95 * r.full;
+         });
+    if (exclude_tasks.empty()) return;
+    md << "\nLeft out of every value (scores, intervals, compression, density): ";
+    for (size_t i = 0; i < exclude_tasks.size(); ++i) md << (i ? ", " : "") << exclude_tasks[i];
+    md << ".\n";
+}
+
+/// The group's plot: one curve per method, through its own sweep's full-cache point (sweeps whose full caches
+/// differ each start their methods at theirs); `stem`.dat, .gp and .png in out_dir.
+void plot_group(const std::string& out_dir, const std::pair<std::string, std::string>& key,
+                const std::vector<LeaderboardRow>& g, bool ruler) {
+    const bool chat = ruler && key.second.find(", chat prompts") != std::string::npos;
+    const std::string stem = "score_vs_compression_" + key.first + (ruler ? (chat ? "_chat" : "") : "_nll");
+    std::ostringstream dat;
+    std::vector<std::string> methods;
+    for (const auto& r : g)
+        if (r.policy != "full" && std::find(methods.begin(), methods.end(), r.method) == methods.end())
+            methods.push_back(r.method);
+    for (const auto& mth : methods) {
+        const auto first = std::find_if(g.begin(), g.end(), [&](const LeaderboardRow& r) { return r.method == mth; });
+        dat << "# " << mth << "\n0 " << first->full << " 0\n";
+        for (const auto& r : g)
+            if (r.method == mth) dat << r.compression << " " << r.value << " " << r.ci95 << "\n";
+        dat << "\n\n";
+    }
+    write_text((fs::path(out_dir) / (stem + ".dat")).string(), dat.str());
+    std::ostringstream gp;
+    gp << "set terminal pngcairo size 900,760 noenhanced\nset output '" << stem
+       << ".png'\nset xlabel 'compression ratio'\n"
+       << "set ylabel '" << (ruler ? "score (0-100)" : "NLL (nats/token)") << "'\nset title '" << key.first << ": "
+       << key.second << "'\nset key below left Left reverse\nset grid\nset xrange [0:1.02]\n"
+       << (ruler ? "set yrange [0:*]\n" : "") << "plot ";
+    for (size_t i = 0; i < methods.size(); ++i)
+        gp << (i ? ", " : "") << "'" << stem << ".dat' index " << i << " using 1:2:3 with yerrorlines"
+           << series_style(i) << " title '" << methods[i] << "'";
+    gp << "\n";
+    if (!methods.empty()) render_gnuplot(out_dir, stem, gp.str());
+}
+}  // namespace
+
+std::string write_leaderboard(const std::vector<LeaderboardRow>& rows, const std::string& out_dir,
+                              const std::vector<std::string>& exclude_tasks) {
+    fs::create_directories(out_dir);
+    LeaderboardGroups groups = group_rows(rows);
     std::ostringstream md;
     md << "# Leaderboard\n";
-    for (auto& group : groups) {
-        const auto& key = group.first;
-        auto& g =
-            group
-                .second;  // a plain reference: the lambdas below capture it (not allowed for structured bindings before C++20)
+    for (auto& [key, g] : groups) {
         const bool ruler = key.second.rfind("ruler", 0) == 0;
-        std::sort(g.begin(), g.end(), [](const LeaderboardRow& a, const LeaderboardRow& b) {
-            if (a.policy == "full" || b.policy == "full")  // full rows first, equal ones together
-                return a.policy == "full" && b.policy == "full" ? a.value < b.value : a.policy == "full";
-            return a.method != b.method ? a.method < b.method : a.compression < b.compression;
-        });
-        // The full cache once: sweeps of the same model and task each carry one, the same when run alike.
-        g.erase(std::unique(g.begin(), g.end(),
-                            [](const LeaderboardRow& a, const LeaderboardRow& b) {
-                                return a.policy == "full" && b.policy == "full" && a.value == b.value &&
-                                       a.ci95 == b.ci95 && a.samples == b.samples;
-                            }),
-                g.end());
+        order_group(g);
         md << "\n## " << key.first << " — " << key.second << "\n\n";
-        md << "| method | spec | compression ratio | density | " << (ruler ? "score (0–100) ± 95% CI" : "NLL ± 95% CI")
-           << " | Δ vs full ± 95% CI (paired) |\n|---|---|---|---|---|---|\n";
-        // Sweeps whose full caches differ (made on other machines: the float rounding can change an answer) each
-        // name theirs; every Δ is against its own sweep's.
         std::vector<double> fulls;
         for (const auto& r : g)
             if (r.policy == "full") fulls.push_back(r.value);
-        const bool several_full = fulls.size() > 1;
-        char buf[512];
-        for (const auto& r : g) {
-            char interval[64] = "";
-            if (r.policy != "full")
-                std::snprintf(interval, sizeof interval, std::isnan(r.delta_ci95) ? " (unpaired)" : " ± %.2f%s",
-                              r.delta_ci95, ruler ? "" : "%");
-            const std::string method = r.policy == "full" && several_full ? "full (" + r.sweep + ")" : r.method;
-            std::snprintf(buf, sizeof buf, "| %s | `%s` | %.3f | %.3f | %.2f ± %.2f | %+.2f%s%s |\n", method.c_str(),
-                          r.policy.c_str(), r.compression, r.density, r.value, r.ci95, r.delta, ruler ? "" : "%",
-                          interval);
-            md << buf;
-        }
-        if (ruler) {
-            // The highest compression at which a method keeps ≥ 95% of the full score: by the point estimate, and by the
-            // lower end of the paired interval on Δ (full + Δ − half-width ≥ 0.95 · full).
-            auto line = [&](const char* what, auto keeps) {
-                std::map<std::string, double> best;
-                for (const auto& r : g)
-                    if (r.policy != "full" && keeps(r)) best[r.method] = std::max(best[r.method], r.compression);
-                md << what;
-                bool first = true;
-                for (const auto& r : g) {
-                    if (r.policy == "full" || best.count(r.method) == 0) continue;
-                    char item[320];
-                    std::snprintf(item, sizeof item, "%s%s %.2f", first ? "" : ", ", r.method.c_str(), best[r.method]);
-                    md << item;
-                    best.erase(r.method);
-                    first = false;
-                }
-                md << (first ? "none" : "") << ".\n";
-            };
-            std::string fs_text;
-            for (double f : fulls) {
-                char one[32];
-                std::snprintf(one, sizeof one, "%s%.2f", fs_text.empty() ? "" : " / ", f);
-                fs_text += one;
-            }
-            const std::string head = "\nKeeps ≥ 95% of the full score (" + fs_text +
-                                     (several_full ? ", each method against its own sweep's" : "") +
-                                     ") up to compression ratio: ";
-            line(head.c_str(), [](const LeaderboardRow& r) { return r.value >= 0.95 * r.full; });
-            line("\nKeeps ≥ 95% of it at the lower end of the paired 95% interval up to compression ratio: ",
-                 [](const LeaderboardRow& r) {
-                     return !std::isnan(r.delta_ci95) && r.full + r.delta - r.delta_ci95 >= 0.95 * r.full;
-                 });
-            if (!exclude_tasks.empty()) {
-                md << "\nLeft out of every value (scores, intervals, compression, density): ";
-                for (size_t i = 0; i < exclude_tasks.size(); ++i) md << (i ? ", " : "") << exclude_tasks[i];
-                md << ".\n";
-            }
-        }
-        // Plot: one curve per method, through its own sweep's full-cache point (sweeps whose full caches differ each
-        // start their methods at theirs).
-        const bool chat = ruler && key.second.find(", chat prompts") != std::string::npos;
-        const std::string stem = "score_vs_compression_" + key.first + (ruler ? (chat ? "_chat" : "") : "_nll");
-        std::ostringstream dat;
-        std::vector<std::string> methods;
-        for (const auto& r : g)
-            if (r.policy != "full" && std::find(methods.begin(), methods.end(), r.method) == methods.end())
-                methods.push_back(r.method);
-        for (const auto& mth : methods) {
-            const auto first =
-                std::find_if(g.begin(), g.end(), [&](const LeaderboardRow& r) { return r.method == mth; });
-            dat << "# " << mth << "\n0 " << first->full << " 0\n";
-            for (const auto& r : g)
-                if (r.method == mth) dat << r.compression << " " << r.value << " " << r.ci95 << "\n";
-            dat << "\n\n";
-        }
-        write_text((fs::path(out_dir) / (stem + ".dat")).string(), dat.str());
-        std::ostringstream gp;
-        gp << "set terminal pngcairo size 900,760 noenhanced\nset output '" << stem
-           << ".png'\nset xlabel 'compression ratio'\n"
-           << "set ylabel '" << (ruler ? "score (0-100)" : "NLL (nats/token)") << "'\nset title '" << key.first << ": "
-           << key.second << "'\nset key below left Left reverse\nset grid\nset xrange [0:1.02]\n"
-           << (ruler ? "set yrange [0:*]\n" : "") << "plot ";
-        for (size_t i = 0; i < methods.size(); ++i)
-            gp << (i ? ", " : "") << "'" << stem << ".dat' index " << i << " using 1:2:3 with yerrorlines"
-               << series_style(i) << " title '" << methods[i] << "'";
-        gp << "\n";
-        if (!methods.empty()) render_gnuplot(out_dir, stem, gp.str());
+        write_group_table(md, g, ruler, fulls.size() > 1);
+        if (ruler) write_keeps_lines(md, g, fulls, exclude_tasks);
+        plot_group(out_dir, key, g, ruler);
     }
     write_text((fs::path(out_dir) / "leaderboard.md").string(), md.str());
     return md.str();

@@ -188,6 +188,8 @@ void GGUFFile::release(const void* p, uint64_t n) const {
         madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);  // advice only: a failure changes nothing
 }
 
+// One function on purpose (longer than ~80 lines): the GGUF header, metadata and tensor table are read in file
+// order, each field checked against the bytes left before it is trusted, which a reader follows best top to bottom.
 GGUFFile::GGUFFile(const std::string& path) : path_(path) {
     fd_ = ::open(path.c_str(), O_RDONLY);
     if (fd_ < 0) fail("cannot open '", path, "': ", std::strerror(errno));

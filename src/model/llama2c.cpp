@@ -28,6 +28,7 @@ GGUFValue arr_str(const std::vector<std::string>& v) {
 }
 }  // namespace
 
+// Longer than ~80 lines on purpose: the checkpoint's tensors are read in the file's fixed order, one after another.
 void convert_llama2c(const std::string& checkpoint, const std::string& tokenizer, const std::string& out_gguf) {
     const std::vector<uint8_t> ck = read_all(checkpoint);
     require(ck.size() >= 28, checkpoint, ": too short for a llama2.c header");

@@ -47,6 +47,7 @@ void random_row(uint64_t seed, float* x, int64_t n) {
 }
 }  // namespace
 
+// Longer than ~80 lines on purpose: the model's metadata and tensors are written in GGUF order, one list.
 void write_synth_model(const std::string& path, const SynthShape& s, TensorType type, uint64_t seed) {
     require(type == TensorType::F32 || type == TensorType::F16 || type == TensorType::BF16 ||
                 type == TensorType::Q8_0 || type == TensorType::Q4_0,

@@ -325,6 +325,8 @@ void HttpRequestReader::read_body() {
     parser_->p.eager(true);
 }
 
+// One function on purpose (longer than ~80 lines): the parser's states and every limit checked before a byte is
+// kept (head size, header count, body size, chunked framing, an encoded body refused) read as one state machine.
 HttpRequestReader::Step HttpRequestReader::feed(std::string& in) {
     if (step_ == Step::kRefused || step_ == Step::kDone || (step_ == Step::kHead && !reading_body_)) return step_;
     auto& p = parser_->p;
@@ -560,6 +562,9 @@ void HttpFront::listen() {
     run_event_loop();
 }
 
+// One function on purpose (longer than CONTRIBUTING's ~80 lines): the epoll loop's order of events (wake-up,
+// new connections, readable and writable sockets, deadlines) is the front's one guarantee that no client stalls
+// another, and reads as one sequence.
 void HttpFront::run_event_loop() {
     std::unordered_map<int, std::unique_ptr<Conn>> conns;
     auto watch = [&](std::unique_ptr<Conn> c) {
@@ -755,6 +760,8 @@ void HttpFront::answer_now(std::unique_ptr<Conn>& c, HttpResponse& res, bool clo
     c->deadline = Clock::now() + seconds(limits_.keep_alive_s);
 }
 
+// One function on purpose (longer than ~80 lines): a connection's state machine (idle, reading, handed to its
+// thread, writing, keep-alive) is one switch whose transitions are easier to check side by side.
 bool HttpFront::advance(std::unique_ptr<Conn>& c) {
     using State = Conn::State;
     using Step = HttpRequestReader::Step;

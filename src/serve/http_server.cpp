@@ -401,33 +401,13 @@ void HttpServer::generate(const HttpRequest& req, HttpResponse& res, const std::
             : Clock::time_point::max();
     const std::string timed_out = "the request did not finish within the server's --timeout of " +
                                   dump_json(json(opts_.timeout_s)) + " s; it was cancelled";
-    json body;
     ApiRequest ar;
     std::vector<std::shared_ptr<RequestHandle>> hs;  // one per choice
     std::shared_ptr<void> place;
+    if (!submit_generation(req, res, owner, chat, ar, hs, place)) return;
     auto cancel_all = [&hs] {
         for (auto& h : hs) h->cancel();
     };
-    try {
-        body = parse_json_body(req.body);
-        ar = parse_api_request(body, chat, ctx_, owner);
-        place = take_place(owner);
-        if (!place)
-            return send_json(res, 429,
-                             error_body(429, "this key already has " + std::to_string(opts_.max_requests_per_key) +
-                                                 " requests running or waiting (the server's --max-requests-per-key)"));
-        // The choices share the prompt's prefill; choice i samples with the seed + i.
-        hs = sched_.submit_choices(ar.gen, ar.n);
-    } catch (const ApiError& e) {
-        cancel_all();
-        return send_json(res, e.status(), error_body(e.status(), for_client(owner, e.what()), e.code()));
-    } catch (const ServerBusy& e) {
-        cancel_all();
-        return send_json(res, 503, error_body(503, e.what()));
-    } catch (const Error& e) {
-        cancel_all();
-        return send_json(res, 400, error_body(400, e.what()));
-    }
     // The client's connection, polled while the request waits for its events: a client that leaves cancels it.
     const int sock = req.socket;
     // The next event of handle `h` into `ev`; false when the request ended without one: the client left (499)
@@ -493,6 +473,31 @@ void HttpServer::generate(const HttpRequest& req, HttpResponse& res, const std::
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream", [st](HttpSink& sink) { return st->write_next(sink); }, [st](bool) { st->release(); });
+}
+
+bool HttpServer::submit_generation(const HttpRequest& req, HttpResponse& res, const std::string& owner, bool chat,
+                                   ApiRequest& ar, std::vector<std::shared_ptr<RequestHandle>>& hs,
+                                   std::shared_ptr<void>& place) {
+    auto refuse = [&](int status, const json& body) {
+        for (auto& h : hs) h->cancel();
+        send_json(res, status, body);
+        return false;
+    };
+    try {
+        ar = parse_api_request(parse_json_body(req.body), chat, ctx_, owner);
+        place = take_place(owner);
+        if (!place)
+            return refuse(429,
+                          error_body(429, "this key already has " + std::to_string(opts_.max_requests_per_key) +
+                                              " requests running or waiting (the server's --max-requests-per-key)"));
+        // The choices share the prompt's prefill; choice i samples with the seed + i.
+        hs = sched_.submit_choices(ar.gen, ar.n);
+        return true;
+    } catch (const ApiError& e) {
+        return refuse(e.status(), error_body(e.status(), for_client(owner, e.what()), e.code()));
+    } catch (const ServerBusy& e) { return refuse(503, error_body(503, e.what())); } catch (const Error& e) {
+        return refuse(400, error_body(400, e.what()));
+    }
 }
 
 void HttpServer::cache_op(const HttpRequest& req, HttpResponse& res, const std::string& owner, bool restore) {

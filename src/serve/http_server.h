@@ -118,6 +118,12 @@ private:
     /// POST /v1/completions and /v1/chat/completions (`chat`) for `owner`: parses the body, submits the request(s)
     /// to the scheduler and answers them, streamed or whole, under the server's --timeout and the owner's share.
     void generate(const HttpRequest& req, HttpResponse& res, const std::string& owner, bool chat);
+    /// generate()'s start: parses the body into `ar`, takes one of the owner's places and submits the choices into
+    /// `hs`. False when it answered the request instead (400, 404, 413, 422 … from the API's checks, 429 no place, 503
+    /// busy), every submitted choice cancelled.
+    bool submit_generation(const HttpRequest& req, HttpResponse& res, const std::string& owner, bool chat,
+                           ApiRequest& ar, std::vector<std::shared_ptr<RequestHandle>>& hs,
+                           std::shared_ptr<void>& place);
     /// POST /v1/cache/save (`restore` false) and /v1/cache/restore for `owner`.
     void cache_op(const HttpRequest& req, HttpResponse& res, const std::string& owner, bool restore);
 

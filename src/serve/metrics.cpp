@@ -75,6 +75,7 @@ private:
 };
 }  // namespace
 
+// Longer than ~80 lines on purpose: one flat list of the metrics, in the order /metrics prints them.
 std::string prometheus_text(const SchedulerSnapshot& s, const HttpCounters& http, const std::string& model_id) {
     Writer w;
     w.family("kvsieve_info", "gauge", "the model served");

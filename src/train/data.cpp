@@ -366,14 +366,69 @@ Sequence links_words_sequence(const Tokenizer& tok, int64_t length, uint64_t& st
     return recall_format_sequence(f, tok, length, st, prompt_weight, answer_weight, answer_begin);
 }
 
+namespace {
+/// One chain of the chains task: a value and the names that pass it on, and each statement's depth in the text.
+struct Chain {
+    std::string value;
+    std::vector<std::string> names;
+    std::vector<double> depth;  // of statements 0..hops, sorted when the text is built
+};
+
+/// The text of the first m chains: their statements by depth, then the questions of those chains in the order
+/// `asked` gives; each answer's span of the text into answer_spans (when given).
+std::string chains_text(const std::vector<Chain>& chains, const std::vector<size_t>& asked, int hops, size_t m,
+                        std::vector<std::pair<size_t, size_t>>* answer_spans) {
+    std::vector<std::tuple<double, size_t, int>> order;  // depth, chain, hop
+    for (size_t c = 0; c < m; ++c) {
+        std::vector<double> d(chains[c].depth.begin(), chains[c].depth.begin() + hops + 1);
+        std::sort(d.begin(), d.end());
+        for (int i = 0; i <= hops; ++i) order.emplace_back(d[static_cast<size_t>(i)], c, i);
+    }
+    std::sort(order.begin(), order.end());
+    std::string text = variable_tracking_header();
+    for (size_t k = 0; k < order.size(); ++k) {
+        const auto& [d, c, i] = order[k];
+        const Chain& ch = chains[c];
+        text += (k ? " " : "") + ("VAR " + ch.names[static_cast<size_t>(i)] + " = ") +
+                (i == 0 ? ch.value : "VAR " + ch.names[static_cast<size_t>(i) - 1]) + ".";
+    }
+    for (size_t c : asked) {
+        if (c >= m) continue;
+        text += variable_tracking_question(chains[c].value, hops + 1);
+        const size_t a = text.size();
+        for (int i = 0; i <= hops; ++i) text += (i ? ", " : " ") + chains[c].names[static_cast<size_t>(i)];
+        text += ".";
+        if (answer_spans) answer_spans->emplace_back(a, text.size());
+    }
+    return text;
+}
+
+/// Gives answer_weight to the tokens of s that overlap an answer span of `text` (" A, B, C."), found in order in
+/// the text the tokens spell (their pieces may differ from `text` by BOS and a leading space, never inside a
+/// statement or an answer); returns the first such token (−1: none). Throws Error when an answer is not found.
+int64_t weight_chain_answers(const Tokenizer& tok, const std::string& text,
+                             const std::vector<std::pair<size_t, size_t>>& spans, float answer_weight, Sequence& s) {
+    const auto [spelled, start] = spell(tok, s.tokens);
+    size_t pos = 0;
+    int64_t first = -1;
+    for (const auto& [a, b] : spans) {
+        const std::string ans = text.substr(a, b - a);
+        const size_t p = spelled.find(ans, pos);
+        require(p != std::string::npos, "chains: answer '", ans, "' not found in the row's tokens");
+        pos = p + ans.size();
+        for (size_t i = 0; i < s.tokens.size(); ++i)
+            if (start[i] < pos && start[i + 1] > p) {
+                s.weight[i] = answer_weight;
+                if (first < 0) first = static_cast<int64_t>(i);
+            }
+    }
+    return first;
+}
+}  // namespace
+
 Sequence chains_sequence(const Tokenizer& tok, int64_t length, uint64_t& st, float prompt_weight, float answer_weight,
                          int64_t* answer_begin) {
     int hops = 1 + static_cast<int>(next_random(st) % 4);
-    struct Chain {
-        std::string value;
-        std::vector<std::string> names;
-        std::vector<double> depth;  // of statements 0..hops, sorted when the text is built
-    };
     std::vector<Chain> chains;
     std::set<std::string> used;
     auto fresh = [&](auto draw) {
@@ -382,34 +437,9 @@ Sequence chains_sequence(const Tokenizer& tok, int64_t length, uint64_t& st, flo
         return x;
     };
     std::vector<size_t> asked;  // chain indices in the order their questions come
-    // The text of the first m chains: statements by depth, then the questions of those chains.
-    auto build = [&](size_t m, std::vector<std::pair<size_t, size_t>>* answer_spans) {
-        std::vector<std::tuple<double, size_t, int>> order;  // depth, chain, hop
-        for (size_t c = 0; c < m; ++c) {
-            std::vector<double> d(chains[c].depth.begin(), chains[c].depth.begin() + hops + 1);
-            std::sort(d.begin(), d.end());
-            for (int i = 0; i <= hops; ++i) order.emplace_back(d[static_cast<size_t>(i)], c, i);
-        }
-        std::sort(order.begin(), order.end());
-        std::string text = variable_tracking_header();
-        for (size_t k = 0; k < order.size(); ++k) {
-            const auto& [d, c, i] = order[k];
-            const Chain& ch = chains[c];
-            text += (k ? " " : "") + ("VAR " + ch.names[static_cast<size_t>(i)] + " = ") +
-                    (i == 0 ? ch.value : "VAR " + ch.names[static_cast<size_t>(i) - 1]) + ".";
-        }
-        for (size_t c : asked) {
-            if (c >= m) continue;
-            text += variable_tracking_question(chains[c].value, hops + 1);
-            const size_t a = text.size();
-            for (int i = 0; i <= hops; ++i) text += (i ? ", " : " ") + chains[c].names[static_cast<size_t>(i)];
-            text += ".";
-            if (answer_spans) answer_spans->emplace_back(a, text.size());
-        }
-        return text;
-    };
     auto fits = [&](size_t m) {
-        return static_cast<int64_t>(tok.encode(build(m, nullptr), true).size()) + 1 <= length;
+        return static_cast<int64_t>(tok.encode(chains_text(chains, asked, hops, m, nullptr), true).size()) + 1 <=
+               length;
     };
     const size_t most = 16;
     for (size_t c = 0; c < most; ++c) {
@@ -427,27 +457,12 @@ Sequence chains_sequence(const Tokenizer& tok, int64_t length, uint64_t& st, flo
     size_t m = 2;
     while (m < most && fits(m + 1)) ++m;
     std::vector<std::pair<size_t, size_t>> spans;
-    const std::string text = build(m, &spans);
+    const std::string text = chains_text(chains, asked, hops, m, &spans);
     Sequence s;
     s.tokens = tok.encode(text, true);
     s.tokens.push_back(tok.vocab().eos);
     s.weight.assign(s.tokens.size(), prompt_weight);
-    // Weight the tokens that overlap an answer (" A, B, C."), found in order in the text the tokens spell (their
-    // pieces may differ from `text` by BOS and a leading space, never inside a statement or an answer).
-    const auto [spelled, start] = spell(tok, s.tokens);
-    size_t pos = 0;
-    int64_t first = -1;
-    for (const auto& [a, b] : spans) {
-        const std::string ans = text.substr(a, b - a);
-        const size_t p = spelled.find(ans, pos);
-        require(p != std::string::npos, "chains: answer '", ans, "' not found in the row's tokens");
-        pos = p + ans.size();
-        for (size_t i = 0; i < s.tokens.size(); ++i)
-            if (start[i] < pos && start[i + 1] > p) {
-                s.weight[i] = answer_weight;
-                if (first < 0) first = static_cast<int64_t>(i);
-            }
-    }
+    const int64_t first = weight_chain_answers(tok, text, spans, answer_weight, s);
     if (answer_begin) *answer_begin = first;
     return s;
 }

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "util/error.h"
 #include "util/progress.h"
@@ -98,16 +99,51 @@ bool TrainLoop::run_and_export(const MicroStep& micro, const EvalFn& eval, const
     return true;
 }
 
+namespace {
+/// What the loop sums between two log lines: loss, gradient norm, data time, tokens and each micro-step metric.
+struct LogInterval {
+    double loss = 0, gnorm = 0, data_s = 0;
+    std::map<std::string, std::pair<double, int64_t>> metrics;  // name → (sum, count)
+    int64_t steps = 0, tokens = 0;
+    std::chrono::steady_clock::time_point since;
+
+    void add_micro(const MicroResult& r) {
+        tokens += r.tokens;
+        data_s += r.data_seconds;
+        for (const auto& [k, v] : r.metrics) {
+            metrics[k].first += v;
+            ++metrics[k].second;
+        }
+    }
+    /// The log line of the interval ending at `now` (means over its steps), and a new interval from there.
+    nlohmann::json take_line(int64_t step, double lr_factor, int64_t tokens_seen, double elapsed,
+                             std::chrono::steady_clock::time_point now) {
+        const double dt = std::chrono::duration<double>(now - since).count();
+        nlohmann::json line = {{"step", step},
+                               {"loss", loss / steps},
+                               {"lr_factor", lr_factor},
+                               {"grad_norm", gnorm / steps},
+                               {"tokens_per_s", tokens / std::max(dt, 1e-9)},
+                               {"data_s", data_s},
+                               {"tokens_seen", tokens_seen},
+                               {"elapsed_s", elapsed}};
+        for (const auto& [k, sc] : metrics) line[k] = sc.first / static_cast<double>(sc.second);
+        *this = LogInterval{};
+        since = now;
+        return line;
+    }
+};
+}  // namespace
+
 int64_t TrainLoop::run(const MicroStep& micro, const EvalFn& eval, const SaveFn& save) {
     g_stop = false;
     auto prev_int = std::signal(SIGINT, on_signal);
     auto prev_term = std::signal(SIGTERM, on_signal);
     const auto t0 = std::chrono::steady_clock::now();
     Progress bar("train", o_.steps - start_step_, o_.progress);
-    double loss_sum = 0, gnorm_sum = 0, data_s = 0;
-    std::map<std::string, std::pair<double, int64_t>> metric_sums;  // name → (sum, count) over the log interval
-    int64_t n_logged = 0, tokens_interval = 0, run_tokens = 0;
-    auto t_int = t0;
+    LogInterval interval;
+    interval.since = t0;
+    int64_t run_tokens = 0;
     int64_t step = start_step_;
     auto checkpoint = [&](int64_t s) {
         save_checkpoint(s);
@@ -123,12 +159,7 @@ int64_t TrainLoop::run(const MicroStep& micro, const EvalFn& eval, const SaveFn&
             MicroResult r = micro(step, m);
             if (!r.backward_done) (r.loss / static_cast<double>(o_.grad_accum)).backward();
             step_loss += r.loss.item<double>() / static_cast<double>(o_.grad_accum);
-            tokens_interval += r.tokens;
-            data_s += r.data_seconds;
-            for (const auto& [k, v] : r.metrics) {
-                metric_sums[k].first += v;
-                ++metric_sums[k].second;
-            }
+            interval.add_micro(r);
             run_tokens += r.tokens;
             tokens_seen_ += r.tokens;
         }
@@ -136,32 +167,16 @@ int64_t TrainLoop::run(const MicroStep& micro, const EvalFn& eval, const SaveFn&
         const double gn = clip_gradients(groups_, o_.clip);
         opt_->step();
         ++step;
-        loss_sum += step_loss;
-        gnorm_sum += gn;
-        ++n_logged;
+        interval.loss += step_loss;
+        interval.gnorm += gn;
+        ++interval.steps;
         const auto now = std::chrono::steady_clock::now();
         const double el = std::chrono::duration<double>(now - t0).count();
         elapsed_now_ = elapsed_before_ + el;
         bar.update(step - start_step_,
                    "loss " + fmt("%.4f", step_loss) + "  " + fmt("%.0f", run_tokens / std::max(el, 1e-9)) + " tok/s");
-        if (step % o_.log_every == 0 || step == o_.steps) {
-            const double dt = std::chrono::duration<double>(now - t_int).count();
-            nlohmann::json line = {{"step", step},
-                                   {"loss", loss_sum / n_logged},
-                                   {"lr_factor", f},
-                                   {"grad_norm", gnorm_sum / n_logged},
-                                   {"tokens_per_s", tokens_interval / std::max(dt, 1e-9)},
-                                   {"data_s", data_s},
-                                   {"tokens_seen", tokens_seen_},
-                                   {"elapsed_s", elapsed_now_}};
-            for (const auto& [k, sc] : metric_sums) line[k] = sc.first / static_cast<double>(sc.second);
-            metric_sums.clear();
-            log(line);
-            loss_sum = gnorm_sum = data_s = 0;
-            n_logged = 0;
-            tokens_interval = 0;
-            t_int = now;
-        }
+        if (step % o_.log_every == 0 || step == o_.steps)
+            log(interval.take_line(step, f, tokens_seen_, elapsed_now_, now));
         if (eval && ((o_.eval_every > 0 && step % o_.eval_every == 0) || step == o_.steps)) {
             torch::NoGradGuard ng;
             module_.eval();
