@@ -12,7 +12,6 @@ size_t BatchStep::add(Session& session, const std::vector<int32_t>& ids, Session
     segs_.push_back(session.begin_step(ids, kind, logits, all_logits));  // throws before the session changes
     items_.push_back({&session, kind, false});
     model_ = &session.model();
-    (kind == Session::StepKind::kDecode ? decode_rows_ : prefill_rows_) += static_cast<int64_t>(ids.size());
     return items_.size() - 1;
 }
 
@@ -49,7 +48,13 @@ void BatchStep::clear() {
     segs_.clear();
     model_ = nullptr;
     ran_ = false;
-    decode_rows_ = prefill_rows_ = 0;
+}
+
+int64_t BatchStep::rows(bool decode) const {
+    int64_t n = 0;
+    for (const LlamaModel::Segment& s : segs_)
+        if ((s.phase == StepPhase::kDecode) == decode) n += static_cast<int64_t>(s.tokens->size());
+    return n;
 }
 
 }  // namespace kvsieve

@@ -45,8 +45,8 @@ public:
 
     size_t size() const { return items_.size(); }
     /// Rows of the step of this kind: decode tokens, or prompt / extension tokens.
-    int64_t decode_rows() const { return decode_rows_; }
-    int64_t prefill_rows() const { return prefill_rows_; }
+    int64_t decode_rows() const { return rows(true); }
+    int64_t prefill_rows() const { return rows(false); }
 
 private:
     struct Item {
@@ -58,7 +58,7 @@ private:
     std::vector<LlamaModel::Segment> segs_;
     const LlamaModel* model_ = nullptr;
     bool ran_ = false;
-    int64_t decode_rows_ = 0, prefill_rows_ = 0;
+    int64_t rows(bool decode) const;
 };
 
 }  // namespace kvsieve
