@@ -71,8 +71,10 @@ void WgkvGates::predict(int layer, const float* k_pre, const float* k_post, int6
     const DotKernels& k = dot_kernels();
     const int d = d_, in = 2 * d_;
     // One KV head per iteration on kvsieve's threads: the SGEMM inside runs on one thread, so the gates do not depend
-    // on the thread count (a multi-threaded SGEMM's last bits may; docs/benchmarks.md).
-#pragma omp parallel for schedule(dynamic)
+    // on the thread count (a multi-threaded SGEMM's last bits may; docs/benchmarks.md). Static schedule: each thread
+    // takes the same heads at every call, so its working space below is warm after the first decode step (under a
+    // dynamic schedule a thread could take its first head at a later step and allocate there; the heads' work is equal).
+#pragma omp parallel for schedule(static)
     for (int h = 0; h < hkv_; ++h) {
         // Working space of this thread, reused by its later calls (grows to the longest chunk).
         thread_local std::vector<float> x, a;
